@@ -1,0 +1,52 @@
+"""Celery configuration of counters-tasks (loaded by ``counters_tasks.app`` when first used).
+
+Values come from the environment through ``counters_tasks.settings`` (see README, Configuration).
+"""
+
+from celery.schedules import crontab
+from kombu import Queue
+
+from counters_tasks.settings import get_settings
+
+_settings = get_settings()
+
+broker_url = _settings.broker_url
+broker_connection_retry_on_startup = True
+# Redelivery: an unacked message comes back after this many seconds; the dedupe markers
+# (COUNTERS_DEDUPE_TTL) outlive it, so a redelivered message is never applied twice.
+broker_transport_options = {"visibility_timeout": 3600}
+
+# JSON only: a pickled message is refused by the worker.
+task_serializer = "json"
+result_serializer = "json"
+accept_content = ["json"]
+result_accept_content = ["json"]
+event_serializer = "json"
+
+# Counting tasks return nothing worth storing.
+task_ignore_result = True
+result_backend = None
+
+timezone = "UTC"
+enable_utc = True
+
+# Flower watches these events.
+worker_send_task_events = True
+task_send_sent_event = True
+
+task_queues = (Queue("visits"), Queue("maintenance"))
+task_default_queue = "visits"
+task_routes = {
+    "counters_tasks.clean_counters": {"queue": "maintenance"},
+    "counters_tasks.rotate_rankings": {"queue": "maintenance"},
+    "counters_tasks.precompute_expected": {"queue": "maintenance"},
+}
+
+# Each job expires before its next run is due, so a missed run is skipped, not piled up.
+beat_schedule = {
+    "clean-counters": {
+        "task": "counters_tasks.clean_counters",
+        "schedule": crontab(),  # every minute
+        "options": {"expires": 55},
+    },
+}

@@ -1,0 +1,18 @@
+"""The Celery app: ``celery -A counters_tasks worker`` (or ``counters_tasks.app:app``)."""
+
+from __future__ import annotations
+
+from celery import Celery, signals
+
+app = Celery("counters_tasks", include=["counters_tasks.tasks"])
+app.config_from_object("celeryconfig")
+
+
+@signals.worker_init.connect
+def _refuse_to_start_without_secret(**_: object) -> None:
+    """A worker never starts without COUNTERS_SECRET (visitor ids are an HMAC under it)."""
+    from .errors import ConfigurationError
+    from .settings import get_settings
+
+    if not get_settings().secret:
+        raise ConfigurationError("COUNTERS_SECRET is not set: workers refuse to start without it")

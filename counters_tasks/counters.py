@@ -1,0 +1,175 @@
+"""Named counters at several precisions (seeds 000 and 003), with an incremental cleaner.
+
+Each counter keeps, per precision, a HASH bucket_start -> total. Writes go through one Lua call
+per counter (all precisions, plus an optional per-message dedupe marker), followed in the same
+round trip by a ZADD to a sharded registry of known counters, which the cleaner walks with ZSCAN.
+Reads filter to the retention window, so answers never depend on when the cleaner last ran.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from . import keys
+from .errors import InvalidInput
+from .redis_layer import as_str, execute_in_order, run_script
+from .settings import get_settings
+from .validation import check_amount, check_message_id, check_now, check_text
+
+PRECISIONS = (1, 5, 60, 300, 3600, 18000, 86400)
+SAMPLE_COUNT = 120
+
+Buckets = dict[int, dict[int, int]]
+"""precision -> bucket_start -> amount to add."""
+
+
+def bucket_start(now: float, precision: int) -> int:
+    return int(now // precision) * precision
+
+
+def check_precision(precision: Any) -> int:
+    if isinstance(precision, bool) or not isinstance(precision, int) or precision not in PRECISIONS:
+        raise InvalidInput(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    return precision
+
+
+def add_to_buckets(buckets: Buckets, now: float, count: int) -> None:
+    """Fold one event into ``buckets`` (so a batch costs one script call per counter)."""
+    for precision in PRECISIONS:
+        per = buckets.setdefault(precision, defaultdict(int))
+        per[bucket_start(now, precision)] += count
+
+
+def queue_counter_write(conn: Any, pipe: Any, name: str, buckets: Buckets, message_id: str | None) -> None:
+    """Queue on ``pipe`` the one script call that applies ``buckets`` to counter ``name``."""
+    tag = keys.counter_tag(name)
+    script_keys = [keys.counter_hash(name, p, tag) for p in PRECISIONS]
+    ttl = 0
+    if message_id is not None:
+        script_keys.append(keys.counter_seen(name, message_id, tag))
+        ttl = get_settings().dedupe_ttl
+    args: list[Any] = [ttl]
+    for precision in PRECISIONS:
+        pairs = [(b, n) for b, n in sorted(buckets.get(precision, {}).items()) if n]
+        args.append(len(pairs))
+        for bucket, amount in pairs:
+            args += [bucket, amount]
+    run_script(conn, "counter_update", script_keys, args, client=pipe)
+
+
+def queue_registry_add(pipe: Any, names: Iterable[str]) -> None:
+    """Queue the ZADDs that list ``names`` as known counters (after their data is written)."""
+    by_shard: dict[int, list[str]] = defaultdict(list)
+    for name in names:
+        by_shard[keys.registry_shard_of(name)].append(name)
+    for shard, members in by_shard.items():
+        pipe.zadd(keys.counter_registry(shard), dict.fromkeys(members, 0))
+
+
+def write_counters(conn: Any, per_counter: dict[str, Buckets], message_id: str | None = None) -> None:
+    """Apply already-validated counts to many counters: data first, then the registry."""
+    if not per_counter:
+        return
+    execute_in_order(
+        conn,
+        lambda pipe: [queue_counter_write(conn, pipe, n, b, message_id) for n, b in per_counter.items()],
+        lambda pipe: queue_registry_add(pipe, per_counter),
+    )
+
+
+def update_counter(conn: Any, name: str, count: int = 1, now: float | None = None, *, message_id: str | None = None) -> None:
+    """Add ``count`` to counter ``name`` at every precision, atomically, in one round trip.
+
+    With ``message_id``, a second call with the same id (a redelivered task) changes nothing.
+    """
+    check_text(name, "name")
+    check_amount(count, "count")
+    now = check_now(now)
+    check_message_id(message_id)
+    buckets: Buckets = {}
+    add_to_buckets(buckets, now, count)
+    write_counters(conn, {name: buckets}, message_id)
+
+
+def get_counter(conn: Any, name: str, precision: int, now: float | None = None) -> list[tuple[int, int]]:
+    """``(bucket_start, total)`` pairs, oldest first, within the retention window, non-zero only."""
+    check_text(name, "name")
+    check_precision(precision)
+    now = check_now(now)
+    cutoff = now - SAMPLE_COUNT * precision
+    raw = conn.hgetall(keys.counter_hash(name, precision))
+    samples = ((int(bucket), int(total)) for bucket, total in raw.items())
+    return sorted((b, t) for b, t in samples if b > cutoff and t)
+
+
+def known_counters(conn: Any) -> list[str]:
+    """Names of the counters that have data, sorted."""
+    names: set[str] = set()
+    for shard in range(keys.REGISTRY_SHARDS):
+        names.update(as_str(member) for member in conn.zrange(keys.counter_registry(shard), 0, -1))
+    return sorted(names)
+
+
+def _due_cutoffs(conn: Any, now: float) -> list[str]:
+    """Per precision, the cutoff to clean at, or '-' when that precision is not due this pass.
+
+    Fine precisions are cleaned every pass; a coarse precision p at most once per p seconds of
+    ``now`` (the seed's cadence), and always on the first pass or when ``now`` went back.
+    """
+    last = {int(p): float(t) for p, t in conn.hgetall(keys.cleaner_state()).items()}
+    cutoffs = []
+    for precision in PRECISIONS:
+        previous = last.get(precision)
+        due = precision <= 60 or previous is None or now < previous or now - previous >= precision
+        cutoffs.append(repr(now - SAMPLE_COUNT * precision) if due else "-")
+    return cutoffs
+
+
+def clean_counters(conn: Any, now: float | None = None) -> int:
+    """One pass of the cleaner over every known counter; returns the samples removed.
+
+    Work is bounded per call: the registry is walked with ZSCAN a page at a time, one script
+    call per counter. A counter left empty leaves the registry, then is checked again, so a
+    write racing with the removal puts it back (writers add to the registry after their data).
+    """
+    now = check_now(now)
+    cutoffs = _due_cutoffs(conn, now)
+    batch = get_settings().cleaner_batch
+    removed = 0
+    for shard in range(keys.REGISTRY_SHARDS):
+        registry = keys.counter_registry(shard)
+        cursor = 0
+        while True:
+            cursor, page = conn.zscan(registry, cursor, count=batch)
+            names = [as_str(member) for member, _score in page]
+            if names:
+                removed += _clean_page(conn, registry, names, cutoffs)
+            if int(cursor) == 0:
+                break
+    conn.hset(keys.cleaner_state(), mapping={p: repr(now) for p, c in zip(PRECISIONS, cutoffs) if c != "-"})
+    return removed
+
+
+def _all_hashes(name: str) -> list[str]:
+    tag = keys.counter_tag(name)
+    return [keys.counter_hash(name, p, tag) for p in PRECISIONS]
+
+
+def _clean_page(conn: Any, registry: str, names: list[str], cutoffs: list[str]) -> int:
+    pipe = conn.pipeline(transaction=False)
+    for name in names:
+        run_script(conn, "counter_clean", _all_hashes(name), cutoffs, client=pipe)
+    results = pipe.execute()
+    removed = sum(int(r[0]) for r in results)
+    empty = [name for name, r in zip(names, results) if int(r[1]) == 0]
+    if empty:
+        conn.zrem(registry, *empty)
+        pipe = conn.pipeline(transaction=False)
+        for name in empty:
+            pipe.exists(*_all_hashes(name))
+        back = [name for name, left in zip(empty, pipe.execute()) if int(left)]
+        if back:
+            conn.zadd(registry, dict.fromkeys(back, 0))
+    return removed

@@ -1,0 +1,78 @@
+"""The one place where Redis key names are made.
+
+Every key starts with ``COUNTERS_KEY_PREFIX``. Keys that one Lua call touches together share a
+hash tag ``{...}`` derived from a hash of the user string (a counter name, board, day), so on
+Redis Cluster each call stays in one slot, load spreads over slots, and no user string can pick
+a slot. User strings that appear in a key at all appear percent-escaped after the tag, for
+readability only. ``docs/keys.md`` documents every key made here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from urllib.parse import quote
+
+from .settings import get_settings
+
+REGISTRY_SHARDS = 16
+"""The counter registry is split over this many zsets (each its own slot) to spread writes."""
+
+
+def prefix() -> str:
+    return get_settings().key_prefix
+
+
+def escape(text: str) -> str:
+    """Percent-escape a user string for use inside a key (braces, spaces, ``*``... never raw)."""
+    return quote(text, safe="/:@!$&'()+,;=-._~")
+
+
+def digest(kind: str, text: str, size: int = 8) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=size, person=kind.encode()[:16]).digest()
+
+
+def tag(kind: str, text: str) -> str:
+    """The hash tag (without braces) for one user string of one kind: 16 hex digits."""
+    return digest(kind, text).hex()
+
+
+# --- multi-precision counters -------------------------------------------------------------
+
+def counter_tag(name: str) -> str:
+    return tag("counter", name)
+
+
+def counter_hash(name: str, precision: int, counter_tag_: str | None = None) -> str:
+    """HASH bucket_start -> total for one counter at one precision."""
+    t = counter_tag_ or counter_tag(name)
+    return f"{prefix()}cnt:{{{t}}}:{precision}:{escape(name)}"
+
+
+def counter_seen(name: str, message_id: str, counter_tag_: str | None = None) -> str:
+    """STRING marker: this message was already applied to this counter (dedupe, with a TTL)."""
+    t = counter_tag_ or counter_tag(name)
+    return f"{prefix()}cnt:{{{t}}}:seen:{escape(message_id)}"
+
+
+def registry_shard_of(name: str) -> int:
+    return digest("registry", name, 2)[0] % REGISTRY_SHARDS
+
+
+def counter_registry(shard: int) -> str:
+    """ZSET of counter names that may have data (score 0), one of REGISTRY_SHARDS."""
+    return f"{prefix()}known:{{r{shard}}}"
+
+
+def cleaner_state() -> str:
+    """HASH precision -> the ``now`` of the last pass that cleaned it."""
+    return f"{prefix()}cleaner:state"
+
+
+def lock(job: str) -> str:
+    """STRING lock held while a beat job runs (with a TTL)."""
+    return f"{prefix()}lock:{job}"
+
+
+def job_stats(job: str) -> str:
+    """HASH about the last run of a beat job (when, how long, result)."""
+    return f"{prefix()}job:{job}"

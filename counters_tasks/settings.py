@@ -1,0 +1,107 @@
+"""Settings read from the environment the first time they are needed, never at import."""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from .errors import ConfigurationError
+
+DEFAULT_REDIS_URL = "redis://localhost:6379/0"
+
+
+@dataclass(frozen=True)
+class Settings:
+    redis_url: str
+    redis_cluster: bool
+    broker_url: str
+    key_prefix: str
+    timezone: str
+    secret: str | None
+    uv_mode: str
+    pool_size: int
+    socket_timeout: float
+    dedupe_ttl: int
+    cleaner_batch: int
+
+    @property
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self.timezone)
+
+
+def url_with_db(url: str, db: int) -> str:
+    """The same Redis server as ``url`` but database ``db`` (for the default broker)."""
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        query = dict(parse_qsl(parts.query))
+        query["db"] = str(db)
+        return urlunsplit(parts._replace(query=urlencode(query)))
+    return urlunsplit(parts._replace(path=f"/{db}"))
+
+
+def _int(env: dict, name: str, default: int, minimum: int = 1) -> int:
+    raw = env.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigurationError(f"{name} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ConfigurationError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def load_settings(env: dict | None = None) -> Settings:
+    """Build settings from ``env`` (default: ``os.environ``), checking every value."""
+    env = os.environ if env is None else env
+    redis_url = env.get("COUNTERS_REDIS_URL") or DEFAULT_REDIS_URL
+    if urlsplit(redis_url).scheme not in ("redis", "rediss", "unix"):
+        raise ConfigurationError(f"COUNTERS_REDIS_URL must be redis://, rediss:// or unix://, got {redis_url!r}")
+    cluster = env.get("COUNTERS_REDIS_CLUSTER", "").strip().lower() in ("1", "true", "yes", "on")
+    prefix = env.get("COUNTERS_KEY_PREFIX", "ct:")
+    if re.search(r"[{}\s\x00-\x1f\x7f]", prefix) or len(prefix) > 64:
+        raise ConfigurationError("COUNTERS_KEY_PREFIX must be at most 64 characters without braces, spaces or control characters")
+    timezone = env.get("COUNTERS_TIMEZONE") or "UTC"
+    try:
+        ZoneInfo(timezone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ConfigurationError(f"COUNTERS_TIMEZONE is not a known IANA zone: {timezone!r}") from None
+    uv_mode = (env.get("COUNTERS_UV_MODE") or "exact").lower()
+    if uv_mode not in ("exact", "hll"):
+        raise ConfigurationError(f"COUNTERS_UV_MODE must be 'exact' or 'hll', got {uv_mode!r}")
+    try:
+        socket_timeout = float(env.get("COUNTERS_REDIS_TIMEOUT") or 5.0)
+    except ValueError:
+        raise ConfigurationError("COUNTERS_REDIS_TIMEOUT must be a number of seconds") from None
+    return Settings(
+        redis_url=redis_url,
+        redis_cluster=cluster,
+        broker_url=env.get("CELERY_BROKER_URL") or url_with_db(redis_url, 1),
+        key_prefix=prefix,
+        timezone=timezone,
+        secret=env.get("COUNTERS_SECRET") or None,
+        uv_mode=uv_mode,
+        pool_size=_int(env, "COUNTERS_REDIS_POOL_SIZE", 32),
+        socket_timeout=socket_timeout,
+        dedupe_ttl=_int(env, "COUNTERS_DEDUPE_TTL", 6 * 3600, minimum=60),
+        cleaner_batch=_int(env, "COUNTERS_CLEANER_BATCH", 200),
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def get_settings() -> Settings:
+    """The process's settings, read once on first use."""
+    return load_settings()
+
+
+def reset_settings() -> None:
+    """Forget cached settings and connections (tests, or after changing the environment)."""
+    get_settings.cache_clear()
+    from . import redis_layer
+
+    redis_layer.reset()

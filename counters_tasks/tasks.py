@@ -1,0 +1,61 @@
+"""Celery tasks: thin wrappers that validate, call the module, and nothing more.
+
+Counting tasks pass their message id (the task id) down to the Lua calls, so a message
+delivered twice is applied once. Bad input raises InvalidInput, which is never retried;
+Redis connection and timeout errors are retried with backoff and jitter.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Task
+from redis.exceptions import BusyLoadingError, ConnectionError, TimeoutError
+
+from . import counters
+from .app import app
+from .errors import InvalidInput
+from .maintenance import run_exclusive
+from .redis_layer import get_redis
+
+REDIS_TRANSIENT = (ConnectionError, TimeoutError, BusyLoadingError)
+
+
+class CountingTask(Task):
+    """Applied at most once per message; acked only after it ran; retried while Redis is away."""
+
+    acks_late = True
+    reject_on_worker_lost = True
+    autoretry_for = REDIS_TRANSIENT
+    retry_backoff = 1
+    retry_backoff_max = 120
+    retry_jitter = True
+    max_retries = None  # a Redis outage delays counting; it never drops a visit
+    throws = (InvalidInput,)  # expected failures: logged without a traceback
+    ignore_result = True
+
+    @property
+    def message_id(self) -> str | None:
+        return self.request.id
+
+
+class MaintenanceTask(Task):
+    """A beat job: one run at a time (Redis lock), bounded by a time limit."""
+
+    acks_late = False
+    autoretry_for = ()
+    ignore_result = True
+    soft_time_limit = 240
+    time_limit = 270
+    lock_seconds = 300
+
+
+@app.task(name="counters_tasks.update_counter", base=CountingTask, bind=True)
+def update_counter(self: CountingTask, name: str, count: int = 1, ts: float | None = None) -> None:
+    counters.update_counter(get_redis(), name, count, ts, message_id=self.message_id)
+
+
+@app.task(name="counters_tasks.clean_counters", base=MaintenanceTask, bind=True)
+def clean_counters(self: MaintenanceTask) -> Any:
+    conn = get_redis()
+    return run_exclusive(conn, "clean_counters", lambda: counters.clean_counters(conn), self.lock_seconds)

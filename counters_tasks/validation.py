@@ -1,0 +1,67 @@
+"""Input checks shared by every public function and task: bad input raises InvalidInput."""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from typing import Any
+
+from .errors import InvalidInput
+
+MAX_TEXT = 1024
+MAX_AMOUNT = 2**53 - 1  # exact in a Lua number and in JSON everywhere
+MAX_TS = 253402300799  # 9999-12-31T23:59:59Z
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def check_text(value: Any, what: str = "name", max_length: int = MAX_TEXT) -> str:
+    """A non-empty str of at most ``max_length`` characters without control characters."""
+    if not isinstance(value, str):
+        raise InvalidInput(f"{what} must be a str, got {type(value).__name__}")
+    if not value:
+        raise InvalidInput(f"{what} must not be empty")
+    if len(value) > max_length:
+        raise InvalidInput(f"{what} is longer than {max_length} characters ({len(value)})")
+    if _CONTROL.search(value):
+        raise InvalidInput(f"{what} contains control characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(f"{what} is not valid Unicode text (lone surrogates)") from None
+    return value
+
+
+def check_amount(value: Any, what: str = "count") -> int:
+    """An int (not bool), negative allowed, within +-(2**53 - 1)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(f"{what} must be an int, got {type(value).__name__}")
+    if abs(value) > MAX_AMOUNT:
+        raise InvalidInput(f"{what} is out of range (|{what}| <= 2**53 - 1)")
+    return value
+
+
+def check_now(value: Any, what: str = "now") -> float | int:
+    """Epoch seconds: finite, >= 0, up to year 9999. ``None`` means the current time."""
+    if value is None:
+        return time.time()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInput(f"{what} must be epoch seconds (int or float), got {type(value).__name__}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidInput(f"{what} must be finite")
+    if value < 0 or value > MAX_TS:
+        raise InvalidInput(f"{what} must be between 0 and {MAX_TS}, got {value!r}")
+    return value
+
+
+def check_choice(value: Any, choices: tuple, what: str) -> Any:
+    if isinstance(value, bool) or value not in choices:
+        raise InvalidInput(f"{what} must be one of {', '.join(map(str, choices))}, got {value!r}")
+    return value
+
+
+def check_message_id(value: Any) -> str | None:
+    """A task or batch id used for dedupe (None: no dedupe)."""
+    if value is None:
+        return None
+    return check_text(value, "message id", max_length=200)

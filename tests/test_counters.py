@@ -1,0 +1,206 @@
+"""Multi-precision counters against a real Redis."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import defaultdict
+
+import pytest
+
+from counters_tasks import counters, keys
+from counters_tasks.counters import PRECISIONS, SAMPLE_COUNT
+from counters_tasks.errors import InvalidInput
+from tests.conftest import dump_all
+
+T0 = 1_700_000_000
+
+
+def bucket(now, p):
+    return int(now // p) * p
+
+
+def model_answer(events, name, precision, now):
+    totals = defaultdict(int)
+    for n, count, ts in events:
+        if n == name:
+            totals[bucket(ts, precision)] += count
+    cutoff = now - SAMPLE_COUNT * precision
+    return sorted((b, t) for b, t in totals.items() if b > cutoff and t)
+
+
+def test_update_then_get_every_precision(conn):
+    counters.update_counter(conn, "hits", 3, now=T0 + 0.5)
+    counters.update_counter(conn, "hits", 2, now=T0 + 7)
+    for p in PRECISIONS:
+        got = counters.get_counter(conn, "hits", p, now=T0 + 10)
+        expected = defaultdict(int)
+        expected[bucket(T0 + 0.5, p)] += 3
+        expected[bucket(T0 + 7, p)] += 2
+        assert got == sorted(expected.items()), p
+
+
+def test_known_counters_and_decoding(conn):
+    counters.update_counter(conn, "b", now=T0)
+    counters.update_counter(conn, "a:{x} *weird name\u00e9", now=T0)
+    assert counters.known_counters(conn) == sorted(["b", "a:{x} *weird name\u00e9"])
+    assert all(isinstance(n, str) for n in counters.known_counters(conn))
+
+
+def test_get_counter_filters_window_and_includes_future(conn):
+    now = T0
+    counters.update_counter(conn, "c", 1, now=now - SAMPLE_COUNT * 5)  # exactly at the cutoff: out
+    counters.update_counter(conn, "c", 1, now=now - SAMPLE_COUNT * 5 + 5)  # in
+    counters.update_counter(conn, "c", 4, now=now + 30)  # clock skew ahead: included
+    got = counters.get_counter(conn, "c", 5, now=now)
+    assert got == [(bucket(now - SAMPLE_COUNT * 5 + 5, 5), 1), (bucket(now + 30, 5), 4)]
+
+
+def test_corrections_to_zero_are_not_listed(conn):
+    counters.update_counter(conn, "z", 5, now=T0)
+    counters.update_counter(conn, "z", -5, now=T0)
+    assert counters.get_counter(conn, "z", 1, now=T0) == []
+    counters.update_counter(conn, "z", -2, now=T0)
+    assert counters.get_counter(conn, "z", 60, now=T0) == [(bucket(T0, 60), -2)]
+
+
+def test_random_stream_matches_model_with_cleaner_at_random_times(conn):
+    rng = random.Random(7)
+    names = ["hits", "hits:/", "sales", "x"]
+    events = []
+    now = T0
+    for step in range(600):
+        now += rng.choice([0, 0.3, 1, 2, 7, 61, 400, 3000])
+        ts = now - rng.choice([0, 0, 0, 3, 30, 500])  # out of order, as queued tasks arrive
+        name, count = rng.choice(names), rng.randint(-2, 9)
+        counters.update_counter(conn, name, count, now=ts)
+        events.append((name, count, ts))
+        if rng.random() < 0.05:
+            counters.clean_counters(conn, now=now)
+        if step % 50 == 0:
+            for n in names:
+                for p in PRECISIONS:
+                    assert counters.get_counter(conn, n, p, now=now) == model_answer(events, n, p, now)
+
+
+def test_cleaner_removes_old_samples_and_empty_counters(conn):
+    counters.update_counter(conn, "old", 1, now=T0)
+    counters.update_counter(conn, "new", 1, now=T0 + 200 * 86400)
+    later = T0 + 200 * 86400
+    before = {p: counters.get_counter(conn, "new", p, now=later) for p in PRECISIONS}
+    removed = counters.clean_counters(conn, now=later)
+    assert removed == 7  # every precision of "old"
+    assert counters.known_counters(conn) == ["new"]
+    assert {p: counters.get_counter(conn, "new", p, now=later) for p in PRECISIONS} == before
+    assert not conn.exists(*[keys.counter_hash("old", p) for p in PRECISIONS])
+
+
+def test_cleaner_cadence_first_pass_cleans_all_then_coarse_less_often(conn):
+    counters.update_counter(conn, "k", 1, now=T0)
+    # first pass at T0 + 2 days: everything older than 120 samples goes, at every precision
+    first = T0 + 2 * 86400
+    counters.clean_counters(conn, now=first)
+    assert conn.hlen(keys.counter_hash("k", 3600)) == 1  # 120 h window still holds it
+    assert not conn.exists(keys.counter_hash("k", 300))
+    # a write that is old for the 1h precision only, cleaned within 3600 s of ``now``
+    counters.update_counter(conn, "k", 1, now=first - 121 * 3600)
+    counters.clean_counters(conn, now=first + 60)  # 1h precision not due yet: sample stays
+    assert conn.hlen(keys.counter_hash("k", 3600)) == 2
+    assert counters.get_counter(conn, "k", 3600, now=first + 60) == [(bucket(T0, 3600), 1)]
+    counters.clean_counters(conn, now=first + 3600)  # due now
+    assert conn.hlen(keys.counter_hash("k", 3600)) == 1
+
+
+def test_cleaner_never_drops_a_counter_written_during_cleaning(conn):
+    """Writers race the cleaner on counters that keep getting emptied; none is lost."""
+    stop = threading.Event()
+    errors = []
+    now = T0 + 200 * 86400
+
+    def cleaner():
+        while not stop.is_set():
+            try:
+                counters.clean_counters(conn, now=now)
+            except Exception as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+    thread = threading.Thread(target=cleaner)
+    thread.start()
+    names = [f"race{i}" for i in range(400)]
+    try:
+        for name in names:
+            counters.update_counter(conn, name, 1, now=T0)  # old: the cleaner empties and drops it
+            counters.update_counter(conn, name, 1, now=now)  # racing that drop
+    finally:
+        stop.set()
+        thread.join()
+    assert not errors
+    counters.clean_counters(conn, now=now)
+    assert counters.known_counters(conn) == sorted(names)
+    for name in names:
+        assert counters.get_counter(conn, name, 86400, now=now) == [(bucket(now, 86400), 1)]
+
+
+def test_message_id_applies_once(conn):
+    counters.update_counter(conn, "m", 5, now=T0, message_id="task-1")
+    counters.update_counter(conn, "m", 5, now=T0, message_id="task-1")
+    counters.update_counter(conn, "m", 5, now=T0, message_id="task-2")
+    assert counters.get_counter(conn, "m", 60, now=T0) == [(bucket(T0, 60), 10)]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"name": ""},
+        {"name": "x" * 1025},
+        {"name": "bad\nname"},
+        {"name": "bad\x00"},
+        {"name": 5},
+        {"name": None},
+        {"count": 1.0},
+        {"count": True},
+        {"count": "1"},
+        {"count": 2**60},
+        {"now": -1},
+        {"now": float("nan")},
+        {"now": float("inf")},
+        {"now": "1700000000"},
+        {"now": True},
+    ],
+)
+def test_bad_input_is_refused_before_any_write(raw_conn, kwargs):
+    counters.update_counter(raw_conn, "seed", 1, now=T0)
+    before = dump_all(raw_conn)
+    args = {"name": "ok", "count": 1, "now": T0} | kwargs
+    with pytest.raises(InvalidInput):
+        counters.update_counter(raw_conn, **args)
+    assert dump_all(raw_conn) == before
+
+
+@pytest.mark.parametrize("precision", [0, 2, 60.0, "60", None, True])
+def test_unknown_precision_is_refused(conn, precision):
+    with pytest.raises(InvalidInput):
+        counters.get_counter(conn, "hits", precision)
+
+
+def test_name_of_1024_chars_and_braces_is_accepted(conn):
+    name = "{" + "n" * 1022 + "}"
+    counters.update_counter(conn, name, 2, now=T0)
+    assert counters.get_counter(conn, name, 1, now=T0) == [(T0, 2)]
+    assert counters.known_counters(conn) == [name]
+
+
+def test_write_between_emptiness_check_and_registry_removal_is_kept(conn, monkeypatch):
+    """The exact interleaving: the cleaner saw the counter empty, then a write lands, then ZREM."""
+    later = T0 + 200 * 86400
+    counters.update_counter(conn, "raced", 1, now=T0)
+    real_zrem = conn.zrem
+
+    def write_then_zrem(*args):
+        counters.update_counter(conn, "raced", 4, now=later)
+        return real_zrem(*args)
+
+    monkeypatch.setattr(conn, "zrem", write_then_zrem)
+    counters.clean_counters(conn, now=later)
+    assert counters.known_counters(conn) == ["raced"]
+    assert counters.get_counter(conn, "raced", 1, now=later) == [(later, 4)]
