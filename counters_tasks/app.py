@@ -14,5 +14,11 @@ def _refuse_to_start_without_secret(**_: object) -> None:
     from .errors import ConfigurationError
     from .settings import get_settings
 
-    if not get_settings().secret:
-        raise ConfigurationError("COUNTERS_SECRET is not set: workers refuse to start without it")
+
+    try:
+        settings = get_settings()
+        if not settings.secret:
+            raise ConfigurationError("COUNTERS_SECRET is not set: workers refuse to start without it")
+    except ConfigurationError as exc:
+        # Celery logs and swallows exceptions from signal handlers; SystemExit stops the worker.
+        raise SystemExit(f"counters-tasks: {exc}") from exc

@@ -148,7 +148,7 @@ def clean_counters(conn: Any, now: float | None = None) -> int:
                 removed += _clean_page(conn, registry, names, cutoffs)
             if int(cursor) == 0:
                 break
-    conn.hset(keys.cleaner_state(), mapping={p: repr(now) for p, c in zip(PRECISIONS, cutoffs) if c != "-"})
+    conn.hset(keys.cleaner_state(), mapping={p: repr(now) for p, c in zip(PRECISIONS, cutoffs, strict=False) if c != "-"})
     return removed
 
 
@@ -163,13 +163,13 @@ def _clean_page(conn: Any, registry: str, names: list[str], cutoffs: list[str]) 
         run_script(conn, "counter_clean", _all_hashes(name), cutoffs, client=pipe)
     results = pipe.execute()
     removed = sum(int(r[0]) for r in results)
-    empty = [name for name, r in zip(names, results) if int(r[1]) == 0]
+    empty = [name for name, r in zip(names, results, strict=False) if int(r[1]) == 0]
     if empty:
         conn.zrem(registry, *empty)
         pipe = conn.pipeline(transaction=False)
         for name in empty:
             pipe.exists(*_all_hashes(name))
-        back = [name for name, left in zip(empty, pipe.execute()) if int(left)]
+        back = [name for name, left in zip(empty, pipe.execute(), strict=False) if int(left)]
         if back:
             conn.zadd(registry, dict.fromkeys(back, 0))
     return removed

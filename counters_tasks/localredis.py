@@ -51,7 +51,7 @@ class RedisServer:
             *self.extra_args,
         ]
 
-    def start(self, timeout: float = 15.0) -> "RedisServer":
+    def start(self, timeout: float = 15.0) -> RedisServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.process = subprocess.Popen(self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         self.wait_ready(timeout)
@@ -92,7 +92,7 @@ class RedisServer:
             self.process.kill()
             self.process.wait()
 
-    def __enter__(self) -> "RedisServer":
+    def __enter__(self) -> RedisServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -69,7 +69,7 @@ def is_cluster(conn: Any) -> bool:
 
 
 _sources: dict[str, str] = {}
-_scripts: "weakref.WeakKeyDictionary[Any, dict[str, Script]]" = weakref.WeakKeyDictionary()
+_scripts: weakref.WeakKeyDictionary[Any, dict[str, Script]] = weakref.WeakKeyDictionary()
 
 
 def script(conn: Any, name: str) -> Script:

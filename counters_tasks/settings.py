@@ -93,7 +93,7 @@ def load_settings(env: dict | None = None) -> Settings:
     )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def get_settings() -> Settings:
     """The process's settings, read once on first use."""
     return load_settings()

@@ -85,9 +85,8 @@ def raw_conn(redis_url: str):
 @pytest.fixture
 def eager_app():
     """The Celery app running tasks in-process (eager), with exceptions propagated."""
-    from counters_tasks.app import app
-
     import counters_tasks.tasks  # noqa: F401  (registers the tasks)
+    from counters_tasks.app import app
 
     app.conf.update(task_always_eager=True, task_eager_propagates=True)
     yield app

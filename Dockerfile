@@ -1,0 +1,8 @@
+# The image for the worker, beat and Flower services of docker-compose.yml.
+FROM python:3.11-slim
+RUN useradd --create-home --uid 1000 counters
+WORKDIR /app
+COPY pyproject.toml README.md celeryconfig.py ./
+COPY counters_tasks ./counters_tasks
+RUN pip install --no-cache-dir .
+USER counters

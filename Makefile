@@ -1,0 +1,23 @@
+# The two commands of README.md: `make run` (the local stack) and `make test`.
+VENV ?= .venv
+BIN := $(VENV)/bin
+VISITS ?= 5000
+PYTEST_ARGS ?=
+
+.PHONY: install run demo test lint bench
+
+install:
+	@VENV=$(VENV) scripts/bootstrap.sh
+
+run: install
+	$(BIN)/counters-tasks run
+
+demo: install
+	$(BIN)/counters-tasks demo --visits $(VISITS)
+
+test: install
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/ruff check .
+
+bench: install
+	$(BIN)/python bench/counters.py
