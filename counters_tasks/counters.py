@@ -43,40 +43,62 @@ def add_to_buckets(buckets: Buckets, now: float, count: int) -> None:
 
 
 def queue_counter_write(conn: Any, pipe: Any, name: str, buckets: Buckets, message_id: str | None) -> None:
-    """Queue on ``pipe`` the one script call that applies ``buckets`` to counter ``name``."""
-    tag = keys.counter_tag(name)
-    script_keys = [keys.counter_hash(name, p, tag) for p in PRECISIONS]
+    """Queue on ``pipe`` (or run, when ``pipe`` is ``conn``) the one script call for ``name``."""
+    script_keys = list(keys.counter_keys(name))
     ttl = 0
     if message_id is not None:
-        script_keys.append(keys.counter_seen(name, message_id, tag))
+        script_keys.append(keys.counter_seen(name, message_id))
         ttl = get_settings().dedupe_ttl
     args: list[Any] = [ttl]
     for precision in PRECISIONS:
-        pairs = [(b, n) for b, n in sorted(buckets.get(precision, {}).items()) if n]
+        pairs = [(b, n) for b, n in buckets.get(precision, {}).items() if n]
         args.append(len(pairs))
-        for bucket, amount in pairs:
-            args += [bucket, amount]
-    run_script(conn, "counter_update", script_keys, args, client=pipe)
+        for pair in pairs:
+            args += pair
+    return run_script(conn, "counter_update", script_keys, args, client=pipe)
 
 
-def queue_registry_add(pipe: Any, names: Iterable[str]) -> None:
-    """Queue the ZADDs that list ``names`` as known counters (after their data is written)."""
+def register_counters(conn: Any, names: Iterable[str]) -> None:
+    """Add counters to the registry, then mark them registered (in that order, on any layout).
+
+    Called after their data is written, for the counters whose write reported no marker.
+    """
+    names = list(names)
+    if not names:
+        return
     by_shard: dict[int, list[str]] = defaultdict(list)
     for name in names:
         by_shard[keys.registry_shard_of(name)].append(name)
-    for shard, members in by_shard.items():
-        pipe.zadd(keys.counter_registry(shard), dict.fromkeys(members, 0))
+
+    def add_to_registry(pipe: Any) -> None:
+        for shard, members in by_shard.items():
+            pipe.zadd(keys.counter_registry(shard), dict.fromkeys(members, 0))
+
+    def mark(pipe: Any) -> None:
+        for name in names:
+            pipe.set(keys.counter_registered(name), 1)
+
+    execute_in_order(conn, add_to_registry, mark)
+
+
+def unregistered(names: Iterable[str], replies: Iterable[Any]) -> list[str]:
+    """The counters whose ``counter_update`` reply says they still need registering."""
+    return [name for name, (_applied, registered) in zip(names, replies, strict=True) if not int(registered)]
 
 
 def write_counters(conn: Any, per_counter: dict[str, Buckets], message_id: str | None = None) -> None:
-    """Apply already-validated counts to many counters: data first, then the registry."""
+    """Apply already-validated counts to many counters: one script call each, one round trip
+    (a second one only for counters that are not in the registry yet)."""
     if not per_counter:
         return
-    execute_in_order(
-        conn,
-        lambda pipe: [queue_counter_write(conn, pipe, n, b, message_id) for n, b in per_counter.items()],
-        lambda pipe: queue_registry_add(pipe, per_counter),
-    )
+    if len(per_counter) == 1:
+        [(name, buckets)] = per_counter.items()
+        replies = [queue_counter_write(conn, conn, name, buckets, message_id)]
+    else:
+        [replies] = execute_in_order(
+            conn, lambda pipe: [queue_counter_write(conn, pipe, n, b, message_id) for n, b in per_counter.items()]
+        )
+    register_counters(conn, unregistered(per_counter, replies))
 
 
 def update_counter(conn: Any, name: str, count: int = 1, now: float | None = None, *, message_id: str | None = None) -> None:
@@ -88,8 +110,7 @@ def update_counter(conn: Any, name: str, count: int = 1, now: float | None = Non
     check_amount(count, "count")
     now = check_now(now)
     check_message_id(message_id)
-    buckets: Buckets = {}
-    add_to_buckets(buckets, now, count)
+    buckets: Buckets = {p: {bucket_start(now, p): count} for p in PRECISIONS}
     write_counters(conn, {name: buckets}, message_id)
 
 
@@ -131,8 +152,9 @@ def clean_counters(conn: Any, now: float | None = None) -> int:
     """One pass of the cleaner over every known counter; returns the samples removed.
 
     Work is bounded per call: the registry is walked with ZSCAN a page at a time, one script
-    call per counter. A counter left empty leaves the registry, then is checked again, so a
-    write racing with the removal puts it back (writers add to the registry after their data).
+    call per counter. A counter left empty loses its "registered" marker and leaves the
+    registry, then is checked again: a write racing with the removal either lands before that
+    check (which puts the counter back) or finds no marker and registers the counter itself.
     """
     now = check_now(now)
     cutoffs = _due_cutoffs(conn, now)
@@ -152,23 +174,19 @@ def clean_counters(conn: Any, now: float | None = None) -> int:
     return removed
 
 
-def _all_hashes(name: str) -> list[str]:
-    tag = keys.counter_tag(name)
-    return [keys.counter_hash(name, p, tag) for p in PRECISIONS]
-
-
 def _clean_page(conn: Any, registry: str, names: list[str], cutoffs: list[str]) -> int:
-    pipe = conn.pipeline(transaction=False)
-    for name in names:
-        run_script(conn, "counter_clean", _all_hashes(name), cutoffs, client=pipe)
-    results = pipe.execute()
+    def queue_cleans(pipe: Any) -> None:
+        for name in names:
+            run_script(conn, "counter_clean", list(keys.counter_keys(name)), cutoffs, client=pipe)
+
+    [results] = execute_in_order(conn, queue_cleans)
     removed = sum(int(r[0]) for r in results)
     empty = [name for name, r in zip(names, results, strict=False) if int(r[1]) == 0]
     if empty:
         conn.zrem(registry, *empty)
         pipe = conn.pipeline(transaction=False)
         for name in empty:
-            pipe.exists(*_all_hashes(name))
+            pipe.exists(*keys.counter_keys(name)[:-1])
         back = [name for name, left in zip(empty, pipe.execute(), strict=False) if int(left)]
         if back:
             conn.zadd(registry, dict.fromkeys(back, 0))

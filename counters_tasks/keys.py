@@ -9,6 +9,7 @@ readability only. ``docs/keys.md`` documents every key made here.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from urllib.parse import quote
 
@@ -39,19 +40,42 @@ def tag(kind: str, text: str) -> str:
 # --- multi-precision counters -------------------------------------------------------------
 
 def counter_tag(name: str) -> str:
+    return _counter_tag(name)
+
+
+@functools.lru_cache(maxsize=65536)
+def _counter_tag(name: str) -> str:
     return tag("counter", name)
 
 
-def counter_hash(name: str, precision: int, counter_tag_: str | None = None) -> str:
+def counter_hash(name: str, precision: int) -> str:
     """HASH bucket_start -> total for one counter at one precision."""
-    t = counter_tag_ or counter_tag(name)
-    return f"{prefix()}cnt:{{{t}}}:{precision}:{escape(name)}"
+    return f"{prefix()}cnt:{{{counter_tag(name)}}}:{precision}:{escape(name)}"
 
 
-def counter_seen(name: str, message_id: str, counter_tag_: str | None = None) -> str:
+def counter_keys(name: str) -> tuple[str, ...]:
+    """The counter's HASH at every precision (PRECISIONS order), then its registered marker.
+
+    Cached: this is the hot path of every write.
+    """
+    return _counter_keys(prefix(), name)
+
+
+@functools.lru_cache(maxsize=65536)
+def _counter_keys(_prefix: str, name: str) -> tuple[str, ...]:
+    from .counters import PRECISIONS
+
+    return (*(counter_hash(name, p) for p in PRECISIONS), counter_registered(name))
+
+
+def counter_registered(name: str) -> str:
+    """STRING marker: the counter is in the registry (writers skip the ZADD while it exists)."""
+    return f"{prefix()}cnt:{{{counter_tag(name)}}}:reg"
+
+
+def counter_seen(name: str, message_id: str) -> str:
     """STRING marker: this message was already applied to this counter (dedupe, with a TTL)."""
-    t = counter_tag_ or counter_tag(name)
-    return f"{prefix()}cnt:{{{t}}}:seen:{escape(message_id)}"
+    return f"{prefix()}cnt:{{{counter_tag(name)}}}:seen:{escape(message_id)}"
 
 
 def registry_shard_of(name: str) -> int:
@@ -59,7 +83,7 @@ def registry_shard_of(name: str) -> int:
 
 
 def counter_registry(shard: int) -> str:
-    """ZSET of counter names that may have data (score 0), one of REGISTRY_SHARDS."""
+    """ZSET of counter names that have data (score 0), one of REGISTRY_SHARDS."""
     return f"{prefix()}known:{{r{shard}}}"
 
 

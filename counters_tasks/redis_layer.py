@@ -9,11 +9,13 @@ from __future__ import annotations
 import os
 import threading
 import weakref
+from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
 import redis
 from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 
 from .settings import Settings, get_settings
 
@@ -89,13 +91,20 @@ def script(conn: Any, name: str) -> Script:
 def run_script(conn: Any, name: str, keys: list, args: list, client: Any = None) -> Any:
     """Run script ``name`` on ``client`` (default ``conn``; may be a pipeline of ``conn``).
 
-    A cluster pipeline cannot load scripts on a miss, so there the source goes as EVAL.
+    Queued on a pipeline it goes as a bare EVALSHA (no SCRIPT EXISTS round trip first);
+    ``execute_in_order`` loads the script and runs the command again on a NOSCRIPT reply. A
+    cluster pipeline cannot do that, so there the source goes as EVAL.
     """
     registered = script(conn, name)
-    client = conn if client is None else client
+    if client is None or client is conn:
+        try:
+            return conn.evalsha(registered.sha, len(keys), *keys, *args)
+        except NoScriptError:  # a restarted or failed-over server: load it once more
+            conn.script_load(registered.script)
+            return conn.evalsha(registered.sha, len(keys), *keys, *args)
     if _is_cluster_pipeline(client):
         return client.eval(registered.script, len(keys), *keys, *args)
-    return registered(keys=keys, args=args, client=client)
+    return client.evalsha(registered.sha, len(keys), *keys, *args)
 
 
 def _is_cluster_pipeline(client: Any) -> bool:
@@ -104,7 +113,27 @@ def _is_cluster_pipeline(client: Any) -> bool:
     return isinstance(client, ClusterPipeline)
 
 
-def execute_in_order(conn: Any, *stages: Any) -> list[list[Any]]:
+def _execute(conn: Any, pipe: Any) -> list[Any]:
+    """Execute ``pipe``; commands refused with NOSCRIPT (never run) run again once loaded."""
+    stack = [args for args, _options in pipe.command_stack]
+    replies = pipe.execute(raise_on_error=False)
+    missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+    if missing:
+        by_sha = {s.sha: s.script for per in _scripts.values() for s in per.values()}
+        for sha in {stack[i][1] for i in missing}:
+            conn.script_load(by_sha[as_str(sha)])
+        retry = conn.pipeline(transaction=False)
+        for i in missing:
+            retry.execute_command(*stack[i])
+        for i, reply in zip(missing, retry.execute(raise_on_error=False), strict=True):
+            replies[i] = reply
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
+
+
+def execute_in_order(conn: Any, *stages: Callable[[Any], Any]) -> list[list[Any]]:
     """Run stages of queued commands, each stage after the one before has been applied.
 
     ``stages`` are callables that queue commands on a pipeline. On one server a single
@@ -118,7 +147,7 @@ def execute_in_order(conn: Any, *stages: Any) -> list[list[Any]]:
             before = len(pipe)
             stage(pipe)
             sizes.append(len(pipe) - before)
-        replies = pipe.execute()
+        replies = _execute(conn, pipe)
         out, start = [], 0
         for size in sizes:
             out.append(replies[start:start + size])

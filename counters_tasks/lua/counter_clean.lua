@@ -1,9 +1,11 @@
 -- Drop one counter's samples that left the retention window.
--- KEYS: the counter's HASH for every precision.
--- ARGV: for each key, the cutoff (drop buckets <= cutoff) or '-' when not due this pass.
--- Returns {samples removed, how many of the hashes still exist}.
+-- KEYS: the counter's HASH for every precision, then its "registered" marker.
+-- ARGV: for each HASH, the cutoff (drop buckets <= cutoff) or '-' when not due this pass.
+-- Returns {samples removed, how many of the hashes still exist}. When none is left the
+-- marker goes too, so the next write registers the counter again.
 local removed = 0
-for j = 1, #KEYS do
+local nprec = #KEYS - 1
+for j = 1, nprec do
   local cutoff = tonumber(ARGV[j])
   if cutoff then
     local old = {}
@@ -18,4 +20,8 @@ for j = 1, #KEYS do
     removed = removed + #old
   end
 end
-return {removed, redis.call('EXISTS', unpack(KEYS))}
+local left = redis.call('EXISTS', unpack(KEYS, 1, nprec))
+if left == 0 then
+  redis.call('DEL', KEYS[nprec + 1])
+end
+return {removed, left}
