@@ -39,7 +39,7 @@ def url_with_db(url: str, db: int) -> str:
     if parts.scheme == "unix":
         query = dict(parse_qsl(parts.query))
         query["db"] = str(db)
-        return urlunsplit(parts._replace(query=urlencode(query)))
+        return f"unix://{parts.netloc}{parts.path}?{urlencode(query)}"
     return urlunsplit(parts._replace(path=f"/{db}"))
 
 
