@@ -21,6 +21,15 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def port_is_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def redis_server_binary() -> str:
     found = shutil.which("redis-server") or ("/usr/bin/redis-server" if Path("/usr/bin/redis-server").exists() else None)
     if not found:

@@ -15,24 +15,13 @@ import sys
 import time
 from pathlib import Path
 
-from .localredis import RedisServer, free_port
+from .localredis import RedisServer, free_port, port_is_free
 
 DEFAULT_REDIS_PORT = 6379
 
 
 def home() -> Path:
     return Path(os.environ.get("COUNTERS_HOME") or ".counters-tasks").resolve()
-
-
-def _port_free(port: int) -> bool:
-    import socket
-
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def _read_or_create(path: Path, make: callable) -> str:
@@ -63,7 +52,7 @@ class Stack:
         self.home.mkdir(parents=True, exist_ok=True)
         (self.home / "logs").mkdir(exist_ok=True)
         if not self.env.get("COUNTERS_REDIS_URL"):
-            port = DEFAULT_REDIS_PORT if _port_free(DEFAULT_REDIS_PORT) else free_port()
+            port = DEFAULT_REDIS_PORT if port_is_free(DEFAULT_REDIS_PORT) else free_port()
             self.redis = RedisServer(self.home / "redis", port=port, appendonly=True).start()
             self.env["COUNTERS_REDIS_URL"] = self.redis.url
             self.log(f"redis    private redis-server at {self.redis.url} (data in {self.redis.data_dir})")

@@ -103,7 +103,7 @@ def run_script(conn: Any, name: str, keys: list, args: list, client: Any = None)
             conn.script_load(registered.script)
             return conn.evalsha(registered.sha, len(keys), *keys, *args)
     if _is_cluster_pipeline(client):
-        return client.eval(registered.script, len(keys), *keys, *args)
+        return client.execute_command("EVAL", registered.script, len(keys), *keys, *args)
     return client.evalsha(registered.sha, len(keys), *keys, *args)
 
 

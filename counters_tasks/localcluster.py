@@ -1,0 +1,83 @@
+"""A private Redis Cluster on loopback ports: for ``make test-cluster`` and the cluster benchmark.
+
+Debian's ``redis-server`` with ``cluster-enabled yes``, joined with
+``redis-cli --cluster create ... --cluster-yes``; every node keeps its files in its own folder.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import redis
+
+from .localredis import RedisServer, port_is_free
+
+
+def free_cluster_port() -> int:
+    """A port whose cluster bus port (+10000) is free too."""
+    rng = random.Random()
+    for _ in range(1000):
+        port = rng.randint(20000, 45000)
+        if port_is_free(port) and port_is_free(port + 10000):
+            return port
+    raise RuntimeError("no free port pair for a cluster node")
+
+
+class RedisClusterProcesses:
+    """``masters`` masters with ``replicas`` replicas each; ``url`` is one startup node."""
+
+    def __init__(self, base_dir: str | Path, masters: int = 3, replicas: int = 0, appendonly: bool = False) -> None:
+        self.base_dir = Path(base_dir)
+        self.masters = masters
+        self.replicas = replicas
+        self.appendonly = appendonly
+        self.nodes: list[RedisServer] = []
+
+    @property
+    def url(self) -> str:
+        return self.nodes[0].url
+
+    def start(self, timeout: float = 60.0) -> RedisClusterProcesses:
+        for _ in range(self.masters * (1 + self.replicas)):
+            port = free_cluster_port()
+            node = RedisServer(self.base_dir / f"node-{port}", port=port, appendonly=self.appendonly, extra_args=[
+                "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
+            ])
+            self.nodes.append(node.start())
+        cli = shutil.which("redis-cli") or "/usr/bin/redis-cli"
+        subprocess.run(
+            [cli, "--cluster", "create", *[f"127.0.0.1:{n.port}" for n in self.nodes],
+             "--cluster-replicas", str(self.replicas), "--cluster-yes"],
+            check=True, capture_output=True, timeout=timeout,
+        )
+        self.wait_ok(timeout)
+        return self
+
+    def wait_ok(self, timeout: float = 60.0) -> None:
+        """Until every live node says the cluster is ok and all slots are served."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                infos = [redis.Redis(port=n.port, decode_responses=True).cluster("info")
+                         for n in self.nodes if n.process and n.process.poll() is None]
+                if all(i["cluster_state"] == "ok" and int(i["cluster_slots_assigned"]) == 16384 for i in infos):
+                    return
+            except redis.RedisError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError("the Redis Cluster did not become ok")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def __enter__(self) -> RedisClusterProcesses:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
