@@ -49,4 +49,9 @@ beat_schedule = {
         "schedule": crontab(),  # every minute
         "options": {"expires": 55},
     },
+    "rotate-rankings": {
+        "task": "counters_tasks.rotate_rankings",
+        "schedule": crontab(minute=0),  # hourly, at :00
+        "options": {"expires": 3300},
+    },
 }
