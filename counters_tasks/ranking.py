@@ -30,7 +30,7 @@ from typing import Any
 
 from . import keys
 from .errors import InvalidInput
-from .redis_layer import as_str, execute_in_order, run_script
+from .redis_layer import as_str, run_script
 from .settings import get_settings
 from .validation import check_amount, check_int, check_message_id, check_now, check_text
 
@@ -88,38 +88,38 @@ class Ranking:
     def _board_keys(self) -> list[str]:
         return [self._meta, self._top, self._index]
 
-    def _queue_incr(self, pipe: Any, member: str, amount: int, slot: int, message_id: str | None) -> None:
-        """Queue on ``pipe`` the one script call of an already-validated event."""
+    def _incr_call(self, member: str, amount: int, slot: int, message_id: str | None) -> tuple[list, list]:
+        """The keys and args of the one script call of an already-validated event."""
         script_keys = [*self._board_keys, keys.ranking_slot(self.name, slot, self._tag)]
         ttl = 0
         if message_id is not None:
             script_keys.append(keys.ranking_seen(self.name, message_id, self._tag))
             ttl = get_settings().dedupe_ttl
         slot_ttl = (self.period_hours + self.interval_hours) * 3600 + SLOT_TTL_GRACE
-        args = [ttl, self.period_hours, self.interval_hours, slot, member, amount, slot_ttl, -amount]
-        run_script(self.conn, "ranking_incr", script_keys, args, client=pipe)
+        return script_keys, [ttl, self.period_hours, self.interval_hours, slot, member, amount, slot_ttl, -amount]
 
-    def _queue_register(self, pipe: Any) -> None:
-        pipe.zadd(keys.board_registry(keys.board_registry_shard_of(self.name)), {self.name: 0})
+    def _register(self) -> None:
+        """List the board in the registry, then mark it listed (a crash in between retries it)."""
+        self.conn.zadd(keys.board_registry(keys.board_registry_shard_of(self.name)), {self.name: 0})
+        self.conn.hset(self._meta, "reg", 1)
 
     def incr(self, member: str, amount: int = 1, now: float | None = None, *, message_id: str | None = None) -> None:
-        """Add ``amount`` to ``member`` in the slot of ``now``, in one Lua call (plus the registry).
+        """Add ``amount`` to ``member`` in the slot of ``now``, in one Lua call (one round trip).
 
         An event whose slot already left the window is ignored and counted as late. With
         ``message_id``, a second call with the same id (a redelivered task) changes nothing.
+        The board's first writes also list it in the registry the rotation job walks.
         """
         check_text(member, "member")
         check_amount(amount, "amount")
         now = check_now(now)
         check_message_id(message_id)
-        slot = self.slot_of(now)
-        (applied,), _ = execute_in_order(
-            self.conn,
-            lambda pipe: self._queue_incr(pipe, member, amount, slot, message_id),
-            self._queue_register,
-        )
-        if int(applied) == -1:
+        script_keys, args = self._incr_call(member, amount, self.slot_of(now), message_id)
+        status, unregistered = run_script(self.conn, "ranking_incr", script_keys, args)
+        if int(status) == -1:
             raise self._settings_mismatch()
+        if int(unregistered):
+            self._register()
 
     def top(self, offset: int = 0, limit: int = 10, withscores: bool = False,
             now: float | None = None) -> list[str] | list[tuple[str, int]]:

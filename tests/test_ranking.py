@@ -329,6 +329,27 @@ def test_registry_lists_boards_and_rotate_all_uses_each_boards_settings(conn):
     assert ranking.rotate_all(conn, now=T0 + 3 * 86400) == 1
 
 
+def test_registration_interrupted_by_a_crash_is_repaired_by_the_next_write(conn, monkeypatch):
+    real = Ranking._register
+
+    def crash(self):
+        raise ConnectionError("worker died between the script and the registry")
+
+    monkeypatch.setattr(Ranking, "_register", crash)
+    board = Ranking(conn, "crashy")
+    with pytest.raises(ConnectionError):
+        board.incr("m", 1, now=T0, message_id="t1")
+    assert ranking.known_boards(conn) == []
+    monkeypatch.setattr(Ranking, "_register", real)
+    board.incr("m", 1, now=T0, message_id="t1")  # the retry: deduplicated, but registers the board
+    assert ranking.known_boards(conn) == ["crashy"]
+    assert board.top(withscores=True, now=T0) == [("m", 1)]
+    calls = []
+    monkeypatch.setattr(Ranking, "_register", lambda self: calls.append(1))
+    board.incr("m", 1, now=T0)
+    assert calls == []  # registered boards pay no extra round trip
+
+
 def test_keys_of_a_board_share_its_tag_and_names_are_escaped():
     name = "{evil} *name\u00e9"
     t = keys.board_tag(name)

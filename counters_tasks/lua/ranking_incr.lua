@@ -5,16 +5,18 @@
 --       slot hash TTL in seconds, -amount (as text: a Lua number would lose digits past 14).
 -- Invariant kept by every ranking script: top[m] = -(sum of m over the slot hashes in the index),
 -- zero totals absent; an index entry exists exactly when its slot hash does.
--- Returns 1 applied, 0 already applied (same message), 2 late (slot left the window: ignored and
+-- Returns {status, 1 when the board is not yet confirmed in the registry (meta.reg unset) else 0};
+-- status 1 applied, 0 already applied (same message), 2 late (slot left the window: ignored and
 -- counted in meta.late), -1 the board exists with other settings (nothing written).
 local ttl = tonumber(ARGV[1])
-local meta = redis.call('HMGET', KEYS[1], 'period', 'interval', 'wm', 'rot')
+local meta = redis.call('HMGET', KEYS[1], 'period', 'interval', 'wm', 'rot', 'reg')
+local unregistered = meta[5] and 0 or 1
 if meta[1] and (meta[1] ~= ARGV[2] or meta[2] ~= ARGV[3]) then
-  return -1
+  return {-1, 0}
 end
 if ttl > 0 then
   if not redis.call('SET', KEYS[5], '1', 'NX', 'EX', ttl) then
-    return 0
+    return {0, unregistered}
   end
 end
 if not meta[1] then
@@ -26,7 +28,7 @@ local wm = tonumber(meta[3])
 local rot = tonumber(meta[4])
 if (wm and slot <= wm - n) or (rot and slot < rot) then
   redis.call('HINCRBY', KEYS[1], 'late', 1)
-  return 2
+  return {2, unregistered}
 end
 if not wm or slot > wm then
   redis.call('HSET', KEYS[1], 'wm', ARGV[4])
@@ -44,4 +46,4 @@ end
 if tonumber(redis.call('ZINCRBY', KEYS[2], ARGV[8], member)) == 0 then
   redis.call('ZREM', KEYS[2], member)
 end
-return 1
+return {1, unregistered}
