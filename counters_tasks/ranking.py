@@ -26,6 +26,7 @@ in-window event (an expired slot is always days out of the window).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from . import keys
@@ -41,6 +42,8 @@ SLOT_TTL_GRACE = 2 * 86400
 """Seconds a slot hash outlives its window (so it expires only if beat is down for two days)."""
 ROTATE_BUDGET = 10_000
 """Members one rotation call subtracts at most (a big slot takes several short calls)."""
+CORRECT_AT_MOST = 5_000
+"""Members of expired, not yet rotated slots that a read corrects for; past that it rotates first."""
 
 
 def check_board_settings(period_hours: Any, interval_hours: Any) -> tuple[int, int]:
@@ -126,7 +129,9 @@ class Ranking:
         """Members by descending total over the window of ``now``, ties by ascending name.
 
         Only positive totals are listed. Exact for ``now`` at or after the latest rotation, even
-        when expired slots are still waiting for beat. ``withscores`` gives ``(member, total)``.
+        when expired slots are still waiting for beat: the read corrects for them, or, when they
+        hold more than CORRECT_AT_MOST members and ``now`` is not ahead of the clock, rotates
+        first (what beat would do). ``withscores`` gives ``(member, total)``.
         """
         check_int(offset, "offset", 0, MAX_PAGE)
         check_int(limit, "limit", 0, MAX_PAGE)
@@ -135,13 +140,23 @@ class Ranking:
         now = check_now(now)
         if limit == 0:
             return []
-        args = [*self._slot_parts, self.slot_of(now), offset, limit, self.period_hours, self.interval_hours]
-        reply = run_script(self.conn, "ranking_top", self._board_keys, args)
-        if reply == -2:  # a slot hash expired under its safety-net TTL: recover, then read again
-            self.rebuild()
+        now_slot = self.slot_of(now)
+        # rotating on a read is what beat would do, so only for a ``now`` not ahead of the clock
+        may_rotate = now_slot <= self.slot_of(time.time())
+        args = [*self._slot_parts, now_slot, offset, limit, self.period_hours, self.interval_hours,
+                CORRECT_AT_MOST if may_rotate else -1]
+        for _attempt in range(3):
             reply = run_script(self.conn, "ranking_top", self._board_keys, args)
-        if reply in (-1, -2):
-            raise self._settings_mismatch() if reply == -1 else RuntimeError("ranking slots lost during rebuild")
+            if reply == -1:
+                raise self._settings_mismatch()
+            if reply == -2:  # a slot hash expired under its safety-net TTL: recover, then read again
+                self.rebuild()
+            elif int(reply[0]) == 3:  # beat is late by many members: do its work, then read cheaply
+                self.rotate(now)
+            else:
+                break
+        else:
+            raise RuntimeError(f"ranking {self.name!r}: the read did not settle (slots lost or rotating)")
         kind = int(reply[0])
         if kind == 0:
             return []

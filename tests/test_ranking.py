@@ -46,6 +46,15 @@ class Model:
         self.rot = s - self.n + 1 if self.rot is None else max(self.rot, s - self.n + 1)
         self.wm = s if self.wm is None else max(self.wm, s)
 
+    def has_pending_expired(self, now: float) -> bool:
+        """A slot older than the window of ``now``, not rotated away, with a non-zero amount."""
+        cutoff = self.slot(now) - self.n + 1
+        sums: dict[tuple[int, str], int] = defaultdict(int)
+        for slot, member, amount in self.accepted:
+            if slot < cutoff and (self.rot is None or slot >= self.rot):
+                sums[slot, member] += amount
+        return any(sums.values())
+
     def ranked(self, now: float) -> list[tuple[str, int]]:
         s = self.slot(now)
         totals: dict[str, int] = defaultdict(int)
@@ -62,10 +71,17 @@ class Model:
 MEMBERS = ["a", "b", "c", "post:1", "post:10", "post:2", "é", "Z", "{x}", "日本", "a b", "*"]
 
 
+@pytest.mark.parametrize("read_rotates", [False, True], ids=["reads-correct", "reads-rotate"])
 @pytest.mark.parametrize("period,interval", [(6, 1), (8, 2), (72, 24)])
-def test_random_stream_matches_model(conn, period, interval):
-    """Out-of-order, late, early and corrective events, rotations at random (some repeated)."""
+def test_random_stream_matches_model(conn, period, interval, read_rotates, monkeypatch):
+    """Out-of-order, late, early and corrective events, rotations at random (some repeated).
+
+    Reads either correct for expired slots beat has not dropped yet, or (past CORRECT_AT_MOST
+    members, here 0) rotate first; the model mirrors that rotation.
+    """
+    monkeypatch.setattr(ranking, "CORRECT_AT_MOST", 0 if read_rotates else 10**6)
     rng = random.Random(period * 100 + interval)
+    read_rotations = 0
     board = Ranking(conn, "posts", period, interval)
     model = Model(period, interval)
     now = float(T0)
@@ -91,9 +107,14 @@ def test_random_stream_matches_model(conn, period, interval):
             when = now if last_rotation is None or rng.random() < 0.7 else max(last_rotation, now - rng.randint(0, 3 * HOUR))
             offset, limit = rng.choice([(0, 10), (0, 3), (2, 3), (5, 4), (0, 100), (11, 5)])
             withscores = rng.random() < 0.5
+            if read_rotates and model.has_pending_expired(when):
+                model.rotate(when)
+                read_rotations += 1
+                last_rotation = when if last_rotation is None else max(last_rotation, when)
             assert board.top(offset, limit, withscores, now=when) == model.top(offset, limit, withscores, when), step
             checks += 1
     assert checks == 100
+    assert (read_rotations > 0) == read_rotates
     assert board.stats()["late"] == model.late
     assert model.late > 0 and model.ranked(now)  # the stream did exercise late events and a non-empty board
     # paging: pages of 2 concatenate to the whole ranking, never overlapping
@@ -139,9 +160,24 @@ def test_top_is_exact_when_beat_is_late_and_rotation_catches_up(conn):
     # the slot of "old" left the window of T0 + 3h; beat has not run: the read corrects for it
     assert board.top(withscores=True, now=T0 + 3 * HOUR) == [("new", 1)]
     assert conn.zscore(keys.ranking_top("late-beat"), "old") == -10  # still pending in the totals
+    assert board.stats()["rotated_slot"] is None  # a small correction: the read wrote nothing
     assert board.rotate(now=T0 + 3 * HOUR) == 1
     assert board.top(withscores=True, now=T0 + 3 * HOUR) == [("new", 1)]
     assert conn.zscore(keys.ranking_top("late-beat"), "old") is None
+
+
+def test_read_rotates_first_when_beat_left_many_members_pending(conn, monkeypatch):
+    monkeypatch.setattr(ranking, "CORRECT_AT_MOST", 2)
+    board = Ranking(conn, "many", 2, 1)
+    for i in range(3):
+        board.incr(f"old{i}", 5, now=T0)
+    board.incr("new", 1, now=T0 + 2 * HOUR)
+    future = time.time() + 3 * 86400  # a ``now`` ahead of the clock never rotates: it corrects
+    assert board.top(withscores=True, now=future) == []
+    assert board.stats()["rotated_slot"] is None
+    assert board.top(withscores=True, now=T0 + 2 * HOUR) == [("new", 1)]
+    assert board.stats()["rotated_slot"] == ranking.slot_of(T0, 1) + 1  # the read rotated
+    assert board.stats()["live_slots"] == 1
 
 
 def test_rotation_is_idempotent(conn):

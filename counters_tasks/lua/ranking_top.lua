@@ -1,13 +1,15 @@
 -- Read one board's ranking for the window of a given slot, without writing anything.
 -- KEYS: the board's meta HASH, top ZSET, slot index ZSET.
--- ARGV: slot hash name head, tail, now_slot, offset, limit, period_hours, interval_hours.
+-- ARGV: slot hash name head, tail, now_slot, offset, limit, period_hours, interval_hours, and the
+--       most members of expired slots to correct for (-1: no limit).
 -- The top ZSET holds the live slots; slots of the index outside (now_slot - n, now_slot] (expired
 -- but not rotated yet, or ahead of now) are read and their members returned with corrected totals,
 -- for the caller to merge (string order is left to the caller: Lua's depends on the locale).
 -- Returns {1, top page [member, score...]} when nothing needs correcting,
 --         {2, the first offset+limit+k of top [member, score...], {member, total...} of the k
 --             corrected members}, {0} when the board does not exist, -1 other settings,
---         -2 an indexed slot hash is missing (expired by its safety-net TTL: rebuild).
+--         -2 an indexed slot hash is missing (expired by its safety-net TTL: rebuild),
+--         {3} expired slots hold more members than the limit (the caller rotates first).
 local meta = redis.call('HMGET', KEYS[1], 'period', 'interval')
 if not meta[1] then
   return {0}
@@ -19,6 +21,16 @@ local n = tonumber(ARGV[6]) / tonumber(ARGV[7])
 local now_slot = tonumber(ARGV[3])
 local offset, limit = tonumber(ARGV[4]), tonumber(ARGV[5])
 local outside = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. (now_slot - n + 1))
+local most = tonumber(ARGV[8])
+if most >= 0 and #outside > 0 then
+  local expired = 0
+  for _, s in ipairs(outside) do
+    expired = expired + redis.call('HLEN', ARGV[1] .. s .. ARGV[2])
+  end
+  if expired > most then
+    return {3}
+  end
+end
 for _, s in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. now_slot, '+inf')) do
   outside[#outside + 1] = s
 end
