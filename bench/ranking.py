@@ -12,7 +12,8 @@ the seed lists its slots with KEYS):
 - one hourly rotation: dropping the oldest slot from the result.
 
 The baseline is the seed's class, ported as is (KEYS, one ZINCRBY round trip per member, the
-race its own comments admit) except that the client and the clock are parameters. Note that
+race its own comments admit) except that the client and the clock are parameters and ZINCRBY
+takes redis-py 3+'s argument order (the seed was written for redis-py 2). Note that
 the seed keeps two slots more than its window (it drops a slot only when it is older than
 ``period + interval`` hours before the current hour), so its run that drops the same slot comes two
 hours later; the benchmark runs each at the moment it drops that slot.
