@@ -223,39 +223,42 @@ def test_big_slot_rotates_in_several_bounded_calls(conn, monkeypatch):
 
 
 def test_concurrent_incr_and_rotation_end_exact(conn):
+    """Writers stream events (some delayed past the window) while a rotator follows their clock."""
     period, interval = 4, 1
-    t_end = T0 + 30 * HOUR
+    per_writer, writers = 300, 4
+    span = 30 * HOUR
+    t_end = T0 + span
     errors: list[BaseException] = []
-    per_thread: list[list[tuple[str, int, float]]] = []
+    per_thread: list[list[tuple[str, int, float]]] = [[] for _ in range(writers)]
 
-    def writer(seed: int) -> None:
-        rng = random.Random(seed)
+    def clock() -> float:
+        """The stream's time: how far the writers have got, over T0 .. t_end."""
+        return T0 + span * sum(map(len, per_thread)) / (per_writer * writers)
+
+    def writer(index: int) -> None:
+        rng = random.Random(index)
         board = Ranking(conn, "race", period, interval)
-        mine = []
         try:
-            for _ in range(300):
-                ts = rng.uniform(T0, t_end)
+            for _ in range(per_writer):
+                ts = min(t_end, max(T0, clock() - rng.choice([0, 600, HOUR, 3 * HOUR, 6 * HOUR])))
                 member, amount = rng.choice(MEMBERS[:6]), rng.randint(-1, 4)
                 board.incr(member, amount, now=ts)
-                mine.append((member, amount, ts))
+                per_thread[index].append((member, amount, ts))
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
-        per_thread.append(mine)
 
     stop = threading.Event()
     rotations = []
 
     def rotator() -> None:
         board = Ranking(conn, "race", period, interval)
-        moment = T0
         try:
             while not stop.is_set():
-                moment = min(t_end, moment + HOUR)
-                rotations.append(board.rotate(now=moment))
+                rotations.append(board.rotate(now=clock()))
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(writers)]
     rot = threading.Thread(target=rotator)
     rot.start()
     for t in threads:
@@ -266,6 +269,7 @@ def test_concurrent_incr_and_rotation_end_exact(conn):
     rot.join()
     assert not errors
     assert sum(rotations) > 0  # the rotator did drop slots while writers ran
+    assert Ranking(conn, "race", period, interval).stats()["late"] > 0  # and some events came too late
     board = Ranking(conn, "race", period, interval)
     board.rotate(now=t_end)
     end_slot = ranking.slot_of(t_end, interval)
