@@ -26,6 +26,7 @@ in-window event (an expired slot is always days out of the window).
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -34,6 +35,8 @@ from .errors import InvalidInput
 from .redis_layer import as_str, run_script
 from .settings import get_settings
 from .validation import check_amount, check_int, check_message_id, check_now, check_text
+
+log = logging.getLogger(__name__)
 
 HOURS_DIVIDING_DAY = (1, 2, 3, 4, 6, 8, 12)
 MAX_PERIOD_HOURS = 24 * 3660  # ten years
@@ -274,6 +277,7 @@ def rotate_all(conn: Any, now: float | None = None) -> int:
     """
     now = check_now(now)
     dropped = 0
+    failed: list[str] = []
     for shard in range(keys.BOARD_REGISTRY_SHARDS):
         registry = keys.board_registry(shard)
         cursor = 0
@@ -282,8 +286,15 @@ def rotate_all(conn: Any, now: float | None = None) -> int:
             for member, _score in page:
                 name = as_str(member)
                 stored = board_settings(conn, name)
-                if stored is not None:
+                if stored is None:
+                    continue
+                try:
                     dropped += _rotate(conn, name, slot_of(now, stored[1]))
+                except RuntimeError:  # one broken board does not hold the others back
+                    log.exception("rotating ranking %r failed", name)
+                    failed.append(name)
             if int(cursor) == 0:
                 break
+    if failed:
+        raise RuntimeError(f"rotation failed for {len(failed)} board(s): {failed[:10]!r}")
     return dropped

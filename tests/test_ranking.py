@@ -134,6 +134,18 @@ def test_ties_are_broken_by_ascending_member_name(conn):
     assert [board.top(i, 1, now=T0)[0] for i in range(7)] == expected
     assert board.top(0, 10, True, now=T0)[0] == ("top", 3)
     assert all(isinstance(m, str) for m in board.top(now=T0))
+    assert all(type(t) is int for _, t in board.top(0, 10, True, now=T0))
+    assert all(type(t) is int for _, t in board.top(0, 10, True, now=T0 + 24 * HOUR + 1))  # corrected read
+    assert board.top(0, 10, True, now=T0 + 24 * HOUR + 1) == []
+
+
+def test_now_defaults_to_the_clock(conn):
+    board = Ranking(conn, "live")
+    board.incr("m", 2)
+    board.incr("n")
+    assert board.top(withscores=True) == [("m", 2), ("n", 1)]
+    assert board.rotate() == 0
+    assert board.top(limit=0) == []
 
 
 def test_non_positive_totals_are_not_listed_but_stay_exact(conn):
