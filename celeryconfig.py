@@ -55,4 +55,9 @@ beat_schedule = {
         "schedule": timedelta(seconds=_clean_every) if _clean_every else crontab(),  # every minute
         "options": {"expires": _clean_every or 55},
     },
+    "rotate-rankings": {
+        "task": "counters_tasks.rotate_rankings",
+        "schedule": crontab(minute=0),  # hourly, at :00
+        "options": {"expires": 3300},
+    },
 }

@@ -100,3 +100,61 @@ def lock(job: str) -> str:
 def job_stats(job: str) -> str:
     """HASH about the last run of a beat job (when, how long, result)."""
     return f"{prefix()}job:{job}"
+
+
+# --- sliding-window rankings --------------------------------------------------------------
+# Every key of one board shares the board's hash tag, so each ranking script stays in one slot.
+# The slot hashes are named ``ranking_slot_parts(...)[0] + str(slot) + [1]``: the rotation and
+# read scripts build them from the slot index inside the call (same tag, so same cluster slot).
+
+def board_tag(name: str) -> str:
+    return tag("board", name)
+
+
+def ranking_meta(name: str, board_tag_: str | None = None) -> str:
+    """HASH of one board: fixed settings (period, interval), watermark, rotation point, stats."""
+    t = board_tag_ or board_tag(name)
+    return f"{prefix()}rank:{{{t}}}:meta:{escape(name)}"
+
+
+def ranking_top(name: str, board_tag_: str | None = None) -> str:
+    """ZSET member -> minus its total over the live slots (so ZRANGE gives the ranking order)."""
+    t = board_tag_ or board_tag(name)
+    return f"{prefix()}rank:{{{t}}}:top:{escape(name)}"
+
+
+def ranking_slots(name: str, board_tag_: str | None = None) -> str:
+    """ZSET of the slot numbers (score = slot) whose hashes are live: the board's slot index."""
+    t = board_tag_ or board_tag(name)
+    return f"{prefix()}rank:{{{t}}}:slots:{escape(name)}"
+
+
+def ranking_slot_parts(name: str, board_tag_: str | None = None) -> tuple[str, str]:
+    """The two halves of a slot hash's name, around the slot number."""
+    t = board_tag_ or board_tag(name)
+    return f"{prefix()}rank:{{{t}}}:s:", f":{escape(name)}"
+
+
+def ranking_slot(name: str, slot: int, board_tag_: str | None = None) -> str:
+    """HASH member -> amount added during one time slot of one board (with a safety-net TTL)."""
+    head, tail = ranking_slot_parts(name, board_tag_)
+    return f"{head}{int(slot)}{tail}"
+
+
+def ranking_seen(name: str, message_id: str, board_tag_: str | None = None) -> str:
+    """STRING marker: this message was already applied to this board (dedupe, with a TTL)."""
+    t = board_tag_ or board_tag(name)
+    return f"{prefix()}rank:{{{t}}}:seen:{escape(message_id)}"
+
+
+BOARD_REGISTRY_SHARDS = 16
+"""The board registry is split over this many zsets (each its own slot) to spread writes."""
+
+
+def board_registry_shard_of(name: str) -> int:
+    return digest("boards", name, 2)[0] % BOARD_REGISTRY_SHARDS
+
+
+def board_registry(shard: int) -> str:
+    """ZSET of board names (score 0), one of BOARD_REGISTRY_SHARDS: what the rotation job walks."""
+    return f"{prefix()}boards:{{b{shard}}}"

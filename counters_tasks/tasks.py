@@ -12,7 +12,7 @@ from typing import Any
 from celery import Task
 from redis.exceptions import BusyLoadingError, ConnectionError, TimeoutError
 
-from . import counters
+from . import counters, ranking
 from .app import app
 from .errors import InvalidInput
 from .maintenance import run_exclusive
@@ -59,3 +59,15 @@ def update_counter(self: CountingTask, name: str, count: int = 1, ts: float | No
 def clean_counters(self: MaintenanceTask) -> Any:
     conn = get_redis()
     return run_exclusive(conn, "clean_counters", lambda: counters.clean_counters(conn), self.lock_seconds)
+
+
+@app.task(name="counters_tasks.incr_ranking", base=CountingTask, bind=True)
+def incr_ranking(self: CountingTask, board: str, member: str, amount: int = 1, ts: float | None = None,
+                 period_hours: int = 24, interval_hours: int = 1) -> None:
+    ranking.Ranking(get_redis(), board, period_hours, interval_hours).incr(member, amount, ts, message_id=self.message_id)
+
+
+@app.task(name="counters_tasks.rotate_rankings", base=MaintenanceTask, bind=True)
+def rotate_rankings(self: MaintenanceTask) -> Any:
+    conn = get_redis()
+    return run_exclusive(conn, "rotate_rankings", lambda: ranking.rotate_all(conn), self.lock_seconds)

@@ -65,3 +65,14 @@ def check_message_id(value: Any) -> str | None:
     if value is None:
         return None
     return check_text(value, "message id", max_length=200)
+
+
+def check_int(value: Any, what: str, minimum: int | None = None, maximum: int | None = None) -> int:
+    """An int (not bool) within ``[minimum, maximum]`` when those are given."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(f"{what} must be an int, got {type(value).__name__}")
+    if minimum is not None and value < minimum:
+        raise InvalidInput(f"{what} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise InvalidInput(f"{what} must be <= {maximum}, got {value}")
+    return value

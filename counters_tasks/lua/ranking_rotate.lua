@@ -1,0 +1,76 @@
+-- Drop one board's expired slots, subtracting each from the top ZSET exactly once.
+-- KEYS: the board's meta HASH, top ZSET, slot index ZSET.
+-- ARGV: slot hash name head, tail, now_slot, period_hours, interval_hours ('' = the stored
+--       settings), budget (members to subtract in this call at most, so one call stays short).
+-- The rotation point meta.rot only moves forward: slots < rot are expired, writes to them are
+-- refused as late. A member is subtracted and HDEL'd in the same call, so a retried or repeated
+-- rotation finds nothing left to subtract; a big slot may take several calls, and between them
+-- the invariant top = -(sum of the indexed slot hashes) still holds.
+-- Returns {slots dropped, members subtracted, 1 when the budget ran out (call again) else 0},
+-- {0, 0, 0} when the board does not exist (nothing written), -1 other settings, or
+-- {-2, dropped, subtracted} when an indexed slot hash is missing (expired by its TTL: rebuild).
+local meta = redis.call('HMGET', KEYS[1], 'period', 'interval', 'wm', 'rot')
+if not meta[1] then
+  return {0, 0, 0}
+end
+if ARGV[4] ~= '' and (meta[1] ~= ARGV[4] or meta[2] ~= ARGV[5]) then
+  return -1
+end
+local n = tonumber(meta[1]) / tonumber(meta[2])
+local now_slot = tonumber(ARGV[3])
+local rot = tonumber(meta[4])
+local target = now_slot - n + 1
+if not rot or target > rot then
+  rot = target
+  redis.call('HSET', KEYS[1], 'rot', rot)
+end
+if not tonumber(meta[3]) or now_slot > tonumber(meta[3]) then
+  redis.call('HSET', KEYS[1], 'wm', ARGV[3])
+end
+local budget = tonumber(ARGV[6])
+local dropped, subtracted = 0, 0
+
+local function subtract(kv)
+  local fields = {}
+  for i = 1, #kv, 2 do
+    if tonumber(redis.call('ZINCRBY', KEYS[2], kv[i + 1], kv[i])) == 0 then
+      redis.call('ZREM', KEYS[2], kv[i])
+    end
+    fields[#fields + 1] = kv[i]
+  end
+  return fields
+end
+
+for _, s in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. rot)) do
+  if budget <= 0 then
+    return {dropped, subtracted, 1}
+  end
+  local key = ARGV[1] .. s .. ARGV[2]
+  local size = redis.call('HLEN', key)
+  if size == 0 then
+    return {-2, dropped, subtracted}
+  end
+  if size <= budget then
+    subtract(redis.call('HGETALL', key))
+    redis.call('DEL', key)
+    subtracted = subtracted + size
+    budget = budget - size
+  else
+    local cursor = '0'
+    repeat
+      local page = redis.call('HSCAN', key, cursor, 'COUNT', budget)
+      cursor = page[1]
+      local fields = subtract(page[2])
+      for first = 1, #fields, 1000 do
+        redis.call('HDEL', key, unpack(fields, first, math.min(first + 999, #fields)))
+      end
+      subtracted = subtracted + #fields
+      budget = budget - #fields
+    until cursor == '0' or budget <= 0
+  end
+  if redis.call('EXISTS', key) == 0 then
+    redis.call('ZREM', KEYS[3], s)
+    dropped = dropped + 1
+  end
+end
+return {dropped, subtracted, budget <= 0 and 1 or 0}
