@@ -1,0 +1,44 @@
+"""What "a day" is: a local date in ``COUNTERS_TIMEZONE``, taken from the event's own time.
+
+Site PV/UV, daily uniques and dashboards all use these helpers, so an event queued at 23:59
+and processed after midnight still counts for the day it happened, and DST days (23 or 25
+hours) end at the real local midnight.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import date, datetime, timedelta
+from typing import Any
+
+from .errors import InvalidInput
+from .settings import get_settings
+
+DAY = 86400
+
+
+def local_day(ts: float) -> date:
+    """The local date (``COUNTERS_TIMEZONE``) of epoch seconds ``ts``."""
+    return datetime.fromtimestamp(ts, get_settings().zone).date()
+
+
+def today() -> date:
+    """The local date now."""
+    return local_day(time.time())
+
+
+def day_start(day: date) -> int:
+    """Epoch seconds of the local midnight that starts ``day``."""
+    return int(datetime(day.year, day.month, day.day, tzinfo=get_settings().zone).timestamp())
+
+
+def day_end(day: date) -> int:
+    """Epoch seconds of the local midnight that ends ``day`` (23, 24 or 25 hours after its start)."""
+    return day_start(day + timedelta(days=1))
+
+
+def check_day(value: Any, what: str = "day") -> date:
+    """A ``datetime.date`` (not a ``datetime``, whose day would depend on its own zone)."""
+    if isinstance(value, datetime) or not isinstance(value, date):
+        raise InvalidInput(f"{what} must be a datetime.date, got {type(value).__name__}")
+    return value
