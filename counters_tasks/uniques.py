@@ -15,7 +15,7 @@ import time
 import zlib
 from collections import defaultdict
 from collections.abc import Iterable
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from . import keys
@@ -172,3 +172,17 @@ def unique_visitors(conn: Any, day: date) -> int:
     """Exact number of distinct session ids seen on ``day``."""
     value = conn.get(keys.uniques_count(check_day(day)))
     return int(as_str(value)) if value is not None else 0
+
+
+def precompute_due(conn: Any, now: float | None = None) -> dict[str, int]:
+    """The beat job (hourly): fix today's figure when missing, and tomorrow's from local 23:00 on.
+
+    Returns the figures fixed (or found), by ISO day.
+    """
+    now = check_now(now)
+    today = local_day(now)
+    done = {today.isoformat(): precompute_expected(conn, today)}
+    if datetime.fromtimestamp(now, get_settings().zone).hour >= 23:
+        tomorrow = today + timedelta(days=1)
+        done[tomorrow.isoformat()] = precompute_expected(conn, tomorrow)
+    return done
