@@ -14,6 +14,7 @@ from typing import Any
 
 import redis
 from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 
 from .settings import Settings, get_settings
 
@@ -95,7 +96,16 @@ def run_script(conn: Any, name: str, keys: list, args: list, client: Any = None)
     client = conn if client is None else client
     if _is_cluster_pipeline(client):
         return client.eval(registered.script, len(keys), *keys, *args)
+    queued = getattr(client, _QUEUED_SCRIPTS, None)
+    if queued is not None:
+        # a pipeline of execute_in_order: plain EVALSHA, so redis-py sends no SCRIPT EXISTS
+        # round trip first; execute_in_order re-sends any NOSCRIPT reply as EVAL
+        queued[len(client)] = (registered.script, keys, args)
+        return client.execute_command("EVALSHA", registered.sha, len(keys), *keys, *args)
     return registered(keys=keys, args=args, client=client)
+
+
+_QUEUED_SCRIPTS = "_counters_queued_scripts"
 
 
 def _is_cluster_pipeline(client: Any) -> bool:
@@ -113,12 +123,14 @@ def execute_in_order(conn: Any, *stages: Any) -> list[list[Any]]:
     """
     if not is_cluster(conn):
         pipe = conn.pipeline(transaction=False)
+        queued: dict[int, tuple[str, list, list]] = {}
+        setattr(pipe, _QUEUED_SCRIPTS, queued)
         sizes = []
         for stage in stages:
             before = len(pipe)
             stage(pipe)
             sizes.append(len(pipe) - before)
-        replies = pipe.execute()
+        replies = _execute_resending_noscript(conn, pipe, queued)
         out, start = [], 0
         for size in sizes:
             out.append(replies[start:start + size])
@@ -130,6 +142,28 @@ def execute_in_order(conn: Any, *stages: Any) -> list[list[Any]]:
         stage(pipe)
         out.append(pipe.execute() if len(pipe) else [])
     return out
+
+
+def _execute_resending_noscript(conn: Any, pipe: Any, queued: dict[int, tuple[str, list, list]]) -> list[Any]:
+    """Execute ``pipe`` (one round trip); scripts the server did not know (first use, restart,
+    SCRIPT FLUSH) did nothing, so only they are sent again, as EVAL, in their order.
+
+    Such a re-sent script lands after the pipeline's later commands (e.g. a registry ZADD after
+    its counter's data): only on a script-cache miss, and harmless for this package's stages.
+    """
+    replies = pipe.execute(raise_on_error=False)
+    missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError) and i in queued]
+    if missing:
+        again = conn.pipeline(transaction=False)
+        for i in missing:
+            source, keys, args = queued[i]
+            again.eval(source, len(keys), *keys, *args)
+        for i, reply in zip(missing, again.execute(raise_on_error=False), strict=True):
+            replies[i] = reply
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
 
 
 def as_str(value: Any) -> str:
