@@ -7,9 +7,11 @@ hours) end at the real local midnight.
 
 from __future__ import annotations
 
+import functools
 import time
 from datetime import date, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from .errors import InvalidInput
 from .settings import get_settings
@@ -29,7 +31,12 @@ def today() -> date:
 
 def day_start(day: date) -> int:
     """Epoch seconds of the local midnight that starts ``day``."""
-    return int(datetime(day.year, day.month, day.day, tzinfo=get_settings().zone).timestamp())
+    return _day_start(day, get_settings().timezone)
+
+
+@functools.lru_cache(maxsize=1024)
+def _day_start(day: date, timezone: str) -> int:
+    return int(datetime(day.year, day.month, day.day, tzinfo=ZoneInfo(timezone)).timestamp())
 
 
 def day_end(day: date) -> int:

@@ -9,6 +9,7 @@ readability only. ``docs/keys.md`` documents every key made here.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from datetime import date
 from urllib.parse import quote
@@ -23,6 +24,7 @@ def prefix() -> str:
     return get_settings().key_prefix
 
 
+@functools.lru_cache(maxsize=8192)
 def escape(text: str) -> str:
     """Percent-escape a user string for use inside a key (braces, spaces, ``*``... never raw)."""
     return quote(text, safe="/:@!$&'()+,;=-._~")
@@ -32,6 +34,7 @@ def digest(kind: str, text: str, size: int = 8) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=size, person=kind.encode()[:16]).digest()
 
 
+@functools.lru_cache(maxsize=8192)
 def tag(kind: str, text: str) -> str:
     """The hash tag (without braces) for one user string of one kind: 16 hex digits."""
     return digest(kind, text).hex()
