@@ -10,11 +10,12 @@ from __future__ import annotations
 import functools
 import time
 from datetime import date, datetime, timedelta
-from typing import Any
 from zoneinfo import ZoneInfo
 
-from .errors import InvalidInput
 from .settings import get_settings
+from .validation import check_day
+
+__all__ = ["DAY", "check_day", "day_end", "day_start", "local_day", "today"]
 
 DAY = 86400
 
@@ -42,10 +43,3 @@ def _day_start(day: date, timezone: str) -> int:
 def day_end(day: date) -> int:
     """Epoch seconds of the local midnight that ends ``day`` (23, 24 or 25 hours after its start)."""
     return day_start(day + timedelta(days=1))
-
-
-def check_day(value: Any, what: str = "day") -> date:
-    """A ``datetime.date`` (not a ``datetime``, whose day would depend on its own zone)."""
-    if isinstance(value, datetime) or not isinstance(value, date):
-        raise InvalidInput(f"{what} must be a datetime.date, got {type(value).__name__}")
-    return value

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import time
 from collections import defaultdict
 from collections.abc import Iterable
@@ -27,13 +26,11 @@ from datetime import date
 from typing import Any, NamedTuple
 
 from . import keys
-from .days import DAY, check_day, day_end, local_day
+from .days import DAY, day_end, local_day
 from .errors import ConfigurationError, InvalidInput
 from .redis_layer import execute_in_order, is_cluster, run_script
 from .settings import get_settings
-from .validation import check_message_id, check_now, check_text
-
-MAX_PATH_BYTES = 512
+from .validation import check_day, check_ip, check_message_id, check_now, check_path
 
 
 class SiteCount(NamedTuple):
@@ -51,30 +48,8 @@ class SiteView:
     day: date
 
 
-def normalize_ip(ip: Any) -> str:
-    """The canonical text of an IPv4 or IPv6 address (IPv4-mapped IPv6 as plain IPv4)."""
-    if not isinstance(ip, str):
-        raise InvalidInput(f"ip must be a str, got {type(ip).__name__}")
-    try:
-        address = ipaddress.ip_address(ip.strip())
-    except ValueError:
-        raise InvalidInput("ip is not an IPv4 or IPv6 address") from None
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return str(address)
-
-
-def normalize_path(path: Any) -> str:
-    """``path`` without query string and fragment, cut to 512 UTF-8 bytes on a character boundary."""
-    check_text(path, "path")
-    for mark in ("?", "#"):
-        path = path.split(mark, 1)[0]
-    if not path:
-        raise InvalidInput("path is empty once the query string and fragment are dropped")
-    encoded = path.encode("utf-8")
-    if len(encoded) > MAX_PATH_BYTES:
-        path = encoded[:MAX_PATH_BYTES].decode("utf-8", "ignore")
-    return path
+normalize_ip = check_ip
+normalize_path = check_path
 
 
 def visitor_id(ip: Any) -> str:
@@ -82,10 +57,11 @@ def visitor_id(ip: Any) -> str:
 
     A signed 64-bit integer so small sets stay intsets; the IP cannot be recovered without the key.
     """
+    ip = check_ip(ip)
     secret = get_settings().secret
     if not secret:
         raise ConfigurationError("COUNTERS_SECRET is not set: visitor ids cannot be made")
-    mac = hmac.new(secret.encode("utf-8"), normalize_ip(ip).encode("ascii"), hashlib.sha256).digest()
+    mac = hmac.new(secret.encode("utf-8"), ip.encode("utf-8"), hashlib.sha256).digest()
     return str(int.from_bytes(mac[:8], "big", signed=True))
 
 
@@ -110,8 +86,8 @@ def check_day_open(day: date) -> None:
 
 def prepare_view(ip: Any, path: Any, now: Any = None) -> SiteView:
     """Validate one page view (raises InvalidInput; writes nothing)."""
-    clean_path = normalize_path(path)
-    visitor = visitor_id(ip)
+    clean_path = check_path(path)
+    visitor = visitor_id(check_ip(ip))
     day = local_day(check_now(now))
     check_day_open(day)
     return SiteView(visitor, clean_path, day)

@@ -10,7 +10,6 @@ SADD and INCR of the day's count run in one Lua call.
 
 from __future__ import annotations
 
-import re
 import time
 import zlib
 from collections import defaultdict
@@ -19,28 +18,23 @@ from datetime import date, datetime, timedelta
 from typing import Any
 
 from . import keys
-from .days import DAY, check_day, day_end, local_day
+from .days import DAY, day_end, local_day
 from .errors import InvalidInput
 from .redis_layer import as_str, is_cluster, run_script
 from .settings import get_settings
-from .validation import check_message_id, check_now, check_text
+from .validation import check_day, check_message_id, check_now, check_session_id
 
 SHARD_SIZE = 512
 """Members a shard is sized for; Redis keeps a set of integers an intset up to 512 members."""
 DAILY_EXPECTED = 1_000_000
 """The expected figure of a day with no history (no count the day before)."""
 
-_HEX_ID = re.compile(r"[0-9a-fA-F]{15,}")
 _expected_cache: dict[str, int] = {}
 
 
 def session_number(session_id: Any) -> int:
     """The integer id of a session: its first 15 hex digits (dashes ignored, any case)."""
-    check_text(session_id, "session id")
-    digits = session_id.replace("-", "")
-    if not _HEX_ID.fullmatch(digits):
-        raise InvalidInput("session id must be a UUID or at least 15 hex digits")
-    return int(digits[:15], 16)
+    return int(check_session_id(session_id)[:15], 16)
 
 
 def expected_from_count(previous: int | None) -> int:
