@@ -95,7 +95,8 @@ def run_script(conn: Any, name: str, keys: list, args: list, client: Any = None)
     registered = script(conn, name)
     client = conn if client is None else client
     if _is_cluster_pipeline(client):
-        return client.eval(registered.script, len(keys), *keys, *args)
+        # ClusterPipeline.eval() takes no arguments (redis-py 6): queue the command itself
+        return client.execute_command("EVAL", registered.script, len(keys), *keys, *args)
     queued = getattr(client, _QUEUED_SCRIPTS, None)
     if queued is not None:
         # a pipeline of execute_in_order: plain EVALSHA, so redis-py sends no SCRIPT EXISTS
