@@ -189,6 +189,7 @@ def test_visitor_id_is_keyed_hmac_of_normalized_ip(monkeypatch):
     a = sitestats.visitor_id("::ffff:192.0.2.1")
     assert a == sitestats.visitor_id("192.0.2.1")
     assert sitestats.visitor_id("2001:DB8::1") == sitestats.visitor_id("2001:db8:0:0:0:0:0:1")
+    assert sitestats.visitor_id("fe80::1%eth0") == sitestats.visitor_id("fe80::1")  # a zone is not identity
     assert -(2**63) <= int(a) < 2**63
     use(monkeypatch, COUNTERS_SECRET="another secret")
     assert sitestats.visitor_id("192.0.2.1") != a
