@@ -12,6 +12,7 @@ import time
 from datetime import date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
+from .errors import InvalidInput
 from .settings import get_settings
 from .validation import check_day
 
@@ -22,7 +23,13 @@ DAY = 86400
 
 def local_day(ts: float) -> date:
     """The local date (``COUNTERS_TIMEZONE``) of epoch seconds ``ts``."""
-    return datetime.fromtimestamp(ts, get_settings().zone).date()
+    try:
+        day = datetime.fromtimestamp(ts, get_settings().zone).date()
+    except (OverflowError, ValueError, OSError):
+        raise InvalidInput(f"time {ts!r} has no local day in {get_settings().timezone}") from None
+    if day == date.max:
+        raise InvalidInput("the last day of year 9999 has no end to count to")
+    return day
 
 
 def today() -> date:

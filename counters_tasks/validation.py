@@ -115,4 +115,6 @@ def check_day(value: Any, what: str = "day") -> date:
     """A ``datetime.date`` (not a ``datetime``, whose day would depend on its own zone)."""
     if isinstance(value, datetime) or not isinstance(value, date):
         raise InvalidInput(f"{what} must be a datetime.date, got {type(value).__name__}")
+    if value in (date.min, date.max):
+        raise InvalidInput(f"{what} must have a day before and after it")
     return value

@@ -236,7 +236,7 @@ def test_precompute_due_fixes_tomorrow_only_from_local_23h(raw_conn, monkeypatch
                                                    (day + timedelta(days=1)).isoformat(): 2}
 
 
-@pytest.mark.parametrize("day", [None, "2026-01-01", datetime(2026, 1, 1), 20260101])
+@pytest.mark.parametrize("day", [None, "2026-01-01", datetime(2026, 1, 1), 20260101, date.max, date.min])
 def test_bad_days_are_refused(conn, day):
     with pytest.raises(InvalidInput):
         uniques.unique_visitors(conn, day)
