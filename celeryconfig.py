@@ -4,6 +4,7 @@ Values come from the environment through ``counters_tasks.settings`` (see README
 """
 
 import os
+import ssl
 from datetime import timedelta
 
 from celery.schedules import crontab
@@ -15,9 +16,24 @@ _settings = get_settings()
 
 broker_url = _settings.broker_url
 broker_connection_retry_on_startup = True
-# Redelivery: an unacked message comes back after this many seconds; the dedupe markers
-# (COUNTERS_DEDUPE_TTL) outlive it, so a redelivered message is never applied twice.
-broker_transport_options = {"visibility_timeout": 3600}
+# Redelivery: a message not acknowledged (its worker died, even by SIGKILL) is put back in its
+# queue by any worker's restore sweep once COUNTERS_VISIBILITY_TIMEOUT (default 240 s) passed;
+# the sweep runs every ``restore_interval`` (<= 10 s), so it runs again within 5 minutes. The
+# longest retry countdown (120 s) is below it, and the dedupe markers (COUNTERS_DEDUPE_TTL,
+# checked in settings) outlive both, so a redelivered message is never applied twice.
+# See docs/reliability.md.
+broker_transport_options = {
+    "visibility_timeout": _settings.visibility_timeout,
+    "unacked_restore_interval": _settings.restore_interval,
+    "unacked_restore_throttle": 1,  # every sweep scans (the default scans every 10th)
+    # a worker killed while it held the restore lock blocks sweeps until it expires
+    "unacked_mutex_expire": min(300, _settings.visibility_timeout),
+}
+# rediss://: verify the server's certificate (kombu's default for rediss without options is
+# CERT_NONE). ``ssl_*`` query parameters of the broker URL (e.g. ``?ssl_ca_certs=/ca.pem``)
+# take precedence, as they do for the counters client (redis-py reads the same parameters).
+if _settings.broker_url.startswith("rediss://"):
+    broker_use_ssl = {"ssl_cert_reqs": ssl.CERT_REQUIRED}
 
 # JSON only: a pickled message is refused by the worker.
 task_serializer = "json"

@@ -13,6 +13,12 @@ from .errors import ConfigurationError
 
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 
+RETRY_BACKOFF_MAX = 120
+"""Longest wait (seconds) before a counting task retries after a Redis connection error."""
+DEFAULT_VISIBILITY_TIMEOUT = 240
+"""Seconds before the broker hands an unacknowledged message to another worker: with the
+restore sweep (every ``restore_interval``) a message of a dead worker runs again within 5 minutes."""
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -32,6 +38,13 @@ class Settings:
     day_totals_days: int = 400
     uniques_shard_days: int = 7
     uniques_count_days: int = 400
+    # reliability (issue 6): broker redelivery of unacknowledged messages
+    visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT
+
+    @property
+    def restore_interval(self) -> int:
+        """Seconds between the workers' sweeps that put unacknowledged messages back (1..10)."""
+        return min(10, max(1, self.visibility_timeout // 10))
 
     @property
     def zone(self) -> ZoneInfo:
@@ -83,7 +96,7 @@ def load_settings(env: dict | None = None) -> Settings:
         socket_timeout = float(env.get("COUNTERS_REDIS_TIMEOUT") or 5.0)
     except ValueError:
         raise ConfigurationError("COUNTERS_REDIS_TIMEOUT must be a number of seconds") from None
-    return Settings(
+    settings = Settings(
         redis_url=redis_url,
         redis_cluster=cluster,
         broker_url=env.get("CELERY_BROKER_URL") or url_with_db(redis_url, 1),
@@ -99,7 +112,22 @@ def load_settings(env: dict | None = None) -> Settings:
         day_totals_days=_int(env, "COUNTERS_DAY_TOTALS_DAYS", 400),
         uniques_shard_days=_int(env, "COUNTERS_UNIQUES_SHARD_DAYS", 7),
         uniques_count_days=_int(env, "COUNTERS_UNIQUES_COUNT_DAYS", 400),
+        visibility_timeout=_int(env, "COUNTERS_VISIBILITY_TIMEOUT", DEFAULT_VISIBILITY_TIMEOUT),
     )
+    check_dedupe_window(settings)
+    return settings
+
+
+def check_dedupe_window(settings: Settings) -> None:
+    """A dedupe marker must outlive every redelivery of its message: a redelivery after the
+    visibility timeout (plus one restore sweep) or a retry after the longest backoff."""
+    window = settings.visibility_timeout + settings.restore_interval + RETRY_BACKOFF_MAX
+    if settings.dedupe_ttl <= window:
+        raise ConfigurationError(
+            f"COUNTERS_DEDUPE_TTL ({settings.dedupe_ttl}) must be longer than COUNTERS_VISIBILITY_TIMEOUT "
+            f"({settings.visibility_timeout}) + the restore sweep ({settings.restore_interval}) + the longest "
+            f"retry backoff ({RETRY_BACKOFF_MAX}) = {window} seconds, or a redelivered message could count twice"
+        )
 
 
 @functools.cache

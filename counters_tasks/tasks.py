@@ -17,6 +17,7 @@ from .app import app
 from .errors import InvalidInput
 from .maintenance import run_exclusive
 from .redis_layer import get_redis
+from .settings import RETRY_BACKOFF_MAX
 
 REDIS_TRANSIENT = (ConnectionError, TimeoutError, BusyLoadingError)
 
@@ -28,7 +29,7 @@ class CountingTask(Task):
     reject_on_worker_lost = True
     autoretry_for = REDIS_TRANSIENT
     retry_backoff = 1
-    retry_backoff_max = 120
+    retry_backoff_max = RETRY_BACKOFF_MAX  # below the visibility timeout and the dedupe TTL (settings)
     retry_jitter = True
     max_retries = None  # a Redis outage delays counting; it never drops a visit
     throws = (InvalidInput,)  # expected failures: logged without a traceback

@@ -56,9 +56,11 @@ class CeleryProcess:
             self.process.wait()
 
 
-def start_worker(env: dict[str, str], log: Path, concurrency: int = 2, name: str = "w1", queues: str = "visits,maintenance") -> CeleryProcess:
+def start_worker(env: dict[str, str], log: Path, concurrency: int = 2, name: str = "w1", queues: str = "visits,maintenance",
+                 extra: tuple[str, ...] = ()) -> CeleryProcess:
     return CeleryProcess(
-        ["worker", "-Q", queues, "-c", str(concurrency), "-n", f"{name}@%h", "--loglevel", "INFO", "--without-mingle", "--without-gossip"],
+        ["worker", "-Q", queues, "-c", str(concurrency), "-n", f"{name}@%h", "--loglevel", "INFO", "--without-mingle", "--without-gossip",
+         *extra],
         env, log,
     )
 
