@@ -1,0 +1,57 @@
+"""A worker SIGKILLed (its whole process group) with thousands of visits in flight: none lost,
+none counted twice. The visibility timeout is cut to 2 s so the broker hands the dead worker's
+unacknowledged messages to the next worker in seconds (production: 240 s)."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+
+from counters_tasks import tasks
+from tests.conftest import wait_for
+from tests.faults.conftest import VisitModel, broker_idle, observed, site_pv
+from tests.procs import celery_env, start_worker
+
+VISITS = 20_000
+FAST_WORKER = ("-O", "fair", "--prefetch-multiplier", "1")
+
+
+def received(*workers) -> int:
+    return sum(len(re.findall(r"Task counters_tasks\.\w+\[[^\]]+\] received", w.output())) for w in workers)
+
+
+def test_sigkill_with_visits_in_flight(fault_env, counters_conn, broker_conn, publisher, tmp_path, capsys):
+    ts = float(int(time.time()))
+    model = VisitModel.random(VISITS, ts)
+    env = celery_env(fault_env["COUNTERS_REDIS_URL"], **fault_env, COUNTERS_VISIBILITY_TIMEOUT="2")
+    first = start_worker(env, tmp_path / "w1.log", name="w1", extra=FAST_WORKER)
+    second = None
+
+    def publish() -> None:
+        for ip, path, session_id, when in model.visits:
+            tasks.record_visit.apply_async((ip, path, session_id, when), producer=publisher)
+
+    sender = threading.Thread(target=publish)
+    sender.start()
+    try:
+        wait_for(lambda: site_pv(counters_conn, ts) >= VISITS // 2, timeout=120, interval=0.01,
+                 what=f"half the visits; log:\n{first.output()[-3000:]}")
+        first.kill()
+        at_kill = site_pv(counters_conn, ts)
+        in_flight = broker_conn.zcard("unacked_index")
+        second = start_worker(env, tmp_path / "w2.log", name="w2", extra=FAST_WORKER)
+        sender.join(120)
+        wait_for(lambda: site_pv(counters_conn, ts) >= VISITS and broker_idle(broker_conn), timeout=120,
+                 what=f"every visit; pv={site_pv(counters_conn, ts)}; log:\n{second.output()[-3000:]}")
+    finally:
+        sender.join(120)
+        first.kill()
+        if second is not None:
+            second.stop()
+    assert observed(counters_conn, model) == model.expected()
+    deliveries = received(first, second)
+    with capsys.disabled():
+        print(f"\n[faults] SIGKILL: {VISITS} visits sent, pv at kill {at_kill}, unacked at kill {in_flight}, "
+              f"deliveries {deliveries} (redelivered {deliveries - VISITS}), lost 0, doubled 0")
+    assert deliveries >= VISITS
