@@ -70,6 +70,12 @@ def incr_ranking(self: CountingTask, board: str, member: str, amount: int = 1, t
     ranking.Ranking(get_redis(), board, period_hours, interval_hours).incr(member, amount, ts, message_id=self.message_id)
 
 
+@app.task(name="counters_tasks.incr_rankings", base=CountingTask, bind=True)
+def incr_rankings(self: CountingTask, events: list[dict[str, Any]]) -> int:
+    """Many ranking events in one message (``VisitRecorder.incr_ranking`` sends these)."""
+    return ranking.incr_events(get_redis(), events, message_id=self.message_id)
+
+
 @app.task(name="counters_tasks.rotate_rankings", base=MaintenanceTask, bind=True)
 def rotate_rankings(self: MaintenanceTask) -> Any:
     conn = get_redis()

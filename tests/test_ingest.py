@@ -177,3 +177,70 @@ def test_recorder_in_a_forked_child_starts_empty(worker):
     assert answer == b"1"
     assert recorder.stats()["pending"] == 1
     assert recorder.close(timeout=10)
+
+
+# --- ranking events in batches ---------------------------------------------------------------
+
+def _ranking_events(n: int, seed: int, now: float) -> list[dict]:
+    import random
+
+    rng = random.Random(seed)
+    return [{"board": rng.choice(["posts", "pages"]), "member": f"m{rng.randint(0, 60)}",
+             "amount": rng.randint(-1, 5), "ts": now - rng.uniform(0, 30 * 3600)} for _ in range(n)]
+
+
+def test_incr_events_equal_incr_one_by_one(conn):
+    from counters_tasks import ranking
+
+    now = 1_700_000_000
+    events = _ranking_events(1200, seed=12, now=now)
+    ranking.incr_events(conn, events, message_id="r1")
+    ranking.incr_events(conn, events, message_id="r1")  # redelivered: nothing more
+    for event in events:
+        ranking.Ranking(conn, event["board"]).incr(event["member"], event["amount"], event["ts"],
+                                                   message_id=None)
+    for board in ("posts", "pages"):
+        totals: dict[str, int] = {}
+        for e in events:
+            if e["board"] == board and ranking.slot_of(e["ts"], 1) > ranking.slot_of(now, 1) - 24:
+                totals[e["member"]] = totals.get(e["member"], 0) + 2 * e["amount"]
+        expected = sorted(((m, t) for m, t in totals.items() if t > 0), key=lambda mt: (-mt[1], mt[0]))
+        assert ranking.Ranking(conn, board).top(limit=1000, withscores=True, now=now) == expected
+
+
+@pytest.mark.parametrize("bad", [
+    "x", [1], [{"board": "b"}], [{"member": "m"}], [{"board": "b", "member": "m", "amount": 1.5}],
+    [{"board": "b", "member": "m", "period_hours": 5}], [{"board": "b", "member": "m", "x": 1}],
+    [{"board": "b", "member": "m"}, {"board": "b", "member": "m", "period_hours": 48}],
+])
+def test_bad_ranking_batch_writes_nothing(raw_conn, bad):
+    from counters_tasks import ranking
+
+    ranking.Ranking(raw_conn, "b").incr("seed", 1, now=1_700_000_000)
+    before = dump_all(raw_conn)
+    with pytest.raises(InvalidInput):
+        ranking.incr_events(raw_conn, [{"board": "ok", "member": "m"}, *bad] if isinstance(bad, list) else bad)
+    assert dump_all(raw_conn) == before
+
+
+def test_board_with_other_stored_settings_refuses_the_batch(raw_conn):
+    from counters_tasks import ranking
+
+    ranking.Ranking(raw_conn, "fixed", 48, 2).incr("a", 1, now=1_700_000_000)
+    before = dump_all(raw_conn)
+    with pytest.raises(InvalidInput):
+        ranking.incr_events(raw_conn, [{"board": "other", "member": "m"}, {"board": "fixed", "member": "m"}])
+    assert dump_all(raw_conn) == before
+
+
+def test_recorder_ranking_events_reach_the_board(worker, raw_conn):
+    from counters_tasks import ranking
+
+    now = time.time()
+    recorder = VisitRecorder(max_batch=100, max_delay=0.05)
+    for n in range(250):
+        recorder.incr_ranking("recorded", f"post{n % 7}", 1, now)
+    assert recorder.close(timeout=30)
+    board = ranking.Ranking(raw_conn, "recorded")
+    expected = sorted(((f"post{i}", len(range(i, 250, 7))) for i in range(7)), key=lambda mt: (-mt[1], mt[0]))
+    wait_for(lambda: board.top(limit=10, withscores=True, now=now) == expected, timeout=30, what="the ranking batches")
