@@ -53,6 +53,10 @@ enable_utc = True
 worker_send_task_events = True
 task_send_sent_event = True
 
+# Each worker process may hold this many unacknowledged messages: enough for the per-visit
+# batches of record_visit (COUNTERS_WORKER_BATCH) to fill before their flush interval.
+worker_prefetch_multiplier = max(4, 2 * _settings.worker_batch)
+
 task_queues = (Queue("visits"), Queue("maintenance"))
 task_default_queue = "visits"
 task_routes = {
