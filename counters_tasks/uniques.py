@@ -20,7 +20,7 @@ from typing import Any
 from . import keys
 from .days import DAY, day_end, local_day
 from .errors import InvalidInput
-from .redis_layer import as_str, is_cluster, run_script
+from .redis_layer import as_str, execute_in_order, run_script
 from .settings import get_settings
 from .validation import check_day, check_message_id, check_now, check_session_id
 
@@ -130,10 +130,9 @@ def apply_ids(conn: Any, day: date, numbers: list[int], message_id: str | None, 
     Returns the number of new ids.
     """
     for _ in range(3):
-        if reply is None:
-            pipe = conn.pipeline() if is_cluster(conn) else conn.pipeline(transaction=False)
-            queue_ids(conn, pipe, day, numbers, expected_for(conn, day), message_id)
-            reply = pipe.execute()[0]
+        if reply is None:  # through execute_in_order: a server without the script loaded gets it
+            figure = expected_for(conn, day)
+            [[reply]] = execute_in_order(conn, lambda pipe, f=figure: queue_ids(conn, pipe, day, numbers, f, message_id))
         result = int(reply)
         if result == -2:
             raise InvalidInput(f"the visit is for {day.isoformat()}, which is closed")
