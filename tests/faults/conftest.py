@@ -7,6 +7,7 @@ and its own counters server (AOF on, ``appendfsync always``), and points the set
 from __future__ import annotations
 
 import random
+import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterator
@@ -75,6 +76,22 @@ def publisher(fault_env):
 def broker_idle(broker: redis.Redis, queues: tuple[str, ...] = ("visits",)) -> bool:
     """Nothing waiting in the queues and nothing delivered but unacknowledged."""
     return sum(broker.llen(q) for q in queues) == 0 and broker.zcard("unacked_index") == 0
+
+
+def wait_idle(broker: redis.Redis, timeout: float = 60.0, settle: float = 1.0, queues: tuple[str, ...] = ("visits",)) -> None:
+    """Wait until the broker has stayed idle for ``settle`` seconds (a message being moved from
+    the queue to the unacked index is briefly in neither)."""
+    deadline = time.monotonic() + timeout
+    idle_since = None
+    while time.monotonic() < deadline:
+        if broker_idle(broker, queues):
+            idle_since = idle_since or time.monotonic()
+            if time.monotonic() - idle_since >= settle:
+                return
+        else:
+            idle_since = None
+        time.sleep(0.05)
+    raise AssertionError(f"the broker is still busy after {timeout}s")
 
 
 @dataclass
