@@ -29,6 +29,10 @@ broker_transport_options = {
     # a worker killed while it held the restore lock blocks sweeps until it expires
     "unacked_mutex_expire": min(300, _settings.visibility_timeout),
 }
+# A worker killed while taking a message (between kombu's BRPOP and its unacked record) lost it:
+# this transport pops and records in one Lua call (counters_tasks/broker.py).
+if _settings.broker_url.startswith(("redis://", "rediss://")):
+    broker_transport = "counters_tasks.broker:Transport"
 # rediss://: verify the server's certificate (kombu's default for rediss without options is
 # CERT_NONE). ``ssl_*`` query parameters of the broker URL (e.g. ``?ssl_ca_certs=/ca.pem``)
 # take precedence, as they do for the counters client (redis-py reads the same parameters).
