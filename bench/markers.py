@@ -1,0 +1,67 @@
+"""What the dedupe markers cost: bytes per marker and per visit, measured on a real Redis.
+
+The same visits are recorded twice on an empty database, once without message ids (no markers)
+and once with a fresh task id (a UUID, as Celery makes) per visit; the difference in
+``used_memory`` is the markers' cost. Also measured: ``record_visits`` batches (one marker per
+slot per chunk of visits, not per visit).
+
+    python bench/markers.py [--visits N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._common import bench_redis, client  # noqa: E402
+from counters_tasks import keys, visits  # noqa: E402
+
+
+def used(conn) -> int:
+    return int(conn.info("memory")["used_memory"])
+
+
+def markers(conn) -> list[bytes]:
+    return [k for k in conn.scan_iter(match=f"{keys.prefix()}*:seen:*", count=10_000)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--visits", type=int, default=20_000)
+    n = parser.parse_args().visits
+    now = float(int(time.time()))
+    batch = [{"ip": f"10.{i // 65536 % 256}.{i // 256 % 256}.{i % 256}", "path": f"/page/{i % 200}",
+              "session_id": str(uuid.UUID(int=i + 1)), "ts": now} for i in range(n)]
+    with bench_redis() as url:
+        conn = client(url)
+        results = {}
+        for label, ids in (("none", None), ("per visit", "task"), ("batches", "batch")):
+            conn.flushdb()
+            conn.memory_purge()
+            before = used(conn)
+            if ids == "batch":
+                for first in range(0, n, 1000):
+                    visits.record_visits(conn, batch[first:first + 1000], message_id=str(uuid.uuid4()))
+            else:
+                for v in batch:
+                    visits.record_visit(conn, v["ip"], v["path"], v["session_id"], v["ts"],
+                                        message_id=None if ids is None else str(uuid.uuid4()))
+            found = markers(conn)
+            results[label] = (used(conn) - before, len(found))
+            sample = conn.memory_usage(found[0]) if found else 0
+            print(f"{label:<10} used_memory +{results[label][0]:>12,} B   markers {len(found):>8,}   "
+                  f"MEMORY USAGE of one: {sample} B")
+        base = results["none"][0]
+        for label in ("per visit", "batches"):
+            extra, count = results[label][0] - base, results[label][1]
+            print(f"{label}: {count / n:.3f} markers a visit, {extra / max(count, 1):.0f} B a marker, "
+                  f"{extra / n:.1f} B a visit (kept COUNTERS_DEDUPE_TTL)")
+
+
+if __name__ == "__main__":
+    main()
