@@ -172,7 +172,7 @@ def test_worker_over_tls_broker_and_counters(tls_server, tmp_path, monkeypatch):
     try:
         with app.connection_for_write(env["CELERY_BROKER_URL"]) as broker:
             assert broker.transport.client.ssl["ssl_ca_certs"] == ca
-            tasks.update_counter.apply_async(("tls-worker", 2, 1000.0), connection=broker)
+            tasks.update_counter.apply_async(("tls-worker", 2, 1000.0), producer=app.amqp.Producer(broker))
         wait_for(lambda: counters.get_counter(conn, "tls-worker", 1, now=1000.0) == [(1000, 2)], timeout=60,
                  what=f"the worker over TLS; log:\n{worker.output()[-3000:]}")
     finally:
