@@ -8,6 +8,8 @@ import os
 import threading
 import time
 
+import pytest
+
 from counters_tasks import tasks
 from tests.conftest import wait_for
 from tests.faults.conftest import VisitModel, broker_idle, observed, site_pv
@@ -15,11 +17,23 @@ from tests.procs import celery_env, start_worker
 
 VISITS = int(os.environ.get("FAULTS_VISITS", 20_000))
 FAST_WORKER = ("-O", "fair")
+BATCH = 100
 
 
-def test_sigkill_with_visits_in_flight(fault_env, counters_conn, broker_conn, publisher, tmp_path, capsys):
+def messages(model: VisitModel, sending: str) -> list[tuple]:
+    """The task and arguments of every message: one ``record_visit`` a visit, or ``record_visits``
+    batches of BATCH visits (each batch id deduplicates its chunks)."""
+    if sending == "per-visit":
+        return [(tasks.record_visit, visit) for visit in model.visits]
+    dicts = [{"ip": ip, "path": path, "session_id": sid, "ts": ts} for ip, path, sid, ts in model.visits]
+    return [(tasks.record_visits, (dicts[i:i + BATCH],)) for i in range(0, len(dicts), BATCH)]
+
+
+@pytest.mark.parametrize("sending", ["per-visit", "batches"])
+def test_sigkill_with_visits_in_flight(sending, fault_env, counters_conn, broker_conn, publisher, tmp_path, capsys):
     ts = float(int(time.time()))
     model = VisitModel.random(VISITS, ts)
+    to_send = messages(model, sending)
     env = celery_env(fault_env["COUNTERS_REDIS_URL"], **fault_env, COUNTERS_VISIBILITY_TIMEOUT="2")
     first = start_worker(env, tmp_path / "w1.log", name="w1", extra=FAST_WORKER)
     second = None
@@ -27,8 +41,8 @@ def test_sigkill_with_visits_in_flight(fault_env, counters_conn, broker_conn, pu
     published = [0]
 
     def publish() -> None:
-        for ip, path, session_id, when in model.visits:
-            tasks.record_visit.apply_async((ip, path, session_id, when), producer=publisher)
+        for task, args in to_send:
+            task.apply_async(args, producer=publisher)
             published[0] += 1
 
     sender = threading.Thread(target=publish)
@@ -39,7 +53,8 @@ def test_sigkill_with_visits_in_flight(fault_env, counters_conn, broker_conn, pu
         first.kill()
         sent, queued, in_flight = published[0], broker_conn.llen("visits"), broker_conn.zcard("unacked_index")
         at_kill = site_pv(counters_conn, ts)
-        applied_unacked = at_kill - (sent - queued - in_flight)  # in Redis, yet to be delivered again
+        per_message = 1 if sending == "per-visit" else BATCH
+        applied_unacked = at_kill - (sent - queued - in_flight) * per_message  # in Redis, to be delivered again
         second = start_worker(env, tmp_path / "w2.log", name="w2", extra=FAST_WORKER)
         sender.join(120)
         wait_for(lambda: site_pv(counters_conn, ts) >= VISITS and broker_idle(broker_conn), timeout=120,
@@ -55,5 +70,6 @@ def test_sigkill_with_visits_in_flight(fault_env, counters_conn, broker_conn, pu
             second.stop()
     assert observed(counters_conn, model) == model.expected()
     with capsys.disabled():
-        print(f"\n[faults] SIGKILL: {VISITS} visits sent; at the kill {at_kill} counted, {in_flight} unacknowledged "
-              f"(about {applied_unacked} of them already counted), all redelivered; lost 0, doubled 0")
+        print(f"\n[faults] SIGKILL ({sending}): {VISITS} visits in {len(to_send)} messages; at the kill {at_kill} "
+              f"visits counted, {in_flight} messages unacknowledged (about {applied_unacked} of their visits already "
+              f"counted), all redelivered; lost 0, doubled 0")
