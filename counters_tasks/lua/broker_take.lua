@@ -8,12 +8,16 @@
 for i = 3, #KEYS do
   local item = redis.call('RPOP', KEYS[i])
   if item then
-    local props = cjson.decode(item)['properties']
-    local info = props['delivery_info']
-    local now = redis.call('TIME')
-    redis.call('ZADD', KEYS[2], now[1] + now[2] / 1000000, props['delivery_tag'])
-    redis.call('HSET', KEYS[1], props['delivery_tag'],
-      '[' .. item .. ', ' .. cjson.encode(info['exchange']) .. ', ' .. cjson.encode(info['routing_key']) .. ']')
+    local ok, message = pcall(cjson.decode, item)
+    local props = ok and type(message) == 'table' and message['properties']
+    local info = type(props) == 'table' and props['delivery_info']
+    if type(info) == 'table' and type(props['delivery_tag']) == 'string' then
+      local now = redis.call('TIME')
+      redis.call('ZADD', KEYS[2], now[1] + now[2] / 1000000, props['delivery_tag'])
+      redis.call('HSET', KEYS[1], props['delivery_tag'],
+        '[' .. item .. ', ' .. cjson.encode(info['exchange']) .. ', ' .. cjson.encode(info['routing_key']) .. ']')
+    end
+    -- not a kombu message: handed over unrecorded, as kombu's BRPOP would (the worker rejects it)
     return {KEYS[i], item}
   end
 end
