@@ -1,11 +1,16 @@
-"""The ``counters-tasks`` command: ``run`` (the local stack) and ``demo``."""
+"""The ``counters-tasks`` command: the local stack (``run``, ``demo``), queries, ``health``, ``serve``."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
+
+import click
 
 from . import __version__
 
@@ -92,22 +97,249 @@ def cmd_demo(args: argparse.Namespace) -> int:
         stack.stop()
 
 
+# --- the command line (click) ----------------------------------------------------------------
+# Exit codes: 0 ok, 1 a failed check or an unreachable Redis/broker, 2 a usage error (bad
+# option or argument, including input the API refuses with InvalidInput).
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class Failed(click.ClickException):
+    """A check failed or a server is unreachable: exit code 1."""
+
+    exit_code = EXIT_FAILED
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True)
+
+
+def _emit(payload: dict, as_json: bool, render: Callable[[Any, dict], None]) -> None:
+    if as_json:
+        click.echo(json.dumps(payload, indent=2, ensure_ascii=False, default=str))
+    else:
+        render(_console(), payload)
+
+
+def _query(make: Callable[[Any], dict]) -> dict:
+    """Run a view against the configured Redis, mapping errors to exit codes."""
+    import redis
+
+    from .errors import ConfigurationError, InvalidInput
+    from .redis_layer import get_redis
+
+    try:
+        return make(get_redis())
+    except InvalidInput as exc:
+        raise click.UsageError(str(exc)) from None
+    except ConfigurationError as exc:
+        raise Failed(str(exc)) from None
+    except redis.RedisError as exc:
+        from .settings import get_settings
+
+        raise Failed(f"Redis at {get_settings().redis_url}: {type(exc).__name__}: {exc}") from None
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="print the answer as JSON")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="counters-tasks")
+def cli() -> None:
+    """counters-tasks: website analytics counters in Redis, kept by Celery.
+
+    Exit codes: 0 ok, 1 failed check or unreachable server, 2 usage error.
+    """
+
+
+@cli.command("run")
+@click.option("--concurrency", type=int, default=2, show_default=True)
+@click.option("--no-flower", is_flag=True)
+def run_command(concurrency: int, no_flower: bool) -> int:
+    """The local stack: Redis (if none configured), worker, beat, Flower; Ctrl-C stops."""
+    return cmd_run(argparse.Namespace(concurrency=concurrency, no_flower=no_flower))
+
+
+@cli.command("demo")
+@click.option("--visits", type=int, default=5000, show_default=True)
+@click.option("--concurrency", type=int, default=2, show_default=True)
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--timeout", type=float, default=300, show_default=True)
+def demo_command(visits: int, concurrency: int, seed: int, timeout: float) -> int:
+    """The local stack, a burst of simulated visits, a report, then exit."""
+    return cmd_demo(argparse.Namespace(visits=visits, concurrency=concurrency, seed=seed, timeout=timeout))
+
+
+SPARKS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: list[int]) -> str:
+    """One character per value, scaled between the smallest and largest."""
+    if not values:
+        return ""
+    low, high = min(min(values), 0), max(values)
+    span = (high - low) or 1
+    return "".join(SPARKS[min(len(SPARKS) - 1, int((v - low) * (len(SPARKS) - 1) / span + 0.5))] for v in values)
+
+
+def _time_label(ts: int, precision: int) -> str:
+    from datetime import datetime
+
+    from .settings import get_settings
+
+    when = datetime.fromtimestamp(ts, get_settings().zone)
+    return when.strftime("%Y-%m-%d" if precision >= 86400 else "%m-%d %H:%M" if precision >= 3600 else "%H:%M:%S")
+
+
+def _render_counter(console: Any, data: dict) -> None:
+    from rich.table import Table
+
+    points = data["points"]
+    values = [t for _, t in points]
+    console.print(f"[bold]{data['name']}[/bold]  every {data['precision']}s, last {len(points)} buckets, "
+                  f"total {data['total']}, max {max(values, default=0)}")
+    console.print(sparkline(values))
+    table = Table(box=None, show_header=True, pad_edge=False)
+    table.add_column("bucket")
+    table.add_column("total", justify="right")
+    table.add_column("")
+    high = max((abs(v) for v in values), default=0) or 1
+    for bucket, total in points[-20:]:
+        table.add_row(_time_label(bucket, data["precision"]), str(total), "█" * round(30 * abs(total) / high))
+    console.print(table)
+
+
+@cli.command("counter")
+@click.argument("name")
+@click.option("--precision", "-p", type=int, default=60, show_default=True, help="bucket size in seconds")
+@click.option("--last", "-n", type=int, default=30, show_default=True, help="how many buckets, up to 120")
+@json_option
+def counter_command(name: str, precision: int, last: int, as_json: bool) -> None:
+    """A counter's latest buckets (zero-filled) with a terminal chart."""
+    from . import views
+
+    _emit(_query(lambda conn: views.counter_view(conn, name, precision, last)), as_json, _render_counter)
+
+
+@cli.command("counters")
+@json_option
+def counters_command(as_json: bool) -> None:
+    """The names of the counters that have data."""
+    from . import views
+
+    def render(console: Any, data: dict) -> None:
+        for name in data["counters"]:
+            console.print(name, markup=False)
+
+    _emit(_query(views.counters_list), as_json, render)
+
+
+def _render_board(console: Any, data: dict) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{data['board']} (last {data['period_hours']} h, every {data['interval_hours']} h)",
+                  title_justify="left")
+    table.add_column("#", justify="right")
+    table.add_column("member")
+    table.add_column("total", justify="right")
+    for rank, (member, total) in enumerate(data["top"], 1):
+        table.add_row(str(rank), member, str(total))
+    console.print(table)
+
+
+@cli.command("top")
+@click.argument("board")
+@click.option("--limit", "-n", type=int, default=10, show_default=True)
+@json_option
+def top_command(board: str, limit: int, as_json: bool) -> None:
+    """A sliding-window ranking's top members."""
+    from . import views
+
+    _emit(_query(lambda conn: views.board_view(conn, board, limit)), as_json, _render_board)
+
+
+def health_report(ping_timeout: float, beat_max_age: float) -> dict:
+    from . import health
+    from .app import app
+    from .redis_layer import get_redis
+    from .settings import get_settings
+
+    broker = health.broker_client(get_settings().broker_url)
+    try:
+        return health.check(get_redis(), broker, app, ping_timeout=ping_timeout, beat_max_age=beat_max_age)
+    finally:
+        broker.close()
+
+
+def _ago(seconds: float | None) -> str:
+    return "never" if seconds is None else f"{seconds:.0f}s ago"
+
+
+def _render_health(console: Any, data: dict) -> None:
+    def line(ok: bool, what: str, detail: str) -> None:
+        console.print(f"{'[green]ok  [/green]' if ok else '[red]FAIL[/red]'} {what:<8} {detail}")
+
+    redis_ = data["redis"]
+    line(redis_["ok"], "redis", f"{redis_.get('latency_ms', 0):.1f} ms" if redis_["ok"] else redis_["error"])
+    workers = data["workers"]
+    line(workers["ok"], "workers", ", ".join(workers["names"]) or workers.get("error", "no worker answered"))
+    beat = data["beat"]
+    line(beat["ok"], "beat", beat.get("error") or f"clean_counters last started {_ago(beat['last_run_age_seconds'])}"
+         f" (limit {beat['max_age_seconds']:.0f}s)")
+    queues = data["queues"]
+    line(queues["ok"], "queues", "  ".join(f"{q}={queues[q]}" for q in ("visits", "maintenance")) if queues["ok"]
+         else queues["error"])
+    for job, info in data["jobs"].items():
+        took = "" if info["last_duration"] is None else f", took {info['last_duration'] * 1000:.1f} ms"
+        result = "" if info["last_result"] is None else f", result {info['last_result']}"
+        console.print(f"     job      {job}: {_ago(info['age_seconds'])}{took}{result}, skipped {info['skipped']}")
+    console.print("healthy" if data["ok"] else "UNHEALTHY")
+
+
+@cli.command("health")
+@click.option("--timeout", type=float, default=1.0, show_default=True, help="seconds to wait for workers' pings")
+@click.option("--beat-max-age", type=float, default=180.0, show_default=True,
+              help="beat counts as alive when its every-minute job started within this many seconds")
+@json_option
+def health_command(timeout: float, beat_max_age: float, as_json: bool) -> int:
+    """Redis, workers, beat, queue lengths, last maintenance runs; exit 1 when unhealthy."""
+    from .errors import ConfigurationError
+
+    try:
+        report = health_report(timeout, beat_max_age)
+    except ConfigurationError as exc:
+        raise Failed(str(exc)) from None
+    _emit(report, as_json, _render_health)
+    return EXIT_OK if report["ok"] else EXIT_FAILED
+
+
+@cli.command("serve")
+@click.option("--host", default="127.0.0.1", show_default=True, help="address to bind (default: this machine only)")
+@click.option("--port", type=int, default=8000, show_default=True)
+def serve_command(host: str, port: int) -> None:
+    """The read-only web dashboard (basic auth when COUNTERS_DASHBOARD_AUTH=user:password)."""
+    import uvicorn
+
+    from .web import create_app
+
+    uvicorn.run(create_app(), host=host, port=port, log_level="info")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="counters-tasks", description=__doc__)
-    parser.add_argument("--version", action="version", version=__version__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="the local stack: Redis (if none configured), worker, beat, Flower; Ctrl-C stops")
-    run.add_argument("--concurrency", type=int, default=2)
-    run.add_argument("--no-flower", action="store_true")
-    run.set_defaults(func=cmd_run)
-    demo = sub.add_parser("demo", help="the local stack, a burst of simulated visits, a report, then exit")
-    demo.add_argument("--visits", type=int, default=5000)
-    demo.add_argument("--concurrency", type=int, default=2)
-    demo.add_argument("--seed", type=int, default=1)
-    demo.add_argument("--timeout", type=float, default=300)
-    demo.set_defaults(func=cmd_demo)
-    args = parser.parse_args(argv)
-    return args.func(args)
+    """Entry point of the ``counters-tasks`` console script; returns the exit code."""
+    try:
+        result = cli.main(args=argv, prog_name="counters-tasks", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        return EXIT_FAILED
+    return result if isinstance(result, int) else EXIT_OK
 
 
 if __name__ == "__main__":
