@@ -1,0 +1,121 @@
+"""The dashboard served by the real app (``counters-tasks serve``) over the real Redis, loaded
+in headless Chromium: the numbers on the page equal the API's, the counter chart updates live."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from counters_tasks import counters
+from counters_tasks.localredis import free_port
+from tests import demo_data
+from tests.browser import Browser, ensure_chromium
+from tests.conftest import wait_for
+from tests.procs import REPO, celery_env
+
+DOCS = REPO / "docs"
+
+
+def get_json(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.load(response)
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    try:
+        return ensure_chromium()
+    except RuntimeError as exc:
+        pytest.skip(f"chromium cannot be installed here: {exc}")
+
+
+@pytest.fixture
+def server(redis_url, tmp_path):
+    """``python -m counters_tasks.cli serve`` on a free port, as a user starts it."""
+    port = free_port()
+    log = open(tmp_path / "serve.log", "wb")
+    env = celery_env(redis_url)
+    env.pop("COUNTERS_DASHBOARD_AUTH", None)
+    process = subprocess.Popen([sys.executable, "-m", "counters_tasks.cli", "serve", "--port", str(port)],
+                               cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        try:
+            return "counters" in get_json(base + "/api/counters")
+        except OSError:
+            assert process.poll() is None, (tmp_path / "serve.log").read_text()
+            return False
+
+    try:
+        wait_for(up, timeout=30, what="the dashboard to answer")
+        yield base
+    finally:
+        process.terminate()
+        process.wait(15)
+        log.close()
+
+
+@pytest.fixture
+def browser(chromium, tmp_path):
+    b = Browser(chromium, tmp_path / "profile")
+    yield b
+    b.close()
+
+
+def dom_numbers(browser: Browser) -> dict:
+    return browser.evaluate("""(() => ({
+        counterTotal: document.getElementById('counter-total').textContent,
+        counterBars: [...document.querySelectorAll('#counter-chart rect[data-series]')]
+            .map(r => Number(r.dataset.value)),
+        board: [...document.querySelectorAll('#board-table tr')]
+            .map(tr => [tr.children[1].textContent, Number(tr.children[2].textContent)]),
+        health: Object.fromEntries([...document.querySelectorAll('#health [data-check]')]
+            .map(b => [b.dataset.check, b.dataset.ok === '1'])),
+    }))()""")
+
+
+def test_dashboard_in_chromium_shows_the_apis_numbers_and_updates_live(raw_conn, server, browser, tmp_path):
+    demo_data.seed(raw_conn)
+    browser.navigate(f"{server}/?counter=hits&precision=60&board=posts&refresh=300")
+    for section in ("counter", "rankings", "health-panel"):
+        browser.wait_for(f"Number(document.getElementById('{section}').dataset.loaded) >= 1", what=f"{section} to load")
+
+    def page_matches_api() -> dict | None:
+        api = get_json(f"{server}/api/counter?name=hits&precision=60")
+        shown = dom_numbers(browser)
+        same = shown["counterTotal"] == str(api["total"]) and shown["counterBars"] == [t for _, t in api["points"]]
+        return (api, shown) if same else None
+
+    api, shown = wait_for(page_matches_api, timeout=20, what="the counter chart to show the API's numbers")
+    assert api["total"] > 0 and len(shown["counterBars"]) == counters.SAMPLE_COUNT
+    board = get_json(f"{server}/api/top?board=posts&limit=10")
+    assert shown["board"] == board["top"] and len(board["top"]) == len(demo_data.POSTS)
+    health = get_json(f"{server}/api/health")
+    assert shown["health"] == {part: health[part]["ok"] for part in ("redis", "workers", "beat", "queues")}
+    assert shown["health"]["redis"] is True and shown["health"]["workers"] is False  # no worker in this test
+
+    # live: a new count appears without reloading the page
+    counters.update_counter(raw_conn, "hits", 1000)
+    _api, after = wait_for(page_matches_api, timeout=20, what="the live update")
+    assert int(after["counterTotal"]) == api["total"] + 1000
+
+    shot = browser.screenshot(tmp_path / "dashboard.png")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+    if os.environ.get("COUNTERS_UPDATE_DOCS") == "1":
+        shutil.copy(shot, DOCS / "dashboard.png")
+
+
+def test_dashboard_page_needs_no_internet(server):
+    page = urllib.request.urlopen(server + "/", timeout=10).read().decode()
+    assert "http://" not in page and "https://" not in page  # every script and style is served locally
+    for asset in ("static/chart.js", "static/app.js", "static/style.css"):
+        assert urllib.request.urlopen(f"{server}/{asset}", timeout=10).status == 200
+    assert Path(REPO / "counters_tasks" / "static" / "chart.js").exists()
