@@ -89,9 +89,12 @@ def create_app(conn: Any = None, auth: tuple[str, str] | None | bool = True,
         return get_redis()
 
     def endpoint(view: Callable[..., dict], *params: str) -> Callable[[Request], Response]:
+        """A GET handler calling ``view`` with the query parameters ``params`` (``name!``: required,
+        passed as None when missing so the view refuses it)."""
         def handle(request: Request) -> Response:
             query = request.query_params
-            kwargs = {name.replace("-", "_"): query[name] for name in params if query.get(name) not in (None, "")}
+            kwargs = {name.strip("!"): query.get(name.strip("!")) or None for name in params if name.endswith("!")}
+            kwargs.update({name: query[name] for name in params if query.get(name) not in (None, "")})
             try:
                 return JSONResponse(view(connection(), **kwargs), headers={"Cache-Control": "no-store"})
             except InvalidInput as exc:
@@ -107,9 +110,9 @@ def create_app(conn: Any = None, auth: tuple[str, str] | None | bool = True,
     routes = [
         Route("/", index),
         Route("/api/counters", endpoint(views.counters_list)),
-        Route("/api/counter", endpoint(views.counter_view, "name", "precision", "last")),
+        Route("/api/counter", endpoint(views.counter_view, "name!", "precision", "last")),
         Route("/api/boards", endpoint(views.boards_list)),
-        Route("/api/top", endpoint(views.board_view, "board", "limit")),
+        Route("/api/top", endpoint(views.board_view, "board!", "limit")),
         Route("/api/health", endpoint(get_health)),
         Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
     ]
