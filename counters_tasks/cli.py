@@ -260,6 +260,91 @@ def top_command(board: str, limit: int, as_json: bool) -> None:
     _emit(_query(lambda conn: views.board_view(conn, board, limit)), as_json, _render_board)
 
 
+range_options = [
+    click.option("--day", "-d", help="one day: YYYY-MM-DD, today or yesterday (default today)"),
+    click.option("--from", "start", help="first day of a range"),
+    click.option("--to", "end", help="last day of a range (default today)"),
+]
+
+
+def with_range(command: Callable) -> Callable:
+    for option in reversed(range_options):
+        command = option(command)
+    return command
+
+
+def _render_stats(console: Any, data: dict) -> None:
+    from rich.table import Table
+
+    where = data["path"] or "whole site"
+    uv = f"{'~' if data['uv_approximate'] else ''}{data['uv']}"
+    console.print(f"[bold]{where}[/bold] {data['from']} .. {data['to']}: PV {data['pv']}, UV {uv}"
+                  + ("  (UV over several days: HyperLogLog union, approximate)" if data["uv_approximate"] else ""))
+    table = Table(box=None, pad_edge=False)
+    for name, justify in (("day", "left"), ("PV", "right"), ("UV", "right"), ("", "left")):
+        table.add_column(name, justify=justify)
+    high = max((d["pv"] for d in data["days"]), default=0) or 1
+    for d in data["days"]:
+        table.add_row(d["day"], str(d["pv"]), str(d["uv"]), "█" * round(30 * d["pv"] / high))
+    console.print(table)
+
+
+@cli.command("stats")
+@with_range
+@click.option("--path", "-p", help="one path instead of the whole site")
+@json_option
+def stats_command(day: str | None, start: str | None, end: str | None, path: str | None, as_json: bool) -> None:
+    """Page views and unique visitors per day and over a range (site or one path)."""
+    from . import views
+
+    _emit(_query(lambda conn: views.stats_view(conn, day, start, end, path)), as_json, _render_stats)
+
+
+def _render_pages(console: Any, data: dict) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"top pages {data['from']} .. {data['to']}", title_justify="left")
+    table.add_column("#", justify="right")
+    table.add_column("path")
+    table.add_column("PV", justify="right")
+    for rank, (path, pv) in enumerate(data["pages"], 1):
+        table.add_row(str(rank), path, str(pv))
+    console.print(table)
+
+
+@cli.command("top-pages")
+@click.option("--from", "start", help="first day (default: the last day)")
+@click.option("--to", "end", help="last day (default today)")
+@click.option("--limit", "-n", type=int, default=10, show_default=True)
+@json_option
+def top_pages_command(start: str | None, end: str | None, limit: int, as_json: bool) -> None:
+    """Paths by page views over a range of days."""
+    from . import views
+
+    _emit(_query(lambda conn: views.top_pages_view(conn, start, end, limit)), as_json, _render_pages)
+
+
+def _render_uniques(console: Any, data: dict) -> None:
+    console.print(f"[bold]unique visitors[/bold] {data['from']} .. {data['to']}: {data['visitors']}")
+    values = [d["visitors"] for d in data["days"]]
+    if len(values) > 1:
+        console.print(sparkline(values))
+    for d in data["days"]:
+        console.print(f"  {d['day']}  {d['visitors']:>9}")
+    if data["missing_days"]:
+        console.print(f"  (per-visitor data expired for {', '.join(data['missing_days'])}: not in the total)")
+
+
+@cli.command("uniques")
+@with_range
+@json_option
+def uniques_command(day: str | None, start: str | None, end: str | None, as_json: bool) -> None:
+    """Distinct session ids per day and over a range (an exact union)."""
+    from . import views
+
+    _emit(_query(lambda conn: views.uniques_view(conn, day, start, end)), as_json, _render_uniques)
+
+
 def health_report(ping_timeout: float, beat_max_age: float) -> dict:
     from . import health
     from .app import app

@@ -108,3 +108,35 @@ def board_view(conn: Any, board: Any, limit: Any = 10, now: float | None = None)
     top = ranking.Ranking(conn, board, period, interval).top(0, limit, withscores=True, now=now)
     return {"board": board, "period_hours": period, "interval_hours": interval,
             "top": [[member, total] for member, total in top]}
+
+
+def stats_view(conn: Any, day: Any = None, start: Any = None, end: Any = None, path: Any = None) -> dict[str, Any]:
+    """Site (or one path's) PV/UV per day over a range, with the range's PV sum and true UV."""
+    from . import sitestats
+
+    first, last = day_range(day, start, end)
+    result = sitestats.site_visit_range(conn, first, last, path)
+    return {"from": first.isoformat(), "to": last.isoformat(), "path": result.path, "pv": result.pv,
+            "uv": result.uv, "uv_approximate": result.uv_approximate,
+            "days": [{"day": d.day.isoformat(), "pv": d.pv, "uv": d.uv} for d in result.days]}
+
+
+def top_pages_view(conn: Any, start: Any = None, end: Any = None, limit: Any = 10) -> dict[str, Any]:
+    """Paths by page views summed over a range (ties by path)."""
+    from . import sitestats
+
+    first, last = day_range(None, start, end)
+    limit = parse_int(limit, "limit", 1, MAX_LIMIT)
+    pages = sitestats.top_pages(conn, first, last, limit)
+    return {"from": first.isoformat(), "to": last.isoformat(), "pages": [[p, n] for p, n in pages]}
+
+
+def uniques_view(conn: Any, day: Any = None, start: Any = None, end: Any = None) -> dict[str, Any]:
+    """Distinct session ids per day and over the whole range (an exact union of the days)."""
+    from . import uniques
+
+    first, last = day_range(day, start, end)
+    result = uniques.unique_visitors_range(conn, first, last)
+    return {"from": first.isoformat(), "to": last.isoformat(), "visitors": result.visitors,
+            "days": [{"day": d.isoformat(), "visitors": n} for d, n in result.days],
+            "missing_days": [d.isoformat() for d in result.missing_days]}

@@ -27,6 +27,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from . import views
 from .errors import ConfigurationError, InvalidInput
 
+ARGUMENT = {"from": "start", "to": "end"}
+"""Query parameters whose view argument has another name (``from`` is a Python keyword)."""
 STATIC = resources.files(__package__).joinpath("static")
 
 
@@ -94,7 +96,7 @@ def create_app(conn: Any = None, auth: tuple[str, str] | None | bool = True,
         def handle(request: Request) -> Response:
             query = request.query_params
             kwargs = {name.strip("!"): query.get(name.strip("!")) or None for name in params if name.endswith("!")}
-            kwargs.update({name: query[name] for name in params if query.get(name) not in (None, "")})
+            kwargs.update({ARGUMENT.get(name, name): query[name] for name in params if query.get(name) not in (None, "")})
             try:
                 return JSONResponse(view(connection(), **kwargs), headers={"Cache-Control": "no-store"})
             except InvalidInput as exc:
@@ -109,6 +111,9 @@ def create_app(conn: Any = None, auth: tuple[str, str] | None | bool = True,
 
     routes = [
         Route("/", index),
+        Route("/api/stats", endpoint(views.stats_view, "day", "from", "to", "path")),
+        Route("/api/top-pages", endpoint(views.top_pages_view, "from", "to", "limit")),
+        Route("/api/uniques", endpoint(views.uniques_view, "day", "from", "to")),
         Route("/api/counters", endpoint(views.counters_list)),
         Route("/api/counter", endpoint(views.counter_view, "name!", "precision", "last")),
         Route("/api/boards", endpoint(views.boards_list)),
