@@ -60,4 +60,16 @@ beat_schedule = {
         "schedule": crontab(minute=0),  # hourly, at :00
         "options": {"expires": 3300},
     },
+    # Daily at 23:00 in COUNTERS_TIMEZONE, achieved by running hourly and letting the task decide:
+    # each run fixes today's figure when missing, and the run in the local 23:xx hour fixes
+    # tomorrow's. Celery's crontab matches hours in the app's ``timezone`` (UTC here), and
+    # ``crontab(nowfun=...)`` only changes what "now" is, not that frame, so a crontab for 23:00
+    # would drift by the zone's offset and by DST; hourly runs hit local 23:xx exactly once a day
+    # in every zone (half-hour offsets included), and a missed run is caught up by the next one
+    # (or by the day's first counted visit, which fixes a missing figure the same way).
+    "precompute-expected": {
+        "task": "counters_tasks.precompute_expected",
+        "schedule": crontab(minute=0),  # hourly; the task fixes tomorrow's figure at local 23:xx
+        "options": {"expires": 3300},
+    },
 }

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from datetime import date
 from urllib.parse import quote
 
 from .settings import get_settings
@@ -23,6 +24,7 @@ def prefix() -> str:
     return get_settings().key_prefix
 
 
+@functools.lru_cache(maxsize=8192)
 def escape(text: str) -> str:
     """Percent-escape a user string for use inside a key (braces, spaces, ``*``... never raw)."""
     return quote(text, safe="/:@!$&'()+,;=-._~")
@@ -32,6 +34,7 @@ def digest(kind: str, text: str, size: int = 8) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=size, person=kind.encode()[:16]).digest()
 
 
+@functools.lru_cache(maxsize=8192)
 def tag(kind: str, text: str) -> str:
     """The hash tag (without braces) for one user string of one kind: 16 hex digits."""
     return digest(kind, text).hex()
@@ -158,3 +161,104 @@ def board_registry_shard_of(name: str) -> int:
 def board_registry(shard: int) -> str:
     """ZSET of board names (score 0), one of BOARD_REGISTRY_SHARDS: what the rotation job walks."""
     return f"{prefix()}boards:{{b{shard}}}"
+
+
+# --- site PV/UV (seed 001) ------------------------------------------------------------------
+# Three slots per visit: the site's day (tag of the day), the visitor's all-time shard (tag of
+# the shard number) and the path (tag of the path: all-time and per-day keys of that path).
+# Visitor ids are HMACs of the IP (``sitestats.visitor_id``), never raw IPs.
+
+SITE_SHARDS = 16
+"""Site-wide all-time PV/UV is split over this many shards by visitor id (each its own slot)."""
+
+
+def _uv_kind(mode: str) -> str:
+    return "hll" if mode == "hll" else "vis"
+
+
+def site_day_tag(day: date) -> str:
+    return tag("site-day", day.isoformat())
+
+
+def site_day_totals(day: date, tag_: str | None = None) -> str:
+    """HASH pv, uv of the whole site on one local day (kept COUNTERS_DAY_TOTALS_DAYS)."""
+    return f"{prefix()}site:{{{tag_ or site_day_tag(day)}}}:day:{day.isoformat()}"
+
+
+def site_day_visitors(day: date, mode: str, tag_: str | None = None) -> str:
+    """SET of visitor ids (or HLL in ``hll`` mode) of one day (kept COUNTERS_DAY_GRACE_DAYS)."""
+    return f"{prefix()}site:{{{tag_ or site_day_tag(day)}}}:{_uv_kind(mode)}:{day.isoformat()}"
+
+
+def site_shard_of(visitor: str) -> int:
+    return int(visitor) % SITE_SHARDS
+
+
+def site_shard_tag(shard: int) -> str:
+    return tag("site-all", str(shard))
+
+
+def site_all_totals(shard: int) -> str:
+    """HASH pv, uv of one shard of the site's all-time totals (sum over shards = the site's)."""
+    return f"{prefix()}site:{{{site_shard_tag(shard)}}}:all:{shard}"
+
+
+def site_all_visitors(shard: int, mode: str) -> str:
+    """SET (or HLL) of every visitor id ever seen whose id falls in this shard; never expires."""
+    return f"{prefix()}site:{{{site_shard_tag(shard)}}}:{_uv_kind(mode)}:all:{shard}"
+
+
+def site_seen(tag_: str, message_id: str) -> str:
+    """STRING marker: this message was already applied in this site slot (dedupe, with a TTL)."""
+    return f"{prefix()}site:{{{tag_}}}:seen:{escape(message_id)}"
+
+
+def path_tag(path: str) -> str:
+    return tag("path", path)
+
+
+def path_totals(path: str, day: date | None = None, tag_: str | None = None) -> str:
+    """HASH pv, uv of one path, all time (``day`` None, kept forever) or on one day."""
+    t = tag_ or path_tag(path)
+    when = "all" if day is None else f"day:{day.isoformat()}"
+    return f"{prefix()}path:{{{t}}}:{when}:{escape(path)}"
+
+
+def path_visitors(path: str, day: date | None, mode: str, tag_: str | None = None) -> str:
+    """SET (or HLL) of visitor ids of one path, all time or on one day."""
+    t = tag_ or path_tag(path)
+    when = "all" if day is None else f"day:{day.isoformat()}"
+    return f"{prefix()}path:{{{t}}}:{_uv_kind(mode)}:{when}:{escape(path)}"
+
+
+def path_seen(path: str, message_id: str, tag_: str | None = None) -> str:
+    """STRING marker: this message was already applied to this path (dedupe, with a TTL)."""
+    return f"{prefix()}path:{{{tag_ or path_tag(path)}}}:seen:{escape(message_id)}"
+
+
+# --- daily unique visitors (seed 002) -------------------------------------------------------
+# One slot per day (tag of the day): the count, the expected figure and every shard of that day,
+# so SADD and INCR run in one Lua call.
+
+def uniques_tag(day: date) -> str:
+    return tag("uniques", day.isoformat())
+
+
+def uniques_count(day: date, tag_: str | None = None) -> str:
+    """STRING: exact number of distinct session ids seen on ``day``."""
+    return f"{prefix()}uniq:{{{tag_ or uniques_tag(day)}}}:count:{day.isoformat()}"
+
+
+def uniques_expected(day: date, tag_: str | None = None) -> str:
+    """STRING: the day's expected-uniques figure, fixed once (first writer wins)."""
+    return f"{prefix()}uniq:{{{tag_ or uniques_tag(day)}}}:expected:{day.isoformat()}"
+
+
+def uniques_shard(day: date, shard: int, tag_: str | None = None) -> str:
+    """SET of integer ids (an intset while it holds at most 512)."""
+    return f"{prefix()}uniq:{{{tag_ or uniques_tag(day)}}}:shard:{day.isoformat()}:{shard}"
+
+
+def uniques_seen(day: date, message_id: str, tag_: str | None = None) -> str:
+    """STRING marker: this message was already applied to this day's uniques (dedupe, TTL)."""
+    return f"{prefix()}uniq:{{{tag_ or uniques_tag(day)}}}:seen:{escape(message_id)}"

@@ -27,6 +27,11 @@ class Settings:
     socket_timeout: float
     dedupe_ttl: int
     cleaner_batch: int
+    # site PV/UV and daily uniques (seeds 001, 002): retention in days after a day ends
+    day_grace_days: int = 2
+    day_totals_days: int = 400
+    uniques_shard_days: int = 7
+    uniques_count_days: int = 400
 
     @property
     def zone(self) -> ZoneInfo:
@@ -90,6 +95,10 @@ def load_settings(env: dict | None = None) -> Settings:
         socket_timeout=socket_timeout,
         dedupe_ttl=_int(env, "COUNTERS_DEDUPE_TTL", 6 * 3600, minimum=60),
         cleaner_batch=_int(env, "COUNTERS_CLEANER_BATCH", 200),
+        day_grace_days=_int(env, "COUNTERS_DAY_GRACE_DAYS", 2, minimum=0),
+        day_totals_days=_int(env, "COUNTERS_DAY_TOTALS_DAYS", 400),
+        uniques_shard_days=_int(env, "COUNTERS_UNIQUES_SHARD_DAYS", 7),
+        uniques_count_days=_int(env, "COUNTERS_UNIQUES_COUNT_DAYS", 400),
     )
 
 

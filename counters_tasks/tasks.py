@@ -12,7 +12,7 @@ from typing import Any
 from celery import Task
 from redis.exceptions import BusyLoadingError, ConnectionError, TimeoutError
 
-from . import counters, ranking
+from . import counters, ranking, uniques, visits
 from .app import app
 from .errors import InvalidInput
 from .maintenance import run_exclusive
@@ -71,3 +71,21 @@ def incr_ranking(self: CountingTask, board: str, member: str, amount: int = 1, t
 def rotate_rankings(self: MaintenanceTask) -> Any:
     conn = get_redis()
     return run_exclusive(conn, "rotate_rankings", lambda: ranking.rotate_all(conn), self.lock_seconds)
+
+
+# --- visits and daily uniques (seeds 001, 002) ----------------------------------------------
+
+@app.task(name="counters_tasks.record_visit", base=CountingTask, bind=True)
+def record_visit(self: CountingTask, ip: str, path: str, session_id: str | None = None, ts: float | None = None) -> None:
+    visits.record_visit(get_redis(), ip, path, session_id, ts, message_id=self.message_id)
+
+
+@app.task(name="counters_tasks.count_unique", base=CountingTask, bind=True)
+def count_unique(self: CountingTask, session_id: str, ts: float | None = None) -> bool:
+    return uniques.count_visit(get_redis(), session_id, ts, message_id=self.message_id)
+
+
+@app.task(name="counters_tasks.precompute_expected", base=MaintenanceTask, bind=True)
+def precompute_expected(self: MaintenanceTask) -> Any:
+    conn = get_redis()
+    return run_exclusive(conn, "precompute_expected", lambda: uniques.precompute_due(conn), self.lock_seconds)

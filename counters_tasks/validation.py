@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
 import time
+from datetime import date, datetime
 from typing import Any
 
 from .errors import InvalidInput
@@ -75,4 +77,55 @@ def check_int(value: Any, what: str, minimum: int | None = None, maximum: int | 
         raise InvalidInput(f"{what} must be >= {minimum}, got {value}")
     if maximum is not None and value > maximum:
         raise InvalidInput(f"{what} must be <= {maximum}, got {value}")
+    return value
+
+
+# --- visits: IPs, paths, session ids, days (seeds 001, 002) -----------------------------------
+
+MAX_PATH_BYTES = 512
+_HEX_ID = re.compile(r"[0-9a-fA-F]{15,}")
+
+
+def check_ip(value: Any) -> str:
+    """The canonical text of an IPv4 or IPv6 address (an IPv4-mapped IPv6 address as IPv4)."""
+    if not isinstance(value, str):
+        raise InvalidInput(f"ip must be a str, got {type(value).__name__}")
+    try:
+        address = ipaddress.ip_address(value)
+    except ValueError:
+        raise InvalidInput("ip is not an IPv4 or IPv6 address") from None
+    if isinstance(address, ipaddress.IPv6Address):
+        # the zone of a link-local address names the receiver's interface, not the visitor
+        address = address.ipv4_mapped or ipaddress.IPv6Address(int(address))
+    return str(address)
+
+
+def check_path(value: Any) -> str:
+    """A request path without query string and fragment, cut to 512 UTF-8 bytes on a character boundary."""
+    path = check_text(value, "path")
+    for mark in ("?", "#"):
+        path = path.split(mark, 1)[0]
+    if not path:
+        raise InvalidInput("path is empty once the query string and fragment are dropped")
+    encoded = path.encode("utf-8")
+    if len(encoded) > MAX_PATH_BYTES:
+        path = encoded[:MAX_PATH_BYTES].decode("utf-8", "ignore")
+    return path
+
+
+def check_session_id(value: Any) -> str:
+    """A session UUID (dashes optional, any case) or at least 15 hex digits: its hex digits."""
+    check_text(value, "session id")
+    digits = value.replace("-", "")
+    if not _HEX_ID.fullmatch(digits):
+        raise InvalidInput("session id must be a UUID or at least 15 hex digits")
+    return digits
+
+
+def check_day(value: Any, what: str = "day") -> date:
+    """A ``datetime.date`` (not a ``datetime``, whose day would depend on its own zone)."""
+    if isinstance(value, datetime) or not isinstance(value, date):
+        raise InvalidInput(f"{what} must be a datetime.date, got {type(value).__name__}")
+    if value in (date.min, date.max):
+        raise InvalidInput(f"{what} must have a day before and after it")
     return value

@@ -1,0 +1,164 @@
+"""Memory of 1,000,000 daily unique visitors: sharded intsets vs one plain SET vs one HyperLogLog.
+
+Also the all-time exact UV of ``sitestats`` (visitor ids ever seen, in 16 plain SETs), per
+visitor. Measured with Redis's own ``MEMORY USAGE`` (per key, all elements sampled) and the
+``INFO memory`` used_memory delta (which also counts the keyspace and expires dict entries).
+
+    python bench/uniques_memory.py              # starts a private redis-server
+    python bench/uniques_memory.py --url redis://127.0.0.1:6379/15 --visitors 1000000
+
+The database it uses is flushed. Target: sharded <= 12 MB per million.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import tempfile
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import redis  # noqa: E402
+
+from counters_tasks.localredis import RedisServer  # noqa: E402
+from counters_tasks.settings import reset_settings  # noqa: E402
+
+BATCH = 20_000
+
+
+def used_memory(conn: redis.Redis) -> int:
+    return int(conn.info("memory")["used_memory"])
+
+
+def usage(conn: redis.Redis, keys: list) -> int:
+    pipe = conn.pipeline(transaction=False)
+    for key in keys:
+        pipe.memory_usage(key, samples=0)
+    return sum(int(n or 0) for n in pipe.execute())
+
+
+def report(label: str, n: int, by_keys: int, by_info: int | None, nkeys: int) -> None:
+    info = "" if by_info is None else f"   INFO delta {by_info / 1e6:7.2f} MB = {by_info / n:6.2f} B/visitor"
+    print(f"{label}\n    {nkeys:>6} keys  MEMORY USAGE {by_keys / 1e6:7.2f} MB = {by_keys / n:6.2f} B/visitor{info}")
+
+
+def session_ids(n: int, seed: int = 2) -> list[str]:
+    rng = random.Random(seed)
+    return [str(uuid.UUID(int=rng.getrandbits(128), version=4)) for _ in range(n)]
+
+
+def sharded(conn: redis.Redis, numbers: list[int], yesterday: int | None) -> None:
+    """Load through the package: ``uniques.queue_ids`` in pipelines of BATCH ids."""
+    from counters_tasks import keys, uniques
+    from counters_tasks.days import today
+
+    day = today()
+    conn.flushdb()
+    if yesterday is not None:
+        conn.set(keys.uniques_count(day - timedelta(days=1)), yesterday)
+    uniques.forget_expected()
+    expected = uniques.precompute_expected(conn, day)
+    base = used_memory(conn)
+    started = time.perf_counter()
+    for start in range(0, len(numbers), BATCH):
+        pipe = conn.pipeline(transaction=False)
+        uniques.queue_ids(conn, pipe, day, numbers[start:start + BATCH], expected, None)
+        assert int(pipe.execute()[0]) >= 0
+    took = time.perf_counter() - started
+    assert uniques.unique_visitors(conn, day) == len(set(numbers))
+    shard_keys = [keys.uniques_shard(day, s) for s in range(uniques.shard_count(expected))]
+    pipe = conn.pipeline(transaction=False)
+    for key in shard_keys:
+        pipe.object("encoding", key)
+    encodings = {e.decode() if isinstance(e, bytes) else str(e) for e in pipe.execute()}
+    by_keys = usage(conn, [*shard_keys, keys.uniques_count(day), keys.uniques_expected(day)])
+    history = "no history" if yesterday is None else f"{yesterday:,} yesterday"
+    report(f"sharded intsets (figure {expected:,}: {history})", len(numbers), by_keys, used_memory(conn) - base,
+           len(shard_keys) + 2)
+    print(f"    shard encodings {sorted(encodings)}, loaded in {took:.1f} s")
+
+
+def plain_set(conn: redis.Redis, numbers: list[int]) -> None:
+    conn.flushdb()
+    base = used_memory(conn)
+    for start in range(0, len(numbers), BATCH):
+        conn.sadd("bench:plain", *numbers[start:start + BATCH])
+    report("one plain SET of the same integer ids", len(numbers), usage(conn, ["bench:plain"]),
+           used_memory(conn) - base, 1)
+
+
+def one_hll(conn: redis.Redis, numbers: list[int]) -> None:
+    conn.flushdb()
+    base = used_memory(conn)
+    for start in range(0, len(numbers), BATCH):
+        conn.pfadd("bench:hll", *numbers[start:start + BATCH])
+    estimate = conn.pfcount("bench:hll")
+    report(f"one HyperLogLog (PFCOUNT {estimate:,})", len(numbers), usage(conn, ["bench:hll"]),
+           used_memory(conn) - base, 1)
+
+
+def all_time_site(conn: redis.Redis, n: int) -> None:
+    """``sitestats``' all-time exact UV: every visitor id ever seen, in SITE_SHARDS plain SETs."""
+    from counters_tasks import keys, sitestats
+    from counters_tasks.days import today
+    from counters_tasks.redis_layer import execute_in_order
+
+    conn.flushdb()
+    day = today()
+    rng = random.Random(3)
+    base = used_memory(conn)
+    for start in range(0, n, BATCH):
+        views = [sitestats.SiteView(str(rng.getrandbits(64) - 2**63), "/", day) for _ in range(min(BATCH, n - start))]
+        execute_in_order(conn, lambda pipe, v=views: sitestats.queue_views(conn, pipe, v, None))
+    shard_sets = [keys.site_all_visitors(s, "exact") for s in range(keys.SITE_SHARDS)]
+    report("all-time exact site UV (16 plain SETs)", n, usage(conn, shard_sets), None, len(shard_sets))
+    path_set = [keys.path_visitors("/", None, "exact")]
+    report("the same visitors in one path's all-time SET", n, usage(conn, path_set), None, 1)
+    print(f"    (INFO delta of that whole load, the day's and the path's sets included: "
+          f"{(used_memory(conn) - base) / 1e6:.1f} MB; site_visit_info: {sitestats.site_visit_info(conn)})")
+
+
+def run(url: str, n: int, all_time: bool) -> None:
+    conn = redis.Redis.from_url(url)
+    print(f"redis {conn.info('server')['redis_version']}, set-max-intset-entries "
+          f"{conn.config_get('set-max-intset-entries')['set-max-intset-entries']}; {n:,} distinct visitors")
+    from counters_tasks import uniques
+
+    numbers = [uniques.session_number(s) for s in session_ids(n)]
+    started = time.perf_counter()
+    sharded(conn, numbers, None)
+    sharded(conn, numbers, n)
+    plain_set(conn, numbers)
+    one_hll(conn, numbers)
+    if all_time:
+        all_time_site(conn, n)
+    conn.flushdb()
+    print(f"done in {time.perf_counter() - started:.0f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", help="Redis to use (its database is flushed!); default: a private redis-server")
+    parser.add_argument("--visitors", type=int, default=1_000_000)
+    parser.add_argument("--no-all-time", action="store_true", help="skip the all-time site UV measurement")
+    options = parser.parse_args()
+    os.environ.setdefault("COUNTERS_SECRET", "bench-secret")
+    if options.url:
+        os.environ["COUNTERS_REDIS_URL"] = options.url
+        reset_settings()
+        run(options.url, options.visitors, not options.no_all_time)
+        return
+    with tempfile.TemporaryDirectory() as tmp, RedisServer(tmp) as server:
+        os.environ["COUNTERS_REDIS_URL"] = server.url
+        reset_settings()
+        run(server.url, options.visitors, not options.no_all_time)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""What "a day" is: a local date in ``COUNTERS_TIMEZONE``, taken from the event's own time.
+
+Site PV/UV, daily uniques and dashboards all use these helpers, so an event queued at 23:59
+and processed after midnight still counts for the day it happened, and DST days (23 or 25
+hours) end at the real local midnight.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from datetime import date, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from .errors import InvalidInput
+from .settings import get_settings
+from .validation import check_day
+
+__all__ = ["DAY", "check_day", "day_end", "day_start", "local_day", "today"]
+
+DAY = 86400
+
+
+def local_day(ts: float) -> date:
+    """The local date (``COUNTERS_TIMEZONE``) of epoch seconds ``ts``."""
+    try:
+        day = datetime.fromtimestamp(ts, get_settings().zone).date()
+    except (OverflowError, ValueError, OSError):
+        raise InvalidInput(f"time {ts!r} has no local day in {get_settings().timezone}") from None
+    if day == date.max:
+        raise InvalidInput("the last day of year 9999 has no end to count to")
+    return day
+
+
+def today() -> date:
+    """The local date now."""
+    return local_day(time.time())
+
+
+def day_start(day: date) -> int:
+    """Epoch seconds of the local midnight that starts ``day``."""
+    return _day_start(day, get_settings().timezone)
+
+
+@functools.lru_cache(maxsize=1024)
+def _day_start(day: date, timezone: str) -> int:
+    return int(datetime(day.year, day.month, day.day, tzinfo=ZoneInfo(timezone)).timestamp())
+
+
+def day_end(day: date) -> int:
+    """Epoch seconds of the local midnight that ends ``day`` (23, 24 or 25 hours after its start)."""
+    return day_start(day + timedelta(days=1))

@@ -1,0 +1,210 @@
+"""VisitRecorder: buffer visits in the app process and send them as ``record_visits`` batches.
+
+``record()`` validates, stamps ``ts`` and appends to an in-memory buffer; it never waits for the
+broker. A background thread sends a batch when the buffer holds ``max_batch`` visits or its
+oldest visit is ``max_delay`` seconds old, and on ``flush()``, ``close()`` and interpreter exit.
+Each batch gets its id once (the task id), so a batch re-sent after a broker error is applied
+once. While the broker is down, batches wait and are retried with backoff; past ``max_buffer``
+visits new ones are dropped, counted in ``stats()["dropped"]`` and logged, never silently.
+A forked child starts with an empty buffer and its own thread.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import time
+import uuid
+import weakref
+from collections import deque
+from typing import Any
+
+from .visits import prepare_visit
+
+log = logging.getLogger(__name__)
+
+TASK_NAME = "counters_tasks.record_visits"
+
+
+class VisitRecorder:
+    """Thread-safe, fork-safe batching producer of ``counters_tasks.record_visits`` messages."""
+
+    def __init__(self, app: Any = None, *, max_batch: int = 500, max_delay: float = 0.2, max_buffer: int = 100_000,
+                 queue: str = "visits", retry_initial: float = 0.5, retry_max: float = 30.0) -> None:
+        if max_batch < 1 or max_buffer < max_batch or max_delay <= 0:
+            raise ValueError("need max_batch >= 1, max_buffer >= max_batch and max_delay > 0")
+        self._app = app
+        self.max_batch = max_batch
+        self.max_delay = max_delay
+        self.max_buffer = max_buffer
+        self.queue = queue
+        self.retry_initial = retry_initial
+        self.retry_max = retry_max
+        self._init_state()
+        _live.add(self)
+
+    def _init_state(self) -> None:
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._buffer: list[dict[str, Any]] = []
+        self._oldest = 0.0
+        self._outbox: deque[tuple[str, list[dict[str, Any]]]] = deque()  # batches with their ids
+        self._in_outbox = 0
+        self._sending = 0  # visits of the batch being sent right now
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._flush_requested = False
+        self._stats = {"recorded": 0, "sent": 0, "batches": 0, "dropped": 0, "send_errors": 0}
+
+    @property
+    def app(self) -> Any:
+        if self._app is None:
+            from .app import app
+
+            self._app = app
+        return self._app
+
+    def record(self, ip: str, path: str, session_id: str | None = None, ts: float | None = None) -> None:
+        """Queue one visit (validated now: bad input raises InvalidInput here, not in a worker)."""
+        if ts is None:
+            ts = time.time()
+        prepare_visit(ip, path, session_id, ts)
+        visit: dict[str, Any] = {"ip": ip, "path": path, "ts": ts}
+        if session_id is not None:
+            visit["session_id"] = session_id
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("this VisitRecorder is closed")
+            if len(self._buffer) + self._in_outbox + self._sending >= self.max_buffer:
+                self._stats["dropped"] += 1
+                dropped = self._stats["dropped"]
+                if dropped == 1 or dropped % 10_000 == 0:
+                    log.warning("VisitRecorder buffer full (%d visits, broker unreachable?): %d visits dropped so far",
+                                self.max_buffer, dropped)
+                return
+            if not self._buffer:
+                self._oldest = time.monotonic()
+            self._buffer.append(visit)
+            self._stats["recorded"] += 1
+            if self._thread is None:
+                self._start_thread()
+            if len(self._buffer) >= self.max_batch:
+                self._wake.notify()
+
+    def flush(self, timeout: float | None = 10.0) -> bool:
+        """Send everything recorded so far; True when all of it reached the broker in time."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            if self._thread is None and (self._buffer or self._outbox):
+                self._start_thread()
+            self._flush_requested = True
+            self._wake.notify_all()
+            while self._buffer or self._outbox or self._sending:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._wake.wait(remaining if remaining is not None else 0.5)
+            return True
+
+    def close(self, timeout: float | None = 10.0) -> bool:
+        """Flush, then stop the sender thread; later ``record()`` calls raise."""
+        sent_all = self.flush(timeout)
+        with self._lock:
+            self._closed = True
+            self._wake.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+        if not sent_all:
+            with self._lock:
+                lost = len(self._buffer) + self._in_outbox + self._sending
+                self._stats["dropped"] += lost
+            log.error("VisitRecorder closed with %d visits not sent (broker unreachable)", lost)
+        return sent_all
+
+    def stats(self) -> dict[str, int]:
+        """Counts so far: recorded, sent, batches, dropped, send_errors, and pending visits."""
+        with self._lock:
+            return {**self._stats, "pending": len(self._buffer) + self._in_outbox + self._sending}
+
+    # -- the sender thread --------------------------------------------------------------------
+
+    def _start_thread(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="VisitRecorder", daemon=True)
+        self._thread.start()
+
+    def _take_batches(self) -> None:
+        """Move buffered visits into id'd batches (called with the lock held)."""
+        while self._buffer:
+            visits, self._buffer = self._buffer[:self.max_batch], self._buffer[self.max_batch:]
+            self._outbox.append((str(uuid.uuid4()), visits))
+            self._in_outbox += len(visits)
+        self._oldest = time.monotonic()
+
+    def _run(self) -> None:
+        backoff = self.retry_initial
+        while True:
+            with self._lock:
+                while True:
+                    due = self._buffer and (len(self._buffer) >= self.max_batch or self._flush_requested
+                                            or self._closed or time.monotonic() - self._oldest >= self.max_delay)
+                    if due:
+                        self._take_batches()
+                    if self._outbox:
+                        break
+                    self._flush_requested = False
+                    self._wake.notify_all()  # flush() waiters: nothing left
+                    if self._closed:
+                        return
+                    wait = self.max_delay - (time.monotonic() - self._oldest) if self._buffer else None
+                    self._wake.wait(wait)
+                batch_id, visits = self._outbox[0]
+                self._sending = len(visits)
+                self._outbox.popleft()
+                self._in_outbox -= len(visits)
+            try:
+                self.app.send_task(TASK_NAME, args=[visits], task_id=batch_id, queue=self.queue, retry=False)
+            except Exception as exc:  # broker unreachable: keep the batch (same id) and retry later
+                with self._lock:
+                    self._outbox.appendleft((batch_id, visits))
+                    self._in_outbox += len(visits)
+                    self._sending = 0
+                    self._stats["send_errors"] += 1
+                    closing = self._closed
+                log.warning("VisitRecorder: sending %d visits failed (%s); retrying in %.1fs", len(visits), exc, backoff)
+                if closing:
+                    return
+                time.sleep(backoff)
+                backoff = min(backoff * 2, self.retry_max)
+                continue
+            backoff = self.retry_initial
+            with self._lock:
+                self._sending = 0
+                self._stats["sent"] += len(visits)
+                self._stats["batches"] += 1
+                self._wake.notify_all()
+
+    def _after_fork_in_child(self) -> None:
+        self._init_state()
+
+
+_live: weakref.WeakSet[VisitRecorder] = weakref.WeakSet()
+
+
+def _reset_after_fork() -> None:
+    for recorder in list(_live):
+        recorder._after_fork_in_child()
+
+
+def _flush_at_exit() -> None:
+    for recorder in list(_live):
+        try:
+            recorder.close(timeout=5.0)
+        except Exception:  # exiting anyway: report, do not raise
+            log.exception("VisitRecorder: flush at exit failed")
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+atexit.register(_flush_at_exit)

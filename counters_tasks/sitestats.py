@@ -1,0 +1,167 @@
+"""Site PV/UV (seed 001): all-time and per-day page views and unique visitors, site and path.
+
+Unlike the seed (read counts, then decide, then pipeline), every decision is made inside Lua,
+on a set of visitor ids: a visitor is new to a set exactly when SADD says so, whatever the
+interleaving of requests. A visit touches three slots, one script call each, in one pipeline:
+
+- the day's slot: the site's totals and visitors of that local day;
+- the visitor's shard slot: the site's all-time totals and visitors (16 shards by visitor id,
+  so no one key holds every visitor and the hot all-time key is spread);
+- the path's slot: the path's all-time and per-day totals and visitors.
+
+Each set answers "new visitor?" for its own figure only, so all four UV figures stay exact
+without any cross-slot step. The visitor id is an HMAC of the IP (raw IPs never reach Redis).
+Per-day visitor sets expire once the day can no longer receive events; totals are kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import date
+from typing import Any, NamedTuple
+
+from . import keys
+from .days import DAY, day_end, local_day
+from .errors import ConfigurationError, InvalidInput
+from .redis_layer import execute_in_order, is_cluster, run_script
+from .settings import get_settings
+from .validation import check_day, check_ip, check_message_id, check_now, check_path
+
+
+class SiteCount(NamedTuple):
+    day: date | None
+    pv: int
+    uv: int
+
+
+@dataclass(frozen=True)
+class SiteView:
+    """One validated page view: who (HMAC visitor id), what (normalized path), which local day."""
+
+    visitor: str
+    path: str
+    day: date
+
+
+normalize_ip = check_ip
+normalize_path = check_path
+
+
+def visitor_id(ip: Any) -> str:
+    """HMAC-SHA256 of the normalized IP under COUNTERS_SECRET, first 64 bits as a signed integer.
+
+    A signed 64-bit integer so small sets stay intsets; the IP cannot be recovered without the key.
+    """
+    ip = check_ip(ip)
+    secret = get_settings().secret
+    if not secret:
+        raise ConfigurationError("COUNTERS_SECRET is not set: visitor ids cannot be made")
+    mac = hmac.new(secret.encode("utf-8"), ip.encode("utf-8"), hashlib.sha256).digest()
+    return str(int.from_bytes(mac[:8], "big", signed=True))
+
+
+def visitors_expire_at(day: date) -> int:
+    """When a day's visitor sets go: its end plus COUNTERS_DAY_GRACE_DAYS (no event after that)."""
+    return day_end(day) + get_settings().day_grace_days * DAY
+
+
+def totals_expire_at(day: date) -> int:
+    """When a day's PV/UV totals go: COUNTERS_DAY_TOTALS_DAYS after its end (never before its visitors)."""
+    settings = get_settings()
+    return day_end(day) + max(settings.day_totals_days, settings.day_grace_days) * DAY
+
+
+def check_day_open(day: date) -> None:
+    """Refuse an event of a day whose visitor sets are (about to be) gone: it could not be deduplicated."""
+    if visitors_expire_at(day) <= time.time():
+        raise InvalidInput(
+            f"the visit is for {day.isoformat()}, which is closed (older than COUNTERS_DAY_GRACE_DAYS)"
+        )
+
+
+def prepare_view(ip: Any, path: Any, now: Any = None) -> SiteView:
+    """Validate one page view (raises InvalidInput; writes nothing)."""
+    clean_path = check_path(path)
+    visitor = visitor_id(check_ip(ip))
+    day = local_day(check_now(now))
+    check_day_open(day)
+    return SiteView(visitor, clean_path, day)
+
+
+def queue_views(conn: Any, pipe: Any, views: Iterable[SiteView], message_id: str | None) -> None:
+    """Queue on ``pipe`` one script call per slot (day, visitor shard, path) for ``views``."""
+    mode = get_settings().uv_mode
+    ttl = get_settings().dedupe_ttl if message_id is not None else 0
+    by_day: dict[date, list[str]] = defaultdict(list)
+    by_shard: dict[int, list[str]] = defaultdict(list)
+    by_path: dict[str, dict[date | None, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for view in views:
+        by_day[view.day].append(view.visitor)
+        by_shard[keys.site_shard_of(view.visitor)].append(view.visitor)
+        by_path[view.path][None].append(view.visitor)
+        by_path[view.path][view.day].append(view.visitor)
+
+    def call(pairs: list[tuple[str, str, int, int, list[str]]], marker: str) -> None:
+        script_keys: list[str] = []
+        args: list[Any] = [ttl, mode, len(pairs)]
+        for totals, visitors, visitors_at, totals_at, ids in pairs:
+            script_keys += [totals, visitors]
+            args += [visitors_at, totals_at, len(ids), *ids]
+        if ttl:
+            script_keys.append(marker)
+        run_script(conn, "site_visit", script_keys, args, client=pipe)
+
+    for day, ids in by_day.items():
+        tag = keys.site_day_tag(day)
+        pair = (keys.site_day_totals(day, tag), keys.site_day_visitors(day, mode, tag),
+                visitors_expire_at(day), totals_expire_at(day), ids)
+        call([pair], message_id and keys.site_seen(tag, message_id))
+    for shard, ids in by_shard.items():
+        tag = keys.site_shard_tag(shard)
+        pair = (keys.site_all_totals(shard), keys.site_all_visitors(shard, mode), 0, 0, ids)
+        call([pair], message_id and keys.site_seen(tag, message_id))
+    for path, per_day in by_path.items():
+        tag = keys.path_tag(path)
+        pairs = []
+        for day, ids in per_day.items():
+            if day is None:
+                pairs.append((keys.path_totals(path, None, tag), keys.path_visitors(path, None, mode, tag), 0, 0, ids))
+            else:
+                pairs.append((keys.path_totals(path, day, tag), keys.path_visitors(path, day, mode, tag),
+                              visitors_expire_at(day), totals_expire_at(day), ids))
+        call(pairs, message_id and keys.path_seen(path, message_id, tag))
+
+
+def record_visit(conn: Any, ip: str, path: str, now: float | None = None, *, message_id: str | None = None) -> None:
+    """One page view of ``path`` by visitor ``ip``: site and path, all-time and per-day PV/UV.
+
+    Atomic per slot, one round trip; with ``message_id`` a redelivered message changes nothing.
+    """
+    check_message_id(message_id)
+    view = prepare_view(ip, path, now)
+    execute_in_order(conn, lambda pipe: queue_views(conn, pipe, [view], message_id))
+
+
+def site_visit_info(conn: Any, day: date | None = None, path: str | None = None) -> SiteCount:
+    """PV and UV of the site (``path`` None) or a path, on a local ``day`` or all time (None)."""
+    if day is not None:
+        check_day(day)
+    if path is not None:
+        path = normalize_path(path)
+    if path is not None:
+        pairs = [conn.hmget(keys.path_totals(path, day), "pv", "uv")]
+    elif day is not None:
+        pairs = [conn.hmget(keys.site_day_totals(day), "pv", "uv")]
+    else:
+        pipe = conn.pipeline() if is_cluster(conn) else conn.pipeline(transaction=False)
+        for shard in range(keys.SITE_SHARDS):
+            pipe.hmget(keys.site_all_totals(shard), "pv", "uv")
+        pairs = pipe.execute()
+    pv = sum(int(p or 0) for p, _ in pairs)
+    uv = sum(int(u or 0) for _, u in pairs)
+    return SiteCount(day, pv, uv)

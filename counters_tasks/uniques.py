@@ -1,0 +1,182 @@
+"""Daily unique visitors (seed 002): session ids in sharded integer sets, exact daily counts.
+
+The id is the integer of a session UUID's first 15 hex digits (60 bits), so members are
+integers and each shard, kept at most 512 members, stays an intset (8 bytes a member). The
+number of shards of a day comes from its "expected uniques" figure, fixed once per day (first
+writer wins, in Lua) so a day's layout never changes. Unlike the seed, a day with fewer than
+~86 uniques the day before still gets one shard (the seed computed zero and divided by it).
+SADD and INCR of the day's count run in one Lua call.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from collections import defaultdict
+from collections.abc import Iterable
+from datetime import date, datetime, timedelta
+from typing import Any
+
+from . import keys
+from .days import DAY, day_end, local_day
+from .errors import InvalidInput
+from .redis_layer import as_str, is_cluster, run_script
+from .settings import get_settings
+from .validation import check_day, check_message_id, check_now, check_session_id
+
+SHARD_SIZE = 512
+"""Members a shard is sized for; Redis keeps a set of integers an intset up to 512 members."""
+DAILY_EXPECTED = 1_000_000
+"""The expected figure of a day with no history (no count the day before)."""
+
+_expected_cache: dict[str, int] = {}
+
+
+def session_number(session_id: Any) -> int:
+    """The integer id of a session: its first 15 hex digits (dashes ignored, any case)."""
+    return int(check_session_id(session_id)[:15], 16)
+
+
+def expected_from_count(previous: int | None) -> int:
+    """The previous day's count x 1.5 rounded up to the next power of two; 1,000,000 with no history."""
+    if not previous or previous < 1:
+        return DAILY_EXPECTED
+    target = (3 * previous + 1) // 2  # ceil(previous * 1.5), exact
+    return 1 << (target - 1).bit_length()
+
+
+def shard_count(expected: int) -> int:
+    """Shards of a day: about SHARD_SIZE / 2 members each at the expected figure, never zero."""
+    return max(1, 2 * expected // SHARD_SIZE)
+
+
+def shard_of(number: int, expected: int) -> int:
+    """The shard of an id, as the seed does (CRC32 of ``'x' + id``: ids are not dense)."""
+    return zlib.crc32(b"x%d" % number) % shard_count(expected)
+
+
+def shards_expire_at(day: date) -> int:
+    return day_end(day) + get_settings().uniques_shard_days * DAY
+
+
+def count_expire_at(day: date) -> int:
+    settings = get_settings()
+    return day_end(day) + max(settings.uniques_count_days, settings.uniques_shard_days) * DAY
+
+
+def check_day_open(day: date) -> None:
+    """Refuse an id for a day whose shards are (about to be) gone: it could not be deduplicated."""
+    if shards_expire_at(day) <= time.time():
+        raise InvalidInput(f"the visit is for {day.isoformat()}, which is closed (older than COUNTERS_UNIQUES_SHARD_DAYS)")
+
+
+def _fix_expected(conn: Any, day: date) -> int:
+    previous = conn.get(keys.uniques_count(day - timedelta(days=1)))
+    figure = expected_from_count(int(previous) if previous is not None else None)
+    fixed = int(run_script(conn, "unique_expected", [keys.uniques_expected(day)], [figure, count_expire_at(day)]))
+    _remember(day, fixed)
+    return fixed
+
+
+def _remember(day: date, figure: int) -> None:
+    if len(_expected_cache) > 64:
+        _expected_cache.clear()
+    _expected_cache[keys.uniques_expected(day)] = figure
+
+
+def precompute_expected(conn: Any, day: date) -> int:
+    """Fix (first writer wins) and return ``day``'s expected-uniques figure."""
+    return _fix_expected(conn, check_day(day))
+
+
+def expected_for(conn: Any, day: date) -> int:
+    """The day's fixed figure: from this process's memory, else Redis, else fixed now."""
+    cached = _expected_cache.get(keys.uniques_expected(day))
+    if cached is not None:
+        return cached
+    stored = conn.get(keys.uniques_expected(day))
+    if stored is not None:
+        _remember(day, int(stored))
+        return int(stored)
+    return _fix_expected(conn, day)
+
+
+def forget_expected() -> None:
+    """Drop this process's memory of fixed figures (they are re-read from Redis when needed)."""
+    _expected_cache.clear()
+
+
+def queue_ids(conn: Any, pipe: Any, day: date, numbers: Iterable[int], expected: int, message_id: str | None) -> None:
+    """Queue the one script call that adds ``numbers`` to ``day``'s shards laid out for ``expected``."""
+    tag = keys.uniques_tag(day)
+    per_shard: dict[int, list[int]] = defaultdict(list)
+    for number in numbers:
+        per_shard[shard_of(number, expected)].append(number)
+    script_keys = [keys.uniques_expected(day, tag), keys.uniques_count(day, tag)]
+    ttl = get_settings().dedupe_ttl if message_id is not None else 0
+    args: list[Any] = [ttl, expected, shards_expire_at(day), count_expire_at(day), len(per_shard)]
+    for shard, members in sorted(per_shard.items()):
+        script_keys.append(keys.uniques_shard(day, shard, tag))
+        args += [len(members), *members]
+    if ttl:
+        script_keys.append(keys.uniques_seen(day, message_id, tag))
+    run_script(conn, "unique_visit", script_keys, args, client=pipe)
+
+
+def apply_ids(conn: Any, day: date, numbers: list[int], message_id: str | None, reply: Any = None) -> int:
+    """Add ids to a day, in one script call; ``reply`` is that call's reply when already sent in a
+    pipeline. A reply saying the day's figure is not the one used (first use of the day, another
+    writer fixed it, or data flushed) makes it re-read or fix the figure and send again.
+    Returns the number of new ids.
+    """
+    for _ in range(3):
+        if reply is None:
+            pipe = conn.pipeline() if is_cluster(conn) else conn.pipeline(transaction=False)
+            queue_ids(conn, pipe, day, numbers, expected_for(conn, day), message_id)
+            reply = pipe.execute()[0]
+        result = int(reply)
+        if result == -2:
+            raise InvalidInput(f"the visit is for {day.isoformat()}, which is closed")
+        if result != -1:
+            return result
+        _expected_cache.pop(keys.uniques_expected(day), None)
+        reply = None
+    raise RuntimeError(f"the expected figure of {day.isoformat()} keeps changing")  # pragma: no cover
+
+
+def prepare_id(session_id: Any, now: Any = None) -> tuple[date, int]:
+    """Validate one sighting (raises InvalidInput; writes nothing): its local day and integer id."""
+    number = session_number(session_id)
+    day = local_day(check_now(now))
+    check_day_open(day)
+    return day, number
+
+
+def count_visit(conn: Any, session_id: str, now: float | None = None, *, message_id: str | None = None) -> bool:
+    """Mark the session as seen on ``now``'s local day; True when it is new for that day.
+
+    With ``message_id``, a second call with the same id (a redelivered task) changes nothing.
+    """
+    check_message_id(message_id)
+    day, number = prepare_id(session_id, now)
+    return apply_ids(conn, day, [number], message_id) > 0
+
+
+def unique_visitors(conn: Any, day: date) -> int:
+    """Exact number of distinct session ids seen on ``day``."""
+    value = conn.get(keys.uniques_count(check_day(day)))
+    return int(as_str(value)) if value is not None else 0
+
+
+def precompute_due(conn: Any, now: float | None = None) -> dict[str, int]:
+    """The beat job (hourly): fix today's figure when missing, and tomorrow's from local 23:00 on.
+
+    Returns the figures fixed (or found), by ISO day.
+    """
+    now = check_now(now)
+    today = local_day(now)
+    done = {today.isoformat(): precompute_expected(conn, today)}
+    if datetime.fromtimestamp(now, get_settings().zone).hour >= 23:
+        tomorrow = today + timedelta(days=1)
+        done[tomorrow.isoformat()] = precompute_expected(conn, tomorrow)
+    return done

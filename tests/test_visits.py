@@ -1,0 +1,167 @@
+"""visits.record_visit (the composition) and the Celery tasks of seeds 001 and 002, eagerly."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+import redis
+
+from counters_tasks import counters, days, keys, maintenance, sitestats, uniques, visits
+from counters_tasks.counters import PRECISIONS
+from counters_tasks.errors import InvalidInput
+from counters_tasks.sitestats import SiteCount
+from tests.conftest import dump_all, is_cluster_run
+
+
+@pytest.fixture(autouse=True)
+def _fresh_figures():
+    uniques.forget_expected()
+    yield
+    uniques.forget_expected()
+
+
+def test_record_visit_counts_everything(conn):
+    now = time.time()
+    today = days.local_day(now)
+    session = str(uuid.uuid4())
+    visits.record_visit(conn, "192.0.2.1", "/a?x=1", session, now)
+    visits.record_visit(conn, "192.0.2.2", "/a", None, now)
+    visits.record_visit(conn, "192.0.2.1", "/b#f", session, now)
+    assert sitestats.site_visit_info(conn, today) == SiteCount(today, 3, 2)
+    assert sitestats.site_visit_info(conn, today, "/a") == SiteCount(today, 2, 2)
+    assert uniques.unique_visitors(conn, today) == 1
+    assert counters.known_counters(conn) == ["hits", "hits:/a", "hits:/b"]
+    for precision in PRECISIONS:
+        start = counters.bucket_start(now, precision)
+        assert counters.get_counter(conn, "hits", precision, now) == [(start, 3)]
+        assert counters.get_counter(conn, "hits:/a", precision, now) == [(start, 2)]
+
+
+@pytest.mark.skipif(is_cluster_run(), reason="one server: a cluster sends one pipeline per node and stage")
+def test_record_visit_is_one_round_trip(raw_conn, monkeypatch):
+    """After the day's figure is known and the counters are registered: one pipeline, no other
+    command (no SCRIPT EXISTS)."""
+    now = time.time()
+    visits.record_visit(raw_conn, "192.0.2.1", "/warm", str(uuid.uuid4()), now)
+    calls = []
+    for cls, name in ((redis.Redis, "execute_command"), (redis.client.Pipeline, "execute"),
+                      (redis.client.Pipeline, "immediate_execute_command")):
+        real = getattr(cls, name)
+
+        def spy(self, *args, _real=real, _name=name, **kwargs):
+            calls.append(_name)
+            return _real(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, name, spy)
+    visits.record_visit(raw_conn, "192.0.2.2", "/warm", str(uuid.uuid4()), now)
+    assert calls == ["execute"]
+
+
+def test_scripts_missing_on_the_server_are_sent_again_once(raw_conn):
+    """After SCRIPT FLUSH (or a restart) the NOSCRIPT calls are re-sent; nothing counts twice."""
+    now = time.time()
+    today = days.local_day(now)
+    visits.record_visit(raw_conn, "192.0.2.1", "/s", str(uuid.uuid4()), now)
+    raw_conn.script_flush()
+    visits.record_visit(raw_conn, "192.0.2.2", "/s", str(uuid.uuid4()), now)
+    assert sitestats.site_visit_info(raw_conn, today, "/s") == SiteCount(today, 2, 2)
+    assert uniques.unique_visitors(raw_conn, today) == 2
+    assert counters.get_counter(raw_conn, "hits", 86400, now) == [(counters.bucket_start(now, 86400), 2)]
+
+
+BAD = [
+    {"ip": "300.1.1.1"}, {"ip": None}, {"path": ""}, {"path": 7}, {"path": "?q=1"},
+    {"session_id": "nope"}, {"session_id": 5}, {"session_id": ""}, {"ts": -1}, {"ts": "soon"},
+    {"ts": float("nan")}, {"ts": time.time() - 10 * 86400}, {"ts": 253402300799},
+]
+
+
+@pytest.mark.parametrize("kwargs", BAD)
+def test_bad_visit_refused_before_any_write(raw_conn, kwargs):
+    visits.record_visit(raw_conn, "192.0.2.1", "/seed", str(uuid.uuid4()))
+    before = dump_all(raw_conn)
+    args = {"ip": "192.0.2.5", "path": "/ok", "session_id": str(uuid.uuid4()), "ts": time.time()} | kwargs
+    with pytest.raises(InvalidInput):
+        visits.record_visit(raw_conn, args["ip"], args["path"], args["session_id"], args["ts"])
+    assert dump_all(raw_conn) == before
+
+
+# --- Celery tasks, eager ----------------------------------------------------------------------
+
+def test_record_visit_task_applies_once_per_message(eager_app, raw_conn):
+    from counters_tasks.tasks import record_visit
+
+    now = time.time()
+    today = days.local_day(now)
+    session = str(uuid.uuid4())
+    for _ in range(2):
+        record_visit.apply(args=("192.0.2.1", "/t?x", session, now), task_id="x")
+    assert sitestats.site_visit_info(raw_conn, today, "/t") == SiteCount(today, 1, 1)
+    assert uniques.unique_visitors(raw_conn, today) == 1
+    assert counters.get_counter(raw_conn, "hits:/t", 60, now) == [(counters.bucket_start(now, 60), 1)]
+    record_visit.apply(kwargs={"ip": "192.0.2.1", "path": "/t", "ts": now}, task_id="y")
+    assert sitestats.site_visit_info(raw_conn, today, "/t") == SiteCount(today, 2, 1)
+    assert counters.get_counter(raw_conn, "hits", 60, now) == [(counters.bucket_start(now, 60), 2)]
+
+
+def test_count_unique_task_applies_once_per_message(eager_app, raw_conn):
+    from counters_tasks.tasks import count_unique
+
+    now = time.time()
+    today = days.local_day(now)
+    assert count_unique.apply(args=(str(uuid.uuid4()), now), task_id="x").get() is True
+    # the same message delivered again (even if its body differed) is not applied
+    assert count_unique.apply(args=(str(uuid.uuid4()), now), task_id="x").get() is False
+    assert uniques.unique_visitors(raw_conn, today) == 1
+    count_unique.apply(args=(str(uuid.uuid4()),), task_id="z")  # ts None: now
+    assert uniques.unique_visitors(raw_conn, today) in (1, 2)  # 2 unless midnight passed meanwhile
+    assert uniques.unique_visitors(raw_conn, days.local_day(time.time())) >= 1
+
+
+@pytest.mark.parametrize("task_name, args", [
+    ("record_visit", ("not-an-ip", "/")), ("record_visit", ("192.0.2.1", "")),
+    ("record_visit", ("192.0.2.1", "/", "bad-session")), ("record_visit", ("192.0.2.1", "/", None, "ts")),
+    ("count_unique", ("bad",)), ("count_unique", (str(uuid.uuid4()), -3)),
+])
+def test_tasks_refuse_bad_input_without_writing(eager_app, raw_conn, task_name, args):
+    from counters_tasks import tasks
+
+    tasks.record_visit.apply(args=("192.0.2.1", "/seed", str(uuid.uuid4())), task_id="seed")
+    before = dump_all(raw_conn)
+    with pytest.raises(InvalidInput):
+        getattr(tasks, task_name).apply(args=args, task_id="bad")
+    assert dump_all(raw_conn) == before
+
+
+def test_precompute_expected_task(eager_app, raw_conn):
+    from counters_tasks.tasks import precompute_expected
+
+    today = days.local_day(time.time())
+    result = precompute_expected.apply().get()
+    assert result[today.isoformat()] == 1_000_000
+    assert raw_conn.get(keys.uniques_expected(today)) == b"1000000"
+    assert maintenance.job_status(raw_conn, "precompute_expected")["last_result"]
+
+
+def test_precompute_expected_is_skipped_while_another_run_holds_the_lock(eager_app, raw_conn):
+    from counters_tasks.tasks import precompute_expected
+
+    lock = raw_conn.lock(keys.lock("precompute_expected"), timeout=30)
+    assert lock.acquire(blocking=False)
+    try:
+        assert precompute_expected.apply().get() == maintenance.SKIPPED
+    finally:
+        lock.release()
+    assert not raw_conn.exists(keys.uniques_expected(days.local_day(time.time())))
+
+
+def test_beat_entry_and_route(eager_app):
+    entry = eager_app.conf.beat_schedule["precompute-expected"]
+    assert entry["task"] == "counters_tasks.precompute_expected"
+    assert 0 < entry["options"]["expires"] < 3600  # before the next hourly run
+    assert entry["schedule"].hour == set(range(24)) and entry["schedule"].minute == {0}
+    assert eager_app.conf.task_routes["counters_tasks.precompute_expected"] == {"queue": "maintenance"}
+    assert {"counters_tasks.record_visit", "counters_tasks.count_unique",
+            "counters_tasks.precompute_expected"} <= set(eager_app.tasks)
