@@ -14,10 +14,8 @@ from . import counters, ranking
 from .counters import SAMPLE_COUNT, bucket_start
 from .errors import InvalidInput
 from .settings import get_settings
-from .validation import check_int, check_text
+from .validation import MAX_RANGE_DAYS, check_int, check_text
 
-MAX_RANGE_DAYS = 400
-"""Longest date range a view accepts (the per-day totals are kept about this long)."""
 MAX_LIMIT = 1000
 
 
