@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from datetime import timedelta
 
 import pytest
 
-from counters_tasks import counters, ranking
+from counters_tasks import counters, ranking, sitestats, uniques
 from counters_tasks.counters import bucket_start
+from counters_tasks.days import local_day
 from counters_tasks.localredis import free_port
 from tests import demo_data
 from tests.conftest import wait_for
@@ -35,7 +37,33 @@ def test_counter_json_equals_the_api_and_text_has_a_chart(raw_conn, redis_url):
     assert text.returncode == 0 and "hits" in text.stdout
     assert any(ch in text.stdout for ch in "▁▂▃▄▅▆▇█")  # the sparkline
     listing = run_cli(redis_url, "counters", "--json")
-    assert json.loads(listing.stdout)["counters"] == ["hits", "signups"]
+    assert {"hits", "hits:/pricing", "signups"} <= set(json.loads(listing.stdout)["counters"])
+
+
+def test_stats_top_pages_and_uniques_json_equal_the_api(raw_conn, redis_url):
+    now = demo_data.seed(raw_conn)
+    today = local_day(now)
+    yesterday = today - timedelta(days=1)
+    for args, first in ((["--day", "today"], today), (["--from", "yesterday", "--to", "today"], yesterday),
+                        (["--from", yesterday.isoformat()], yesterday)):
+        data = json.loads(run_cli(redis_url, "stats", *args, "--json").stdout)
+        expected = sitestats.site_visit_range(raw_conn, first, today)
+        assert (data["from"], data["to"], data["pv"], data["uv"]) == (first.isoformat(), today.isoformat(), expected.pv, expected.uv)
+        assert data["days"] == [{"day": d.day.isoformat(), "pv": d.pv, "uv": d.uv} for d in expected.days]
+        assert data["uv_approximate"] is (first != today) and expected.pv > 0
+    data = json.loads(run_cli(redis_url, "stats", "--from", "yesterday", "--path", "/pricing?x=1", "--json").stdout)
+    assert data["path"] == "/pricing" and data["pv"] == sitestats.site_visit_range(raw_conn, yesterday, today, "/pricing").pv
+    pages = json.loads(run_cli(redis_url, "top-pages", "--from", "yesterday", "--limit", "3", "--json").stdout)
+    assert [tuple(p) for p in pages["pages"]] == sitestats.top_pages(raw_conn, yesterday, today, 3)
+    assert len(pages["pages"]) == 3
+    got = json.loads(run_cli(redis_url, "uniques", "--from", "yesterday", "--to", "today", "--json").stdout)
+    expected_uniques = uniques.unique_visitors_range(raw_conn, yesterday, today)
+    assert got["visitors"] == expected_uniques.visitors > 0 and got["missing_days"] == []
+    assert got["days"] == [{"day": d.isoformat(), "visitors": n} for d, n in expected_uniques.days]
+    text = run_cli(redis_url, "stats", "--from", "yesterday")
+    assert text.returncode == 0 and f"PV {expected.pv}" in text.stdout
+    assert "/pricing" in run_cli(redis_url, "top-pages", "--from", "yesterday").stdout
+    assert str(expected_uniques.visitors) in run_cli(redis_url, "uniques", "--from", "yesterday").stdout
 
 
 def test_top_json_equals_the_ranking(raw_conn, redis_url):
@@ -58,6 +86,13 @@ def test_top_json_equals_the_ranking(raw_conn, redis_url):
     ["top", "posts", "--limit", "0"],
     ["no-such-command"],
     ["health", "--bogus"],
+    ["stats", "--day", "2026-13-01"],
+    ["stats", "--day", "today", "--from", "yesterday"],
+    ["stats", "--from", "today", "--to", "yesterday"],
+    ["stats", "--from", "2020-01-01", "--to", "2024-01-01"],  # more than 400 days
+    ["stats", "--path", ""],
+    ["top-pages", "--limit", "0"],
+    ["uniques", "--day", "someday"],
 ])
 def test_usage_errors_exit_2(raw_conn, redis_url, args):
     demo_data.seed(raw_conn)

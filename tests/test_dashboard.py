@@ -9,11 +9,13 @@ import shutil
 import subprocess
 import sys
 import urllib.request
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from counters_tasks import counters
+from counters_tasks.days import local_day
 from counters_tasks.localredis import free_port
 from tests import demo_data
 from tests.browser import Browser, ensure_chromium
@@ -77,15 +79,26 @@ def dom_numbers(browser: Browser) -> dict:
             .map(r => Number(r.dataset.value)),
         board: [...document.querySelectorAll('#board-table tr')]
             .map(tr => [tr.children[1].textContent, Number(tr.children[2].textContent)]),
+        pv: document.getElementById('pv-total').textContent,
+        uv: document.getElementById('uv-total').textContent,
+        pvBars: [...document.querySelectorAll('#visitors-chart rect[data-series="PV"]')].map(r => Number(r.dataset.value)),
+        uvDots: [...document.querySelectorAll('#visitors-chart circle[data-series="UV"]')].map(c => Number(c.dataset.value)),
+        pages: [...document.querySelectorAll('#pages-table tr')]
+            .map(tr => [tr.children[1].textContent, Number(tr.children[2].textContent)]),
+        uniques: document.getElementById('uniques-total').textContent,
+        uniqueBars: [...document.querySelectorAll('#uniques-chart rect[data-series]')].map(r => Number(r.dataset.value)),
         health: Object.fromEntries([...document.querySelectorAll('#health [data-check]')]
             .map(b => [b.dataset.check, b.dataset.ok === '1'])),
     }))()""")
 
 
 def test_dashboard_in_chromium_shows_the_apis_numbers_and_updates_live(raw_conn, server, browser, tmp_path):
-    demo_data.seed(raw_conn)
-    browser.navigate(f"{server}/?counter=hits&precision=60&board=posts&refresh=300")
-    for section in ("counter", "rankings", "health-panel"):
+    now = demo_data.seed(raw_conn)
+    today = local_day(now)
+    first = today - timedelta(days=2)
+    span = f"from={first.isoformat()}&to={today.isoformat()}"
+    browser.navigate(f"{server}/?counter=hits&precision=60&board=posts&refresh=300&{span}")
+    for section in ("visitors", "pages", "uniques", "counter", "rankings", "health-panel"):
         browser.wait_for(f"Number(document.getElementById('{section}').dataset.loaded) >= 1", what=f"{section} to load")
 
     def page_matches_api() -> dict | None:
@@ -98,19 +111,29 @@ def test_dashboard_in_chromium_shows_the_apis_numbers_and_updates_live(raw_conn,
     assert api["total"] > 0 and len(shown["counterBars"]) == counters.SAMPLE_COUNT
     board = get_json(f"{server}/api/top?board=posts&limit=10")
     assert shown["board"] == board["top"] and len(board["top"]) == len(demo_data.POSTS)
+    stats = get_json(f"{server}/api/stats?{span}")
+    assert (shown["pv"], shown["uv"]) == (str(stats["pv"]), str(stats["uv"])) and stats["pv"] > 0
+    assert shown["pvBars"] == [d["pv"] for d in stats["days"]] and len(shown["pvBars"]) == 3
+    assert shown["uvDots"] == [d["uv"] for d in stats["days"]]
+    pages = get_json(f"{server}/api/top-pages?{span}&limit=10")
+    assert shown["pages"] == pages["pages"] and len(pages["pages"]) == len(demo_data.PATHS)
+    daily = get_json(f"{server}/api/uniques?{span}")
+    assert shown["uniques"] == str(daily["visitors"]) and daily["visitors"] > 0
+    assert shown["uniqueBars"] == [d["visitors"] for d in daily["days"]]
     health = get_json(f"{server}/api/health")
     assert shown["health"] == {part: health[part]["ok"] for part in ("redis", "workers", "beat", "queues")}
     assert shown["health"]["redis"] is True and shown["health"]["workers"] is False  # no worker in this test
+
+    shot = browser.screenshot(tmp_path / "dashboard.png")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+    if os.environ.get("COUNTERS_UPDATE_DOCS") == "1":
+        shutil.copy(shot, DOCS / "dashboard.png")
 
     # live: a new count appears without reloading the page
     counters.update_counter(raw_conn, "hits", 1000)
     _api, after = wait_for(page_matches_api, timeout=20, what="the live update")
     assert int(after["counterTotal"]) == api["total"] + 1000
 
-    shot = browser.screenshot(tmp_path / "dashboard.png")
-    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
-    if os.environ.get("COUNTERS_UPDATE_DOCS") == "1":
-        shutil.copy(shot, DOCS / "dashboard.png")
 
 
 def test_dashboard_page_needs_no_internet(server):

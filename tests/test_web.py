@@ -31,6 +31,11 @@ def test_endpoints_answer_what_the_views_answer(client, conn):
     got = client.get("/api/counter?name=hits&precision=300&last=10").json()
     assert got == views.counter_view(conn, "hits", 300, 10, now=got["now"])
     assert client.get("/api/health").json() == {"ok": True}
+    assert client.get("/api/stats?from=yesterday&to=today").json() == views.stats_view(conn, None, "yesterday", "today")
+    assert client.get("/api/stats?day=today&path=/blog").json() == views.stats_view(conn, "today", path="/blog")
+    assert client.get("/api/top-pages?from=yesterday&limit=3").json() == views.top_pages_view(conn, "yesterday", None, 3)
+    assert client.get("/api/uniques?from=yesterday").json() == views.uniques_view(conn, None, "yesterday")
+    assert client.get("/api/uniques").json()["visitors"] > 0  # default: today
     page = client.get("/")
     assert page.status_code == 200 and "static/chart.js" in page.text
 
@@ -38,6 +43,8 @@ def test_endpoints_answer_what_the_views_answer(client, conn):
 @pytest.mark.parametrize("url", [
     "/api/counter?precision=60", "/api/counter?name=hits&precision=61", "/api/counter?name=hits&last=abc",
     "/api/top?board=nope", "/api/top?board=posts&limit=-1", "/api/top",
+    "/api/stats?day=2026-02-30", "/api/stats?from=today&to=yesterday", "/api/stats?day=today&to=today",
+    "/api/top-pages?limit=x", "/api/uniques?from=2000-01-01",
 ])
 def test_bad_queries_are_400_with_a_reason(client, url):
     response = client.get(url)
