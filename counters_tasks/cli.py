@@ -407,9 +407,17 @@ def serve_command(host: str, port: int) -> None:
     """The read-only web dashboard (basic auth when COUNTERS_DASHBOARD_AUTH=user:password)."""
     import uvicorn
 
-    from .web import create_app
+    from .errors import ConfigurationError
+    from .web import create_app, dashboard_auth
 
-    uvicorn.run(create_app(), host=host, port=port, log_level="info")
+    try:
+        auth = dashboard_auth()
+    except ConfigurationError as exc:
+        raise Failed(str(exc)) from None
+    if not auth and host not in ("127.0.0.1", "localhost", "::1"):
+        click.echo(f"warning: serving on {host} without COUNTERS_DASHBOARD_AUTH: anyone who can reach it can read it",
+                   err=True)
+    uvicorn.run(create_app(auth=auth), host=host, port=port, log_level="info")
 
 
 def main(argv: list[str] | None = None) -> int:

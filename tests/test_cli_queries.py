@@ -118,6 +118,13 @@ def test_help_and_version_exit_0(redis_url):
         assert command in result.stdout
     assert "Exit codes" in result.stdout
     assert run_cli(redis_url, "--version").stdout.strip().endswith("0.1.0")
+    serve_help = run_cli(redis_url, "serve", "--help").stdout
+    assert "default: 127.0.0.1" in " ".join(serve_help.split())
+
+
+def test_serve_refuses_a_malformed_auth_setting(redis_url):
+    result = run_cli(redis_url, "serve", "--port", str(free_port()), COUNTERS_DASHBOARD_AUTH="no-colon")
+    assert result.returncode == 1 and "COUNTERS_DASHBOARD_AUTH" in result.stderr
 
 
 def test_health_without_workers_is_unhealthy_then_healthy_with_worker_and_beat(raw_conn, redis_url, tmp_path):
