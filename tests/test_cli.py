@@ -75,3 +75,14 @@ def test_make_run_starts_the_stack_and_stops_it_on_ctrl_c(tmp_path):
     except redis.ConnectionError:
         still_up = False
     assert not still_up, "the private redis-server must be stopped"
+
+
+def test_make_screenshots_writes_both_images(tmp_path):
+    """README's ``make screenshots`` (it runs tests/test_dashboard.py and tests/test_readme_cli.py),
+    with its images sent to a temp folder instead of docs/."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COUNTERS_UPDATE_DOCS", "PYTEST_ADDOPTS")}
+    env["COUNTERS_DOCS_DIR"] = str(tmp_path)
+    result = subprocess.run(["make", "screenshots"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert (tmp_path / "dashboard.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "cli-session.svg").read_text().startswith("<svg")

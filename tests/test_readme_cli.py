@@ -1,7 +1,8 @@
 """Every ``counters-tasks`` command in README.md's "CLI and dashboard" section is run here, the
 way the README shows it (through ``python -m counters_tasks.cli``, what the console script
 calls), over demo data. The session is also rendered to an SVG "screenshot"; with
-``COUNTERS_UPDATE_DOCS=1`` (``make screenshots``) it replaces ``docs/cli-session.svg``."""
+``COUNTERS_UPDATE_DOCS=1`` (``make screenshots``) it replaces ``docs/cli-session.svg`` (or
+writes into ``COUNTERS_DOCS_DIR``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 from counters_tasks.localredis import free_port
 from tests import demo_data
@@ -96,4 +98,5 @@ def test_every_readme_command_runs(raw_conn, redis_url, tmp_path):
     text = svg.read_text()
     assert text.startswith("<svg") and "counters-tasks" in text and "posts" in text
     if os.environ.get("COUNTERS_UPDATE_DOCS") == "1":
-        shutil.copy(svg, REPO / "docs" / "cli-session.svg")
+        shutil.copy(svg, Path(os.environ.get("COUNTERS_DOCS_DIR") or REPO / "docs") / "cli-session.svg")
+
