@@ -144,3 +144,30 @@ def test_bad_ranges_raise_before_anything(conn, call):
     with pytest.raises(InvalidInput):
         call(conn, local_day(time.time()))
     assert dump_all(conn) == before
+
+
+def test_range_keys_expire_with_the_days_totals_and_dedupe_holds(conn):
+    now = time.time()
+    day = local_day(now)
+    sitestats.record_visit(conn, "198.51.100.7", "/x?q=1", now=now, message_id="m-1")
+    sitestats.record_visit(conn, "198.51.100.7", "/x", now=now, message_id="m-1")  # redelivered: no effect
+    totals_at = conn.expiretime(keys.site_day_totals(day))
+    assert totals_at == sitestats.totals_expire_at(day)
+    for key in (keys.site_day_range_hll(day), keys.site_day_pages(day), keys.path_range_hll("/x", day)):
+        assert conn.expiretime(key) == totals_at, key
+    assert sitestats.top_pages(conn, day, day) == [("/x", 1)]
+    assert sitestats.site_visit_range(conn, day - timedelta(days=1), day, "/x").uv == 1
+
+
+def test_hll_mode_marks_even_one_day_approximate(conn, monkeypatch):
+    from counters_tasks.settings import reset_settings
+
+    monkeypatch.setenv("COUNTERS_UV_MODE", "hll")
+    reset_settings()
+    now = time.time()
+    for i in range(30):
+        sitestats.record_visit(conn, f"203.0.113.{i}", "/", now=now)
+    day = local_day(now)
+    one = sitestats.site_visit_range(conn, day, day)
+    assert one.uv_approximate and one.uv == 30 and one.pv == 30
+    assert sitestats.site_visit_range(conn, day - timedelta(days=1), day).uv == 30
