@@ -75,6 +75,11 @@ def days_of(first: date, last: date) -> list[date]:
     return [first + timedelta(days=i) for i in range((last - first).days + 1)]
 
 
+def config_view(_conn: Any = None) -> dict[str, Any]:
+    """What the dashboard needs to pick default dates: today in ``COUNTERS_TIMEZONE``, and the zone."""
+    return {"today": today().isoformat(), "timezone": get_settings().timezone, "max_range_days": MAX_RANGE_DAYS}
+
+
 def counters_list(conn: Any) -> dict[str, Any]:
     return {"counters": counters.known_counters(conn), "precisions": list(counters.PRECISIONS)}
 

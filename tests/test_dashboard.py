@@ -110,7 +110,16 @@ def test_dashboard_in_chromium_shows_the_apis_numbers_and_updates_live(raw_conn,
     api, shown = wait_for(page_matches_api, timeout=20, what="the counter chart to show the API's numbers")
     assert api["total"] > 0 and len(shown["counterBars"]) == counters.SAMPLE_COUNT
     board = get_json(f"{server}/api/top?board=posts&limit=10")
-    assert shown["board"] == board["top"] and len(board["top"]) == len(demo_data.POSTS)
+    assert shown["board"] == board["top"]
+    # with no dates in the URL the page shows the last seven days up to the server's today
+    defaults = browser.evaluate("[document.getElementById('from').value, document.getElementById('to').value]")
+    assert defaults == [first.isoformat(), today.isoformat()]  # the URL's; now the page's own defaults:
+    browser.navigate(f"{server}/?counter=hits&board=posts")
+    week = [(today - timedelta(days=6)).isoformat(), today.isoformat()]
+    browser.wait_for(f"document.getElementById('from').value === '{week[0]}' && "
+                     f"document.getElementById('to').value === '{week[1]}'", what="the default range: the last 7 days")
+    browser.navigate(f"{server}/?counter=hits&precision=60&board=posts&refresh=300&{span}")
+    browser.wait_for("Number(document.getElementById('counter').dataset.loaded) >= 1", what="the page again") and len(board["top"]) == len(demo_data.POSTS)
     stats = get_json(f"{server}/api/stats?{span}")
     assert (shown["pv"], shown["uv"]) == (str(stats["pv"]), str(stats["uv"])) and stats["pv"] > 0
     assert shown["pvBars"] == [d["pv"] for d in stats["days"]] and len(shown["pvBars"]) == 3

@@ -31,6 +31,7 @@ def test_endpoints_answer_what_the_views_answer(client, conn):
     got = client.get("/api/counter?name=hits&precision=300&last=10").json()
     assert got == views.counter_view(conn, "hits", 300, 10, now=got["now"])
     assert client.get("/api/health").json() == {"ok": True}
+    assert client.get("/api/config").json() == views.config_view()
     assert client.get("/api/stats?from=yesterday&to=today").json() == views.stats_view(conn, None, "yesterday", "today")
     assert client.get("/api/stats?day=today&path=/blog").json() == views.stats_view(conn, "today", path="/blog")
     assert client.get("/api/top-pages?from=yesterday&limit=3").json() == views.top_pages_view(conn, "yesterday", None, 3)

@@ -188,11 +188,20 @@
     if (wanted != null && values.map(String).indexOf(String(wanted)) >= 0) select.value = String(wanted);
   }
 
+  function daysBefore(isoDay, n) {
+    var d = new Date(isoDay + "T00:00:00Z");
+    d.setUTCDate(d.getUTCDate() - n);
+    return d.toISOString().slice(0, 10);
+  }
+
   function init() {
-    var today = new Date().toISOString().slice(0, 10);
-    var weekAgo = new Date(Date.now() - 6 * 86400000).toISOString().slice(0, 10);
-    $("from").value = params.get("from") || weekAgo;
-    $("to").value = params.get("to") || today;
+    // "today" is the server's (COUNTERS_TIMEZONE), not the browser's
+    api("config").then(start, function () { start({today: new Date().toISOString().slice(0, 10)}); });
+  }
+
+  function start(config) {
+    $("from").value = params.get("from") || daysBefore(config.today, 6);
+    $("to").value = params.get("to") || config.today;
     $("path").value = params.get("path") || "";
     var reloadRange = function () { loadVisitors(); loadPages(); loadUniques(); };
     ["from", "to", "path"].forEach(function (id) { $(id).addEventListener("change", reloadRange); });
