@@ -13,7 +13,7 @@ from counters_tasks import tasks, visits
 from counters_tasks.errors import InvalidInput
 from counters_tasks.recorder import VisitRecorder
 from tests.conftest import dump_all, wait_for
-from tests.procs import purge_broker, celery_env, start_worker
+from tests.procs import celery_env, purge_broker, start_worker
 from tests.visit_model import model_of, random_visits
 
 

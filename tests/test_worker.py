@@ -7,7 +7,7 @@ import time
 from counters_tasks import counters, tasks
 from counters_tasks.maintenance import job_status
 from tests.conftest import wait_for
-from tests.procs import purge_broker, celery_env, start_beat, start_worker
+from tests.procs import celery_env, purge_broker, start_beat, start_worker
 
 
 def test_worker_counts_and_beat_runs_the_cleaner(redis_url, raw_conn, tmp_path):
