@@ -4,23 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
 import click
 
 from . import __version__
-
-
-def progress(done: int, total: int, label: str, width: int = 40) -> None:
-    filled = int(width * done / total) if total else width
-    sys.stderr.write(f"\r{label:<10} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
-    if done >= total:
-        sys.stderr.write("\n")
-    sys.stderr.flush()
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -34,67 +24,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         stack.stop()
         raise
     return stack.run_forever()
-
-
-DEMO_PATHS = ["/", "/about", "/blog", "/blog/redis-counters", "/pricing", "/docs", "/docs/api", "/contact"]
-
-
-def _total(conn, name: str) -> int:
-    from .counters import get_counter
-
-    return sum(total for _bucket, total in get_counter(conn, name, 86400))
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    from . import counters
-    from .localstack import Stack
-    from .redis_layer import get_redis
-
-    stack = Stack(flower=False, concurrency=args.concurrency)
-    try:
-        stack.start()
-        stack.wait_worker_ready()
-        from . import tasks
-
-        conn = get_redis()
-        rng = random.Random(args.seed)
-        names = ["demo:hits"] + [f"demo:hits:{p}" for p in DEMO_PATHS]
-        before = {name: _total(conn, name) for name in names}
-        expected = dict.fromkeys(names, 0)
-        now = time.time()
-        for i in range(args.visits):
-            path = rng.choices(DEMO_PATHS, weights=[8, 2, 4, 3, 2, 3, 1, 1])[0]
-            ts = now - rng.uniform(0, 600)  # visits over the last ten minutes
-            for name in ("demo:hits", f"demo:hits:{path}"):
-                tasks.update_counter.delay(name, 1, ts)
-                expected[name] += 1
-            if i % 200 == 0 or i == args.visits - 1:
-                progress(i + 1, args.visits, "sent")
-        deadline = time.monotonic() + args.timeout
-        while True:
-            applied = _total(conn, "demo:hits") - before["demo:hits"]
-            progress(min(applied, args.visits), args.visits, "counted")
-            if applied >= args.visits:
-                break
-            stack.check_alive()
-            if time.monotonic() > deadline:
-                print(f"\ndemo: only {applied} of {args.visits} visits counted after {args.timeout}s", file=sys.stderr)
-                return 1
-            time.sleep(0.2)
-        print()
-        print(f"Counters after {args.visits} simulated visits (delta = counted by this demo):")
-        print(f"{'counter':<28}{'delta':>8}{'all kept':>10}   last 10 minutes per minute")
-        exact = True
-        for name in names:
-            total = _total(conn, name)
-            delta = total - before[name]
-            exact &= delta == expected[name]
-            series = [t for _b, t in counters.get_counter(conn, name, 60)][-10:]
-            print(f"{name:<28}{delta:>8}{total:>10}   {' '.join(map(str, series))}")
-        print(f"known counters: {len(counters.known_counters(conn))}; exact: {'yes' if exact else 'NO'}")
-        return 0 if exact else 1
-    finally:
-        stack.stop()
 
 
 # --- the command line (click) ----------------------------------------------------------------
@@ -169,7 +98,9 @@ def run_command(concurrency: int, no_flower: bool) -> int:
 @click.option("--timeout", type=float, default=300, show_default=True)
 def demo_command(visits: int, concurrency: int, seed: int, timeout: float) -> int:
     """The local stack, a burst of simulated visits, a report, then exit."""
-    return cmd_demo(argparse.Namespace(visits=visits, concurrency=concurrency, seed=seed, timeout=timeout))
+    from .demo import run_demo
+
+    return run_demo(visits, concurrency, seed, timeout)
 
 
 SPARKS = "▁▂▃▄▅▆▇█"

@@ -27,8 +27,10 @@ def test_make_demo_counts_exactly_and_exits_cleanly(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "private redis-server" in result.stdout
     assert "exact: yes" in result.stdout
-    lines = [line for line in result.stdout.splitlines() if line.startswith("demo:hits ")]
-    assert lines and lines[0].split()[1] == "600"
+    rows = [line.split() for line in result.stdout.splitlines() if line.startswith("/")]
+    assert len(rows) == 8 and sum(int(row[1]) for row in rows) == 600
+    assert all(row[1] == row[2] == row[3] for row in rows)  # sent = hits counter = ranking
+    assert "site today: " in result.stdout and "unique visitors" in result.stdout
     assert (tmp_path / "home" / "secret").stat().st_mode & 0o777 == 0o600
     for name in ("worker", "beat", "redis"):
         assert f"{name:<8} stopped" in result.stdout
