@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import math
 import re
@@ -90,6 +91,12 @@ def check_ip(value: Any) -> str:
     """The canonical text of an IPv4 or IPv6 address (an IPv4-mapped IPv6 address as IPv4)."""
     if not isinstance(value, str):
         raise InvalidInput(f"ip must be a str, got {type(value).__name__}")
+    return _canonical_ip(value)
+
+
+@functools.lru_cache(maxsize=65536)
+def _canonical_ip(value: str) -> str:
+    """Cached: a site's visitors come back (bad input raises, and is not cached)."""
     try:
         address = ipaddress.ip_address(value)
     except ValueError:
@@ -129,3 +136,18 @@ def check_day(value: Any, what: str = "day") -> date:
     if value in (date.min, date.max):
         raise InvalidInput(f"{what} must have a day before and after it")
     return value
+
+
+MAX_RANGE_DAYS = 400
+"""Longest range of days a query accepts (per-day totals are kept about this long)."""
+
+
+def check_day_range(start: Any, end: Any, max_days: int = MAX_RANGE_DAYS) -> tuple[date, date]:
+    """Two days, ``start <= end``, covering at most ``max_days`` days."""
+    check_day(start, "start")
+    check_day(end, "end")
+    if start > end:
+        raise InvalidInput(f"start ({start}) is after end ({end})")
+    if (end - start).days + 1 > max_days:
+        raise InvalidInput(f"a range covers at most {max_days} days, got {(end - start).days + 1}")
+    return start, end

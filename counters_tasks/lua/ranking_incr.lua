@@ -30,12 +30,12 @@ local window = tonumber(ARGV[2]) / tonumber(ARGV[3])
 local wm = tonumber(meta[3])
 local rot = tonumber(meta[4])
 local late = 0
+local touched = {}
 local events = tonumber(ARGV[6 + k])
 local i = 7 + k
 for _ = 1, events do
   local s = tonumber(ARGV[i])
-  local slot_key, slot_text = KEYS[3 + s], ARGV[5 + s]
-  local slot = tonumber(slot_text)
+  local slot = tonumber(ARGV[5 + s])
   local member, amount, minus = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   i = i + 4
   if (wm and slot <= wm - window) or (rot and slot < rot) then
@@ -43,20 +43,24 @@ for _ = 1, events do
   else
     if not wm or slot > wm then
       wm = slot
-      redis.call('HSET', KEYS[1], 'wm', slot_text)
+      redis.call('HSET', KEYS[1], 'wm', ARGV[5 + s])
     end
-    if redis.call('HINCRBY', slot_key, member, amount) == 0 then
-      redis.call('HDEL', slot_key, member)
-    end
-    if redis.call('EXISTS', slot_key) == 1 then
-      redis.call('ZADD', KEYS[3], slot_text, slot_text)
-      redis.call('EXPIRE', slot_key, ARGV[4])
-    else
-      redis.call('ZREM', KEYS[3], slot_text)
+    touched[s] = true
+    if redis.call('HINCRBY', KEYS[3 + s], member, amount) == 0 then
+      redis.call('HDEL', KEYS[3 + s], member)
     end
     if tonumber(redis.call('ZINCRBY', KEYS[2], minus, member)) == 0 then
       redis.call('ZREM', KEYS[2], member)
     end
+  end
+end
+-- the slot index follows the slot hashes this call touched (once per slot, not per event)
+for s in pairs(touched) do
+  if redis.call('EXISTS', KEYS[3 + s]) == 1 then
+    redis.call('ZADD', KEYS[3], ARGV[5 + s], ARGV[5 + s])
+    redis.call('EXPIRE', KEYS[3 + s], ARGV[4])
+  else
+    redis.call('ZREM', KEYS[3], ARGV[5 + s])
   end
 end
 if late > 0 then
