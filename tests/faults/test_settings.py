@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import ssl
+import subprocess
+import sys
 
 import pytest
 
 from counters_tasks.errors import ConfigurationError
 from counters_tasks.settings import DEFAULT_VISIBILITY_TIMEOUT, RETRY_BACKOFF_MAX, load_settings
+from tests.procs import REPO, celery_env
 
 
 def test_defaults_redeliver_within_five_minutes():
@@ -37,18 +39,10 @@ def test_celeryconfig_redelivery_and_transport(eager_app):
     assert conf.broker_transport == "counters_tasks.broker:Transport"
 
 
-def test_rediss_broker_verifies_certificates(monkeypatch):
-    import importlib
-
-    import celeryconfig
-    from counters_tasks.settings import reset_settings
-
-    monkeypatch.setenv("CELERY_BROKER_URL", "rediss://127.0.0.1:6380/1")
-    reset_settings()
-    try:
-        module = importlib.reload(celeryconfig)
-        assert module.broker_use_ssl == {"ssl_cert_reqs": ssl.CERT_REQUIRED}
-    finally:
-        monkeypatch.undo()
-        reset_settings()
-        importlib.reload(celeryconfig)
+def test_rediss_broker_verifies_certificates():
+    """celeryconfig in a child process (reloading it here would change this process's app)."""
+    env = celery_env("redis://127.0.0.1:6379/0", CELERY_BROKER_URL="rediss://127.0.0.1:6380/1")
+    code = ("import ssl, celeryconfig as c; "
+            "print(c.broker_use_ssl == {'ssl_cert_reqs': ssl.CERT_REQUIRED}, c.broker_transport)")
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["True", "counters_tasks.broker:Transport"]
