@@ -17,7 +17,7 @@ from datetime import date
 import pytest
 import redis
 
-from counters_tasks import counters, sitestats, uniques
+from counters_tasks import counters, sitestats, tasks, uniques
 from counters_tasks.days import local_day
 from counters_tasks.localredis import RedisServer
 from counters_tasks.settings import reset_settings
@@ -139,6 +139,18 @@ class VisitModel:
         }
         out["day"] = day.isoformat()
         return out
+
+
+BATCH = 100
+
+
+def messages(model: VisitModel, sending: str) -> list[tuple]:
+    """The task and arguments of every message: one ``record_visit`` a visit, or ``record_visits``
+    batches of BATCH visits (each batch id deduplicates its chunks)."""
+    if sending == "per-visit":
+        return [(tasks.record_visit, visit) for visit in model.visits]
+    dicts = [{"ip": ip, "path": path, "session_id": sid, "ts": ts} for ip, path, sid, ts in model.visits]
+    return [(tasks.record_visits, (dicts[i:i + BATCH],)) for i in range(0, len(dicts), BATCH)]
 
 
 def observed(conn, model: VisitModel) -> dict:

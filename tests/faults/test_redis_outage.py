@@ -8,24 +8,28 @@ import re
 import threading
 import time
 
-from counters_tasks import tasks
+import pytest
+
 from tests.conftest import wait_for
-from tests.faults.conftest import VisitModel, broker_idle, observed, site_pv
+from tests.faults.conftest import VisitModel, broker_idle, messages, observed, site_pv
 from tests.procs import celery_env, start_worker
 
 VISITS = 5_000
 OUTAGE = 5.0
 
 
-def test_counters_redis_outage_under_load(fault_env, counters_server, counters_conn, broker_conn, publisher, tmp_path, capsys):
+@pytest.mark.parametrize("sending", ["per-visit", "batches"])
+def test_counters_redis_outage_under_load(sending, fault_env, counters_server, counters_conn, broker_conn, publisher, tmp_path,
+                                          capsys):
     ts = float(int(time.time()))
     model = VisitModel.random(VISITS, ts, seed=7)
+    to_send = messages(model, sending)
     env = celery_env(fault_env["COUNTERS_REDIS_URL"], **fault_env)
     worker = start_worker(env, tmp_path / "w.log", extra=("-O", "fair"))
 
     def publish() -> None:
-        for ip, path, session_id, when in model.visits:
-            tasks.record_visit.apply_async((ip, path, session_id, when), producer=publisher)
+        for task, args in to_send:
+            task.apply_async(args, producer=publisher)
 
     sender = threading.Thread(target=publish)
     sender.start()
@@ -48,6 +52,6 @@ def test_counters_redis_outage_under_load(fault_env, counters_server, counters_c
     # per-task retries (Celery, with backoff) and worker-side batches waiting for Redis (in place)
     retries = len(re.findall(r"Retry in|waits for Redis", worker.output()))
     with capsys.disabled():
-        print(f"\n[faults] Redis outage {OUTAGE:.0f} s: {VISITS} visits sent, pv after restart {at_restart}, "
+        print(f"\n[faults] Redis outage {OUTAGE:.0f} s ({sending}): {VISITS} visits in {len(to_send)} messages, pv after restart {at_restart}, "
               f"retries {retries}, all counted {recovered_in:.1f} s after the kill, lost 0, doubled 0")
     assert retries > 0

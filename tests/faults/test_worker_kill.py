@@ -10,25 +10,12 @@ import time
 
 import pytest
 
-from counters_tasks import tasks
 from tests.conftest import wait_for
-from tests.faults.conftest import VisitModel, broker_idle, observed, site_pv
+from tests.faults.conftest import BATCH, VisitModel, broker_idle, messages, observed, site_pv
 from tests.procs import celery_env, start_worker
 
 VISITS = int(os.environ.get("FAULTS_VISITS", 20_000))
 FAST_WORKER = ("-O", "fair")
-BATCH = 100
-
-
-def messages(model: VisitModel, sending: str) -> list[tuple]:
-    """The task and arguments of every message: one ``record_visit`` a visit, or ``record_visits``
-    batches of BATCH visits (each batch id deduplicates its chunks)."""
-    if sending == "per-visit":
-        return [(tasks.record_visit, visit) for visit in model.visits]
-    dicts = [{"ip": ip, "path": path, "session_id": sid, "ts": ts} for ip, path, sid, ts in model.visits]
-    return [(tasks.record_visits, (dicts[i:i + BATCH],)) for i in range(0, len(dicts), BATCH)]
-
-
 @pytest.mark.parametrize("sending", ["per-visit", "batches"])
 def test_sigkill_with_visits_in_flight(sending, fault_env, counters_conn, broker_conn, publisher, tmp_path, capsys):
     ts = float(int(time.time()))
