@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from counters_tasks import counters, ranking, tasks, visits
 from counters_tasks.errors import InvalidInput
-from tests.conftest import dump_all
+from tests.conftest import dump_all, flush
 
 NOW = float(int(time.time()))
 MISSING = object()
@@ -64,7 +64,7 @@ CALLS = {  # by task name: touching a task object here would load the Celery con
 
 def seed(conn) -> None:
     """Some data to keep intact: a board fixed to (24, 1), counters, a visit."""
-    conn.flushdb()
+    flush(conn)
     ranking.Ranking(conn, "board").incr("m", 1, NOW)
     counters.update_counter(conn, "name", 1, NOW)
     visits.record_visit(conn, "10.0.0.1", "/seed", str(uuid.UUID(int=1)), NOW)

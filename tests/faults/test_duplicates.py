@@ -13,7 +13,7 @@ from celery_batches import Batches
 
 from counters_tasks import counters, ranking, sitestats, tasks, uniques, visits
 from counters_tasks.days import local_day
-from tests.conftest import dump_all
+from tests.conftest import dump_all, is_cluster_run
 from tests.faults.conftest import wait_idle
 from tests.procs import celery_env, start_worker
 
@@ -134,6 +134,7 @@ WRITES = {
 }
 
 
+@pytest.mark.skipif(is_cluster_run(), reason="wraps a single-server client")
 @pytest.mark.parametrize("write", sorted(WRITES))
 def test_retry_after_a_partly_sent_pipeline_counts_once(write, raw_conn):
     """Every prefix of a write's commands applied, then the connection lost, then the retry (same

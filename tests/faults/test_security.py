@@ -144,6 +144,7 @@ def tls_server(tmp_path_factory):
 
 def test_counters_over_tls(tls_server, monkeypatch):
     base, ca = tls_server
+    monkeypatch.delenv("COUNTERS_REDIS_CLUSTER", raising=False)
     monkeypatch.setenv("COUNTERS_REDIS_URL", f"{base}/0?ssl_ca_certs={ca}")
     reset_settings()
     conn = get_redis()
@@ -160,7 +161,8 @@ def test_counters_over_tls(tls_server, monkeypatch):
 
 def test_worker_over_tls_broker_and_counters(tls_server, tmp_path, monkeypatch):
     base, ca = tls_server
-    env = {"COUNTERS_REDIS_URL": f"{base}/0?ssl_ca_certs={ca}", "CELERY_BROKER_URL": f"{base}/1?ssl_ca_certs={ca}"}
+    env = {"COUNTERS_REDIS_URL": f"{base}/0?ssl_ca_certs={ca}", "CELERY_BROKER_URL": f"{base}/1?ssl_ca_certs={ca}",
+           "COUNTERS_REDIS_CLUSTER": ""}
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     reset_settings()
@@ -180,6 +182,7 @@ def test_worker_over_tls_broker_and_counters(tls_server, tmp_path, monkeypatch):
 
 
 def test_acl_user_in_the_url(tmp_path, monkeypatch):
+    monkeypatch.delenv("COUNTERS_REDIS_CLUSTER", raising=False)
     server = RedisServer(tmp_path / "acl").start()
     try:
         admin = redis.Redis(port=server.port)
