@@ -46,6 +46,7 @@ class RedisClusterProcesses:
             port = free_cluster_port()
             node = RedisServer(self.base_dir / f"node-{port}", port=port, appendonly=self.appendonly, extra_args=[
                 "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
+                "--repl-diskless-sync-delay", "0",
             ])
             self.nodes.append(node.start())
         cli = shutil.which("redis-cli") or "/usr/bin/redis-cli"
@@ -55,6 +56,7 @@ class RedisClusterProcesses:
             check=True, capture_output=True, timeout=timeout,
         )
         self.wait_ok(timeout)
+        self.wait_replicas(timeout)
         return self
 
     def wait_ok(self, timeout: float = 60.0) -> None:
@@ -71,6 +73,35 @@ class RedisClusterProcesses:
             if time.monotonic() > deadline:
                 raise TimeoutError("the Redis Cluster did not become ok")
             time.sleep(0.1)
+
+    def wait_replicas(self, timeout: float = 60.0) -> None:
+        """Until every live replica has finished its first sync (before that it cannot fail over)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                infos = [redis.Redis(port=n.port, decode_responses=True).info("replication")
+                         for n in self.nodes if n.process and n.process.poll() is None]
+                replicas = [i for i in infos if i["role"] == "slave"]
+                if len(replicas) >= self.masters * self.replicas and all(
+                        i.get("master_link_status") == "up" for i in replicas):
+                    return
+            except redis.RedisError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError("the Redis Cluster's replicas did not finish their first sync")
+            time.sleep(0.1)
+
+    def primaries(self) -> list[RedisServer]:
+        """The live nodes that are masters now (after a failover, a former replica is one)."""
+        out = []
+        for node in self.nodes:
+            if node.process and node.process.poll() is None:
+                try:
+                    if redis.Redis(port=node.port).info("replication")["role"] == "master":
+                        out.append(node)
+                except redis.RedisError:
+                    pass
+        return out
 
     def stop(self) -> None:
         for node in self.nodes:

@@ -10,7 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 from celery import Task
-from redis.exceptions import BusyLoadingError, ConnectionError, TimeoutError
+from redis.exceptions import (
+    BusyLoadingError,
+    ClusterDownError,
+    ConnectionError,
+    SlotNotCoveredError,
+    TimeoutError,
+    TryAgainError,
+)
 
 from . import counters, ranking, uniques, visits
 from .app import app
@@ -18,7 +25,8 @@ from .errors import InvalidInput
 from .maintenance import run_exclusive
 from .redis_layer import get_redis
 
-REDIS_TRANSIENT = (ConnectionError, TimeoutError, BusyLoadingError)
+REDIS_TRANSIENT = (ConnectionError, TimeoutError, BusyLoadingError,
+                   ClusterDownError, TryAgainError, SlotNotCoveredError)  # a cluster failing over
 
 
 class CountingTask(Task):
