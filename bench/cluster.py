@@ -11,6 +11,7 @@ folders), then in the same run:
 
     python bench/cluster.py                         # 20,000 visits, 1 and 4 client processes
     python bench/cluster.py --visits 50000 --procs 1,2,4,8
+    python bench/cluster.py --failover 12           # and a master killed under direct writes
 
 Figures depend on the host (this one: 2 cores, so 3 masters and the clients share them).
 """
@@ -30,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis  # noqa: E402
 from redis.cluster import RedisCluster  # noqa: E402
+from redis.exceptions import RedisClusterException  # noqa: E402
 
 from counters_tasks.localcluster import RedisClusterProcesses  # noqa: E402
 from counters_tasks.localredis import RedisServer  # noqa: E402
@@ -163,10 +165,63 @@ def spread(cluster: RedisClusterProcesses, visits_count: int) -> None:
     print("* commands processed, those run inside Lua scripts included (INFO stats)")
 
 
+def failover(base: Path, seconds: float, threads: int) -> None:
+    """Direct writes (no Celery) from ``threads`` threads to 3 masters + 3 replicas; SIGKILL the
+    master of one counter. Prints acknowledged vs stored (what asynchronous replication lost) and
+    how long writes to the dead master's slots failed."""
+    import threading
+
+    from redis.cluster import key_slot
+
+    from counters_tasks import counters, keys
+    from counters_tasks.redis_layer import get_redis
+
+    with RedisClusterProcesses(base / "failover", masters=3, replicas=1) as cluster:
+        use(cluster.url, True)
+        conn = get_redis()
+        names = [f"fo{i}" for i in range(30)]
+        now = time.time()
+        acked = [0] * threads
+        failed_at: list[float] = []
+        stop = threading.Event()
+        victim_slot = key_slot(keys.counter_hash(names[0], 86400).encode())
+
+        def load(k: int) -> None:
+            i = 0
+            while not stop.is_set():
+                name = names[(i * threads + k) % len(names)]
+                try:
+                    counters.update_counter(conn, name, 1, now, message_id=f"{k}.{i}")
+                    acked[k] += 1
+                    i += 1
+                except (redis.RedisError, RedisClusterException):  # the same message later, as a task retry would
+                    failed_at.append(time.monotonic())
+                    time.sleep(0.05)
+
+        workers = [threading.Thread(target=load, args=(k,)) for k in range(threads)]
+        for thread in workers:
+            thread.start()
+        time.sleep(seconds / 3)
+        port = conn.nodes_manager.get_node_from_slot(victim_slot).port
+        next(node for node in cluster.nodes if node.port == port).kill()
+        killed = time.monotonic()
+        time.sleep(seconds * 2 / 3)
+        stop.set()
+        for thread in workers:
+            thread.join()
+        stored = sum(t for name in names for _, t in counters.get_counter(conn, name, 86400, now))
+        window = (max(failed_at) - killed) if failed_at else 0.0
+        print(f"\nfailover (3 masters + 3 replicas, node timeout 2 s, {threads} writer threads, direct calls):")
+        print(f"  acknowledged {sum(acked)}, stored {stored}, lost {sum(acked) - stored};"
+              f" writes failed for {window:.1f} s after the kill ({len(failed_at)} failed tries, retried)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--visits", type=int, default=20000, help="visits of the spread load and of each ingest run")
     parser.add_argument("--procs", default="1,4", help="client process counts to measure, comma-separated")
+    parser.add_argument("--failover", type=float, default=0, metavar="SECONDS",
+                        help="also kill a master under direct writes for this long (3 masters + 3 replicas)")
     parser.add_argument("--batch", type=int, default=1, help="visits per call (needs visits.record_visits when > 1)")
     options = parser.parse_args()
     os.environ.setdefault("COUNTERS_SECRET", "bench-secret")
@@ -185,6 +240,8 @@ def main() -> None:
             flush(cluster.url, True)
             many = ingest(cluster.url, True, procs, per, options.batch)
             print(f"{procs:>8} {one:>11,.0f} {many:>10,.0f} {many / one:>5.2f}x")
+        if options.failover:
+            failover(Path(tmp), options.failover, 4)
 
 
 if __name__ == "__main__":
