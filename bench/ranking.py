@@ -130,11 +130,7 @@ def latencies(fn, calls: int) -> tuple[float, float]:
 
 def load_ours(conn, board: ranking.Ranking, data: list[tuple[str, int, int]]) -> None:
     for first in range(0, len(data), BATCH):
-        pipe = conn.pipeline(transaction=False)
-        for member, hour_start, amount in data[first:first + BATCH]:
-            script_keys, script_args = board._incr_call(member, amount, board.slot_of(hour_start), None)
-            ranking.run_script(conn, "ranking_incr", script_keys, script_args, client=pipe)
-        pipe.execute()
+        board.incr_many([(member, amount, hour_start) for member, hour_start, amount in data[first:first + BATCH]])
     board._register()
 
 

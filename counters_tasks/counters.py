@@ -42,20 +42,31 @@ def add_to_buckets(buckets: Buckets, now: float, count: int) -> None:
         per[bucket_start(now, precision)] += count
 
 
-def queue_counter_write(conn: Any, pipe: Any, name: str, buckets: Buckets, message_id: str | None) -> None:
-    """Queue on ``pipe`` (or run, when ``pipe`` is ``conn``) the one script call for ``name``."""
-    script_keys = list(keys.counter_keys(name))
-    ttl = 0
-    if message_id is not None:
-        script_keys.append(keys.counter_seen(name, message_id))
-        ttl = get_settings().dedupe_ttl
-    args: list[Any] = [ttl]
-    for precision in PRECISIONS:
-        pairs = [(b, n) for b, n in buckets.get(precision, {}).items() if n]
-        args.append(len(pairs))
-        for pair in pairs:
-            args += pair
-    return run_script(conn, "counter_update", script_keys, args, client=pipe)
+def queue_counter_writes(conn: Any, pipe: Any, per_counter: dict[str, Buckets], message_id: str | None) -> list[list[str]]:
+    """Queue on ``pipe`` (or run, when ``pipe`` is ``conn``) one script call per tag group of
+    the counters in ``per_counter``; returns each call's counter names, in call order (the
+    order of the replies)."""
+    by_group: dict[str, list[str]] = defaultdict(list)
+    for name in per_counter:
+        by_group[keys.counter_tag(name)].append(name)
+    ttl = get_settings().dedupe_ttl if message_id is not None else 0
+    calls = []
+    for group, names in by_group.items():
+        script_keys: list[str] = []
+        args: list[Any] = [ttl, len(names), len(PRECISIONS)]
+        for name in names:
+            script_keys += keys.counter_keys(name)
+            buckets = per_counter[name]
+            for precision in PRECISIONS:
+                pairs = [(b, n) for b, n in buckets.get(precision, {}).items() if n]
+                args.append(len(pairs))
+                for pair in pairs:
+                    args += pair
+        if ttl:
+            script_keys.append(keys.counter_seen(group, message_id))
+        reply = run_script(conn, "counter_update", script_keys, args, client=pipe)
+        calls.append((names, reply) if pipe is conn else names)
+    return calls
 
 
 def register_counters(conn: Any, names: Iterable[str]) -> None:
@@ -81,24 +92,24 @@ def register_counters(conn: Any, names: Iterable[str]) -> None:
     execute_in_order(conn, add_to_registry, mark)
 
 
-def unregistered(names: Iterable[str], replies: Iterable[Any]) -> list[str]:
-    """The counters whose ``counter_update`` reply says they still need registering."""
-    return [name for name, (_applied, registered) in zip(names, replies, strict=True) if not int(registered)]
+def unregistered(calls: Iterable[list[str]], replies: Iterable[Any]) -> list[str]:
+    """The counters whose ``counter_update`` replies say they still need registering."""
+    return [name for names, reply in zip(calls, replies, strict=True)
+            for name, registered in zip(names, reply[1:], strict=True) if not int(registered)]
 
 
 def write_counters(conn: Any, per_counter: dict[str, Buckets], message_id: str | None = None) -> None:
-    """Apply already-validated counts to many counters: one script call each, one round trip
-    (a second one only for counters that are not in the registry yet)."""
+    """Apply already-validated counts to many counters: one script call per tag group, one round
+    trip (a second one only for counters that are not in the registry yet)."""
     if not per_counter:
         return
-    if len(per_counter) == 1:
-        [(name, buckets)] = per_counter.items()
-        replies = [queue_counter_write(conn, conn, name, buckets, message_id)]
+    if len({keys.counter_tag(name) for name in per_counter}) == 1:  # one call: no pipeline needed
+        [(names, reply)] = queue_counter_writes(conn, conn, per_counter, message_id)
+        calls, replies = [names], [reply]
     else:
-        [replies] = execute_in_order(
-            conn, lambda pipe: [queue_counter_write(conn, pipe, n, b, message_id) for n, b in per_counter.items()]
-        )
-    register_counters(conn, unregistered(per_counter, replies))
+        calls = []
+        [replies] = execute_in_order(conn, lambda pipe: calls.extend(queue_counter_writes(conn, pipe, per_counter, message_id)))
+    register_counters(conn, unregistered(calls, replies))
 
 
 def update_counter(conn: Any, name: str, count: int = 1, now: float | None = None, *, message_id: str | None = None) -> None:

@@ -23,10 +23,16 @@ DAY = 86400
 
 def local_day(ts: float) -> date:
     """The local date (``COUNTERS_TIMEZONE``) of epoch seconds ``ts``."""
+    return _local_day(int(ts // 1), get_settings().timezone)
+
+
+@functools.lru_cache(maxsize=4096)
+def _local_day(second: int, timezone: str) -> date:
+    """Cached per whole second (zone offsets are whole seconds): events come in bursts."""
     try:
-        day = datetime.fromtimestamp(ts, get_settings().zone).date()
+        day = datetime.fromtimestamp(second, ZoneInfo(timezone)).date()
     except (OverflowError, ValueError, OSError):
-        raise InvalidInput(f"time {ts!r} has no local day in {get_settings().timezone}") from None
+        raise InvalidInput(f"time {second!r} has no local day in {timezone}") from None
     if day == date.max:
         raise InvalidInput("the last day of year 9999 has no end to count to")
     return day

@@ -19,6 +19,11 @@ from .settings import get_settings
 REGISTRY_SHARDS = 16
 """The counter registry is split over this many zsets (each its own slot) to spread writes."""
 
+TAG_GROUPS = 256
+"""Counters, and apart from them paths, hash into this many tag groups. A batch then makes one
+Lua call (and one dedupe marker) per group it touches rather than one per counter or path,
+while the load still spreads over 256 slots of each kind."""
+
 
 def prefix() -> str:
     return get_settings().key_prefix
@@ -35,6 +40,11 @@ def digest(kind: str, text: str, size: int = 8) -> bytes:
 
 
 @functools.lru_cache(maxsize=8192)
+def group_tag(letter: str, kind: str, text: str) -> str:
+    """The tag of the group (one of TAG_GROUPS) that a user string of one kind hashes into."""
+    return f"{letter}{int.from_bytes(digest(kind, text, 4), 'big') % TAG_GROUPS}"
+
+
 def tag(kind: str, text: str) -> str:
     """The hash tag (without braces) for one user string of one kind: 16 hex digits."""
     return digest(kind, text).hex()
@@ -48,7 +58,7 @@ def counter_tag(name: str) -> str:
 
 @functools.lru_cache(maxsize=65536)
 def _counter_tag(name: str) -> str:
-    return tag("counter", name)
+    return group_tag("c", "counter", name)
 
 
 def counter_hash(name: str, precision: int) -> str:
@@ -73,12 +83,13 @@ def _counter_keys(_prefix: str, name: str) -> tuple[str, ...]:
 
 def counter_registered(name: str) -> str:
     """STRING marker: the counter is in the registry (writers skip the ZADD while it exists)."""
-    return f"{prefix()}cnt:{{{counter_tag(name)}}}:reg"
+    return f"{prefix()}cnt:{{{counter_tag(name)}}}:reg:{escape(name)}"
 
 
-def counter_seen(name: str, message_id: str) -> str:
-    """STRING marker: this message was already applied to this counter (dedupe, with a TTL)."""
-    return f"{prefix()}cnt:{{{counter_tag(name)}}}:seen:{escape(message_id)}"
+def counter_seen(group: str, message_id: str) -> str:
+    """STRING marker: this message was already applied to the counters of this tag group
+    (dedupe, with a TTL)."""
+    return f"{prefix()}cnt:{{{group}}}:seen:{escape(message_id)}"
 
 
 def registry_shard_of(name: str) -> int:
@@ -165,7 +176,7 @@ def board_registry(shard: int) -> str:
 
 # --- site PV/UV (seed 001) ------------------------------------------------------------------
 # Three slots per visit: the site's day (tag of the day), the visitor's all-time shard (tag of
-# the shard number) and the path (tag of the path: all-time and per-day keys of that path).
+# the shard number) and the path's tag group (all-time and per-day keys of that path).
 # Visitor ids are HMACs of the IP (``sitestats.visitor_id``), never raw IPs.
 
 SITE_SHARDS = 16
@@ -214,7 +225,7 @@ def site_seen(tag_: str, message_id: str) -> str:
 
 
 def path_tag(path: str) -> str:
-    return tag("path", path)
+    return group_tag("p", "path", path)
 
 
 def path_totals(path: str, day: date | None = None, tag_: str | None = None) -> str:
@@ -231,9 +242,9 @@ def path_visitors(path: str, day: date | None, mode: str, tag_: str | None = Non
     return f"{prefix()}path:{{{t}}}:{_uv_kind(mode)}:{when}:{escape(path)}"
 
 
-def path_seen(path: str, message_id: str, tag_: str | None = None) -> str:
-    """STRING marker: this message was already applied to this path (dedupe, with a TTL)."""
-    return f"{prefix()}path:{{{tag_ or path_tag(path)}}}:seen:{escape(message_id)}"
+def path_seen(group: str, message_id: str) -> str:
+    """STRING marker: this message was already applied to the paths of this tag group (dedupe, TTL)."""
+    return f"{prefix()}path:{{{group}}}:seen:{escape(message_id)}"
 
 
 # --- daily unique visitors (seed 002) -------------------------------------------------------

@@ -32,7 +32,7 @@ from typing import Any
 
 from . import keys
 from .errors import InvalidInput
-from .redis_layer import as_str, run_script
+from .redis_layer import as_str, execute_in_order, run_script
 from .settings import get_settings
 from .validation import check_amount, check_int, check_message_id, check_now, check_text
 
@@ -94,15 +94,21 @@ class Ranking:
     def _board_keys(self) -> list[str]:
         return [self._meta, self._top, self._index]
 
-    def _incr_call(self, member: str, amount: int, slot: int, message_id: str | None) -> tuple[list, list]:
-        """The keys and args of the one script call of an already-validated event."""
-        script_keys = [*self._board_keys, keys.ranking_slot(self.name, slot, self._tag)]
+    def _incr_call(self, events: list[tuple[str, int, int]], message_id: str | None) -> tuple[list, list]:
+        """The keys and args of the one script call applying already-validated
+        ``(member, amount, slot)`` events, in order."""
+        slots = list(dict.fromkeys(slot for _m, _a, slot in events))
+        position = {slot: n for n, slot in enumerate(slots, 1)}
+        script_keys = [*self._board_keys, *(keys.ranking_slot(self.name, slot, self._tag) for slot in slots)]
         ttl = 0
         if message_id is not None:
             script_keys.append(keys.ranking_seen(self.name, message_id, self._tag))
             ttl = get_settings().dedupe_ttl
         slot_ttl = (self.period_hours + self.interval_hours) * 3600 + SLOT_TTL_GRACE
-        return script_keys, [ttl, self.period_hours, self.interval_hours, slot, member, amount, slot_ttl, -amount]
+        args: list[Any] = [ttl, self.period_hours, self.interval_hours, slot_ttl, len(slots), *slots, len(events)]
+        for member, amount, slot in events:
+            args += [position[slot], member, amount, -amount]
+        return script_keys, args
 
     def _register(self) -> None:
         """List the board in the registry, then mark it listed (a crash in between retries it)."""
@@ -116,16 +122,26 @@ class Ranking:
         ``message_id``, a second call with the same id (a redelivered task) changes nothing.
         The board's first writes also list it in the registry the rotation job walks.
         """
-        check_text(member, "member")
-        check_amount(amount, "amount")
-        now = check_now(now)
+        self.incr_many([(member, amount, now)], message_id=message_id)
+
+    def incr_many(self, events: list[tuple[str, int, float | None]], *, message_id: str | None = None) -> int:
+        """Apply ``(member, amount, now)`` events in order, in one Lua call, as ``incr`` would one
+        by one (all validated first; at most once per ``message_id``). Returns the late ones."""
         check_message_id(message_id)
-        script_keys, args = self._incr_call(member, amount, self.slot_of(now), message_id)
-        status, unregistered = run_script(self.conn, "ranking_incr", script_keys, args)
+        checked = []
+        for member, amount, now in events:
+            check_text(member, "member")
+            check_amount(amount, "amount")
+            checked.append((member, amount, self.slot_of(check_now(now))))
+        if not checked:
+            return 0
+        script_keys, args = self._incr_call(checked, message_id)
+        status, unregistered, late = run_script(self.conn, "ranking_incr", script_keys, args)
         if int(status) == -1:
             raise self._settings_mismatch()
         if int(unregistered):
             self._register()
+        return int(late)
 
     def top(self, offset: int = 0, limit: int = 10, withscores: bool = False,
             now: float | None = None) -> list[str] | list[tuple[str, int]]:
@@ -298,3 +314,63 @@ def rotate_all(conn: Any, now: float | None = None) -> int:
     if failed:
         raise RuntimeError(f"rotation failed for {len(failed)} board(s): {failed[:10]!r}")
     return dropped
+
+
+RANKING_EVENT_FIELDS = frozenset({"board", "member", "amount", "ts", "period_hours", "interval_hours"})
+EVENTS_PER_CALL = 500
+"""Ranking events per Lua call of a batch, so no call runs long."""
+
+
+def prepare_events(conn: Any, events: Any) -> dict[Ranking, list[tuple[str, int, float]]]:
+    """Validate an ``incr_rankings`` payload (dicts with board, member[, amount, ts, period_hours,
+    interval_hours]) against each board's stored settings; returns the events by board, in order."""
+    if not isinstance(events, list):
+        raise InvalidInput(f"events must be a list, got {type(events).__name__}")
+    by_board: dict[Ranking, list[tuple[str, int, float]]] = {}
+    boards: dict[str, Ranking] = {}
+    for n, event in enumerate(events):
+        if not isinstance(event, dict):
+            raise InvalidInput(f"event {n} must be a dict, got {type(event).__name__}")
+        unknown = set(event) - RANKING_EVENT_FIELDS
+        if unknown or "board" not in event or "member" not in event:
+            raise InvalidInput(f"event {n} needs board and member, and only {sorted(RANKING_EVENT_FIELDS)}")
+        try:
+            board = Ranking(conn, event["board"], event.get("period_hours", 24), event.get("interval_hours", 1))
+            member = check_text(event["member"], "member")
+            amount = check_amount(event.get("amount", 1), "amount")
+            ts = check_now(event.get("ts"))
+        except InvalidInput as exc:
+            raise InvalidInput(f"event {n}: {exc}") from None
+        known = boards.setdefault(board.name, board)
+        if (known.period_hours, known.interval_hours) != (board.period_hours, board.interval_hours):
+            raise InvalidInput(f"event {n}: board {board.name!r} given two different settings in one batch")
+        by_board.setdefault(known, []).append((member, amount, ts))
+    for board in by_board:
+        stored = board_settings(conn, board.name)
+        if stored is not None and stored != (board.period_hours, board.interval_hours):
+            raise board._settings_mismatch()
+    return by_board
+
+
+def incr_events(conn: Any, events: list[dict[str, Any]], *, message_id: str | None = None) -> int:
+    """Many ranking events in one round trip, at most once per ``message_id`` (the batch id);
+    all validated before anything is written. Returns the number of events applied or late."""
+    check_message_id(message_id)
+    by_board = prepare_events(conn, events)
+    calls = []
+    for board, board_events in by_board.items():
+        for first in range(0, len(board_events), EVENTS_PER_CALL):
+            chunk = [(m, a, board.slot_of(ts)) for m, a, ts in board_events[first:first + EVENTS_PER_CALL]]
+            calls.append((board, chunk))
+    ids = [None if message_id is None else f"{message_id}#{n}" for n in range(len(calls))]
+
+    def queue(pipe: Any) -> None:
+        for (board, chunk), call_id in zip(calls, ids, strict=True):
+            script_keys, args = board._incr_call(chunk, call_id)
+            run_script(conn, "ranking_incr", script_keys, args, client=pipe)
+
+    [replies] = execute_in_order(conn, queue)
+    for (board, _chunk), (_status, unregistered, _late) in zip(calls, replies, strict=True):
+        if int(unregistered):
+            board._register()
+    return sum(len(chunk) for _board, chunk in calls)

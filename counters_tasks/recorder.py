@@ -1,4 +1,5 @@
-"""VisitRecorder: buffer visits in the app process and send them as ``record_visits`` batches.
+"""VisitRecorder: buffer visits (and ranking events) in the app process and send them as
+``record_visits`` (and ``incr_rankings``) batches.
 
 ``record()`` validates, stamps ``ts`` and appends to an in-memory buffer; it never waits for the
 broker. A background thread sends a batch when the buffer holds ``max_batch`` visits or its
@@ -21,11 +22,14 @@ import weakref
 from collections import deque
 from typing import Any
 
+from .ranking import Ranking
+from .validation import check_amount, check_now, check_text
 from .visits import prepare_visit
 
 log = logging.getLogger(__name__)
 
-TASK_NAME = "counters_tasks.record_visits"
+VISITS_TASK = "counters_tasks.record_visits"
+RANKINGS_TASK = "counters_tasks.incr_rankings"
 
 
 class VisitRecorder:
@@ -48,9 +52,9 @@ class VisitRecorder:
     def _init_state(self) -> None:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
-        self._buffer: list[dict[str, Any]] = []
+        self._buffer: list[tuple[str, dict[str, Any]]] = []  # (task name, payload item)
         self._oldest = 0.0
-        self._outbox: deque[tuple[str, list[dict[str, Any]]]] = deque()  # batches with their ids
+        self._outbox: deque[tuple[str, str, list[dict[str, Any]]]] = deque()  # (task, batch id, items)
         self._in_outbox = 0
         self._sending = 0  # visits of the batch being sent right now
         self._thread: threading.Thread | None = None
@@ -74,6 +78,23 @@ class VisitRecorder:
         visit: dict[str, Any] = {"ip": ip, "path": path, "ts": ts}
         if session_id is not None:
             visit["session_id"] = session_id
+        self._add(VISITS_TASK, visit)
+
+    def incr_ranking(self, board: str, member: str, amount: int = 1, ts: float | None = None,
+                     period_hours: int = 24, interval_hours: int = 1) -> None:
+        """Queue one ranking event (as ``incr_ranking`` would apply it), validated now."""
+        if ts is None:
+            ts = time.time()
+        Ranking(None, board, period_hours, interval_hours)
+        check_text(member, "member")
+        check_amount(amount, "amount")
+        check_now(ts)
+        event: dict[str, Any] = {"board": board, "member": member, "amount": amount, "ts": ts}
+        if (period_hours, interval_hours) != (24, 1):
+            event.update(period_hours=period_hours, interval_hours=interval_hours)
+        self._add(RANKINGS_TASK, event)
+
+    def _add(self, task: str, item: dict[str, Any]) -> None:
         with self._lock:
             if self._closed:
                 raise RuntimeError("this VisitRecorder is closed")
@@ -86,7 +107,7 @@ class VisitRecorder:
                 return
             if not self._buffer:
                 self._oldest = time.monotonic()
-            self._buffer.append(visit)
+            self._buffer.append((task, item))
             self._stats["recorded"] += 1
             if self._thread is None:
                 self._start_thread()
@@ -136,11 +157,16 @@ class VisitRecorder:
         self._thread.start()
 
     def _take_batches(self) -> None:
-        """Move buffered visits into id'd batches (called with the lock held)."""
-        while self._buffer:
-            visits, self._buffer = self._buffer[:self.max_batch], self._buffer[self.max_batch:]
-            self._outbox.append((str(uuid.uuid4()), visits))
-            self._in_outbox += len(visits)
+        """Move buffered items into id'd batches, one task per batch (called with the lock held)."""
+        by_task: dict[str, list[dict[str, Any]]] = {}
+        for task, item in self._buffer:
+            by_task.setdefault(task, []).append(item)
+        self._buffer = []
+        for task, items in by_task.items():
+            for first in range(0, len(items), self.max_batch):
+                batch = items[first:first + self.max_batch]
+                self._outbox.append((task, str(uuid.uuid4()), batch))
+                self._in_outbox += len(batch)
         self._oldest = time.monotonic()
 
     def _run(self) -> None:
@@ -160,20 +186,19 @@ class VisitRecorder:
                         return
                     wait = self.max_delay - (time.monotonic() - self._oldest) if self._buffer else None
                     self._wake.wait(wait)
-                batch_id, visits = self._outbox[0]
-                self._sending = len(visits)
-                self._outbox.popleft()
-                self._in_outbox -= len(visits)
+                task, batch_id, items = self._outbox.popleft()
+                self._sending = len(items)
+                self._in_outbox -= len(items)
             try:
-                self.app.send_task(TASK_NAME, args=[visits], task_id=batch_id, queue=self.queue, retry=False)
+                self.app.send_task(task, args=[items], task_id=batch_id, queue=self.queue, retry=False)
             except Exception as exc:  # broker unreachable: keep the batch (same id) and retry later
                 with self._lock:
-                    self._outbox.appendleft((batch_id, visits))
-                    self._in_outbox += len(visits)
+                    self._outbox.appendleft((task, batch_id, items))
+                    self._in_outbox += len(items)
                     self._sending = 0
                     self._stats["send_errors"] += 1
                     closing = self._closed
-                log.warning("VisitRecorder: sending %d visits failed (%s); retrying in %.1fs", len(visits), exc, backoff)
+                log.warning("VisitRecorder: sending %d items failed (%s); retrying in %.1fs", len(items), exc, backoff)
                 if closing:
                     return
                 time.sleep(backoff)
@@ -182,7 +207,7 @@ class VisitRecorder:
             backoff = self.retry_initial
             with self._lock:
                 self._sending = 0
-                self._stats["sent"] += len(visits)
+                self._stats["sent"] += len(items)
                 self._stats["batches"] += 1
                 self._wake.notify_all()
 

@@ -27,6 +27,8 @@ class Settings:
     socket_timeout: float
     dedupe_ttl: int
     cleaner_batch: int
+    worker_batch: int
+    worker_batch_ms: int
     # site PV/UV and daily uniques (seeds 001, 002): retention in days after a day ends
     day_grace_days: int = 2
     day_totals_days: int = 400
@@ -95,6 +97,8 @@ def load_settings(env: dict | None = None) -> Settings:
         socket_timeout=socket_timeout,
         dedupe_ttl=_int(env, "COUNTERS_DEDUPE_TTL", 6 * 3600, minimum=60),
         cleaner_batch=_int(env, "COUNTERS_CLEANER_BATCH", 200),
+        worker_batch=_int(env, "COUNTERS_WORKER_BATCH", 100),
+        worker_batch_ms=_int(env, "COUNTERS_WORKER_BATCH_MS", 50),
         day_grace_days=_int(env, "COUNTERS_DAY_GRACE_DAYS", 2, minimum=0),
         day_totals_days=_int(env, "COUNTERS_DAY_TOTALS_DAYS", 400),
         uniques_shard_days=_int(env, "COUNTERS_UNIQUES_SHARD_DAYS", 7),

@@ -16,6 +16,7 @@ Per-day visitor sets expire once the day can no longer receive events; totals ar
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import time
@@ -61,6 +62,11 @@ def visitor_id(ip: Any) -> str:
     secret = get_settings().secret
     if not secret:
         raise ConfigurationError("COUNTERS_SECRET is not set: visitor ids cannot be made")
+    return _visitor_id(secret, ip)
+
+
+@functools.lru_cache(maxsize=65536)
+def _visitor_id(secret: str, ip: str) -> str:
     mac = hmac.new(secret.encode("utf-8"), ip.encode("utf-8"), hashlib.sha256).digest()
     return str(int.from_bytes(mac[:8], "big", signed=True))
 
@@ -94,7 +100,7 @@ def prepare_view(ip: Any, path: Any, now: Any = None) -> SiteView:
 
 
 def queue_views(conn: Any, pipe: Any, views: Iterable[SiteView], message_id: str | None) -> None:
-    """Queue on ``pipe`` one script call per slot (day, visitor shard, path) for ``views``."""
+    """Queue on ``pipe`` one script call per slot (day, visitor shard, path group) for ``views``."""
     mode = get_settings().uv_mode
     ttl = get_settings().dedupe_ttl if message_id is not None else 0
     by_day: dict[date, list[str]] = defaultdict(list)
@@ -125,16 +131,18 @@ def queue_views(conn: Any, pipe: Any, views: Iterable[SiteView], message_id: str
         tag = keys.site_shard_tag(shard)
         pair = (keys.site_all_totals(shard), keys.site_all_visitors(shard, mode), 0, 0, ids)
         call([pair], message_id and keys.site_seen(tag, message_id))
+    by_group: dict[str, list[tuple[str, str, int, int, list[str]]]] = defaultdict(list)
     for path, per_day in by_path.items():
         tag = keys.path_tag(path)
-        pairs = []
         for day, ids in per_day.items():
             if day is None:
-                pairs.append((keys.path_totals(path, None, tag), keys.path_visitors(path, None, mode, tag), 0, 0, ids))
+                by_group[tag].append((keys.path_totals(path, None, tag), keys.path_visitors(path, None, mode, tag),
+                                      0, 0, ids))
             else:
-                pairs.append((keys.path_totals(path, day, tag), keys.path_visitors(path, day, mode, tag),
-                              visitors_expire_at(day), totals_expire_at(day), ids))
-        call(pairs, message_id and keys.path_seen(path, message_id, tag))
+                by_group[tag].append((keys.path_totals(path, day, tag), keys.path_visitors(path, day, mode, tag),
+                                      visitors_expire_at(day), totals_expire_at(day), ids))
+    for tag, pairs in by_group.items():
+        call(pairs, message_id and keys.path_seen(tag, message_id))
 
 
 def record_visit(conn: Any, ip: str, path: str, now: float | None = None, *, message_id: str | None = None) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from celery import Task
+from celery_batches import Batches
 from redis.exceptions import (
     BusyLoadingError,
     ClusterDownError,
@@ -19,11 +20,13 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from . import counters, ranking, uniques, visits
+from . import batching, counters, ranking, uniques
 from .app import app
 from .errors import InvalidInput
 from .maintenance import run_exclusive
 from .redis_layer import get_redis
+from .settings import get_settings
+from .visits import record_visits as apply_visit_batch
 
 REDIS_TRANSIENT = (ConnectionError, TimeoutError, BusyLoadingError,
                    ClusterDownError, TryAgainError, SlotNotCoveredError)  # a cluster failing over
@@ -75,6 +78,12 @@ def incr_ranking(self: CountingTask, board: str, member: str, amount: int = 1, t
     ranking.Ranking(get_redis(), board, period_hours, interval_hours).incr(member, amount, ts, message_id=self.message_id)
 
 
+@app.task(name="counters_tasks.incr_rankings", base=CountingTask, bind=True)
+def incr_rankings(self: CountingTask, events: list[dict[str, Any]]) -> int:
+    """Many ranking events in one message (``VisitRecorder.incr_ranking`` sends these)."""
+    return ranking.incr_events(get_redis(), events, message_id=self.message_id)
+
+
 @app.task(name="counters_tasks.rotate_rankings", base=MaintenanceTask, bind=True)
 def rotate_rankings(self: MaintenanceTask) -> Any:
     conn = get_redis()
@@ -83,9 +92,33 @@ def rotate_rankings(self: MaintenanceTask) -> Any:
 
 # --- visits and daily uniques (seeds 001, 002) ----------------------------------------------
 
-@app.task(name="counters_tasks.record_visit", base=CountingTask, bind=True)
-def record_visit(self: CountingTask, ip: str, path: str, session_id: str | None = None, ts: float | None = None) -> None:
-    visits.record_visit(get_redis(), ip, path, session_id, ts, message_id=self.message_id)
+class VisitBatches(Batches):
+    """``record_visit`` messages applied in batches by the worker (see ``batching``); each
+    message is still applied at most once, under its own task id."""
+
+    acks_late = True
+    reject_on_worker_lost = True
+    ignore_result = True
+
+    @property
+    def flush_every(self) -> int:  # type: ignore[override]
+        return get_settings().worker_batch
+
+    @property
+    def flush_interval(self) -> float:  # type: ignore[override]
+        return get_settings().worker_batch_ms / 1000
+
+
+@app.task(name="counters_tasks.record_visit", base=VisitBatches, bind=True)
+def record_visit(self: VisitBatches, requests: list[Any]) -> dict[str, int]:
+    """Called as ``record_visit.delay(ip, path, session_id=None, ts=None)``; runs on a batch."""
+    return batching.apply_requests(get_redis(), requests)
+
+
+@app.task(name="counters_tasks.record_visits", base=CountingTask, bind=True)
+def record_visits(self: CountingTask, visits: list[dict[str, Any]]) -> int:
+    """Many visits in one message (``VisitRecorder`` sends these); the task id is the batch id."""
+    return apply_visit_batch(get_redis(), visits, message_id=self.message_id)
 
 
 @app.task(name="counters_tasks.count_unique", base=CountingTask, bind=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import math
 import re
@@ -90,6 +91,12 @@ def check_ip(value: Any) -> str:
     """The canonical text of an IPv4 or IPv6 address (an IPv4-mapped IPv6 address as IPv4)."""
     if not isinstance(value, str):
         raise InvalidInput(f"ip must be a str, got {type(value).__name__}")
+    return _canonical_ip(value)
+
+
+@functools.lru_cache(maxsize=65536)
+def _canonical_ip(value: str) -> str:
+    """Cached: a site's visitors come back (bad input raises, and is not cached)."""
     try:
         address = ipaddress.ip_address(value)
     except ValueError:

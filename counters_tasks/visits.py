@@ -1,23 +1,35 @@
-"""One visit, everything it counts: site PV/UV, the ``hits`` counters, the daily unique visitor.
+"""Visits, everything they count: site PV/UV, the ``hits`` counters, the daily unique visitor.
 
 Every input is validated first (InvalidInput, nothing written), then all writes are queued on
 one pipeline: one Lua call per slot (uniques day, site day, visitor shard, path, each counter),
-then the counter registry, in one round trip. Writes are grouped per slot, so a batch of visits
-(``record_visits``, later) costs the same number of calls as one visit per distinct slot, and
-one message id dedupes the whole batch.
+in one round trip. Writes are grouped per slot, so a group of visits costs one call per
+distinct slot, and each group is applied at most once per its message id.
+
+A batch (``record_visits``) is cut into chunks of ``CHUNK`` visits, each chunk a group with its
+own id derived from the batch id (``<batch id>#<n>``), so no single Lua call runs long and a
+redelivered batch, cut the same way, is applied once.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
 from . import counters, sitestats, uniques
+from .errors import InvalidInput
 from .redis_layer import execute_in_order
 from .validation import check_message_id, check_now
+
+CHUNK = 1000
+"""Visits per group of a batch: each Lua call then stays well under a millisecond."""
+
+MAX_BATCH = 20_000
+"""The most visits one ``record_visits`` message may carry."""
+
+VISIT_FIELDS = frozenset({"ip", "path", "session_id", "ts"})
 
 
 @dataclass(frozen=True)
@@ -37,35 +49,92 @@ def prepare_visit(ip: Any, path: Any, session_id: Any = None, now: Any = None) -
     return Visit(view, ts, session)
 
 
+def prepare_batch(visits: Any) -> list[Visit]:
+    """Validate a ``record_visits`` payload: a list of dicts with keys ip, path[, session_id, ts]."""
+    if not isinstance(visits, list):
+        raise InvalidInput(f"visits must be a list, got {type(visits).__name__}")
+    if len(visits) > MAX_BATCH:
+        raise InvalidInput(f"a batch holds at most {MAX_BATCH} visits, got {len(visits)}")
+    prepared = []
+    for n, visit in enumerate(visits):
+        if not isinstance(visit, dict):
+            raise InvalidInput(f"visit {n} must be a dict, got {type(visit).__name__}")
+        unknown = set(visit) - VISIT_FIELDS
+        if unknown:
+            raise InvalidInput(f"visit {n} has unknown keys: {', '.join(sorted(map(str, unknown)))}")
+        if "ip" not in visit or "path" not in visit:
+            raise InvalidInput(f"visit {n} needs ip and path")
+        try:
+            prepared.append(prepare_visit(visit["ip"], visit["path"], visit.get("session_id"), visit.get("ts")))
+        except InvalidInput as exc:
+            raise InvalidInput(f"visit {n}: {exc}") from None
+    return prepared
+
+
 def hits_names(path: str) -> tuple[str, str]:
     """The counters a view of ``path`` adds to."""
     return "hits", f"hits:{path}"
 
 
-def write_visits(conn: Any, visits: Sequence[Visit], message_id: str | None) -> None:
-    """Apply already-validated visits in one round trip (at most once per ``message_id``)."""
-    if not visits:
-        return
+@dataclass
+class _Group:
+    visits: Sequence[Visit]
+    message_id: str | None
+    sessions: dict[date, list[int]]
+    per_counter: dict[str, counters.Buckets]
+    session_replies: slice = field(default_factory=lambda: slice(0))
+    counter_replies: slice = field(default_factory=lambda: slice(0))
+    counter_calls: list[list[str]] = field(default_factory=list)
+
+
+def _plan(visits: Sequence[Visit], message_id: str | None) -> _Group:
     sessions: dict[date, list[int]] = defaultdict(list)
-    per_counter: dict[str, counters.Buckets] = {}  # written last: their replies end the stage
+    per_counter: dict[str, counters.Buckets] = {}
     for visit in visits:
         if visit.session is not None:
             sessions[visit.session[0]].append(visit.session[1])
         for name in hits_names(visit.view.path):
             counters.add_to_buckets(per_counter.setdefault(name, {}), visit.ts, 1)
-    expected = {day: uniques.expected_for(conn, day) for day in sessions}
+    return _Group(visits, message_id, sessions, per_counter)
+
+
+def write_groups(conn: Any, groups: Sequence[tuple[Sequence[Visit], str | None]]) -> None:
+    """Apply groups of validated visits, each at most once per its message id, in one round trip
+    (a second only to register new counters or to re-send a day whose uniques layout moved)."""
+    plans = [_plan(visits, message_id) for visits, message_id in groups if visits]
+    if not plans:
+        return
+    expected = {day: uniques.expected_for(conn, day) for plan in plans for day in plan.sessions}
 
     def data(pipe: Any) -> None:
-        for day, numbers in sessions.items():  # first, so their replies lead the stage's replies
-            uniques.queue_ids(conn, pipe, day, numbers, expected[day], message_id)
-        sitestats.queue_views(conn, pipe, [visit.view for visit in visits], message_id)
-        for name, buckets in per_counter.items():
-            counters.queue_counter_write(conn, pipe, name, buckets, message_id)
+        for plan in plans:
+            start = len(pipe)
+            for day, numbers in plan.sessions.items():
+                uniques.queue_ids(conn, pipe, day, numbers, expected[day], plan.message_id)
+            plan.session_replies = slice(start, len(pipe))
+            sitestats.queue_views(conn, pipe, [visit.view for visit in plan.visits], plan.message_id)
+            start = len(pipe)
+            plan.counter_calls = counters.queue_counter_writes(conn, pipe, plan.per_counter, plan.message_id)
+            plan.counter_replies = slice(start, len(pipe))
 
     [replies] = execute_in_order(conn, data)
-    counters.register_counters(conn, counters.unregistered(per_counter, replies[len(replies) - len(per_counter):]))
-    for (day, numbers), reply in zip(sessions.items(), replies, strict=False):
-        uniques.apply_ids(conn, day, numbers, message_id, reply)  # re-sends only if the figure moved
+    new_counters: set[str] = set()
+    for plan in plans:
+        new_counters.update(counters.unregistered(plan.counter_calls, replies[plan.counter_replies]))
+    counters.register_counters(conn, sorted(new_counters))
+    for plan in plans:
+        for (day, numbers), reply in zip(plan.sessions.items(), replies[plan.session_replies], strict=True):
+            uniques.apply_ids(conn, day, numbers, plan.message_id, reply)  # re-sends only if the figure moved
+
+
+def write_visits(conn: Any, visits: Sequence[Visit], message_id: str | None) -> None:
+    """Apply already-validated visits as one group (at most once per ``message_id``)."""
+    write_groups(conn, [(visits, message_id)])
+
+
+def chunk_ids(message_id: str | None, count: int) -> list[str | None]:
+    """The group ids of a batch's chunks: the same for the same batch, every time."""
+    return [None if message_id is None else f"{message_id}#{n}" for n in range(count)]
 
 
 def record_visit(conn: Any, ip: str, path: str, session_id: str | None = None, now: float | None = None, *,
@@ -73,3 +142,14 @@ def record_visit(conn: Any, ip: str, path: str, session_id: str | None = None, n
     """One visit: site PV/UV, counters ``hits`` and ``hits:<path>``, and the session's daily unique."""
     check_message_id(message_id)
     write_visits(conn, [prepare_visit(ip, path, session_id, now)], message_id)
+
+
+def record_visits(conn: Any, visits: list[dict[str, Any]], *, message_id: str | None = None) -> int:
+    """Many visits (dicts with keys ip, path, session_id, ts) as ``record_visit`` each, in chunks,
+    at most once per ``message_id`` (the batch id). All are validated before anything is written.
+    Returns the number of visits applied."""
+    check_message_id(message_id)
+    prepared = prepare_batch(visits)
+    chunks = [prepared[i:i + CHUNK] for i in range(0, len(prepared), CHUNK)]
+    write_groups(conn, list(zip(chunks, chunk_ids(message_id, len(chunks)), strict=True)))
+    return len(prepared)

@@ -84,9 +84,15 @@ def test_one_bounded_client_per_process_rebuilt_after_fork(monkeypatch):
     assert redis_layer.get_redis() is client and client.ping()
 
 
+def test_tag_groups_spread():
+    groups = {keys.counter_tag(f"counter-{i}") for i in range(5000)}
+    assert len(groups) == keys.TAG_GROUPS
+    assert len({keys.path_tag(f"/p/{i}") for i in range(5000)}) == keys.TAG_GROUPS
+
+
 def test_user_strings_never_pick_the_slot():
     for name in ["{evil}", "a}{b", "{", "}", "*", "x y\u00e9", "n" * 10_000]:
         key = keys.counter_keys(name)[0]
         tag = key[key.index("{") + 1:key.index("}")]
-        assert tag == keys.counter_tag(name) and len(tag) == 16 and all(c in "0123456789abcdef" for c in tag)
+        assert tag == keys.counter_tag(name) and tag[0] == "c" and 0 <= int(tag[1:]) < keys.TAG_GROUPS
         assert "{" not in key[key.index("}"):] and " " not in key and "*" not in key

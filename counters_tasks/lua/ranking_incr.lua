@@ -1,49 +1,72 @@
--- Add an amount to one member of one board in one time slot, at most once per message.
--- KEYS: the board's meta HASH, top ZSET, slot index ZSET, the slot's HASH, then (when
+-- Add amounts to members of one board, each in the time slot of its event, at most once per
+-- message.
+-- KEYS: the board's meta HASH, top ZSET, slot index ZSET, then k slot HASHes, then (when
 --       ARGV[1] > 0) the message's dedupe marker. All share the board's hash tag.
--- ARGV: marker TTL (0 = no dedupe), period_hours, interval_hours, slot, member, amount,
---       slot hash TTL in seconds, -amount (as text: a Lua number would lose digits past 14).
+-- ARGV: marker TTL (0 = no dedupe), period_hours, interval_hours, slot hash TTL in seconds,
+--       k, the k slot numbers (in KEYS order), then n, then per event: the index (1..k) of its
+--       slot, member, amount, -amount (as text: a Lua number would lose digits past 14).
+-- Events are applied in order, each as a single incr would be.
 -- Invariant kept by every ranking script: top[m] = -(sum of m over the slot hashes in the index),
 -- zero totals absent; an index entry exists exactly when its slot hash does.
--- Returns {status, 1 when the board is not yet confirmed in the registry (meta.reg unset) else 0};
--- status 1 applied, 0 already applied (same message), 2 late (slot left the window: ignored and
--- counted in meta.late), -1 the board exists with other settings (nothing written).
+-- Returns {status, 1 when the board is not yet confirmed in the registry (meta.reg unset) else 0,
+-- events ignored as late}; status 1 applied, 0 already applied (same message), 2 every event
+-- late, -1 the board exists with other settings (nothing written).
 local ttl = tonumber(ARGV[1])
 local meta = redis.call('HMGET', KEYS[1], 'period', 'interval', 'wm', 'rot', 'reg')
 local unregistered = meta[5] and 0 or 1
 if meta[1] and (meta[1] ~= ARGV[2] or meta[2] ~= ARGV[3]) then
-  return {-1, 0}
+  return {-1, 0, 0}
 end
+local k = tonumber(ARGV[5])
 if ttl > 0 then
-  if not redis.call('SET', KEYS[5], '1', 'NX', 'EX', ttl) then
-    return {0, unregistered}
+  if not redis.call('SET', KEYS[4 + k], '1', 'NX', 'EX', ttl) then
+    return {0, unregistered, 0}
   end
 end
 if not meta[1] then
   redis.call('HSET', KEYS[1], 'period', ARGV[2], 'interval', ARGV[3])
 end
-local n = tonumber(ARGV[2]) / tonumber(ARGV[3])
-local slot = tonumber(ARGV[4])
+local window = tonumber(ARGV[2]) / tonumber(ARGV[3])
 local wm = tonumber(meta[3])
 local rot = tonumber(meta[4])
-if (wm and slot <= wm - n) or (rot and slot < rot) then
-  redis.call('HINCRBY', KEYS[1], 'late', 1)
-  return {2, unregistered}
+local late = 0
+local touched = {}
+local events = tonumber(ARGV[6 + k])
+local i = 7 + k
+for _ = 1, events do
+  local s = tonumber(ARGV[i])
+  local slot = tonumber(ARGV[5 + s])
+  local member, amount, minus = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  i = i + 4
+  if (wm and slot <= wm - window) or (rot and slot < rot) then
+    late = late + 1
+  else
+    if not wm or slot > wm then
+      wm = slot
+      redis.call('HSET', KEYS[1], 'wm', ARGV[5 + s])
+    end
+    touched[s] = true
+    if redis.call('HINCRBY', KEYS[3 + s], member, amount) == 0 then
+      redis.call('HDEL', KEYS[3 + s], member)
+    end
+    if tonumber(redis.call('ZINCRBY', KEYS[2], minus, member)) == 0 then
+      redis.call('ZREM', KEYS[2], member)
+    end
+  end
 end
-if not wm or slot > wm then
-  redis.call('HSET', KEYS[1], 'wm', ARGV[4])
+-- the slot index follows the slot hashes this call touched (once per slot, not per event)
+for s in pairs(touched) do
+  if redis.call('EXISTS', KEYS[3 + s]) == 1 then
+    redis.call('ZADD', KEYS[3], ARGV[5 + s], ARGV[5 + s])
+    redis.call('EXPIRE', KEYS[3 + s], ARGV[4])
+  else
+    redis.call('ZREM', KEYS[3], ARGV[5 + s])
+  end
 end
-local member, amount = ARGV[5], ARGV[6]
-if redis.call('HINCRBY', KEYS[4], member, amount) == 0 then
-  redis.call('HDEL', KEYS[4], member)
+if late > 0 then
+  redis.call('HINCRBY', KEYS[1], 'late', late)
 end
-if redis.call('EXISTS', KEYS[4]) == 1 then
-  redis.call('ZADD', KEYS[3], ARGV[4], ARGV[4])
-  redis.call('EXPIRE', KEYS[4], ARGV[7])
-else
-  redis.call('ZREM', KEYS[3], ARGV[4])
+if late == events then
+  return {2, unregistered, late}
 end
-if tonumber(redis.call('ZINCRBY', KEYS[2], ARGV[8], member)) == 0 then
-  redis.call('ZREM', KEYS[2], member)
-end
-return {1, unregistered}
+return {1, unregistered, late}
