@@ -89,5 +89,6 @@ if (os.environ.get("COUNTERS_BEAT_SCHEDULER") or "").lower() == "redbeat":
     beat_scheduler = "redbeat.RedBeatScheduler"
     redbeat_redis_url = broker_url
     redbeat_key_prefix = "redbeat:"
+    redbeat_redis_options = {}  # not the broker's transport options (redbeat's deprecated fallback)
     redbeat_lock_timeout = float(os.environ.get("COUNTERS_BEAT_LOCK_TIMEOUT") or 30)
     beat_max_loop_interval = float(os.environ.get("COUNTERS_BEAT_MAX_INTERVAL") or 5)

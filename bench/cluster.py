@@ -6,8 +6,9 @@ folders), then in the same run:
 1. spread: a realistic load (visits of many visitors over many paths with sessions, named
    counters, ranking boards, then the beat jobs) on the cluster; per master: keys (DBSIZE),
    commands processed and script calls (INFO stats / commandstats, reset before the load);
-2. ingest: ``visits.record_visit`` (or ``tasks.record_visits``' batch function when
-   ``--batch`` > 1 and it exists) from P client processes at once, on one node and on the cluster.
+2. ingest: ``visits.record_visit`` one visit at a time, and ``visits.record_visits`` (the
+   function behind the ``record_visits`` task) in batches, from P client processes at once, on
+   one node and on the cluster.
 
     python bench/cluster.py                         # 20,000 visits, 1 and 4 client processes
     python bench/cluster.py --visits 50000 --procs 1,2,4,8
@@ -62,7 +63,7 @@ def ingest_worker(url: str, cluster: bool, seed: int, count: int, batch: int, re
     use(url, cluster)
     conn = get_redis()
     stream = make_visits(count, seed, time.time())
-    record_many = getattr(visits, "record_visits", None) if batch > 1 else None
+    record_many = visits.record_visits if batch > 1 else None
     visits.record_visit(conn, "192.0.2.1", "/warmup", "f" * 32)  # scripts, topology, the day's figure
     uniques.expected_for(conn, visits.prepare_visit("192.0.2.1", "/", None).view.day)
     ready.release()
@@ -222,24 +223,28 @@ def main() -> None:
     parser.add_argument("--procs", default="1,4", help="client process counts to measure, comma-separated")
     parser.add_argument("--failover", type=float, default=0, metavar="SECONDS",
                         help="also kill a master under direct writes for this long (3 masters + 3 replicas)")
-    parser.add_argument("--batch", type=int, default=1, help="visits per call (needs visits.record_visits when > 1)")
+    parser.add_argument("--batch", type=int, default=100, help="visits per record_visits call in the batched runs")
     options = parser.parse_args()
     os.environ.setdefault("COUNTERS_SECRET", "bench-secret")
     with tempfile.TemporaryDirectory() as tmp, \
             RedisClusterProcesses(Path(tmp) / "cluster", masters=3) as cluster, \
             RedisServer(Path(tmp) / "single") as single:
         spread(cluster, options.visits)
-        batched = f" in batches of {options.batch}" if options.batch > 1 else ""
-        print(f"\ningest: visits.record_visit{batched},"
-              f" {options.visits} visits a run, split over the client processes")
-        print(f"{'clients':>8} {'one node/s':>11} {'cluster/s':>10} {'ratio':>6}")
+        print(f"\ningest: {options.visits} visits a run, split over the client processes; one by one"
+              f" (visits.record_visit) and in batches of {options.batch} (visits.record_visits)")
+        print(f"{'clients':>8} {'one node/s':>11} {'cluster/s':>10} {'ratio':>6}"
+              f" {'batched one node/s':>19} {'batched cluster/s':>18} {'ratio':>6}")
         for procs in (int(p) for p in options.procs.split(",")):
             per = max(1, options.visits // procs)
-            flush(single.url, False)
-            one = ingest(single.url, False, procs, per, options.batch)
-            flush(cluster.url, True)
-            many = ingest(cluster.url, True, procs, per, options.batch)
-            print(f"{procs:>8} {one:>11,.0f} {many:>10,.0f} {many / one:>5.2f}x")
+            figures = []
+            for batch in (1, options.batch):
+                flush(single.url, False)
+                one = ingest(single.url, False, procs, per, batch)
+                flush(cluster.url, True)
+                figures += [one, ingest(cluster.url, True, procs, per, batch)]
+            one, many, one_b, many_b = figures
+            print(f"{procs:>8} {one:>11,.0f} {many:>10,.0f} {many / one:>5.2f}x"
+                  f" {one_b:>19,.0f} {many_b:>18,.0f} {many_b / one_b:>5.2f}x")
         if options.failover:
             failover(Path(tmp), options.failover, 4)
 
