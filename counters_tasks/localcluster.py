@@ -91,18 +91,6 @@ class RedisClusterProcesses:
                 raise TimeoutError("the Redis Cluster's replicas did not finish their first sync")
             time.sleep(0.1)
 
-    def primaries(self) -> list[RedisServer]:
-        """The live nodes that are masters now (after a failover, a former replica is one)."""
-        out = []
-        for node in self.nodes:
-            if node.process and node.process.poll() is None:
-                try:
-                    if redis.Redis(port=node.port).info("replication")["role"] == "master":
-                        out.append(node)
-                except redis.RedisError:
-                    pass
-        return out
-
     def stop(self) -> None:
         for node in self.nodes:
             node.stop()
