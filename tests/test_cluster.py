@@ -32,6 +32,15 @@ def commandstats(client: redis.Redis) -> dict[str, int]:
     return {as_str(name).removeprefix("cmdstat_"): int(stats["calls"]) for name, stats in client.info("commandstats").items()}
 
 
+def test_the_layer_builds_a_cluster_client_with_its_retries():
+    from counters_tasks.redis_layer import CLUSTER_RETRIES, get_redis
+
+    conn = get_redis()
+    assert isinstance(conn, RedisCluster)
+    assert conn.retry.get_retries() == CLUSTER_RETRIES
+    assert len(conn.get_primaries()) == 3
+
+
 def test_maintenance_reaches_every_node_through_the_registries(raw_conn):
     """The cleaner, the rotation and the precomputation find data on every master without KEYS or SCAN."""
     now = time.time()

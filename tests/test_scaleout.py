@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import collections
 import re
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -20,7 +22,7 @@ from counters_tasks import counters, days, ranking, redis_layer, sitestats, uniq
 from counters_tasks.localredis import RedisServer
 from counters_tasks.settings import url_with_db
 from tests.conftest import flush, is_cluster_run, wait_for
-from tests.procs import celery_env, start_beat, start_worker
+from tests.procs import REPO, celery_env, start_beat, start_worker
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "keys.md"
 SCRIPTED = ("counters", "sitestats", "uniques", "ranking", "visits")
@@ -263,6 +265,17 @@ def test_one_default_beat_sends_each_job_once(redis_url, tmp_path):
     finally:
         beat.stop()
         clear_broker(broker)
+
+
+def test_redbeat_setting_configures_the_scheduler(redis_url):
+    probe = ("import celeryconfig as c; print(getattr(c, 'beat_scheduler', None), getattr(c, 'redbeat_lock_timeout', None),"
+             " getattr(c, 'redbeat_redis_url', None) == c.broker_url)")
+    env = celery_env(redis_url, CELERY_BROKER_URL=url_with_db(redis_url, 5), COUNTERS_BEAT_LOCK_TIMEOUT="12")
+    on = subprocess.run([sys.executable, "-c", probe], env=dict(env, COUNTERS_BEAT_SCHEDULER="redbeat"), cwd=REPO,
+                        capture_output=True, text=True, check=True).stdout.split()
+    assert on == ["redbeat.RedBeatScheduler", "12.0", "True"]
+    off = subprocess.run([sys.executable, "-c", probe], env=env, cwd=REPO, capture_output=True, text=True, check=True)
+    assert off.stdout.split() == ["None", "None", "False"]
 
 
 def test_flush_helper_reaches_every_node(raw_conn):
