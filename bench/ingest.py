@@ -63,15 +63,22 @@ def wait_until(condition, timeout: float, poll: float = 0.02) -> float:
 def run_variant(label: str, data_conn, send, done, n: int) -> dict:
     data_conn.flushdb()
     data_conn.config_resetstat()
+    data_conn.config_set("slowlog-log-slower-than", 5000)  # any call blocking Redis 5 ms or more
+    data_conn.slowlog_reset()
     start = time.perf_counter()
     send()
     sent = time.perf_counter()
     end = wait_until(done, timeout=1800)
     commands, scripts = command_counts(data_conn)
+    slow = data_conn.slowlog_get(128)
     out = {"label": label, "producer": n / (sent - start), "e2e": n / (end - start),
-           "commands": commands / n, "scripts": scripts / n}
+           "commands": commands / n, "scripts": scripts / n, "slow": len(slow),
+           "slowest_ms": max((entry["duration"] for entry in slow), default=0) / 1000}
     print(f"{label:<34} producer {out['producer']:>9,.0f}/s  end-to-end {out['e2e']:>9,.0f} visits/s  "
-          f"{out['commands']:>6.1f} Redis commands/visit ({out['scripts']:.2f} script calls)", flush=True)
+          f"{out['commands']:>6.1f} Redis commands/visit ({out['scripts']:.2f} script calls)  "
+          f"calls over 5 ms: {out['slow']}" + (f" (slowest {out['slowest_ms']:.1f} ms)" if slow else ""), flush=True)
+    for entry in sorted(slow, key=lambda e: -e["duration"])[:3]:
+        print(f"    slow: {entry['duration'] / 1000:.1f} ms {entry['command'][:120]!r}")
     return out
 
 
@@ -165,7 +172,11 @@ def main() -> int:
                               f"{r['commands']:.1f} vs {base['commands']:.1f}")
         finally:
             worker.terminate()
-            worker.wait(30)
+            try:
+                worker.wait(30)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.wait()
     return 0
 
 

@@ -61,6 +61,23 @@ class MaintenanceTask(Task):
     lock_seconds = 300
 
 
+class CountingBatches(Batches):
+    """Per-event messages applied in batches by the worker (see ``batching``); each message is
+    still applied at most once, under its own task id."""
+
+    acks_late = True
+    reject_on_worker_lost = True
+    ignore_result = True
+
+    @property
+    def flush_every(self) -> int:  # type: ignore[override]
+        return get_settings().worker_batch
+
+    @property
+    def flush_interval(self) -> float:  # type: ignore[override]
+        return get_settings().worker_batch_ms / 1000
+
+
 @app.task(name="counters_tasks.update_counter", base=CountingTask, bind=True)
 def update_counter(self: CountingTask, name: str, count: int = 1, ts: float | None = None) -> None:
     counters.update_counter(get_redis(), name, count, ts, message_id=self.message_id)
@@ -72,10 +89,11 @@ def clean_counters(self: MaintenanceTask) -> Any:
     return run_exclusive(conn, "clean_counters", lambda: counters.clean_counters(conn), self.lock_seconds)
 
 
-@app.task(name="counters_tasks.incr_ranking", base=CountingTask, bind=True)
-def incr_ranking(self: CountingTask, board: str, member: str, amount: int = 1, ts: float | None = None,
-                 period_hours: int = 24, interval_hours: int = 1) -> None:
-    ranking.Ranking(get_redis(), board, period_hours, interval_hours).incr(member, amount, ts, message_id=self.message_id)
+@app.task(name="counters_tasks.incr_ranking", base=CountingBatches, bind=True)
+def incr_ranking(self: CountingBatches, requests: list[Any]) -> dict[str, int]:
+    """Called as ``incr_ranking.delay(board, member, amount=1, ts=None, period_hours=24,
+    interval_hours=1)``; the worker applies such messages in batches (see ``batching``)."""
+    return batching.apply_batch(get_redis(), "incr_ranking", requests)
 
 
 @app.task(name="counters_tasks.incr_rankings", base=CountingTask, bind=True)
@@ -92,27 +110,11 @@ def rotate_rankings(self: MaintenanceTask) -> Any:
 
 # --- visits and daily uniques (seeds 001, 002) ----------------------------------------------
 
-class VisitBatches(Batches):
-    """``record_visit`` messages applied in batches by the worker (see ``batching``); each
-    message is still applied at most once, under its own task id."""
-
-    acks_late = True
-    reject_on_worker_lost = True
-    ignore_result = True
-
-    @property
-    def flush_every(self) -> int:  # type: ignore[override]
-        return get_settings().worker_batch
-
-    @property
-    def flush_interval(self) -> float:  # type: ignore[override]
-        return get_settings().worker_batch_ms / 1000
-
-
-@app.task(name="counters_tasks.record_visit", base=VisitBatches, bind=True)
-def record_visit(self: VisitBatches, requests: list[Any]) -> dict[str, int]:
-    """Called as ``record_visit.delay(ip, path, session_id=None, ts=None)``; runs on a batch."""
-    return batching.apply_requests(get_redis(), requests)
+@app.task(name="counters_tasks.record_visit", base=CountingBatches, bind=True)
+def record_visit(self: CountingBatches, requests: list[Any]) -> dict[str, int]:
+    """Called as ``record_visit.delay(ip, path, session_id=None, ts=None)``; the worker applies
+    such messages in batches (see ``batching``)."""
+    return batching.apply_batch(get_redis(), "record_visit", requests)
 
 
 @app.task(name="counters_tasks.record_visits", base=CountingTask, bind=True)

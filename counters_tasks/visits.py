@@ -24,7 +24,10 @@ from .redis_layer import execute_in_order
 from .validation import check_message_id, check_now
 
 CHUNK = 1000
-"""Visits per group of a batch: each Lua call then stays well under a millisecond."""
+"""Visits per group of a batch: one Lua call per slot per chunk, each under 5 ms (SLOWLOG)."""
+
+UNIQUES_PER_CALL = 250
+"""Session ids per Lua call: a new day's ids each create a shard, the costly case."""
 
 MAX_BATCH = 20_000
 """The most visits one ``record_visits`` message may carry."""
@@ -80,7 +83,7 @@ def hits_names(path: str) -> tuple[str, str]:
 class _Group:
     visits: Sequence[Visit]
     message_id: str | None
-    sessions: dict[date, list[int]]
+    sessions: list[tuple[date, list[int], str | None]]  # (day, ids, the call's message id)
     per_counter: dict[str, counters.Buckets]
     session_replies: slice = field(default_factory=lambda: slice(0))
     counter_replies: slice = field(default_factory=lambda: slice(0))
@@ -95,7 +98,12 @@ def _plan(visits: Sequence[Visit], message_id: str | None) -> _Group:
             sessions[visit.session[0]].append(visit.session[1])
         for name in hits_names(visit.view.path):
             counters.add_to_buckets(per_counter.setdefault(name, {}), visit.ts, 1)
-    return _Group(visits, message_id, sessions, per_counter)
+    calls = []
+    for day, numbers in sessions.items():  # a day's ids in calls of UNIQUES_PER_CALL (each deduped)
+        for n, first in enumerate(range(0, len(numbers), UNIQUES_PER_CALL)):
+            call_id = message_id if message_id is None or n == 0 else f"{message_id}/{n}"
+            calls.append((day, numbers[first:first + UNIQUES_PER_CALL], call_id))
+    return _Group(visits, message_id, calls, per_counter)
 
 
 def write_groups(conn: Any, groups: Sequence[tuple[Sequence[Visit], str | None]]) -> None:
@@ -104,13 +112,13 @@ def write_groups(conn: Any, groups: Sequence[tuple[Sequence[Visit], str | None]]
     plans = [_plan(visits, message_id) for visits, message_id in groups if visits]
     if not plans:
         return
-    expected = {day: uniques.expected_for(conn, day) for plan in plans for day in plan.sessions}
+    expected = {day: uniques.expected_for(conn, day) for plan in plans for day, _ids, _id in plan.sessions}
 
     def data(pipe: Any) -> None:
         for plan in plans:
             start = len(pipe)
-            for day, numbers in plan.sessions.items():
-                uniques.queue_ids(conn, pipe, day, numbers, expected[day], plan.message_id)
+            for day, numbers, call_id in plan.sessions:
+                uniques.queue_ids(conn, pipe, day, numbers, expected[day], call_id)
             plan.session_replies = slice(start, len(pipe))
             sitestats.queue_views(conn, pipe, [visit.view for visit in plan.visits], plan.message_id)
             start = len(pipe)
@@ -123,8 +131,8 @@ def write_groups(conn: Any, groups: Sequence[tuple[Sequence[Visit], str | None]]
         new_counters.update(counters.unregistered(plan.counter_calls, replies[plan.counter_replies]))
     counters.register_counters(conn, sorted(new_counters))
     for plan in plans:
-        for (day, numbers), reply in zip(plan.sessions.items(), replies[plan.session_replies], strict=True):
-            uniques.apply_ids(conn, day, numbers, plan.message_id, reply)  # re-sends only if the figure moved
+        for (day, numbers, call_id), reply in zip(plan.sessions, replies[plan.session_replies], strict=True):
+            uniques.apply_ids(conn, day, numbers, call_id, reply)  # re-sends only if the figure moved
 
 
 def write_visits(conn: Any, visits: Sequence[Visit], message_id: str | None) -> None:

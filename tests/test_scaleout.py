@@ -127,7 +127,7 @@ def documented_patterns() -> list[tuple[re.Pattern, str]]:
             continue
         for pattern in re.findall(r"`(ct:[^`]+)`", cells[0]):
             regex = re.escape(pattern)
-            regex = re.sub(r"\\\{(tag|r|b|c|p)[^}]*\\\}", r"\\{[0-9a-zA-Z]+\\}", regex)
+            regex = re.sub(r"\\\{(tag|group|r|b|c|p)[^}]*\\\}", r"\\{[0-9a-zA-Z]+\\}", regex)
             regex = regex.replace("<kind>", "(vis|hll)").replace("<D>", r"\d{4}-\d\d-\d\d")
             regex = re.sub(r"<(precision|slot|shard|n)>", r"-?\\d+", regex)
             regex = re.sub(r"<[^>]+>", ".+", regex)
