@@ -75,21 +75,30 @@ class RedisClusterProcesses:
             time.sleep(0.1)
 
     def wait_replicas(self, timeout: float = 60.0) -> None:
-        """Until every live replica has finished its first sync (before that it cannot fail over)."""
+        """Until every master streams writes to its replicas (called by ``start``: it runs FLUSHALL).
+
+        After a diskless first sync a master holds the stream back until the replica's first
+        ACK, up to a second later; a master killed before that loses all it held. So each master
+        replicates a (no-op) FLUSHALL and WAITs for its replicas to acknowledge it.
+        """
         deadline = time.monotonic() + timeout
-        while True:
+        pending = list(self.nodes)
+        while pending:
+            node = pending[0]
             try:
-                infos = [redis.Redis(port=n.port, decode_responses=True).info("replication")
-                         for n in self.nodes if n.process and n.process.poll() is None]
-                replicas = [i for i in infos if i["role"] == "slave"]
-                if len(replicas) >= self.masters * self.replicas and all(
-                        i.get("master_link_status") == "up" for i in replicas):
-                    return
+                client = redis.Redis(port=node.port, decode_responses=True)
+                if client.info("replication")["role"] != "master":
+                    pending.pop(0)
+                    continue
+                client.flushall()
+                if client.execute_command("WAIT", self.replicas, 200) >= self.replicas:
+                    pending.pop(0)
+                    continue
             except redis.RedisError:
                 pass
             if time.monotonic() > deadline:
-                raise TimeoutError("the Redis Cluster's replicas did not finish their first sync")
-            time.sleep(0.1)
+                raise TimeoutError("the Redis Cluster's replicas did not acknowledge their masters' writes")
+            time.sleep(0.05)
 
     def stop(self) -> None:
         for node in self.nodes:

@@ -145,6 +145,10 @@ def test_a_master_killed_under_load_fails_over_and_counting_goes_on(broker_url, 
             wait_for(lambda: total(conn, names, now) > 300, timeout=30, what=f"counting; log:\n{worker.output()[-2000:]}")
             port = conn.nodes_manager.get_node_from_slot(key_slot(keys.counter_hash(names[0], 86400).encode())).port
             victim = next(node for node in cluster.nodes if node.port == port)
+            time.sleep(1)  # steady load
+            replication = redis.Redis(port=port).info("replication")
+            replica = redis.Redis(port=replication["slave0"]["port"]).info("replication")
+            behind = max(0, replication["master_repl_offset"] - replica["slave_repl_offset"])  # bytes in flight
             victim.kill()
             killed = time.monotonic()
             time.sleep(6)
@@ -159,8 +163,11 @@ def test_a_master_killed_under_load_fails_over_and_counting_goes_on(broker_url, 
                      timeout=150, interval=0.5, what="the retried tasks")
             stored = total(conn, names, now)
             print(f"failover: {sent[0]} tasks sent, {stored} counted, {sent[0] - stored} lost, "
-                  f"{worker.output().count('Retry in')} retries, settled {time.monotonic() - killed:.1f}s after the kill")
-            assert 0 <= sent[0] - stored <= max(5, sent[0] // 100)
+                  f"{worker.output().count('Retry in')} retries, settled {time.monotonic() - killed:.1f}s after the kill;"
+                  f" the replica was {behind} bytes behind just before")
+            expected = {name: sent[0] // len(names) + (k < sent[0] % len(names)) for k, name in enumerate(names)}
+            per_name = {name: (total(conn, [name], now), expected[name], master_port(conn, name)) for name in names}
+            assert 0 <= sent[0] - stored <= max(5, sent[0] // 100), (port, per_name)
             assert "Retry in" in worker.output()
         finally:
             stop.set()
@@ -176,6 +183,10 @@ def last_retry_due(worker) -> float:
     for stamp, countdown in re.findall(r"^\[([\d-]+ [\d:]+),\d+: .*Retry in (\d+)s", worker.output(), re.M):
         due = max(due, datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S").timestamp() + 1 + int(countdown))
     return due
+
+
+def master_port(conn, name: str) -> int:
+    return conn.nodes_manager.get_node_from_slot(key_slot(keys.counter_hash(name, 86400).encode())).port
 
 
 def total(conn, names, now) -> int:
