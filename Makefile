@@ -4,7 +4,7 @@ BIN := $(VENV)/bin
 VISITS ?= 5000
 PYTEST_ARGS ?=
 
-.PHONY: install run demo test test-cluster lint bench
+.PHONY: install run demo test test-cluster lint bench screenshots
 
 install:
 	@VENV=$(VENV) scripts/bootstrap.sh
@@ -26,3 +26,6 @@ test-cluster: install
 
 bench: install
 	$(BIN)/python bench/counters.py
+
+screenshots: install
+	COUNTERS_UPDATE_DOCS=1 $(BIN)/python -m pytest -q tests/test_dashboard.py tests/test_readme_cli.py

@@ -136,6 +136,37 @@ def get_counter(conn: Any, name: str, precision: int, now: float | None = None) 
     return sorted((b, t) for b, t in samples if b > cutoff and t)
 
 
+MAX_SERIES_POINTS = 10_000
+"""Most buckets one ``get_series`` call may return (the range is clipped to the retention first)."""
+
+
+def get_series(conn: Any, name: str, precision: int, start: float, end: float,
+               now: float | None = None) -> list[tuple[int, int]]:
+    """Every bucket of ``precision`` from the one holding ``start`` to the one holding ``end``,
+    as ``(bucket_start, total)`` oldest first, 0 where there is no data (like RedisTimeSeries's
+    ``EMPTY``): what a chart needs. Clipped to the retention window of ``now`` (the buckets
+    ``get_counter`` would list), so a range before it is empty.
+    """
+    check_text(name, "name")
+    check_precision(precision)
+    start = check_now(start, "start")
+    end = check_now(end, "end")
+    now = check_now(now)
+    if start > end:
+        raise InvalidInput(f"start ({start!r}) is after end ({end!r})")
+    first = bucket_start(start, precision)
+    oldest_kept = bucket_start(now - SAMPLE_COUNT * precision, precision) + precision  # > now - 120 p
+    first = max(first, oldest_kept)
+    last = bucket_start(end, precision)
+    if last < first:
+        return []
+    points = (last - first) // precision + 1
+    if points > MAX_SERIES_POINTS:
+        raise InvalidInput(f"the range holds {points} buckets of {precision}s; at most {MAX_SERIES_POINTS}")
+    found = dict(get_counter(conn, name, precision, now))
+    return [(b, found.get(b, 0)) for b in range(first, last + 1, precision)]
+
+
 def known_counters(conn: Any) -> list[str]:
     """Names of the counters that have data, sorted."""
     names: set[str] = set()

@@ -201,6 +201,17 @@ def site_day_visitors(day: date, mode: str, tag_: str | None = None) -> str:
     return f"{prefix()}site:{{{tag_ or site_day_tag(day)}}}:{_uv_kind(mode)}:{day.isoformat()}"
 
 
+def site_day_range_hll(day: date, tag_: str | None = None) -> str:
+    """HLL of the site's visitor ids on one day, in every UV mode: range UV is the union of days
+    (kept as long as the day's totals)."""
+    return f"{prefix()}site:{{{tag_ or site_day_tag(day)}}}:rhll:{day.isoformat()}"
+
+
+def site_day_pages(day: date, tag_: str | None = None) -> str:
+    """ZSET path -> page views on one day: top pages over a range (kept as long as the totals)."""
+    return f"{prefix()}site:{{{tag_ or site_day_tag(day)}}}:pages:{day.isoformat()}"
+
+
 def site_shard_of(visitor: str) -> int:
     return int(visitor) % SITE_SHARDS
 
@@ -240,6 +251,11 @@ def path_visitors(path: str, day: date | None, mode: str, tag_: str | None = Non
     t = tag_ or path_tag(path)
     when = "all" if day is None else f"day:{day.isoformat()}"
     return f"{prefix()}path:{{{t}}}:{_uv_kind(mode)}:{when}:{escape(path)}"
+
+
+def path_range_hll(path: str, day: date, tag_: str | None = None) -> str:
+    """HLL of the visitor ids of one path on one day (range UV of a path; same slot for every day)."""
+    return f"{prefix()}path:{{{tag_ or path_tag(path)}}}:rhll:day:{day.isoformat()}:{escape(path)}"
 
 
 def path_seen(group: str, message_id: str) -> str:

@@ -20,18 +20,18 @@ import functools
 import hashlib
 import hmac
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, timedelta
 from typing import Any, NamedTuple
 
 from . import keys
 from .days import DAY, day_end, local_day
 from .errors import ConfigurationError, InvalidInput
-from .redis_layer import execute_in_order, is_cluster, run_script
+from .redis_layer import as_str, execute_in_order, is_cluster, run_script
 from .settings import get_settings
-from .validation import check_day, check_ip, check_message_id, check_now, check_path
+from .validation import check_day, check_day_range, check_int, check_ip, check_message_id, check_now, check_path
 
 
 class SiteCount(NamedTuple):
@@ -104,34 +104,42 @@ def queue_views(conn: Any, pipe: Any, views: Iterable[SiteView], message_id: str
     mode = get_settings().uv_mode
     ttl = get_settings().dedupe_ttl if message_id is not None else 0
     by_day: dict[date, list[str]] = defaultdict(list)
+    pages: dict[date, Counter[str]] = defaultdict(Counter)
     by_shard: dict[int, list[str]] = defaultdict(list)
     by_path: dict[str, dict[date | None, list[str]]] = defaultdict(lambda: defaultdict(list))
     for view in views:
         by_day[view.day].append(view.visitor)
+        pages[view.day][view.path] += 1
         by_shard[keys.site_shard_of(view.visitor)].append(view.visitor)
         by_path[view.path][None].append(view.visitor)
         by_path[view.path][view.day].append(view.visitor)
 
-    def call(pairs: list[tuple[str, str, int, int, list[str]]], marker: str) -> None:
+    def call(groups: list[tuple], marker: str) -> None:
+        """``groups``: (totals, visitors, visitors_at, totals_at, ids[, range_hll[, pages, counts]])."""
         script_keys: list[str] = []
-        args: list[Any] = [ttl, mode, len(pairs)]
-        for totals, visitors, visitors_at, totals_at, ids in pairs:
-            script_keys += [totals, visitors]
-            args += [visitors_at, totals_at, len(ids), *ids]
+        args: list[Any] = [ttl, mode, len(groups)]
+        for totals, visitors, visitors_at, totals_at, ids, *extra in groups:
+            script_keys += [totals, visitors, *extra[:2]]
+            args += [visitors_at, totals_at, len(ids), *ids, len(extra[:2])]
+            if len(extra) > 2:
+                args.append(len(extra[2]))
+                for path, count in extra[2].items():
+                    args += [path, count]
         if ttl:
             script_keys.append(marker)
         run_script(conn, "site_visit", script_keys, args, client=pipe)
 
     for day, ids in by_day.items():
         tag = keys.site_day_tag(day)
-        pair = (keys.site_day_totals(day, tag), keys.site_day_visitors(day, mode, tag),
-                visitors_expire_at(day), totals_expire_at(day), ids)
-        call([pair], message_id and keys.site_seen(tag, message_id))
+        group = (keys.site_day_totals(day, tag), keys.site_day_visitors(day, mode, tag),
+                 visitors_expire_at(day), totals_expire_at(day), ids,
+                 keys.site_day_range_hll(day, tag), keys.site_day_pages(day, tag), pages[day])
+        call([group], message_id and keys.site_seen(tag, message_id))
     for shard, ids in by_shard.items():
         tag = keys.site_shard_tag(shard)
-        pair = (keys.site_all_totals(shard), keys.site_all_visitors(shard, mode), 0, 0, ids)
-        call([pair], message_id and keys.site_seen(tag, message_id))
-    by_group: dict[str, list[tuple[str, str, int, int, list[str]]]] = defaultdict(list)
+        group = (keys.site_all_totals(shard), keys.site_all_visitors(shard, mode), 0, 0, ids)
+        call([group], message_id and keys.site_seen(tag, message_id))
+    by_group: dict[str, list[tuple]] = defaultdict(list)
     for path, per_day in by_path.items():
         tag = keys.path_tag(path)
         for day, ids in per_day.items():
@@ -140,9 +148,10 @@ def queue_views(conn: Any, pipe: Any, views: Iterable[SiteView], message_id: str
                                       0, 0, ids))
             else:
                 by_group[tag].append((keys.path_totals(path, day, tag), keys.path_visitors(path, day, mode, tag),
-                                      visitors_expire_at(day), totals_expire_at(day), ids))
-    for tag, pairs in by_group.items():
-        call(pairs, message_id and keys.path_seen(tag, message_id))
+                                      visitors_expire_at(day), totals_expire_at(day), ids,
+                                      keys.path_range_hll(path, day, tag)))
+    for tag, groups in by_group.items():
+        call(groups, message_id and keys.path_seen(tag, message_id))
 
 
 def record_visit(conn: Any, ip: str, path: str, now: float | None = None, *, message_id: str | None = None) -> None:
@@ -173,3 +182,74 @@ def site_visit_info(conn: Any, day: date | None = None, path: str | None = None)
     pv = sum(int(p or 0) for p, _ in pairs)
     uv = sum(int(u or 0) for _, u in pairs)
     return SiteCount(day, pv, uv)
+
+
+class SiteRange(NamedTuple):
+    """PV/UV over the days ``start``..``end``: ``pv`` summed, ``uv`` the distinct visitors of the
+    whole range (a union of the days), with the per-day figures in ``days``."""
+
+    start: date
+    end: date
+    path: str | None
+    pv: int
+    uv: int
+    uv_approximate: bool
+    days: list[SiteCount]
+
+
+def _pipeline(conn: Any) -> Any:
+    return conn.pipeline() if is_cluster(conn) else conn.pipeline(transaction=False)
+
+
+def _days(start: date, end: date) -> list[date]:
+    return [start + timedelta(days=i) for i in range((end - start).days + 1)]
+
+
+def site_visit_range(conn: Any, start: date, end: date, path: str | None = None) -> SiteRange:
+    """PV and UV of the site (or ``path``) over the local days ``start``..``end`` (at most 400).
+
+    PV is the sum of the days. UV of one day is that day's figure (exact in the default mode);
+    over several days it is the union of per-day HyperLogLogs (``uv_approximate``, ~0.81%
+    error): a visitor seen on several days counts once. Days written before those HLLs existed
+    add their PV but no visitors to a multi-day UV.
+    """
+    check_day_range(start, end)
+    if path is not None:
+        path = normalize_path(path)
+    days = _days(start, end)
+    pipe = _pipeline(conn)
+    for day in days:
+        pipe.hmget(keys.path_totals(path, day) if path is not None else keys.site_day_totals(day), "pv", "uv")
+    per_day = [SiteCount(day, int(pv or 0), int(uv or 0)) for day, (pv, uv) in zip(days, pipe.execute(), strict=True)]
+    pv = sum(d.pv for d in per_day)
+    if len(days) == 1:
+        return SiteRange(start, end, path, pv, per_day[0].uv, get_settings().uv_mode == "hll", per_day)
+    if path is not None:  # every day of a path shares the path's slot: one PFCOUNT
+        tag = keys.path_tag(path)
+        uv = int(conn.pfcount(*(keys.path_range_hll(path, day, tag) for day in days)))
+    elif not is_cluster(conn):
+        uv = int(conn.pfcount(*(keys.site_day_range_hll(day) for day in days)))
+    else:  # one slot per day: merge the HLLs here, read-only
+        from redis.client import NEVER_DECODE
+
+        from .hll import union_count
+
+        uv = union_count(conn.execute_command("GET", keys.site_day_range_hll(day), **{NEVER_DECODE: True})
+                         for day in days)
+    return SiteRange(start, end, path, pv, uv, True, per_day)
+
+
+def top_pages(conn: Any, start: date, end: date, limit: int = 10) -> list[tuple[str, int]]:
+    """``(path, page views)`` over the local days ``start``..``end``, most viewed first, ties by
+    path. Exact: each day's ZSET (one slot per day) is read whole and summed here."""
+    check_day_range(start, end)
+    check_int(limit, "limit", 1, 10_000)
+    pipe = _pipeline(conn)
+    for day in _days(start, end):
+        pipe.zrange(keys.site_day_pages(day), 0, -1, withscores=True)
+    totals: Counter[str] = Counter()
+    for pairs in pipe.execute():
+        for member, score in pairs:
+            totals[as_str(member)] += int(score)
+    ranked = sorted(((p, n) for p, n in totals.items() if n > 0), key=lambda item: (-item[1], item[0]))
+    return ranked[:limit]

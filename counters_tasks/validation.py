@@ -136,3 +136,18 @@ def check_day(value: Any, what: str = "day") -> date:
     if value in (date.min, date.max):
         raise InvalidInput(f"{what} must have a day before and after it")
     return value
+
+
+MAX_RANGE_DAYS = 400
+"""Longest range of days a query accepts (per-day totals are kept about this long)."""
+
+
+def check_day_range(start: Any, end: Any, max_days: int = MAX_RANGE_DAYS) -> tuple[date, date]:
+    """Two days, ``start <= end``, covering at most ``max_days`` days."""
+    check_day(start, "start")
+    check_day(end, "end")
+    if start > end:
+        raise InvalidInput(f"start ({start}) is after end ({end})")
+    if (end - start).days + 1 > max_days:
+        raise InvalidInput(f"a range covers at most {max_days} days, got {(end - start).days + 1}")
+    return start, end

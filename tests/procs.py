@@ -56,6 +56,19 @@ class CeleryProcess:
             self.process.wait()
 
 
+def purge_broker(redis_url: str, env: dict[str, str] | None = None) -> None:
+    """Drop messages left on the test broker by earlier tests (eager runs do not use it, but
+    ``send_task`` and ``VisitRecorder`` do), so a new worker sees only this test's messages."""
+    import redis
+
+    from counters_tasks.settings import load_settings
+
+    broker = load_settings({**(env or {}), "COUNTERS_REDIS_URL": redis_url}).broker_url
+    client = redis.Redis.from_url(broker)
+    client.flushdb()
+    client.close()
+
+
 def start_worker(env: dict[str, str], log: Path, concurrency: int = 2, name: str = "w1", queues: str = "visits,maintenance") -> CeleryProcess:
     return CeleryProcess(
         ["worker", "-Q", queues, "-c", str(concurrency), "-n", f"{name}@%h", "--loglevel", "INFO", "--without-mingle", "--without-gossip"],

@@ -27,8 +27,10 @@ def test_make_demo_counts_exactly_and_exits_cleanly(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "private redis-server" in result.stdout
     assert "exact: yes" in result.stdout
-    lines = [line for line in result.stdout.splitlines() if line.startswith("demo:hits ")]
-    assert lines and lines[0].split()[1] == "600"
+    rows = [line.split() for line in result.stdout.splitlines() if line.startswith("/")]
+    assert len(rows) == 8 and sum(int(row[1]) for row in rows) == 600
+    assert all(row[1] == row[2] == row[3] for row in rows)  # sent = hits counter = ranking
+    assert "site today: " in result.stdout and "unique visitors" in result.stdout
     assert (tmp_path / "home" / "secret").stat().st_mode & 0o777 == 0o600
     for name in ("worker", "beat", "redis"):
         assert f"{name:<8} stopped" in result.stdout
@@ -75,3 +77,14 @@ def test_make_run_starts_the_stack_and_stops_it_on_ctrl_c(tmp_path):
     except redis.ConnectionError:
         still_up = False
     assert not still_up, "the private redis-server must be stopped"
+
+
+def test_make_screenshots_writes_both_images(tmp_path):
+    """README's ``make screenshots`` (it runs tests/test_dashboard.py and tests/test_readme_cli.py),
+    with its images sent to a temp folder instead of docs/."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COUNTERS_UPDATE_DOCS", "PYTEST_ADDOPTS")}
+    env["COUNTERS_DOCS_DIR"] = str(tmp_path)
+    result = subprocess.run(["make", "screenshots"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert (tmp_path / "dashboard.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "cli-session.svg").read_text().startswith("<svg")

@@ -13,7 +13,7 @@ from counters_tasks import tasks, visits
 from counters_tasks.errors import InvalidInput
 from counters_tasks.recorder import VisitRecorder
 from tests.conftest import dump_all, wait_for
-from tests.procs import celery_env, start_worker
+from tests.procs import celery_env, purge_broker, start_worker
 from tests.visit_model import model_of, random_visits
 
 
@@ -79,6 +79,7 @@ def test_eager_tasks(eager_app, raw_conn):
 @pytest.fixture(scope="module")
 def worker(redis_url, tmp_path_factory):
     log_dir = tmp_path_factory.mktemp("ingest-worker")
+    purge_broker(redis_url)
     process = start_worker(celery_env(redis_url, COUNTERS_WORKER_BATCH="50", COUNTERS_WORKER_BATCH_MS="20"),
                            log_dir / "worker.log")
     yield process

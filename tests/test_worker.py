@@ -7,13 +7,14 @@ import time
 from counters_tasks import counters, tasks
 from counters_tasks.maintenance import job_status
 from tests.conftest import wait_for
-from tests.procs import celery_env, start_beat, start_worker
+from tests.procs import celery_env, purge_broker, start_beat, start_worker
 
 
 def test_worker_counts_and_beat_runs_the_cleaner(redis_url, raw_conn, tmp_path):
     now = time.time()
     counters.update_counter(raw_conn, "stale", 1, now=now - 200 * 86400)  # only the cleaner removes it
     env = celery_env(redis_url, COUNTERS_CLEAN_EVERY="1")
+    purge_broker(redis_url)
     worker = start_worker(env, tmp_path / "worker.log")
     beat = start_beat(env, tmp_path, tmp_path / "beat.log")
     try:

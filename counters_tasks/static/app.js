@@ -1,0 +1,228 @@
+/* The counters-tasks dashboard: reads the JSON endpoints (the same answers as the CLI's --json)
+ * and draws them. The counter chart and the health panel are polled (live); the rest follows
+ * the controls. Each section counts its renders in data-loaded (tests wait on it). */
+(function () {
+  "use strict";
+  var params = new URLSearchParams(location.search);
+  var REFRESH = Math.max(250, parseInt(params.get("refresh") || "5000", 10));
+  var $ = function (id) { return document.getElementById(id); };
+
+  function api(path, query) {
+    var q = new URLSearchParams();
+    for (var k in query || {}) if (query[k] !== "" && query[k] != null) q.set(k, query[k]);
+    return fetch("api/" + path + (q.toString() ? "?" + q : ""), {cache: "no-store"}).then(function (r) {
+      return r.json().catch(function () { return {}; }).then(function (body) {
+        if (!r.ok) { var e = new Error(body.error || r.status + " " + r.statusText); e.status = r.status; throw e; }
+        return body;
+      });
+    });
+  }
+
+  function loaded(id) {
+    var node = $(id);
+    node.dataset.loaded = String(parseInt(node.dataset.loaded || "0", 10) + 1);
+    node.dataset.state = "ok";
+  }
+
+  function failed(id, error) {
+    var node = $(id);
+    node.dataset.state = error.status === 404 ? "unavailable" : "error";
+    var box = $(id + "-error");
+    if (box) box.textContent = error.message;
+    if (error.status === 404) node.style.display = "none";
+  }
+
+  function cell(row, text, cls) {
+    var td = document.createElement("td");
+    td.textContent = text;
+    if (cls) td.className = cls;
+    row.appendChild(td);
+    return td;
+  }
+
+  function fillTable(body, rows) {
+    body.textContent = "";
+    rows.forEach(function (cells, i) {
+      var tr = document.createElement("tr");
+      cell(tr, String(i + 1));
+      cell(tr, cells[0]);
+      cell(tr, String(cells[1]), "num");
+      body.appendChild(tr);
+    });
+  }
+
+  function range() { return {from: $("from").value, to: $("to").value}; }
+
+  function shortDay(day) { return day.slice(5); }
+
+  function timeLabel(ts, precision) {
+    var d = new Date(ts * 1000), pad = function (n) { return String(n).padStart(2, "0"); };
+    if (precision >= 86400) return d.toISOString().slice(5, 10);
+    if (precision >= 3600) return pad(d.getDate()) + " " + pad(d.getHours()) + "h";
+    return pad(d.getHours()) + ":" + pad(d.getMinutes()) + (precision < 60 ? ":" + pad(d.getSeconds()) : "");
+  }
+
+  function loadVisitors() {
+    var q = range();
+    q.path = $("path").value;
+    return api("stats", q).then(function (data) {
+      $("pv-total").textContent = data.pv;
+      $("uv-total").textContent = data.uv;
+      $("uv-note").textContent = data.uv_approximate ? " ≈ (HyperLogLog union)" : "";
+      Charts.render($("visitors-chart"), {
+        labels: data.days.map(function (d) { return shortDay(d.day); }),
+        series: [{name: "PV", kind: "bar", values: data.days.map(function (d) { return d.pv; })},
+                 {name: "UV", kind: "line", values: data.days.map(function (d) { return d.uv; })}]});
+      $("visitors-error").textContent = "";
+      loaded("visitors");
+    }).catch(function (e) { failed("visitors", e); });
+  }
+
+  function loadPages() {
+    var q = range();
+    q.limit = 10;
+    return api("top-pages", q).then(function (data) {
+      fillTable($("pages-table"), data.pages);
+      $("pages-error").textContent = "";
+      loaded("pages");
+    }).catch(function (e) { failed("pages", e); });
+  }
+
+  function loadUniques() {
+    return api("uniques", range()).then(function (data) {
+      $("uniques-total").textContent = data.visitors;
+      $("uniques-note").textContent = data.missing_days.length ?
+        "per-visitor data expired for " + data.missing_days.length + " day(s); the total covers the others" : "";
+      Charts.render($("uniques-chart"), {
+        labels: data.days.map(function (d) { return shortDay(d.day); }),
+        series: [{name: "unique visitors", kind: "bar", color: "#54a24b",
+                  values: data.days.map(function (d) { return d.visitors; })}]});
+      $("uniques-error").textContent = "";
+      loaded("uniques");
+    }).catch(function (e) { failed("uniques", e); });
+  }
+
+  function loadCounter() {
+    var name = $("counter-name").value;
+    if (!name) return Promise.resolve();
+    return api("counter", {name: name, precision: $("counter-precision").value, last: params.get("last") || ""})
+      .then(function (data) {
+        if (data.name !== $("counter-name").value) return;  // the choice changed meanwhile
+        var points = data.points;
+        $("counter-total").textContent = data.total;
+        $("counter-latest").textContent = points.length ? points[points.length - 1][1] : 0;
+        Charts.render($("counter-chart"), {
+          labels: points.map(function (p) { return timeLabel(p[0], data.precision); }),
+          series: [{name: data.name + " per " + data.precision + "s", kind: "bar",
+                    values: points.map(function (p) { return p[1]; })}]});
+        $("counter-error").textContent = "";
+        loaded("counter");
+      }).catch(function (e) { failed("counter", e); });
+  }
+
+  function loadBoard() {
+    var board = $("board").value;
+    if (!board) { loaded("rankings"); return Promise.resolve(); }
+    return api("top", {board: board, limit: 10}).then(function (data) {
+      $("board-window").textContent = "last " + data.period_hours + " h, every " + data.interval_hours + " h";
+      fillTable($("board-table"), data.top);
+      $("rankings-error").textContent = "";
+      loaded("rankings");
+    }).catch(function (e) { failed("rankings", e); });
+  }
+
+  function loadHealth() {
+    return api("health").then(function (data) {
+      var parts = ["redis", "workers", "beat", "queues"];
+      var badges = $("health");
+      badges.textContent = "";
+      parts.forEach(function (part) {
+        var b = document.createElement("span");
+        b.className = "badge " + (data[part].ok ? "ok" : "fail");
+        b.dataset.check = part;
+        b.dataset.ok = data[part].ok ? "1" : "0";
+        b.textContent = part + (data[part].ok ? " ok" : " FAIL");
+        badges.appendChild(b);
+      });
+      var rows = $("health-table");
+      rows.textContent = "";
+      var detail = {
+        redis: data.redis.ok ? data.redis.latency_ms + " ms" : data.redis.error,
+        workers: (data.workers.names || []).join(", ") || data.workers.error || "no worker answered",
+        beat: data.beat.error || ("clean_counters last started " + ago(data.beat.last_run_age_seconds)),
+        queues: data.queues.ok ? "visits " + data.queues.visits + ", maintenance " + data.queues.maintenance : data.queues.error
+      };
+      parts.forEach(function (part) {
+        var tr = document.createElement("tr");
+        cell(tr, part);
+        cell(tr, data[part].ok ? "ok" : "FAIL", data[part].ok ? "ok" : "fail");
+        cell(tr, String(detail[part]));
+        rows.appendChild(tr);
+      });
+      var jobs = $("jobs-table");
+      jobs.textContent = "";
+      Object.keys(data.jobs || {}).forEach(function (job) {
+        var info = data.jobs[job], tr = document.createElement("tr");
+        cell(tr, job);
+        cell(tr, ago(info.age_seconds));
+        cell(tr, info.last_duration == null ? "" : (info.last_duration * 1000).toFixed(1) + " ms", "num");
+        cell(tr, info.last_result == null ? "" : info.last_result);
+        cell(tr, String(info.skipped), "num");
+        jobs.appendChild(tr);
+      });
+      $("updated").textContent = "updated " + new Date().toLocaleTimeString();
+      loaded("health");
+      loaded("health-panel");
+    }).catch(function (e) { failed("health-panel", e); });
+  }
+
+  function ago(seconds) { return seconds == null ? "never" : Math.round(seconds) + " s ago"; }
+
+  function fillSelect(select, values, wanted) {
+    select.textContent = "";
+    values.forEach(function (v) {
+      var o = document.createElement("option");
+      o.value = o.textContent = String(v);
+      select.appendChild(o);
+    });
+    if (wanted != null && values.map(String).indexOf(String(wanted)) >= 0) select.value = String(wanted);
+  }
+
+  function daysBefore(isoDay, n) {
+    var d = new Date(isoDay + "T00:00:00Z");
+    d.setUTCDate(d.getUTCDate() - n);
+    return d.toISOString().slice(0, 10);
+  }
+
+  function init() {
+    // "today" is the server's (COUNTERS_TIMEZONE), not the browser's
+    api("config").then(start, function () { start({today: new Date().toISOString().slice(0, 10)}); });
+  }
+
+  function start(config) {
+    $("from").value = params.get("from") || daysBefore(config.today, 6);
+    $("to").value = params.get("to") || config.today;
+    $("path").value = params.get("path") || "";
+    var reloadRange = function () { loadVisitors(); loadPages(); loadUniques(); };
+    ["from", "to", "path"].forEach(function (id) { $(id).addEventListener("change", reloadRange); });
+    reloadRange();
+    api("counters").then(function (data) {
+      fillSelect($("counter-name"), data.counters, params.get("counter"));
+      fillSelect($("counter-precision"), data.precisions, params.get("precision") || 60);
+      $("counter-name").addEventListener("change", loadCounter);
+      $("counter-precision").addEventListener("change", loadCounter);
+      var tick = function () { loadCounter().then(function () { setTimeout(tick, REFRESH); }); };
+      tick();
+    }).catch(function (e) { failed("counter", e); });
+    api("boards").then(function (data) {
+      fillSelect($("board"), data.boards, params.get("board"));
+      $("board").addEventListener("change", loadBoard);
+      var tick = function () { loadBoard().then(function () { setTimeout(tick, REFRESH); }); };
+      tick();
+    }).catch(function (e) { failed("rankings", e); });
+    var healthTick = function () { loadHealth().then(function () { setTimeout(healthTick, Math.max(REFRESH, 2000)); }); };
+    healthTick();
+  }
+
+  init();
+})();

@@ -1,0 +1,33 @@
+"""Demo data for the dashboard and CLI tests: written with the public API over the real Redis."""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+
+from counters_tasks import counters, ranking, visits
+
+POSTS = ["redis-counters", "celery-beat", "hyperloglog", "intsets", "sliding-windows", "lua-scripts"]
+PATHS = ["/", "/pricing", "/blog", "/blog/redis-counters", "/docs", "/about"]
+
+
+def seed(conn, now: float | None = None, seed: int = 3, visit_count: int = 800) -> float:
+    """Visits (site PV/UV, daily uniques, counters ``hits`` and ``hits:<path>``) over the last two
+    days, a counter ``signups`` over the last hour, and a board ``posts``; returns ``now``."""
+    now = time.time() if now is None else now
+    rng = random.Random(seed)
+    people = [(f"192.0.2.{i}" if i < 250 else f"2001:db8::{i:x}", str(uuid.UUID(int=rng.getrandbits(128))))
+              for i in range(400)]
+    for i in range(visit_count):
+        ip, session = rng.choice(people)
+        path = rng.choices(PATHS, weights=[8, 3, 4, 3, 2, 1])[0]
+        ts = now - (rng.uniform(0, 3600) if i % 2 else rng.uniform(0, 1.5 * 86400))
+        visits.record_visit(conn, ip, path, session, now=ts)
+        if i % 9 == 0:
+            counters.update_counter(conn, "signups", 1, now=now - rng.uniform(0, 3600))
+    board = ranking.Ranking(conn, "posts")
+    for i, post in enumerate(POSTS):
+        for _ in range(3 + 4 * (len(POSTS) - i)):
+            board.incr(post, rng.randint(1, 3), now=now - rng.uniform(0, 6 * 3600))
+    return now
