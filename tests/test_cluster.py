@@ -135,6 +135,9 @@ def test_a_master_killed_under_load_fails_over_and_counting_goes_on(broker_url, 
             with app.connection_for_write(broker_url) as connection, connection.Producer() as producer:
                 while not stop.is_set():
                     tasks.update_counter.apply_async((names[sent[0] % len(names)], 1, now), producer=producer)
+                    if sent[0] % 4 == 0:  # per-visit messages, which the worker applies in batches
+                        tasks.record_visit.apply_async((f"10.2.{sent[0] % 200}.1", f"/fo{sent[0] % 24}", None, now),
+                                                       producer=producer)
                     sent[0] += 1
                     time.sleep(0.002)
 
@@ -162,6 +165,9 @@ def test_a_master_killed_under_load_fails_over_and_counting_goes_on(broker_url, 
                      or time.time() > max(stopped, last_retry_due(worker)) + 10,
                      timeout=150, interval=0.5, what="the retried tasks")
             stored = total(conn, names, now)
+            views = (sent[0] + 3) // 4
+            wait_for(lambda: sitestats.site_visit_info(conn, days.local_day(now)).pv == views, timeout=60, interval=0.5,
+                     what=f"{views} batched visits; log:\n{worker.output()[-3000:]}")
             print(f"failover: {sent[0]} tasks sent, {stored} counted, {sent[0] - stored} lost, "
                   f"{worker.output().count('Retry in')} retries, settled {time.monotonic() - killed:.1f}s after the kill;"
                   f" the replica was {behind} bytes behind just before")
