@@ -20,7 +20,7 @@ from redis.cluster import key_slot
 
 from counters_tasks import counters, days, ranking, redis_layer, sitestats, uniques, visits
 from counters_tasks.localredis import RedisServer
-from counters_tasks.settings import url_with_db
+from counters_tasks.settings import reset_settings, url_with_db
 from tests.conftest import flush, is_cluster_run, wait_for
 from tests.procs import REPO, celery_env, start_beat, start_worker
 
@@ -135,8 +135,11 @@ def documented_patterns() -> list[tuple[re.Pattern, str]]:
     return out
 
 
-def test_keys_md_documents_every_key_with_its_ttl(raw_conn):
+@pytest.mark.parametrize("mode", ["exact", "hll"])
+def test_keys_md_documents_every_key_with_its_ttl(raw_conn, mode, monkeypatch):
     """Every key a realistic load leaves is in docs/keys.md, with the TTL (or none) it says."""
+    monkeypatch.setenv("COUNTERS_UV_MODE", mode)
+    reset_settings()
     uniques.forget_expected()
     realistic_load(raw_conn, time.time())
     patterns = documented_patterns()
