@@ -4,7 +4,7 @@ BIN := $(VENV)/bin
 VISITS ?= 5000
 PYTEST_ARGS ?=
 
-.PHONY: install run demo test lint bench screenshots
+.PHONY: install run demo test test-cluster lint bench screenshots
 
 install:
 	@VENV=$(VENV) scripts/bootstrap.sh
@@ -18,6 +18,11 @@ demo: install
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 	$(BIN)/ruff check .
+
+# A private 3-master Redis Cluster on loopback ports: the data modules' tests, the worker on the
+# cluster, scale-out checks and a failover; torn down afterwards.
+test-cluster: install
+	$(BIN)/python scripts/test-cluster.py $(PYTEST_ARGS)
 
 bench: install
 	$(BIN)/python bench/counters.py

@@ -99,3 +99,16 @@ beat_schedule = {
         "options": {"expires": 3300},
     },
 }
+
+# Highly available beat: with COUNTERS_BEAT_SCHEDULER=redbeat (extra ``[ha]``), run a beat on
+# several hosts; celery-redbeat keeps the schedule in the broker's Redis and lets only the holder
+# of a lock send jobs. The holder renews it every tick (at most COUNTERS_BEAT_MAX_INTERVAL
+# seconds apart); when it dies, another beat takes over within COUNTERS_BEAT_LOCK_TIMEOUT plus
+# one tick. Without it, run exactly one beat (the default scheduler has no lock).
+if (os.environ.get("COUNTERS_BEAT_SCHEDULER") or "").lower() == "redbeat":
+    beat_scheduler = "redbeat.RedBeatScheduler"
+    redbeat_redis_url = broker_url
+    redbeat_key_prefix = "redbeat:"
+    redbeat_redis_options = {}  # not the broker's transport options (redbeat's deprecated fallback)
+    redbeat_lock_timeout = float(os.environ.get("COUNTERS_BEAT_LOCK_TIMEOUT") or 30)
+    beat_max_loop_interval = float(os.environ.get("COUNTERS_BEAT_MAX_INTERVAL") or 5)

@@ -19,7 +19,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from redis.exceptions import BusyLoadingError, ConnectionError, TimeoutError
+from redis.exceptions import (
+    BusyLoadingError,
+    ClusterDownError,
+    ConnectionError,
+    SlotNotCoveredError,
+    TimeoutError,
+    TryAgainError,
+)
 
 from . import ranking
 from .errors import InvalidInput
@@ -29,7 +36,8 @@ from .visits import prepare_visit, write_groups
 
 log = logging.getLogger(__name__)
 
-REDIS_TRANSIENT = (ConnectionError, TimeoutError, BusyLoadingError)
+REDIS_TRANSIENT = (ConnectionError, TimeoutError, BusyLoadingError,
+                   ClusterDownError, TryAgainError, SlotNotCoveredError)  # a cluster failing over
 
 
 def _visit(ip: Any, path: Any, session_id: Any = None, ts: Any = None) -> Any:

@@ -46,6 +46,7 @@ class RedisClusterProcesses:
             port = free_cluster_port()
             node = RedisServer(self.base_dir / f"node-{port}", port=port, appendonly=self.appendonly, extra_args=[
                 "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
+                "--repl-diskless-sync-delay", "0",
             ])
             self.nodes.append(node.start())
         cli = shutil.which("redis-cli") or "/usr/bin/redis-cli"
@@ -55,6 +56,7 @@ class RedisClusterProcesses:
             check=True, capture_output=True, timeout=timeout,
         )
         self.wait_ok(timeout)
+        self.wait_replicas(timeout)
         return self
 
     def wait_ok(self, timeout: float = 60.0) -> None:
@@ -71,6 +73,32 @@ class RedisClusterProcesses:
             if time.monotonic() > deadline:
                 raise TimeoutError("the Redis Cluster did not become ok")
             time.sleep(0.1)
+
+    def wait_replicas(self, timeout: float = 60.0) -> None:
+        """Until every master streams writes to its replicas (called by ``start``: it runs FLUSHALL).
+
+        After a diskless first sync a master holds the stream back until the replica's first
+        ACK, up to a second later; a master killed before that loses all it held. So each master
+        replicates a (no-op) FLUSHALL and WAITs for its replicas to acknowledge it.
+        """
+        deadline = time.monotonic() + timeout
+        pending = list(self.nodes)
+        while pending:
+            node = pending[0]
+            try:
+                client = redis.Redis(port=node.port, decode_responses=True)
+                if client.info("replication")["role"] != "master":
+                    pending.pop(0)
+                    continue
+                client.flushall()
+                if client.execute_command("WAIT", self.replicas, 200) >= self.replicas:
+                    pending.pop(0)
+                    continue
+            except redis.RedisError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError("the Redis Cluster's replicas did not acknowledge their masters' writes")
+            time.sleep(0.05)
 
     def stop(self) -> None:
         for node in self.nodes:

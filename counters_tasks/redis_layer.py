@@ -19,6 +19,9 @@ from redis.exceptions import NoScriptError
 
 from .settings import Settings, get_settings
 
+CLUSTER_RETRIES = 3
+"""Extra tries of a command on a cluster after a connection error or CLUSTERDOWN (slot map refreshed)."""
+
 _lock = threading.Lock()
 _client: Any = None
 _client_pid: int | None = None
@@ -31,9 +34,18 @@ def _make_client(settings: Settings) -> Any:
         "health_check_interval": 30,
     }
     if settings.redis_cluster:
+        from redis.backoff import ExponentialWithJitterBackoff
         from redis.cluster import RedisCluster
+        from redis.retry import Retry
 
-        return RedisCluster.from_url(settings.redis_url, max_connections=settings.pool_size, **options)
+        # A connection error, timeout or CLUSTERDOWN makes redis-py refresh the slot map and try
+        # again, CLUSTER_RETRIES times (MOVED/ASK/TRYAGAIN are followed apart from these). Those
+        # tries are immediate, so they ride through a slot migration or a stale map, not a
+        # failover (node timeout + election, seconds): the tasks retry that with backoff.
+        return RedisCluster.from_url(
+            settings.redis_url, max_connections=settings.pool_size, reinitialize_steps=5,
+            retry=Retry(ExponentialWithJitterBackoff(base=0.1, cap=2), CLUSTER_RETRIES), **options,
+        )
     pool = redis.BlockingConnectionPool.from_url(
         settings.redis_url, max_connections=settings.pool_size, timeout=settings.socket_timeout, **options
     )

@@ -11,7 +11,14 @@ from typing import Any
 
 from celery import Task
 from celery_batches import Batches
-from redis.exceptions import BusyLoadingError, ConnectionError, TimeoutError
+from redis.exceptions import (
+    BusyLoadingError,
+    ClusterDownError,
+    ConnectionError,
+    SlotNotCoveredError,
+    TimeoutError,
+    TryAgainError,
+)
 
 from . import batching, counters, ranking, uniques
 from .app import app
@@ -21,7 +28,8 @@ from .redis_layer import get_redis
 from .settings import RETRY_BACKOFF_MAX, get_settings
 from .visits import record_visits as apply_visit_batch
 
-REDIS_TRANSIENT = (ConnectionError, TimeoutError, BusyLoadingError)
+REDIS_TRANSIENT = (ConnectionError, TimeoutError, BusyLoadingError,
+                   ClusterDownError, TryAgainError, SlotNotCoveredError)  # a cluster failing over
 
 
 class CountingTask(Task):

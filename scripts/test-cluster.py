@@ -13,8 +13,11 @@ sys.path.insert(0, str(REPO))
 
 from counters_tasks.localcluster import RedisClusterProcesses  # noqa: E402
 
-MODULES = ["tests/test_counters.py", "tests/test_sitestats.py", "tests/test_uniques.py", "tests/test_ranking.py",
-           "tests/test_series.py", "tests/test_ranges.py", "tests/test_hll.py"]
+MODULES = [
+    "tests/test_counters.py", "tests/test_sitestats.py", "tests/test_uniques.py", "tests/test_ranking.py",
+    "tests/test_series.py", "tests/test_ranges.py", "tests/test_hll.py", "tests/test_visits.py",
+    "tests/test_scaleout.py", "tests/test_cluster.py",
+]
 
 
 def main() -> int:
