@@ -13,6 +13,10 @@ from .errors import ConfigurationError
 
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 
+DEFAULT_DEDUPE_TTL = 900
+"""15 minutes: 2.4 times the longest redelivery window (370 s), and markers cost memory per
+message (docs/reliability.md)."""
+
 RETRY_BACKOFF_MAX = 120
 """Longest wait (seconds) before a counting task retries after a Redis connection error."""
 DEFAULT_VISIBILITY_TIMEOUT = 240
@@ -108,7 +112,7 @@ def load_settings(env: dict | None = None) -> Settings:
         uv_mode=uv_mode,
         pool_size=_int(env, "COUNTERS_REDIS_POOL_SIZE", 32),
         socket_timeout=socket_timeout,
-        dedupe_ttl=_int(env, "COUNTERS_DEDUPE_TTL", 6 * 3600, minimum=60),
+        dedupe_ttl=_int(env, "COUNTERS_DEDUPE_TTL", DEFAULT_DEDUPE_TTL, minimum=60),
         cleaner_batch=_int(env, "COUNTERS_CLEANER_BATCH", 200),
         worker_batch=_int(env, "COUNTERS_WORKER_BATCH", 100),
         worker_batch_ms=_int(env, "COUNTERS_WORKER_BATCH_MS", 50),

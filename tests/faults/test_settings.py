@@ -23,9 +23,9 @@ def test_defaults_redeliver_within_five_minutes():
 def test_dedupe_ttl_must_outlive_every_redelivery():
     with pytest.raises(ConfigurationError, match="COUNTERS_DEDUPE_TTL"):
         load_settings({"COUNTERS_DEDUPE_TTL": "300"})  # < 240 + 10 + 120
-    assert load_settings({"COUNTERS_VISIBILITY_TIMEOUT": "3600"}).dedupe_ttl == 21600  # the old 1 hour: still fine
     with pytest.raises(ConfigurationError, match="COUNTERS_DEDUPE_TTL"):
-        load_settings({"COUNTERS_VISIBILITY_TIMEOUT": "30000"})
+        load_settings({"COUNTERS_VISIBILITY_TIMEOUT": "3600"})  # the TTL must grow with it
+    assert load_settings({"COUNTERS_VISIBILITY_TIMEOUT": "3600", "COUNTERS_DEDUPE_TTL": "7200"}).dedupe_ttl == 7200
     assert load_settings({"COUNTERS_VISIBILITY_TIMEOUT": "2"}).restore_interval == 1
     with pytest.raises(ConfigurationError):
         load_settings({"COUNTERS_VISIBILITY_TIMEOUT": "0"})
