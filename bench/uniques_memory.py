@@ -57,6 +57,7 @@ def sharded(conn: redis.Redis, numbers: list[int], yesterday: int | None) -> Non
     """Load through the package: ``uniques.queue_ids`` in pipelines of BATCH ids."""
     from counters_tasks import keys, uniques
     from counters_tasks.days import today
+    from counters_tasks.redis_layer import execute_in_order
 
     day = today()
     conn.flushdb()
@@ -67,9 +68,9 @@ def sharded(conn: redis.Redis, numbers: list[int], yesterday: int | None) -> Non
     base = used_memory(conn)
     started = time.perf_counter()
     for start in range(0, len(numbers), BATCH):
-        pipe = conn.pipeline(transaction=False)
-        uniques.queue_ids(conn, pipe, day, numbers[start:start + BATCH], expected, None)
-        assert int(pipe.execute()[0]) >= 0
+        chunk = numbers[start:start + BATCH]
+        [[reply]] = execute_in_order(conn, lambda pipe, chunk=chunk: uniques.queue_ids(conn, pipe, day, chunk, expected, None))
+        assert int(reply) >= 0
     took = time.perf_counter() - started
     assert uniques.unique_visitors(conn, day) == len(set(numbers))
     shard_keys = [keys.uniques_shard(day, s) for s in range(uniques.shard_count(expected))]

@@ -1,0 +1,34 @@
+"""Every benchmark script of README's performance section runs (small sizes) and prints its figures.
+
+The figures themselves are measured, not asserted; this keeps the scripts working, and each
+script checks its own results (exact counts) before printing them.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.procs import REPO
+
+SMOKE = {
+    "counters.py": (["--updates", "300"], "ratio counters-tasks / seed"),
+    "visits.py": (["--visits", "300", "--rtt-ms", "0,0.25"], "ratio"),
+    "uniques_memory.py": (["--visitors", "20000"], "B/visitor"),
+    "ranking.py": (["--members", "3000", "--filler", "100", "--incr-ops", "300", "--top-calls", "50"], "ours/seed"),
+    "ingest.py": (["--visits", "600"], "all counts exact for every path"),
+    "markers.py": (["--visits", "500"], "marker"),
+    "cluster.py": (["--visits", "500", "--procs", "1"], "cluster"),
+}
+
+
+@pytest.mark.parametrize("script", sorted(SMOKE))
+def test_benchmark_runs(script, tmp_path):
+    args, expected = SMOKE[script]
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith(("COUNTERS_", "CELERY_"))}
+    result = subprocess.run([sys.executable, f"bench/{script}", *args], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert expected in result.stdout, result.stdout[-2000:]
