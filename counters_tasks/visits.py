@@ -23,7 +23,7 @@ from .errors import InvalidInput
 from .redis_layer import execute_in_order
 from .validation import check_message_id, check_now
 
-CHUNK = 1000
+CHUNK = 500
 """Visits per group of a batch: one Lua call per slot per chunk, each under 5 ms (SLOWLOG)."""
 
 UNIQUES_PER_CALL = 250
