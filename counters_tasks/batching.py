@@ -19,25 +19,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from redis.exceptions import (
-    BusyLoadingError,
-    ClusterDownError,
-    ConnectionError,
-    SlotNotCoveredError,
-    TimeoutError,
-    TryAgainError,
-)
-
 from . import ranking
 from .errors import InvalidInput
-from .redis_layer import execute_in_order, run_script
+from .redis_layer import TRANSIENT_ERRORS, execute_in_order, run_script
 from .validation import check_amount, check_now, check_text
 from .visits import prepare_visit, write_groups
 
 log = logging.getLogger(__name__)
 
-REDIS_TRANSIENT = (ConnectionError, TimeoutError, BusyLoadingError,
-                   ClusterDownError, TryAgainError, SlotNotCoveredError)  # a cluster failing over
 
 
 def _visit(ip: Any, path: Any, session_id: Any = None, ts: Any = None) -> Any:
@@ -117,7 +106,7 @@ def apply_batch(conn: Any, kind: str, requests: list[Any], *, max_backoff: float
                     raise exc
                 log.warning("%s refused: %s", kind, exc)
             return {"applied": len(items) - len(late_refusals), "refused": refused + len(late_refusals)}
-        except REDIS_TRANSIENT as exc:
+        except TRANSIENT_ERRORS as exc:
             if eager:
                 raise
             log.warning("%s batch of %d waits for Redis (%s); next try in %.1fs", kind, len(items), exc, backoff)

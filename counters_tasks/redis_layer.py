@@ -15,12 +15,24 @@ from typing import Any
 
 import redis
 from redis.commands.core import Script
-from redis.exceptions import NoScriptError
+from redis.exceptions import (
+    BusyLoadingError,
+    ClusterDownError,
+    ConnectionError,
+    NoScriptError,
+    SlotNotCoveredError,
+    TimeoutError,
+    TryAgainError,
+)
 
 from .settings import Settings, get_settings
 
 CLUSTER_RETRIES = 3
 """Extra tries of a command on a cluster after a connection error or CLUSTERDOWN (slot map refreshed)."""
+
+TRANSIENT_ERRORS = (ConnectionError, TimeoutError, BusyLoadingError,
+                    ClusterDownError, TryAgainError, SlotNotCoveredError)  # a cluster failing over
+"""Errors after which the same write, tried again later, can succeed: tasks retry on them."""
 
 _lock = threading.Lock()
 _client: Any = None

@@ -11,25 +11,14 @@ from typing import Any
 
 from celery import Task
 from celery_batches import Batches
-from redis.exceptions import (
-    BusyLoadingError,
-    ClusterDownError,
-    ConnectionError,
-    SlotNotCoveredError,
-    TimeoutError,
-    TryAgainError,
-)
 
 from . import batching, counters, ranking, uniques
 from .app import app
 from .errors import InvalidInput
 from .maintenance import run_exclusive
-from .redis_layer import get_redis
+from .redis_layer import TRANSIENT_ERRORS, get_redis
 from .settings import RETRY_BACKOFF_MAX, get_settings
 from .visits import record_visits as apply_visit_batch
-
-REDIS_TRANSIENT = (ConnectionError, TimeoutError, BusyLoadingError,
-                   ClusterDownError, TryAgainError, SlotNotCoveredError)  # a cluster failing over
 
 
 class CountingTask(Task):
@@ -37,7 +26,7 @@ class CountingTask(Task):
 
     acks_late = True
     reject_on_worker_lost = True
-    autoretry_for = REDIS_TRANSIENT
+    autoretry_for = TRANSIENT_ERRORS
     retry_backoff = 1
     retry_backoff_max = RETRY_BACKOFF_MAX  # below the visibility timeout and the dedupe TTL (settings)
     retry_jitter = True

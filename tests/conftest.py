@@ -64,6 +64,23 @@ def counters_env(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[No
     reset_settings()
 
 
+@pytest.fixture(autouse=True)
+def _fresh_expected_figures():
+    """No test sees another's remembered expected-uniques figures (a per-process cache)."""
+    from counters_tasks import uniques
+
+    uniques.forget_expected()
+    yield
+    uniques.forget_expected()
+
+
+def use_settings(monkeypatch: pytest.MonkeyPatch, **env: object) -> None:
+    """Set COUNTERS_* variables for this test and read the settings afresh."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, str(value))
+    reset_settings()
+
+
 @pytest.fixture(params=[False, True], ids=["bytes", "decoded"])
 def conn(request: pytest.FixtureRequest, redis_url: str):
     """A flushed client, once not decoding responses and once decoding them."""

@@ -18,20 +18,7 @@ from counters_tasks.errors import ConfigurationError, InvalidInput
 from counters_tasks.redis_layer import execute_in_order
 from counters_tasks.settings import reset_settings
 from counters_tasks.sitestats import SiteCount
-from tests.conftest import dump_all
-
-
-@pytest.fixture(autouse=True)
-def _fresh_figures():
-    uniques.forget_expected()
-    yield
-    uniques.forget_expected()
-
-
-def use(monkeypatch, **env):
-    for name, value in env.items():
-        monkeypatch.setenv(name, str(value))
-    reset_settings()
+from tests.conftest import dump_all, use_settings
 
 
 class Model:
@@ -72,7 +59,7 @@ def ip_forms(rng, n):
 
 
 def test_random_stream_matches_exact_model(conn, monkeypatch):
-    use(monkeypatch, COUNTERS_TIMEZONE="Europe/Berlin", COUNTERS_DAY_GRACE_DAYS=10)
+    use_settings(monkeypatch, COUNTERS_TIMEZONE="Europe/Berlin", COUNTERS_DAY_GRACE_DAYS=10)
     rng = random.Random(3)
     model = Model("Europe/Berlin")
     visitors = ip_forms(rng, 90)
@@ -171,7 +158,7 @@ def test_no_raw_ip_anywhere_in_redis(raw_conn, monkeypatch):
     now = time.time()
     for i, ip in enumerate(ips):
         visits.record_visit(raw_conn, ip, f"/x/{i}", str(uuid.uuid4()), now, message_id=f"task-{i}")
-    use(monkeypatch, COUNTERS_UV_MODE="hll")
+    use_settings(monkeypatch, COUNTERS_UV_MODE="hll")
     for ip in ips:
         visits.record_visit(raw_conn, ip, "/hll", None, now)
     forms = set()
@@ -191,7 +178,7 @@ def test_visitor_id_is_keyed_hmac_of_normalized_ip(monkeypatch):
     assert sitestats.visitor_id("2001:DB8::1") == sitestats.visitor_id("2001:db8:0:0:0:0:0:1")
     assert sitestats.visitor_id("fe80::1%eth0") == sitestats.visitor_id("fe80::1")  # a zone is not identity
     assert -(2**63) <= int(a) < 2**63
-    use(monkeypatch, COUNTERS_SECRET="another secret")
+    use_settings(monkeypatch, COUNTERS_SECRET="another secret")
     assert sitestats.visitor_id("192.0.2.1") != a
 
 
@@ -229,7 +216,7 @@ def test_all_time_site_figures_sum_the_shards(raw_conn):
 
 
 def test_retention_visitor_sets_expire_after_grace_totals_kept(raw_conn, monkeypatch):
-    use(monkeypatch, COUNTERS_TIMEZONE="America/New_York")
+    use_settings(monkeypatch, COUNTERS_TIMEZONE="America/New_York")
     now = time.time()
     day = days.local_day(now)
     sitestats.record_visit(raw_conn, "192.0.2.1", "/r", now)
@@ -242,7 +229,7 @@ def test_retention_visitor_sets_expire_after_grace_totals_kept(raw_conn, monkeyp
     for key in (keys.path_totals("/r"), keys.path_visitors("/r", None, "exact"),
                 keys.site_all_totals(shard), keys.site_all_visitors(shard, "exact")):
         assert raw_conn.ttl(key) == -1  # all-time figures and members are kept
-    use(monkeypatch, COUNTERS_TIMEZONE="America/New_York", COUNTERS_DAY_GRACE_DAYS=5, COUNTERS_DAY_TOTALS_DAYS=30)
+    use_settings(monkeypatch, COUNTERS_TIMEZONE="America/New_York", COUNTERS_DAY_GRACE_DAYS=5, COUNTERS_DAY_TOTALS_DAYS=30)
     sitestats.record_visit(raw_conn, "192.0.2.1", "/r", now)
     assert raw_conn.expiretime(keys.site_day_visitors(day, "exact")) == end + 5 * 86400
     assert raw_conn.expiretime(keys.site_day_totals(day)) == end + 30 * 86400
@@ -280,7 +267,7 @@ def _recent_dst_day(zone: str) -> date:
 
 
 def test_day_boundaries_follow_local_midnight_with_dst(monkeypatch):
-    use(monkeypatch, COUNTERS_TIMEZONE="Europe/Berlin")
+    use_settings(monkeypatch, COUNTERS_TIMEZONE="Europe/Berlin")
     spring, autumn = date(2026, 3, 29), date(2026, 10, 25)
     assert days.day_end(spring) - days.day_start(spring) == 23 * 3600
     assert days.day_end(autumn) - days.day_start(autumn) == 25 * 3600
@@ -295,7 +282,7 @@ def test_day_boundaries_follow_local_midnight_with_dst(monkeypatch):
 
 def test_event_a_minute_before_local_midnight_counts_for_its_own_day(conn, monkeypatch):
     """Queued at 23:59 on a 23 or 25 hour day, processed after midnight (now): still that day."""
-    use(monkeypatch, COUNTERS_TIMEZONE="Europe/Berlin", COUNTERS_DAY_GRACE_DAYS=400,
+    use_settings(monkeypatch, COUNTERS_TIMEZONE="Europe/Berlin", COUNTERS_DAY_GRACE_DAYS=400,
         COUNTERS_UNIQUES_SHARD_DAYS=400)
     day = _recent_dst_day("Europe/Berlin")
     ts = days.day_end(day) - 60
@@ -310,7 +297,7 @@ def test_event_a_minute_before_local_midnight_counts_for_its_own_day(conn, monke
 
 
 def test_hll_mode_within_two_percent_at_100k_visitors(raw_conn, monkeypatch):
-    use(monkeypatch, COUNTERS_UV_MODE="hll")
+    use_settings(monkeypatch, COUNTERS_UV_MODE="hll")
     now = time.time()
     today = days.local_day(now)
     n = 100_000
@@ -331,7 +318,7 @@ def test_hll_mode_within_two_percent_at_100k_visitors(raw_conn, monkeypatch):
 
 
 def test_hll_mode_small_counts_are_exact(conn, monkeypatch):
-    use(monkeypatch, COUNTERS_UV_MODE="hll")
+    use_settings(monkeypatch, COUNTERS_UV_MODE="hll")
     now = time.time()
     for ip in ("192.0.2.1", "192.0.2.2", "192.0.2.1"):
         sitestats.record_visit(conn, ip, "/", now)

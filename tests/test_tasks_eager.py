@@ -40,7 +40,7 @@ def test_bad_input_fails_without_retry_or_write(eager_app, raw_conn, args):
 
 
 def test_invalid_input_is_not_in_autoretry():
-    assert not issubclass(InvalidInput, tasks.REDIS_TRANSIENT)
+    assert not issubclass(InvalidInput, tasks.TRANSIENT_ERRORS)
     assert InvalidInput in tasks.CountingTask.throws
 
 

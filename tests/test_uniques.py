@@ -13,21 +13,7 @@ import pytest
 
 from counters_tasks import days, keys, uniques
 from counters_tasks.errors import InvalidInput
-from counters_tasks.settings import reset_settings
-from tests.conftest import dump_all
-
-
-@pytest.fixture(autouse=True)
-def _fresh_figures():
-    uniques.forget_expected()
-    yield
-    uniques.forget_expected()
-
-
-def use(monkeypatch, **env):
-    for name, value in env.items():
-        monkeypatch.setenv(name, str(value))
-    reset_settings()
+from tests.conftest import dump_all, use_settings
 
 
 def sid(rng: random.Random) -> str:
@@ -196,7 +182,7 @@ def test_figure_changed_behind_the_cache_is_followed(raw_conn):
 
 
 def test_retention(raw_conn, monkeypatch):
-    use(monkeypatch, COUNTERS_TIMEZONE="Asia/Kolkata")
+    use_settings(monkeypatch, COUNTERS_TIMEZONE="Asia/Kolkata")
     day, now = today_and_now()
     uniques.count_visit(raw_conn, str(uuid.uuid4()), now)
     end = days.day_end(day)
@@ -224,7 +210,7 @@ def test_message_id_applies_once(conn):
 
 
 def test_precompute_due_fixes_tomorrow_only_from_local_23h(raw_conn, monkeypatch):
-    use(monkeypatch, COUNTERS_TIMEZONE="Europe/Berlin")
+    use_settings(monkeypatch, COUNTERS_TIMEZONE="Europe/Berlin")
     day = days.local_day(time.time())
     zone = ZoneInfo("Europe/Berlin")
     at = datetime(day.year, day.month, day.day, 22, 30, tzinfo=zone).timestamp()

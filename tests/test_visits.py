@@ -15,13 +15,6 @@ from counters_tasks.sitestats import SiteCount
 from tests.conftest import dump_all, is_cluster_run
 
 
-@pytest.fixture(autouse=True)
-def _fresh_figures():
-    uniques.forget_expected()
-    yield
-    uniques.forget_expected()
-
-
 def test_record_visit_counts_everything(conn):
     now = time.time()
     today = days.local_day(now)
