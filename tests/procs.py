@@ -37,6 +37,15 @@ class CeleryProcess:
     def output(self) -> str:
         return self.log.read_text(errors="replace")
 
+    def wait_ready(self, timeout: float = 60.0) -> CeleryProcess:
+        """Until the worker logs that it is ready (before that, SIGTERM kills it uncleanly)."""
+        from tests.conftest import wait_for
+
+        wait_for(lambda: " ready." in self.output() or self.process.poll() is not None, timeout=timeout,
+                 what=f"the worker to be ready; log:\n{self.output()[-2000:]}")
+        assert self.process.poll() is None, self.output()[-3000:]
+        return self
+
     def stop(self, timeout: float = 20.0) -> int:
         """Warm shutdown (SIGTERM), then SIGKILL of the whole group if it hangs."""
         if self.process.poll() is None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 
@@ -12,7 +11,7 @@ import pytest
 from counters_tasks import tasks, visits
 from counters_tasks.errors import InvalidInput
 from counters_tasks.recorder import VisitRecorder
-from tests.conftest import dump_all, wait_for
+from tests.conftest import dump_all, true_in_forked_child, wait_for
 from tests.procs import celery_env, purge_broker, start_worker
 from tests.visit_model import model_of, random_visits
 
@@ -97,7 +96,7 @@ def worker(redis_url, tmp_path_factory):
     log_dir = tmp_path_factory.mktemp("ingest-worker")
     purge_broker(redis_url)
     process = start_worker(celery_env(redis_url, COUNTERS_WORKER_BATCH="50", COUNTERS_WORKER_BATCH_MS="20"),
-                           log_dir / "worker.log")
+                           log_dir / "worker.log").wait_ready()
     yield process
     assert process.stop() == 0, process.output()[-3000:]
 
@@ -181,17 +180,7 @@ def test_recorder_never_blocks_on_a_dead_broker_and_counts_what_it_drops(caplog)
 def test_recorder_in_a_forked_child_starts_empty(worker):
     recorder = VisitRecorder(max_batch=1000, max_delay=60)
     recorder.record("192.0.2.1", "/fork")
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read)
-        ok = recorder.stats()["pending"] == 0 and recorder.stats()["recorded"] == 0
-        os.write(write, b"1" if ok else b"0")
-        os._exit(0)
-    os.close(write)
-    answer = os.read(read, 1)
-    os.waitpid(pid, 0)
-    assert answer == b"1"
+    assert true_in_forked_child(lambda: recorder.stats()["pending"] == 0 and recorder.stats()["recorded"] == 0)
     assert recorder.stats()["pending"] == 1
     assert recorder.close(timeout=10)
 

@@ -12,6 +12,7 @@ import redis
 from counters_tasks import keys, redis_layer
 from counters_tasks.errors import ConfigurationError
 from counters_tasks.settings import get_settings, load_settings, reset_settings, url_with_db
+from tests.conftest import true_in_forked_child
 from tests.procs import REPO
 
 
@@ -69,18 +70,8 @@ def test_one_bounded_client_per_process_rebuilt_after_fork(monkeypatch):
     pool = client.connection_pool
     assert isinstance(pool, redis.BlockingConnectionPool) and pool.max_connections == 3
     assert client.ping()
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: must not reuse the parent's client or sockets
-        os.close(read)
-        child = redis_layer.get_redis()
-        ok = child is not client and child.ping()
-        os.write(write, b"1" if ok else b"0")
-        os._exit(0)
-    os.close(write)
-    answer = os.read(read, 1)
-    os.waitpid(pid, 0)
-    assert answer == b"1"
+    # the child must not reuse the parent's client or sockets
+    assert true_in_forked_child(lambda: redis_layer.get_redis() is not client and redis_layer.get_redis().ping())
     assert redis_layer.get_redis() is client and client.ping()
 
 

@@ -18,7 +18,7 @@ from counters_tasks.errors import ConfigurationError, InvalidInput
 from counters_tasks.redis_layer import execute_in_order
 from counters_tasks.settings import reset_settings
 from counters_tasks.sitestats import SiteCount
-from tests.conftest import dump_all, use_settings
+from tests.conftest import dump_all, run_threads, use_settings
 
 
 class Model:
@@ -106,23 +106,14 @@ def test_same_visitor_from_many_threads_counts_once(raw_conn):
     today = days.local_day(now)
     session = str(uuid.uuid4())
     barrier = threading.Barrier(8)
-    errors = []
 
     def work(i):
-        try:
-            barrier.wait()
-            for j in range(24):
-                ip = "2001:db8::1" if (i + j) % 2 else "2001:0DB8:0000::0001"
-                visits.record_visit(raw_conn, ip, f"/t/{j % 2}", session, now)
-        except Exception as exc:  # pragma: no cover - reported below
-            errors.append(exc)
+        barrier.wait()
+        for j in range(24):
+            ip = "2001:db8::1" if (i + j) % 2 else "2001:0DB8:0000::0001"
+            visits.record_visit(raw_conn, ip, f"/t/{j % 2}", session, now)
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors
+    assert run_threads(work, 8) == []
     assert sitestats.site_visit_info(raw_conn) == SiteCount(None, 192, 1)
     assert sitestats.site_visit_info(raw_conn, today) == SiteCount(today, 192, 1)
     for path in ("/t/0", "/t/1"):

@@ -13,7 +13,7 @@ import pytest
 
 from counters_tasks import days, keys, uniques
 from counters_tasks.errors import InvalidInput
-from tests.conftest import dump_all, use_settings
+from tests.conftest import dump_all, run_threads, use_settings
 
 
 def sid(rng: random.Random) -> str:
@@ -134,23 +134,15 @@ def test_concurrent_first_visits_of_a_new_day(raw_conn):
     day, now = today_and_now()
     shared = str(uuid.uuid4())
     barrier = threading.Barrier(8)
-    new_flags, errors = [], []
+    new_flags = []
 
     def work(i):
-        try:
-            barrier.wait()
-            new_flags.append(uniques.count_visit(raw_conn, shared, now))
-            for j in range(30):
-                uniques.count_visit(raw_conn, f"{i:04x}{j:04x}{'0' * 24}", now)
-        except Exception as exc:  # pragma: no cover
-            errors.append(exc)
+        barrier.wait()
+        new_flags.append(uniques.count_visit(raw_conn, shared, now))
+        for j in range(30):
+            uniques.count_visit(raw_conn, f"{i:04x}{j:04x}{'0' * 24}", now)
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors
+    assert run_threads(work, 8) == []
     assert new_flags.count(True) == 1
     assert uniques.unique_visitors(raw_conn, day) == 1 + 8 * 30
 
