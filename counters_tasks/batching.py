@@ -54,13 +54,16 @@ def write_visits(conn: Any, items: list[tuple[Any, str]]) -> list[InvalidInput]:
 def write_ranking_events(conn: Any, items: list[tuple[tuple[ranking.Ranking, str, int, int], str]]) -> list[InvalidInput]:
     """One script call per message, all in one pipeline; a message whose board exists with other
     settings is refused there (nothing written for it): its error is returned."""
-    boards = {}
+    boards: dict[tuple[str, int, int], ranking.Ranking] = {}
+    for (target, _m, _a, _s), _message_id in items:  # one board object per board, not per message
+        key = (target.name, target.period_hours, target.interval_hours)
+        if key not in boards:
+            boards[key] = ranking.Ranking(conn, *key)
 
     def queue(pipe: Any) -> None:
         for (target, member, amount, slot), message_id in items:
-            target = boards.setdefault((target.name, target.period_hours, target.interval_hours),
-                                       ranking.Ranking(conn, target.name, target.period_hours, target.interval_hours))
-            script_keys, args = target._incr_call([(member, amount, slot)], message_id)
+            board = boards[(target.name, target.period_hours, target.interval_hours)]
+            script_keys, args = board._incr_call([(member, amount, slot)], message_id)
             run_script(conn, "ranking_incr", script_keys, args, client=pipe)
 
     [replies] = execute_in_order(conn, queue)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Callable
@@ -13,10 +12,11 @@ import click
 from . import __version__
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def run_stack(concurrency: int, flower: bool) -> int:
+    """Start the local stack and block until Ctrl-C; 0 on a clean stop."""
     from .localstack import Stack
 
-    stack = Stack(flower=not args.no_flower, concurrency=args.concurrency)
+    stack = Stack(flower=flower, concurrency=concurrency)
     try:
         stack.start()
         stack.wait_worker_ready()
@@ -88,7 +88,7 @@ def cli() -> None:
 @click.option("--no-flower", is_flag=True)
 def run_command(concurrency: int, no_flower: bool) -> int:
     """The local stack: Redis (if none configured), worker, beat, Flower; Ctrl-C stops."""
-    return cmd_run(argparse.Namespace(concurrency=concurrency, no_flower=no_flower))
+    return run_stack(concurrency, flower=not no_flower)
 
 
 @cli.command("demo")
