@@ -57,12 +57,6 @@ def check_now(value: Any, what: str = "now") -> float | int:
     return value
 
 
-def check_choice(value: Any, choices: tuple, what: str) -> Any:
-    if isinstance(value, bool) or value not in choices:
-        raise InvalidInput(f"{what} must be one of {', '.join(map(str, choices))}, got {value!r}")
-    return value
-
-
 def check_message_id(value: Any) -> str | None:
     """A task or batch id used for dedupe (None: no dedupe)."""
     if value is None:
