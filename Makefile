@@ -28,4 +28,4 @@ bench: install
 	$(BIN)/python bench/counters.py
 
 screenshots: install
-	COUNTERS_UPDATE_DOCS=1 $(BIN)/python -m pytest -q tests/test_dashboard.py tests/test_readme_cli.py
+	COUNTERS_UPDATE_DOCS=1 $(BIN)/python -m pytest -q tests/test_dashboard_page.py tests/test_readme_cli.py

@@ -1,114 +1,12 @@
-"""Celery configuration of counters-tasks (loaded by ``counters_tasks.app`` when first used).
+"""This deployment's Celery configuration: the package's defaults, and what operators change here.
 
-Values come from the environment through ``counters_tasks.settings`` (see README, Configuration).
+Name it explicitly, so that no other module called ``celeryconfig`` is picked up by accident:
+
+    celery -A counters_tasks --config celeryconfig worker -Q visits,maintenance
+    celery -A counters_tasks --config celeryconfig beat
+
+The values below come from the environment (README, Configuration); change a setting by
+assigning it after the import, e.g. ``worker_concurrency = 4``.
 """
 
-import os
-import ssl
-from datetime import timedelta
-
-from celery.schedules import crontab
-from kombu import Queue
-
-from counters_tasks.settings import get_settings
-
-_settings = get_settings()
-
-broker_url = _settings.broker_url
-broker_connection_retry_on_startup = True
-# Redelivery: a message not acknowledged (its worker died, even by SIGKILL) is put back in its
-# queue by any worker's restore sweep once COUNTERS_VISIBILITY_TIMEOUT (default 240 s) passed;
-# the sweep runs every ``restore_interval`` (<= 10 s), so it runs again within 5 minutes. The
-# longest retry countdown (120 s) is below it, and the dedupe markers (COUNTERS_DEDUPE_TTL,
-# checked in settings) outlive both, so a redelivered message is never applied twice.
-# See docs/reliability.md.
-broker_transport_options = {
-    "visibility_timeout": _settings.visibility_timeout,
-    "unacked_restore_interval": _settings.restore_interval,
-    "unacked_restore_throttle": 1,  # every sweep scans (the default scans every 10th)
-    # a worker killed while it held the restore lock blocks sweeps until it expires
-    "unacked_mutex_expire": min(300, _settings.visibility_timeout),
-}
-# A worker killed while taking a message (between kombu's BRPOP and its unacked record) lost it:
-# this transport pops and records in one Lua call (counters_tasks/broker.py).
-if _settings.broker_url.startswith(("redis://", "rediss://")):
-    broker_transport = "counters_tasks.broker:Transport"
-# rediss://: verify the server's certificate (kombu's default for rediss without options is
-# CERT_NONE). ``ssl_*`` query parameters of the broker URL (e.g. ``?ssl_ca_certs=/ca.pem``)
-# take precedence, as they do for the counters client (redis-py reads the same parameters).
-if _settings.broker_url.startswith("rediss://"):
-    broker_use_ssl = {"ssl_cert_reqs": ssl.CERT_REQUIRED}
-
-# JSON only: a pickled message is refused by the worker.
-task_serializer = "json"
-result_serializer = "json"
-accept_content = ["json"]
-result_accept_content = ["json"]
-event_serializer = "json"
-
-# Counting tasks return nothing worth storing.
-task_ignore_result = True
-result_backend = None
-
-timezone = "UTC"
-enable_utc = True
-
-# Flower watches the workers' task events. The producer's "task-sent" event is off: it is a
-# second publish per .delay() (measured: 2,700 -> 4,400 calls/s with it off) and Flower shows
-# received, started and succeeded without it.
-worker_send_task_events = True
-task_send_sent_event = False
-
-# Each worker process may hold this many unacknowledged messages: enough for the per-visit
-# batches of record_visit (COUNTERS_WORKER_BATCH) to fill before their flush interval.
-worker_prefetch_multiplier = max(4, 2 * _settings.worker_batch)
-
-task_queues = (Queue("visits"), Queue("maintenance"))
-task_default_queue = "visits"
-task_routes = {
-    "counters_tasks.clean_counters": {"queue": "maintenance"},
-    "counters_tasks.rotate_rankings": {"queue": "maintenance"},
-    "counters_tasks.precompute_expected": {"queue": "maintenance"},
-}
-
-# Each job expires before its next run is due, so a missed run is skipped, not piled up.
-# COUNTERS_CLEAN_EVERY (seconds) replaces the cleaner's every-minute crontab: for tests and demos.
-_clean_every = float(os.environ.get("COUNTERS_CLEAN_EVERY") or 0)
-
-beat_schedule = {
-    "clean-counters": {
-        "task": "counters_tasks.clean_counters",
-        "schedule": timedelta(seconds=_clean_every) if _clean_every else crontab(),  # every minute
-        "options": {"expires": _clean_every or 55},
-    },
-    "rotate-rankings": {
-        "task": "counters_tasks.rotate_rankings",
-        "schedule": crontab(minute=0),  # hourly, at :00
-        "options": {"expires": 3300},
-    },
-    # Daily at 23:00 in COUNTERS_TIMEZONE, achieved by running hourly and letting the task decide:
-    # each run fixes today's figure when missing, and the run in the local 23:xx hour fixes
-    # tomorrow's. Celery's crontab matches hours in the app's ``timezone`` (UTC here), and
-    # ``crontab(nowfun=...)`` only changes what "now" is, not that frame, so a crontab for 23:00
-    # would drift by the zone's offset and by DST; hourly runs hit local 23:xx exactly once a day
-    # in every zone (half-hour offsets included), and a missed run is caught up by the next one
-    # (or by the day's first counted visit, which fixes a missing figure the same way).
-    "precompute-expected": {
-        "task": "counters_tasks.precompute_expected",
-        "schedule": crontab(minute=0),  # hourly; the task fixes tomorrow's figure at local 23:xx
-        "options": {"expires": 3300},
-    },
-}
-
-# Highly available beat: with COUNTERS_BEAT_SCHEDULER=redbeat (extra ``[ha]``), run a beat on
-# several hosts; celery-redbeat keeps the schedule in the broker's Redis and lets only the holder
-# of a lock send jobs. The holder renews it every tick (at most COUNTERS_BEAT_MAX_INTERVAL
-# seconds apart); when it dies, another beat takes over within COUNTERS_BEAT_LOCK_TIMEOUT plus
-# one tick. Without it, run exactly one beat (the default scheduler has no lock).
-if (os.environ.get("COUNTERS_BEAT_SCHEDULER") or "").lower() == "redbeat":
-    beat_scheduler = "redbeat.RedBeatScheduler"
-    redbeat_redis_url = broker_url
-    redbeat_key_prefix = "redbeat:"
-    redbeat_redis_options = {}  # not the broker's transport options (redbeat's deprecated fallback)
-    redbeat_lock_timeout = float(os.environ.get("COUNTERS_BEAT_LOCK_TIMEOUT") or 30)
-    beat_max_loop_interval = float(os.environ.get("COUNTERS_BEAT_MAX_INTERVAL") or 5)
+from counters_tasks.worker.celery_defaults import *  # noqa: F403  (the package's defaults)

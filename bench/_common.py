@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterator
 
 import redis
 
-from counters_tasks.localredis import RedisServer
-from counters_tasks.settings import reset_settings
+from counters_tasks.core.settings import reset_settings
+from counters_tasks.local.redis_server import RedisServer
 
 
 @contextlib.contextmanager

@@ -10,9 +10,9 @@ folders), then in the same run:
    function behind the ``record_visits`` task) in batches, from P client processes at once, on
    one node and on the cluster.
 
-    python bench/cluster.py                         # 20,000 visits, 1 and 4 client processes
-    python bench/cluster.py --visits 50000 --procs 1,2,4,8
-    python bench/cluster.py --failover 12           # and a master killed under direct writes
+    python -m bench.cluster                         # 20,000 visits, 1 and 4 client processes
+    python -m bench.cluster --visits 50000 --procs 1,2,4,8
+    python -m bench.cluster --failover 12           # and a master killed under direct writes
 
 Figures depend on the host (this one: 2 cores, so 3 masters and the clients share them).
 """
@@ -22,20 +22,17 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
-import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 import redis  # noqa: E402
 from redis.cluster import RedisCluster  # noqa: E402
 
-from counters_tasks.localcluster import RedisClusterProcesses  # noqa: E402
-from counters_tasks.localredis import RedisServer  # noqa: E402
-from counters_tasks.settings import reset_settings  # noqa: E402
+from counters_tasks.core.settings import reset_settings  # noqa: E402
+from counters_tasks.local.cluster import RedisClusterProcesses  # noqa: E402
+from counters_tasks.local.redis_server import RedisServer  # noqa: E402
 
 
 def make_visits(n: int, seed: int, start: float) -> list[tuple[str, str, str, float]]:
@@ -57,7 +54,7 @@ def use(url: str, cluster: bool) -> None:
 
 def ingest_worker(url: str, cluster: bool, seed: int, count: int, batch: int, ready, go, out) -> None:
     from counters_tasks import uniques, visits
-    from counters_tasks.redis_layer import get_redis
+    from counters_tasks.store.client import get_redis
 
     use(url, cluster)
     conn = get_redis()
@@ -128,7 +125,7 @@ def cpu(client: redis.Redis) -> float:
 
 
 def spread(cluster: RedisClusterProcesses, visits_count: int) -> None:
-    from counters_tasks.redis_layer import get_redis
+    from counters_tasks.store.client import get_redis
 
     use(cluster.url, True)
     conn = get_redis()
@@ -173,8 +170,9 @@ def failover(base: Path, seconds: float, threads: int) -> None:
 
     from redis.cluster import key_slot
 
-    from counters_tasks import counters, keys
-    from counters_tasks.redis_layer import get_redis
+    from counters_tasks import counters
+    from counters_tasks.store import keys
+    from counters_tasks.store.client import get_redis
 
     with RedisClusterProcesses(base / "failover", masters=3, replicas=1) as cluster:
         use(cluster.url, True)

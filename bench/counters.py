@@ -3,18 +3,14 @@
 Both run on the same Redis in one run, from one client, one call at a time (the way a task
 calls it), so the ratio compares the per-update cost. Target: at least 2x the seed.
 
-    python bench/counters.py [--updates N]
+    python -m bench.counters [--updates N]
 """
 
 from __future__ import annotations
 
 import argparse
 import random
-import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import bench_redis, client, rates  # noqa: E402
 from counters_tasks import counters  # noqa: E402

@@ -12,7 +12,7 @@ for each: producer rate, end-to-end visits/s (first send to last write), Redis c
 visit on the counters server (all, and top-level script calls), and the ratios to (1); then
 checks the final counts are exact for every path (and fails if not).
 
-    python bench/ingest.py [--visits 100000] [--only 3]
+    python -m bench.ingest [--visits 100000] [--only 3]
 """
 
 from __future__ import annotations
@@ -28,11 +28,10 @@ import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
 import redis  # noqa: E402
 
-from counters_tasks.localredis import RedisServer  # noqa: E402
+from counters_tasks.local.redis_server import RedisServer  # noqa: E402
 
 
 def make_visits(n: int, seed: int = 1) -> list[tuple[str, str, str, float]]:

@@ -5,21 +5,18 @@ and once with a fresh task id (a UUID, as Celery makes) per visit; the differenc
 ``used_memory`` is the markers' cost. Also measured: ``record_visits`` batches (one marker per
 slot per chunk of visits, not per visit).
 
-    python bench/markers.py [--visits N]
+    python -m bench.markers [--visits N]
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 import uuid
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import bench_redis, client  # noqa: E402
-from counters_tasks import keys, visits  # noqa: E402
+from counters_tasks import visits  # noqa: E402
+from counters_tasks.store import keys
 
 
 def used(conn) -> int:

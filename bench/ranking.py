@@ -1,7 +1,7 @@
-"""Benchmark: ``counters_tasks.ranking`` against the seed's DyStats (seed 004), same Redis, same data.
+"""Benchmark: ``counters_tasks.ranking`` against the reference design's DyStats, same Redis, same data.
 
-    python bench/ranking.py                 # starts a private redis-server (1,000,000 members)
-    python bench/ranking.py --url redis://127.0.0.1:6379/0 --members 200000
+    python -m bench.ranking                 # starts a private redis-server (1,000,000 members)
+    python -m bench.ranking --url redis://127.0.0.1:6379/0 --members 200000
 
 Measures, with a 24 h window of 1 h slots holding ``--members`` members (each in one random
 slot, so ~members/24 a slot) plus ``--filler`` unrelated keys (a real keyspace is not empty, and
@@ -33,10 +33,9 @@ from pathlib import Path
 
 import redis
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from counters_tasks import keys, ranking  # noqa: E402
-from counters_tasks.localredis import RedisServer  # noqa: E402
+from counters_tasks import ranking  # noqa: E402
+from counters_tasks.local.redis_server import RedisServer  # noqa: E402
+from counters_tasks.store import keys
 
 # --- the seed's DyStats, ported: same keys, same commands; client and clock are parameters ------
 
@@ -131,7 +130,7 @@ def latencies(fn, calls: int) -> tuple[float, float]:
 def load_ours(conn, board: ranking.Ranking, data: list[tuple[str, int, int]]) -> None:
     for first in range(0, len(data), BATCH):
         board.incr_many([(member, amount, hour_start) for member, hour_start, amount in data[first:first + BATCH]])
-    board._register()
+    ranking.register_board(conn, board.name)
 
 
 def load_seed(conn, name: str, data: list[tuple[str, int, int]], last_hour: int) -> None:

@@ -10,20 +10,14 @@ from __future__ import annotations
 
 import binascii
 import math
-import sys
 import time
 from datetime import date, timedelta
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from counters import seed_update_counter  # noqa: E402
-from ranking import DyStats  # noqa: E402
-from visits import seed_save_visit_info  # noqa: E402
-
+from bench.counters import seed_update_counter  # noqa: E402
+from bench.ranking import DyStats  # noqa: E402
+from bench.visits import seed_save_visit_info  # noqa: E402
 from counters_tasks.app import app  # noqa: E402
-from counters_tasks.redis_layer import get_redis  # noqa: E402
+from counters_tasks.store.client import get_redis  # noqa: E402
 
 SHARD_SIZE = 512
 DAILY_EXPECTED = 1_000_000

@@ -4,8 +4,8 @@ Also the all-time exact UV of ``sitestats`` (visitor ids ever seen, in 16 plain 
 visitor. Measured with Redis's own ``MEMORY USAGE`` (per key, all elements sampled) and the
 ``INFO memory`` used_memory delta (which also counts the keyspace and expires dict entries).
 
-    python bench/uniques_memory.py              # starts a private redis-server
-    python bench/uniques_memory.py --url redis://127.0.0.1:6379/15 --visitors 1000000
+    python -m bench.uniques_memory              # starts a private redis-server
+    python -m bench.uniques_memory --url redis://127.0.0.1:6379/15 --visitors 1000000
 
 The database it uses is flushed. Target: sharded <= 12 MB per million.
 """
@@ -15,19 +15,15 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import sys
 import tempfile
 import time
 import uuid
 from datetime import timedelta
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis  # noqa: E402
 
-from counters_tasks.localredis import RedisServer  # noqa: E402
-from counters_tasks.settings import reset_settings  # noqa: E402
+from counters_tasks.core.settings import reset_settings  # noqa: E402
+from counters_tasks.local.redis_server import RedisServer  # noqa: E402
 
 BATCH = 20_000
 
@@ -55,9 +51,10 @@ def session_ids(n: int, seed: int = 2) -> list[str]:
 
 def sharded(conn: redis.Redis, numbers: list[int], yesterday: int | None) -> None:
     """Load through the package: ``uniques.queue_ids`` in pipelines of BATCH ids."""
-    from counters_tasks import keys, uniques
-    from counters_tasks.days import today
-    from counters_tasks.redis_layer import execute_in_order
+    from counters_tasks import uniques
+    from counters_tasks.core.days import today
+    from counters_tasks.store import keys
+    from counters_tasks.store.scripts import execute_in_order
 
     day = today()
     conn.flushdb()
@@ -106,9 +103,10 @@ def one_hll(conn: redis.Redis, numbers: list[int]) -> None:
 
 def all_time_site(conn: redis.Redis, n: int) -> None:
     """``sitestats``' all-time exact UV: every visitor id ever seen, in SITE_SHARDS plain SETs."""
-    from counters_tasks import keys, sitestats
-    from counters_tasks.days import today
-    from counters_tasks.redis_layer import execute_in_order
+    from counters_tasks import sitestats
+    from counters_tasks.core.days import today
+    from counters_tasks.store import keys
+    from counters_tasks.store.scripts import execute_in_order
 
     conn.flushdb()
     day = today()

@@ -5,8 +5,8 @@ two more, then pipelines the rest. ``record_visit`` does more work per visit (si
 per day and all time, exact; the ``hits`` counters at 7 precisions; the daily unique) as one Lua
 call per slot in one pipeline. Both run one visit at a time, single-threaded, on the same Redis.
 
-    python bench/visits.py                 # starts a private redis-server
-    python bench/visits.py --url redis://127.0.0.1:6379/15 --visits 20000 --rtt-ms 0,0.25,1
+    python -m bench.visits                 # starts a private redis-server
+    python -m bench.visits --url redis://127.0.0.1:6379/15 --visits 20000 --rtt-ms 0,0.25,1
 
 Prints visits/s of each and the ratio, directly on this host (a round trip of ~20 us, where
 Python's own work per visit dominates) and through a proxy that adds a network round-trip
@@ -19,19 +19,14 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import sys
 import tempfile
 import time
 import uuid
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import redis  # noqa: E402
 
-from counters_tasks.localredis import RedisServer  # noqa: E402
-from counters_tasks.settings import reset_settings  # noqa: E402
+from counters_tasks.core.settings import reset_settings  # noqa: E402
+from counters_tasks.local.redis_server import RedisServer  # noqa: E402
 
 SITE_VISIT_KEY = "visit_info"
 
@@ -78,7 +73,7 @@ def make_visits(n: int, seed: int = 1) -> list[tuple[str, str, str]]:
 def measure(conn: redis.Redis, stream: list[tuple[str, str, str]]) -> tuple[float, float, float]:
     """visits/s of record_visit, of sitestats.record_visit alone, of the seed port, over ``stream``."""
     from counters_tasks import sitestats, uniques, visits
-    from counters_tasks.days import today
+    from counters_tasks.core.days import today
 
     day = today()
     conn.flushdb()
@@ -107,7 +102,7 @@ def measure(conn: redis.Redis, stream: list[tuple[str, str, str]]) -> tuple[floa
 
 
 def run(url: str, port: int | None, n: int, rtts: list[float]) -> None:
-    from latency_proxy import LatencyProxy
+    from bench.latency_proxy import LatencyProxy
 
     stream = make_visits(n)
     print(f"one visit at a time, single thread; {len({v[0] for v in stream})} visitors, 50 paths")

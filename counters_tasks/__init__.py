@@ -1,18 +1,30 @@
-"""counters-tasks: Celery tasks that keep website analytics counters in Redis."""
+"""counters-tasks: Celery tasks that keep website analytics counters in Redis.
+
+The package, by layer (each imports only the layers listed before it):
+
+- ``errors`` and ``core/``: exceptions, settings from the environment, input checks, local days;
+- ``store/``: the Redis client and pool, Lua scripts (``store/lua/``), the key schema;
+- the data modules: ``counters``, ``sitestats``, ``uniques``, ``ranking``, and ``visits`` (what
+  one page view counts, in all of them);
+- ``worker/``: the Celery side: the package's Celery defaults, worker-side batches, the broker
+  transport, the beat jobs' lock and records;
+- ``app`` (the Celery app), ``tasks`` (the Celery tasks) and ``recorder`` (``VisitRecorder``, the
+  app-side batching producer);
+- ``local/``: local processes: a private Redis server, a test cluster, the ``make run`` stack;
+- ``ops/``: operator tools: the ``counters-tasks`` CLI, the web dashboard, health, the demo.
+"""
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError, version
 
-from .app import app  # noqa: E402  (``celery -A counters_tasks`` finds it here)
-from .errors import ConfigurationError, CountersError, InvalidInput  # noqa: E402
+from .app import app  # ``celery -A counters_tasks`` finds it here
+from .errors import ConfigurationError, CountersError, InvalidInput
+from .recorder import VisitRecorder
+
+try:
+    __version__ = version("counters-tasks")
+except PackageNotFoundError:  # run from a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = ["app", "ConfigurationError", "CountersError", "InvalidInput", "VisitRecorder", "__version__"]
-
-
-def __getattr__(name: str):
-    if name == "VisitRecorder":  # imported on first use: it registers fork and exit hooks
-        from .recorder import VisitRecorder
-
-        return VisitRecorder
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""Named counters at several precisions (seeds 000 and 003), with an incremental cleaner.
+"""Named counters at several precisions (docs/design.md), with an incremental cleaner.
 
 Each counter keeps, per precision, a HASH bucket_start -> total. Writes go through one Lua call
 per counter (all precisions, plus an optional per-message dedupe marker), followed in the same
@@ -12,11 +12,11 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from . import keys
+from .core.settings import get_settings
+from .core.validation import check_amount, check_message_id, check_now, check_text
 from .errors import InvalidInput
-from .redis_layer import as_str, execute_in_order, run_script
-from .settings import get_settings
-from .validation import check_amount, check_message_id, check_now, check_text
+from .store import keys, registry
+from .store.scripts import execute_in_order, run_script
 
 PRECISIONS = (1, 5, 60, 300, 3600, 18000, 86400)
 SAMPLE_COUNT = 120
@@ -55,7 +55,7 @@ def queue_counter_writes(conn: Any, pipe: Any, per_counter: dict[str, Buckets], 
         script_keys: list[str] = []
         args: list[Any] = [ttl, len(names), len(PRECISIONS)]
         for name in names:
-            script_keys += keys.counter_keys(name)
+            script_keys += keys.counter_keys(name, PRECISIONS)
             buckets = per_counter[name]
             for precision in PRECISIONS:
                 pairs = [(b, n) for b, n in buckets.get(precision, {}).items() if n]
@@ -63,7 +63,7 @@ def queue_counter_writes(conn: Any, pipe: Any, per_counter: dict[str, Buckets], 
                 for pair in pairs:
                     args += pair
         if ttl:
-            script_keys.append(keys.counter_seen(group, message_id))
+            script_keys.append(keys.counter_seen(message_id, tag=group))
         reply = run_script(conn, "counter_update", script_keys, args, client=pipe)
         calls.append((names, reply) if pipe is conn else names)
     return calls
@@ -169,17 +169,14 @@ def get_series(conn: Any, name: str, precision: int, start: float, end: float,
 
 def known_counters(conn: Any) -> list[str]:
     """Names of the counters that have data, sorted."""
-    names: set[str] = set()
-    for shard in range(keys.REGISTRY_SHARDS):
-        names.update(as_str(member) for member in conn.zrange(keys.counter_registry(shard), 0, -1))
-    return sorted(names)
+    return registry.all_names(conn, keys.counter_registries())
 
 
 def _due_cutoffs(conn: Any, now: float) -> list[str]:
     """Per precision, the cutoff to clean at, or '-' when that precision is not due this pass.
 
     Fine precisions are cleaned every pass; a coarse precision p at most once per p seconds of
-    ``now`` (the seed's cadence), and always on the first pass or when ``now`` went back.
+    ``now`` (the original design's cadence), and always on the first pass or when ``now`` went back.
     """
     last = {int(p): float(t) for p, t in conn.hgetall(keys.cleaner_state()).items()}
     cutoffs = []
@@ -202,34 +199,26 @@ def clean_counters(conn: Any, now: float | None = None) -> int:
     cutoffs = _due_cutoffs(conn, now)
     batch = get_settings().cleaner_batch
     removed = 0
-    for shard in range(keys.REGISTRY_SHARDS):
-        registry = keys.counter_registry(shard)
-        cursor = 0
-        while True:
-            cursor, page = conn.zscan(registry, cursor, count=batch)
-            names = [as_str(member) for member, _score in page]
-            if names:
-                removed += _clean_page(conn, registry, names, cutoffs)
-            if int(cursor) == 0:
-                break
+    for shard_key, names in registry.walk(conn, keys.counter_registries(), batch):
+        removed += _clean_page(conn, shard_key, names, cutoffs)
     conn.hset(keys.cleaner_state(), mapping={p: repr(now) for p, c in zip(PRECISIONS, cutoffs, strict=False) if c != "-"})
     return removed
 
 
-def _clean_page(conn: Any, registry: str, names: list[str], cutoffs: list[str]) -> int:
+def _clean_page(conn: Any, shard_key: str, names: list[str], cutoffs: list[str]) -> int:
     def queue_cleans(pipe: Any) -> None:
         for name in names:
-            run_script(conn, "counter_clean", list(keys.counter_keys(name)), cutoffs, client=pipe)
+            run_script(conn, "counter_clean", list(keys.counter_keys(name, PRECISIONS)), cutoffs, client=pipe)
 
     [results] = execute_in_order(conn, queue_cleans)
     removed = sum(int(r[0]) for r in results)
     empty = [name for name, r in zip(names, results, strict=False) if int(r[1]) == 0]
     if empty:
-        conn.zrem(registry, *empty)
+        conn.zrem(shard_key, *empty)
         pipe = conn.pipeline(transaction=False)
         for name in empty:
-            pipe.exists(*keys.counter_keys(name)[:-1])
+            pipe.exists(*keys.counter_keys(name, PRECISIONS)[:-1])
         back = [name for name, left in zip(empty, pipe.execute(), strict=False) if int(left)]
         if back:
-            conn.zadd(registry, dict.fromkeys(back, 0))
+            conn.zadd(shard_key, dict.fromkeys(back, 0))
     return removed

@@ -1,4 +1,4 @@
-"""Sliding-window rankings (seed 004): e.g. posts by likes over the last 24 hours.
+"""Sliding-window rankings (docs/design.md): e.g. posts by likes over the last 24 hours.
 
 A board keeps one HASH per time slot (member -> amount added in that slot), an index of its
 live slots, and one ZSET with every member's total over the live slots, all under the board's
@@ -28,13 +28,16 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from . import keys
+from .core.settings import get_settings
+from .core.validation import check_amount, check_int, check_message_id, check_now, check_text
 from .errors import InvalidInput
-from .redis_layer import as_str, execute_in_order, run_script
-from .settings import get_settings
-from .validation import check_amount, check_int, check_message_id, check_now, check_text
+from .store import keys, registry
+from .store.client import as_str
+from .store.scripts import execute_in_order, run_script
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +68,111 @@ def slot_of(ts: float, interval_hours: int) -> int:
     return int(ts // (interval_hours * 3600))
 
 
+@dataclass(frozen=True)
+class Board:
+    """A board's name and settings, validated (``check_board``); no connection: what events are
+    prepared for and what a batch groups by."""
+
+    name: str
+    period_hours: int = 24
+    interval_hours: int = 1
+
+    @property
+    def slots_in_window(self) -> int:
+        return self.period_hours // self.interval_hours
+
+    def slot_of(self, ts: float) -> int:
+        return slot_of(ts, self.interval_hours)
+
+
+def check_board(name: Any, period_hours: Any = 24, interval_hours: Any = 1) -> Board:
+    """A valid board name and settings (raises InvalidInput; reads and writes nothing)."""
+    check_text(name, "board")
+    period_hours, interval_hours = check_board_settings(period_hours, interval_hours)
+    return Board(name, period_hours, interval_hours)
+
+
+@dataclass(frozen=True)
+class RankingEvent:
+    """One validated ranking event: ``amount`` added to ``member`` of ``board`` in ``slot``."""
+
+    board: Board
+    member: str
+    amount: int
+    slot: int
+
+
+def prepare_event(board: Any, member: Any, amount: Any = 1, ts: Any = None, period_hours: Any = 24,
+                  interval_hours: Any = 1) -> RankingEvent:
+    """Validate one event, given as ``incr_ranking`` takes it (raises InvalidInput; writes nothing).
+    Whether the board's stored settings agree is known only when it is written (``write_events``)."""
+    target = check_board(board, period_hours, interval_hours)
+    check_text(member, "member")
+    check_amount(amount, "amount")
+    return RankingEvent(target, member, amount, target.slot_of(check_now(ts)))
+
+
+def _incr_call(board: Board, events: Sequence[RankingEvent], message_id: str | None) -> tuple[list, list]:
+    """The keys and args of the one ``ranking_incr`` call applying ``events`` (all of ``board``), in order."""
+    tag = keys.board_tag(board.name)
+    slots = list(dict.fromkeys(event.slot for event in events))
+    position = {slot: n for n, slot in enumerate(slots, 1)}
+    script_keys = [*_board_keys(board.name, tag)[0], *(keys.ranking_slot(board.name, slot, tag=tag) for slot in slots)]
+    ttl = 0
+    if message_id is not None:
+        script_keys.append(keys.ranking_seen(board.name, message_id, tag=tag))
+        ttl = get_settings().dedupe_ttl
+    slot_ttl = (board.period_hours + board.interval_hours) * 3600 + SLOT_TTL_GRACE
+    args: list[Any] = [ttl, board.period_hours, board.interval_hours, slot_ttl, len(slots), *slots, len(events)]
+    for event in events:
+        args += [position[event.slot], event.member, event.amount, -event.amount]
+    return script_keys, args
+
+
+def register_board(conn: Any, name: str) -> None:
+    """List the board in the registry, then mark it listed (a crash in between retries it)."""
+    conn.zadd(keys.board_registry(keys.board_registry_shard_of(name)), {name: 0})
+    conn.hset(keys.ranking_meta(name), "reg", 1)
+
+
+def settings_mismatch(conn: Any, board: Board) -> InvalidInput:
+    """The error for events given other settings than the ones ``board.name`` is fixed to."""
+    stored = board_settings(conn, board.name)
+    return InvalidInput(f"board {board.name!r} is fixed to (period_hours, interval_hours) = {stored}, "
+                        f"not ({board.period_hours}, {board.interval_hours})")
+
+
+def write_events(conn: Any, calls: Sequence[tuple[Sequence[RankingEvent], str | None]]) -> list[int | InvalidInput]:
+    """Apply calls of prepared events, one Lua call each (every event of a call of one board), in
+    one round trip; each call at most once per its message id. Returns, per call, the number of
+    its events that were late (ignored), or the InvalidInput refusing it when its board is fixed
+    to other settings (then nothing of that call was written). Boards written for the first time
+    are listed in the registry the rotation job walks."""
+    calls = [(events, message_id) for events, message_id in calls]
+    for events, _message_id in calls:
+        if not events or any(event.board != events[0].board for event in events):
+            raise ValueError("every call holds events of exactly one board")
+
+    def queue(pipe: Any) -> None:
+        for events, message_id in calls:
+            script_keys, args = _incr_call(events[0].board, events, message_id)
+            run_script(conn, "ranking_incr", script_keys, args, client=pipe)
+
+    [replies] = execute_in_order(conn, queue) if calls else [[]]
+    results: list[int | InvalidInput] = []
+    registered: set[str] = set()
+    for (events, _message_id), (status, unregistered, late) in zip(calls, replies, strict=True):
+        board = events[0].board
+        if int(status) == -1:
+            results.append(settings_mismatch(conn, board))
+            continue
+        if int(unregistered) and board.name not in registered:
+            registered.add(board.name)
+            register_board(conn, board.name)
+        results.append(int(late))
+    return results
+
+
 class Ranking:
     """One board: members ranked by their total over the last ``period_hours``.
 
@@ -74,46 +182,17 @@ class Ranking:
 
     def __init__(self, conn: Any, name: str, period_hours: int = 24, interval_hours: int = 1) -> None:
         self.conn = conn
-        self.name = check_text(name, "board")
-        self.period_hours, self.interval_hours = check_board_settings(period_hours, interval_hours)
-        self.slots_in_window = period_hours // interval_hours
-        tag = keys.board_tag(name)
-        self._meta = keys.ranking_meta(name, tag)
-        self._top = keys.ranking_top(name, tag)
-        self._index = keys.ranking_slots(name, tag)
-        self._slot_parts = keys.ranking_slot_parts(name, tag)
-        self._tag = tag
+        self.board = check_board(name, period_hours, interval_hours)
+        self.name = name
+        self.period_hours, self.interval_hours = self.board.period_hours, self.board.interval_hours
+        self.slots_in_window = self.board.slots_in_window
+        self._board_keys, self._slot_parts = _board_keys(name)
 
     def __repr__(self) -> str:
         return f"Ranking({self.name!r}, period_hours={self.period_hours}, interval_hours={self.interval_hours})"
 
     def slot_of(self, ts: float) -> int:
-        return slot_of(ts, self.interval_hours)
-
-    @property
-    def _board_keys(self) -> list[str]:
-        return [self._meta, self._top, self._index]
-
-    def _incr_call(self, events: list[tuple[str, int, int]], message_id: str | None) -> tuple[list, list]:
-        """The keys and args of the one script call applying already-validated
-        ``(member, amount, slot)`` events, in order."""
-        slots = list(dict.fromkeys(slot for _m, _a, slot in events))
-        position = {slot: n for n, slot in enumerate(slots, 1)}
-        script_keys = [*self._board_keys, *(keys.ranking_slot(self.name, slot, self._tag) for slot in slots)]
-        ttl = 0
-        if message_id is not None:
-            script_keys.append(keys.ranking_seen(self.name, message_id, self._tag))
-            ttl = get_settings().dedupe_ttl
-        slot_ttl = (self.period_hours + self.interval_hours) * 3600 + SLOT_TTL_GRACE
-        args: list[Any] = [ttl, self.period_hours, self.interval_hours, slot_ttl, len(slots), *slots, len(events)]
-        for member, amount, slot in events:
-            args += [position[slot], member, amount, -amount]
-        return script_keys, args
-
-    def _register(self) -> None:
-        """List the board in the registry, then mark it listed (a crash in between retries it)."""
-        self.conn.zadd(keys.board_registry(keys.board_registry_shard_of(self.name)), {self.name: 0})
-        self.conn.hset(self._meta, "reg", 1)
+        return self.board.slot_of(ts)
 
     def incr(self, member: str, amount: int = 1, now: float | None = None, *, message_id: str | None = None) -> None:
         """Add ``amount`` to ``member`` in the slot of ``now``, in one Lua call (one round trip).
@@ -128,20 +207,17 @@ class Ranking:
         """Apply ``(member, amount, now)`` events in order, in one Lua call, as ``incr`` would one
         by one (all validated first; at most once per ``message_id``). Returns the late ones."""
         check_message_id(message_id)
-        checked = []
+        prepared = []
         for member, amount, now in events:
             check_text(member, "member")
             check_amount(amount, "amount")
-            checked.append((member, amount, self.slot_of(check_now(now))))
-        if not checked:
+            prepared.append(RankingEvent(self.board, member, amount, self.slot_of(check_now(now))))
+        if not prepared:
             return 0
-        script_keys, args = self._incr_call(checked, message_id)
-        status, unregistered, late = run_script(self.conn, "ranking_incr", script_keys, args)
-        if int(status) == -1:
-            raise self._settings_mismatch()
-        if int(unregistered):
-            self._register()
-        return int(late)
+        [result] = write_events(self.conn, [(prepared, message_id)])
+        if isinstance(result, InvalidInput):
+            raise result
+        return result
 
     def top(self, offset: int = 0, limit: int = 10, withscores: bool = False,
             now: float | None = None) -> list[str] | list[tuple[str, int]]:
@@ -167,7 +243,7 @@ class Ranking:
         for _attempt in range(3):
             reply = run_script(self.conn, "ranking_top", self._board_keys, args)
             if reply == -1:
-                raise self._settings_mismatch()
+                raise settings_mismatch(self.conn, self.board)
             if reply == -2:  # a slot hash expired under its safety-net TTL: recover, then read again
                 self.rebuild()
             elif int(reply[0]) == 3:  # beat is late by many members: do its work, then read cheaply
@@ -207,12 +283,12 @@ class Ranking:
     def stats(self) -> dict[str, int | None]:
         """Operator figures: late events ignored, watermark and rotation slots, rebuilds, sizes."""
         pipe = self.conn.pipeline(transaction=False)
-        pipe.hmget(self._meta, "period", "interval", "wm", "rot", "late", "rebuilds")
-        pipe.zcard(self._index)
-        pipe.zcard(self._top)
+        pipe.hmget(keys.ranking_meta(self.name), "period", "interval", "wm", "rot", "late", "rebuilds")
+        pipe.zcard(keys.ranking_slots(self.name))
+        pipe.zcard(keys.ranking_top(self.name))
         (period, interval, wm, rot, late, rebuilds), slots, members = pipe.execute()
         if period is not None and (int(period), int(interval)) != (self.period_hours, self.interval_hours):
-            raise self._settings_mismatch()
+            raise settings_mismatch(self.conn, self.board)
         return {
             "late": int(late or 0),
             "watermark_slot": None if wm is None else int(wm),
@@ -222,21 +298,16 @@ class Ranking:
             "members": int(members),
         }
 
-    def _settings_mismatch(self) -> InvalidInput:
-        stored = board_settings(self.conn, self.name)
-        return InvalidInput(f"board {self.name!r} is fixed to (period_hours, interval_hours) = {stored}, "
-                            f"not ({self.period_hours}, {self.interval_hours})")
-
-
 def _pairs(flat: list) -> list[tuple[str, int]]:
     """``[member, -total, ...]`` from the totals ZSET as ``(member, total)``."""
     return [(as_str(m), -int(float(s))) for m, s in zip(flat[::2], flat[1::2], strict=True)]
 
 
-def _board_keys(name: str) -> tuple[list[str], tuple[str, str]]:
-    tag = keys.board_tag(name)
-    board = [keys.ranking_meta(name, tag), keys.ranking_top(name, tag), keys.ranking_slots(name, tag)]
-    return board, keys.ranking_slot_parts(name, tag)
+def _board_keys(name: str, tag: str | None = None) -> tuple[list[str], tuple[str, str]]:
+    """The board's meta, totals and slot index keys, and the two halves of its slot hash names."""
+    tag = tag or keys.board_tag(name)
+    board = [keys.ranking_meta(name, tag=tag), keys.ranking_top(name, tag=tag), keys.ranking_slots(name, tag=tag)]
+    return board, keys.ranking_slot_parts(name, tag=tag)
 
 
 def _rotate(conn: Any, name: str, now_slot: int, period_hours: int | str = "", interval_hours: int | str = "") -> int:
@@ -248,7 +319,7 @@ def _rotate(conn: Any, name: str, now_slot: int, period_hours: int | str = "", i
         reply = run_script(conn, "ranking_rotate", board,
                            [*parts, now_slot, period_hours, interval_hours, ROTATE_BUDGET])
         if reply == -1:
-            raise Ranking(conn, name, int(period_hours), int(interval_hours))._settings_mismatch()
+            raise settings_mismatch(conn, Board(name, int(period_hours), int(interval_hours)))
         if int(reply[0]) == -2:
             if rebuilt:
                 raise RuntimeError(f"ranking {name!r}: slots lost during rebuild")
@@ -280,10 +351,7 @@ def board_settings(conn: Any, name: str) -> tuple[int, int] | None:
 
 def known_boards(conn: Any) -> list[str]:
     """Names of every board ever written, sorted (from the registry, never KEYS or SCAN)."""
-    names: set[str] = set()
-    for shard in range(keys.BOARD_REGISTRY_SHARDS):
-        names.update(as_str(member) for member in conn.zrange(keys.board_registry(shard), 0, -1))
-    return sorted(names)
+    return registry.all_names(conn, keys.board_registries())
 
 
 def rotate_all(conn: Any, now: float | None = None) -> int:
@@ -294,23 +362,16 @@ def rotate_all(conn: Any, now: float | None = None) -> int:
     now = check_now(now)
     dropped = 0
     failed: list[str] = []
-    for shard in range(keys.BOARD_REGISTRY_SHARDS):
-        registry = keys.board_registry(shard)
-        cursor = 0
-        while True:
-            cursor, page = conn.zscan(registry, cursor, count=get_settings().cleaner_batch)
-            for member, _score in page:
-                name = as_str(member)
-                stored = board_settings(conn, name)
-                if stored is None:
-                    continue
-                try:
-                    dropped += _rotate(conn, name, slot_of(now, stored[1]))
-                except RuntimeError:  # one broken board does not hold the others back
-                    log.exception("rotating ranking %r failed", name)
-                    failed.append(name)
-            if int(cursor) == 0:
-                break
+    for _shard_key, names in registry.walk(conn, keys.board_registries(), get_settings().cleaner_batch):
+        for name in names:
+            stored = board_settings(conn, name)
+            if stored is None:
+                continue
+            try:
+                dropped += _rotate(conn, name, slot_of(now, stored[1]))
+            except RuntimeError:  # one broken board does not hold the others back
+                log.exception("rotating ranking %r failed", name)
+                failed.append(name)
     if failed:
         raise RuntimeError(f"rotation failed for {len(failed)} board(s): {failed[:10]!r}")
     return dropped
@@ -321,13 +382,13 @@ EVENTS_PER_CALL = 500
 """Ranking events per Lua call of a batch, so no call runs long."""
 
 
-def prepare_events(conn: Any, events: Any) -> dict[Ranking, list[tuple[str, int, float]]]:
+def prepare_events(conn: Any, events: Any) -> dict[Board, list[RankingEvent]]:
     """Validate an ``incr_rankings`` payload (dicts with board, member[, amount, ts, period_hours,
     interval_hours]) against each board's stored settings; returns the events by board, in order."""
     if not isinstance(events, list):
         raise InvalidInput(f"events must be a list, got {type(events).__name__}")
-    by_board: dict[Ranking, list[tuple[str, int, float]]] = {}
-    boards: dict[str, Ranking] = {}
+    by_board: dict[Board, list[RankingEvent]] = {}
+    boards: dict[str, Board] = {}
     for n, event in enumerate(events):
         if not isinstance(event, dict):
             raise InvalidInput(f"event {n} must be a dict, got {type(event).__name__}")
@@ -335,20 +396,17 @@ def prepare_events(conn: Any, events: Any) -> dict[Ranking, list[tuple[str, int,
         if unknown or "board" not in event or "member" not in event:
             raise InvalidInput(f"event {n} needs board and member, and only {sorted(RANKING_EVENT_FIELDS)}")
         try:
-            board = Ranking(conn, event["board"], event.get("period_hours", 24), event.get("interval_hours", 1))
-            member = check_text(event["member"], "member")
-            amount = check_amount(event.get("amount", 1), "amount")
-            ts = check_now(event.get("ts"))
+            prepared = prepare_event(**event)
         except InvalidInput as exc:
             raise InvalidInput(f"event {n}: {exc}") from None
-        known = boards.setdefault(board.name, board)
-        if (known.period_hours, known.interval_hours) != (board.period_hours, board.interval_hours):
-            raise InvalidInput(f"event {n}: board {board.name!r} given two different settings in one batch")
-        by_board.setdefault(known, []).append((member, amount, ts))
+        known = boards.setdefault(prepared.board.name, prepared.board)
+        if known != prepared.board:
+            raise InvalidInput(f"event {n}: board {known.name!r} given two different settings in one batch")
+        by_board.setdefault(known, []).append(prepared)
     for board in by_board:
         stored = board_settings(conn, board.name)
         if stored is not None and stored != (board.period_hours, board.interval_hours):
-            raise board._settings_mismatch()
+            raise settings_mismatch(conn, board)
     return by_board
 
 
@@ -357,20 +415,9 @@ def incr_events(conn: Any, events: list[dict[str, Any]], *, message_id: str | No
     all validated before anything is written. Returns the number of events applied or late."""
     check_message_id(message_id)
     by_board = prepare_events(conn, events)
-    calls = []
-    for board, board_events in by_board.items():
-        for first in range(0, len(board_events), EVENTS_PER_CALL):
-            chunk = [(m, a, board.slot_of(ts)) for m, a, ts in board_events[first:first + EVENTS_PER_CALL]]
-            calls.append((board, chunk))
-    ids = [None if message_id is None else f"{message_id}#{n}" for n in range(len(calls))]
-
-    def queue(pipe: Any) -> None:
-        for (board, chunk), call_id in zip(calls, ids, strict=True):
-            script_keys, args = board._incr_call(chunk, call_id)
-            run_script(conn, "ranking_incr", script_keys, args, client=pipe)
-
-    [replies] = execute_in_order(conn, queue)
-    for (board, _chunk), (_status, unregistered, _late) in zip(calls, replies, strict=True):
-        if int(unregistered):
-            board._register()
-    return sum(len(chunk) for _board, chunk in calls)
+    chunks = [board_events[first:first + EVENTS_PER_CALL]
+              for board_events in by_board.values() for first in range(0, len(board_events), EVENTS_PER_CALL)]
+    for result in write_events(conn, list(zip(chunks, keys.chunk_ids(message_id, len(chunks)), strict=True))):
+        if isinstance(result, InvalidInput):  # the board was fixed by another writer meanwhile
+            raise result
+    return sum(len(chunk) for chunk in chunks)

@@ -22,8 +22,8 @@ import weakref
 from collections import deque
 from typing import Any
 
-from .ranking import Ranking
-from .validation import check_amount, check_now, check_text
+from .app import app as default_app
+from .ranking import prepare_event
 from .visits import prepare_visit
 
 log = logging.getLogger(__name__)
@@ -64,11 +64,8 @@ class VisitRecorder:
 
     @property
     def app(self) -> Any:
-        if self._app is None:
-            from .app import app
-
-            self._app = app
-        return self._app
+        """The Celery app batches are sent with (``counters_tasks.app`` unless one was given)."""
+        return self._app if self._app is not None else default_app
 
     def record(self, ip: str, path: str, session_id: str | None = None, ts: float | None = None) -> None:
         """Queue one visit (validated now: bad input raises InvalidInput here, not in a worker)."""
@@ -85,10 +82,7 @@ class VisitRecorder:
         """Queue one ranking event (as ``incr_ranking`` would apply it), validated now."""
         if ts is None:
             ts = time.time()
-        Ranking(None, board, period_hours, interval_hours)
-        check_text(member, "member")
-        check_amount(amount, "amount")
-        check_now(ts)
+        prepare_event(board, member, amount, ts, period_hours, interval_hours)
         event: dict[str, Any] = {"board": board, "member": member, "amount": amount, "ts": ts}
         if (period_hours, interval_hours) != (24, 1):
             event.update(period_hours=period_hours, interval_hours=interval_hours)

@@ -1,6 +1,6 @@
-"""Site PV/UV (seed 001): all-time and per-day page views and unique visitors, site and path.
+"""Site PV/UV (docs/design.md): all-time and per-day page views and unique visitors, site and path.
 
-Unlike the seed (read counts, then decide, then pipeline), every decision is made inside Lua,
+Unlike a read-decide-write design (read counts, then decide, then pipeline), every decision is made inside Lua,
 on a set of visitor ids: a visitor is new to a set exactly when SADD says so, whatever the
 interleaving of requests. A visit touches three slots, one script call each, in one pipeline:
 
@@ -19,19 +19,23 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
-import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import date
 from typing import Any, NamedTuple
 
-from . import keys
-from .days import DAY, day_end, local_day
-from .errors import ConfigurationError, InvalidInput
-from .redis_layer import as_str, execute_in_order, is_cluster, run_script
-from .settings import get_settings
-from .validation import check_day, check_day_range, check_int, check_ip, check_message_id, check_now, check_path
+from redis.client import NEVER_DECODE
+
+from .core import days
+from .core.days import local_day
+from .core.settings import get_settings
+from .core.validation import check_day, check_day_range, check_int, check_ip, check_message_id, check_now, check_path
+from .errors import ConfigurationError
+from .store import keys
+from .store.client import as_str, is_cluster, read_pipeline
+from .store.hll import union_count
+from .store.scripts import execute_in_order, run_script
 
 
 class SiteCount(NamedTuple):
@@ -73,21 +77,18 @@ def _visitor_id(secret: str, ip: str) -> str:
 
 def visitors_expire_at(day: date) -> int:
     """When a day's visitor sets go: its end plus COUNTERS_DAY_GRACE_DAYS (no event after that)."""
-    return day_end(day) + get_settings().day_grace_days * DAY
+    return days.kept_until(day, get_settings().day_grace_days)
 
 
 def totals_expire_at(day: date) -> int:
     """When a day's PV/UV totals go: COUNTERS_DAY_TOTALS_DAYS after its end (never before its visitors)."""
     settings = get_settings()
-    return day_end(day) + max(settings.day_totals_days, settings.day_grace_days) * DAY
+    return days.kept_until(day, max(settings.day_totals_days, settings.day_grace_days))
 
 
 def check_day_open(day: date) -> None:
     """Refuse an event of a day whose visitor sets are (about to be) gone: it could not be deduplicated."""
-    if visitors_expire_at(day) <= time.time():
-        raise InvalidInput(
-            f"the visit is for {day.isoformat()}, which is closed (older than COUNTERS_DAY_GRACE_DAYS)"
-        )
+    days.check_day_open(day, get_settings().day_grace_days, "COUNTERS_DAY_GRACE_DAYS")
 
 
 def prepare_view(ip: Any, path: Any, now: Any = None) -> SiteView:
@@ -131,27 +132,28 @@ def queue_views(conn: Any, pipe: Any, views: Iterable[SiteView], message_id: str
 
     for day, ids in by_day.items():
         tag = keys.site_day_tag(day)
-        group = (keys.site_day_totals(day, tag), keys.site_day_visitors(day, mode, tag),
+        group = (keys.site_day_totals(day, tag=tag), keys.site_day_visitors(day, mode, tag=tag),
                  visitors_expire_at(day), totals_expire_at(day), ids,
-                 keys.site_day_range_hll(day, tag), keys.site_day_pages(day, tag), pages[day])
-        call([group], message_id and keys.site_seen(tag, message_id))
+                 keys.site_day_range_hll(day, tag=tag), keys.site_day_pages(day, tag=tag), pages[day])
+        call([group], message_id and keys.site_seen(message_id, tag=tag))
     for shard, ids in by_shard.items():
         tag = keys.site_shard_tag(shard)
         group = (keys.site_all_totals(shard), keys.site_all_visitors(shard, mode), 0, 0, ids)
-        call([group], message_id and keys.site_seen(tag, message_id))
+        call([group], message_id and keys.site_seen(message_id, tag=tag))
     by_group: dict[str, list[tuple]] = defaultdict(list)
     for path, per_day in by_path.items():
         tag = keys.path_tag(path)
         for day, ids in per_day.items():
             if day is None:
-                by_group[tag].append((keys.path_totals(path, None, tag), keys.path_visitors(path, None, mode, tag),
-                                      0, 0, ids))
+                by_group[tag].append((keys.path_totals(path, None, tag=tag),
+                                      keys.path_visitors(path, None, mode, tag=tag), 0, 0, ids))
             else:
-                by_group[tag].append((keys.path_totals(path, day, tag), keys.path_visitors(path, day, mode, tag),
+                by_group[tag].append((keys.path_totals(path, day, tag=tag),
+                                      keys.path_visitors(path, day, mode, tag=tag),
                                       visitors_expire_at(day), totals_expire_at(day), ids,
-                                      keys.path_range_hll(path, day, tag)))
+                                      keys.path_range_hll(path, day, tag=tag)))
     for tag, groups in by_group.items():
-        call(groups, message_id and keys.path_seen(tag, message_id))
+        call(groups, message_id and keys.path_seen(message_id, tag=tag))
 
 
 def record_visit(conn: Any, ip: str, path: str, now: float | None = None, *, message_id: str | None = None) -> None:
@@ -175,7 +177,7 @@ def site_visit_info(conn: Any, day: date | None = None, path: str | None = None)
     elif day is not None:
         pairs = [conn.hmget(keys.site_day_totals(day), "pv", "uv")]
     else:
-        pipe = conn.pipeline() if is_cluster(conn) else conn.pipeline(transaction=False)
+        pipe = read_pipeline(conn)
         for shard in range(keys.SITE_SHARDS):
             pipe.hmget(keys.site_all_totals(shard), "pv", "uv")
         pairs = pipe.execute()
@@ -197,14 +199,6 @@ class SiteRange(NamedTuple):
     days: list[SiteCount]
 
 
-def _pipeline(conn: Any) -> Any:
-    return conn.pipeline() if is_cluster(conn) else conn.pipeline(transaction=False)
-
-
-def _days(start: date, end: date) -> list[date]:
-    return [start + timedelta(days=i) for i in range((end - start).days + 1)]
-
-
 def site_visit_range(conn: Any, start: date, end: date, path: str | None = None) -> SiteRange:
     """PV and UV of the site (or ``path``) over the local days ``start``..``end`` (at most 400).
 
@@ -216,26 +210,22 @@ def site_visit_range(conn: Any, start: date, end: date, path: str | None = None)
     check_day_range(start, end)
     if path is not None:
         path = normalize_path(path)
-    days = _days(start, end)
-    pipe = _pipeline(conn)
-    for day in days:
+    span = days.days_between(start, end)
+    pipe = read_pipeline(conn)
+    for day in span:
         pipe.hmget(keys.path_totals(path, day) if path is not None else keys.site_day_totals(day), "pv", "uv")
-    per_day = [SiteCount(day, int(pv or 0), int(uv or 0)) for day, (pv, uv) in zip(days, pipe.execute(), strict=True)]
+    per_day = [SiteCount(day, int(pv or 0), int(uv or 0)) for day, (pv, uv) in zip(span, pipe.execute(), strict=True)]
     pv = sum(d.pv for d in per_day)
-    if len(days) == 1:
+    if len(span) == 1:
         return SiteRange(start, end, path, pv, per_day[0].uv, get_settings().uv_mode == "hll", per_day)
     if path is not None:  # every day of a path shares the path's slot: one PFCOUNT
         tag = keys.path_tag(path)
-        uv = int(conn.pfcount(*(keys.path_range_hll(path, day, tag) for day in days)))
+        uv = int(conn.pfcount(*(keys.path_range_hll(path, day, tag=tag) for day in span)))
     elif not is_cluster(conn):
-        uv = int(conn.pfcount(*(keys.site_day_range_hll(day) for day in days)))
+        uv = int(conn.pfcount(*(keys.site_day_range_hll(day) for day in span)))
     else:  # one slot per day: merge the HLLs here, read-only
-        from redis.client import NEVER_DECODE
-
-        from .hll import union_count
-
         uv = union_count(conn.execute_command("GET", keys.site_day_range_hll(day), **{NEVER_DECODE: True})
-                         for day in days)
+                         for day in span)
     return SiteRange(start, end, path, pv, uv, True, per_day)
 
 
@@ -244,8 +234,8 @@ def top_pages(conn: Any, start: date, end: date, limit: int = 10) -> list[tuple[
     path. Exact: each day's ZSET (one slot per day) is read whole and summed here."""
     check_day_range(start, end)
     check_int(limit, "limit", 1, 10_000)
-    pipe = _pipeline(conn)
-    for day in _days(start, end):
+    pipe = read_pipeline(conn)
+    for day in days.days_between(start, end):
         pipe.zrange(keys.site_day_pages(day), 0, -1, withscores=True)
     totals: Counter[str] = Counter()
     for pairs in pipe.execute():

@@ -12,13 +12,14 @@ from typing import Any
 from celery import Task
 from celery_batches import Batches
 
-from . import batching, counters, ranking, uniques
+from . import counters, ranking, uniques
 from .app import app
+from .core.settings import RETRY_BACKOFF_MAX, get_settings
 from .errors import InvalidInput
-from .maintenance import run_exclusive
-from .redis_layer import TRANSIENT_ERRORS, get_redis
-from .settings import RETRY_BACKOFF_MAX, get_settings
+from .store.client import TRANSIENT_ERRORS, get_redis
 from .visits import record_visits as apply_visit_batch
+from .worker import batching
+from .worker.maintenance import run_exclusive
 
 
 class CountingTask(Task):
@@ -97,7 +98,7 @@ def rotate_rankings(self: MaintenanceTask) -> Any:
     return run_exclusive(conn, "rotate_rankings", lambda: ranking.rotate_all(conn), self.lock_seconds)
 
 
-# --- visits and daily uniques (seeds 001, 002) ----------------------------------------------
+# --- visits and daily uniques -----------------------------------------------------------------
 
 @app.task(name="counters_tasks.record_visit", base=CountingBatches, bind=True)
 def record_visit(self: CountingBatches, requests: list[Any]) -> dict[str, int]:

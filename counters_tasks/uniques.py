@@ -1,28 +1,29 @@
-"""Daily unique visitors (seed 002): session ids in sharded integer sets, exact daily counts.
+"""Daily unique visitors (docs/design.md): session ids in sharded integer sets, exact daily counts.
 
 The id is the integer of a session UUID's first 15 hex digits (60 bits), so members are
 integers and each shard, kept at most 512 members, stays an intset (8 bytes a member). The
 number of shards of a day comes from its "expected uniques" figure, fixed once per day (first
-writer wins, in Lua) so a day's layout never changes. Unlike the seed, a day with fewer than
-~86 uniques the day before still gets one shard (the seed computed zero and divided by it).
+writer wins, in Lua) so a day's layout never changes. A day with fewer than ~86 uniques the day
+before still gets one shard (a plain ``expected // 512`` would give zero shards and divide by it).
 SADD and INCR of the day's count run in one Lua call.
 """
 
 from __future__ import annotations
 
-import time
 import zlib
 from collections import defaultdict
 from collections.abc import Iterable
 from datetime import date, datetime, timedelta
 from typing import Any, NamedTuple
 
-from . import keys
-from .days import DAY, day_end, local_day
+from .core import days
+from .core.days import local_day
+from .core.settings import get_settings
+from .core.validation import check_day, check_day_range, check_message_id, check_now, check_session_id
 from .errors import InvalidInput
-from .redis_layer import as_str, execute_in_order, is_cluster, run_script
-from .settings import get_settings
-from .validation import check_day, check_day_range, check_message_id, check_now, check_session_id
+from .store import keys
+from .store.client import as_str, read_pipeline
+from .store.scripts import execute_in_order, run_script
 
 SHARD_SIZE = 512
 """Members a shard is sized for; Redis keeps a set of integers an intset up to 512 members."""
@@ -51,23 +52,24 @@ def shard_count(expected: int) -> int:
 
 
 def shard_of(number: int, expected: int) -> int:
-    """The shard of an id, as the seed does (CRC32 of ``'x' + id``: ids are not dense)."""
+    """The shard of an id, as the original design does (CRC32 of ``'x' + id``: ids are not dense)."""
     return zlib.crc32(b"x%d" % number) % shard_count(expected)
 
 
 def shards_expire_at(day: date) -> int:
-    return day_end(day) + get_settings().uniques_shard_days * DAY
+    """When a day's shards go: COUNTERS_UNIQUES_SHARD_DAYS after its end."""
+    return days.kept_until(day, get_settings().uniques_shard_days)
 
 
 def count_expire_at(day: date) -> int:
+    """When a day's count goes: COUNTERS_UNIQUES_COUNT_DAYS after its end (never before its shards)."""
     settings = get_settings()
-    return day_end(day) + max(settings.uniques_count_days, settings.uniques_shard_days) * DAY
+    return days.kept_until(day, max(settings.uniques_count_days, settings.uniques_shard_days))
 
 
 def check_day_open(day: date) -> None:
     """Refuse an id for a day whose shards are (about to be) gone: it could not be deduplicated."""
-    if shards_expire_at(day) <= time.time():
-        raise InvalidInput(f"the visit is for {day.isoformat()}, which is closed (older than COUNTERS_UNIQUES_SHARD_DAYS)")
+    days.check_day_open(day, get_settings().uniques_shard_days, "COUNTERS_UNIQUES_SHARD_DAYS")
 
 
 def _fix_expected(conn: Any, day: date) -> int:
@@ -112,14 +114,14 @@ def queue_ids(conn: Any, pipe: Any, day: date, numbers: Iterable[int], expected:
     per_shard: dict[int, list[int]] = defaultdict(list)
     for number in numbers:
         per_shard[shard_of(number, expected)].append(number)
-    script_keys = [keys.uniques_expected(day, tag), keys.uniques_count(day, tag)]
+    script_keys = [keys.uniques_expected(day, tag=tag), keys.uniques_count(day, tag=tag)]
     ttl = get_settings().dedupe_ttl if message_id is not None else 0
     args: list[Any] = [ttl, expected, shards_expire_at(day), count_expire_at(day), len(per_shard)]
     for shard, members in sorted(per_shard.items()):
-        script_keys.append(keys.uniques_shard(day, shard, tag))
+        script_keys.append(keys.uniques_shard(day, shard, tag=tag))
         args += [len(members), *members]
     if ttl:
-        script_keys.append(keys.uniques_seen(day, message_id, tag))
+        script_keys.append(keys.uniques_seen(day, message_id, tag=tag))
     run_script(conn, "unique_visit", script_keys, args, client=pipe)
 
 
@@ -200,27 +202,27 @@ def unique_visitors_range(conn: Any, start: date, end: date) -> UniquesRange:
     here, in memory (8 bytes an id in Redis, more in Python: ~100 MB per million distinct ids).
     """
     check_day_range(start, end)
-    days = [start + timedelta(days=i) for i in range((end - start).days + 1)]
-    pipe = conn.pipeline() if is_cluster(conn) else conn.pipeline(transaction=False)
-    for day in days:
+    span = days.days_between(start, end)
+    pipe = read_pipeline(conn)
+    for day in span:
         pipe.get(keys.uniques_count(day))
         pipe.get(keys.uniques_expected(day))
     replies = pipe.execute()
     counts = [int(as_str(c)) if c is not None else 0 for c in replies[0::2]]
     union: set[int] = set()
     missing = []
-    for day, count, expected in zip(days, counts, replies[1::2], strict=True):
+    for day, count, expected in zip(span, counts, replies[1::2], strict=True):
         if not count:
             continue
         found = False
         if expected is not None:
             tag = keys.uniques_tag(day)
-            pipe = conn.pipeline() if is_cluster(conn) else conn.pipeline(transaction=False)
+            pipe = read_pipeline(conn)
             for shard in range(shard_count(int(as_str(expected)))):
-                pipe.smembers(keys.uniques_shard(day, shard, tag))
+                pipe.smembers(keys.uniques_shard(day, shard, tag=tag))
             for members in pipe.execute():
                 found = found or bool(members)
                 union.update(int(as_str(m)) for m in members)
         if not found:
             missing.append(day)
-    return UniquesRange(start, end, len(union), list(zip(days, counts, strict=True)), missing)
+    return UniquesRange(start, end, len(union), list(zip(span, counts, strict=True)), missing)

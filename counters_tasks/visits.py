@@ -19,9 +19,10 @@ from datetime import date
 from typing import Any
 
 from . import counters, sitestats, uniques
+from .core.validation import check_message_id, check_now
 from .errors import InvalidInput
-from .redis_layer import execute_in_order
-from .validation import check_message_id, check_now
+from .store.keys import chunk_ids
+from .store.scripts import execute_in_order
 
 CHUNK = 500
 """Visits per group of a batch: one Lua call per slot per chunk, each under 5 ms (SLOWLOG)."""
@@ -44,9 +45,9 @@ class Visit:
     session: tuple[date, int] | None
 
 
-def prepare_visit(ip: Any, path: Any, session_id: Any = None, now: Any = None) -> Visit:
-    """Validate one visit (raises InvalidInput; writes nothing)."""
-    ts = check_now(now)
+def prepare_visit(ip: Any, path: Any, session_id: Any = None, ts: Any = None) -> Visit:
+    """Validate one visit, given as ``record_visit`` takes it (raises InvalidInput; writes nothing)."""
+    ts = check_now(ts)
     view = sitestats.prepare_view(ip, path, ts)
     session = uniques.prepare_id(session_id, ts) if session_id is not None else None
     return Visit(view, ts, session)
@@ -100,9 +101,8 @@ def _plan(visits: Sequence[Visit], message_id: str | None) -> _Group:
             counters.add_to_buckets(per_counter.setdefault(name, {}), visit.ts, 1)
     calls = []
     for day, numbers in sessions.items():  # a day's ids in calls of UNIQUES_PER_CALL (each deduped)
-        for n, first in enumerate(range(0, len(numbers), UNIQUES_PER_CALL)):
-            call_id = message_id if message_id is None or n == 0 else f"{message_id}/{n}"
-            calls.append((day, numbers[first:first + UNIQUES_PER_CALL], call_id))
+        parts = [numbers[first:first + UNIQUES_PER_CALL] for first in range(0, len(numbers), UNIQUES_PER_CALL)]
+        calls += [(day, part, call_id) for part, call_id in zip(parts, chunk_ids(message_id, len(parts), "/"), strict=True)]
     return _Group(visits, message_id, calls, per_counter)
 
 
@@ -138,11 +138,6 @@ def write_groups(conn: Any, groups: Sequence[tuple[Sequence[Visit], str | None]]
 def write_visits(conn: Any, visits: Sequence[Visit], message_id: str | None) -> None:
     """Apply already-validated visits as one group (at most once per ``message_id``)."""
     write_groups(conn, [(visits, message_id)])
-
-
-def chunk_ids(message_id: str | None, count: int) -> list[str | None]:
-    """The group ids of a batch's chunks: the same for the same batch, every time."""
-    return [None if message_id is None else f"{message_id}#{n}" for n in range(count)]
 
 
 def record_visit(conn: Any, ip: str, path: str, session_id: str | None = None, now: float | None = None, *,

@@ -2,54 +2,68 @@
 
 Set COUNTERS_TEST_REDIS_URL to run the suite against an existing server (or, with
 COUNTERS_REDIS_CLUSTER=1, a cluster) instead; it is flushed between tests.
+
+Markers (pyproject.toml): ``processes`` for tests that start processes (worker, beat, servers of
+their own, a browser, ``make``): ``pytest -m "not processes"`` is the fast inner loop, and a test
+without the marker that starts one fails; ``cluster`` for the tests ``make test-cluster`` runs
+again on a Redis Cluster.
 """
 
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable, Iterator
+import subprocess
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
-import redis
 
-from counters_tasks.localredis import RedisServer
-from counters_tasks.settings import reset_settings
+from counters_tasks import uniques
+from counters_tasks.core.settings import reset_settings
+from counters_tasks.local.redis_server import RedisServer
+from tests.support.servers import TEST_SECRET, flush, make_client
 
-TEST_SECRET = "test-secret-not-for-production"
+_POPEN_INIT = subprocess.Popen.__init__
+_running: dict[str, Any] = {"item": None, "shared_server": False}
+
+
+def _guarded_popen_init(self: subprocess.Popen, *args: Any, **kwargs: Any) -> None:
+    """A test that starts a process (in its body or in any fixture it uses) must be marked
+    ``processes``, so that ``-m "not processes"`` really is the fast loop."""
+    item = _running["item"]
+    if item is not None and not _running["shared_server"] and item.get_closest_marker("processes") is None:
+        raise AssertionError(f"{item.nodeid} starts a process: mark it @pytest.mark.processes")
+    _POPEN_INIT(self, *args, **kwargs)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    subprocess.Popen.__init__ = _guarded_popen_init  # type: ignore[method-assign]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    _running["item"] = item
+    yield
+    _running["item"] = None
 
 
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The session's Redis (the one process every test may share)."""
     external = os.environ.get("COUNTERS_TEST_REDIS_URL")
     if external:
         yield external
         return
     server = RedisServer(tmp_path_factory.mktemp("redis"))
-    server.start()
+    _running["shared_server"] = True
+    try:
+        server.start()
+    finally:
+        _running["shared_server"] = False
     try:
         yield server.url
     finally:
         server.stop()
-
-
-def is_cluster_run() -> bool:
-    return os.environ.get("COUNTERS_REDIS_CLUSTER", "") == "1"
-
-
-def make_client(url: str, decode: bool = False):
-    if is_cluster_run():
-        from redis.cluster import RedisCluster
-
-        return RedisCluster.from_url(url, decode_responses=decode)
-    return redis.Redis.from_url(url, decode_responses=decode)
-
-
-def flush(client) -> None:
-    if is_cluster_run():
-        client.flushall(target_nodes="primaries")
-    else:
-        client.flushdb()
 
 
 @pytest.fixture(autouse=True)
@@ -67,18 +81,9 @@ def counters_env(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[No
 @pytest.fixture(autouse=True)
 def _fresh_expected_figures():
     """No test sees another's remembered expected-uniques figures (a per-process cache)."""
-    from counters_tasks import uniques
-
     uniques.forget_expected()
     yield
     uniques.forget_expected()
-
-
-def use_settings(monkeypatch: pytest.MonkeyPatch, **env: object) -> None:
-    """Set COUNTERS_* variables for this test and read the settings afresh."""
-    for name, value in env.items():
-        monkeypatch.setenv(name, str(value))
-    reset_settings()
 
 
 @pytest.fixture(params=[False, True], ids=["bytes", "decoded"])
@@ -108,62 +113,3 @@ def eager_app():
     app.conf.update(task_always_eager=True, task_eager_propagates=True)
     yield app
     app.conf.update(task_always_eager=False, task_eager_propagates=False)
-
-
-def dump_all(client) -> dict:
-    """Every key with its type, value and TTL presence: to prove nothing was written."""
-    out = {}
-    for key in client.scan_iter(count=1000):
-        out[key] = (client.type(key), client.dump(key), client.ttl(key) > 0)
-    return out
-
-
-def true_in_forked_child(check: Callable[[], object]) -> bool:
-    """Fork, run ``check`` in the child, and tell whether it returned something truthy there."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read)
-        try:
-            ok = bool(check())
-        except BaseException:
-            ok = False
-        os.write(write, b"1" if ok else b"0")
-        os._exit(0)
-    os.close(write)
-    answer = os.read(read, 1)
-    os.waitpid(pid, 0)
-    os.close(read)
-    return answer == b"1"
-
-
-def run_threads(work: Callable[[int], object], count: int) -> list[BaseException]:
-    """Run ``work(i)`` in ``count`` threads at once; returns the exceptions they raised."""
-    import threading
-
-    errors: list[BaseException] = []
-
-    def guarded(i: int) -> None:
-        try:
-            work(i)
-        except BaseException as exc:  # reported to the test
-            errors.append(exc)
-
-    threads = [threading.Thread(target=guarded, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return errors
-
-
-def wait_for(condition: Callable[[], object], timeout: float = 30.0, interval: float = 0.05, what: str = "condition"):
-    """Poll ``condition`` until it returns a truthy value, or fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)

@@ -11,7 +11,9 @@ import sys
 
 import pytest
 
-from tests.procs import REPO
+from tests.support.procs import REPO
+
+pytestmark = pytest.mark.processes
 
 SMOKE = {
     "counters.py": (["--updates", "300"], "ratio counters-tasks / seed"),
@@ -28,7 +30,7 @@ SMOKE = {
 def test_benchmark_runs(script, tmp_path):
     args, expected = SMOKE[script]
     env = {k: v for k, v in __import__("os").environ.items() if not k.startswith(("COUNTERS_", "CELERY_"))}
-    result = subprocess.run([sys.executable, f"bench/{script}", *args], cwd=REPO, env=env,
+    result = subprocess.run([sys.executable, "-m", f"bench.{script.removesuffix('.py')}", *args], cwd=REPO, env=env,
                             capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert expected in result.stdout, result.stdout[-2000:]

@@ -1,90 +1,167 @@
-"""The README's commands, run the way a user runs them: ``make run`` and ``make demo``."""
+"""The query commands through the real entry point (``python -m counters_tasks.ops.cli``, which the
+``counters-tasks`` console script calls): text and ``--json`` output, and the exit codes."""
 
 from __future__ import annotations
 
-import base64
-import os
-import signal
+import json
 import subprocess
-import urllib.error
-import urllib.request
+import sys
+from datetime import timedelta
 
-from counters_tasks.localredis import free_port
-from tests.conftest import wait_for
-from tests.procs import REPO
+import pytest
 
+from counters_tasks import counters, ranking, sitestats, uniques
+from counters_tasks.core.days import local_day
+from counters_tasks.counters import bucket_start
+from counters_tasks.local.redis_server import free_port
+from counters_tasks.local.waiting import wait_until
+from tests.support import demo_data
+from tests.support.procs import REPO, celery_env, start_beat, start_worker
 
-def user_env(tmp_path, **extra) -> dict[str, str]:
-    """A new user's environment: no Redis URL, no secret; state under a temp COUNTERS_HOME."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("COUNTERS_", "CELERY_", "FLOWER_"))}
-    env.update(COUNTERS_HOME=str(tmp_path / "home"), **extra)
-    return env
-
-
-def test_make_demo_counts_exactly_and_exits_cleanly(tmp_path):
-    result = subprocess.run(["make", "demo", "VISITS=600"], cwd=REPO, env=user_env(tmp_path),
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "private redis-server" in result.stdout
-    assert "exact: yes" in result.stdout
-    rows = [line.split() for line in result.stdout.splitlines() if line.startswith("/")]
-    assert len(rows) == 8 and sum(int(row[1]) for row in rows) == 600
-    assert all(row[1] == row[2] == row[3] for row in rows)  # sent = hits counter = ranking
-    assert "site today: " in result.stdout and "unique visitors" in result.stdout
-    assert (tmp_path / "home" / "secret").stat().st_mode & 0o777 == 0o600
-    for name in ("worker", "beat", "redis"):
-        assert f"{name:<8} stopped" in result.stdout
+pytestmark = pytest.mark.processes
 
 
-def _get(url: str, auth: str | None = None) -> int:
-    request = urllib.request.Request(url)
-    if auth:
-        request.add_header("Authorization", "Basic " + base64.b64encode(auth.encode()).decode())
-    try:
-        with urllib.request.urlopen(request, timeout=2) as response:
-            return response.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except OSError:
-        return 0
+def run_cli(redis_url: str, *args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "counters_tasks.ops.cli", *args], cwd=REPO,
+                          env=celery_env(redis_url, COLUMNS="100", **env), capture_output=True, text=True, timeout=60)
 
 
-def test_make_run_starts_the_stack_and_stops_it_on_ctrl_c(tmp_path):
-    flower_port = free_port()
-    log = open(tmp_path / "run.log", "w+")
-    process = subprocess.Popen(["make", "run"], cwd=REPO, env=user_env(tmp_path, FLOWER_PORT=str(flower_port)),
-                               stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    output = lambda: (tmp_path / "run.log").read_text()  # noqa: E731
-    try:
-        wait_for(lambda: "ready" in output(), timeout=180, what="the stack to be ready")
-        auth = (tmp_path / "home" / "flower-auth").read_text().strip()
-        url = f"http://127.0.0.1:{flower_port}/api/workers"
-        wait_for(lambda: _get(url, auth) == 200, timeout=60, what="Flower to answer")
-        assert _get(url) == 401  # basic auth is on
-        redis_url = next(line.split(" at ")[1].split()[0] for line in output().splitlines() if "private redis-server" in line)
-    finally:
-        os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
-        process.wait(90)
-    text = output()
-    for name in ("flower", "beat", "worker", "redis"):
-        assert f"{name:<8} stopped" in text, text[-3000:]
+def test_counter_json_equals_the_api_and_text_has_a_chart(raw_conn, redis_url):
+    demo_data.seed(raw_conn)
+    result = run_cli(redis_url, "counter", "hits", "--precision", "60", "--last", "12", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    start = bucket_start(data["now"], 60) - 11 * 60
+    expected = counters.get_series(raw_conn, "hits", 60, start, data["now"], now=data["now"])
+    assert [tuple(p) for p in data["points"]] == expected and len(expected) == 12
+    assert data["total"] == sum(t for _, t in expected) > 0
+    text = run_cli(redis_url, "counter", "hits", "-p", "60", "-n", "12")
+    assert text.returncode == 0 and "hits" in text.stdout
+    assert any(ch in text.stdout for ch in "▁▂▃▄▅▆▇█")  # the sparkline
+    listing = run_cli(redis_url, "counters", "--json")
+    assert {"hits", "hits:/pricing", "signups"} <= set(json.loads(listing.stdout)["counters"])
+
+
+def test_stats_top_pages_and_uniques_json_equal_the_api(raw_conn, redis_url):
+    now = demo_data.seed(raw_conn)
+    today = local_day(now)
+    yesterday = today - timedelta(days=1)
+    for args, first in ((["--day", "today"], today), (["--from", "yesterday", "--to", "today"], yesterday),
+                        (["--from", yesterday.isoformat()], yesterday)):
+        data = json.loads(run_cli(redis_url, "stats", *args, "--json").stdout)
+        expected = sitestats.site_visit_range(raw_conn, first, today)
+        assert (data["from"], data["to"], data["pv"], data["uv"]) == (first.isoformat(), today.isoformat(), expected.pv, expected.uv)
+        assert data["days"] == [{"day": d.day.isoformat(), "pv": d.pv, "uv": d.uv} for d in expected.days]
+        assert data["uv_approximate"] is (first != today) and expected.pv > 0
+    data = json.loads(run_cli(redis_url, "stats", "--from", "yesterday", "--path", "/pricing?x=1", "--json").stdout)
+    assert data["path"] == "/pricing" and data["pv"] == sitestats.site_visit_range(raw_conn, yesterday, today, "/pricing").pv
+    pages = json.loads(run_cli(redis_url, "top-pages", "--from", "yesterday", "--limit", "3", "--json").stdout)
+    assert [tuple(p) for p in pages["pages"]] == sitestats.top_pages(raw_conn, yesterday, today, 3)
+    assert len(pages["pages"]) == 3
+    got = json.loads(run_cli(redis_url, "uniques", "--from", "yesterday", "--to", "today", "--json").stdout)
+    expected_uniques = uniques.unique_visitors_range(raw_conn, yesterday, today)
+    assert got["visitors"] == expected_uniques.visitors > 0 and got["missing_days"] == []
+    assert got["days"] == [{"day": d.isoformat(), "visitors": n} for d, n in expected_uniques.days]
+    text = run_cli(redis_url, "stats", "--from", "yesterday")
+    assert text.returncode == 0 and f"PV {expected.pv}" in text.stdout
+    assert "/pricing" in run_cli(redis_url, "top-pages", "--from", "yesterday").stdout
+    assert str(expected_uniques.visitors) in run_cli(redis_url, "uniques", "--from", "yesterday").stdout
+
+
+def test_top_json_equals_the_ranking(raw_conn, redis_url):
+    demo_data.seed(raw_conn)
+    result = run_cli(redis_url, "top", "posts", "--limit", "3", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert [tuple(p) for p in data["top"]] == ranking.Ranking(raw_conn, "posts").top(0, 3, withscores=True)
+    assert (data["period_hours"], data["interval_hours"]) == (24, 1)
+    text = run_cli(redis_url, "top", "posts")
+    assert all(post in text.stdout for post in demo_data.POSTS)
+
+
+@pytest.mark.parametrize("args", [
+    ["counter"],                                  # missing NAME
+    ["counter", "hits", "--precision", "7"],      # not a precision (InvalidInput)
+    ["counter", "hits", "--last", "0"],
+    ["counter", "hits", "--precision", "x"],      # not an int
+    ["top", "no-such-board"],
+    ["top", "posts", "--limit", "0"],
+    ["no-such-command"],
+    ["health", "--bogus"],
+    ["stats", "--day", "2026-13-01"],
+    ["stats", "--day", "today", "--from", "yesterday"],
+    ["stats", "--from", "today", "--to", "yesterday"],
+    ["stats", "--from", "2020-01-01", "--to", "2024-01-01"],  # more than 400 days
+    ["stats", "--path", ""],
+    ["top-pages", "--limit", "0"],
+    ["uniques", "--day", "someday"],
+])
+def test_usage_errors_exit_2(raw_conn, redis_url, args):
+    demo_data.seed(raw_conn)
+    result = run_cli(redis_url, *args)
+    assert result.returncode == 2, (args, result.stdout, result.stderr)
+    assert "Error" in result.stderr and not result.stdout
+
+
+def test_unreachable_redis_exits_1(redis_url):
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    result = run_cli(redis_url, "counters", COUNTERS_REDIS_URL=dead)
+    assert result.returncode == 1 and "Redis at" in result.stderr
+    health = run_cli(redis_url, "health", "--json", COUNTERS_REDIS_URL=dead, CELERY_BROKER_URL=dead)
+    assert health.returncode == 1
+    report = json.loads(health.stdout)
+    assert report["ok"] is False and report["redis"]["ok"] is False and report["queues"]["ok"] is False
+
+
+def test_help_and_version_exit_0(redis_url):
+    result = run_cli(redis_url, "--help")
+    assert result.returncode == 0
+    for command in ("run", "demo", "counter", "top", "health", "serve"):
+        assert command in result.stdout
+    assert "Exit codes" in result.stdout
+    assert run_cli(redis_url, "--version").stdout.strip().endswith("0.1.0")
+    serve_help = run_cli(redis_url, "serve", "--help").stdout
+    assert "default: 127.0.0.1" in " ".join(serve_help.split())
+
+
+def test_serve_refuses_a_malformed_auth_setting(redis_url):
+    result = run_cli(redis_url, "serve", "--port", str(free_port()), COUNTERS_DASHBOARD_AUTH="no-colon")
+    assert result.returncode == 1 and "COUNTERS_DASHBOARD_AUTH" in result.stderr
+
+
+def test_health_without_workers_is_unhealthy_then_healthy_with_worker_and_beat(raw_conn, redis_url, tmp_path):
+    broker = redis_url.rsplit("/", 1)[0] + "/3"
+    result = run_cli(redis_url, "health", "--json", CELERY_BROKER_URL=broker)
+    report = json.loads(result.stdout)
+    assert result.returncode == 1 and report["redis"]["ok"] and not report["workers"]["ok"] and not report["beat"]["ok"]
+    assert report["queues"] == {"ok": True, "visits": 0, "maintenance": 0}
+
     import redis
 
-    port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
+    broker_conn = redis.Redis.from_url(broker)
+    broker_conn.flushdb()
+    broker_conn.rpush("visits", *["{}"] * 3)  # three messages waiting (no worker consumes yet)
+    result = run_cli(redis_url, "health", "--json", CELERY_BROKER_URL=broker)
+    assert json.loads(result.stdout)["queues"]["visits"] == 3
+    broker_conn.flushdb()
+
+    env = celery_env(redis_url, CELERY_BROKER_URL=broker, COUNTERS_CLEAN_EVERY="0.5")
+    worker = start_worker(env, tmp_path / "worker.log", concurrency=1)
+    beat = start_beat(env, tmp_path, tmp_path / "beat.log")
     try:
-        redis.Redis(port=port, socket_connect_timeout=1).ping()
-        still_up = True
-    except redis.ConnectionError:
-        still_up = False
-    assert not still_up, "the private redis-server must be stopped"
+        def healthy():
+            r = run_cli(redis_url, "health", "--json", CELERY_BROKER_URL=broker)
+            return r if r.returncode == 0 else None
 
-
-def test_make_screenshots_writes_both_images(tmp_path):
-    """README's ``make screenshots`` (it runs tests/test_dashboard.py and tests/test_readme_cli.py),
-    with its images sent to a temp folder instead of docs/."""
-    env = {k: v for k, v in os.environ.items() if k not in ("COUNTERS_UPDATE_DOCS", "PYTEST_ADDOPTS")}
-    env["COUNTERS_DOCS_DIR"] = str(tmp_path)
-    result = subprocess.run(["make", "screenshots"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert (tmp_path / "dashboard.png").read_bytes()[:4] == b"\x89PNG"
-    assert (tmp_path / "cli-session.svg").read_text().startswith("<svg")
+        result = wait_until(healthy, timeout=60, interval=0.5, what="health to pass with a worker and beat")
+        report = json.loads(result.stdout)
+        assert report["ok"] and report["workers"]["names"] and report["beat"]["last_run_age_seconds"] < 180
+        job = report["jobs"]["clean_counters"]
+        assert job["last_duration"] is not None and job["last_result"] is not None
+        text = run_cli(redis_url, "health", CELERY_BROKER_URL=broker)
+        assert text.returncode == 0 and "healthy" in text.stdout and "clean_counters" in text.stdout
+    finally:
+        beat.stop()
+        worker.stop()
+        broker_conn.flushdb()
+        broker_conn.close()

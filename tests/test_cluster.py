@@ -13,15 +13,18 @@ import pytest
 import redis
 from redis.cluster import RedisCluster, key_slot
 
-from counters_tasks import counters, days, keys, ranking, sitestats, uniques
-from counters_tasks.localcluster import RedisClusterProcesses
-from counters_tasks.maintenance import job_status
-from counters_tasks.redis_layer import as_str
-from tests.conftest import is_cluster_run, wait_for
-from tests.procs import celery_env, start_beat, start_worker
+from counters_tasks import counters, ranking, sitestats, uniques
+from counters_tasks.core import days
+from counters_tasks.local.cluster import RedisClusterProcesses
+from counters_tasks.local.waiting import wait_until
+from counters_tasks.store import keys
+from counters_tasks.store.client import as_str
+from counters_tasks.worker.maintenance import job_status
+from tests.support.procs import celery_env, start_beat, start_worker
+from tests.support.servers import is_cluster_run
 from tests.test_scaleout import broker_url  # noqa: F401  (the fixture)
 
-pytestmark = pytest.mark.skipif(not is_cluster_run(), reason="needs the Redis Cluster of make test-cluster")
+pytestmark = [pytest.mark.cluster, pytest.mark.processes, pytest.mark.skipif(not is_cluster_run(), reason="needs the Redis Cluster of make test-cluster")]
 
 
 def node_clients(conn: RedisCluster) -> list[redis.Redis]:
@@ -33,7 +36,7 @@ def commandstats(client: redis.Redis) -> dict[str, int]:
 
 
 def test_the_layer_builds_a_cluster_client_with_its_retries():
-    from counters_tasks.redis_layer import CLUSTER_RETRIES, get_redis
+    from counters_tasks.store.client import CLUSTER_RETRIES, get_redis
 
     conn = get_redis()
     assert isinstance(conn, RedisCluster)
@@ -66,7 +69,7 @@ def test_maintenance_reaches_every_node_through_the_registries(raw_conn):
 
     assert counters.known_counters(raw_conn) == sorted(fresh)
     for name in stale:
-        assert not any(raw_conn.exists(key) for key in keys.counter_keys(name)), name
+        assert not any(raw_conn.exists(key) for key in keys.counter_keys(name, counters.PRECISIONS)), name
     for board in boards:
         assert ranking.Ranking(raw_conn, board).top(withscores=True, now=now) == [("new", 1)]
         assert raw_conn.zcard(keys.ranking_slots(board)) == 1
@@ -97,15 +100,15 @@ def test_worker_and_beat_on_the_cluster_with_a_single_redis_broker(redis_url, br
                                                producer=producer)
                 tasks.count_unique.apply_async((str(uuid.uuid4()), now), producer=producer)
                 tasks.incr_ranking.apply_async(("cluster-board", f"m{i % 3}", 1, now), producer=producer)
-        wait_for(lambda: counters.get_counter(raw_conn, "cluster-hits", 86400, now) == [(int(now // 86400) * 86400, 40)],
+        wait_until(lambda: counters.get_counter(raw_conn, "cluster-hits", 86400, now) == [(int(now // 86400) * 86400, 40)],
                  timeout=60, what=f"the worker to count; log:\n{worker.output()[-3000:]}")
-        wait_for(lambda: sitestats.site_visit_info(raw_conn, today).pv == 20, timeout=30, what="the visits")
-        wait_for(lambda: uniques.unique_visitors(raw_conn, today) == 40, timeout=30, what="the uniques")
-        wait_for(lambda: ranking.Ranking(raw_conn, "cluster-board").top(withscores=True, now=now)
+        wait_until(lambda: sitestats.site_visit_info(raw_conn, today).pv == 20, timeout=30, what="the visits")
+        wait_until(lambda: uniques.unique_visitors(raw_conn, today) == 40, timeout=30, what="the uniques")
+        wait_until(lambda: ranking.Ranking(raw_conn, "cluster-board").top(withscores=True, now=now)
                  == [("m0", 7), ("m1", 7), ("m2", 6)], timeout=30, what="the ranking")
-        wait_for(lambda: "stale" not in counters.known_counters(raw_conn), timeout=60,
+        wait_until(lambda: "stale" not in counters.known_counters(raw_conn), timeout=60,
                  what=f"beat to run the cleaner; beat log:\n{beat.output()[-3000:]}")
-        assert float(wait_for(lambda: job_status(raw_conn, "clean_counters"), timeout=10)["last_started"]) >= now - 5
+        assert float(wait_until(lambda: job_status(raw_conn, "clean_counters"), timeout=10)["last_started"]) >= now - 5
     finally:
         beat.stop()
         assert worker.stop() == 0, worker.output()[-3000:]
@@ -145,7 +148,7 @@ def test_a_master_killed_under_load_fails_over_and_counting_goes_on(broker_url, 
         try:
             counters.update_counter(conn, names[0], 0, now)  # scripts loaded, topology known
             thread.start()
-            wait_for(lambda: total(conn, names, now) > 300, timeout=30, what=f"counting; log:\n{worker.output()[-2000:]}")
+            wait_until(lambda: total(conn, names, now) > 300, timeout=30, what=f"counting; log:\n{worker.output()[-2000:]}")
             port = conn.nodes_manager.get_node_from_slot(key_slot(keys.counter_hash(names[0], 86400).encode())).port
             victim = next(node for node in cluster.nodes if node.port == port)
             time.sleep(1)  # steady load
@@ -161,12 +164,12 @@ def test_a_master_killed_under_load_fails_over_and_counting_goes_on(broker_url, 
             cluster.wait_ok(30)
             # Tasks caught in the failover retry with jittered exponential backoff: wait until all
             # are counted, or until every retry the worker scheduled is well past due.
-            wait_for(lambda: total_or_none(conn, names, now) == sent[0]
+            wait_until(lambda: total_or_none(conn, names, now) == sent[0]
                      or time.time() > max(stopped, last_retry_due(worker)) + 10,
                      timeout=150, interval=0.5, what="the retried tasks")
             stored = total(conn, names, now)
             views = (sent[0] + 3) // 4
-            wait_for(lambda: sitestats.site_visit_info(conn, days.local_day(now)).pv == views, timeout=60, interval=0.5,
+            wait_until(lambda: sitestats.site_visit_info(conn, days.local_day(now)).pv == views, timeout=60, interval=0.5,
                      what=f"{views} batched visits; log:\n{worker.output()[-3000:]}")
             print(f"failover: {sent[0]} tasks sent, {stored} counted, {sent[0] - stored} lost, "
                   f"{worker.output().count('Retry in')} retries, settled {time.monotonic() - killed:.1f}s after the kill;"

@@ -8,10 +8,13 @@ from collections import defaultdict
 
 import pytest
 
-from counters_tasks import counters, keys
+from counters_tasks import counters
 from counters_tasks.counters import PRECISIONS, SAMPLE_COUNT
 from counters_tasks.errors import InvalidInput
-from tests.conftest import dump_all
+from counters_tasks.store import keys
+from tests.support.servers import dump_all
+
+pytestmark = pytest.mark.cluster
 
 T0 = 1_700_000_000
 

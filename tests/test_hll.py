@@ -6,7 +6,9 @@ import random
 
 import pytest
 
-from counters_tasks import hll
+from counters_tasks.store import hll
+
+pytestmark = pytest.mark.cluster
 
 
 @pytest.mark.parametrize("sizes", [[0], [1], [3, 5], [50, 2000, 7], [20000, 15000, 1], [300] * 6])

@@ -9,11 +9,14 @@ from collections import defaultdict
 
 import pytest
 
-from counters_tasks import keys, ranking
+from counters_tasks import ranking
 from counters_tasks.errors import InvalidInput
-from counters_tasks.maintenance import SKIPPED
 from counters_tasks.ranking import Ranking
-from tests.conftest import dump_all
+from counters_tasks.store import keys
+from counters_tasks.worker.maintenance import SKIPPED
+from tests.support.servers import dump_all
+
+pytestmark = pytest.mark.cluster
 
 T0 = 1_700_000_000
 HOUR = 3600
@@ -382,22 +385,22 @@ def test_registry_lists_boards_and_rotate_all_uses_each_boards_settings(conn):
 
 
 def test_registration_interrupted_by_a_crash_is_repaired_by_the_next_write(conn, monkeypatch):
-    real = Ranking._register
+    real = ranking.register_board
 
-    def crash(self):
+    def crash(conn, name):
         raise ConnectionError("worker died between the script and the registry")
 
-    monkeypatch.setattr(Ranking, "_register", crash)
+    monkeypatch.setattr(ranking, "register_board", crash)
     board = Ranking(conn, "crashy")
     with pytest.raises(ConnectionError):
         board.incr("m", 1, now=T0, message_id="t1")
     assert ranking.known_boards(conn) == []
-    monkeypatch.setattr(Ranking, "_register", real)
+    monkeypatch.setattr(ranking, "register_board", real)
     board.incr("m", 1, now=T0, message_id="t1")  # the retry: deduplicated, but registers the board
     assert ranking.known_boards(conn) == ["crashy"]
     assert board.top(withscores=True, now=T0) == [("m", 1)]
     calls = []
-    monkeypatch.setattr(Ranking, "_register", lambda self: calls.append(1))
+    monkeypatch.setattr(ranking, "register_board", lambda conn, name: calls.append(1))
     board.incr("m", 1, now=T0)
     assert calls == []  # registered boards pay no extra round trip
 

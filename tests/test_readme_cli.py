@@ -1,5 +1,5 @@
 """Every ``counters-tasks`` command in README.md's "CLI and dashboard" section is run here, the
-way the README shows it (through ``python -m counters_tasks.cli``, what the console script
+way the README shows it (through ``python -m counters_tasks.ops.cli``, what the console script
 calls), over demo data. The session is also rendered to an SVG "screenshot"; with
 ``COUNTERS_UPDATE_DOCS=1`` (``make screenshots``) it replaces ``docs/cli-session.svg`` (or
 writes into ``COUNTERS_DOCS_DIR``)."""
@@ -17,10 +17,14 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from counters_tasks.localredis import free_port
-from tests import demo_data
-from tests.conftest import wait_for
-from tests.procs import REPO, celery_env
+import pytest
+
+from counters_tasks.local.redis_server import free_port
+from counters_tasks.local.waiting import wait_until
+from tests.support import demo_data
+from tests.support.procs import REPO, celery_env
+
+pytestmark = pytest.mark.processes
 
 README = (REPO / "README.md").read_text()
 
@@ -48,7 +52,7 @@ def test_readme_lists_every_query_command():
 
 def _serve(redis_url: str, env: dict, argv: list[str], tmp_path) -> tuple[str, int]:
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "counters_tasks.cli", *argv, "--port", str(port)], cwd=REPO,
+    process = subprocess.Popen([sys.executable, "-m", "counters_tasks.ops.cli", *argv, "--port", str(port)], cwd=REPO,
                                env=celery_env(redis_url, **env), stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, start_new_session=True)
     url = f"http://127.0.0.1:{port}/api/counters"
@@ -63,7 +67,7 @@ def _serve(redis_url: str, env: dict, argv: list[str], tmp_path) -> tuple[str, i
             return 0
 
     try:
-        code = wait_for(status, timeout=30, what="serve to answer")
+        code = wait_until(status, timeout=30, what="serve to answer")
     finally:
         process.terminate()
         process.wait(15)
@@ -84,7 +88,7 @@ def test_every_readme_command_runs(raw_conn, redis_url, tmp_path):
             assert code == (401 if "COUNTERS_DASHBOARD_AUTH" in env else 200)
             session.print(Text(output))
             continue
-        result = subprocess.run([sys.executable, "-m", "counters_tasks.cli", *argv], cwd=REPO,
+        result = subprocess.run([sys.executable, "-m", "counters_tasks.ops.cli", *argv], cwd=REPO,
                                 env=celery_env(redis_url, COLUMNS="100", FORCE_COLOR="1", **env),
                                 capture_output=True, text=True, timeout=60)
         expected = 1 if argv[0] == "health" else 0  # no worker or beat runs in this test: unhealthy

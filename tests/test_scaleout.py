@@ -18,13 +18,19 @@ import pytest
 import redis
 from redis.cluster import key_slot
 
-from counters_tasks import counters, days, ranking, redis_layer, sitestats, uniques, visits
-from counters_tasks.localredis import RedisServer
-from counters_tasks.settings import reset_settings, url_with_db
-from tests.conftest import flush, is_cluster_run, wait_for
-from tests.procs import REPO, celery_env, start_beat, start_worker
+from counters_tasks import counters, ranking, sitestats, uniques, visits
+from counters_tasks.core import days
+from counters_tasks.core.settings import reset_settings, url_with_db
+from counters_tasks.local.redis_server import RedisServer
+from counters_tasks.local.waiting import wait_until
+from counters_tasks.store import scripts
+from counters_tasks.store.client import as_str
+from tests.support.procs import REPO, celery_env, start_beat, start_worker
+from tests.support.servers import flush, is_cluster_run
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "keys.md"
+pytestmark = pytest.mark.cluster
+
 SCRIPTED = ("counters", "sitestats", "uniques", "ranking", "visits")
 TAG = re.compile(r"\{([^}]*)\}")
 
@@ -67,10 +73,10 @@ def realistic_load(conn, now: float) -> None:
 def script_calls(monkeypatch):
     """Every script call as (name, keys, the key names passed as arguments)."""
     calls: list[tuple[str, list[str], list[str]]] = []
-    real = redis_layer.run_script
+    real = scripts.run_script
 
     def spy(conn, name, keys_, args, client=None):
-        as_text = [redis_layer.as_str(k) for k in keys_]
+        as_text = [as_str(k) for k in keys_]
         named = [a for a in args if isinstance(a, str) and a.startswith("ct:") and "{" in a]
         calls.append((name, as_text, named))
         return real(conn, name, keys_, args, client=client)
@@ -81,12 +87,12 @@ def script_calls(monkeypatch):
         target = getattr(counters_tasks, module)
         if hasattr(target, "run_script"):
             monkeypatch.setattr(target, "run_script", spy)
-    monkeypatch.setattr(redis_layer, "run_script", spy)
+    monkeypatch.setattr(scripts, "run_script", spy)
     return calls
 
 
 def all_keys(conn) -> list[str]:
-    return sorted(redis_layer.as_str(k) for k in conn.scan_iter(count=1000))
+    return sorted(as_str(k) for k in conn.scan_iter(count=1000))
 
 
 def test_every_script_call_stays_in_one_slot_and_load_spreads(raw_conn, script_calls):
@@ -177,6 +183,7 @@ def clear_broker(url: str) -> None:
     client.close()
 
 
+@pytest.mark.processes
 def test_two_workers_give_exact_totals(redis_url, broker_url, raw_conn, tmp_path):
     from counters_tasks import tasks
     from counters_tasks.app import app
@@ -198,10 +205,10 @@ def test_two_workers_give_exact_totals(redis_url, broker_url, raw_conn, tmp_path
                 if i % 2 == 0:
                     tasks.incr_ranking.apply_async(("two-workers", f"m{i % 10}", 1, now), producer=producer)
         day_bucket = int(now // 86400) * 86400
-        wait_for(lambda: counters.get_counter(raw_conn, "two-workers", 86400, now) == [(day_bucket, sent)],
+        wait_until(lambda: counters.get_counter(raw_conn, "two-workers", 86400, now) == [(day_bucket, sent)],
                  timeout=90, what=f"600 counts; got {counters.get_counter(raw_conn, 'two-workers', 86400, now)}")
-        wait_for(lambda: sitestats.site_visit_info(raw_conn, today).pv == sent // 3, timeout=60, what="the visits")
-        wait_for(lambda: sum(s for _, s in ranking.Ranking(raw_conn, "two-workers").top(0, 10, True, now)) == sent // 2,
+        wait_until(lambda: sitestats.site_visit_info(raw_conn, today).pv == sent // 3, timeout=60, what="the visits")
+        wait_until(lambda: sum(s for _, s in ranking.Ranking(raw_conn, "two-workers").top(0, 10, True, now)) == sent // 2,
                  timeout=60, what="the ranking")
     finally:
         codes = [w.stop() for w in workers]
@@ -219,6 +226,7 @@ def beat_sends(beat) -> int:
 
 
 @pytest.mark.skipif(is_cluster_run(), reason="the beat lock lives in the broker, a single Redis either way")
+@pytest.mark.processes
 def test_two_redbeat_beats_send_each_job_once_and_fail_over(redis_url, tmp_path):
     pytest.importorskip("redbeat")
     broker = url_with_db(redis_url, 3)
@@ -230,10 +238,10 @@ def test_two_redbeat_beats_send_each_job_once_and_fail_over(redis_url, tmp_path)
         (tmp_path / f"b{i}").mkdir()
         beats.append(start_beat(env, tmp_path / f"b{i}", tmp_path / f"b{i}.log"))
     try:
-        holder = wait_for(lambda: next((b for b in beats if "Acquired lock" in b.output()), None), timeout=30,
+        holder = wait_until(lambda: next((b for b in beats if "Acquired lock" in b.output()), None), timeout=30,
                           what="a beat to take the lock")
         standby = beats[1 - beats.index(holder)]
-        wait_for(lambda: beat_sends(holder) >= 1, timeout=15, what="the first send")
+        wait_until(lambda: beat_sends(holder) >= 1, timeout=15, what="the first send")
         before = beat_sends(holder)
         time.sleep(6)
         sent = beat_sends(holder) - before
@@ -243,7 +251,7 @@ def test_two_redbeat_beats_send_each_job_once_and_fail_over(redis_url, tmp_path)
         assert beat_sends(standby) == 0 and "Acquired lock" not in standby.output()
         holder.kill()
         killed = time.monotonic()
-        wait_for(lambda: beat_sends(standby) >= 1, timeout=20, what=f"the standby to take over:\n{standby.output()[-2000:]}")
+        wait_until(lambda: beat_sends(standby) >= 1, timeout=20, what=f"the standby to take over:\n{standby.output()[-2000:]}")
         took = time.monotonic() - killed
         assert took < 3 + 1 + 10, took  # lock timeout + one tick + slack for a busy machine
         before = beat_sends(standby)
@@ -256,6 +264,7 @@ def test_two_redbeat_beats_send_each_job_once_and_fail_over(redis_url, tmp_path)
 
 
 @pytest.mark.skipif(is_cluster_run(), reason="beat on a cluster is exercised by test_cluster.py")
+@pytest.mark.processes
 def test_one_default_beat_sends_each_job_once(redis_url, tmp_path):
     """Without redbeat, one beat process: the cleaner is sent once per interval, not more."""
     broker = url_with_db(redis_url, 4)
@@ -263,7 +272,7 @@ def test_one_default_beat_sends_each_job_once(redis_url, tmp_path):
     env = celery_env(redis_url, CELERY_BROKER_URL=broker, COUNTERS_CLEAN_EVERY="1")
     beat = start_beat(env, tmp_path, tmp_path / "beat.log")
     try:
-        wait_for(lambda: beat_sends(beat) >= 1, timeout=20, what="the first send")
+        wait_until(lambda: beat_sends(beat) >= 1, timeout=20, what="the first send")
         before = beat_sends(beat)
         time.sleep(4)
         assert 1 <= beat_sends(beat) - before <= 5  # once a second at most: one send per tick
@@ -272,6 +281,7 @@ def test_one_default_beat_sends_each_job_once(redis_url, tmp_path):
         clear_broker(broker)
 
 
+@pytest.mark.processes
 def test_redbeat_setting_configures_the_scheduler(redis_url):
     probe = ("import celeryconfig as c; print(getattr(c, 'beat_scheduler', None), getattr(c, 'redbeat_lock_timeout', None),"
              " getattr(c, 'redbeat_redis_url', None) == c.broker_url)")

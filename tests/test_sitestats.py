@@ -1,4 +1,4 @@
-"""Site PV/UV (seed 001) against a real Redis: an exact model, races, privacy, retention, DST."""
+"""Site PV/UV against a real Redis: an exact model, races, privacy, retention, DST."""
 
 from __future__ import annotations
 
@@ -13,12 +13,17 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from counters_tasks import days, keys, sitestats, uniques, visits
+from counters_tasks import sitestats, uniques, visits
+from counters_tasks.core import days
+from counters_tasks.core.settings import reset_settings
 from counters_tasks.errors import ConfigurationError, InvalidInput
-from counters_tasks.redis_layer import execute_in_order
-from counters_tasks.settings import reset_settings
 from counters_tasks.sitestats import SiteCount
-from tests.conftest import dump_all, run_threads, use_settings
+from counters_tasks.store import keys
+from counters_tasks.store.scripts import execute_in_order
+from tests.support.concurrency import run_threads
+from tests.support.servers import dump_all, use_settings
+
+pytestmark = pytest.mark.cluster
 
 
 class Model:

@@ -1,4 +1,4 @@
-"""Daily unique visitors (seed 002) against a real Redis: shards, the expected figure, races."""
+"""Daily unique visitors against a real Redis: shards, the expected figure, races."""
 
 from __future__ import annotations
 
@@ -11,9 +11,14 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from counters_tasks import days, keys, uniques
+from counters_tasks import uniques
+from counters_tasks.core import days
 from counters_tasks.errors import InvalidInput
-from tests.conftest import dump_all, run_threads, use_settings
+from counters_tasks.store import keys
+from tests.support.concurrency import run_threads
+from tests.support.servers import dump_all, use_settings
+
+pytestmark = pytest.mark.cluster
 
 
 def sid(rng: random.Random) -> str:

@@ -1,4 +1,4 @@
-"""visits.record_visit (the composition) and the Celery tasks of seeds 001 and 002, eagerly."""
+"""visits.record_visit (the composition) and the Celery tasks of site PV/UV and daily uniques, eagerly."""
 
 from __future__ import annotations
 
@@ -8,11 +8,16 @@ import uuid
 import pytest
 import redis
 
-from counters_tasks import counters, days, keys, maintenance, sitestats, uniques, visits
+from counters_tasks import counters, sitestats, uniques, visits
+from counters_tasks.core import days
 from counters_tasks.counters import PRECISIONS
 from counters_tasks.errors import InvalidInput
 from counters_tasks.sitestats import SiteCount
-from tests.conftest import dump_all, is_cluster_run
+from counters_tasks.store import keys
+from counters_tasks.worker import maintenance
+from tests.support.servers import dump_all, is_cluster_run
+
+pytestmark = pytest.mark.cluster
 
 
 def test_record_visit_counts_everything(conn):

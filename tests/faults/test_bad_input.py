@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 
 from counters_tasks import counters, ranking, tasks, visits
 from counters_tasks.errors import InvalidInput
-from tests.conftest import dump_all, flush
+from tests.support.servers import dump_all, flush
+
+pytestmark = pytest.mark.processes
 
 NOW = float(int(time.time()))
 MISSING = object()

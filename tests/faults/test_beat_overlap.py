@@ -9,7 +9,9 @@ import time
 import pytest
 
 from counters_tasks import counters, ranking, tasks
-from counters_tasks.maintenance import SKIPPED, job_status
+from counters_tasks.worker.maintenance import SKIPPED, job_status
+
+pytestmark = pytest.mark.processes
 
 JOBS = {"clean_counters": (counters, "clean_counters"), "rotate_rankings": (ranking, "rotate_all")}
 

@@ -1,18 +1,21 @@
-"""counters_tasks.broker: a message is popped and recorded as unacknowledged in one step, in the
+"""counters_tasks.worker.broker: a message is popped and recorded as unacknowledged in one step, in the
 very format kombu restores; waiting takes nothing."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
 import redis
 from kombu import Connection, Exchange, Queue
 
-from counters_tasks.redis_layer import as_str
+from counters_tasks.store.client import as_str
+
+pytestmark = pytest.mark.processes
 
 
 def test_take_records_what_kombu_restores(broker_server, monkeypatch):
-    from counters_tasks import broker
+    from counters_tasks.worker import broker
 
     sent = []
     send = broker.Channel._brpop_start
@@ -20,7 +23,7 @@ def test_take_records_what_kombu_restores(broker_server, monkeypatch):
     url = broker_server.url.replace("/0", "/1")
     exchange = Exchange("visits", "direct")
     queue = Queue("visits", exchange, "visits")
-    with Connection(url, transport="counters_tasks.broker:Transport") as conn:
+    with Connection(url, transport="counters_tasks.worker.broker:Transport") as conn:
         conn.Producer().publish({"n": 1}, exchange=exchange, routing_key="visits", declare=[queue])
         got = []
         with conn.Consumer(queue, callbacks=[lambda body, message: got.append((body, message))]):
@@ -47,7 +50,7 @@ def test_a_non_kombu_item_is_handed_over_not_kept(broker_server):
     raw.lpush("q", b"not json")
     from importlib import resources
 
-    source = resources.files("counters_tasks").joinpath("lua", "broker_take.lua").read_text()
+    source = resources.files("counters_tasks").joinpath("store", "lua", "broker_take.lua").read_text()
     assert raw.eval(source, 3, "unacked", "unacked_index", "q") == [b"q", b"not json"]
     assert raw.eval(source, 3, "unacked", "unacked_index", "q") is None
     assert raw.hlen("unacked") == 0

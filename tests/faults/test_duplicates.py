@@ -12,10 +12,12 @@ import redis
 from celery_batches import Batches
 
 from counters_tasks import counters, ranking, sitestats, tasks, uniques, visits
-from counters_tasks.days import local_day
-from tests.conftest import dump_all, is_cluster_run
-from tests.faults.conftest import wait_idle
-from tests.procs import celery_env, start_worker
+from counters_tasks.core.days import local_day
+from tests.support.faults import wait_idle
+from tests.support.procs import celery_env, start_worker
+from tests.support.servers import dump_all, is_cluster_run
+
+pytestmark = pytest.mark.processes
 
 SESSION = "6f1c2b1e-98a4-4c51-9d0e-5b2a7c3d4e5f"
 OTHER_SESSION = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"

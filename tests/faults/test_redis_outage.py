@@ -10,9 +10,11 @@ import time
 
 import pytest
 
-from tests.conftest import wait_for
-from tests.faults.conftest import VisitModel, broker_idle, messages, observed, site_pv
-from tests.procs import celery_env, start_worker
+from counters_tasks.local.waiting import wait_until
+from tests.support.faults import VisitModel, broker_idle, messages, observed, site_pv
+from tests.support.procs import celery_env, start_worker
+
+pytestmark = pytest.mark.processes
 
 VISITS = 5_000
 OUTAGE = 5.0
@@ -34,7 +36,7 @@ def test_counters_redis_outage_under_load(sending, fault_env, counters_server, c
     sender = threading.Thread(target=publish)
     sender.start()
     try:
-        wait_for(lambda: site_pv(counters_conn, ts) >= VISITS // 5, timeout=60, interval=0.01,
+        wait_until(lambda: site_pv(counters_conn, ts) >= VISITS // 5, timeout=60, interval=0.01,
                  what=f"a fifth of the visits; log:\n{worker.output()[-3000:]}")
         counters_server.kill()
         down_at = time.monotonic()
@@ -42,7 +44,7 @@ def test_counters_redis_outage_under_load(sending, fault_env, counters_server, c
         counters_server.start()
         at_restart = site_pv(counters_conn, ts)
         sender.join(120)
-        wait_for(lambda: site_pv(counters_conn, ts) >= VISITS and broker_idle(broker_conn), timeout=150, interval=0.2,
+        wait_until(lambda: site_pv(counters_conn, ts) >= VISITS and broker_idle(broker_conn), timeout=150, interval=0.2,
                  what=f"every visit after the outage; pv={site_pv(counters_conn, ts)}; log:\n{worker.output()[-3000:]}")
         recovered_in = time.monotonic() - down_at
     finally:

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from tests.conftest import is_cluster_run
 from tests.faults.test_duplicates import OTHER_SESSION, WRITES
+from tests.support.servers import is_cluster_run
 
-pytestmark = pytest.mark.skipif(is_cluster_run(), reason="SCRIPT FLUSH of one server")
+pytestmark = [pytest.mark.processes, pytest.mark.skipif(is_cluster_run(), reason="SCRIPT FLUSH of one server")]
 
 
 @pytest.mark.parametrize("write", sorted(WRITES))

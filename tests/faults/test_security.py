@@ -13,12 +13,15 @@ import redis
 from kombu import Connection, Exchange, Queue
 
 from counters_tasks import counters, ranking, sitestats, tasks, uniques, visits
+from counters_tasks.core.settings import reset_settings
 from counters_tasks.errors import ConfigurationError, InvalidInput
-from counters_tasks.localredis import RedisServer, free_port
-from counters_tasks.redis_layer import get_redis
-from counters_tasks.settings import reset_settings
-from tests.conftest import dump_all, wait_for
-from tests.procs import celery_env, start_worker
+from counters_tasks.local.redis_server import RedisServer, free_port
+from counters_tasks.local.waiting import wait_until
+from counters_tasks.store.client import get_redis
+from tests.support.procs import celery_env, start_worker
+from tests.support.servers import dump_all
+
+pytestmark = pytest.mark.processes
 
 
 def publish_pickled_task(broker_url: str, task_name: str, args: tuple) -> str:
@@ -40,13 +43,13 @@ def test_real_worker_refuses_a_pickle_message(fault_env, counters_conn, broker_c
     worker = start_worker(celery_env(fault_env["COUNTERS_REDIS_URL"], **fault_env), tmp_path / "w.log")
     try:
         publish_pickled_task(fault_env["CELERY_BROKER_URL"], "counters_tasks.update_counter", ("pickled", 1, ts))
-        wait_for(lambda: "ContentDisallowed" in worker.output(), timeout=60,
+        wait_until(lambda: "ContentDisallowed" in worker.output(), timeout=60,
                  what=f"the worker to refuse the pickle message; log:\n{worker.output()[-3000:]}")
         tasks.update_counter.apply_async(("json", 1, ts), producer=publisher)  # the worker still works
-        wait_for(lambda: counters.get_counter(counters_conn, "json", 1, now=ts), timeout=60, what="the JSON message")
+        wait_until(lambda: counters.get_counter(counters_conn, "json", 1, now=ts), timeout=60, what="the JSON message")
         # the refused message is dropped, not requeued, and the JSON one acknowledged (acks_late:
         # just after it was counted, so wait for it rather than look once)
-        wait_for(lambda: broker_conn.llen("visits") == 0 and broker_conn.zcard("unacked_index") == 0, timeout=30,
+        wait_until(lambda: broker_conn.llen("visits") == 0 and broker_conn.zcard("unacked_index") == 0, timeout=30,
                  what="the broker to hold no message (queued or unacknowledged)")
     finally:
         worker.stop()
@@ -179,7 +182,7 @@ def test_worker_over_tls_broker_and_counters(tls_server, tmp_path, monkeypatch):
         with app.connection_for_write(env["CELERY_BROKER_URL"]) as broker:
             assert broker.transport.client.ssl["ssl_ca_certs"] == ca
             tasks.update_counter.apply_async(("tls-worker", 2, 1000.0), producer=app.amqp.Producer(broker))
-        wait_for(lambda: counters.get_counter(conn, "tls-worker", 1, now=1000.0) == [(1000, 2)], timeout=60,
+        wait_until(lambda: counters.get_counter(conn, "tls-worker", 1, now=1000.0) == [(1000, 2)], timeout=60,
                  what=f"the worker over TLS; log:\n{worker.output()[-3000:]}")
     finally:
         worker.stop()

@@ -10,9 +10,11 @@ import time
 
 import pytest
 
-from tests.conftest import wait_for
-from tests.faults.conftest import BATCH, VisitModel, broker_idle, messages, observed, site_pv
-from tests.procs import celery_env, start_worker
+from counters_tasks.local.waiting import wait_until
+from tests.support.faults import BATCH, VisitModel, broker_idle, messages, observed, site_pv
+from tests.support.procs import celery_env, start_worker
+
+pytestmark = pytest.mark.processes
 
 VISITS = int(os.environ.get("FAULTS_VISITS", 20_000))
 FAST_WORKER = ("-O", "fair")
@@ -35,7 +37,7 @@ def test_sigkill_with_visits_in_flight(sending, fault_env, counters_conn, broker
     sender = threading.Thread(target=publish)
     sender.start()
     try:
-        wait_for(lambda: site_pv(counters_conn, ts) >= VISITS // 2, timeout=120, interval=0.01,
+        wait_until(lambda: site_pv(counters_conn, ts) >= VISITS // 2, timeout=120, interval=0.01,
                  what=f"half the visits; log:\n{first.output()[-3000:]}")
         first.kill()
         sent, queued, in_flight = published[0], broker_conn.llen("visits"), broker_conn.zcard("unacked_index")
@@ -44,7 +46,7 @@ def test_sigkill_with_visits_in_flight(sending, fault_env, counters_conn, broker
         applied_unacked = at_kill - (sent - queued - in_flight) * per_message  # in Redis, to be delivered again
         second = start_worker(env, tmp_path / "w2.log", name="w2", extra=FAST_WORKER)
         sender.join(120)
-        wait_for(lambda: site_pv(counters_conn, ts) >= VISITS and broker_idle(broker_conn), timeout=120,
+        wait_until(lambda: site_pv(counters_conn, ts) >= VISITS and broker_idle(broker_conn), timeout=120,
                  what=f"every visit; pv={site_pv(counters_conn, ts)}; log:\n{second.output()[-3000:]}")
     except AssertionError:
         print("queue", broker_conn.llen("visits"), "unacked", broker_conn.zcard("unacked_index"), "pv", site_pv(counters_conn, ts),

@@ -1,0 +1,212 @@
+"""Settings read from the environment the first time they are needed, never at import.
+
+This is the one module of the package that reads environment variables: every other module asks
+``get_settings()``, so a malformed value fails with a ``ConfigurationError`` that names it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from ..errors import ConfigurationError
+
+DEFAULT_REDIS_URL = "redis://localhost:6379/0"
+
+DEFAULT_DEDUPE_TTL = 900
+"""15 minutes: 2.4 times the longest redelivery window (370 s), and markers cost memory per
+message (docs/reliability.md)."""
+
+RETRY_BACKOFF_MAX = 120
+"""Longest wait (seconds) before a counting task retries after a Redis connection error."""
+DEFAULT_VISIBILITY_TIMEOUT = 240
+"""Seconds before the broker hands an unacknowledged message to another worker: with the
+restore sweep (every ``restore_interval``) a message of a dead worker runs again within 5 minutes."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every setting of the package, checked; ``load_settings`` documents where each comes from."""
+
+    redis_url: str
+    redis_cluster: bool
+    broker_url: str
+    key_prefix: str
+    timezone: str
+    secret: str | None
+    uv_mode: str
+    pool_size: int
+    socket_timeout: float
+    dedupe_ttl: int
+    cleaner_batch: int
+    worker_batch: int
+    worker_batch_ms: int
+    # site PV/UV and daily uniques: retention in days after a day ends
+    day_grace_days: int = 2
+    day_totals_days: int = 400
+    uniques_shard_days: int = 7
+    uniques_count_days: int = 400
+    # reliability: broker redelivery of unacknowledged messages
+    visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT
+    # beat: the cleaner's cadence (None: every minute by crontab) and the highly available beat
+    clean_every: float | None = None
+    beat_scheduler: str | None = None
+    beat_lock_timeout: float = 30.0
+    beat_max_interval: float = 5.0
+    # Celery: the deployment's configuration module (``celery --config``), None for the package's defaults
+    celery_config_module: str | None = None
+    # operator tools and the local stack
+    redis_url_given: bool = False  # COUNTERS_REDIS_URL was set (else the local stack starts a Redis)
+    dashboard_auth: tuple[str, str] | None = None
+    home: Path = Path(".counters-tasks")
+    flower_auth: str | None = None
+    flower_port: int = 5555
+
+    @property
+    def restore_interval(self) -> int:
+        """Seconds between the workers' sweeps that put unacknowledged messages back (1..10)."""
+        return min(10, max(1, self.visibility_timeout // 10))
+
+    @property
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self.timezone)
+
+
+def url_with_db(url: str, db: int) -> str:
+    """The same Redis server as ``url`` but database ``db`` (for the default broker)."""
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        query = dict(parse_qsl(parts.query))
+        query["db"] = str(db)
+        return f"unix://{parts.netloc}{parts.path}?{urlencode(query)}"
+    return urlunsplit(parts._replace(path=f"/{db}"))
+
+
+def _int(env: dict, name: str, default: int, minimum: int = 1) -> int:
+    raw = env.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigurationError(f"{name} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ConfigurationError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _float(env: dict, name: str, default: float | None, minimum: float = 0.0) -> float | None:
+    raw = env.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigurationError(f"{name} must be a number of seconds, got {raw!r}") from None
+    if not value > minimum or value == float("inf"):
+        raise ConfigurationError(f"{name} must be a finite number above {minimum}, got {raw!r}")
+    return value
+
+
+def _user_password(env: dict, name: str) -> tuple[str, str] | None:
+    raw = env.get(name) or ""
+    if not raw:
+        return None
+    user, sep, password = raw.partition(":")
+    if not sep or not user or not password:
+        raise ConfigurationError(f"{name} must be user:password")
+    return user, password
+
+
+def _choice(env: dict, name: str, choices: tuple[str, ...]) -> str | None:
+    raw = (env.get(name) or "").strip().lower()
+    if not raw:
+        return None
+    if raw not in choices:
+        raise ConfigurationError(f"{name} must be one of {', '.join(choices)} (or unset), got {raw!r}")
+    return raw
+
+
+def load_settings(env: dict | None = None) -> Settings:
+    """Build settings from ``env`` (default: ``os.environ``), checking every value."""
+    env = os.environ if env is None else env
+    redis_url = env.get("COUNTERS_REDIS_URL") or DEFAULT_REDIS_URL
+    if urlsplit(redis_url).scheme not in ("redis", "rediss", "unix"):
+        raise ConfigurationError(f"COUNTERS_REDIS_URL must be redis://, rediss:// or unix://, got {redis_url!r}")
+    cluster = env.get("COUNTERS_REDIS_CLUSTER", "").strip().lower() in ("1", "true", "yes", "on")
+    prefix = env.get("COUNTERS_KEY_PREFIX", "ct:")
+    if re.search(r"[{}\s\x00-\x1f\x7f]", prefix) or len(prefix) > 64:
+        raise ConfigurationError("COUNTERS_KEY_PREFIX must be at most 64 characters without braces, spaces or control characters")
+    timezone = env.get("COUNTERS_TIMEZONE") or "UTC"
+    try:
+        ZoneInfo(timezone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ConfigurationError(f"COUNTERS_TIMEZONE is not a known IANA zone: {timezone!r}") from None
+    uv_mode = (env.get("COUNTERS_UV_MODE") or "exact").lower()
+    if uv_mode not in ("exact", "hll"):
+        raise ConfigurationError(f"COUNTERS_UV_MODE must be 'exact' or 'hll', got {uv_mode!r}")
+    socket_timeout = _float(env, "COUNTERS_REDIS_TIMEOUT", 5.0)
+    flower_auth = env.get("FLOWER_BASIC_AUTH") or None
+    if flower_auth is not None:
+        _user_password(env, "FLOWER_BASIC_AUTH")
+    settings = Settings(
+        redis_url=redis_url,
+        redis_cluster=cluster,
+        broker_url=env.get("CELERY_BROKER_URL") or url_with_db(redis_url, 1),
+        key_prefix=prefix,
+        timezone=timezone,
+        secret=env.get("COUNTERS_SECRET") or None,
+        uv_mode=uv_mode,
+        pool_size=_int(env, "COUNTERS_REDIS_POOL_SIZE", 32),
+        socket_timeout=socket_timeout,
+        dedupe_ttl=_int(env, "COUNTERS_DEDUPE_TTL", DEFAULT_DEDUPE_TTL, minimum=60),
+        cleaner_batch=_int(env, "COUNTERS_CLEANER_BATCH", 200),
+        worker_batch=_int(env, "COUNTERS_WORKER_BATCH", 100),
+        worker_batch_ms=_int(env, "COUNTERS_WORKER_BATCH_MS", 50),
+        day_grace_days=_int(env, "COUNTERS_DAY_GRACE_DAYS", 2, minimum=0),
+        day_totals_days=_int(env, "COUNTERS_DAY_TOTALS_DAYS", 400),
+        uniques_shard_days=_int(env, "COUNTERS_UNIQUES_SHARD_DAYS", 7),
+        uniques_count_days=_int(env, "COUNTERS_UNIQUES_COUNT_DAYS", 400),
+        visibility_timeout=_int(env, "COUNTERS_VISIBILITY_TIMEOUT", DEFAULT_VISIBILITY_TIMEOUT),
+        redis_url_given=bool(env.get("COUNTERS_REDIS_URL")),
+        clean_every=_float(env, "COUNTERS_CLEAN_EVERY", None),
+        beat_scheduler=_choice(env, "COUNTERS_BEAT_SCHEDULER", ("redbeat",)),
+        beat_lock_timeout=_float(env, "COUNTERS_BEAT_LOCK_TIMEOUT", 30.0),
+        beat_max_interval=_float(env, "COUNTERS_BEAT_MAX_INTERVAL", 5.0),
+        celery_config_module=env.get("CELERY_CONFIG_MODULE") or None,
+        dashboard_auth=_user_password(env, "COUNTERS_DASHBOARD_AUTH"),
+        home=Path(env.get("COUNTERS_HOME") or ".counters-tasks").resolve(),
+        flower_auth=flower_auth,
+        flower_port=_int(env, "FLOWER_PORT", 5555, minimum=1),
+    )
+    check_dedupe_window(settings)
+    return settings
+
+
+def check_dedupe_window(settings: Settings) -> None:
+    """A dedupe marker must outlive every redelivery of its message: a redelivery after the
+    visibility timeout (plus one restore sweep) or a retry after the longest backoff."""
+    window = settings.visibility_timeout + settings.restore_interval + RETRY_BACKOFF_MAX
+    if settings.dedupe_ttl <= window:
+        raise ConfigurationError(
+            f"COUNTERS_DEDUPE_TTL ({settings.dedupe_ttl}) must be longer than COUNTERS_VISIBILITY_TIMEOUT "
+            f"({settings.visibility_timeout}) + the restore sweep ({settings.restore_interval}) + the longest "
+            f"retry backoff ({RETRY_BACKOFF_MAX}) = {window} seconds, or a redelivered message could count twice"
+        )
+
+
+@functools.cache
+def get_settings() -> Settings:
+    """The process's settings, read once on first use."""
+    return load_settings()
+
+
+def reset_settings() -> None:
+    """Forget cached settings (tests, or after changing the environment). The Redis client of
+    ``counters_tasks.store.client`` belongs to one settings object, so it is made again too."""
+    get_settings.cache_clear()

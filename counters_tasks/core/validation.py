@@ -1,0 +1,148 @@
+"""Input checks shared by every public function and task: bad input raises InvalidInput."""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import math
+import re
+import time
+from datetime import date, datetime
+from typing import Any
+
+from ..errors import InvalidInput
+
+MAX_TEXT = 1024
+MAX_AMOUNT = 2**53 - 1  # exact in a Lua number and in JSON everywhere
+MAX_TS = 253402300799  # 9999-12-31T23:59:59Z
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def check_text(value: Any, what: str = "name", max_length: int = MAX_TEXT) -> str:
+    """A non-empty str of at most ``max_length`` characters without control characters."""
+    if not isinstance(value, str):
+        raise InvalidInput(f"{what} must be a str, got {type(value).__name__}")
+    if not value:
+        raise InvalidInput(f"{what} must not be empty")
+    if len(value) > max_length:
+        raise InvalidInput(f"{what} is longer than {max_length} characters ({len(value)})")
+    if _CONTROL.search(value):
+        raise InvalidInput(f"{what} contains control characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(f"{what} is not valid Unicode text (lone surrogates)") from None
+    return value
+
+
+def check_amount(value: Any, what: str = "count") -> int:
+    """An int (not bool), negative allowed, within +-(2**53 - 1)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(f"{what} must be an int, got {type(value).__name__}")
+    if abs(value) > MAX_AMOUNT:
+        raise InvalidInput(f"{what} is out of range (|{what}| <= 2**53 - 1)")
+    return value
+
+
+def check_now(value: Any, what: str = "now") -> float | int:
+    """Epoch seconds: finite, >= 0, up to year 9999. ``None`` means the current time."""
+    if value is None:
+        return time.time()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInput(f"{what} must be epoch seconds (int or float), got {type(value).__name__}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidInput(f"{what} must be finite")
+    if value < 0 or value > MAX_TS:
+        raise InvalidInput(f"{what} must be between 0 and {MAX_TS}, got {value!r}")
+    return value
+
+
+def check_message_id(value: Any) -> str | None:
+    """A task or batch id used for dedupe (None: no dedupe)."""
+    if value is None:
+        return None
+    return check_text(value, "message id", max_length=200)
+
+
+def check_int(value: Any, what: str, minimum: int | None = None, maximum: int | None = None) -> int:
+    """An int (not bool) within ``[minimum, maximum]`` when those are given."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(f"{what} must be an int, got {type(value).__name__}")
+    if minimum is not None and value < minimum:
+        raise InvalidInput(f"{what} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise InvalidInput(f"{what} must be <= {maximum}, got {value}")
+    return value
+
+
+# --- visits: IPs, paths, session ids, days ---------------------------------------------------
+
+MAX_PATH_BYTES = 512
+_HEX_ID = re.compile(r"[0-9a-fA-F]{15,}")
+
+
+def check_ip(value: Any) -> str:
+    """The canonical text of an IPv4 or IPv6 address (an IPv4-mapped IPv6 address as IPv4)."""
+    if not isinstance(value, str):
+        raise InvalidInput(f"ip must be a str, got {type(value).__name__}")
+    return _canonical_ip(value)
+
+
+@functools.lru_cache(maxsize=65536)
+def _canonical_ip(value: str) -> str:
+    """Cached: a site's visitors come back (bad input raises, and is not cached)."""
+    try:
+        address = ipaddress.ip_address(value)
+    except ValueError:
+        raise InvalidInput("ip is not an IPv4 or IPv6 address") from None
+    if isinstance(address, ipaddress.IPv6Address):
+        # the zone of a link-local address names the receiver's interface, not the visitor
+        address = address.ipv4_mapped or ipaddress.IPv6Address(int(address))
+    return str(address)
+
+
+def check_path(value: Any) -> str:
+    """A request path without query string and fragment, cut to 512 UTF-8 bytes on a character boundary."""
+    path = check_text(value, "path")
+    for mark in ("?", "#"):
+        path = path.split(mark, 1)[0]
+    if not path:
+        raise InvalidInput("path is empty once the query string and fragment are dropped")
+    encoded = path.encode("utf-8")
+    if len(encoded) > MAX_PATH_BYTES:
+        path = encoded[:MAX_PATH_BYTES].decode("utf-8", "ignore")
+    return path
+
+
+def check_session_id(value: Any) -> str:
+    """A session UUID (dashes optional, any case) or at least 15 hex digits: its hex digits."""
+    check_text(value, "session id")
+    digits = value.replace("-", "")
+    if not _HEX_ID.fullmatch(digits):
+        raise InvalidInput("session id must be a UUID or at least 15 hex digits")
+    return digits
+
+
+def check_day(value: Any, what: str = "day") -> date:
+    """A ``datetime.date`` (not a ``datetime``, whose day would depend on its own zone)."""
+    if isinstance(value, datetime) or not isinstance(value, date):
+        raise InvalidInput(f"{what} must be a datetime.date, got {type(value).__name__}")
+    if value in (date.min, date.max):
+        raise InvalidInput(f"{what} must have a day before and after it")
+    return value
+
+
+MAX_RANGE_DAYS = 400
+"""Longest range of days a query accepts (per-day totals are kept about this long)."""
+
+
+def check_day_range(start: Any, end: Any, max_days: int = MAX_RANGE_DAYS,
+                    names: tuple[str, str] = ("start", "end")) -> tuple[date, date]:
+    """Two days, ``start <= end``, covering at most ``max_days`` days (``names``: how errors call them)."""
+    check_day(start, names[0])
+    check_day(end, names[1])
+    if start > end:
+        raise InvalidInput(f"{names[0]} ({start}) is after {names[1]} ({end})")
+    if (end - start).days + 1 > max_days:
+        raise InvalidInput(f"a range covers at most {max_days} days, got {(end - start).days + 1}")
+    return start, end

@@ -1,0 +1,106 @@
+"""A private Redis Cluster on loopback ports: for ``make test-cluster`` and the cluster benchmark.
+
+Debian's ``redis-server`` with ``cluster-enabled yes``, joined with
+``redis-cli --cluster create ... --cluster-yes``; every node keeps its files in its own folder.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import subprocess
+from pathlib import Path
+
+import redis
+
+from .redis_server import RedisServer, port_is_free
+from .waiting import wait_until
+
+
+def free_cluster_port() -> int:
+    """A port whose cluster bus port (+10000) is free too."""
+    rng = random.Random()
+    for _ in range(1000):
+        port = rng.randint(20000, 45000)
+        if port_is_free(port) and port_is_free(port + 10000):
+            return port
+    raise RuntimeError("no free port pair for a cluster node")
+
+
+class RedisClusterProcesses:
+    """``masters`` masters with ``replicas`` replicas each; ``url`` is one startup node."""
+
+    def __init__(self, base_dir: str | Path, masters: int = 3, replicas: int = 0, appendonly: bool = False) -> None:
+        self.base_dir = Path(base_dir)
+        self.masters = masters
+        self.replicas = replicas
+        self.appendonly = appendonly
+        self.nodes: list[RedisServer] = []
+
+    @property
+    def url(self) -> str:
+        return self.nodes[0].url
+
+    def start(self, timeout: float = 60.0) -> RedisClusterProcesses:
+        for _ in range(self.masters * (1 + self.replicas)):
+            port = free_cluster_port()
+            node = RedisServer(self.base_dir / f"node-{port}", port=port, appendonly=self.appendonly, extra_args=[
+                "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
+                "--repl-diskless-sync-delay", "0",
+            ])
+            self.nodes.append(node.start())
+        cli = shutil.which("redis-cli") or "/usr/bin/redis-cli"
+        subprocess.run(
+            [cli, "--cluster", "create", *[f"127.0.0.1:{n.port}" for n in self.nodes],
+             "--cluster-replicas", str(self.replicas), "--cluster-yes"],
+            check=True, capture_output=True, timeout=timeout,
+        )
+        self.wait_ok(timeout)
+        self.wait_replicas(timeout)
+        return self
+
+    def wait_ok(self, timeout: float = 60.0) -> None:
+        """Until every live node says the cluster is ok and all slots are served."""
+        def all_ok() -> bool:
+            try:
+                infos = [redis.Redis(port=n.port, decode_responses=True).cluster("info")
+                         for n in self.nodes if n.process and n.process.poll() is None]
+            except redis.RedisError:
+                return False
+            return all(i["cluster_state"] == "ok" and int(i["cluster_slots_assigned"]) == 16384 for i in infos)
+
+        wait_until(all_ok, timeout, interval=0.1, what="the Redis Cluster to be ok")
+
+    def wait_replicas(self, timeout: float = 60.0) -> None:
+        """Until every master streams writes to its replicas (called by ``start``: it runs FLUSHALL).
+
+        After a diskless first sync a master holds the stream back until the replica's first
+        ACK, up to a second later; a master killed before that loses all it held. So each master
+        replicates a (no-op) FLUSHALL and WAITs for its replicas to acknowledge it.
+        """
+        pending = list(self.nodes)
+
+        def replicated() -> bool:
+            while pending:
+                try:
+                    client = redis.Redis(port=pending[0].port, decode_responses=True)
+                    if client.info("replication")["role"] == "master":
+                        client.flushall()
+                        if client.execute_command("WAIT", self.replicas, 200) < self.replicas:
+                            return False
+                except redis.RedisError:
+                    return False
+                pending.pop(0)
+            return True
+
+        wait_until(replicated, timeout, what="the replicas to acknowledge their masters' writes")
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def __enter__(self) -> RedisClusterProcesses:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

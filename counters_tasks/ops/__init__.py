@@ -1,0 +1,10 @@
+"""Operator tools: how people see and steer a deployment.
+
+- ``cli``: the ``counters-tasks`` command (queries, ``health``, ``serve``, ``run``, ``demo``);
+- ``views``: the JSON-ready answers the CLI prints and the dashboard serves (one source for both);
+- ``web`` and ``static/``: the read-only web dashboard;
+- ``health``: Redis, broker, workers, beat and the beat jobs' last runs;
+- ``demo``: the ``make demo`` burst of simulated visits and its report.
+
+The top layer: it may import every other part of the package; nothing imports it.
+"""

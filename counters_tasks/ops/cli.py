@@ -1,0 +1,334 @@
+"""The ``counters-tasks`` command: the local stack (``run``, ``demo``), queries, ``health``, ``serve``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import click
+import redis
+
+from .. import __version__
+from ..core.settings import get_settings
+from ..errors import ConfigurationError, InvalidInput
+from ..local.stack import Stack
+from ..store.client import get_redis
+from . import health, views
+from .demo import run_demo
+from .web import create_app
+
+
+def run_stack(concurrency: int, flower: bool) -> int:
+    """Start the local stack and block until Ctrl-C; 0 on a clean stop."""
+    stack = Stack(flower=flower, concurrency=concurrency)
+    try:
+        stack.start()
+        stack.wait_worker_ready()
+    except BaseException:
+        stack.stop()
+        raise
+    return stack.run_forever()
+
+
+# --- the command line (click) ----------------------------------------------------------------
+# Exit codes: 0 ok, 1 a failed check or an unreachable Redis/broker, 2 a usage error (bad
+# option or argument, including input the API refuses with InvalidInput).
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class Failed(click.ClickException):
+    """A check failed or a server is unreachable: exit code 1."""
+
+    exit_code = EXIT_FAILED
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True)
+
+
+def _emit(payload: dict, as_json: bool, render: Callable[[Any, dict], None]) -> None:
+    if as_json:
+        click.echo(json.dumps(payload, indent=2, ensure_ascii=False, default=str))
+    else:
+        render(_console(), payload)
+
+
+def _query(make: Callable[[Any], dict]) -> dict:
+    """Run a view against the configured Redis, mapping errors to exit codes."""
+    try:
+        return make(get_redis())
+    except InvalidInput as exc:
+        raise click.UsageError(str(exc)) from None
+    except ConfigurationError as exc:
+        raise Failed(str(exc)) from None
+    except redis.RedisError as exc:
+        raise Failed(f"Redis at {get_settings().redis_url}: {type(exc).__name__}: {exc}") from None
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="print the answer as JSON")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="counters-tasks")
+def cli() -> None:
+    """counters-tasks: website analytics counters in Redis, kept by Celery.
+
+    Exit codes: 0 ok, 1 failed check or unreachable server, 2 usage error.
+    """
+
+
+@cli.command("run")
+@click.option("--concurrency", type=int, default=2, show_default=True)
+@click.option("--no-flower", is_flag=True)
+def run_command(concurrency: int, no_flower: bool) -> int:
+    """The local stack: Redis (if none configured), worker, beat, Flower; Ctrl-C stops."""
+    return run_stack(concurrency, flower=not no_flower)
+
+
+@cli.command("demo")
+@click.option("--visits", type=int, default=5000, show_default=True)
+@click.option("--concurrency", type=int, default=2, show_default=True)
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--timeout", type=float, default=300, show_default=True)
+def demo_command(visits: int, concurrency: int, seed: int, timeout: float) -> int:
+    """The local stack, a burst of simulated visits, a report, then exit."""
+    return run_demo(visits, concurrency, seed, timeout)
+
+
+SPARKS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: list[int]) -> str:
+    """One character per value, scaled between the smallest and largest."""
+    if not values:
+        return ""
+    low, high = min(min(values), 0), max(values)
+    span = (high - low) or 1
+    return "".join(SPARKS[min(len(SPARKS) - 1, int((v - low) * (len(SPARKS) - 1) / span + 0.5))] for v in values)
+
+
+def _time_label(ts: int, precision: int) -> str:
+    when = datetime.fromtimestamp(ts, get_settings().zone)
+    return when.strftime("%Y-%m-%d" if precision >= 86400 else "%m-%d %H:%M" if precision >= 3600 else "%H:%M:%S")
+
+
+def _render_counter(console: Any, data: dict) -> None:
+    from rich.table import Table
+
+    points = data["points"]
+    values = [t for _, t in points]
+    console.print(f"[bold]{data['name']}[/bold]  every {data['precision']}s, last {len(points)} buckets, "
+                  f"total {data['total']}, max {max(values, default=0)}")
+    console.print(sparkline(values))
+    table = Table(box=None, show_header=True, pad_edge=False)
+    table.add_column("bucket")
+    table.add_column("total", justify="right")
+    table.add_column("")
+    high = max((abs(v) for v in values), default=0) or 1
+    for bucket, total in points[-20:]:
+        table.add_row(_time_label(bucket, data["precision"]), str(total), "█" * round(30 * abs(total) / high))
+    console.print(table)
+
+
+@cli.command("counter")
+@click.argument("name")
+@click.option("--precision", "-p", type=int, default=60, show_default=True, help="bucket size in seconds")
+@click.option("--last", "-n", type=int, default=30, show_default=True, help="how many buckets, up to 120")
+@json_option
+def counter_command(name: str, precision: int, last: int, as_json: bool) -> None:
+    """A counter's latest buckets (zero-filled) with a terminal chart."""
+    _emit(_query(lambda conn: views.counter_view(conn, name, precision, last)), as_json, _render_counter)
+
+
+@cli.command("counters")
+@json_option
+def counters_command(as_json: bool) -> None:
+    """The names of the counters that have data."""
+    def render(console: Any, data: dict) -> None:
+        for name in data["counters"]:
+            console.print(name, markup=False)
+
+    _emit(_query(views.counters_list), as_json, render)
+
+
+def _render_board(console: Any, data: dict) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{data['board']} (last {data['period_hours']} h, every {data['interval_hours']} h)",
+                  title_justify="left")
+    table.add_column("#", justify="right")
+    table.add_column("member")
+    table.add_column("total", justify="right")
+    for rank, (member, total) in enumerate(data["top"], 1):
+        table.add_row(str(rank), member, str(total))
+    console.print(table)
+
+
+@cli.command("top")
+@click.argument("board")
+@click.option("--limit", "-n", type=int, default=10, show_default=True)
+@json_option
+def top_command(board: str, limit: int, as_json: bool) -> None:
+    """A sliding-window ranking's top members."""
+    _emit(_query(lambda conn: views.board_view(conn, board, limit)), as_json, _render_board)
+
+
+range_options = [
+    click.option("--day", "-d", help="one day: YYYY-MM-DD, today or yesterday (default today)"),
+    click.option("--from", "start", help="first day of a range"),
+    click.option("--to", "end", help="last day of a range (default today)"),
+]
+
+
+def with_range(command: Callable) -> Callable:
+    for option in reversed(range_options):
+        command = option(command)
+    return command
+
+
+def _render_stats(console: Any, data: dict) -> None:
+    from rich.table import Table
+
+    where = data["path"] or "whole site"
+    uv = f"{'~' if data['uv_approximate'] else ''}{data['uv']}"
+    console.print(f"[bold]{where}[/bold] {data['from']} .. {data['to']}: PV {data['pv']}, UV {uv}"
+                  + ("  (UV over several days: HyperLogLog union, approximate)" if data["uv_approximate"] else ""))
+    table = Table(box=None, pad_edge=False)
+    for name, justify in (("day", "left"), ("PV", "right"), ("UV", "right"), ("", "left")):
+        table.add_column(name, justify=justify)
+    high = max((d["pv"] for d in data["days"]), default=0) or 1
+    for d in data["days"]:
+        table.add_row(d["day"], str(d["pv"]), str(d["uv"]), "█" * round(30 * d["pv"] / high))
+    console.print(table)
+
+
+@cli.command("stats")
+@with_range
+@click.option("--path", "-p", help="one path instead of the whole site")
+@json_option
+def stats_command(day: str | None, start: str | None, end: str | None, path: str | None, as_json: bool) -> None:
+    """Page views and unique visitors per day and over a range (site or one path)."""
+    _emit(_query(lambda conn: views.stats_view(conn, day, start, end, path)), as_json, _render_stats)
+
+
+def _render_pages(console: Any, data: dict) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"top pages {data['from']} .. {data['to']}", title_justify="left")
+    table.add_column("#", justify="right")
+    table.add_column("path")
+    table.add_column("PV", justify="right")
+    for rank, (path, pv) in enumerate(data["pages"], 1):
+        table.add_row(str(rank), path, str(pv))
+    console.print(table)
+
+
+@cli.command("top-pages")
+@click.option("--from", "start", help="first day (default: the last day)")
+@click.option("--to", "end", help="last day (default today)")
+@click.option("--limit", "-n", type=int, default=10, show_default=True)
+@json_option
+def top_pages_command(start: str | None, end: str | None, limit: int, as_json: bool) -> None:
+    """Paths by page views over a range of days."""
+    _emit(_query(lambda conn: views.top_pages_view(conn, start, end, limit)), as_json, _render_pages)
+
+
+def _render_uniques(console: Any, data: dict) -> None:
+    console.print(f"[bold]unique visitors[/bold] {data['from']} .. {data['to']}: {data['visitors']}")
+    values = [d["visitors"] for d in data["days"]]
+    if len(values) > 1:
+        console.print(sparkline(values))
+    for d in data["days"]:
+        console.print(f"  {d['day']}  {d['visitors']:>9}")
+    if data["missing_days"]:
+        console.print(f"  (per-visitor data expired for {', '.join(data['missing_days'])}: not in the total)")
+
+
+@cli.command("uniques")
+@with_range
+@json_option
+def uniques_command(day: str | None, start: str | None, end: str | None, as_json: bool) -> None:
+    """Distinct session ids per day and over a range (an exact union)."""
+    _emit(_query(lambda conn: views.uniques_view(conn, day, start, end)), as_json, _render_uniques)
+
+
+def _ago(seconds: float | None) -> str:
+    return "never" if seconds is None else f"{seconds:.0f}s ago"
+
+
+def _render_health(console: Any, data: dict) -> None:
+    def line(ok: bool, what: str, detail: str) -> None:
+        console.print(f"{'[green]ok  [/green]' if ok else '[red]FAIL[/red]'} {what:<8} {detail}")
+
+    redis_ = data["redis"]
+    line(redis_["ok"], "redis", f"{redis_.get('latency_ms', 0):.1f} ms" if redis_["ok"] else redis_["error"])
+    workers = data["workers"]
+    line(workers["ok"], "workers", ", ".join(workers["names"]) or workers.get("error", "no worker answered"))
+    beat = data["beat"]
+    line(beat["ok"], "beat", beat.get("error") or f"clean_counters last started {_ago(beat['last_run_age_seconds'])}"
+         f" (limit {beat['max_age_seconds']:.0f}s)")
+    queues = data["queues"]
+    line(queues["ok"], "queues", "  ".join(f"{q}={queues[q]}" for q in ("visits", "maintenance")) if queues["ok"]
+         else queues["error"])
+    for job, info in data["jobs"].items():
+        took = "" if info["last_duration"] is None else f", took {info['last_duration'] * 1000:.1f} ms"
+        result = "" if info["last_result"] is None else f", result {info['last_result']}"
+        console.print(f"     job      {job}: {_ago(info['age_seconds'])}{took}{result}, skipped {info['skipped']}")
+    console.print("healthy" if data["ok"] else "UNHEALTHY")
+
+
+@cli.command("health")
+@click.option("--timeout", type=float, default=1.0, show_default=True, help="seconds to wait for workers' pings")
+@click.option("--beat-max-age", type=float, default=180.0, show_default=True,
+              help="beat counts as alive when its every-minute job started within this many seconds")
+@json_option
+def health_command(timeout: float, beat_max_age: float, as_json: bool) -> int:
+    """Redis, workers, beat, queue lengths, last maintenance runs; exit 1 when unhealthy."""
+    try:
+        report = health.report(timeout, beat_max_age)
+    except ConfigurationError as exc:
+        raise Failed(str(exc)) from None
+    _emit(report, as_json, _render_health)
+    return EXIT_OK if report["ok"] else EXIT_FAILED
+
+
+@cli.command("serve")
+@click.option("--host", default="127.0.0.1", show_default=True, help="address to bind (default: this machine only)")
+@click.option("--port", type=int, default=8000, show_default=True)
+def serve_command(host: str, port: int) -> None:
+    """The read-only web dashboard (basic auth when COUNTERS_DASHBOARD_AUTH=user:password)."""
+    import uvicorn
+
+    try:
+        auth = get_settings().dashboard_auth
+    except ConfigurationError as exc:
+        raise Failed(str(exc)) from None
+    if not auth and host not in ("127.0.0.1", "localhost", "::1"):
+        click.echo(f"warning: serving on {host} without COUNTERS_DASHBOARD_AUTH: anyone who can reach it can read it",
+                   err=True)
+    uvicorn.run(create_app(auth=auth), host=host, port=port, log_level="info")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``counters-tasks`` console script; returns the exit code."""
+    try:
+        result = cli.main(args=argv, prog_name="counters-tasks", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        return EXIT_FAILED
+    return result if isinstance(result, int) else EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

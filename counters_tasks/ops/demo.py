@@ -1,0 +1,97 @@
+"""``counters-tasks demo``: the local stack, a burst of simulated visits, a report, then exit.
+
+The visits go the way a busy app sends them: ``VisitRecorder`` batches of ``record_visits``
+(site PV/UV, the ``hits`` counters, daily uniques) plus a ranking bump of the page, applied by
+a real worker. The report compares what Redis holds with what the demo sent.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+import uuid
+from collections import Counter
+
+from .. import counters, ranking, sitestats, uniques
+from ..core import days
+from ..local.stack import Stack
+from ..recorder import VisitRecorder
+from ..store.client import get_redis
+
+DEMO_PATHS = ["/", "/about", "/blog", "/blog/redis-counters", "/pricing", "/docs", "/docs/api", "/contact"]
+BOARD = "demo:pages"
+
+
+def progress(done: int, total: int, label: str, width: int = 40) -> None:
+    filled = int(width * done / total) if total else width
+    sys.stderr.write(f"\r{label:<10} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+    if done >= total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+
+
+def _hits(conn, name: str) -> int:
+    return sum(total for _bucket, total in counters.get_counter(conn, name, 86400))
+
+
+def run_demo(visits: int, concurrency: int = 2, seed: int = 1, timeout: float = 300) -> int:
+    """Returns 0 when every figure the demo can check is exact, 1 otherwise."""
+    stack = Stack(flower=False, concurrency=concurrency)
+    try:
+        stack.start()
+        stack.wait_worker_ready()
+        conn = get_redis()
+        rng = random.Random(seed)
+        visitors = [f"198.51.100.{i}" for i in range(1, 255)] + [f"2001:db8::{i:x}" for i in range(1, 200)]
+        sessions = [str(uuid.uuid4()) for _ in range(300)]
+        board = ranking.Ranking(conn, BOARD)
+        before_hits = {path: _hits(conn, f"hits:{path}") for path in DEMO_PATHS}
+        before_top = dict(board.top(limit=100, withscores=True))
+        before_pv = sitestats.site_visit_info(conn).pv
+        sent: Counter[str] = Counter()
+        recorder = VisitRecorder(max_batch=500, max_delay=0.1)
+        now = time.time()
+        for i in range(visits):
+            path = rng.choices(DEMO_PATHS, weights=[8, 2, 4, 3, 2, 3, 1, 1])[0]
+            ts = now - rng.uniform(0, 600)  # visits over the last ten minutes
+            recorder.record(rng.choice(visitors), path, rng.choice(sessions), ts)
+            recorder.incr_ranking(BOARD, path, 1, ts)
+            sent[path] += 1
+            if i % 200 == 0 or i == visits - 1:
+                progress(i + 1, visits, "sent")
+        if not recorder.close(timeout=60):
+            print("demo: the broker did not take every batch", file=sys.stderr)
+            return 1
+        deadline = time.monotonic() + timeout
+        while True:
+            applied = sitestats.site_visit_info(conn).pv - before_pv
+            progress(min(applied, visits), visits, "counted")
+            top_now = dict(board.top(limit=100, withscores=True))
+            if applied >= visits and sum(top_now.values()) - sum(before_top.values()) >= visits:
+                break
+            stack.check_alive()
+            if time.monotonic() > deadline:
+                print(f"\ndemo: only {applied} of {visits} visits counted after {timeout}s", file=sys.stderr)
+                return 1
+            time.sleep(0.2)
+        today = days.today()
+        site = sitestats.site_visit_info(conn, today)
+        print()
+        print(f"After {visits} simulated visits (sent = by this demo; Redis = what it holds now):")
+        print(f"site today: {site.pv} page views, {site.uv} unique visitors; "
+              f"unique sessions today: {uniques.unique_visitors(conn, today)}")
+        print(f"{'path':<24}{'sent':>7}{'hits':>7}{'rank':>7}{'PV today':>10}{'UV today':>10}   per minute")
+        exact = True
+        for path in sorted(DEMO_PATHS, key=lambda p: -sent[p]):
+            hits = _hits(conn, f"hits:{path}") - before_hits[path]
+            rank = top_now.get(path, 0) - before_top.get(path, 0)
+            exact &= hits == sent[path] == rank
+            info = sitestats.site_visit_info(conn, today, path)
+            series = [t for _b, t in counters.get_counter(conn, f"hits:{path}", 60)][-10:]
+            print(f"{path:<24}{sent[path]:>7}{hits:>7}{rank:>7}{info.pv:>10}{info.uv:>10}   {' '.join(map(str, series))}")
+        print(f"top pages ({BOARD}, last 24 h): {', '.join(m for m, _ in board.top(limit=3, withscores=True))}")
+        print(f"known counters: {len(counters.known_counters(conn))}; exact: {'yes' if exact else 'NO'}")
+        return 0 if exact else 1
+    finally:
+        stack.stop()

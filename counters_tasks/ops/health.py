@@ -1,0 +1,101 @@
+"""Operator health checks: Redis, workers, beat, queue lengths and the beat jobs' last runs.
+
+Used by ``counters-tasks health`` and the dashboard's health panel. Every check has a timeout,
+so a dead broker or Redis makes the report unhealthy instead of hanging it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import redis
+
+from ..app import app as default_app
+from ..core.settings import get_settings
+from ..store.client import as_str, get_redis
+from ..worker.maintenance import job_status
+
+QUEUES = ("visits", "maintenance")
+JOBS = ("clean_counters", "rotate_rankings", "precompute_expected")
+BEAT_JOB = "clean_counters"
+"""The job beat runs every minute: its last start tells whether beat is alive."""
+PRIORITY_SEPARATOR = "\x06\x16"
+PRIORITY_STEPS = (3, 6, 9)  # kombu's Redis transport keeps priorities 1-9 in extra lists
+
+
+def queue_length(broker: Any, queue: str) -> int:
+    """Messages waiting in a Celery queue on a Redis broker (every priority list of it)."""
+    pipe = broker.pipeline(transaction=False)
+    pipe.llen(queue)
+    for step in PRIORITY_STEPS:
+        pipe.llen(f"{queue}{PRIORITY_SEPARATOR}{step}")
+    return sum(int(n) for n in pipe.execute())
+
+
+def _job(conn: Any, job: str, now: float) -> dict[str, Any]:
+    raw = job_status(conn, job)
+    started = float(raw["last_started"]) if "last_started" in raw else None
+    return {
+        "last_started": started,
+        "age_seconds": None if started is None else round(now - started, 3),
+        "last_duration": float(raw["last_duration"]) if "last_duration" in raw else None,
+        "last_result": raw.get("last_result"),
+        "skipped": int(raw.get("skipped", 0)),
+    }
+
+
+def check(conn: Any, broker: Any = None, app: Any = None, ping_timeout: float = 1.0,
+          beat_max_age: float = 180.0, now: float | None = None) -> dict[str, Any]:
+    """The health report: ``ok`` is true when Redis answers, a worker answers a ping and beat's
+    every-minute job started within ``beat_max_age`` seconds. ``broker`` (a Redis client of the
+    broker) and ``app`` (the Celery app) are optional: the checks that need them are skipped
+    and count as failed when missing."""
+    now = time.time() if now is None else now
+    report: dict[str, Any] = {"checked_at": now}
+    started = time.perf_counter()
+    try:
+        conn.ping()
+        report["redis"] = {"ok": True, "latency_ms": round((time.perf_counter() - started) * 1000, 3)}
+    except Exception as exc:  # any failure to answer is "unhealthy", reported as text
+        report["redis"] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    if report["redis"]["ok"]:
+        report["jobs"] = {job: _job(conn, job, now) for job in JOBS}
+        age = report["jobs"][BEAT_JOB]["age_seconds"]
+        report["beat"] = {"ok": age is not None and age <= beat_max_age, "last_run_age_seconds": age,
+                          "max_age_seconds": beat_max_age}
+    else:
+        report["jobs"] = {}
+        report["beat"] = {"ok": False, "error": "Redis is not reachable"}
+    if broker is not None:
+        try:
+            report["queues"] = {"ok": True, **{q: queue_length(broker, q) for q in QUEUES}}
+        except Exception as exc:
+            report["queues"] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    else:
+        report["queues"] = {"ok": False, "error": "no broker given"}
+    if app is not None and report["queues"]["ok"]:
+        try:
+            replies = app.control.ping(timeout=ping_timeout) or []
+            names = sorted(as_str(name) for reply in replies for name in reply)
+            report["workers"] = {"ok": bool(names), "names": names}
+        except Exception as exc:
+            report["workers"] = {"ok": False, "names": [], "error": f"{type(exc).__name__}: {exc}"}
+    else:
+        report["workers"] = {"ok": False, "names": [], "error": "the broker is not reachable" if app else "no app given"}
+    report["ok"] = all(report[part]["ok"] for part in ("redis", "beat", "queues", "workers"))
+    return report
+
+
+def broker_client(url: str, timeout: float = 2.0) -> Any:
+    """A Redis client of the broker (for queue lengths), with short timeouts."""
+    return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+
+
+def report(ping_timeout: float = 1.0, beat_max_age: float = 180.0) -> dict[str, Any]:
+    """The health report of the configured deployment: its Redis, broker and workers (``check``)."""
+    broker = broker_client(get_settings().broker_url)
+    try:
+        return check(get_redis(), broker, default_app, ping_timeout=ping_timeout, beat_max_age=beat_max_age)
+    finally:
+        broker.close()

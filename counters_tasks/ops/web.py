@@ -1,0 +1,112 @@
+"""The read-only web dashboard (``counters-tasks serve``): JSON endpoints and one HTML page.
+
+The endpoints return the same dicts as the CLI's ``--json`` (``counters_tasks.views``). The
+page and its chart code are served from the package (``static/``): no CDN, it works offline.
+Optional basic auth: ``COUNTERS_DASHBOARD_AUTH=user:password`` (read when the app is made).
+Handlers are plain functions, so Starlette runs the blocking Redis calls in its thread pool.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+from collections.abc import Callable
+from importlib import resources
+from typing import Any
+
+import redis
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ..core.settings import get_settings
+from ..errors import InvalidInput
+from ..store.client import get_redis
+from . import health, views
+
+ARGUMENT = {"from": "start", "to": "end"}
+"""Query parameters whose view argument has another name (``from`` is a Python keyword)."""
+STATIC = resources.files(__package__).joinpath("static")
+
+
+class BasicAuth:
+    """Every request needs the one user and password (constant-time compare), else 401."""
+
+    def __init__(self, app: ASGIApp, user: str, password: str) -> None:
+        self.app = app
+        self.expected = f"{user}:{password}".encode()
+
+    def _allowed(self, scope: Scope) -> bool:
+        for name, value in scope.get("headers", []):
+            if name == b"authorization" and value[:6].lower() == b"basic ":
+                try:
+                    given = base64.b64decode(value[6:].strip(), validate=True)
+                except (binascii.Error, ValueError):
+                    return False
+                return hmac.compare_digest(given, self.expected)
+        return False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not self._allowed(scope):
+            response = Response("authentication required", status_code=401,
+                                headers={"WWW-Authenticate": 'Basic realm="counters-tasks", charset="UTF-8"'})
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def _default_health(_conn: Any) -> dict:
+    return health.report(ping_timeout=1.0, beat_max_age=180.0)
+
+
+def create_app(conn: Any = None, auth: tuple[str, str] | None | bool = True,
+               health: Callable[[Any], dict] | None = None) -> ASGIApp:
+    """The dashboard app over ``conn`` (default: the configured Redis). ``auth``: True reads
+    ``COUNTERS_DASHBOARD_AUTH``; a ``(user, password)`` pair; or None/False for none."""
+    if auth is True:
+        auth = get_settings().dashboard_auth
+    get_health = health or _default_health
+
+    def connection() -> Any:
+        return conn if conn is not None else get_redis()
+
+    def endpoint(view: Callable[..., dict], *params: str) -> Callable[[Request], Response]:
+        """A GET handler calling ``view`` with the query parameters ``params`` (``name!``: required,
+        passed as None when missing so the view refuses it)."""
+        def handle(request: Request) -> Response:
+            query = request.query_params
+            kwargs = {name.strip("!"): query.get(name.strip("!")) or None for name in params if name.endswith("!")}
+            kwargs.update({ARGUMENT.get(name, name): query[name] for name in params if query.get(name) not in (None, "")})
+            try:
+                return JSONResponse(view(connection(), **kwargs), headers={"Cache-Control": "no-store"})
+            except InvalidInput as exc:
+                return JSONResponse({"error": str(exc)}, status_code=400)
+            except redis.RedisError as exc:
+                return JSONResponse({"error": f"Redis: {type(exc).__name__}: {exc}"}, status_code=503)
+
+        return handle
+
+    def index(_request: Request) -> Response:
+        return FileResponse(str(STATIC.joinpath("index.html")), headers={"Cache-Control": "no-store"})
+
+    routes = [
+        Route("/", index),
+        Route("/api/stats", endpoint(views.stats_view, "day", "from", "to", "path")),
+        Route("/api/top-pages", endpoint(views.top_pages_view, "from", "to", "limit")),
+        Route("/api/uniques", endpoint(views.uniques_view, "day", "from", "to")),
+        Route("/api/config", endpoint(views.config_view)),
+        Route("/api/counters", endpoint(views.counters_list)),
+        Route("/api/counter", endpoint(views.counter_view, "name!", "precision", "last")),
+        Route("/api/boards", endpoint(views.boards_list)),
+        Route("/api/top", endpoint(views.board_view, "board!", "limit")),
+        Route("/api/health", endpoint(get_health)),
+        Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
+    ]
+    app: ASGIApp = Starlette(routes=routes)
+    if auth:
+        app = BasicAuth(app, *auth)
+    return app

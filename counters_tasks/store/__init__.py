@@ -1,0 +1,13 @@
+"""The store layer: everything that speaks to the counters' Redis.
+
+- ``client``: the per-process, connection-pooled client (single server or cluster), the
+  transient errors, the read pipeline;
+- ``scripts``: the Lua scripts of ``lua/`` (each with a KEYS/ARGV/returns header), loaded once
+  per client, and ordered pipelines;
+- ``keys``: the key schema and hash tags (documented in docs/keys.md);
+- ``registry``: sharded registries of names, walked a page at a time;
+- ``hll``: a client-side union of HyperLogLogs that live in different cluster slots.
+
+It imports only ``counters_tasks.core`` and ``counters_tasks.errors``; the data modules above it
+decide what to write, this layer how.
+"""

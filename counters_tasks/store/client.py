@@ -1,0 +1,106 @@
+"""The Redis client of the counters: one bounded connection pool per process.
+
+The client is made on first use (not at import), made again in a forked child (prefork workers
+never share sockets) and when the settings are read afresh (``reset_settings``). hiredis is used
+by redis-py when it is installed.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import redis
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.cluster import RedisCluster
+from redis.exceptions import (
+    BusyLoadingError,
+    ClusterDownError,
+    ConnectionError,
+    SlotNotCoveredError,
+    TimeoutError,
+    TryAgainError,
+)
+from redis.retry import Retry
+
+from ..core.settings import Settings, get_settings
+
+CLUSTER_RETRIES = 3
+"""Extra tries of a command on a cluster after a connection error or CLUSTERDOWN (slot map refreshed)."""
+
+TRANSIENT_ERRORS = (ConnectionError, TimeoutError, BusyLoadingError,
+                    ClusterDownError, TryAgainError, SlotNotCoveredError)  # a cluster failing over
+"""Errors after which the same write, tried again later, can succeed: tasks retry on them."""
+
+_lock = threading.Lock()
+_client: Any = None
+_client_pid: int | None = None
+_client_settings: Settings | None = None
+
+
+def make_client(settings: Settings) -> Any:
+    """A new client for ``settings`` (``redis.Redis`` on a blocking pool, or ``RedisCluster``)."""
+    options: dict[str, Any] = {
+        "socket_timeout": settings.socket_timeout,
+        "socket_connect_timeout": settings.socket_timeout,
+        "health_check_interval": 30,
+    }
+    if settings.redis_cluster:
+        # A connection error, timeout or CLUSTERDOWN makes redis-py refresh the slot map and try
+        # again, CLUSTER_RETRIES times (MOVED/ASK/TRYAGAIN are followed apart from these). Those
+        # tries are immediate, so they ride through a slot migration or a stale map, not a
+        # failover (node timeout + election, seconds): the tasks retry that with backoff.
+        return RedisCluster.from_url(
+            settings.redis_url, max_connections=settings.pool_size, reinitialize_steps=5,
+            retry=Retry(ExponentialWithJitterBackoff(base=0.1, cap=2), CLUSTER_RETRIES), **options,
+        )
+    pool = redis.BlockingConnectionPool.from_url(
+        settings.redis_url, max_connections=settings.pool_size, timeout=settings.socket_timeout, **options
+    )
+    return redis.Redis(connection_pool=pool)
+
+
+def get_redis() -> Any:
+    """The process-wide client for the counters data (``redis.Redis`` or ``RedisCluster``)."""
+    global _client, _client_pid, _client_settings
+    pid = os.getpid()
+    settings = get_settings()
+    if _client is None or _client_pid != pid or _client_settings is not settings:
+        with _lock:
+            if _client is None or _client_pid != pid or _client_settings is not settings:
+                _close_own_client()
+                _client, _client_pid, _client_settings = make_client(settings), pid, settings
+    return _client
+
+
+def reset() -> None:
+    """Drop the client (its pool is closed if it belongs to this process)."""
+    global _client, _client_pid, _client_settings
+    with _lock:
+        _close_own_client()
+        _client, _client_pid, _client_settings = None, None, None
+
+
+def _close_own_client() -> None:
+    """Close the current client if this process made it (a forked child leaves its parent's alone)."""
+    if _client is not None and _client_pid == os.getpid():
+        try:
+            _client.close()
+        except Exception:  # closing is best effort
+            pass
+
+
+def is_cluster(conn: Any) -> bool:
+    return isinstance(conn, RedisCluster)
+
+
+def read_pipeline(conn: Any) -> Any:
+    """A pipeline for reads that may span slots: a cluster pipeline sends to every node at once;
+    on one server a plain (non-transactional) pipeline."""
+    return conn.pipeline() if is_cluster(conn) else conn.pipeline(transaction=False)
+
+
+def as_str(value: Any) -> str:
+    """A reply as ``str`` whether or not the client decodes responses."""
+    return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else str(value)

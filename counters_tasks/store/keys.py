@@ -1,0 +1,306 @@
+"""The one place where Redis key names are made.
+
+Every key starts with ``COUNTERS_KEY_PREFIX``. Keys that one Lua call touches together share a
+hash tag ``{...}`` derived from a hash of the user string (a counter name, board, day), so on
+Redis Cluster each call stays in one slot, load spreads over slots, and no user string can pick
+a slot. User strings that appear in a key at all appear percent-escaped after the tag, for
+readability only. ``docs/keys.md`` documents every key made here.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from datetime import date
+from urllib.parse import quote
+
+from ..core.settings import get_settings
+
+REGISTRY_SHARDS = 16
+"""The counter registry is split over this many zsets (each its own slot) to spread writes."""
+
+TAG_GROUPS = 256
+"""Counters, and apart from them paths, hash into this many tag groups. A batch then makes one
+Lua call (and one dedupe marker) per group it touches rather than one per counter or path,
+while the load still spreads over 256 slots of each kind."""
+
+
+def prefix() -> str:
+    return get_settings().key_prefix
+
+
+@functools.lru_cache(maxsize=8192)
+def escape(text: str) -> str:
+    """Percent-escape a user string for use inside a key (braces, spaces, ``*``... never raw)."""
+    return quote(text, safe="/:@!$&'()+,;=-._~")
+
+
+def digest(kind: str, text: str, size: int = 8) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=size, person=kind.encode()[:16]).digest()
+
+
+@functools.lru_cache(maxsize=8192)
+def group_tag(letter: str, kind: str, text: str) -> str:
+    """The tag of the group (one of TAG_GROUPS) that a user string of one kind hashes into."""
+    return f"{letter}{int.from_bytes(digest(kind, text, 4), 'big') % TAG_GROUPS}"
+
+
+def hash_tag(kind: str, text: str) -> str:
+    """The hash tag (without braces) for one user string of one kind: 16 hex digits."""
+    return digest(kind, text).hex()
+
+
+def chunk_ids(message_id: str | None, count: int, separator: str = "#") -> list[str | None]:
+    """The dedupe ids of the ``count`` parts of one message (chunks of a batch, calls of a
+    chunk): ``<message id><separator><n>``, the same every time the message is delivered.
+    A message without an id has parts without ids (no dedupe)."""
+    return [None if message_id is None else f"{message_id}{separator}{n}" for n in range(count)]
+
+
+# --- multi-precision counters -------------------------------------------------------------
+
+def counter_tag(name: str) -> str:
+    return _counter_tag(name)
+
+
+@functools.lru_cache(maxsize=65536)
+def _counter_tag(name: str) -> str:
+    return group_tag("c", "counter", name)
+
+
+def counter_hash(name: str, precision: int) -> str:
+    """HASH bucket_start -> total for one counter at one precision."""
+    return f"{prefix()}cnt:{{{counter_tag(name)}}}:{precision}:{escape(name)}"
+
+
+def counter_keys(name: str, precisions: tuple[int, ...]) -> tuple[str, ...]:
+    """The counter's HASH at every precision (in the order given), then its registered marker.
+
+    Cached: this is the hot path of every write.
+    """
+    return _counter_keys(prefix(), name, precisions)
+
+
+@functools.lru_cache(maxsize=65536)
+def _counter_keys(_prefix: str, name: str, precisions: tuple[int, ...]) -> tuple[str, ...]:
+    return (*(counter_hash(name, p) for p in precisions), counter_registered(name))
+
+
+def counter_registered(name: str) -> str:
+    """STRING marker: the counter is in the registry (writers skip the ZADD while it exists)."""
+    return f"{prefix()}cnt:{{{counter_tag(name)}}}:reg:{escape(name)}"
+
+
+def counter_seen(message_id: str, *, tag: str) -> str:
+    """STRING marker: this message was already applied to the counters of this tag group
+    (dedupe, with a TTL)."""
+    return f"{prefix()}cnt:{{{tag}}}:seen:{escape(message_id)}"
+
+
+def registry_shard_of(name: str) -> int:
+    return digest("registry", name, 2)[0] % REGISTRY_SHARDS
+
+
+def counter_registry(shard: int) -> str:
+    """ZSET of counter names that have data (score 0), one of REGISTRY_SHARDS."""
+    return f"{prefix()}known:{{r{shard}}}"
+
+
+def counter_registries() -> list[str]:
+    """Every shard of the counter registry."""
+    return [counter_registry(shard) for shard in range(REGISTRY_SHARDS)]
+
+
+def cleaner_state() -> str:
+    """HASH precision -> the ``now`` of the last pass that cleaned it."""
+    return f"{prefix()}cleaner:state"
+
+
+def lock(job: str) -> str:
+    """STRING lock held while a beat job runs (with a TTL)."""
+    return f"{prefix()}lock:{job}"
+
+
+def job_stats(job: str) -> str:
+    """HASH about the last run of a beat job (when, how long, result)."""
+    return f"{prefix()}job:{job}"
+
+
+# --- sliding-window rankings --------------------------------------------------------------
+# Every key of one board shares the board's hash tag, so each ranking script stays in one slot.
+# The slot hashes are named ``ranking_slot_parts(...)[0] + str(slot) + [1]``: the rotation and
+# read scripts build them from the slot index inside the call (same tag, so same cluster slot).
+
+def board_tag(name: str) -> str:
+    return hash_tag("board", name)
+
+
+def ranking_meta(name: str, *, tag: str | None = None) -> str:
+    """HASH of one board: fixed settings (period, interval), watermark, rotation point, stats."""
+    t = tag or board_tag(name)
+    return f"{prefix()}rank:{{{t}}}:meta:{escape(name)}"
+
+
+def ranking_top(name: str, *, tag: str | None = None) -> str:
+    """ZSET member -> minus its total over the live slots (so ZRANGE gives the ranking order)."""
+    t = tag or board_tag(name)
+    return f"{prefix()}rank:{{{t}}}:top:{escape(name)}"
+
+
+def ranking_slots(name: str, *, tag: str | None = None) -> str:
+    """ZSET of the slot numbers (score = slot) whose hashes are live: the board's slot index."""
+    t = tag or board_tag(name)
+    return f"{prefix()}rank:{{{t}}}:slots:{escape(name)}"
+
+
+def ranking_slot_parts(name: str, *, tag: str | None = None) -> tuple[str, str]:
+    """The two halves of a slot hash's name, around the slot number."""
+    t = tag or board_tag(name)
+    return f"{prefix()}rank:{{{t}}}:s:", f":{escape(name)}"
+
+
+def ranking_slot(name: str, slot: int, *, tag: str | None = None) -> str:
+    """HASH member -> amount added during one time slot of one board (with a safety-net TTL)."""
+    head, tail = ranking_slot_parts(name, tag=tag)
+    return f"{head}{int(slot)}{tail}"
+
+
+def ranking_seen(name: str, message_id: str, *, tag: str | None = None) -> str:
+    """STRING marker: this message was already applied to this board (dedupe, with a TTL)."""
+    t = tag or board_tag(name)
+    return f"{prefix()}rank:{{{t}}}:seen:{escape(message_id)}"
+
+
+BOARD_REGISTRY_SHARDS = 16
+"""The board registry is split over this many zsets (each its own slot) to spread writes."""
+
+
+def board_registry_shard_of(name: str) -> int:
+    return digest("boards", name, 2)[0] % BOARD_REGISTRY_SHARDS
+
+
+def board_registry(shard: int) -> str:
+    """ZSET of board names (score 0), one of BOARD_REGISTRY_SHARDS: what the rotation job walks."""
+    return f"{prefix()}boards:{{b{shard}}}"
+
+
+def board_registries() -> list[str]:
+    """Every shard of the board registry."""
+    return [board_registry(shard) for shard in range(BOARD_REGISTRY_SHARDS)]
+
+
+# --- site PV/UV --------------------------------------------------------------------------
+# Three slots per visit: the site's day (tag of the day), the visitor's all-time shard (tag of
+# the shard number) and the path's tag group (all-time and per-day keys of that path).
+# Visitor ids are HMACs of the IP (``sitestats.visitor_id``), never raw IPs.
+
+SITE_SHARDS = 16
+"""Site-wide all-time PV/UV is split over this many shards by visitor id (each its own slot)."""
+
+
+def _uv_kind(mode: str) -> str:
+    return "hll" if mode == "hll" else "vis"
+
+
+def site_day_tag(day: date) -> str:
+    return hash_tag("site-day", day.isoformat())
+
+
+def site_day_totals(day: date, *, tag: str | None = None) -> str:
+    """HASH pv, uv of the whole site on one local day (kept COUNTERS_DAY_TOTALS_DAYS)."""
+    return f"{prefix()}site:{{{tag or site_day_tag(day)}}}:day:{day.isoformat()}"
+
+
+def site_day_visitors(day: date, mode: str, *, tag: str | None = None) -> str:
+    """SET of visitor ids (or HLL in ``hll`` mode) of one day (kept COUNTERS_DAY_GRACE_DAYS)."""
+    return f"{prefix()}site:{{{tag or site_day_tag(day)}}}:{_uv_kind(mode)}:{day.isoformat()}"
+
+
+def site_day_range_hll(day: date, *, tag: str | None = None) -> str:
+    """HLL of the site's visitor ids on one day, in every UV mode: range UV is the union of days
+    (kept as long as the day's totals)."""
+    return f"{prefix()}site:{{{tag or site_day_tag(day)}}}:rhll:{day.isoformat()}"
+
+
+def site_day_pages(day: date, *, tag: str | None = None) -> str:
+    """ZSET path -> page views on one day: top pages over a range (kept as long as the totals)."""
+    return f"{prefix()}site:{{{tag or site_day_tag(day)}}}:pages:{day.isoformat()}"
+
+
+def site_shard_of(visitor: str) -> int:
+    return int(visitor) % SITE_SHARDS
+
+
+def site_shard_tag(shard: int) -> str:
+    return hash_tag("site-all", str(shard))
+
+
+def site_all_totals(shard: int) -> str:
+    """HASH pv, uv of one shard of the site's all-time totals (sum over shards = the site's)."""
+    return f"{prefix()}site:{{{site_shard_tag(shard)}}}:all:{shard}"
+
+
+def site_all_visitors(shard: int, mode: str) -> str:
+    """SET (or HLL) of every visitor id ever seen whose id falls in this shard; never expires."""
+    return f"{prefix()}site:{{{site_shard_tag(shard)}}}:{_uv_kind(mode)}:all:{shard}"
+
+
+def site_seen(message_id: str, *, tag: str) -> str:
+    """STRING marker: this message was already applied in this site slot (dedupe, with a TTL)."""
+    return f"{prefix()}site:{{{tag}}}:seen:{escape(message_id)}"
+
+
+def path_tag(path: str) -> str:
+    return group_tag("p", "path", path)
+
+
+def path_totals(path: str, day: date | None = None, *, tag: str | None = None) -> str:
+    """HASH pv, uv of one path, all time (``day`` None, kept forever) or on one day."""
+    t = tag or path_tag(path)
+    when = "all" if day is None else f"day:{day.isoformat()}"
+    return f"{prefix()}path:{{{t}}}:{when}:{escape(path)}"
+
+
+def path_visitors(path: str, day: date | None, mode: str, *, tag: str | None = None) -> str:
+    """SET (or HLL) of visitor ids of one path, all time or on one day."""
+    t = tag or path_tag(path)
+    when = "all" if day is None else f"day:{day.isoformat()}"
+    return f"{prefix()}path:{{{t}}}:{_uv_kind(mode)}:{when}:{escape(path)}"
+
+
+def path_range_hll(path: str, day: date, *, tag: str | None = None) -> str:
+    """HLL of the visitor ids of one path on one day (range UV of a path; same slot for every day)."""
+    return f"{prefix()}path:{{{tag or path_tag(path)}}}:rhll:day:{day.isoformat()}:{escape(path)}"
+
+
+def path_seen(message_id: str, *, tag: str) -> str:
+    """STRING marker: this message was already applied to the paths of this tag group (dedupe, TTL)."""
+    return f"{prefix()}path:{{{tag}}}:seen:{escape(message_id)}"
+
+
+# --- daily unique visitors -------------------------------------------------------------
+# One slot per day (tag of the day): the count, the expected figure and every shard of that day,
+# so SADD and INCR run in one Lua call.
+
+def uniques_tag(day: date) -> str:
+    return hash_tag("uniques", day.isoformat())
+
+
+def uniques_count(day: date, *, tag: str | None = None) -> str:
+    """STRING: exact number of distinct session ids seen on ``day``."""
+    return f"{prefix()}uniq:{{{tag or uniques_tag(day)}}}:count:{day.isoformat()}"
+
+
+def uniques_expected(day: date, *, tag: str | None = None) -> str:
+    """STRING: the day's expected-uniques figure, fixed once (first writer wins)."""
+    return f"{prefix()}uniq:{{{tag or uniques_tag(day)}}}:expected:{day.isoformat()}"
+
+
+def uniques_shard(day: date, shard: int, *, tag: str | None = None) -> str:
+    """SET of integer ids (an intset while it holds at most 512)."""
+    return f"{prefix()}uniq:{{{tag or uniques_tag(day)}}}:shard:{day.isoformat()}:{shard}"
+
+
+def uniques_seen(day: date, message_id: str, *, tag: str | None = None) -> str:
+    """STRING marker: this message was already applied to this day's uniques (dedupe, TTL)."""
+    return f"{prefix()}uniq:{{{tag or uniques_tag(day)}}}:seen:{escape(message_id)}"

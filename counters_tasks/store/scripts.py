@@ -1,0 +1,103 @@
+"""The Lua scripts (``lua/<name>.lua``): loaded from the package once, registered once per client,
+and run alone or queued on pipelines; ``execute_in_order`` runs stages of queued commands.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from collections.abc import Callable
+from importlib import resources
+from typing import Any
+
+from redis.cluster import ClusterPipeline
+from redis.commands.core import Script
+from redis.exceptions import NoScriptError
+
+from .client import as_str, is_cluster
+
+_scripts: weakref.WeakKeyDictionary[Any, dict[str, Script]] = weakref.WeakKeyDictionary()
+
+
+@functools.cache
+def lua_source(name: str) -> str:
+    """The text of ``lua/<name>.lua``, read from the package once."""
+    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text()
+
+
+def script(conn: Any, name: str) -> Script:
+    """The Lua script ``lua/<name>.lua`` registered once for ``conn``."""
+    per_client = _scripts.get(conn)
+    if per_client is None:
+        per_client = _scripts.setdefault(conn, {})
+    found = per_client.get(name)
+    if found is None:
+        found = per_client[name] = conn.register_script(lua_source(name))
+    return found
+
+
+def run_script(conn: Any, name: str, keys: list, args: list, client: Any = None) -> Any:
+    """Run script ``name`` on ``client`` (default ``conn``; may be a pipeline of ``conn``).
+
+    Queued on a pipeline it goes as a bare EVALSHA (no SCRIPT EXISTS round trip first);
+    ``execute_in_order`` loads the script and runs the command again on a NOSCRIPT reply. A
+    cluster pipeline cannot do that, so there the source goes as EVAL.
+    """
+    registered = script(conn, name)
+    if client is None or client is conn:
+        try:
+            return conn.evalsha(registered.sha, len(keys), *keys, *args)
+        except NoScriptError:  # a restarted or failed-over server: load it once more
+            conn.script_load(registered.script)
+            return conn.evalsha(registered.sha, len(keys), *keys, *args)
+    if isinstance(client, ClusterPipeline):
+        return client.execute_command("EVAL", registered.script, len(keys), *keys, *args)
+    return client.evalsha(registered.sha, len(keys), *keys, *args)
+
+
+def _execute(conn: Any, pipe: Any) -> list[Any]:
+    """Execute ``pipe``; commands refused with NOSCRIPT (never run) run again once loaded."""
+    stack = [args for args, _options in pipe.command_stack]
+    replies = pipe.execute(raise_on_error=False)
+    missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+    if missing:
+        by_sha = {s.sha: s.script for per in _scripts.values() for s in per.values()}
+        for sha in {stack[i][1] for i in missing}:
+            conn.script_load(by_sha[as_str(sha)])
+        retry = conn.pipeline(transaction=False)
+        for i in missing:
+            retry.execute_command(*stack[i])
+        for i, reply in zip(missing, retry.execute(raise_on_error=False), strict=True):
+            replies[i] = reply
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
+
+
+def execute_in_order(conn: Any, *stages: Callable[[Any], Any]) -> list[list[Any]]:
+    """Run stages of queued commands, each stage after the one before has been applied.
+
+    ``stages`` are callables that queue commands on a pipeline. On one server a single
+    non-transactional pipeline keeps order (one round trip); a cluster pipeline sends to all
+    nodes at once, so there each stage gets its own pipeline. Returns each stage's replies.
+    """
+    if not is_cluster(conn):
+        pipe = conn.pipeline(transaction=False)
+        sizes = []
+        for stage in stages:
+            before = len(pipe)
+            stage(pipe)
+            sizes.append(len(pipe) - before)
+        replies = _execute(conn, pipe)
+        out, start = [], 0
+        for size in sizes:
+            out.append(replies[start:start + size])
+            start += size
+        return out
+    out = []
+    for stage in stages:
+        pipe = conn.pipeline()
+        stage(pipe)
+        out.append(pipe.execute() if len(pipe) else [])
+    return out

@@ -1,0 +1,11 @@
+"""The worker side: what runs inside ``celery worker`` and ``celery beat`` besides the tasks.
+
+- ``celery_defaults``: the package's Celery configuration (queues, routes, JSON only, the beat
+  schedule, reliability options), built from ``core.settings``;
+- ``batching``: per-visit messages applied in batches (celery-batches), refused one by one;
+- ``broker``: the Redis broker transport that never loses a message a killed worker was taking;
+- ``maintenance``: the beat jobs' cluster-wide lock and their last-run records.
+
+It imports the data modules, ``store`` and ``core``; nothing here imports ``tasks``, ``app``,
+``local`` or ``ops``.
+"""

@@ -1,0 +1,75 @@
+"""The Redis broker transport, made safe against a worker killed while it takes a message.
+
+kombu's Redis transport takes messages with ``BRPOP``: the message leaves Redis when the server
+sends the reply, and is recorded as unacknowledged (so that it can be restored after the
+visibility timeout) only once the worker has read that reply. A worker killed (SIGKILL, OOM)
+in between loses the message for good (celery/kombu#305, celery/celery#4354). Here a message is
+taken by one Lua call that pops it and records it as unacknowledged at once (``broker_take``);
+to wait for messages without taking any, the worker blocks on ``BLMOVE q q RIGHT RIGHT``, which
+puts the message back where it was. Everything else (acks, restore sweeps, publishing) is
+kombu's. ``worker.celery_defaults`` selects this transport for ``redis://`` and ``rediss://`` brokers.
+"""
+
+from __future__ import annotations
+
+from time import monotonic
+
+from kombu.transport import redis as kombu_redis
+from kombu.utils.encoding import bytes_to_str
+from kombu.utils.json import loads
+
+from ..store.scripts import lua_source
+
+
+class Channel(kombu_redis.Channel):
+    """Takes messages atomically (pop + record as unacknowledged), waits without taking."""
+
+    _waiting = False  # the command in flight is the wait (BLMOVE), not the take
+
+    def _queue_keys(self) -> list[str]:
+        queues = self._queue_cycle.consume(len(self.active_queues))
+        return [self._q_for_pri(queue, pri) for pri in self.priority_steps for queue in queues]
+
+    def _brpop_start(self, timeout=None):
+        if self.global_keyprefix:  # not used here; kombu's own path handles prefixes
+            return super()._brpop_start(timeout)
+        keys = self._queue_keys()
+        if not keys:
+            return
+        self._in_poll = self.client.connection
+        self._brpop_sent_at = monotonic()
+        if self._waiting:
+            wait = keys[0]
+            command = ["BLMOVE", wait, wait, "RIGHT", "RIGHT", timeout or self.brpop_timeout or 1]
+        else:
+            command = ["EVAL", lua_source("broker_take"), len(keys) + 2, self.unacked_key, self.unacked_index_key, *keys]
+        self.client.connection.send_command(*command)
+
+    def _brpop_read(self, **options):
+        if self.global_keyprefix:
+            return super()._brpop_read(**options)
+        waiting = self._waiting
+        try:
+            try:
+                reply = self.client.parse_response(self.client.connection, "BLMOVE" if waiting else "EVAL", **options)
+            except self.connection_errors:
+                self.client.connection.disconnect()
+                raise
+            if waiting:  # a message arrived (left in place) or the wait timed out: take next
+                self._waiting = False
+                raise kombu_redis.Empty()
+            if not reply:
+                self._waiting = True
+                raise kombu_redis.Empty()
+            dest, item = reply
+            dest = bytes_to_str(dest).rsplit(self.sep, 1)[0]
+            self._queue_cycle.rotate(dest)
+            self.connection._deliver(loads(bytes_to_str(item)), dest)
+            return True
+        finally:
+            self._in_poll = None
+            self._flush_brpop_reauth()
+
+
+class Transport(kombu_redis.Transport):
+    Channel = Channel

@@ -1,0 +1,94 @@
+"""Real Celery worker and beat processes for the tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def celery_env(redis_url: str, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        COUNTERS_REDIS_URL=redis_url,
+        COUNTERS_SECRET=env.get("COUNTERS_SECRET", "test-secret-not-for-production"),
+        PYTHONPATH=str(REPO) + os.pathsep + env.get("PYTHONPATH", ""),
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra)
+    return env
+
+
+class CeleryProcess:
+    """A ``celery`` command in its own process group, with its output in a log file."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
+        self.log = log
+        self._log_file = open(log, "wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "counters_tasks", "--config", "celeryconfig", *args],
+            cwd=REPO, env=env, stdout=self._log_file, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = 60.0) -> CeleryProcess:
+        """Until the worker logs that it is ready (before that, SIGTERM kills it uncleanly)."""
+        from counters_tasks.local.waiting import wait_until
+
+        wait_until(lambda: " ready." in self.output() or self.process.poll() is not None, timeout=timeout,
+                 what=f"the worker to be ready; log:\n{self.output()[-2000:]}")
+        assert self.process.poll() is None, self.output()[-3000:]
+        return self
+
+    def stop(self, timeout: float = 20.0) -> int:
+        """Warm shutdown (SIGTERM), then SIGKILL of the whole group if it hangs."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout)
+        self._log_file.close()
+        return self.process.returncode
+
+    def kill(self) -> None:
+        """SIGKILL the worker and its pool children at once."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+
+def purge_broker(redis_url: str, env: dict[str, str] | None = None) -> None:
+    """Drop messages left on the test broker by earlier tests (eager runs do not use it, but
+    ``send_task`` and ``VisitRecorder`` do), so a new worker sees only this test's messages."""
+    import redis
+
+    from counters_tasks.core.settings import load_settings
+
+    broker = load_settings({**(env or {}), "COUNTERS_REDIS_URL": redis_url}).broker_url
+    client = redis.Redis.from_url(broker)
+    client.flushdb()
+    client.close()
+
+
+def start_worker(env: dict[str, str], log: Path, concurrency: int = 2, name: str = "w1", queues: str = "visits,maintenance",
+                 extra: tuple[str, ...] = ()) -> CeleryProcess:
+    return CeleryProcess(
+        ["worker", "-Q", queues, "-c", str(concurrency), "-n", f"{name}@%h", "--loglevel", "INFO", "--without-mingle", "--without-gossip",
+         *extra],
+        env, log,
+    )
+
+
+def start_beat(env: dict[str, str], workdir: Path, log: Path) -> CeleryProcess:
+    return CeleryProcess(
+        ["beat", "--loglevel", "INFO", "-s", str(workdir / "celerybeat-schedule"), "--pidfile", str(workdir / "beat.pid")],
+        env, log,
+    )

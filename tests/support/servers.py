@@ -1,0 +1,45 @@
+"""Clients of the test Redis (a private server, or the cluster of ``make test-cluster``)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import redis
+from redis.cluster import RedisCluster
+
+from counters_tasks.core.settings import reset_settings
+
+TEST_SECRET = "test-secret-not-for-production"
+
+
+def is_cluster_run() -> bool:
+    return os.environ.get("COUNTERS_REDIS_CLUSTER", "") == "1"
+
+
+def make_client(url: str, decode: bool = False):
+    if is_cluster_run():
+        return RedisCluster.from_url(url, decode_responses=decode)
+    return redis.Redis.from_url(url, decode_responses=decode)
+
+
+def flush(client) -> None:
+    if is_cluster_run():
+        client.flushall(target_nodes="primaries")
+    else:
+        client.flushdb()
+
+
+def use_settings(monkeypatch: pytest.MonkeyPatch, **env: object) -> None:
+    """Set COUNTERS_* variables for this test and read the settings afresh."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, str(value))
+    reset_settings()
+
+
+def dump_all(client) -> dict:
+    """Every key with its type, value and TTL presence: to prove nothing was written."""
+    out = {}
+    for key in client.scan_iter(count=1000):
+        out[key] = (client.type(key), client.dump(key), client.ttl(key) > 0)
+    return out

@@ -1,0 +1,78 @@
+"""An exact model of what visits should count (plain Python dicts and sets), and the check
+that Redis agrees with it: site and path PV/UV per day and all time, daily uniques, hits."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections import defaultdict
+
+from counters_tasks import counters, sitestats, uniques
+from counters_tasks.core import days
+from counters_tasks.sitestats import SiteCount
+
+
+class VisitModel:
+    def __init__(self) -> None:
+        self.pv: dict[tuple, int] = defaultdict(int)
+        self.uv: dict[tuple, set] = defaultdict(set)
+        self.sessions: dict = defaultdict(set)
+        self.hits: dict[str, int] = defaultdict(int)
+
+    def add(self, ip: str, path: str, session_id: str | None, ts: float) -> None:
+        day = days.local_day(ts)
+        path = path.split("?")[0].split("#")[0]
+        for key in ((None, None), (day, None), (None, path), (day, path)):
+            self.pv[key] += 1
+            self.uv[key].add(ip)
+        if session_id is not None:
+            self.sessions[day].add(int(session_id.replace("-", "")[:15], 16))
+        self.hits["hits"] += 1
+        self.hits[f"hits:{path}"] += 1
+
+    def mismatches(self, conn) -> list[str]:
+        """Every figure Redis gives that differs from the model (empty when all agree)."""
+        wrong = []
+        for day, path in self.pv:
+            expected = SiteCount(day, self.pv[(day, path)], len(self.uv[(day, path)]))
+            got = sitestats.site_visit_info(conn, day, path)
+            if got != expected:
+                wrong.append(f"site_visit_info({day}, {path}) = {got}, expected {expected}")
+        for day, ids in self.sessions.items():
+            got = uniques.unique_visitors(conn, day)
+            if got != len(ids):
+                wrong.append(f"unique_visitors({day}) = {got}, expected {len(ids)}")
+        for name, total in self.hits.items():
+            got = sum(t for _b, t in counters.get_counter(conn, name, 86400))
+            if got != total:
+                wrong.append(f"counter {name} = {got}, expected {total}")
+        return wrong
+
+    def visits_counted(self, conn) -> int:
+        return sitestats.site_visit_info(conn).pv
+
+
+def random_visits(n: int, seed: int = 1, ts: float | None = None, visitors: int = 300, paths: int = 40,
+                  sessions: int = 200, spread: float = 0.0) -> list[dict]:
+    """``n`` visit dicts (the record_visits payload form) from a fixed seed."""
+    import time
+
+    rng = random.Random(seed)
+    base = time.time() if ts is None else ts
+    ips = [f"198.51.{i // 250}.{i % 250}" for i in range(visitors)] + [f"2001:db8::{i:x}" for i in range(visitors // 4)]
+    path_list = ["/"] + [f"/page/{i}" for i in range(paths - 1)]
+    session_list = [str(uuid.UUID(int=rng.getrandbits(128))) for _ in range(sessions)]
+    out = []
+    for _ in range(n):
+        visit = {"ip": rng.choice(ips), "path": rng.choice(path_list), "ts": base - rng.uniform(0, spread)}
+        if rng.random() < 0.8:
+            visit["session_id"] = rng.choice(session_list)
+        out.append(visit)
+    return out
+
+
+def model_of(visits: list[dict]) -> VisitModel:
+    model = VisitModel()
+    for v in visits:
+        model.add(v["ip"], v["path"], v.get("session_id"), v["ts"])
+    return model

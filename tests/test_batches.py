@@ -1,0 +1,258 @@
+"""Batched ingestion: record_visits, VisitRecorder, and worker-side batches of record_visit."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import pytest
+
+from counters_tasks import tasks, visits
+from counters_tasks.errors import InvalidInput
+from counters_tasks.local.waiting import wait_until
+from counters_tasks.recorder import VisitRecorder
+from counters_tasks.store import scripts
+from tests.support.concurrency import true_in_forked_child
+from tests.support.procs import celery_env, purge_broker, start_worker
+from tests.support.servers import dump_all
+from tests.support.visit_model import model_of, random_visits
+
+
+def test_record_visits_equals_one_by_one_and_chunks(raw_conn):
+    batch = random_visits(3 * visits.CHUNK + 17, seed=2)
+    assert visits.record_visits(raw_conn, batch, message_id="batch-1") == len(batch)
+    assert model_of(batch).mismatches(raw_conn) == []
+
+
+def test_record_visits_same_batch_id_counts_once(raw_conn):
+    batch = random_visits(600, seed=3)
+    for _ in range(3):
+        visits.record_visits(raw_conn, batch, message_id="same-batch")
+    assert model_of(batch).mismatches(raw_conn) == []
+    visits.record_visits(raw_conn, batch, message_id="other-batch")
+    assert model_of(batch + batch).mismatches(raw_conn) == []
+
+
+@pytest.mark.parametrize("bad", [
+    "not a list", [1], [{"ip": "1.2.3.4"}], [{"path": "/"}], [{"ip": "x", "path": "/"}],
+    [{"ip": "1.2.3.4", "path": "/", "extra": 1}], [{"ip": "1.2.3.4", "path": "/", "ts": float("nan")}],
+    [{"ip": "1.2.3.4", "path": "/", "session_id": "zz"}],
+])
+def test_one_bad_visit_refuses_the_whole_batch_before_any_write(raw_conn, bad):
+    good = random_visits(10, seed=4)
+    before = dump_all(raw_conn)
+    payload = good + bad if isinstance(bad, list) else bad
+    with pytest.raises(InvalidInput):
+        visits.record_visits(raw_conn, payload, message_id="b")
+    assert dump_all(raw_conn) == before
+
+
+def test_batch_size_is_bounded(raw_conn):
+    with pytest.raises(InvalidInput):
+        visits.record_visits(raw_conn, random_visits(visits.MAX_BATCH + 1, seed=5))
+
+
+def test_every_lua_call_of_a_full_batch_is_bounded(raw_conn, monkeypatch):
+    """A full batch of one path and one day is cut so no call carries more than one chunk's
+    items (the time bound itself, 5 ms, is checked with SLOWLOG in bench/ingest.py)."""
+    sizes = []
+    real = scripts.run_script
+
+    def spy(conn, name, keys, args, client=None):
+        sizes.append((name, len(keys) + len(args)))
+        return real(conn, name, keys, args, client=client)
+
+    monkeypatch.setattr(scripts, "run_script", spy)
+    for module in ("counters", "sitestats", "uniques"):
+        monkeypatch.setattr(f"counters_tasks.{module}.run_script", spy)
+    batch = random_visits(visits.MAX_BATCH, seed=6, visitors=5000, paths=1, sessions=5000)
+    visits.record_visits(raw_conn, batch, message_id="big")
+    assert model_of(batch).mismatches(raw_conn) == []
+    assert len(sizes) >= visits.MAX_BATCH // visits.CHUNK
+    per_call = {name: max(size for n, size in sizes if n == name) for name, _ in sizes}
+    assert per_call["site_visit"] <= 2 * visits.CHUNK + 20  # two visitor lists of one chunk
+    assert per_call["unique_visit"] <= 3 * visits.UNIQUES_PER_CALL + 20
+    assert per_call["counter_update"] <= 2 * 7 * visits.CHUNK + 40
+
+
+def test_eager_tasks(eager_app, raw_conn):
+    batch = random_visits(50, seed=7)
+    tasks.record_visits.apply(args=[batch], task_id="t1")
+    tasks.record_visits.apply(args=[batch], task_id="t1")
+    for n, v in enumerate(batch[:10]):
+        for _ in range(2):
+            tasks.record_visit.apply(args=[v["ip"], v["path"], v.get("session_id"), v["ts"]], task_id=f"v-{n}")
+    assert model_of(batch + batch[:10]).mismatches(raw_conn) == []
+    with pytest.raises(InvalidInput):
+        tasks.record_visits.apply(args=[[{"ip": "nope", "path": "/"}]])
+    with pytest.raises(InvalidInput):
+        tasks.record_visit.apply(args=["1.2.3.4"])  # path missing
+
+
+# --- through a real worker ---------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def worker(redis_url, tmp_path_factory):
+    log_dir = tmp_path_factory.mktemp("ingest-worker")
+    purge_broker(redis_url)
+    process = start_worker(celery_env(redis_url, COUNTERS_WORKER_BATCH="50", COUNTERS_WORKER_BATCH_MS="20"),
+                           log_dir / "worker.log").wait_ready()
+    yield process
+    assert process.stop() == 0, process.output()[-3000:]
+
+
+@pytest.mark.processes
+def test_worker_applies_per_visit_messages_in_batches_exactly(worker, raw_conn):
+    batch = random_visits(1500, seed=8)
+    for v in batch:
+        tasks.record_visit.delay(v["ip"], v["path"], v.get("session_id"), v["ts"])
+    tasks.record_visit.delay("not an ip", "/")  # refused, alone: the rest of its batch counts
+    model = model_of(batch)
+    wait_until(lambda: model.visits_counted(raw_conn) >= len(batch), timeout=60,
+             what=f"the worker; log:\n{worker.output()[-2000:]}")
+    assert model.mismatches(raw_conn) == []
+    wait_until(lambda: "refused" in worker.output(), timeout=10, what="the bad message to be refused")
+
+
+@pytest.mark.processes
+def test_recorder_from_many_threads_reaches_redis_exactly(worker, raw_conn):
+    batch = random_visits(4000, seed=9)
+    recorder = VisitRecorder(max_batch=300, max_delay=0.05)
+    chunks = [batch[i::4] for i in range(4)]
+
+    def produce(part):
+        for v in part:
+            recorder.record(v["ip"], v["path"], v.get("session_id"), v["ts"])
+
+    threads = [threading.Thread(target=produce, args=(part,)) for part in chunks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert recorder.close(timeout=30)
+    stats = recorder.stats()
+    assert stats["recorded"] == stats["sent"] == len(batch) and stats["dropped"] == 0 and stats["pending"] == 0
+    assert stats["batches"] >= len(batch) // 300
+    model = model_of(batch)
+    wait_until(lambda: model.visits_counted(raw_conn) >= len(batch), timeout=60, what="the worker")
+    assert model.mismatches(raw_conn) == []
+
+
+@pytest.mark.processes
+def test_recorder_sends_on_time_without_flush(worker, raw_conn):
+    recorder = VisitRecorder(max_batch=1000, max_delay=0.1)
+    batch = random_visits(5, seed=10)
+    for v in batch:
+        recorder.record(v["ip"], v["path"], v.get("session_id"), v["ts"])
+    wait_until(lambda: recorder.stats()["sent"] == 5, timeout=10, what="the time-based send")
+    wait_until(lambda: model_of(batch).visits_counted(raw_conn) == 5, timeout=30, what="the worker")
+    recorder.close()
+
+
+def test_recorder_validates_at_record_time():
+    recorder = VisitRecorder()
+    with pytest.raises(InvalidInput):
+        recorder.record("not an ip", "/")
+    with pytest.raises(InvalidInput):
+        recorder.record("1.2.3.4", "")
+    assert recorder.stats()["recorded"] == 0
+    recorder.close()
+
+
+def test_recorder_never_blocks_on_a_dead_broker_and_counts_what_it_drops(caplog):
+    from celery import Celery
+
+    dead = Celery("dead", broker="redis://127.0.0.1:9/0", set_as_current=False)
+    dead.conf.update(broker_connection_timeout=0.2, broker_connection_retry=False, task_serializer="json")
+    recorder = VisitRecorder(app=dead, max_batch=100, max_buffer=500, max_delay=0.01, retry_initial=0.05, retry_max=0.1)
+    batch = random_visits(800, seed=11)
+    started = time.perf_counter()
+    with caplog.at_level(logging.WARNING, logger="counters_tasks.recorder"):
+        for v in batch:
+            recorder.record(v["ip"], v["path"], v.get("session_id"), v["ts"])
+        elapsed = time.perf_counter() - started
+        wait_until(lambda: recorder.stats()["send_errors"] >= 2, timeout=10, what="send retries")
+    stats = recorder.stats()
+    assert elapsed < 2.0, f"record() must not wait for the broker ({elapsed:.2f}s for {len(batch)})"
+    assert stats["pending"] == 500 and stats["dropped"] == 300 and stats["sent"] == 0
+    assert any("dropped" in r.getMessage() for r in caplog.records)
+    assert not recorder.close(timeout=0.5)
+    assert recorder.stats()["dropped"] == 800
+
+
+@pytest.mark.processes
+def test_recorder_in_a_forked_child_starts_empty(worker):
+    recorder = VisitRecorder(max_batch=1000, max_delay=60)
+    recorder.record("192.0.2.1", "/fork")
+    assert true_in_forked_child(lambda: recorder.stats()["pending"] == 0 and recorder.stats()["recorded"] == 0)
+    assert recorder.stats()["pending"] == 1
+    assert recorder.close(timeout=10)
+
+
+# --- ranking events in batches ---------------------------------------------------------------
+
+def _ranking_events(n: int, seed: int, now: float) -> list[dict]:
+    import random
+
+    rng = random.Random(seed)
+    return [{"board": rng.choice(["posts", "pages"]), "member": f"m{rng.randint(0, 60)}",
+             "amount": rng.randint(-1, 5), "ts": now - rng.uniform(0, 30 * 3600)} for _ in range(n)]
+
+
+def test_incr_events_equal_incr_one_by_one(conn):
+    from counters_tasks import ranking
+
+    now = 1_700_000_000
+    events = _ranking_events(1200, seed=12, now=now)
+    ranking.incr_events(conn, events, message_id="r1")
+    ranking.incr_events(conn, events, message_id="r1")  # redelivered: nothing more
+    for event in events:
+        ranking.Ranking(conn, event["board"]).incr(event["member"], event["amount"], event["ts"],
+                                                   message_id=None)
+    for board in ("posts", "pages"):
+        totals: dict[str, int] = {}
+        for e in events:
+            if e["board"] == board and ranking.slot_of(e["ts"], 1) > ranking.slot_of(now, 1) - 24:
+                totals[e["member"]] = totals.get(e["member"], 0) + 2 * e["amount"]
+        expected = sorted(((m, t) for m, t in totals.items() if t > 0), key=lambda mt: (-mt[1], mt[0]))
+        assert ranking.Ranking(conn, board).top(limit=1000, withscores=True, now=now) == expected
+
+
+@pytest.mark.parametrize("bad", [
+    "x", [1], [{"board": "b"}], [{"member": "m"}], [{"board": "b", "member": "m", "amount": 1.5}],
+    [{"board": "b", "member": "m", "period_hours": 5}], [{"board": "b", "member": "m", "x": 1}],
+    [{"board": "b", "member": "m"}, {"board": "b", "member": "m", "period_hours": 48}],
+])
+def test_bad_ranking_batch_writes_nothing(raw_conn, bad):
+    from counters_tasks import ranking
+
+    ranking.Ranking(raw_conn, "b").incr("seed", 1, now=1_700_000_000)
+    before = dump_all(raw_conn)
+    with pytest.raises(InvalidInput):
+        ranking.incr_events(raw_conn, [{"board": "ok", "member": "m"}, *bad] if isinstance(bad, list) else bad)
+    assert dump_all(raw_conn) == before
+
+
+def test_board_with_other_stored_settings_refuses_the_batch(raw_conn):
+    from counters_tasks import ranking
+
+    ranking.Ranking(raw_conn, "fixed", 48, 2).incr("a", 1, now=1_700_000_000)
+    before = dump_all(raw_conn)
+    with pytest.raises(InvalidInput):
+        ranking.incr_events(raw_conn, [{"board": "other", "member": "m"}, {"board": "fixed", "member": "m"}])
+    assert dump_all(raw_conn) == before
+
+
+@pytest.mark.processes
+def test_recorder_ranking_events_reach_the_board(worker, raw_conn):
+    from counters_tasks import ranking
+
+    now = time.time()
+    recorder = VisitRecorder(max_batch=100, max_delay=0.05)
+    for n in range(250):
+        recorder.incr_ranking("recorded", f"post{n % 7}", 1, now)
+    assert recorder.close(timeout=30)
+    board = ranking.Ranking(raw_conn, "recorded")
+    expected = sorted(((f"post{i}", len(range(i, 250, 7))) for i in range(7)), key=lambda mt: (-mt[1], mt[0]))
+    wait_until(lambda: board.top(limit=10, withscores=True, now=now) == expected, timeout=30, what="the ranking batches")

@@ -1,0 +1,86 @@
+"""The dashboard's JSON endpoints (in-process, Starlette's test client): same answers as the
+views the CLI prints, errors as 400/503, and optional basic auth."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import redis
+
+from counters_tasks.core.settings import load_settings, reset_settings
+from counters_tasks.errors import ConfigurationError
+from counters_tasks.local.redis_server import free_port
+from counters_tasks.ops import views
+from counters_tasks.ops.web import create_app
+from tests.support import demo_data
+from tests.support.servers import use_settings
+
+with warnings.catch_warnings():  # Starlette 1.x asks for httpx2; httpx works on every version we allow
+    warnings.simplefilter("ignore")
+    from starlette.testclient import TestClient
+
+
+def fake_health(_conn):
+    return {"ok": True}
+
+
+@pytest.fixture
+def client(conn):
+    demo_data.seed(conn)
+    return TestClient(create_app(conn, auth=None, health=fake_health))
+
+
+def test_endpoints_answer_what_the_views_answer(client, conn):
+    assert client.get("/api/counters").json() == views.counters_list(conn)
+    assert client.get("/api/boards").json() == views.boards_list(conn)
+    assert client.get("/api/top?board=posts&limit=4").json() == views.board_view(conn, "posts", 4)
+    got = client.get("/api/counter?name=hits&precision=300&last=10").json()
+    assert got == views.counter_view(conn, "hits", 300, 10, now=got["now"])
+    assert client.get("/api/health").json() == {"ok": True}
+    assert client.get("/api/config").json() == views.config_view()
+    assert client.get("/api/stats?from=yesterday&to=today").json() == views.stats_view(conn, None, "yesterday", "today")
+    assert client.get("/api/stats?day=today&path=/blog").json() == views.stats_view(conn, "today", path="/blog")
+    assert client.get("/api/top-pages?from=yesterday&limit=3").json() == views.top_pages_view(conn, "yesterday", None, 3)
+    assert client.get("/api/uniques?from=yesterday").json() == views.uniques_view(conn, None, "yesterday")
+    assert client.get("/api/uniques").json()["visitors"] > 0  # default: today
+    page = client.get("/")
+    assert page.status_code == 200 and "static/chart.js" in page.text
+
+
+@pytest.mark.parametrize("url", [
+    "/api/counter?precision=60", "/api/counter?name=hits&precision=61", "/api/counter?name=hits&last=abc",
+    "/api/top?board=nope", "/api/top?board=posts&limit=-1", "/api/top",
+    "/api/stats?day=2026-02-30", "/api/stats?from=today&to=yesterday", "/api/stats?day=today&to=today",
+    "/api/top-pages?limit=x", "/api/uniques?from=2000-01-01",
+])
+def test_bad_queries_are_400_with_a_reason(client, url):
+    response = client.get(url)
+    assert response.status_code == 400 and response.json()["error"]
+
+
+def test_redis_down_is_503():
+    dead = redis.Redis(port=free_port(), socket_connect_timeout=0.5)
+    response = TestClient(create_app(dead, auth=None, health=fake_health)).get("/api/counters")
+    assert response.status_code == 503 and "Redis" in response.json()["error"]
+
+
+def test_basic_auth(conn, monkeypatch):
+    use_settings(monkeypatch, COUNTERS_DASHBOARD_AUTH="ops:s3cret:with-colon")
+    client = TestClient(create_app(conn, health=fake_health))
+    assert client.get("/").status_code == 401
+    assert client.get("/api/counters").status_code == 401
+    assert client.get("/static/chart.js").status_code == 401
+    assert "Basic" in client.get("/").headers["www-authenticate"]
+    assert client.get("/api/counters", auth=("ops", "wrong")).status_code == 401
+    assert client.get("/api/counters", headers={"Authorization": "Basic !!!"}).status_code == 401
+    assert client.get("/api/counters", auth=("ops", "s3cret:with-colon")).status_code == 200
+    monkeypatch.delenv("COUNTERS_DASHBOARD_AUTH")
+    reset_settings()
+    assert TestClient(create_app(conn, health=fake_health)).get("/api/counters").status_code == 200
+
+
+@pytest.mark.parametrize("value", ["nocolon", ":pw", "user:"])
+def test_malformed_auth_setting_is_refused(value):
+    with pytest.raises(ConfigurationError):
+        load_settings({"COUNTERS_DASHBOARD_AUTH": value})

@@ -1,0 +1,185 @@
+"""The dashboard served by the real app (``counters-tasks serve``) over the real Redis, loaded
+in headless Chromium: the numbers on the page equal the API's, the counter chart updates live."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import urllib.request
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import redis
+
+from counters_tasks import counters
+from counters_tasks.core.days import local_day
+from counters_tasks.local.redis_server import free_port
+from counters_tasks.local.waiting import wait_until
+from tests.support import demo_data
+from tests.support.browser import Browser, ensure_chromium
+from tests.support.procs import REPO, celery_env, start_beat, start_worker
+
+pytestmark = pytest.mark.processes
+
+DOCS = REPO / "docs"
+
+
+def get_json(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.load(response)
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    try:
+        return ensure_chromium()
+    except RuntimeError as exc:
+        pytest.skip(f"chromium cannot be installed here: {exc}")
+
+
+@pytest.fixture
+def broker_url(redis_url):
+    url = redis_url.rsplit("/", 1)[0] + "/5"
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    yield url
+    client.flushdb()
+    client.close()
+
+
+@pytest.fixture
+def stack(redis_url, broker_url, tmp_path):
+    """A real worker and beat (the cleaner every half second), so the health panel has something to show."""
+    env = celery_env(redis_url, CELERY_BROKER_URL=broker_url, COUNTERS_CLEAN_EVERY="0.5")
+    worker = start_worker(env, tmp_path / "worker.log", concurrency=1)
+    beat = start_beat(env, tmp_path, tmp_path / "beat.log")
+    yield
+    beat.stop()
+    worker.stop()
+
+
+@pytest.fixture
+def server(redis_url, broker_url, tmp_path):
+    """``python -m counters_tasks.ops.cli serve`` on a free port, as a user starts it."""
+    port = free_port()
+    log = open(tmp_path / "serve.log", "wb")
+    env = celery_env(redis_url, CELERY_BROKER_URL=broker_url)
+    env.pop("COUNTERS_DASHBOARD_AUTH", None)
+    process = subprocess.Popen([sys.executable, "-m", "counters_tasks.ops.cli", "serve", "--port", str(port)],
+                               cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        try:
+            return "counters" in get_json(base + "/api/counters")
+        except OSError:
+            assert process.poll() is None, (tmp_path / "serve.log").read_text()
+            return False
+
+    try:
+        wait_until(up, timeout=30, what="the dashboard to answer")
+        yield base
+    finally:
+        process.terminate()
+        process.wait(15)
+        log.close()
+
+
+@pytest.fixture
+def browser(chromium, tmp_path):
+    b = Browser(chromium, tmp_path / "profile")
+    yield b
+    b.close()
+
+
+def dom_numbers(browser: Browser) -> dict:
+    return browser.evaluate("""(() => ({
+        counterTotal: document.getElementById('counter-total').textContent,
+        counterBars: [...document.querySelectorAll('#counter-chart rect[data-series]')]
+            .map(r => Number(r.dataset.value)),
+        board: [...document.querySelectorAll('#board-table tr')]
+            .map(tr => [tr.children[1].textContent, Number(tr.children[2].textContent)]),
+        pv: document.getElementById('pv-total').textContent,
+        uv: document.getElementById('uv-total').textContent,
+        pvBars: [...document.querySelectorAll('#visitors-chart rect[data-series="PV"]')].map(r => Number(r.dataset.value)),
+        uvDots: [...document.querySelectorAll('#visitors-chart circle[data-series="UV"]')].map(c => Number(c.dataset.value)),
+        pages: [...document.querySelectorAll('#pages-table tr')]
+            .map(tr => [tr.children[1].textContent, Number(tr.children[2].textContent)]),
+        uniques: document.getElementById('uniques-total').textContent,
+        uniqueBars: [...document.querySelectorAll('#uniques-chart rect[data-series]')].map(r => Number(r.dataset.value)),
+    }))()""")
+
+
+def test_dashboard_in_chromium_shows_the_apis_numbers_and_updates_live(raw_conn, stack, server, browser, tmp_path):
+    now = demo_data.seed(raw_conn)
+    today = local_day(now)
+    first = today - timedelta(days=2)
+    span = f"from={first.isoformat()}&to={today.isoformat()}"
+    browser.navigate(f"{server}/?counter=hits&precision=60&board=posts&refresh=300&{span}")
+    for section in ("visitors", "pages", "uniques", "counter", "rankings", "health-panel"):
+        browser.wait_until(f"Number(document.getElementById('{section}').dataset.loaded) >= 1", what=f"{section} to load")
+
+    def page_matches_api() -> dict | None:
+        api = get_json(f"{server}/api/counter?name=hits&precision=60")
+        shown = dom_numbers(browser)
+        same = shown["counterTotal"] == str(api["total"]) and shown["counterBars"] == [t for _, t in api["points"]]
+        return (api, shown) if same else None
+
+    api, shown = wait_until(page_matches_api, timeout=20, what="the counter chart to show the API's numbers")
+    assert api["total"] > 0 and len(shown["counterBars"]) == counters.SAMPLE_COUNT
+    board = get_json(f"{server}/api/top?board=posts&limit=10")
+    assert shown["board"] == board["top"]
+    # with no dates in the URL the page shows the last seven days up to the server's today
+    defaults = browser.evaluate("[document.getElementById('from').value, document.getElementById('to').value]")
+    assert defaults == [first.isoformat(), today.isoformat()]  # the URL's; now the page's own defaults:
+    browser.navigate(f"{server}/?counter=hits&board=posts")
+    week = [(today - timedelta(days=6)).isoformat(), today.isoformat()]
+    browser.wait_until(f"document.getElementById('from').value === '{week[0]}' && "
+                     f"document.getElementById('to').value === '{week[1]}'", what="the default range: the last 7 days")
+    browser.navigate(f"{server}/?counter=hits&precision=60&board=posts&refresh=300&{span}")
+    browser.wait_until("Number(document.getElementById('counter').dataset.loaded) >= 1", what="the page again") and len(board["top"]) == len(demo_data.POSTS)
+    stats = get_json(f"{server}/api/stats?{span}")
+    assert (shown["pv"], shown["uv"]) == (str(stats["pv"]), str(stats["uv"])) and stats["pv"] > 0
+    assert shown["pvBars"] == [d["pv"] for d in stats["days"]] and len(shown["pvBars"]) == 3
+    assert shown["uvDots"] == [d["uv"] for d in stats["days"]]
+    pages = get_json(f"{server}/api/top-pages?{span}&limit=10")
+    assert shown["pages"] == pages["pages"] and len(pages["pages"]) == len(demo_data.PATHS)
+    daily = get_json(f"{server}/api/uniques?{span}")
+    assert shown["uniques"] == str(daily["visitors"]) and daily["visitors"] > 0
+    assert shown["uniqueBars"] == [d["visitors"] for d in daily["days"]]
+    # the health panel turns green once the worker answers pings and beat's cleaner has run
+    browser.wait_until("[...document.querySelectorAll('#health [data-check]')].length === 4 && "
+                     "[...document.querySelectorAll('#health [data-check]')].every(b => b.dataset.ok === '1')",
+                     timeout=40, what="every health check to pass in the page")
+    health = get_json(f"{server}/api/health")
+    assert health["ok"] and health["workers"]["names"] and health["jobs"]["clean_counters"]["last_duration"] is not None
+    jobs = browser.evaluate("[...document.querySelectorAll('#jobs-table tr')].map(tr => tr.children[0].textContent)")
+    assert jobs == list(health["jobs"])
+
+    shot = browser.screenshot(tmp_path / "dashboard.png")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+    if os.environ.get("COUNTERS_UPDATE_DOCS") == "1":
+        shutil.copy(shot, Path(os.environ.get("COUNTERS_DOCS_DIR") or DOCS) / "dashboard.png")
+
+    # live: a new count appears without reloading the page
+    counters.update_counter(raw_conn, "hits", 1000)
+    def page_shows_the_new_count() -> dict | None:
+        found = page_matches_api()
+        return found if found and max(found[1]["counterBars"][-2:]) >= 1000 else None
+
+    # (the total itself may lose the oldest bucket meanwhile, as the 120-bucket window moves on)
+    _api, after = wait_until(page_shows_the_new_count, timeout=20, what="the live update")
+    assert int(after["counterTotal"]) == _api["total"] and max(after["counterBars"][-2:]) >= 1000
+
+
+
+def test_dashboard_page_needs_no_internet(server):
+    page = urllib.request.urlopen(server + "/", timeout=10).read().decode()
+    assert "http://" not in page and "https://" not in page  # every script and style is served locally
+    for asset in ("static/chart.js", "static/app.js", "static/style.css"):
+        assert urllib.request.urlopen(f"{server}/{asset}", timeout=10).status == 200
+    assert Path(REPO / "counters_tasks" / "ops" / "static" / "chart.js").exists()

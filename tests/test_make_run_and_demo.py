@@ -1,0 +1,94 @@
+"""The README's commands, run the way a user runs them: ``make run`` and ``make demo``."""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import subprocess
+import urllib.error
+import urllib.request
+
+import pytest
+
+from counters_tasks.local.redis_server import free_port
+from counters_tasks.local.waiting import wait_until
+from tests.support.procs import REPO
+
+pytestmark = pytest.mark.processes
+
+
+def user_env(tmp_path, **extra) -> dict[str, str]:
+    """A new user's environment: no Redis URL, no secret; state under a temp COUNTERS_HOME."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COUNTERS_", "CELERY_", "FLOWER_"))}
+    env.update(COUNTERS_HOME=str(tmp_path / "home"), **extra)
+    return env
+
+
+def test_make_demo_counts_exactly_and_exits_cleanly(tmp_path):
+    result = subprocess.run(["make", "demo", "VISITS=600"], cwd=REPO, env=user_env(tmp_path),
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "private redis-server" in result.stdout
+    assert "exact: yes" in result.stdout
+    rows = [line.split() for line in result.stdout.splitlines() if line.startswith("/")]
+    assert len(rows) == 8 and sum(int(row[1]) for row in rows) == 600
+    assert all(row[1] == row[2] == row[3] for row in rows)  # sent = hits counter = ranking
+    assert "site today: " in result.stdout and "unique visitors" in result.stdout
+    assert (tmp_path / "home" / "secret").stat().st_mode & 0o777 == 0o600
+    for name in ("worker", "beat", "redis"):
+        assert f"{name:<8} stopped" in result.stdout
+
+
+def _get(url: str, auth: str | None = None) -> int:
+    request = urllib.request.Request(url)
+    if auth:
+        request.add_header("Authorization", "Basic " + base64.b64encode(auth.encode()).decode())
+    try:
+        with urllib.request.urlopen(request, timeout=2) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return 0
+
+
+def test_make_run_starts_the_stack_and_stops_it_on_ctrl_c(tmp_path):
+    flower_port = free_port()
+    log = open(tmp_path / "run.log", "w+")
+    process = subprocess.Popen(["make", "run"], cwd=REPO, env=user_env(tmp_path, FLOWER_PORT=str(flower_port)),
+                               stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    output = lambda: (tmp_path / "run.log").read_text()  # noqa: E731
+    try:
+        wait_until(lambda: "ready" in output(), timeout=180, what="the stack to be ready")
+        auth = (tmp_path / "home" / "flower-auth").read_text().strip()
+        url = f"http://127.0.0.1:{flower_port}/api/workers"
+        wait_until(lambda: _get(url, auth) == 200, timeout=60, what="Flower to answer")
+        assert _get(url) == 401  # basic auth is on
+        redis_url = next(line.split(" at ")[1].split()[0] for line in output().splitlines() if "private redis-server" in line)
+    finally:
+        os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+        process.wait(90)
+    text = output()
+    for name in ("flower", "beat", "worker", "redis"):
+        assert f"{name:<8} stopped" in text, text[-3000:]
+    import redis
+
+    port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
+    try:
+        redis.Redis(port=port, socket_connect_timeout=1).ping()
+        still_up = True
+    except redis.ConnectionError:
+        still_up = False
+    assert not still_up, "the private redis-server must be stopped"
+
+
+def test_make_screenshots_writes_both_images(tmp_path):
+    """README's ``make screenshots`` (it runs tests/test_dashboard_page.py and tests/test_readme_cli.py),
+    with its images sent to a temp folder instead of docs/."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COUNTERS_UPDATE_DOCS", "PYTEST_ADDOPTS")}
+    env["COUNTERS_DOCS_DIR"] = str(tmp_path)
+    result = subprocess.run(["make", "screenshots"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert (tmp_path / "dashboard.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "cli-session.svg").read_text().startswith("<svg")

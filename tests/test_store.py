@@ -1,0 +1,46 @@
+"""The store layer: one lazy, bounded, fork-safe client per process, the key prefix, hash tags."""
+
+from __future__ import annotations
+
+import redis
+
+from counters_tasks import counters
+from counters_tasks.core.settings import get_settings, reset_settings
+from counters_tasks.store import client as store_client
+from counters_tasks.store import keys
+from tests.support.concurrency import true_in_forked_child
+
+
+def test_prefix_applies_to_every_key(monkeypatch, raw_conn):
+    monkeypatch.setenv("COUNTERS_KEY_PREFIX", "other:")
+    reset_settings()
+    counters.update_counter(raw_conn, "x", 1, now=1_700_000_000)
+    assert all(key.startswith(b"other:") for key in raw_conn.scan_iter())
+    assert get_settings().key_prefix == "other:"
+
+
+def test_one_bounded_client_per_process_rebuilt_after_fork(monkeypatch):
+    monkeypatch.setenv("COUNTERS_REDIS_POOL_SIZE", "3")
+    reset_settings()
+    client = store_client.get_redis()
+    assert client is store_client.get_redis()
+    pool = client.connection_pool
+    assert isinstance(pool, redis.BlockingConnectionPool) and pool.max_connections == 3
+    assert client.ping()
+    # the child must not reuse the parent's client or sockets
+    assert true_in_forked_child(lambda: store_client.get_redis() is not client and store_client.get_redis().ping())
+    assert store_client.get_redis() is client and client.ping()
+
+
+def test_tag_groups_spread():
+    groups = {keys.counter_tag(f"counter-{i}") for i in range(5000)}
+    assert len(groups) == keys.TAG_GROUPS
+    assert len({keys.path_tag(f"/p/{i}") for i in range(5000)}) == keys.TAG_GROUPS
+
+
+def test_user_strings_never_pick_the_slot():
+    for name in ["{evil}", "a}{b", "{", "}", "*", "x y\u00e9", "n" * 10_000]:
+        key = keys.counter_keys(name, counters.PRECISIONS)[0]
+        tag = key[key.index("{") + 1:key.index("}")]
+        assert tag == keys.counter_tag(name) and tag[0] == "c" and 0 <= int(tag[1:]) < keys.TAG_GROUPS
+        assert "{" not in key[key.index("}"):] and " " not in key and "*" not in key
