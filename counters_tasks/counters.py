@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .core.settings import get_settings
-from .core.validation import check_amount, check_message_id, check_now, check_text
+from .core.validation import check_amount, check_event_time, check_message_id, check_now, check_text
 from .errors import InvalidInput
 from .store import keys, registry
 from .store.scripts import execute_in_order, run_script
@@ -119,7 +119,7 @@ def update_counter(conn: Any, name: str, count: int = 1, now: float | None = Non
     """
     check_text(name, "name")
     check_amount(count, "count")
-    now = check_now(now)
+    now = check_event_time(now, "now")
     check_message_id(message_id)
     buckets: Buckets = {p: {bucket_start(now, p): count} for p in PRECISIONS}
     write_counters(conn, {name: buckets}, message_id)

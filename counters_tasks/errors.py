@@ -1,4 +1,8 @@
-"""The package's exceptions."""
+"""The package's exceptions.
+
+Every refusal of bad input is an ``InvalidInput`` (a ``ValueError``); its ``reason`` says which
+kind, and is the name it is counted under (``counters_tasks.refusals``).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,38 @@ class CountersError(Exception):
 
 class InvalidInput(CountersError, ValueError):
     """Bad input: raised before anything is written, and never retried by the tasks."""
+
+    reason = "bad_input"
+
+
+class ClosedDay(InvalidInput):
+    """An event of a day whose per-visitor data has expired: it could not be deduplicated."""
+
+    reason = "closed_day"
+
+
+class FutureEvent(InvalidInput):
+    """An event further ahead of this process's clock than ``COUNTERS_FUTURE_TOLERANCE``."""
+
+    reason = "future"
+
+
+class BoardSettingsConflict(InvalidInput):
+    """A ranking event for a board that is fixed to other (period, interval) settings."""
+
+    reason = "board_settings"
+
+
+class MalformedMessage(InvalidInput):
+    """A message whose shape is wrong: arguments that do not fit the task, an id that is not a
+    short string, a batch over its size limit."""
+
+    reason = "malformed"
+
+
+REFUSAL_REASONS = tuple(cls.reason for cls in (InvalidInput, ClosedDay, FutureEvent, BoardSettingsConflict,
+                                               MalformedMessage))
+"""Every reason a refusal is counted under."""
 
 
 class ConfigurationError(CountersError):

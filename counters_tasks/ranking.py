@@ -32,9 +32,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from . import refusals
 from .core.settings import get_settings
-from .core.validation import check_amount, check_int, check_message_id, check_now, check_text
-from .errors import InvalidInput
+from .core.validation import check_amount, check_event_time, check_int, check_message_id, check_now, check_text
+from .errors import BoardSettingsConflict, InvalidInput, MalformedMessage
 from .store import keys, registry
 from .store.client import as_str
 from .store.scripts import execute_in_order, run_script
@@ -109,7 +110,7 @@ def prepare_event(board: Any, member: Any, amount: Any = 1, ts: Any = None, peri
     target = check_board(board, period_hours, interval_hours)
     check_text(member, "member")
     check_amount(amount, "amount")
-    return RankingEvent(target, member, amount, target.slot_of(check_now(ts)))
+    return RankingEvent(target, member, amount, target.slot_of(check_event_time(ts)))
 
 
 def _incr_call(board: Board, events: Sequence[RankingEvent], message_id: str | None) -> tuple[list, list]:
@@ -123,7 +124,9 @@ def _incr_call(board: Board, events: Sequence[RankingEvent], message_id: str | N
         script_keys.append(keys.ranking_seen(board.name, message_id, tag=tag))
         ttl = get_settings().dedupe_ttl
     slot_ttl = (board.period_hours + board.interval_hours) * 3600 + SLOT_TTL_GRACE
-    args: list[Any] = [ttl, board.period_hours, board.interval_hours, slot_ttl, len(slots), *slots, len(events)]
+    clock_slot = board.slot_of(time.time())
+    args: list[Any] = [ttl, board.period_hours, board.interval_hours, slot_ttl, clock_slot, len(slots), *slots,
+                       len(events)]
     for event in events:
         args += [position[event.slot], event.member, event.amount, -event.amount]
     return script_keys, args
@@ -135,10 +138,10 @@ def register_board(conn: Any, name: str) -> None:
     conn.hset(keys.ranking_meta(name), "reg", 1)
 
 
-def settings_mismatch(conn: Any, board: Board) -> InvalidInput:
+def settings_mismatch(conn: Any, board: Board) -> BoardSettingsConflict:
     """The error for events given other settings than the ones ``board.name`` is fixed to."""
     stored = board_settings(conn, board.name)
-    return InvalidInput(f"board {board.name!r} is fixed to (period_hours, interval_hours) = {stored}, "
+    return BoardSettingsConflict(f"board {board.name!r} is fixed to (period_hours, interval_hours) = {stored}, "
                         f"not ({board.period_hours}, {board.interval_hours})")
 
 
@@ -211,7 +214,7 @@ class Ranking:
         for member, amount, now in events:
             check_text(member, "member")
             check_amount(amount, "amount")
-            prepared.append(RankingEvent(self.board, member, amount, self.slot_of(check_now(now))))
+            prepared.append(RankingEvent(self.board, member, amount, self.slot_of(check_event_time(now, "now"))))
         if not prepared:
             return 0
         [result] = write_events(self.conn, [(prepared, message_id)])
@@ -380,44 +383,73 @@ def rotate_all(conn: Any, now: float | None = None) -> int:
 RANKING_EVENT_FIELDS = frozenset({"board", "member", "amount", "ts", "period_hours", "interval_hours"})
 EVENTS_PER_CALL = 500
 """Ranking events per Lua call of a batch, so no call runs long."""
+MAX_EVENTS = 20_000
+"""The most events one ``incr_rankings`` message may carry."""
 
 
-def prepare_events(conn: Any, events: Any) -> dict[Board, list[RankingEvent]]:
-    """Validate an ``incr_rankings`` payload (dicts with board, member[, amount, ts, period_hours,
-    interval_hours]) against each board's stored settings; returns the events by board, in order."""
+def prepare_item(event: Any) -> RankingEvent:
+    """Validate one item of an ``incr_rankings`` payload (a dict of ``incr_ranking``'s arguments)."""
+    if not isinstance(event, dict):
+        raise MalformedMessage(f"must be a dict, got {type(event).__name__}")
+    if set(event) - RANKING_EVENT_FIELDS or "board" not in event or "member" not in event:
+        raise MalformedMessage(f"needs board and member, and only {sorted(RANKING_EVENT_FIELDS)}")
+    return prepare_event(**event)
+
+
+def prepare_events(conn: Any, events: Any) -> tuple[list[tuple[int, RankingEvent]], list[tuple[int, InvalidInput]]]:
+    """Validate an ``incr_rankings`` payload item by item, against each board's stored settings
+    (and the first settings a board is given in the batch): ``(accepted (index, event) pairs,
+    refused (index, error) pairs)``. A payload that is not a list, or holds more than MAX_EVENTS
+    items, is refused whole (MalformedMessage)."""
     if not isinstance(events, list):
-        raise InvalidInput(f"events must be a list, got {type(events).__name__}")
-    by_board: dict[Board, list[RankingEvent]] = {}
-    boards: dict[str, Board] = {}
+        raise MalformedMessage(f"events must be a list, got {type(events).__name__}")
+    if len(events) > MAX_EVENTS:
+        raise MalformedMessage(f"a batch holds at most {MAX_EVENTS} events, got {len(events)}")
+    prepared: list[tuple[int, RankingEvent]] = []
+    refused: list[tuple[int, InvalidInput]] = []
     for n, event in enumerate(events):
-        if not isinstance(event, dict):
-            raise InvalidInput(f"event {n} must be a dict, got {type(event).__name__}")
-        unknown = set(event) - RANKING_EVENT_FIELDS
-        if unknown or "board" not in event or "member" not in event:
-            raise InvalidInput(f"event {n} needs board and member, and only {sorted(RANKING_EVENT_FIELDS)}")
         try:
-            prepared = prepare_event(**event)
+            prepared.append((n, prepare_item(event)))
         except InvalidInput as exc:
-            raise InvalidInput(f"event {n}: {exc}") from None
-        known = boards.setdefault(prepared.board.name, prepared.board)
-        if known != prepared.board:
-            raise InvalidInput(f"event {n}: board {known.name!r} given two different settings in one batch")
-        by_board.setdefault(known, []).append(prepared)
-    for board in by_board:
-        stored = board_settings(conn, board.name)
-        if stored is not None and stored != (board.period_hours, board.interval_hours):
-            raise settings_mismatch(conn, board)
-    return by_board
+            refused.append((n, type(exc)(f"event {n}: {exc}")))
+    stored = {name: board_settings(conn, name) for name in dict.fromkeys(e.board.name for _n, e in prepared)}
+    fixed: dict[str, Board] = {}
+    accepted = []
+    for n, event in prepared:
+        board = event.board
+        settings = stored.get(board.name)
+        first = fixed.setdefault(board.name, board if settings is None else Board(board.name, *settings))
+        if first != board:
+            refused.append((n, BoardSettingsConflict(
+                f"event {n}: board {board.name!r} is fixed to (period_hours, interval_hours) = "
+                f"{(first.period_hours, first.interval_hours)}, not {(board.period_hours, board.interval_hours)}")))
+        else:
+            accepted.append((n, event))
+    refused.sort(key=lambda pair: pair[0])
+    return accepted, refused
 
 
 def incr_events(conn: Any, events: list[dict[str, Any]], *, message_id: str | None = None) -> int:
-    """Many ranking events in one round trip, at most once per ``message_id`` (the batch id);
-    all validated before anything is written. Returns the number of events applied or late."""
+    """Many ranking events in one round trip, at most once per ``message_id`` (the batch id).
+    Every item is validated before anything is written; a bad item is refused on its own (logged
+    and counted, ``refusals``) and the others are applied. Returns the events applied or late.
+
+    The events at positions ``n*EVENTS_PER_CALL ..`` make calls (one per board) deduplicated
+    under ``<batch id>#<n>`` and the board, so a redelivery maps every id to the same events."""
     check_message_id(message_id)
-    by_board = prepare_events(conn, events)
-    chunks = [board_events[first:first + EVENTS_PER_CALL]
-              for board_events in by_board.values() for first in range(0, len(board_events), EVENTS_PER_CALL)]
-    for result in write_events(conn, list(zip(chunks, keys.chunk_ids(message_id, len(chunks)), strict=True))):
+    try:
+        accepted, refused = prepare_events(conn, events)
+    except InvalidInput as exc:
+        refusals.record(conn, "incr_rankings", message_id, [(None, exc)])
+        raise
+    calls: dict[tuple[int, Board], list[tuple[int, RankingEvent]]] = {}
+    for n, event in accepted:
+        calls.setdefault((n // EVENTS_PER_CALL, event.board), []).append((n, event))
+    ids = keys.chunk_ids(message_id, -(-len(events) // EVENTS_PER_CALL))
+    planned = list(calls.values())
+    results = write_events(conn, [([event for _n, event in call], ids[part]) for (part, _board), call in calls.items()])
+    for call, result in zip(planned, results, strict=True):
         if isinstance(result, InvalidInput):  # the board was fixed by another writer meanwhile
-            raise result
-    return sum(len(chunk) for chunk in chunks)
+            refused += [(n, result) for n, _event in call]
+    refusals.record(conn, "incr_rankings", message_id, refused)
+    return sum(len(call) for call, result in zip(planned, results, strict=True) if not isinstance(result, InvalidInput))

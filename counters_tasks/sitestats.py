@@ -30,7 +30,15 @@ from redis.client import NEVER_DECODE
 from .core import days
 from .core.days import local_day
 from .core.settings import get_settings
-from .core.validation import check_day, check_day_range, check_int, check_ip, check_message_id, check_now, check_path
+from .core.validation import (
+    check_day,
+    check_day_range,
+    check_event_time,
+    check_int,
+    check_ip,
+    check_message_id,
+    check_path,
+)
 from .errors import ConfigurationError
 from .store import keys
 from .store.client import as_str, is_cluster, read_pipeline
@@ -95,7 +103,7 @@ def prepare_view(ip: Any, path: Any, now: Any = None) -> SiteView:
     """Validate one page view (raises InvalidInput; writes nothing)."""
     clean_path = check_path(path)
     visitor = visitor_id(check_ip(ip))
-    day = local_day(check_now(now))
+    day = local_day(check_event_time(now, "now"))
     check_day_open(day)
     return SiteView(visitor, clean_path, day)
 

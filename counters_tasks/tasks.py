@@ -10,28 +10,28 @@ from __future__ import annotations
 from typing import Any
 
 from celery import Task
+from celery.utils.time import get_exponential_backoff_interval
 from celery_batches import Batches
 
 from . import counters, ranking, uniques
 from .app import app
 from .core.settings import RETRY_BACKOFF_MAX, get_settings
 from .errors import InvalidInput
-from .store.client import TRANSIENT_ERRORS, get_redis
+from .store.client import get_redis, is_transient
 from .visits import record_visits as apply_visit_batch
 from .worker import batching
 from .worker.maintenance import run_exclusive
 
 
 class CountingTask(Task):
-    """Applied at most once per message; acked only after it ran; retried while Redis is away."""
+    """Applied at most once per message; acknowledged only after it ran or was deliberately
+    refused. Bad input (InvalidInput) fails at once, without retry; a Redis error after which the
+    write can succeed (Redis away, BUSY, READONLY, OOM, LOADING, a failover) is retried with
+    backoff for as long as it lasts; any other error is retried COUNTERS_MAX_ATTEMPTS times,
+    then the message is set aside (dead-lettered), never dropped."""
 
     acks_late = True
     reject_on_worker_lost = True
-    autoretry_for = TRANSIENT_ERRORS
-    retry_backoff = 1
-    retry_backoff_max = RETRY_BACKOFF_MAX  # below the visibility timeout and the dedupe TTL (settings)
-    retry_jitter = True
-    max_retries = None  # a Redis outage delays counting; it never drops a visit
     throws = (InvalidInput,)  # expected failures: logged without a traceback
     ignore_result = True
 
@@ -39,6 +39,20 @@ class CountingTask(Task):
     def message_id(self) -> str | None:
         return self.request.id
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except InvalidInput:
+            raise
+        except Exception as exc:
+            if self.request.is_eager or self.request.called_directly:
+                raise
+            attempt = self.request.retries + 1
+            if not is_transient(exc) and attempt >= get_settings().max_attempts:
+                self.set_aside(exc, attempt)
+                return None  # acknowledged: the message is kept in the dead-letter list
+            countdown = get_exponential_backoff_interval(1, self.request.retries, RETRY_BACKOFF_MAX, full_jitter=True)
+            raise self.retry(exc=exc, countdown=countdown, max_retries=None) from exc
 
 class MaintenanceTask(Task):
     """A beat job: one run at a time (Redis lock), bounded by a time limit."""

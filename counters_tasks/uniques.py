@@ -19,8 +19,8 @@ from typing import Any, NamedTuple
 from .core import days
 from .core.days import local_day
 from .core.settings import get_settings
-from .core.validation import check_day, check_day_range, check_message_id, check_now, check_session_id
-from .errors import InvalidInput
+from .core.validation import check_day, check_day_range, check_event_time, check_message_id, check_now, check_session_id
+from .errors import ClosedDay
 from .store import keys
 from .store.client import as_str, read_pipeline
 from .store.scripts import execute_in_order, run_script
@@ -138,7 +138,7 @@ def apply_ids(conn: Any, day: date, numbers: list[int], message_id: str | None, 
             [[reply]] = execute_in_order(conn, lambda pipe, e=expected: queue_ids(conn, pipe, day, numbers, e, message_id))
         result = int(reply)
         if result == -2:
-            raise InvalidInput(f"the visit is for {day.isoformat()}, which is closed")
+            raise ClosedDay(f"the visit is for {day.isoformat()}, which is closed")
         if result != -1:
             return result
         _expected_cache.pop(keys.uniques_expected(day), None)
@@ -149,7 +149,7 @@ def apply_ids(conn: Any, day: date, numbers: list[int], message_id: str | None, 
 def prepare_id(session_id: Any, now: Any = None) -> tuple[date, int]:
     """Validate one sighting (raises InvalidInput; writes nothing): its local day and integer id."""
     number = session_number(session_id)
-    day = local_day(check_now(now))
+    day = local_day(check_event_time(now, "now"))
     check_day_open(day)
     return day, number
 

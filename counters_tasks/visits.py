@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
-from . import counters, sitestats, uniques
-from .core.validation import check_message_id, check_now
-from .errors import InvalidInput
+from . import counters, refusals, sitestats, uniques
+from .core.validation import check_event_time, check_message_id
+from .errors import InvalidInput, MalformedMessage
 from .store.keys import chunk_ids
 from .store.scripts import execute_in_order
 
@@ -47,32 +47,39 @@ class Visit:
 
 def prepare_visit(ip: Any, path: Any, session_id: Any = None, ts: Any = None) -> Visit:
     """Validate one visit, given as ``record_visit`` takes it (raises InvalidInput; writes nothing)."""
-    ts = check_now(ts)
+    ts = check_event_time(ts)
     view = sitestats.prepare_view(ip, path, ts)
     session = uniques.prepare_id(session_id, ts) if session_id is not None else None
     return Visit(view, ts, session)
 
 
-def prepare_batch(visits: Any) -> list[Visit]:
-    """Validate a ``record_visits`` payload: a list of dicts with keys ip, path[, session_id, ts]."""
+def prepare_batch(visits: Any) -> tuple[list[tuple[int, Visit]], list[tuple[int, InvalidInput]]]:
+    """Validate a ``record_visits`` payload (a list of dicts with keys ip, path[, session_id, ts])
+    item by item: ``(accepted (index, visit) pairs, refused (index, error) pairs)``. A payload that
+    is not a list, or holds more than MAX_BATCH items, is refused whole (MalformedMessage)."""
     if not isinstance(visits, list):
-        raise InvalidInput(f"visits must be a list, got {type(visits).__name__}")
+        raise MalformedMessage(f"visits must be a list, got {type(visits).__name__}")
     if len(visits) > MAX_BATCH:
-        raise InvalidInput(f"a batch holds at most {MAX_BATCH} visits, got {len(visits)}")
-    prepared = []
+        raise MalformedMessage(f"a batch holds at most {MAX_BATCH} visits, got {len(visits)}")
+    accepted, refused = [], []
     for n, visit in enumerate(visits):
-        if not isinstance(visit, dict):
-            raise InvalidInput(f"visit {n} must be a dict, got {type(visit).__name__}")
-        unknown = set(visit) - VISIT_FIELDS
-        if unknown:
-            raise InvalidInput(f"visit {n} has unknown keys: {', '.join(sorted(map(str, unknown)))}")
-        if "ip" not in visit or "path" not in visit:
-            raise InvalidInput(f"visit {n} needs ip and path")
         try:
-            prepared.append(prepare_visit(visit["ip"], visit["path"], visit.get("session_id"), visit.get("ts")))
+            accepted.append((n, prepare_item(visit)))
         except InvalidInput as exc:
-            raise InvalidInput(f"visit {n}: {exc}") from None
-    return prepared
+            refused.append((n, type(exc)(f"visit {n}: {exc}")))
+    return accepted, refused
+
+
+def prepare_item(visit: Any) -> Visit:
+    """Validate one item of a ``record_visits`` payload."""
+    if not isinstance(visit, dict):
+        raise MalformedMessage(f"must be a dict, got {type(visit).__name__}")
+    unknown = set(visit) - VISIT_FIELDS
+    if unknown:
+        raise MalformedMessage(f"unknown keys: {', '.join(sorted(map(str, unknown)))[:200]}")
+    if "ip" not in visit or "path" not in visit:
+        raise MalformedMessage("needs ip and path")
+    return prepare_visit(visit["ip"], visit["path"], visit.get("session_id"), visit.get("ts"))
 
 
 def hits_names(path: str) -> tuple[str, str]:
@@ -149,10 +156,22 @@ def record_visit(conn: Any, ip: str, path: str, session_id: str | None = None, n
 
 def record_visits(conn: Any, visits: list[dict[str, Any]], *, message_id: str | None = None) -> int:
     """Many visits (dicts with keys ip, path, session_id, ts) as ``record_visit`` each, in chunks,
-    at most once per ``message_id`` (the batch id). All are validated before anything is written.
-    Returns the number of visits applied."""
+    at most once per ``message_id`` (the batch id). Every item is validated before anything is
+    written; a bad item is refused on its own (logged and counted, ``refusals``) and the others
+    are applied. Returns the number of visits applied.
+
+    Chunk ``n`` holds the accepted items among positions ``n*CHUNK .. (n+1)*CHUNK - 1`` and is
+    deduplicated under ``<batch id>#<n>``, so a redelivered batch maps every id to the same
+    items even if an item's refusal changed meanwhile (a day closed, the clock moved)."""
     check_message_id(message_id)
-    prepared = prepare_batch(visits)
-    chunks = [prepared[i:i + CHUNK] for i in range(0, len(prepared), CHUNK)]
+    try:
+        accepted, refused = prepare_batch(visits)
+    except InvalidInput as exc:
+        refusals.record(conn, "record_visits", message_id, [(None, exc)])
+        raise
+    chunks: list[list[Visit]] = [[] for _ in range(-(-len(visits) // CHUNK))]
+    for n, visit in accepted:
+        chunks[n // CHUNK].append(visit)
     write_groups(conn, list(zip(chunks, chunk_ids(message_id, len(chunks)), strict=True)))
-    return len(prepared)
+    refusals.record(conn, "record_visits", message_id, refused)
+    return len(accepted)

@@ -15,7 +15,7 @@ LAYERS = [
     ["errors"],
     ["core"],
     ["store"],
-    ["counters", "sitestats", "uniques", "ranking", "visits"],
+    ["refusals", "counters", "sitestats", "uniques", "ranking", "visits"],
     ["worker"],
     ["app", "tasks", "recorder", "__init__"],
     ["local"],

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from counters_tasks import tasks, visits
-from counters_tasks.errors import InvalidInput
+from counters_tasks import refusals, tasks, visits
+from counters_tasks.errors import InvalidInput, MalformedMessage
 from counters_tasks.local.waiting import wait_until
 from counters_tasks.recorder import VisitRecorder
 from counters_tasks.store import scripts
@@ -34,22 +34,39 @@ def test_record_visits_same_batch_id_counts_once(raw_conn):
     assert model_of(batch + batch).mismatches(raw_conn) == []
 
 
-@pytest.mark.parametrize("bad", [
-    "not a list", [1], [{"ip": "1.2.3.4"}], [{"path": "/"}], [{"ip": "x", "path": "/"}],
-    [{"ip": "1.2.3.4", "path": "/", "extra": 1}], [{"ip": "1.2.3.4", "path": "/", "ts": float("nan")}],
-    [{"ip": "1.2.3.4", "path": "/", "session_id": "zz"}],
+def without_refusal_keys(dump: dict) -> dict:
+    return {key: value for key, value in dump.items() if b":{refused}" not in key}
+
+
+@pytest.mark.parametrize(("bad", "reason"), [
+    ([1], "malformed"), ([{"ip": "1.2.3.4"}], "malformed"), ([{"path": "/"}], "malformed"),
+    ([{"ip": "x", "path": "/"}], "bad_input"), ([{"ip": "1.2.3.4", "path": "/", "extra": 1}], "malformed"),
+    ([{"ip": "1.2.3.4", "path": "/", "ts": float("nan")}], "bad_input"),
+    ([{"ip": "1.2.3.4", "path": "/", "session_id": "zz"}], "bad_input"),
+    ([{"ip": "1.2.3.4", "path": "/", "ts": time.time() - 30 * 86400}], "closed_day"),
+    ([{"ip": "1.2.3.4", "path": "/", "ts": time.time() + 86400}], "future"),
 ])
-def test_one_bad_visit_refuses_the_whole_batch_before_any_write(raw_conn, bad):
+def test_one_bad_visit_is_refused_alone_and_counted(raw_conn, bad, reason):
     good = random_visits(10, seed=4)
-    before = dump_all(raw_conn)
-    payload = good + bad if isinstance(bad, list) else bad
-    with pytest.raises(InvalidInput):
-        visits.record_visits(raw_conn, payload, message_id="b")
-    assert dump_all(raw_conn) == before
+    visits.record_visits(raw_conn, good, message_id="b")
+    only_good = dump_all(raw_conn)
+    raw_conn.flushdb()
+    payload = good[:5] + bad + good[5:]
+    assert visits.record_visits(raw_conn, payload, message_id="b") == len(good)
+    assert visits.record_visits(raw_conn, payload, message_id="b") == len(good)  # redelivered
+    assert without_refusal_keys(dump_all(raw_conn)) == only_good  # the bad item wrote nothing
+    assert refusals.counts(raw_conn)[reason] == 1  # counted once, whatever the deliveries
+
+
+def test_a_batch_that_is_not_a_list_is_refused_whole_and_counted(raw_conn):
+    with pytest.raises(MalformedMessage):
+        visits.record_visits(raw_conn, "not a list", message_id="b")
+    assert without_refusal_keys(dump_all(raw_conn)) == {}
+    assert refusals.counts(raw_conn)["malformed"] == 1
 
 
 def test_batch_size_is_bounded(raw_conn):
-    with pytest.raises(InvalidInput):
+    with pytest.raises(MalformedMessage):
         visits.record_visits(raw_conn, random_visits(visits.MAX_BATCH + 1, seed=5))
 
 
@@ -84,8 +101,8 @@ def test_eager_tasks(eager_app, raw_conn):
         for _ in range(2):
             tasks.record_visit.apply(args=[v["ip"], v["path"], v.get("session_id"), v["ts"]], task_id=f"v-{n}")
     assert model_of(batch + batch[:10]).mismatches(raw_conn) == []
-    with pytest.raises(InvalidInput):
-        tasks.record_visits.apply(args=[[{"ip": "nope", "path": "/"}]])
+    assert tasks.record_visits.apply(args=[[{"ip": "nope", "path": "/"}]]).get() == 0  # refused alone
+    assert refusals.counts(raw_conn)["bad_input"] == 1
     with pytest.raises(InvalidInput):
         tasks.record_visit.apply(args=["1.2.3.4"])  # path missing
 
@@ -219,29 +236,42 @@ def test_incr_events_equal_incr_one_by_one(conn):
         assert ranking.Ranking(conn, board).top(limit=1000, withscores=True, now=now) == expected
 
 
-@pytest.mark.parametrize("bad", [
-    "x", [1], [{"board": "b"}], [{"member": "m"}], [{"board": "b", "member": "m", "amount": 1.5}],
-    [{"board": "b", "member": "m", "period_hours": 5}], [{"board": "b", "member": "m", "x": 1}],
-    [{"board": "b", "member": "m"}, {"board": "b", "member": "m", "period_hours": 48}],
+@pytest.mark.parametrize(("bad", "reason"), [
+    ([1], "malformed"), ([{"board": "b"}], "malformed"), ([{"member": "m"}], "malformed"),
+    ([{"board": "b", "member": "m", "amount": 1.5}], "bad_input"),
+    ([{"board": "b", "member": "m", "period_hours": 5}], "board_settings"),
+    ([{"board": "c", "member": "m", "interval_hours": 5}], "bad_input"),
+    ([{"board": "b", "member": "m", "x": 1}], "malformed"),
+    ([{"board": "b", "member": "m", "period_hours": 48}], "board_settings"),  # b is fixed to (24, 1)
+    ([{"board": "ok", "member": "m", "period_hours": 48}], "board_settings"),  # other settings in one batch
+    ([{"board": "b", "member": "m", "ts": time.time() + 86400}], "future"),
 ])
-def test_bad_ranking_batch_writes_nothing(raw_conn, bad):
+def test_one_bad_ranking_event_is_refused_alone_and_counted(raw_conn, bad, reason):
     from counters_tasks import ranking
 
-    ranking.Ranking(raw_conn, "b").incr("seed", 1, now=1_700_000_000)
-    before = dump_all(raw_conn)
-    with pytest.raises(InvalidInput):
-        ranking.incr_events(raw_conn, [{"board": "ok", "member": "m"}, *bad] if isinstance(bad, list) else bad)
-    assert dump_all(raw_conn) == before
+    now = time.time()
+    good = [{"board": "ok", "member": "m", "ts": now}, {"board": "b", "member": "n", "ts": now}]
+    ranking.Ranking(raw_conn, "b").incr("seed", 1, now=now)
+    ranking.incr_events(raw_conn, good, message_id="e")
+    only_good = dump_all(raw_conn)
+    raw_conn.flushdb()
+    ranking.Ranking(raw_conn, "b").incr("seed", 1, now=now)
+    payload = good[:1] + bad + good[1:]
+    assert ranking.incr_events(raw_conn, payload, message_id="e") == 2
+    assert ranking.incr_events(raw_conn, payload, message_id="e") == 2  # redelivered: nothing more
+    assert without_refusal_keys(dump_all(raw_conn)) == only_good
+    assert refusals.counts(raw_conn)[reason] == 1
 
 
-def test_board_with_other_stored_settings_refuses_the_batch(raw_conn):
+def test_ranking_batch_that_is_not_a_list_or_too_long_is_refused_whole(raw_conn):
     from counters_tasks import ranking
 
-    ranking.Ranking(raw_conn, "fixed", 48, 2).incr("a", 1, now=1_700_000_000)
-    before = dump_all(raw_conn)
-    with pytest.raises(InvalidInput):
-        ranking.incr_events(raw_conn, [{"board": "other", "member": "m"}, {"board": "fixed", "member": "m"}])
-    assert dump_all(raw_conn) == before
+    with pytest.raises(MalformedMessage):
+        ranking.incr_events(raw_conn, "x")
+    with pytest.raises(MalformedMessage):
+        ranking.incr_events(raw_conn, [{"board": "b", "member": "m"}] * (ranking.MAX_EVENTS + 1))
+    assert without_refusal_keys(dump_all(raw_conn)) == {}
+    assert refusals.counts(raw_conn)["malformed"] == 2
 
 
 @pytest.mark.processes

@@ -39,8 +39,8 @@ def test_bad_input_fails_without_retry_or_write(eager_app, raw_conn, args):
     assert dump_all(raw_conn) == before
 
 
-def test_invalid_input_is_not_in_autoretry():
-    assert not issubclass(InvalidInput, tasks.TRANSIENT_ERRORS)
+def test_invalid_input_is_never_retried():
+    assert not tasks.is_transient(InvalidInput("bad"))
     assert InvalidInput in tasks.CountingTask.throws
 
 

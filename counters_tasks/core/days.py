@@ -12,7 +12,7 @@ import time
 from datetime import date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from ..errors import InvalidInput
+from ..errors import ClosedDay, InvalidInput
 from .settings import get_settings
 from .validation import check_day
 
@@ -73,4 +73,4 @@ def check_day_open(day: date, days_after: int, setting: str) -> None:
     """Refuse an event of a day whose per-visitor data is (about to be) gone, ``days_after`` days
     after its end (the setting named ``setting``): it could not be deduplicated any more."""
     if kept_until(day, days_after) <= time.time():
-        raise InvalidInput(f"the visit is for {day.isoformat()}, which is closed (older than {setting})")
+        raise ClosedDay(f"the visit is for {day.isoformat()}, which is closed (older than {setting})")

@@ -53,6 +53,10 @@ class Settings:
     uniques_count_days: int = 400
     # reliability: broker redelivery of unacknowledged messages
     visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT
+    # clock policy: how far ahead of this process's clock an event may be (seconds)
+    future_tolerance: int = 300
+    # a counting message that fails for a reason that is not Redis being away is tried this often
+    max_attempts: int = 5
     # beat: the cleaner's cadence (None: every minute by crontab) and the highly available beat
     clean_every: float | None = None
     beat_scheduler: str | None = None
@@ -174,6 +178,8 @@ def load_settings(env: dict | None = None) -> Settings:
         uniques_count_days=_int(env, "COUNTERS_UNIQUES_COUNT_DAYS", 400),
         visibility_timeout=_int(env, "COUNTERS_VISIBILITY_TIMEOUT", DEFAULT_VISIBILITY_TIMEOUT),
         redis_url_given=bool(env.get("COUNTERS_REDIS_URL")),
+        future_tolerance=_int(env, "COUNTERS_FUTURE_TOLERANCE", 300, minimum=0),
+        max_attempts=_int(env, "COUNTERS_MAX_ATTEMPTS", 5),
         clean_every=_float(env, "COUNTERS_CLEAN_EVERY", None),
         beat_scheduler=_choice(env, "COUNTERS_BEAT_SCHEDULER", ("redbeat",)),
         beat_lock_timeout=_float(env, "COUNTERS_BEAT_LOCK_TIMEOUT", 30.0),

@@ -10,7 +10,8 @@ import time
 from datetime import date, datetime
 from typing import Any
 
-from ..errors import InvalidInput
+from ..errors import FutureEvent, InvalidInput, MalformedMessage
+from .settings import get_settings
 
 MAX_TEXT = 1024
 MAX_AMOUNT = 2**53 - 1  # exact in a Lua number and in JSON everywhere
@@ -57,11 +58,32 @@ def check_now(value: Any, what: str = "now") -> float | int:
     return value
 
 
+def check_event_time(value: Any, what: str = "ts") -> float | int:
+    """The time of an event (``None``: now): as ``check_now``, and not more than
+    ``COUNTERS_FUTURE_TOLERANCE`` seconds ahead of this process's clock. A clock that runs ahead
+    would otherwise count into buckets, days and ranking slots that have not begun, and push a
+    board's watermark so far that current events look late."""
+    checked = check_now(value, what)
+    if value is not None:
+        ahead = checked - time.time()
+        if ahead > get_settings().future_tolerance:
+            raise FutureEvent(f"{what} is {ahead:.0f} s ahead of this worker's clock "
+                              f"(more than COUNTERS_FUTURE_TOLERANCE, {get_settings().future_tolerance} s)")
+    return checked
+
+
+MAX_MESSAGE_ID = 200
+"""Longest message (task or batch) id: it is part of the dedupe markers' keys."""
+
+
 def check_message_id(value: Any) -> str | None:
     """A task or batch id used for dedupe (None: no dedupe)."""
     if value is None:
         return None
-    return check_text(value, "message id", max_length=200)
+    try:
+        return check_text(value, "message id", max_length=MAX_MESSAGE_ID)
+    except InvalidInput as exc:
+        raise MalformedMessage(str(exc)) from None
 
 
 def check_int(value: Any, what: str, minimum: int | None = None, maximum: int | None = None) -> int:
@@ -78,6 +100,8 @@ def check_int(value: Any, what: str, minimum: int | None = None, maximum: int | 
 # --- visits: IPs, paths, session ids, days ---------------------------------------------------
 
 MAX_PATH_BYTES = 512
+MAX_IP_TEXT = 64
+"""Longest IP text accepted: an IPv6 address (45 characters) with a scope id of an interface name."""
 _HEX_ID = re.compile(r"[0-9a-fA-F]{15,}")
 
 
@@ -85,6 +109,8 @@ def check_ip(value: Any) -> str:
     """The canonical text of an IPv4 or IPv6 address (an IPv4-mapped IPv6 address as IPv4)."""
     if not isinstance(value, str):
         raise InvalidInput(f"ip must be a str, got {type(value).__name__}")
+    if len(value) > MAX_IP_TEXT:  # before parsing or caching: a client chooses this string
+        raise InvalidInput(f"ip is longer than {MAX_IP_TEXT} characters ({len(value)})")
     return _canonical_ip(value)
 
 

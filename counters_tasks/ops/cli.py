@@ -280,6 +280,8 @@ def _render_health(console: Any, data: dict) -> None:
         took = "" if info["last_duration"] is None else f", took {info['last_duration'] * 1000:.1f} ms"
         result = "" if info["last_result"] is None else f", result {info['last_result']}"
         console.print(f"     job      {job}: {_ago(info['age_seconds'])}{took}{result}, skipped {info['skipped']}")
+    if data["refused"]:
+        console.print("     refused  " + "  ".join(f"{reason}={n}" for reason, n in data["refused"].items()))
     console.print("healthy" if data["ok"] else "UNHEALTHY")
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import redis
 
+from .. import refusals
 from ..app import app as default_app
 from ..core.settings import get_settings
 from ..store.client import as_str, get_redis
@@ -61,11 +62,13 @@ def check(conn: Any, broker: Any = None, app: Any = None, ping_timeout: float = 
         report["redis"] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
     if report["redis"]["ok"]:
         report["jobs"] = {job: _job(conn, job, now) for job in JOBS}
+        report["refused"] = refusals.counts(conn)
         age = report["jobs"][BEAT_JOB]["age_seconds"]
         report["beat"] = {"ok": age is not None and age <= beat_max_age, "last_run_age_seconds": age,
                           "max_age_seconds": beat_max_age}
     else:
         report["jobs"] = {}
+        report["refused"] = {}
         report["beat"] = {"ok": False, "error": "Redis is not reachable"}
     if broker is not None:
         try:

@@ -18,6 +18,11 @@ from redis.exceptions import (
     BusyLoadingError,
     ClusterDownError,
     ConnectionError,
+    MasterDownError,
+    NoScriptError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    ResponseError,
     SlotNotCoveredError,
     TimeoutError,
     TryAgainError,
@@ -29,9 +34,24 @@ from ..core.settings import Settings, get_settings
 CLUSTER_RETRIES = 3
 """Extra tries of a command on a cluster after a connection error or CLUSTERDOWN (slot map refreshed)."""
 
-TRANSIENT_ERRORS = (ConnectionError, TimeoutError, BusyLoadingError,
-                    ClusterDownError, TryAgainError, SlotNotCoveredError)  # a cluster failing over
+TRANSIENT_ERRORS = (ConnectionError, TimeoutError, BusyLoadingError,  # away, slow, LOADING
+                    ClusterDownError, TryAgainError, SlotNotCoveredError,  # a cluster failing over
+                    ReadOnlyError, MasterDownError,  # a replica promoted, or its master gone
+                    OutOfMemoryError,  # OOM under maxmemory + noeviction: frees up when consumers catch up
+                    NoScriptError)  # a restarted server lost its scripts: they are loaded again
 """Errors after which the same write, tried again later, can succeed: tasks retry on them."""
+
+TRANSIENT_REPLIES = ("BUSY", "LOADING", "READONLY", "OOM", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "NOSCRIPT")
+"""Error replies (their first word) of the same kind, which redis-py may raise as a plain ResponseError
+(BUSY, a long script running, has no class of its own)."""
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether the write that raised ``exc`` can succeed when tried again later: Redis away or
+    busy, not bad input or a bug."""
+    if isinstance(exc, TRANSIENT_ERRORS):
+        return True
+    return isinstance(exc, ResponseError) and str(exc).split(" ", 1)[0] in TRANSIENT_REPLIES
 
 _lock = threading.Lock()
 _client: Any = None

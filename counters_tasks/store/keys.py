@@ -111,6 +111,16 @@ def counter_registries() -> list[str]:
     return [counter_registry(shard) for shard in range(REGISTRY_SHARDS)]
 
 
+def refusal_counts() -> str:
+    """HASH reason -> items refused for it (bad input, closed day, future, board settings, malformed)."""
+    return f"{prefix()}refused:{{refused}}"
+
+
+def refusal_seen(message_id: str) -> str:
+    """STRING marker: this message's refusals were counted (dedupe, with a TTL)."""
+    return f"{prefix()}refused:{{refused}}:seen:{escape(message_id)}"
+
+
 def cleaner_state() -> str:
     """HASH precision -> the ``now`` of the last pass that cleaned it."""
     return f"{prefix()}cleaner:state"

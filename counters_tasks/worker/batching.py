@@ -7,9 +7,11 @@ them in one pipeline, each message still at most once under its own task id.
 
 Acks: the messages of a batch are acknowledged together after ``apply_batch`` returns
 (``acks_late``). So it must not return before the events are in Redis: on a Redis connection or
-timeout error it waits and tries again (the messages stay unacknowledged meanwhile, and the
-per-message dedupe makes any redelivery harmless). A message with bad input is refused (logged,
-acknowledged, nothing written for it); the others of its batch are applied.
+timeout error (or BUSY, READONLY, OOM...) it waits and tries again (the messages stay
+unacknowledged meanwhile, and the per-message dedupe makes any redelivery harmless); on any
+other error its messages go one by one, and one that keeps failing is set aside (dead-lettered).
+A message with bad input is refused (logged, counted, acknowledged, nothing written for it);
+the others of its batch are applied.
 """
 
 from __future__ import annotations
@@ -19,32 +21,44 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import ranking
-from ..errors import InvalidInput
-from ..store.client import TRANSIENT_ERRORS
+from .. import ranking, refusals
+from ..core.settings import get_settings
+from ..core.validation import check_message_id
+from ..errors import InvalidInput, MalformedMessage
+from ..store.client import is_transient
 from ..visits import Visit, prepare_visit, write_groups
 
 log = logging.getLogger(__name__)
 
 
-def _arguments(request: Any, parse: Callable[..., Any], signature: str) -> Any:
+def parse_arguments(request: Any, parse: Callable[..., Any], signature: str) -> Any:
+    """The prepared item of one message: its arguments must be a list and a dict that fit the
+    task's ``signature`` (a dict of arguments is never unpacked as positional names)."""
+    args, kwargs = request.args or [], request.kwargs or {}
+    if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict):
+        raise MalformedMessage(f"arguments must be a list and a dict; takes {signature}")
     try:
-        return parse(*(request.args or ()), **(request.kwargs or {}))
+        return parse(*args, **kwargs)
     except TypeError:
-        raise InvalidInput(f"takes {signature}") from None
+        raise MalformedMessage(f"takes {signature}") from None
 
 
-def write_visits(conn: Any, items: list[tuple[Visit, str]]) -> list[InvalidInput]:
+Refusal = tuple[str | None, InvalidInput]
+"""A refused message: its id (None when the id itself is malformed) and why."""
+
+
+def write_visits(conn: Any, items: list[tuple[Visit, str]]) -> list[Refusal]:
     """Each message's visit as its own group (deduped under its message id), one round trip."""
     write_groups(conn, [([visit], message_id) for visit, message_id in items])
     return []
 
 
-def write_ranking_events(conn: Any, items: list[tuple[ranking.RankingEvent, str]]) -> list[InvalidInput]:
+def write_ranking_events(conn: Any, items: list[tuple[ranking.RankingEvent, str]]) -> list[Refusal]:
     """One script call per message, all in one pipeline; a message whose board exists with other
-    settings is refused there (nothing written for it): its error is returned."""
+    settings is refused there (nothing written for it)."""
     results = ranking.write_events(conn, [([event], message_id) for event, message_id in items])
-    return [result for result in results if isinstance(result, InvalidInput)]
+    return [(message_id, result) for (_event, message_id), result in zip(items, results, strict=True)
+            if isinstance(result, InvalidInput)]
 
 
 KINDS = {
@@ -54,32 +68,103 @@ KINDS = {
 }
 
 
-def apply_batch(conn: Any, kind: str, requests: list[Any], *, max_backoff: float = 30.0) -> dict[str, int]:
-    """Apply a batch of ``kind`` requests; returns how many were applied and refused."""
+def usable_id(value: Any) -> str | None:
+    """A message id fit for dedupe and logs, or None when it is not one."""
+    try:
+        return check_message_id(value)
+    except InvalidInput:
+        return None
+
+
+class Backoff:
+    """Waits that double from ``initial`` up to ``maximum`` seconds."""
+
+    def __init__(self, initial: float = 0.5, maximum: float = 30.0) -> None:
+        self.next, self.maximum = initial, maximum
+
+    def wait(self) -> float:
+        waited = self.next
+        time.sleep(waited)
+        self.next = min(self.next * 2, self.maximum)
+        return waited
+
+
+def apply_batch(conn: Any, kind: str, requests: list[Any], *, max_backoff: float = 30.0,
+                give_up: Callable[[str, Any, BaseException], None] | None = None) -> dict[str, int]:
+    """Apply a batch of ``kind`` requests; returns how many were applied, refused and given up.
+
+    It returns only once every message is applied or deliberately refused (the batch's messages
+    are acknowledged when it returns): a Redis error after which the write can succeed (Redis
+    away, BUSY, READONLY, OOM, LOADING, a cluster failing over) is waited out; any other error
+    makes each message of the batch go alone, so one message that cannot be applied holds no
+    other back, and a message still failing after ``COUNTERS_MAX_ATTEMPTS`` tries is handed to
+    ``give_up`` (dead-lettered by the task) instead of being acknowledged as if applied.
+    """
     parse, signature, write = KINDS[kind]
     eager = all((r.delivery_info or {}).get("is_eager") for r in requests)
-    items = []
-    refused = 0
+    items, refused = [], []
     for request in requests:
         try:
-            items.append((_arguments(request, parse, signature), request.id))
+            items.append((parse_arguments(request, parse, signature), check_message_id(request.id), request))
         except InvalidInput as exc:
             if eager:
                 raise
-            refused += 1
-            log.warning("%s %s refused: %s", kind, request.id, exc)
-    backoff = 0.5
+            refused.append((usable_id(request.id), exc))
+    outcome = {"applied": 0, "refused": 0, "given_up": 0}
+
+    def write_all(group: list[tuple[Any, str, Any]]) -> None:
+        attempts = 0
+        backoff = Backoff(maximum=max_backoff)
+        while True:
+            try:
+                late = write(conn, [(item, message_id) for item, message_id, _request in group])
+            except Exception as exc:  # noqa: BLE001  every failure is waited out, isolated or given up
+                if eager:
+                    raise
+                if is_transient(exc):
+                    log.warning("%s batch of %d waits for Redis (%s); next try in %.1fs", kind, len(group), exc,
+                                backoff.next)
+                    backoff.wait()
+                    continue
+                if len(group) > 1:
+                    log.warning("%s batch of %d failed (%r); applying its messages one by one", kind, len(group), exc)
+                    for one in group:
+                        write_all([one])
+                    return
+                attempts += 1
+                if attempts >= get_settings().max_attempts and give_up is not None:
+                    log.error("%s %s failed %d times (%r): set aside", kind, group[0][1], attempts, exc)
+                    give_up(kind, group[0][2], exc)
+                    outcome["given_up"] += 1
+                    return
+                log.warning("%s %s failed (%r); try %d of %d in %.1fs", kind, group[0][1], exc, attempts,
+                            get_settings().max_attempts, backoff.next)
+                backoff.wait()
+                continue
+            for message_id, error in late:
+                if eager:
+                    raise error
+                refused.append((message_id, error))
+            outcome["applied"] += len(group) - len(late)
+            return
+
+    if items:
+        write_all(items)
+    for message_id, error in refused:
+        until_recorded(lambda m=message_id, e=error: refusals.record(conn, kind, m, [(None, e)]), max_backoff)
+    outcome["refused"] = len(refused)
+    return outcome
+
+
+def until_recorded(record: Callable[[], None], max_backoff: float) -> None:
+    """Run ``record`` (a refusal's count) until Redis takes it: a refused message is counted
+    before it is acknowledged."""
+    backoff = Backoff(maximum=max_backoff)
     while True:
         try:
-            late_refusals = write(conn, items) if items else []
-            for exc in late_refusals:
-                if eager:
-                    raise exc
-                log.warning("%s refused: %s", kind, exc)
-            return {"applied": len(items) - len(late_refusals), "refused": refused + len(late_refusals)}
-        except TRANSIENT_ERRORS as exc:
-            if eager:
+            return record()
+        except Exception as exc:  # noqa: BLE001  counted later is better than acknowledged uncounted
+            if not is_transient(exc):
                 raise
-            log.warning("%s batch of %d waits for Redis (%s); next try in %.1fs", kind, len(items), exc, backoff)
-            time.sleep(backoff)
-            backoff = min(backoff * 2, max_backoff)
+            log.warning("counting a refusal waits for Redis (%s)", exc)
+            backoff.wait()

@@ -3,9 +3,13 @@
 -- KEYS: the board's meta HASH, top ZSET, slot index ZSET, then k slot HASHes, then (when
 --       ARGV[1] > 0) the message's dedupe marker. All share the board's hash tag.
 -- ARGV: marker TTL (0 = no dedupe), period_hours, interval_hours, slot hash TTL in seconds,
---       k, the k slot numbers (in KEYS order), then n, then per event: the index (1..k) of its
---       slot, member, amount, -amount (as text: a Lua number would lose digits past 14).
--- Events are applied in order, each as a single incr would be.
+--       the writer's clock slot (the slot of its current time), k, the k slot numbers (in KEYS
+--       order), then n, then per event: the index (1..k) of its slot, member, amount, -amount
+--       (as text: a Lua number would lose digits past 14).
+-- Events are applied in order, each as a single incr would be. An event is late when its slot is
+-- out of the window ending at the board's watermark (the newest slot written), or at the clock
+-- slot when the watermark is ahead of it: an event from a clock running ahead can move the
+-- watermark, never make current events late.
 -- Invariant kept by every ranking script: top[m] = -(sum of m over the slot hashes in the index),
 -- zero totals absent; an index entry exists exactly when its slot hash does.
 -- Returns {status, 1 when the board is not yet confirmed in the registry (meta.reg unset) else 0,
@@ -17,7 +21,8 @@ local unregistered = meta[5] and 0 or 1
 if meta[1] and (meta[1] ~= ARGV[2] or meta[2] ~= ARGV[3]) then
   return {-1, 0, 0}
 end
-local k = tonumber(ARGV[5])
+local clock = tonumber(ARGV[5])
+local k = tonumber(ARGV[6])
 if ttl > 0 then
   if not redis.call('SET', KEYS[4 + k], '1', 'NX', 'EX', ttl) then
     return {0, unregistered, 0}
@@ -31,19 +36,23 @@ local wm = tonumber(meta[3])
 local rot = tonumber(meta[4])
 local late = 0
 local touched = {}
-local events = tonumber(ARGV[6 + k])
-local i = 7 + k
+local events = tonumber(ARGV[7 + k])
+local i = 8 + k
 for _ = 1, events do
   local s = tonumber(ARGV[i])
-  local slot = tonumber(ARGV[5 + s])
+  local slot = tonumber(ARGV[6 + s])
   local member, amount, minus = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   i = i + 4
-  if (wm and slot <= wm - window) or (rot and slot < rot) then
+  local reference = wm
+  if reference and clock < reference then
+    reference = clock
+  end
+  if (reference and slot <= reference - window) or (rot and slot < rot) then
     late = late + 1
   else
     if not wm or slot > wm then
       wm = slot
-      redis.call('HSET', KEYS[1], 'wm', ARGV[5 + s])
+      redis.call('HSET', KEYS[1], 'wm', ARGV[6 + s])
     end
     touched[s] = true
     if redis.call('HINCRBY', KEYS[3 + s], member, amount) == 0 then
@@ -57,10 +66,10 @@ end
 -- the slot index follows the slot hashes this call touched (once per slot, not per event)
 for s in pairs(touched) do
   if redis.call('EXISTS', KEYS[3 + s]) == 1 then
-    redis.call('ZADD', KEYS[3], ARGV[5 + s], ARGV[5 + s])
+    redis.call('ZADD', KEYS[3], ARGV[6 + s], ARGV[6 + s])
     redis.call('EXPIRE', KEYS[3 + s], ARGV[4])
   else
-    redis.call('ZREM', KEYS[3], ARGV[5 + s])
+    redis.call('ZREM', KEYS[3], ARGV[6 + s])
   end
 end
 if late > 0 then

@@ -1,0 +1,51 @@
+"""Refusals: every item refused as bad input is logged and counted, never silent.
+
+Batches refuse item by item (the others are applied); each refusal is logged at WARNING with
+its message id and counted by reason (``InvalidInput.reason``: bad input, closed day, future,
+board settings, malformed) in one Redis hash, once per message however often it is delivered.
+``counts`` reads the totals: what ``counters-tasks health`` and the metrics show.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from .core.settings import get_settings
+from .errors import REFUSAL_REASONS, InvalidInput
+from .store import keys
+from .store.client import as_str
+from .store.scripts import run_script
+
+log = logging.getLogger(__name__)
+
+LOGGED_PER_MESSAGE = 20
+"""Refusals of one message logged one by one; the rest are summed up in one line."""
+
+
+def record(conn: Any, kind: str, message_id: str | None, refused: Sequence[tuple[int | None, InvalidInput]]) -> None:
+    """Log and count the ``(item index or None for the whole message, error)`` refusals of one
+    message of ``kind`` (a task name); counted once per ``message_id``."""
+    if not refused:
+        return
+    for index, error in refused[:LOGGED_PER_MESSAGE]:
+        where = "" if index is None else f" item {index}"
+        log.warning("%s %s%s refused (%s): %s", kind, message_id, where, error.reason, error)
+    if len(refused) > LOGGED_PER_MESSAGE:
+        log.warning("%s %s: %d more items refused", kind, message_id, len(refused) - LOGGED_PER_MESSAGE)
+    by_reason = Counter(error.reason for _index, error in refused)
+    args: list[Any] = [get_settings().dedupe_ttl if message_id is not None else 0]
+    for reason, count in sorted(by_reason.items()):
+        args += [reason, count]
+    script_keys = [keys.refusal_counts()]
+    if message_id is not None:
+        script_keys.append(keys.refusal_seen(message_id))
+    run_script(conn, "refusal_count", script_keys, args)
+
+
+def counts(conn: Any) -> dict[str, int]:
+    """Items refused so far, by reason (every reason listed, 0 when none)."""
+    stored = {as_str(reason): int(count) for reason, count in conn.hgetall(keys.refusal_counts()).items()}
+    return {reason: stored.get(reason, 0) for reason in REFUSAL_REASONS} | stored
