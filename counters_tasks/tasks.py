@@ -19,7 +19,7 @@ from .core.settings import RETRY_BACKOFF_MAX, get_settings
 from .errors import InvalidInput
 from .store.client import get_redis, is_transient
 from .visits import record_visits as apply_visit_batch
-from .worker import batching
+from .worker import batching, dead_letters
 from .worker.maintenance import run_exclusive
 
 
@@ -39,6 +39,12 @@ class CountingTask(Task):
     def message_id(self) -> str | None:
         return self.request.id
 
+    def set_aside(self, exc: BaseException, attempts: int) -> None:
+        """Keep this call in the dead letters (it is then acknowledged, not lost)."""
+        dead_letters.set_aside_call(self.name, self.request.id, list(self.request.args or ()),
+                                    dict(self.request.kwargs or {}),
+                                    (self.request.delivery_info or {}).get("routing_key"), exc, attempts)
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return super().__call__(*args, **kwargs)
@@ -53,6 +59,13 @@ class CountingTask(Task):
                 return None  # acknowledged: the message is kept in the dead-letter list
             countdown = get_exponential_backoff_interval(1, self.request.retries, RETRY_BACKOFF_MAX, full_jitter=True)
             raise self.retry(exc=exc, countdown=countdown, max_retries=None) from exc
+
+def set_aside_request(kind: str, request: Any, exc: BaseException) -> None:
+    """Keep a message of a worker-side batch that kept failing in the dead letters."""
+    dead_letters.set_aside_call(f"counters_tasks.{kind}", request.id, list(request.args or ()),
+                                dict(request.kwargs or {}), (request.delivery_info or {}).get("routing_key"), exc,
+                                get_settings().max_attempts)
+
 
 class MaintenanceTask(Task):
     """A beat job: one run at a time (Redis lock), bounded by a time limit."""
@@ -97,7 +110,7 @@ def clean_counters(self: MaintenanceTask) -> Any:
 def incr_ranking(self: CountingBatches, requests: list[Any]) -> dict[str, int]:
     """Called as ``incr_ranking.delay(board, member, amount=1, ts=None, period_hours=24,
     interval_hours=1)``; the worker applies such messages in batches (see ``batching``)."""
-    return batching.apply_batch(get_redis(), "incr_ranking", requests)
+    return batching.apply_batch(get_redis(), "incr_ranking", requests, give_up=set_aside_request)
 
 
 @app.task(name="counters_tasks.incr_rankings", base=CountingTask, bind=True)
@@ -118,7 +131,7 @@ def rotate_rankings(self: MaintenanceTask) -> Any:
 def record_visit(self: CountingBatches, requests: list[Any]) -> dict[str, int]:
     """Called as ``record_visit.delay(ip, path, session_id=None, ts=None)``; the worker applies
     such messages in batches (see ``batching``)."""
-    return batching.apply_batch(get_redis(), "record_visit", requests)
+    return batching.apply_batch(get_redis(), "record_visit", requests, give_up=set_aside_request)
 
 
 @app.task(name="counters_tasks.record_visits", base=CountingTask, bind=True)

@@ -57,6 +57,9 @@ class Settings:
     future_tolerance: int = 300
     # a counting message that fails for a reason that is not Redis being away is tried this often
     max_attempts: int = 5
+    # messages: the largest payload a worker decodes, and how many set-aside messages are kept
+    max_message_bytes: int = 1 << 20
+    dead_letter_max: int = 10_000
     # beat: the cleaner's cadence (None: every minute by crontab) and the highly available beat
     clean_every: float | None = None
     beat_scheduler: str | None = None
@@ -180,6 +183,8 @@ def load_settings(env: dict | None = None) -> Settings:
         redis_url_given=bool(env.get("COUNTERS_REDIS_URL")),
         future_tolerance=_int(env, "COUNTERS_FUTURE_TOLERANCE", 300, minimum=0),
         max_attempts=_int(env, "COUNTERS_MAX_ATTEMPTS", 5),
+        max_message_bytes=_int(env, "COUNTERS_MAX_MESSAGE_BYTES", 1 << 20, minimum=1024),
+        dead_letter_max=_int(env, "COUNTERS_DEAD_LETTER_MAX", 10_000),
         clean_every=_float(env, "COUNTERS_CLEAN_EVERY", None),
         beat_scheduler=_choice(env, "COUNTERS_BEAT_SCHEDULER", ("redbeat",)),
         beat_lock_timeout=_float(env, "COUNTERS_BEAT_LOCK_TIMEOUT", 30.0),

@@ -12,10 +12,12 @@ import click
 import redis
 
 from .. import __version__
+from ..app import app as default_app
 from ..core.settings import get_settings
 from ..errors import ConfigurationError, InvalidInput
 from ..local.stack import Stack
 from ..store.client import get_redis
+from ..worker import dead_letters
 from . import health, views
 from .demo import run_demo
 from .web import create_app
@@ -282,6 +284,9 @@ def _render_health(console: Any, data: dict) -> None:
         console.print(f"     job      {job}: {_ago(info['age_seconds'])}{took}{result}, skipped {info['skipped']}")
     if data["refused"]:
         console.print("     refused  " + "  ".join(f"{reason}={n}" for reason, n in data["refused"].items()))
+    if "dead_letters" in data:
+        dead = data["dead_letters"]
+        console.print(f"     dead     {dead['count']} set aside (counters-tasks dead-letters list)")
     console.print("healthy" if data["ok"] else "UNHEALTHY")
 
 
@@ -298,6 +303,64 @@ def health_command(timeout: float, beat_max_age: float, as_json: bool) -> int:
         raise Failed(str(exc)) from None
     _emit(report, as_json, _render_health)
     return EXIT_OK if report["ok"] else EXIT_FAILED
+
+
+@cli.group("dead-letters")
+def dead_letters_group() -> None:
+    """Messages the workers set aside (undecodable, malformed, oversize, failing for good)."""
+
+
+def _broker(action: Callable[[Any], Any]) -> Any:
+    """Run ``action`` with a client of the broker, mapping its errors to exit code 1."""
+    try:
+        return action(dead_letters.broker_client())
+    except ConfigurationError as exc:
+        raise Failed(str(exc)) from None
+    except redis.RedisError as exc:
+        raise Failed(f"broker at {get_settings().broker_url}: {type(exc).__name__}: {exc}") from None
+
+
+def _render_dead_letters(console: Any, data: dict) -> None:
+    console.print(f"[bold]{data['count']} dead letters[/bold]"
+                  + (" (ever, by reason: " + ", ".join(f"{r}={n}" for r, n in data["by_reason"].items()) + ")"
+                     if data["by_reason"] else ""))
+    for record in data["records"]:
+        when = datetime.fromtimestamp(record["at"], get_settings().zone).strftime("%Y-%m-%d %H:%M:%S")
+        console.print(f"  #{record['index']:<4} {when}  {record['reason']:<14} {record.get('task') or '-'} "
+                      f"{record.get('id') or '-'} from {record.get('queue') or '-'}", markup=False)
+
+
+@dead_letters_group.command("list")
+@click.option("--limit", "-n", type=click.IntRange(1, 10_000), default=20, show_default=True)
+@json_option
+def dead_letters_list(limit: int, as_json: bool) -> None:
+    """The newest set-aside messages (index 0 = newest), with why and when."""
+    data = _broker(lambda client: {**dead_letters.summary(client), "records": dead_letters.listing(client, limit)})
+    _emit(data, as_json, _render_dead_letters)
+
+
+def _which(all_: bool, index: int | None) -> int | None:
+    if all_ == (index is not None):
+        raise click.UsageError("give either --all or --index")
+    return index
+
+
+@dead_letters_group.command("requeue")
+@click.option("--all", "all_", is_flag=True, help="every record")
+@click.option("--index", type=click.IntRange(0), help="one record (see list)")
+def dead_letters_requeue(all_: bool, index: int | None) -> None:
+    """Send set-aside messages again (a fixed worker, a fixed input)."""
+    which = _which(all_, index)
+    click.echo(f"requeued {_broker(lambda client: dead_letters.requeue(client, default_app, which))}")
+
+
+@dead_letters_group.command("drop")
+@click.option("--all", "all_", is_flag=True, help="every record")
+@click.option("--index", type=click.IntRange(0), help="one record (see list)")
+def dead_letters_drop(all_: bool, index: int | None) -> None:
+    """Delete set-aside messages for good."""
+    which = _which(all_, index)
+    click.echo(f"dropped {_broker(lambda client: dead_letters.drop(client, which))}")
 
 
 @cli.command("serve")

@@ -15,6 +15,7 @@ from .. import refusals
 from ..app import app as default_app
 from ..core.settings import get_settings
 from ..store.client import as_str, get_redis
+from ..worker import dead_letters
 from ..worker.maintenance import job_status
 
 QUEUES = ("visits", "maintenance")
@@ -73,6 +74,7 @@ def check(conn: Any, broker: Any = None, app: Any = None, ping_timeout: float = 
     if broker is not None:
         try:
             report["queues"] = {"ok": True, **{q: queue_length(broker, q) for q in QUEUES}}
+            report["dead_letters"] = dead_letters.summary(broker)
         except Exception as exc:
             report["queues"] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
     else:

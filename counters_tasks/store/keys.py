@@ -121,6 +121,16 @@ def refusal_seen(message_id: str) -> str:
     return f"{prefix()}refused:{{refused}}:seen:{escape(message_id)}"
 
 
+def dead_letters() -> str:
+    """LIST on the broker: records of messages set aside (newest first, COUNTERS_DEAD_LETTER_MAX)."""
+    return f"{prefix()}dead"
+
+
+def dead_letter_reasons() -> str:
+    """HASH on the broker: reason -> messages ever set aside for it."""
+    return f"{prefix()}dead:reasons"
+
+
 def cleaner_state() -> str:
     """HASH precision -> the ``now`` of the last pass that cleaned it."""
     return f"{prefix()}cleaner:state"

@@ -3,7 +3,10 @@
 - ``celery_defaults``: the package's Celery configuration (queues, routes, JSON only, the beat
   schedule, reliability options), built from ``core.settings``;
 - ``batching``: per-visit messages applied in batches (celery-batches), refused one by one;
-- ``broker``: the Redis broker transport that never loses a message a killed worker was taking;
+- ``broker``: the Redis broker transport that never loses a message a killed worker was taking,
+  and sets aside what it cannot hand to Celery;
+- ``dead_letters``: messages set aside (undecodable, malformed, oversize, or failing for good),
+  with their reasons, for operators to list, requeue or drop;
 - ``maintenance``: the beat jobs' cluster-wide lock and their last-run records.
 
 It imports the data modules, ``store`` and ``core``; nothing here imports ``tasks``, ``app``,

@@ -6,19 +6,27 @@ visibility timeout) only once the worker has read that reply. A worker killed (S
 in between loses the message for good (celery/kombu#305, celery/celery#4354). Here a message is
 taken by one Lua call that pops it and records it as unacknowledged at once (``broker_take``);
 to wait for messages without taking any, the worker blocks on ``BLMOVE q q RIGHT RIGHT``, which
-puts the message back where it was. Everything else (acks, restore sweeps, publishing) is
-kombu's. ``worker.celery_defaults`` selects this transport for ``redis://`` and ``rediss://`` brokers.
+puts the message back where it was. A message the worker cannot decode, whose shape is wrong
+or that is too large is set aside in the dead letters (``dead_letters``) instead of reaching
+Celery, which would crash on it or restore it forever. Everything else (acks, restore sweeps,
+publishing) is kombu's. ``worker.celery_defaults`` selects this transport for ``redis://`` and ``rediss://`` brokers.
 """
 
 from __future__ import annotations
 
+import logging
 from time import monotonic
 
 from kombu.transport import redis as kombu_redis
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import loads
 
+from ..core.settings import get_settings
+from ..store import keys as store_keys
 from ..store.scripts import lua_source
+from . import dead_letters
+
+log = logging.getLogger(__name__)
 
 
 class Channel(kombu_redis.Channel):
@@ -42,7 +50,10 @@ class Channel(kombu_redis.Channel):
             wait = keys[0]
             command = ["BLMOVE", wait, wait, "RIGHT", "RIGHT", timeout or self.brpop_timeout or 1]
         else:
-            command = ["EVAL", lua_source("broker_take"), len(keys) + 2, self.unacked_key, self.unacked_index_key, *keys]
+            settings = get_settings()
+            command = ["EVAL", lua_source("broker_take"), len(keys) + 4, self.unacked_key, self.unacked_index_key,
+                       store_keys.dead_letters(), store_keys.dead_letter_reasons(), *keys,
+                       settings.max_message_bytes, settings.dead_letter_max]
         self.client.connection.send_command(*command)
 
     def _brpop_read(self, **options):
@@ -61,10 +72,19 @@ class Channel(kombu_redis.Channel):
             if not reply:
                 self._waiting = True
                 raise kombu_redis.Empty()
-            dest, item = reply
+            dest, item = reply[0], reply[1]
             dest = bytes_to_str(dest).rsplit(self.sep, 1)[0]
+            if len(reply) > 2:  # set aside unread by the take itself (larger than COUNTERS_MAX_MESSAGE_BYTES)
+                log.warning("a message from %s was set aside: %s", dest, bytes_to_str(reply[2]))
+                raise kombu_redis.Empty()
+            reason, message = dead_letters.message_problem(item)
+            if reason is not None:  # Celery would crash on it, or restore it forever
+                with self.conn_or_acquire() as client:
+                    dead_letters.set_aside_message(client, (self.unacked_key, self.unacked_index_key), dest, item,
+                                                   reason, message)
+                raise kombu_redis.Empty()
             self._queue_cycle.rotate(dest)
-            self.connection._deliver(loads(bytes_to_str(item)), dest)
+            self.connection._deliver(loads(bytes_to_str(item)), dest)  # kombu's JSON (its own types)
             return True
         finally:
             self._in_poll = None

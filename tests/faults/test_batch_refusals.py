@@ -1,7 +1,7 @@
 """One bad item never loses its batch, through a real worker: a ``record_visits`` batch with a
 visit of a closed day, an ``incr_rankings`` batch with an event for a board fixed to other
-settings, and worker-side batches of per-visit messages holding a message whose id is not a
-string or is 100,000 characters long. The good items are applied exactly, each bad one is
+settings, worker-side batches of per-visit messages holding a message whose id is not a
+string or is 100,000 characters long, and a ranking event from a clock a day ahead. The good items are applied exactly, each bad one is
 refused alone and counted by reason, the worker stays alive and the broker ends idle."""
 
 from __future__ import annotations
@@ -50,6 +50,9 @@ def test_bad_items_are_refused_alone(fault_env, counters_conn, broker_conn, publ
     events = [{"board": "ok", "member": "a", "ts": now}, {"board": "fixed", "member": "b", "ts": now},
               {"board": "ok", "member": "c", "amount": 2, "ts": now}]
     tasks.incr_rankings.apply_async((events,), producer=publisher)
+    tasks.incr_ranking.apply_async(("skewed", "from-tomorrow", 1, now + 86400), producer=publisher)  # a fast clock
+    for _ in range(5):
+        tasks.incr_ranking.apply_async(("skewed", "current", 1, now), producer=publisher)
     worker = start_worker(worker_env, tmp_path / "w.log")
     try:
         wait_until(lambda: sitestats.site_visit_info(counters_conn, day).pv >= len(good) + 2, timeout=60,
@@ -64,7 +67,8 @@ def test_bad_items_are_refused_alone(fault_env, counters_conn, broker_conn, publ
         assert sitestats.site_visit_info(counters_conn, None, path).pv == 0
     assert ranking.Ranking(counters_conn, "ok").top(withscores=True, now=now) == [("c", 2), ("a", 1)]
     assert ranking.Ranking(counters_conn, "fixed", 48, 2).top(withscores=True, now=now) == [("x", 1)]
+    assert ranking.Ranking(counters_conn, "skewed").top(withscores=True, now=now) == [("current", 5)]
     counted = refusals.counts(counters_conn)
-    assert (counted["malformed"], counted["closed_day"], counted["board_settings"]) == (2, 1, 1)
+    assert (counted["malformed"], counted["closed_day"], counted["board_settings"], counted["future"]) == (2, 1, 1, 1)
     log = worker.output()
     assert log.count("refused (malformed)") == 2 and "refused (closed_day)" in log

@@ -1,0 +1,99 @@
+"""A worker that cannot be stopped by a message: raw messages a foreign or broken producer could
+put on the queue (a body that is not ``[args, kwargs, embed]``, not JSON at all, no task name, a
+40 MB batch) sit among good ones. The worker must stay alive, apply every good message exactly,
+set each bad one aside in the dead letters with its reason, never restore it, and let an
+operator list, requeue and drop them."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from counters_tasks import counters, sitestats, tasks
+from counters_tasks.core.days import local_day
+from counters_tasks.local.waiting import wait_until
+from counters_tasks.store import keys
+from tests.support.faults import wait_idle
+from tests.support.procs import REPO, celery_env, start_worker
+
+pytestmark = pytest.mark.processes
+
+
+def template(broker_conn, publisher, task, args) -> dict:
+    """A real message of ``task``, taken back off the broker to be edited."""
+    task.apply_async(args, producer=publisher)
+    return json.loads(broker_conn.rpop("visits"))
+
+
+def with_body(message: dict, body: object) -> str:
+    edited = json.loads(json.dumps(message))
+    edited["body"] = base64.b64encode(json.dumps(body).encode()).decode()
+    return json.dumps(edited)
+
+
+def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "counters_tasks", "dead-letters", *args], cwd=REPO,
+                          env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
+
+
+def test_poison_messages_are_set_aside_and_the_worker_goes_on(fault_env, counters_conn, broker_conn, publisher,
+                                                              tmp_path, monkeypatch):
+    now = float(int(time.time()))
+    day = local_day(now)
+    visit = template(broker_conn, publisher, tasks.record_visit, ("192.0.2.1", "/t", None, now))
+    counter = template(broker_conn, publisher, tasks.update_counter, ("poison", 1, now))
+    no_task = json.loads(json.dumps(counter))
+    del no_task["headers"]["task"]
+    huge = [{"ip": "192.0.2.9", "path": "/" + "x" * 1000, "ts": now}] * 40_000  # ~40 MB
+    big = template(broker_conn, publisher, tasks.record_visits, ([],))
+    poison = {
+        "bad_body": [with_body(visit, {"a": 1}), with_body(counter, {"a": 1}), with_body(counter, [1, 2])],
+        "not_json": ["{this is not json"],
+        "no_task": [json.dumps(no_task)],
+        "oversize": [with_body(big, [[huge], {}, {}])],
+    }
+    good = [(f"10.1.{i // 256}.{i % 256}", f"/g{i % 5}") for i in range(1, 301)]
+    for n, (ip, path) in enumerate(good):
+        tasks.record_visit.apply_async((ip, path, None, now), producer=publisher)
+        tasks.update_counter.apply_async(("good", 1, now), producer=publisher)
+        if n % 60 == 0:
+            for raws in poison.values():
+                for raw in raws:
+                    broker_conn.lpush("visits", raw)
+    expected_dead = {reason: len(raws) * 5 for reason, raws in poison.items()}
+    env = {**fault_env, "COUNTERS_VISIBILITY_TIMEOUT": "5", "COUNTERS_DEDUPE_TTL": "200"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    worker = start_worker(celery_env(fault_env["COUNTERS_REDIS_URL"], **env), tmp_path / "w.log")
+    try:
+        wait_until(lambda: sitestats.site_visit_info(counters_conn, day).pv >= len(good), timeout=90,
+                   what=f"the good visits; log:\n{worker.output()[-3000:]}")
+        wait_idle(broker_conn)
+        time.sleep(8)  # past the 5 s visibility timeout: nothing set aside may come back
+        wait_idle(broker_conn)
+        assert worker.process.poll() is None, worker.output()[-3000:]
+    finally:
+        worker.stop()
+    assert sitestats.site_visit_info(counters_conn, day).pv == len(good)
+    assert counters.get_counter(counters_conn, "good", 86400, now=now)[0][1] == len(good)
+    assert counters.get_counter(counters_conn, "poison", 86400, now=now) == []
+    reasons = {k.decode(): int(v) for k, v in broker_conn.hgetall(keys.dead_letter_reasons()).items()}
+    assert reasons == expected_dead
+    assert broker_conn.llen(keys.dead_letters()) == sum(expected_dead.values())
+    assert broker_conn.hlen("unacked") == 0
+
+    listed = json.loads(cli(env, "list", "--json", "--limit", "100").stdout)
+    assert listed["count"] == sum(expected_dead.values()) and {r["reason"] for r in listed["records"]} == set(poison)
+    assert cli(env, "drop", "--index", "0").stdout.strip() == "dropped 1"
+    requeued = cli(env, "requeue", "--all")
+    assert requeued.returncode == 0, requeued.stderr
+    kept = broker_conn.llen(keys.dead_letters())  # an oversize record keeps only the start of its payload
+    assert kept == expected_dead["oversize"] - (1 if listed["records"][0]["reason"] == "oversize" else 0)
+    assert broker_conn.llen("visits") == sum(expected_dead.values()) - 1 - kept
+    assert cli(env, "drop", "--all").returncode == 0 and broker_conn.llen(keys.dead_letters()) == 0
