@@ -97,3 +97,44 @@ def test_poison_messages_are_set_aside_and_the_worker_goes_on(fault_env, counter
     assert kept == expected_dead["oversize"] - (1 if listed["records"][0]["reason"] == "oversize" else 0)
     assert broker_conn.llen("visits") == sum(expected_dead.values()) - 1 - kept
     assert cli(env, "drop", "--all").returncode == 0 and broker_conn.llen(keys.dead_letters()) == 0
+
+
+def test_calls_that_keep_failing_are_set_aside_then_requeued_once_fixed(fault_env, counters_server, counters_conn,
+                                                                       broker_conn, publisher, tmp_path,
+                                                                       monkeypatch):
+    """The counters' Redis user loses the right to run scripts (an ACL tightened by mistake):
+    every write fails with NOPERM, which is not Redis being away, so after COUNTERS_MAX_ATTEMPTS
+    tries each message is set aside, not retried forever nor dropped; once the ACL is repaired,
+    a requeue applies them all exactly once."""
+    now = float(int(time.time()))
+    day = local_day(now)
+    counters_conn.execute_command("ACL", "SETUSER", "worker", "on", ">pw", "~*", "&*", "+@all", "-evalsha", "-eval")
+    url = counters_server.url.replace("redis://", "redis://worker:pw@")
+    env = {**fault_env, "COUNTERS_REDIS_URL": url, "COUNTERS_MAX_ATTEMPTS": "2"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    worker = start_worker(celery_env(url, **env), tmp_path / "w.log")
+    try:
+        for n in range(3):
+            tasks.record_visit.apply_async((f"192.0.2.{n + 1}", "/a", None, now), producer=publisher)
+        tasks.record_visits.apply_async(([{"ip": "192.0.2.9", "path": "/b", "ts": now}],), producer=publisher)
+        tasks.update_counter.apply_async(("signups", 2, now), producer=publisher)
+        wait_until(lambda: broker_conn.llen(keys.dead_letters()) >= 5, timeout=90,
+                   what=f"the failing calls to be set aside; log:\n{worker.output()[-3000:]}")
+        wait_idle(broker_conn)
+        records = [json.loads(r) for r in broker_conn.lrange(keys.dead_letters(), 0, -1)]
+        assert sorted(r["task"] for r in records) == (["counters_tasks.record_visit"] * 3
+                                                      + ["counters_tasks.record_visits", "counters_tasks.update_counter"])
+        assert all(r["reason"] == "failed" and "NOPERM" in r["error"].upper() for r in records), records
+        assert sitestats.site_visit_info(counters_conn, day).pv == 0
+        counters_conn.execute_command("ACL", "SETUSER", "worker", "+evalsha", "+eval")  # the operator repairs it
+        assert cli(env, "requeue", "--all").stdout.strip() == "requeued 5"
+        wait_until(lambda: sitestats.site_visit_info(counters_conn, day).pv == 4, timeout=60,
+                   what=f"the requeued calls; log:\n{worker.output()[-3000:]}")
+        wait_idle(broker_conn)
+        assert worker.process.poll() is None
+    finally:
+        worker.stop()
+    assert sitestats.site_visit_info(counters_conn, day, "/a").pv == 3
+    assert counters.get_counter(counters_conn, "signups", 86400, now=now)[0][1] == 2
+    assert broker_conn.llen(keys.dead_letters()) == 0
