@@ -19,14 +19,16 @@ from ..errors import ConfigurationError
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 
 DEFAULT_DEDUPE_TTL = 900
-"""15 minutes: 2.4 times the longest redelivery window (370 s), and markers cost memory per
+"""15 minutes: 11 times the longest redelivery window (79 s), and markers cost memory per
 message (docs/reliability.md)."""
 
-RETRY_BACKOFF_MAX = 120
-"""Longest wait (seconds) before a counting task retries after a Redis connection error."""
-DEFAULT_VISIBILITY_TIMEOUT = 240
+RETRY_BACKOFF_MAX = 30
+"""Longest wait (seconds) before a counting task retries after a Redis error that passes: below
+the visibility timeout, so a message waiting for its retry is not handed to another worker."""
+DEFAULT_VISIBILITY_TIMEOUT = 45
 """Seconds before the broker hands an unacknowledged message to another worker: with the
-restore sweep (every ``restore_interval``) a message of a dead worker runs again within 5 minutes."""
+restore sweep (every ``restore_interval``) a message of a dead worker runs again within a minute.
+Safe this short because every counting write is deduplicated by its message id."""
 
 
 @dataclass(frozen=True)
@@ -174,7 +176,7 @@ def load_settings(env: dict | None = None) -> Settings:
         dedupe_ttl=_int(env, "COUNTERS_DEDUPE_TTL", DEFAULT_DEDUPE_TTL, minimum=60),
         cleaner_batch=_int(env, "COUNTERS_CLEANER_BATCH", 200),
         worker_batch=_int(env, "COUNTERS_WORKER_BATCH", 100),
-        worker_batch_ms=_int(env, "COUNTERS_WORKER_BATCH_MS", 50),
+        worker_batch_ms=_int(env, "COUNTERS_WORKER_BATCH_MS", 20),
         day_grace_days=_int(env, "COUNTERS_DAY_GRACE_DAYS", 2, minimum=0),
         day_totals_days=_int(env, "COUNTERS_DAY_TOTALS_DAYS", 400),
         uniques_shard_days=_int(env, "COUNTERS_UNIQUES_SHARD_DAYS", 7),

@@ -29,10 +29,18 @@ from . import dead_letters
 log = logging.getLogger(__name__)
 
 
+WAIT_SLICE = 0.02
+"""Seconds one wait lasts when the worker consumes several queues. ``BLMOVE`` waits on one list,
+so the worker waits on its queues in turn, and takes (from all of them) after every wait: a
+message on any queue is noticed within one slice (kombu's ``BRPOP`` waits on all at once, but
+takes the message before it is recorded, the loss this transport exists to prevent)."""
+
+
 class Channel(kombu_redis.Channel):
     """Takes messages atomically (pop + record as unacknowledged), waits without taking."""
 
     _waiting = False  # the command in flight is the wait (BLMOVE), not the take
+    _wait_turn = 0  # which queue the next wait is on
 
     def _queue_keys(self) -> list[str]:
         queues = self._queue_cycle.consume(len(self.active_queues))
@@ -47,8 +55,11 @@ class Channel(kombu_redis.Channel):
         self._in_poll = self.client.connection
         self._brpop_sent_at = monotonic()
         if self._waiting:
-            wait = keys[0]
-            command = ["BLMOVE", wait, wait, "RIGHT", "RIGHT", timeout or self.brpop_timeout or 1]
+            queues = keys[:len(self.active_queues)]  # each queue's own list (the first priority step)
+            wait = queues[self._wait_turn % len(queues)]
+            self._wait_turn += 1
+            longest = timeout or self.brpop_timeout or 1
+            command = ["BLMOVE", wait, wait, "RIGHT", "RIGHT", longest if len(queues) == 1 else min(longest, WAIT_SLICE)]
         else:
             settings = get_settings()
             command = ["EVAL", lua_source("broker_take"), len(keys) + 4, self.unacked_key, self.unacked_index_key,

@@ -18,9 +18,9 @@ _settings = get_settings()
 broker_url = _settings.broker_url
 broker_connection_retry_on_startup = True
 # Redelivery: a message not acknowledged (its worker died, even by SIGKILL) is put back in its
-# queue by any worker's restore sweep once COUNTERS_VISIBILITY_TIMEOUT (default 240 s) passed;
-# the sweep runs every ``restore_interval`` (<= 10 s), so it runs again within 5 minutes. The
-# longest retry countdown (120 s) is below it, and the dedupe markers (COUNTERS_DEDUPE_TTL,
+# queue by any worker's restore sweep once COUNTERS_VISIBILITY_TIMEOUT (default 45 s) passed;
+# the sweep runs every ``restore_interval`` (4 s by default), so it runs again within a minute.
+# The longest retry countdown (30 s) is below it, and the dedupe markers (COUNTERS_DEDUPE_TTL,
 # checked in settings) outlive both, so a redelivered message is never applied twice.
 # See docs/reliability.md.
 broker_transport_options = {

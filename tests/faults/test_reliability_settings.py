@@ -14,17 +14,17 @@ from tests.support.procs import REPO, celery_env
 pytestmark = pytest.mark.processes
 
 
-def test_defaults_redeliver_within_five_minutes():
+def test_defaults_redeliver_within_a_minute():
     settings = load_settings({})
-    assert settings.visibility_timeout == DEFAULT_VISIBILITY_TIMEOUT == 240
-    assert settings.visibility_timeout + settings.restore_interval < 300
+    assert settings.visibility_timeout == DEFAULT_VISIBILITY_TIMEOUT == 45
+    assert settings.visibility_timeout + settings.restore_interval < 55
     assert RETRY_BACKOFF_MAX < settings.visibility_timeout
     assert settings.dedupe_ttl > settings.visibility_timeout + settings.restore_interval + RETRY_BACKOFF_MAX
 
 
 def test_dedupe_ttl_must_outlive_every_redelivery():
     with pytest.raises(ConfigurationError, match="COUNTERS_DEDUPE_TTL"):
-        load_settings({"COUNTERS_DEDUPE_TTL": "300"})  # < 240 + 10 + 120
+        load_settings({"COUNTERS_DEDUPE_TTL": "60", "COUNTERS_VISIBILITY_TIMEOUT": "45"})  # < 45 + 4 + 30
     with pytest.raises(ConfigurationError, match="COUNTERS_DEDUPE_TTL"):
         load_settings({"COUNTERS_VISIBILITY_TIMEOUT": "3600"})  # the TTL must grow with it
     assert load_settings({"COUNTERS_VISIBILITY_TIMEOUT": "3600", "COUNTERS_DEDUPE_TTL": "7200"}).dedupe_ttl == 7200
@@ -36,8 +36,8 @@ def test_dedupe_ttl_must_outlive_every_redelivery():
 def test_celeryconfig_redelivery_and_transport(eager_app):
     conf = eager_app.conf
     options = conf.broker_transport_options
-    assert options["visibility_timeout"] == 240 and options["unacked_restore_interval"] == 10
-    assert options["unacked_restore_throttle"] == 1 and options["unacked_mutex_expire"] <= 240
+    assert options["visibility_timeout"] == 45 and options["unacked_restore_interval"] == 4
+    assert options["unacked_restore_throttle"] == 1 and options["unacked_mutex_expire"] <= 45
     assert conf.broker_transport == "counters_tasks.worker.broker:Transport"
 
 
