@@ -1,13 +1,16 @@
 """VisitRecorder: buffer visits (and ranking events) in the app process and send them as
 ``record_visits`` (and ``incr_rankings``) batches.
 
-``record()`` validates, stamps ``ts`` and appends to an in-memory buffer; it never waits for the
-broker. A background thread sends a batch when the buffer holds ``max_batch`` visits or its
-oldest visit is ``max_delay`` seconds old, and on ``flush()``, ``close()`` and interpreter exit.
+``record()`` validates (without COUNTERS_SECRET, which only workers need), stamps ``ts`` and
+appends to an in-memory buffer; it never waits for the broker. A background thread sends a batch
+when the buffer holds ``max_batch`` visits or its oldest visit is ``max_delay`` seconds old,
+whatever the traffic before it, and on ``flush()``, ``close()``, interpreter exit and SIGTERM.
 Each batch gets its id once (the task id), so a batch re-sent after a broker error is applied
 once. While the broker is down, batches wait and are retried with backoff; past ``max_buffer``
 visits new ones are dropped, counted in ``stats()["dropped"]`` and logged, never silently.
-A forked child starts with an empty buffer and its own thread.
+A forked child starts with an empty buffer and its own thread. Under ``task_always_eager`` (an
+app's own tests) every visit is applied in-process at once, as ``.delay()`` would be.
+How to close it under gunicorn, uWSGI, Django and Celery: docs/producer.md.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import signal
 import threading
 import time
 import uuid
@@ -22,9 +26,10 @@ import weakref
 from collections import deque
 from typing import Any
 
+from . import tasks  # noqa: F401  (registers the tasks an eager recorder applies)
 from .app import app as default_app
 from .ranking import prepare_event
-from .visits import prepare_visit
+from .visits import check_visit
 
 log = logging.getLogger(__name__)
 
@@ -33,10 +38,17 @@ RANKINGS_TASK = "counters_tasks.incr_rankings"
 
 
 class VisitRecorder:
-    """Thread-safe, fork-safe batching producer of ``counters_tasks.record_visits`` messages."""
+    """Thread-safe, fork-safe batching producer of ``counters_tasks.record_visits`` messages.
+
+    ``flush_on_sigterm`` (default True): the first recorder made in the main thread installs a
+    SIGTERM handler that closes every live recorder (5 s at most) and then does what was there
+    before: calls the app's own handler, or dies of SIGTERM as the default would. An ignored
+    SIGTERM stays ignored.
+    """
 
     def __init__(self, app: Any = None, *, max_batch: int = 500, max_delay: float = 0.2, max_buffer: int = 100_000,
-                 queue: str = "visits", retry_initial: float = 0.5, retry_max: float = 30.0) -> None:
+                 queue: str = "visits", retry_initial: float = 0.5, retry_max: float = 30.0,
+                 flush_on_sigterm: bool = True) -> None:
         if max_batch < 1 or max_buffer < max_batch or max_delay <= 0:
             raise ValueError("need max_batch >= 1, max_buffer >= max_batch and max_delay > 0")
         self._app = app
@@ -48,9 +60,11 @@ class VisitRecorder:
         self.retry_max = retry_max
         self._init_state()
         _live.add(self)
+        if flush_on_sigterm:
+            _install_sigterm_flush()
 
     def _init_state(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a SIGTERM handler may close the recorder inside record()
         self._wake = threading.Condition(self._lock)
         self._buffer: list[tuple[str, dict[str, Any]]] = []  # (task name, payload item)
         self._oldest = 0.0
@@ -71,7 +85,7 @@ class VisitRecorder:
         """Queue one visit (validated now: bad input raises InvalidInput here, not in a worker)."""
         if ts is None:
             ts = time.time()
-        prepare_visit(ip, path, session_id, ts)
+        check_visit(ip, path, session_id, ts)
         visit: dict[str, Any] = {"ip": ip, "path": path, "ts": ts}
         if session_id is not None:
             visit["session_id"] = session_id
@@ -89,6 +103,9 @@ class VisitRecorder:
         self._add(RANKINGS_TASK, event)
 
     def _add(self, task: str, item: dict[str, Any]) -> None:
+        if self.app.conf.task_always_eager:  # an app's tests: applied here and now, like .delay()
+            self._apply_eagerly(task, item)
+            return
         with self._lock:
             if self._closed:
                 raise RuntimeError("this VisitRecorder is closed")
@@ -99,14 +116,25 @@ class VisitRecorder:
                     log.warning("VisitRecorder buffer full (%d visits, broker unreachable?): %d visits dropped so far",
                                 self.max_buffer, dropped)
                 return
-            if not self._buffer:
+            was_empty = not self._buffer
+            if was_empty:
                 self._oldest = time.monotonic()
             self._buffer.append((task, item))
             self._stats["recorded"] += 1
             if self._thread is None:
                 self._start_thread()
-            if len(self._buffer) >= self.max_batch:
-                self._wake.notify()
+            if was_empty or len(self._buffer) >= self.max_batch:
+                self._wake.notify()  # an idle sender waits without a deadline: give it one
+
+    def _apply_eagerly(self, task: str, item: dict[str, Any]) -> None:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("this VisitRecorder is closed")
+            self._stats["recorded"] += 1
+        self.app.tasks[task].apply(args=[[item]], task_id=str(uuid.uuid4()), throw=None)
+        with self._lock:
+            self._stats["sent"] += 1
+            self._stats["batches"] += 1
 
     def flush(self, timeout: float | None = 10.0) -> bool:
         """Send everything recorded so far; True when all of it reached the broker in time."""
@@ -223,6 +251,32 @@ def _flush_at_exit() -> None:
             recorder.close(timeout=5.0)
         except Exception:  # exiting anyway: report, do not raise
             log.exception("VisitRecorder: flush at exit failed")
+
+
+_sigterm_installed = False
+
+
+def _install_sigterm_flush() -> None:
+    """Close every live recorder on SIGTERM (atexit does not run then), then do what SIGTERM did
+    before: the app's own handler, or the default (the process dies of SIGTERM). Only from the
+    main thread (Python's rule for signal handlers), once, and never over an ignored SIGTERM."""
+    global _sigterm_installed
+    if _sigterm_installed or threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous in (signal.SIG_IGN, None):
+        return
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        _flush_at_exit()
+        if callable(previous):
+            previous(signum, frame)
+        else:  # SIG_DFL: die of the signal, as without this handler
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    _sigterm_installed = True
 
 
 os.register_at_fork(after_in_child=_reset_after_fork)

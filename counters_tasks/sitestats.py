@@ -99,13 +99,20 @@ def check_day_open(day: date) -> None:
     days.check_day_open(day, get_settings().day_grace_days, "COUNTERS_DAY_GRACE_DAYS")
 
 
-def prepare_view(ip: Any, path: Any, now: Any = None) -> SiteView:
-    """Validate one page view (raises InvalidInput; writes nothing)."""
+def check_view(ip: Any, path: Any, now: Any = None) -> tuple[str, str, date]:
+    """Validate one page view without making its visitor id (so without COUNTERS_SECRET: what a
+    web process needs): the canonical IP, the normalized path and the local day."""
     clean_path = check_path(path)
-    visitor = visitor_id(check_ip(ip))
+    clean_ip = check_ip(ip)
     day = local_day(check_event_time(now, "now"))
     check_day_open(day)
-    return SiteView(visitor, clean_path, day)
+    return clean_ip, clean_path, day
+
+
+def prepare_view(ip: Any, path: Any, now: Any = None) -> SiteView:
+    """Validate one page view (raises InvalidInput; writes nothing), with its visitor id."""
+    clean_ip, clean_path, day = check_view(ip, path, now)
+    return SiteView(visitor_id(clean_ip), clean_path, day)
 
 
 def queue_views(conn: Any, pipe: Any, views: Iterable[SiteView], message_id: str | None) -> None:

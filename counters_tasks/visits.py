@@ -45,6 +45,15 @@ class Visit:
     session: tuple[date, int] | None
 
 
+def check_visit(ip: Any, path: Any, session_id: Any = None, ts: Any = None) -> None:
+    """Validate one visit as ``prepare_visit`` does, without making the visitor id (the HMAC under
+    COUNTERS_SECRET, which only workers hold): what the app-side producer checks."""
+    ts = check_event_time(ts)
+    sitestats.check_view(ip, path, ts)
+    if session_id is not None:
+        uniques.prepare_id(session_id, ts)
+
+
 def prepare_visit(ip: Any, path: Any, session_id: Any = None, ts: Any = None) -> Visit:
     """Validate one visit, given as ``record_visit`` takes it (raises InvalidInput; writes nothing)."""
     ts = check_event_time(ts)
