@@ -437,11 +437,7 @@ def incr_events(conn: Any, events: list[dict[str, Any]], *, message_id: str | No
     The events at positions ``n*EVENTS_PER_CALL ..`` make calls (one per board) deduplicated
     under ``<batch id>#<n>`` and the board, so a redelivery maps every id to the same events."""
     check_message_id(message_id)
-    try:
-        accepted, refused = prepare_events(conn, events)
-    except InvalidInput as exc:
-        refusals.record(conn, "incr_rankings", message_id, [(None, exc)])
-        raise
+    accepted, refused = prepare_events(conn, events)  # a payload refused whole raises (the task counts it)
     calls: dict[tuple[int, Board], list[tuple[int, RankingEvent]]] = {}
     for n, event in accepted:
         calls.setdefault((n // EVENTS_PER_CALL, event.board), []).append((n, event))

@@ -7,13 +7,16 @@ Redis connection and timeout errors are retried with backoff and jitter.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 from celery import Task
+from celery.exceptions import Retry
 from celery.utils.time import get_exponential_backoff_interval
 from celery_batches import Batches
 
-from . import counters, ranking, uniques
+from . import counters, ranking, refusals, uniques
 from .app import app
 from .core.settings import RETRY_BACKOFF_MAX, get_settings
 from .errors import InvalidInput
@@ -32,6 +35,7 @@ class CountingTask(Task):
 
     acks_late = True
     reject_on_worker_lost = True
+    max_retries = None  # retries are bounded by ``counting`` (never for Redis being away)
     throws = (InvalidInput,)  # expected failures: logged without a traceback
     ignore_result = True
 
@@ -45,10 +49,21 @@ class CountingTask(Task):
                                     dict(self.request.kwargs or {}),
                                     (self.request.delivery_info or {}).get("routing_key"), exc, attempts)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+
+
+def counting(body: Callable[..., Any]) -> Callable[..., Any]:
+    """The delivery rules of a counting task, around its body (the way Celery's own autoretry
+    wraps ``run``): bad input is counted and fails at once; a Redis error that passes is retried
+    with backoff for as long as it lasts; any other error is retried COUNTERS_MAX_ATTEMPTS times,
+    then the call is set aside in the dead letters and its message acknowledged."""
+    @functools.wraps(body)
+    def run(self: CountingTask, *args: Any, **kwargs: Any) -> Any:
         try:
-            return super().__call__(*args, **kwargs)
-        except InvalidInput:
+            return body(self, *args, **kwargs)
+        except InvalidInput as refused:  # the whole message (a batch counts its refused items itself)
+            refusals.record(get_redis(), self.name, self.message_id, [(None, refused)])
+            raise
+        except Retry:
             raise
         except Exception as exc:
             if self.request.is_eager or self.request.called_directly:
@@ -56,9 +71,12 @@ class CountingTask(Task):
             attempt = self.request.retries + 1
             if not is_transient(exc) and attempt >= get_settings().max_attempts:
                 self.set_aside(exc, attempt)
-                return None  # acknowledged: the message is kept in the dead-letter list
+                return None  # acknowledged: the call is kept in the dead-letter list
             countdown = get_exponential_backoff_interval(1, self.request.retries, RETRY_BACKOFF_MAX, full_jitter=True)
-            raise self.retry(exc=exc, countdown=countdown, max_retries=None) from exc
+            raise self.retry(exc=exc, countdown=countdown) from exc
+
+    return run
+
 
 def set_aside_request(kind: str, request: Any, exc: BaseException) -> None:
     """Keep a message of a worker-side batch that kept failing in the dead letters."""
@@ -96,6 +114,7 @@ class CountingBatches(Batches):
 
 
 @app.task(name="counters_tasks.update_counter", base=CountingTask, bind=True)
+@counting
 def update_counter(self: CountingTask, name: str, count: int = 1, ts: float | None = None) -> None:
     counters.update_counter(get_redis(), name, count, ts, message_id=self.message_id)
 
@@ -114,6 +133,7 @@ def incr_ranking(self: CountingBatches, requests: list[Any]) -> dict[str, int]:
 
 
 @app.task(name="counters_tasks.incr_rankings", base=CountingTask, bind=True)
+@counting
 def incr_rankings(self: CountingTask, events: list[dict[str, Any]]) -> int:
     """Many ranking events in one message (``VisitRecorder.incr_ranking`` sends these)."""
     return ranking.incr_events(get_redis(), events, message_id=self.message_id)
@@ -135,12 +155,14 @@ def record_visit(self: CountingBatches, requests: list[Any]) -> dict[str, int]:
 
 
 @app.task(name="counters_tasks.record_visits", base=CountingTask, bind=True)
+@counting
 def record_visits(self: CountingTask, visits: list[dict[str, Any]]) -> int:
     """Many visits in one message (``VisitRecorder`` sends these); the task id is the batch id."""
     return apply_visit_batch(get_redis(), visits, message_id=self.message_id)
 
 
 @app.task(name="counters_tasks.count_unique", base=CountingTask, bind=True)
+@counting
 def count_unique(self: CountingTask, session_id: str, ts: float | None = None) -> bool:
     return uniques.count_visit(get_redis(), session_id, ts, message_id=self.message_id)
 

@@ -173,11 +173,7 @@ def record_visits(conn: Any, visits: list[dict[str, Any]], *, message_id: str | 
     deduplicated under ``<batch id>#<n>``, so a redelivered batch maps every id to the same
     items even if an item's refusal changed meanwhile (a day closed, the clock moved)."""
     check_message_id(message_id)
-    try:
-        accepted, refused = prepare_batch(visits)
-    except InvalidInput as exc:
-        refusals.record(conn, "record_visits", message_id, [(None, exc)])
-        raise
+    accepted, refused = prepare_batch(visits)  # a payload refused whole raises (the task counts it)
     chunks: list[list[Visit]] = [[] for _ in range(-(-len(visits) // CHUNK))]
     for n, visit in accepted:
         chunks[n // CHUNK].append(visit)

@@ -157,6 +157,10 @@ def test_dashboard_in_chromium_shows_the_apis_numbers_and_updates_live(raw_conn,
                      timeout=40, what="every health check to pass in the page")
     health = get_json(f"{server}/api/health")
     assert health["ok"] and health["workers"]["names"] and health["jobs"]["clean_counters"]["last_duration"] is not None
+    dead_row = browser.evaluate("document.querySelector('#health-table tr[data-row=\"dead letters\"]').textContent")
+    assert f"{health['dead_letters']['count']} set aside" in dead_row
+    refused_row = browser.evaluate("document.querySelector('#health-table tr[data-row=\"refused\"]').textContent")
+    assert all(f"{reason} {count}" in refused_row for reason, count in health["refused"].items())
     jobs = browser.evaluate("[...document.querySelectorAll('#jobs-table tr')].map(tr => tr.children[0].textContent)")
     assert jobs == list(health["jobs"])
 

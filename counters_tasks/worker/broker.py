@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from time import monotonic
+from typing import Any
 
 from kombu.transport import redis as kombu_redis
 from kombu.utils.encoding import bytes_to_str
@@ -41,6 +42,24 @@ class Channel(kombu_redis.Channel):
 
     _waiting = False  # the command in flight is the wait (BLMOVE), not the take
     _wait_turn = 0  # which queue the next wait is on
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._no_ack_queues: set[str] = set()
+
+    def basic_consume(self, queue: str, no_ack: bool, *args: Any, **kwargs: Any) -> Any:
+        """kombu's, remembering the queues consumed without acknowledgements: control replies
+        (``celery inspect``, ``health``'s ping) and the worker's own control queue, not tasks."""
+        (self._no_ack_queues.add if no_ack else self._no_ack_queues.discard)(queue)
+        return super().basic_consume(queue, no_ack, *args, **kwargs)
+
+    def _forget_unacked(self, tag: Any) -> None:
+        """The take recorded a message of a queue consumed without acknowledgements: forget it
+        (kombu's BRPOP path never records those), or the restore sweep would send it again and
+        again after every visibility timeout."""
+        if isinstance(tag, str):
+            with self.conn_or_acquire() as client:
+                client.pipeline().hdel(self.unacked_key, tag).zrem(self.unacked_index_key, tag).execute()
 
     def _queue_keys(self) -> list[str]:
         queues = self._queue_cycle.consume(len(self.active_queues))
@@ -88,14 +107,19 @@ class Channel(kombu_redis.Channel):
             if len(reply) > 2:  # set aside unread by the take itself (larger than COUNTERS_MAX_MESSAGE_BYTES)
                 log.warning("a message from %s was set aside: %s", dest, bytes_to_str(reply[2]))
                 raise kombu_redis.Empty()
-            reason, message = dead_letters.message_problem(item)
-            if reason is not None:  # Celery would crash on it, or restore it forever
-                with self.conn_or_acquire() as client:
-                    dead_letters.set_aside_message(client, (self.unacked_key, self.unacked_index_key), dest, item,
-                                                   reason, message)
-                raise kombu_redis.Empty()
+            if dest in self._no_ack_queues:  # control messages, not tasks: delivered as they are
+                message = loads(bytes_to_str(item))
+                self._forget_unacked(((message or {}).get("properties") or {}).get("delivery_tag"))
+            else:
+                reason, checked = dead_letters.message_problem(item)
+                if reason is not None:  # Celery would crash on it, or restore it forever
+                    with self.conn_or_acquire() as client:
+                        dead_letters.set_aside_message(client, (self.unacked_key, self.unacked_index_key), dest,
+                                                       item, reason, checked)
+                    raise kombu_redis.Empty()
+                message = loads(bytes_to_str(item))  # kombu's JSON (its own types)
             self._queue_cycle.rotate(dest)
-            self.connection._deliver(loads(bytes_to_str(item)), dest)  # kombu's JSON (its own types)
+            self.connection._deliver(message, dest)
             return True
         finally:
             self._in_poll = None

@@ -4,6 +4,7 @@ very format kombu restores; waiting takes nothing."""
 from __future__ import annotations
 
 import json
+from importlib import resources
 
 import pytest
 import redis
@@ -24,12 +25,13 @@ def test_take_records_what_kombu_restores(broker_server, monkeypatch):
     exchange = Exchange("visits", "direct")
     queue = Queue("visits", exchange, "visits")
     with Connection(url, transport="counters_tasks.worker.broker:Transport") as conn:
-        conn.Producer().publish({"n": 1}, exchange=exchange, routing_key="visits", declare=[queue])
+        conn.Producer().publish([[1], {}, {}], exchange=exchange, routing_key="visits", declare=[queue],
+                                headers={"task": "counters_tasks.update_counter"})  # a task message
         got = []
         with conn.Consumer(queue, callbacks=[lambda body, message: got.append((body, message))]):
             conn.drain_events(timeout=5)
         [(body, message)] = got
-        assert body == {"n": 1} and False in sent  # taken by the Lua call
+        assert body == [[1], {}, {}] and False in sent  # taken by the Lua call
         raw = redis.Redis.from_url(url)
         tag = message.delivery_tag
         assert raw.zscore("unacked_index", tag) is not None
@@ -41,16 +43,46 @@ def test_take_records_what_kombu_restores(broker_server, monkeypatch):
         again = []
         with conn.Consumer(queue, callbacks=[lambda body, message: again.append(body) or message.ack()]):
             conn.drain_events(timeout=5)
-        assert again == [{"n": 1}] and raw.hlen("unacked") == 0 and raw.zcard("unacked_index") == 0
+        assert again == [[[1], {}, {}]] and raw.hlen("unacked") == 0 and raw.zcard("unacked_index") == 0
+
+
+TAKE = resources.files("counters_tasks").joinpath("store", "lua", "broker_take.lua").read_text()
+
+
+def take(raw: redis.Redis, max_bytes: int = 1 << 20) -> object:
+    return raw.eval(TAKE, 5, "unacked", "unacked_index", "dead", "dead:reasons", "q", max_bytes, 100)
 
 
 def test_a_non_kombu_item_is_handed_over_not_kept(broker_server):
-    url = broker_server.url.replace("/0", "/1")
-    raw = redis.Redis.from_url(url)
+    """The take records only kombu messages; the worker sets anything else aside (test_poison_messages)."""
+    raw = redis.Redis.from_url(broker_server.url.replace("/0", "/1"))
     raw.lpush("q", b"not json")
-    from importlib import resources
-
-    source = resources.files("counters_tasks").joinpath("store", "lua", "broker_take.lua").read_text()
-    assert raw.eval(source, 3, "unacked", "unacked_index", "q") == [b"q", b"not json"]
-    assert raw.eval(source, 3, "unacked", "unacked_index", "q") is None
+    assert take(raw) == [b"q", b"not json"]
+    assert take(raw) is None
     assert raw.hlen("unacked") == 0
+
+
+def test_an_oversize_item_is_set_aside_unread(broker_server):
+    raw = redis.Redis.from_url(broker_server.url.replace("/0", "/1"))
+    raw.lpush("q", json.dumps({"body": "x" * 5000, "properties": {"delivery_tag": "t", "delivery_info": {}}}))
+    assert take(raw, max_bytes=4096) == [b"q", b"", b"oversize"]
+    record = json.loads(raw.lindex("dead", 0))
+    assert record["reason"] == "oversize" and record["size"] > 5000 and record["truncated"]
+    assert raw.hget("dead:reasons", "oversize") == b"1" and raw.hlen("unacked") == 0 and raw.llen("q") == 0
+
+
+def test_a_queue_consumed_without_acks_leaves_nothing_to_restore(broker_server):
+    """Control replies (``celery inspect``, ``health``'s ping) are consumed without
+    acknowledgements: the take must not leave them recorded as unacknowledged, or the restore
+    sweep would send them again after every visibility timeout, forever."""
+    url = broker_server.url.replace("/0", "/1")
+    exchange = Exchange("replies", "direct")
+    queue = Queue("x.reply.celery.pidbox", exchange, "r")
+    with Connection(url, transport="counters_tasks.worker.broker:Transport") as conn:
+        conn.Producer().publish({"pong": 1}, exchange=exchange, routing_key="r", declare=[queue])
+        got = []
+        with conn.Consumer(queue, no_ack=True, callbacks=[lambda body, message: got.append(body)]):
+            conn.drain_events(timeout=5)
+        raw = redis.Redis.from_url(url)
+        assert got == [{"pong": 1}]  # delivered as it is: control messages are not tasks
+        assert raw.hlen("unacked") == 0 and raw.zcard("unacked_index") == 0 and raw.llen("ct:dead") == 0

@@ -3,6 +3,7 @@ and no user string ever in a key unescaped."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import time
@@ -17,6 +18,7 @@ from counters_tasks.core.settings import reset_settings
 from counters_tasks.errors import ConfigurationError, InvalidInput
 from counters_tasks.local.redis_server import RedisServer, free_port
 from counters_tasks.local.waiting import wait_until
+from counters_tasks.store import keys
 from counters_tasks.store.client import get_redis
 from tests.support.procs import celery_env, start_worker
 from tests.support.servers import dump_all
@@ -39,21 +41,25 @@ def publish_pickled_task(broker_url: str, task_name: str, args: tuple) -> str:
 
 
 def test_real_worker_refuses_a_pickle_message(fault_env, counters_conn, broker_conn, publisher, tmp_path):
+    """A pickled task message is never deserialized: the transport sets it aside (content that
+    is not JSON) before Celery sees it, and the worker goes on."""
     ts = float(int(time.time()))
     worker = start_worker(celery_env(fault_env["COUNTERS_REDIS_URL"], **fault_env), tmp_path / "w.log")
     try:
         publish_pickled_task(fault_env["CELERY_BROKER_URL"], "counters_tasks.update_counter", ("pickled", 1, ts))
-        wait_until(lambda: "ContentDisallowed" in worker.output(), timeout=60,
-                 what=f"the worker to refuse the pickle message; log:\n{worker.output()[-3000:]}")
+        wait_until(lambda: broker_conn.llen(keys.dead_letters()) == 1, timeout=60,
+                   what=f"the worker to set the pickle message aside; log:\n{worker.output()[-3000:]}")
         tasks.update_counter.apply_async(("json", 1, ts), producer=publisher)  # the worker still works
         wait_until(lambda: counters.get_counter(counters_conn, "json", 1, now=ts), timeout=60, what="the JSON message")
-        # the refused message is dropped, not requeued, and the JSON one acknowledged (acks_late:
+        # the refused message is set aside, not requeued, and the JSON one acknowledged (acks_late:
         # just after it was counted, so wait for it rather than look once)
         wait_until(lambda: broker_conn.llen("visits") == 0 and broker_conn.zcard("unacked_index") == 0, timeout=30,
-                 what="the broker to hold no message (queued or unacknowledged)")
+                   what="the broker to hold no message (queued or unacknowledged)")
     finally:
         worker.stop()
-    assert "Refusing to deserialize untrusted content of type pickle" in worker.output()
+    record = json.loads(broker_conn.lindex(keys.dead_letters(), 0))
+    assert (record["reason"], record["task"]) == ("not_json_content", "counters_tasks.update_counter")
+    assert "set aside: not_json_content" in worker.output()
     assert counters.known_counters(counters_conn) == ["json"]
     assert broker_conn.llen("visits") == 0 and broker_conn.zcard("unacked_index") == 0
 

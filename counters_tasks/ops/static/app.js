@@ -159,6 +159,22 @@
         cell(tr, String(detail[part]));
         rows.appendChild(tr);
       });
+      // what was refused (bad input, by reason) and set aside (dead letters): counts, no badge
+      var extra = [];
+      if (data.refused) {
+        extra.push(["refused", Object.keys(data.refused).map(function (r) { return r + " " + data.refused[r]; }).join(", ")]);
+      }
+      if (data.dead_letters) {
+        extra.push(["dead letters", data.dead_letters.count + " set aside (counters-tasks dead-letters list)"]);
+      }
+      extra.forEach(function (pair) {
+        var tr = document.createElement("tr");
+        tr.dataset.row = pair[0];
+        cell(tr, pair[0]);
+        cell(tr, "");
+        cell(tr, pair[1]);
+        rows.appendChild(tr);
+      });
       var jobs = $("jobs-table");
       jobs.textContent = "";
       Object.keys(data.jobs || {}).forEach(function (job) {
