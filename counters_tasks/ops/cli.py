@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from collections.abc import Callable
@@ -339,28 +340,30 @@ def dead_letters_list(limit: int, as_json: bool) -> None:
     _emit(data, as_json, _render_dead_letters)
 
 
-def _which(all_: bool, index: int | None) -> int | None:
-    if all_ == (index is not None):
-        raise click.UsageError("give either --all or --index")
-    return index
+def which_records(command: Callable) -> Callable:
+    """``--all`` or ``--index I``: the records a dead-letters command acts on (None for all)."""
+    @functools.wraps(command)
+    def run(all_: bool, index: int | None) -> None:
+        if all_ == (index is not None):
+            raise click.UsageError("give either --all or --index")
+        command(index)
+
+    run = click.option("--index", type=click.IntRange(0), help="one record (see list)")(run)
+    return click.option("--all", "all_", is_flag=True, help="every record")(run)
 
 
 @dead_letters_group.command("requeue")
-@click.option("--all", "all_", is_flag=True, help="every record")
-@click.option("--index", type=click.IntRange(0), help="one record (see list)")
-def dead_letters_requeue(all_: bool, index: int | None) -> None:
+@which_records
+def dead_letters_requeue(index: int | None) -> None:
     """Send set-aside messages again (a fixed worker, a fixed input)."""
-    which = _which(all_, index)
-    click.echo(f"requeued {_broker(lambda client: dead_letters.requeue(client, default_app, which))}")
+    click.echo(f"requeued {_broker(lambda client: dead_letters.requeue(client, default_app, index))}")
 
 
 @dead_letters_group.command("drop")
-@click.option("--all", "all_", is_flag=True, help="every record")
-@click.option("--index", type=click.IntRange(0), help="one record (see list)")
-def dead_letters_drop(all_: bool, index: int | None) -> None:
+@which_records
+def dead_letters_drop(index: int | None) -> None:
     """Delete set-aside messages for good."""
-    which = _which(all_, index)
-    click.echo(f"dropped {_broker(lambda client: dead_letters.drop(client, which))}")
+    click.echo(f"dropped {_broker(lambda client: dead_letters.drop(client, index))}")
 
 
 @cli.command("serve")
