@@ -67,6 +67,8 @@ def realistic_load(conn, now: float) -> None:
     uniques.precompute_expected(conn, days.local_day(now + 86400))
     sitestats.site_visit_info(conn)
     sitestats.site_visit_info(conn, days.local_day(now), "/article/1")
+    visits.record_visits(conn, [{"ip": "192.0.2.1", "path": "/a", "ts": now}, {"ip": "nope", "path": "/a"}],
+                         message_id="with-a-refusal")
 
 
 @pytest.fixture
@@ -114,14 +116,14 @@ def test_every_script_call_stays_in_one_slot_and_load_spreads(raw_conn, script_c
     thirds = collections.Counter(s * 3 // 16384 for s in key_slots.elements())
     assert min(thirds.values()) > len(stored) / 6, thirds
     assert len(set(slots_of_calls)) > 100
-    # User strings never pick a slot: every tag is one the package makes; untagged keys are the
-    # beat jobs' own (no user string in them).
+    # User strings never pick a slot: every tag is one the package makes (a hash, a group, or the
+    # refusal counts' constant tag); untagged keys are the beat jobs' own (no user string in them).
     for key in stored:
         found = TAG.search(key)
         if found is None:
             assert re.fullmatch(r"ct:(cleaner:state|job:\w+|lock:\w+)", key), key
         else:
-            assert re.fullmatch(r"[0-9a-f]{16}|[rbcp]\d+", found.group(1)), key
+            assert re.fullmatch(r"[0-9a-f]{16}|[rbcp]\d+|refused", found.group(1)), key
 
 
 def documented_patterns() -> list[tuple[re.Pattern, str]]:
