@@ -124,7 +124,7 @@ class VisitRecorder:
             if self._thread is None:
                 self._start_thread()
             if was_empty or len(self._buffer) >= self.max_batch:
-                self._wake.notify()  # an idle sender waits without a deadline: give it one
+                self._wake.notify_all()  # the sender (not only a flush() waiter): it may wait with no deadline
 
     def _apply_eagerly(self, task: str, item: dict[str, Any]) -> None:
         with self._lock:
