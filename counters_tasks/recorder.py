@@ -103,7 +103,9 @@ class VisitRecorder:
         self._add(RANKINGS_TASK, event)
 
     def _add(self, task: str, item: dict[str, Any]) -> None:
-        if self.app.conf.task_always_eager:  # an app's tests: applied here and now, like .delay()
+        # an app's tests: applied here and now, like .delay(); asked only when the buffer is empty
+        # (never otherwise under eager mode), as reading Celery's configuration costs microseconds
+        if not self._buffer and self.app.conf.task_always_eager:
             self._apply_eagerly(task, item)
             return
         with self._lock:
