@@ -18,7 +18,9 @@ class InvalidInput(CountersError, ValueError):
 
 
 class ClosedDay(InvalidInput):
-    """An event of a day whose per-visitor data has expired: it could not be deduplicated."""
+    """An event of a day whose per-visitor data has expired. Never raised for a visit (any past
+    time is accepted); its reason names the visits counted without that day's unique visitors
+    (``refusals.record_partial``)."""
 
     reason = "closed_day"
 

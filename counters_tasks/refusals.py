@@ -1,4 +1,5 @@
-"""Refusals: every item refused as bad input is logged and counted, never silent.
+"""Refusals: every item refused as bad input is logged and counted, never silent; so is every
+item counted only in part (a visit of a closed day: ``record_partial``).
 
 Batches refuse item by item (the others are applied); each refusal is logged at WARNING with
 its message id and counted by reason (``InvalidInput.reason``: bad input, closed day, future,
@@ -14,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .core.settings import get_settings
-from .errors import REFUSAL_REASONS, InvalidInput
+from .errors import REFUSAL_REASONS, ClosedDay, InvalidInput
 from .store import keys
 from .store.client import as_str
 from .store.scripts import run_script
@@ -42,6 +43,22 @@ def record(conn: Any, kind: str, message_id: str | None, refused: Sequence[tuple
     script_keys = [keys.refusal_counts()]
     if message_id is not None:
         script_keys.append(keys.refusal_seen(message_id))
+    run_script(conn, "refusal_count", script_keys, args)
+
+
+def record_partial(conn: Any, kind: str, message_id: str | None, count: int) -> None:
+    """Log and count ``count`` items of one message of ``kind`` that were counted only in part,
+    because their day is closed (its per-visitor sets expired): a page view still counts in
+    PV, all-time figures and counters but not in that day's unique visitors; a session id is
+    not counted. Counted under ``closed_day``, once per ``message_id``."""
+    if count <= 0:
+        return
+    log.warning("%s %s: %d item(s) of a closed day counted without that day's unique visitors",
+                kind, message_id, count)
+    args: list[Any] = [get_settings().dedupe_ttl if message_id is not None else 0, ClosedDay.reason, count]
+    script_keys = [keys.refusal_counts()]
+    if message_id is not None:
+        script_keys.append(keys.refusal_seen(f"{message_id}/closed"))
     run_script(conn, "refusal_count", script_keys, args)
 
 

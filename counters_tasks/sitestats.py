@@ -1,19 +1,28 @@
 """Site PV/UV (docs/design.md): all-time and per-day page views and unique visitors, site and path.
 
-Unlike a read-decide-write design (read counts, then decide, then pipeline), every decision is made inside Lua,
-on a set of visitor ids: a visitor is new to a set exactly when SADD says so, whatever the
-interleaving of requests. A visit touches three slots, one script call each, in one pipeline:
+Unlike a read-decide-write design (read counts, then decide, then pipeline), every decision is
+made inside Lua, on a set of visitor ids: a visitor is new to a set exactly when SADD (or
+HSETNX) says so, whatever the interleaving of requests. A visit touches three slots, one script
+call each, in one pipeline:
 
-- the day's slot: the site's totals and visitors of that local day;
-- the visitor's shard slot: the site's all-time totals and visitors (16 shards by visitor id,
-  so no one key holds every visitor and the hot all-time key is spread);
-- the path's slot: the path's all-time and per-day totals and visitors.
+- the day's slot (``site_day``): the site's totals and visitors of that local day, and each
+  path's figures of the day (a pages HASH path -> "<pv> <uv>", exact per path through a SET of
+  visitor/path pairs), capped at COUNTERS_MAX_DAY_PATHS paths a day, the rest under OTHER;
+- the visitor's shard slot (``site_all``): the site's all-time totals and visitors (16 shards
+  by visitor id, so no one key holds every visitor and the hot all-time key is spread);
+- the path's tag group (``path_all``): each path's all-time figures in one small HASH per path
+  (pv, uv and its visitor ids), expiring COUNTERS_PATH_KEEP_DAYS after its latest view.
 
-Each set answers "new visitor?" for its own figure only, so all four UV figures stay exact
-without any cross-slot step. The visitor id is an HMAC of the IP (raw IPs never reach Redis).
-Per-day visitor sets expire once the day can no longer receive events; totals are kept.
+Each set answers "new visitor?" for its own figure only, so all UV figures stay exact without
+any cross-slot step. The visitor id is an HMAC of the IP (raw IPs never reach Redis).
+
+History: any past day is accepted. A day never counted is opened by its first write, however
+old, and is exact; its visitor sets live COUNTERS_DAY_GRACE_DAYS past its end or past that
+first write, whichever is later. A later view of a closed day (its visitor sets gone) still
+counts in the day's PV, the all-time figures and the counters, not in that day's UV, and is
+reported (``refusals``, reason ``closed_day``). Totals are kept COUNTERS_DAY_TOTALS_DAYS past
+the day's end or its latest write.
 """
-
 from __future__ import annotations
 
 import functools
@@ -27,6 +36,7 @@ from typing import Any, NamedTuple
 
 from redis.client import NEVER_DECODE
 
+from . import refusals
 from .core import days
 from .core.days import local_day
 from .core.settings import get_settings
@@ -84,29 +94,30 @@ def _visitor_id(secret: str, ip: str) -> str:
 
 
 def visitors_expire_at(day: date) -> int:
-    """When a day's visitor sets go: its end plus COUNTERS_DAY_GRACE_DAYS (no event after that)."""
+    """The day-based end of a day's visitor sets: its end plus COUNTERS_DAY_GRACE_DAYS. A day
+    first written later (a back-fill) keeps them that long after its first write instead."""
     return days.kept_until(day, get_settings().day_grace_days)
 
 
-def totals_expire_at(day: date) -> int:
-    """When a day's PV/UV totals go: COUNTERS_DAY_TOTALS_DAYS after its end (never before its visitors)."""
+def totals_days() -> int:
+    """Days a day's totals and pages are kept (never fewer than its visitor sets)."""
     settings = get_settings()
-    return days.kept_until(day, max(settings.day_totals_days, settings.day_grace_days))
+    return max(settings.day_totals_days, settings.day_grace_days)
 
 
-def check_day_open(day: date) -> None:
-    """Refuse an event of a day whose visitor sets are (about to be) gone: it could not be deduplicated."""
-    days.check_day_open(day, get_settings().day_grace_days, "COUNTERS_DAY_GRACE_DAYS")
+def totals_expire_at(day: date) -> int:
+    """The day-based end of a day's PV/UV totals: COUNTERS_DAY_TOTALS_DAYS after its end, or
+    that long after its latest write when later."""
+    return days.kept_until(day, totals_days())
 
 
 def check_view(ip: Any, path: Any, now: Any = None) -> tuple[str, str, date]:
     """Validate one page view without making its visitor id (so without COUNTERS_SECRET: what a
-    web process needs): the canonical IP, the normalized path and the local day."""
+    web process needs): the canonical IP, the normalized path and the local day. Any past day
+    is accepted (a day's fate, open or closed, is decided by Redis when the view is written)."""
     clean_path = check_path(path)
     clean_ip = check_ip(ip)
-    day = local_day(check_event_time(now, "now"))
-    check_day_open(day)
-    return clean_ip, clean_path, day
+    return clean_ip, clean_path, local_day(check_event_time(now, "now"))
 
 
 def prepare_view(ip: Any, path: Any, now: Any = None) -> SiteView:
@@ -115,80 +126,98 @@ def prepare_view(ip: Any, path: Any, now: Any = None) -> SiteView:
     return SiteView(visitor_id(clean_ip), clean_path, day)
 
 
-def queue_views(conn: Any, pipe: Any, views: Iterable[SiteView], message_id: str | None) -> None:
-    """Queue on ``pipe`` one script call per slot (day, visitor shard, path group) for ``views``."""
-    mode = get_settings().uv_mode
-    ttl = get_settings().dedupe_ttl if message_id is not None else 0
-    by_day: dict[date, list[str]] = defaultdict(list)
-    pages: dict[date, Counter[str]] = defaultdict(Counter)
+def queue_views(conn: Any, pipe: Any, views: Iterable[SiteView], message_id: str | None) -> list[date]:
+    """Queue on ``pipe`` one script call per slot (day, visitor shard, path group) for ``views``.
+
+    Returns the days of the ``site_day`` calls, in order: they are queued first, and each one's
+    reply is the number of its views that fell on a closed day (``closed_views``)."""
+    settings = get_settings()
+    mode = settings.uv_mode
+    ttl = settings.dedupe_ttl if message_id is not None else 0
+    by_day: dict[date, list[SiteView]] = defaultdict(list)
     by_shard: dict[int, list[str]] = defaultdict(list)
-    by_path: dict[str, dict[date | None, list[str]]] = defaultdict(lambda: defaultdict(list))
+    by_group: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     for view in views:
-        by_day[view.day].append(view.visitor)
-        pages[view.day][view.path] += 1
+        by_day[view.day].append(view)
         by_shard[keys.site_shard_of(view.visitor)].append(view.visitor)
-        by_path[view.path][None].append(view.visitor)
-        by_path[view.path][view.day].append(view.visitor)
+        by_group[keys.path_tag(view.path)][view.path].append(view.visitor)
 
-    def call(groups: list[tuple], marker: str) -> None:
-        """``groups``: (totals, visitors, visitors_at, totals_at, ids[, range_hll[, pages, counts]])."""
-        script_keys: list[str] = []
-        args: list[Any] = [ttl, mode, len(groups)]
-        for totals, visitors, visitors_at, totals_at, ids, *extra in groups:
-            script_keys += [totals, visitors, *extra[:2]]
-            args += [visitors_at, totals_at, len(ids), *ids, len(extra[:2])]
-            if len(extra) > 2:
-                args.append(len(extra[2]))
-                for path, count in extra[2].items():
-                    args += [path, count]
-        if ttl:
-            script_keys.append(marker)
-        run_script(conn, "site_visit", script_keys, args, client=pipe)
-
-    for day, ids in by_day.items():
+    for day, day_views in by_day.items():
         tag = keys.site_day_tag(day)
-        group = (keys.site_day_totals(day, tag=tag), keys.site_day_visitors(day, mode, tag=tag),
-                 visitors_expire_at(day), totals_expire_at(day), ids,
-                 keys.site_day_range_hll(day, tag=tag), keys.site_day_pages(day, tag=tag), pages[day])
-        call([group], message_id and keys.site_seen(message_id, tag=tag))
+        script_keys = [keys.site_day_totals(day, tag=tag), keys.site_day_visitors(day, mode, tag=tag),
+                       keys.site_day_range_hll(day, tag=tag), keys.site_day_pages(day, tag=tag),
+                       keys.site_day_pairs(day, tag=tag)]
+        if ttl:
+            script_keys.append(keys.site_seen(message_id, tag=tag))
+        args: list[Any] = [ttl, mode, visitors_expire_at(day), max(1, settings.day_grace_days) * days.DAY,
+                           totals_expire_at(day), totals_days() * days.DAY, settings.max_day_paths, len(day_views)]
+        for view in day_views:
+            args += [view.visitor, view.path, keys.path_digest(view.path)]
+        run_script(conn, "site_day", script_keys, args, client=pipe)
     for shard, ids in by_shard.items():
-        tag = keys.site_shard_tag(shard)
-        group = (keys.site_all_totals(shard), keys.site_all_visitors(shard, mode), 0, 0, ids)
-        call([group], message_id and keys.site_seen(message_id, tag=tag))
-    by_group: dict[str, list[tuple]] = defaultdict(list)
-    for path, per_day in by_path.items():
-        tag = keys.path_tag(path)
-        for day, ids in per_day.items():
-            if day is None:
-                by_group[tag].append((keys.path_totals(path, None, tag=tag),
-                                      keys.path_visitors(path, None, mode, tag=tag), 0, 0, ids))
-            else:
-                by_group[tag].append((keys.path_totals(path, day, tag=tag),
-                                      keys.path_visitors(path, day, mode, tag=tag),
-                                      visitors_expire_at(day), totals_expire_at(day), ids,
-                                      keys.path_range_hll(path, day, tag=tag)))
-    for tag, groups in by_group.items():
-        call(groups, message_id and keys.path_seen(message_id, tag=tag))
+        script_keys = [keys.site_all_totals(shard), keys.site_all_visitors(shard, mode)]
+        if ttl:
+            script_keys.append(keys.site_seen(message_id, tag=keys.site_shard_tag(shard)))
+        run_script(conn, "site_all", script_keys, [ttl, mode, len(ids), *ids], client=pipe)
+    kept = settings.path_keep_days * days.DAY
+    for tag, per_path in by_group.items():
+        script_keys = []
+        args = [ttl, mode, kept, len(per_path)]
+        for path, ids in per_path.items():
+            script_keys.append(keys.path_totals(path, tag=tag))
+            if mode == "hll":
+                script_keys.append(keys.path_visitors(path, tag=tag))
+            args += [len(ids), *ids]
+        if ttl:
+            script_keys.append(keys.path_seen(message_id, tag=tag))
+        run_script(conn, "path_all", script_keys, args, client=pipe)
+    return list(by_day)
+
+
+def closed_views(replies: Iterable[Any]) -> int:
+    """How many views the ``site_day`` replies say fell on a closed day (counted without UV)."""
+    return sum(max(0, int(reply)) for reply in replies)
 
 
 def record_visit(conn: Any, ip: str, path: str, now: float | None = None, *, message_id: str | None = None) -> None:
     """One page view of ``path`` by visitor ``ip``: site and path, all-time and per-day PV/UV.
 
     Atomic per slot, one round trip; with ``message_id`` a redelivered message changes nothing.
+    Any past day is accepted: a day never counted is opened by its first view and is then
+    exact. A view of a closed day (one counted before, whose visitor sets expired) counts in PV
+    and the all-time figures but not in that day's UV, and is reported as ``closed_day``.
     """
     check_message_id(message_id)
     view = prepare_view(ip, path, now)
-    execute_in_order(conn, lambda pipe: queue_views(conn, pipe, [view], message_id))
+    [replies] = execute_in_order(conn, lambda pipe: queue_views(conn, pipe, [view], message_id))
+    refusals.record_partial(conn, "record_visit", message_id, closed_views(replies[:1]))
+
+
+OTHER = "(other)"
+"""How the views of a day's paths past COUNTERS_MAX_DAY_PATHS are listed (stored under "")."""
+
+
+def _page_figures(value: Any) -> tuple[int, int]:
+    """``(pv, uv)`` from a pages HASH value "<pv> <uv>" (None: not tracked)."""
+    if value is None:
+        return 0, 0
+    pv, uv = as_str(value).split(" ")
+    return int(pv), int(uv)
 
 
 def site_visit_info(conn: Any, day: date | None = None, path: str | None = None) -> SiteCount:
-    """PV and UV of the site (``path`` None) or a path, on a local ``day`` or all time (None)."""
+    """PV and UV of the site (``path`` None) or a path, on a local ``day`` or all time (None).
+
+    A path's figures of a day are 0 when the path was not among the day's first
+    COUNTERS_MAX_DAY_PATHS paths (its views count under ``OTHER``, see ``top_pages``)."""
     if day is not None:
         check_day(day)
     if path is not None:
         path = normalize_path(path)
+    if path is not None and day is not None:
+        return SiteCount(day, *_page_figures(conn.hget(keys.site_day_pages(day), path)))
     if path is not None:
-        pairs = [conn.hmget(keys.path_totals(path, day), "pv", "uv")]
+        pairs = [conn.hmget(keys.path_totals(path), "pv", "uv")]
     elif day is not None:
         pairs = [conn.hmget(keys.site_day_totals(day), "pv", "uv")]
     else:
@@ -203,13 +232,14 @@ def site_visit_info(conn: Any, day: date | None = None, path: str | None = None)
 
 class SiteRange(NamedTuple):
     """PV/UV over the days ``start``..``end``: ``pv`` summed, ``uv`` the distinct visitors of the
-    whole range (a union of the days), with the per-day figures in ``days``."""
+    whole range (a union of the days; None for a path over several days, which is not kept),
+    with the per-day figures in ``days``."""
 
     start: date
     end: date
     path: str | None
     pv: int
-    uv: int
+    uv: int | None
     uv_approximate: bool
     days: list[SiteCount]
 
@@ -218,9 +248,9 @@ def site_visit_range(conn: Any, start: date, end: date, path: str | None = None)
     """PV and UV of the site (or ``path``) over the local days ``start``..``end`` (at most 400).
 
     PV is the sum of the days. UV of one day is that day's figure (exact in the default mode);
-    over several days it is the union of per-day HyperLogLogs (``uv_approximate``, ~0.81%
-    error): a visitor seen on several days counts once. Days written before those HLLs existed
-    add their PV but no visitors to a multi-day UV.
+    the site's UV over several days is the union of per-day HyperLogLogs (``uv_approximate``,
+    ~0.81% error): a visitor seen on several days counts once. A path's UV over several days is
+    None: per-path per-day HyperLogLogs would cost ~150 bytes a path and day (docs/keys.md).
     """
     check_day_range(start, end)
     if path is not None:
@@ -228,15 +258,22 @@ def site_visit_range(conn: Any, start: date, end: date, path: str | None = None)
     span = days.days_between(start, end)
     pipe = read_pipeline(conn)
     for day in span:
-        pipe.hmget(keys.path_totals(path, day) if path is not None else keys.site_day_totals(day), "pv", "uv")
-    per_day = [SiteCount(day, int(pv or 0), int(uv or 0)) for day, (pv, uv) in zip(span, pipe.execute(), strict=True)]
+        if path is not None:
+            pipe.hget(keys.site_day_pages(day), path)
+        else:
+            pipe.hmget(keys.site_day_totals(day), "pv", "uv")
+    replies = pipe.execute()
+    if path is not None:
+        per_day = [SiteCount(day, *_page_figures(value)) for day, value in zip(span, replies, strict=True)]
+    else:
+        per_day = [SiteCount(day, int(pv or 0), int(uv or 0)) for day, (pv, uv) in zip(span, replies, strict=True)]
     pv = sum(d.pv for d in per_day)
     if len(span) == 1:
-        return SiteRange(start, end, path, pv, per_day[0].uv, get_settings().uv_mode == "hll", per_day)
-    if path is not None:  # every day of a path shares the path's slot: one PFCOUNT
-        tag = keys.path_tag(path)
-        uv = int(conn.pfcount(*(keys.path_range_hll(path, day, tag=tag) for day in span)))
-    elif not is_cluster(conn):
+        return SiteRange(start, end, path, pv, per_day[0].uv, get_settings().uv_mode == "hll" and path is None,
+                         per_day)
+    if path is not None:
+        return SiteRange(start, end, path, pv, None, False, per_day)
+    if not is_cluster(conn):
         uv = int(conn.pfcount(*(keys.site_day_range_hll(day) for day in span)))
     else:  # one slot per day: merge the HLLs here, read-only
         uv = union_count(conn.execute_command("GET", keys.site_day_range_hll(day), **{NEVER_DECODE: True})
@@ -244,17 +281,20 @@ def site_visit_range(conn: Any, start: date, end: date, path: str | None = None)
     return SiteRange(start, end, path, pv, uv, True, per_day)
 
 
+PAGES_PER_CALL = 1000
+"""Fields one HSCAN call of ``top_pages`` asks for, so no read runs long."""
+
+
 def top_pages(conn: Any, start: date, end: date, limit: int = 10) -> list[tuple[str, int]]:
     """``(path, page views)`` over the local days ``start``..``end``, most viewed first, ties by
-    path. Exact: each day's ZSET (one slot per day) is read whole and summed here."""
+    path. Exact: each day's pages HASH (one slot per day, at most COUNTERS_MAX_DAY_PATHS paths
+    plus ``OTHER``) is read in HSCAN pages and summed here, so the work is bounded by the days
+    and that cap, never by the paths ever seen."""
     check_day_range(start, end)
     check_int(limit, "limit", 1, 10_000)
-    pipe = read_pipeline(conn)
-    for day in days.days_between(start, end):
-        pipe.zrange(keys.site_day_pages(day), 0, -1, withscores=True)
     totals: Counter[str] = Counter()
-    for pairs in pipe.execute():
-        for member, score in pairs:
-            totals[as_str(member)] += int(score)
+    for day in days.days_between(start, end):
+        for field, value in conn.hscan_iter(keys.site_day_pages(day), count=PAGES_PER_CALL):
+            totals[as_str(field) or OTHER] += _page_figures(value)[0]
     ranked = sorted(((p, n) for p, n in totals.items() if n > 0), key=lambda item: (-item[1], item[0]))
     return ranked[:limit]

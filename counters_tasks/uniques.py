@@ -16,11 +16,11 @@ from collections.abc import Iterable
 from datetime import date, datetime, timedelta
 from typing import Any, NamedTuple
 
+from . import refusals
 from .core import days
 from .core.days import local_day
 from .core.settings import get_settings
 from .core.validation import check_day, check_day_range, check_event_time, check_message_id, check_now, check_session_id
-from .errors import ClosedDay
 from .store import keys
 from .store.client import as_str, read_pipeline
 from .store.scripts import execute_in_order, run_script
@@ -56,26 +56,34 @@ def shard_of(number: int, expected: int) -> int:
     return zlib.crc32(b"x%d" % number) % shard_count(expected)
 
 
+def shard_days() -> int:
+    """Days a day's shards are kept: COUNTERS_UNIQUES_SHARD_DAYS."""
+    return get_settings().uniques_shard_days
+
+
+def count_days() -> int:
+    """Days a day's count and figure are kept: COUNTERS_UNIQUES_COUNT_DAYS (never fewer than the shards')."""
+    settings = get_settings()
+    return max(settings.uniques_count_days, settings.uniques_shard_days)
+
+
 def shards_expire_at(day: date) -> int:
-    """When a day's shards go: COUNTERS_UNIQUES_SHARD_DAYS after its end."""
-    return days.kept_until(day, get_settings().uniques_shard_days)
+    """The day-based end of a day's shards: COUNTERS_UNIQUES_SHARD_DAYS after its end. A day
+    first written later (a back-fill) keeps them that long after its first write instead."""
+    return days.kept_until(day, shard_days())
 
 
 def count_expire_at(day: date) -> int:
-    """When a day's count goes: COUNTERS_UNIQUES_COUNT_DAYS after its end (never before its shards)."""
-    settings = get_settings()
-    return days.kept_until(day, max(settings.uniques_count_days, settings.uniques_shard_days))
-
-
-def check_day_open(day: date) -> None:
-    """Refuse an id for a day whose shards are (about to be) gone: it could not be deduplicated."""
-    days.check_day_open(day, get_settings().uniques_shard_days, "COUNTERS_UNIQUES_SHARD_DAYS")
+    """The day-based end of a day's count: COUNTERS_UNIQUES_COUNT_DAYS after its end, or that
+    long after its latest write when later."""
+    return days.kept_until(day, count_days())
 
 
 def _fix_expected(conn: Any, day: date) -> int:
     previous = conn.get(keys.uniques_count(day - timedelta(days=1)))
     figure = expected_from_count(int(previous) if previous is not None else None)
-    fixed = int(run_script(conn, "unique_expected", [keys.uniques_expected(day)], [figure, count_expire_at(day)]))
+    fixed = int(run_script(conn, "unique_expected", [keys.uniques_expected(day)],
+                           [figure, count_expire_at(day), count_days() * days.DAY]))
     _remember(day, fixed)
     return fixed
 
@@ -114,22 +122,30 @@ def queue_ids(conn: Any, pipe: Any, day: date, numbers: Iterable[int], expected:
     per_shard: dict[int, list[int]] = defaultdict(list)
     for number in numbers:
         per_shard[shard_of(number, expected)].append(number)
-    script_keys = [keys.uniques_expected(day, tag=tag), keys.uniques_count(day, tag=tag)]
+    script_keys = [keys.uniques_expected(day, tag=tag), keys.uniques_count(day, tag=tag),
+                   keys.uniques_open(day, tag=tag), keys.uniques_overflow(day, tag=tag)]
     ttl = get_settings().dedupe_ttl if message_id is not None else 0
-    args: list[Any] = [ttl, expected, shards_expire_at(day), count_expire_at(day), len(per_shard)]
+    args: list[Any] = [ttl, expected, shards_expire_at(day), max(1, shard_days()) * days.DAY, count_expire_at(day),
+                       count_days() * days.DAY, len(per_shard)]
     for shard, members in sorted(per_shard.items()):
         script_keys.append(keys.uniques_shard(day, shard, tag=tag))
-        args += [len(members), *members]
+        args += [shard, len(members), *members]
     if ttl:
         script_keys.append(keys.uniques_seen(day, message_id, tag=tag))
     run_script(conn, "unique_visit", script_keys, args, client=pipe)
+
+
+CLOSED = -1
+"""What ``apply_ids`` returns for ids of a closed day (counted nowhere: they cannot be deduplicated)."""
 
 
 def apply_ids(conn: Any, day: date, numbers: list[int], message_id: str | None, reply: Any = None) -> int:
     """Add ids to a day, in one script call; ``reply`` is that call's reply when already sent in a
     pipeline. A reply saying the day's figure is not the one used (first use of the day, another
     writer fixed it, or data flushed) makes it re-read or fix the figure and send again.
-    Returns the number of new ids.
+    Returns the number of new ids, or CLOSED when the day's shards have expired (the day was
+    counted, then closed ``COUNTERS_UNIQUES_SHARD_DAYS`` after its end or its back-fill): the
+    ids are not counted, and the caller reports them (``refusals.record_partial``).
     """
     for _ in range(3):
         if reply is None:
@@ -138,7 +154,7 @@ def apply_ids(conn: Any, day: date, numbers: list[int], message_id: str | None, 
             [[reply]] = execute_in_order(conn, lambda pipe, e=expected: queue_ids(conn, pipe, day, numbers, e, message_id))
         result = int(reply)
         if result == -2:
-            raise ClosedDay(f"the visit is for {day.isoformat()}, which is closed")
+            return CLOSED
         if result != -1:
             return result
         _expected_cache.pop(keys.uniques_expected(day), None)
@@ -149,19 +165,22 @@ def apply_ids(conn: Any, day: date, numbers: list[int], message_id: str | None, 
 def prepare_id(session_id: Any, now: Any = None) -> tuple[date, int]:
     """Validate one sighting (raises InvalidInput; writes nothing): its local day and integer id."""
     number = session_number(session_id)
-    day = local_day(check_event_time(now, "now"))
-    check_day_open(day)
-    return day, number
+    return local_day(check_event_time(now, "now")), number
 
 
 def count_visit(conn: Any, session_id: str, now: float | None = None, *, message_id: str | None = None) -> bool:
     """Mark the session as seen on ``now``'s local day; True when it is new for that day.
 
+    Any past day is accepted: a day never counted is opened by its first id. A day whose shards
+    have expired is closed: the id is not counted (False) and is reported as ``closed_day``.
     With ``message_id``, a second call with the same id (a redelivered task) changes nothing.
     """
     check_message_id(message_id)
     day, number = prepare_id(session_id, now)
-    return apply_ids(conn, day, [number], message_id) > 0
+    new = apply_ids(conn, day, [number], message_id)
+    if new == CLOSED:
+        refusals.record_partial(conn, "count_unique", message_id, 1)
+    return new > 0
 
 
 def unique_visitors(conn: Any, day: date) -> int:
@@ -198,8 +217,8 @@ class UniquesRange(NamedTuple):
 def unique_visitors_range(conn: Any, start: date, end: date) -> UniquesRange:
     """Exact number of distinct session ids seen over the local days ``start``..``end``.
 
-    Each day's shards (one slot per day) are read with SMEMBERS in one pipeline and unioned
-    here, in memory (8 bytes an id in Redis, more in Python: ~100 MB per million distinct ids).
+    Each day's shards (one slot per day, at most 512 ids a set) are read with SMEMBERS in one
+    pipeline and unioned here, in memory (8 bytes an id in Redis, more in Python: ~100 MB per million distinct ids).
     """
     check_day_range(start, end)
     span = days.days_between(start, end)
@@ -217,9 +236,12 @@ def unique_visitors_range(conn: Any, start: date, end: date) -> UniquesRange:
         found = False
         if expected is not None:
             tag = keys.uniques_tag(day)
+            overflow = {int(as_str(s)): int(as_str(n)) for s, n in conn.hgetall(keys.uniques_overflow(day, tag=tag)).items()}
             pipe = read_pipeline(conn)
             for shard in range(shard_count(int(as_str(expected)))):
-                pipe.smembers(keys.uniques_shard(day, shard, tag=tag))
+                base = keys.uniques_shard(day, shard, tag=tag)
+                for key in [base, *(f"{base}:{k}" for k in range(1, overflow.get(shard, 0) + 1))]:
+                    pipe.smembers(key)
             for members in pipe.execute():
                 found = found or bool(members)
                 union.update(int(as_str(m)) for m in members)

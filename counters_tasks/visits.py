@@ -103,6 +103,7 @@ class _Group:
     sessions: list[tuple[date, list[int], str | None]]  # (day, ids, the call's message id)
     per_counter: dict[str, counters.Buckets]
     session_replies: slice = field(default_factory=lambda: slice(0))
+    day_replies: slice = field(default_factory=lambda: slice(0))
     counter_replies: slice = field(default_factory=lambda: slice(0))
     counter_calls: list[list[str]] = field(default_factory=list)
 
@@ -136,7 +137,9 @@ def write_groups(conn: Any, groups: Sequence[tuple[Sequence[Visit], str | None]]
             for day, numbers, call_id in plan.sessions:
                 uniques.queue_ids(conn, pipe, day, numbers, expected[day], call_id)
             plan.session_replies = slice(start, len(pipe))
-            sitestats.queue_views(conn, pipe, [visit.view for visit in plan.visits], plan.message_id)
+            start = len(pipe)
+            view_days = sitestats.queue_views(conn, pipe, [visit.view for visit in plan.visits], plan.message_id)
+            plan.day_replies = slice(start, start + len(view_days))
             start = len(pipe)
             plan.counter_calls = counters.queue_counter_writes(conn, pipe, plan.per_counter, plan.message_id)
             plan.counter_replies = slice(start, len(pipe))
@@ -147,8 +150,11 @@ def write_groups(conn: Any, groups: Sequence[tuple[Sequence[Visit], str | None]]
         new_counters.update(counters.unregistered(plan.counter_calls, replies[plan.counter_replies]))
     counters.register_counters(conn, sorted(new_counters))
     for plan in plans:
+        closed = sitestats.closed_views(replies[plan.day_replies])
         for (day, numbers, call_id), reply in zip(plan.sessions, replies[plan.session_replies], strict=True):
-            uniques.apply_ids(conn, day, numbers, call_id, reply)  # re-sends only if the figure moved
+            if uniques.apply_ids(conn, day, numbers, call_id, reply) == uniques.CLOSED:  # re-sends if the figure moved
+                closed += len(numbers)
+        refusals.record_partial(conn, "record_visits", plan.message_id, closed)
 
 
 def write_visits(conn: Any, visits: Sequence[Visit], message_id: str | None) -> None:

@@ -11,8 +11,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from counters_tasks import uniques
+from counters_tasks import refusals, uniques
 from counters_tasks.core import days
+from counters_tasks.core.days import local_day
 from counters_tasks.errors import InvalidInput
 from counters_tasks.store import keys
 from tests.support.concurrency import run_threads
@@ -189,13 +190,19 @@ def test_retention(raw_conn, monkeypatch):
     assert raw_conn.expiretime(keys.uniques_expected(day)) == end + 400 * 86400
 
 
-def test_a_day_whose_shards_are_gone_is_refused(raw_conn):
+def test_a_day_whose_shards_are_gone_is_closed_and_reported(raw_conn):
     _, now = today_and_now()
-    uniques.count_visit(raw_conn, str(uuid.uuid4()), now - 5 * 86400)  # shards kept 7 days: open
+    old = now - 8 * 86400
+    day = local_day(old)
+    assert uniques.count_visit(raw_conn, str(uuid.uuid4()), old)  # never counted: opened, however old
+    assert uniques.unique_visitors(raw_conn, day) == 1
+    # the shards' time passes (Redis expires the shards and the open marker together)
+    raw_conn.delete(keys.uniques_open(day), *raw_conn.keys(keys.uniques_shard(day, 0).rsplit(":", 1)[0] + ":*"))
     before = dump_all(raw_conn)
-    with pytest.raises(InvalidInput, match="closed"):
-        uniques.count_visit(raw_conn, str(uuid.uuid4()), now - 8 * 86400)
-    assert dump_all(raw_conn) == before
+    assert not uniques.count_visit(raw_conn, str(uuid.uuid4()), old, message_id="late-1")
+    assert dump_all(raw_conn) == before  # closed: nothing written
+    assert refusals.counts(raw_conn)["closed_day"] == 1  # but reported
+    assert uniques.unique_visitors(raw_conn, day) == 1
 
 
 def test_message_id_applies_once(conn):

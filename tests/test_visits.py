@@ -72,7 +72,7 @@ def test_scripts_missing_on_the_server_are_sent_again_once(raw_conn):
 BAD = [
     {"ip": "300.1.1.1"}, {"ip": None}, {"path": ""}, {"path": 7}, {"path": "?q=1"},
     {"session_id": "nope"}, {"session_id": 5}, {"session_id": ""}, {"ts": -1}, {"ts": "soon"},
-    {"ts": float("nan")}, {"ts": time.time() - 10 * 86400}, {"ts": 253402300799},
+    {"ts": float("nan")}, {"ts": 253402300799},
 ]
 
 

@@ -12,11 +12,11 @@ import time
 from datetime import date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from ..errors import ClosedDay, InvalidInput
+from ..errors import InvalidInput
 from .settings import get_settings
 from .validation import check_day
 
-__all__ = ["DAY", "check_day", "check_day_open", "day_end", "day_start", "days_between", "kept_until", "local_day",
+__all__ = ["DAY", "check_day", "day_end", "day_start", "days_between", "kept_until", "local_day",
            "today"]
 
 DAY = 86400
@@ -67,10 +67,3 @@ def days_between(start: date, end: date) -> list[date]:
 def kept_until(day: date, days_after: int) -> int:
     """Epoch seconds ``days_after`` days after the end of ``day``: when data of that day expires."""
     return day_end(day) + days_after * DAY
-
-
-def check_day_open(day: date, days_after: int, setting: str) -> None:
-    """Refuse an event of a day whose per-visitor data is (about to be) gone, ``days_after`` days
-    after its end (the setting named ``setting``): it could not be deduplicated any more."""
-    if kept_until(day, days_after) <= time.time():
-        raise ClosedDay(f"the visit is for {day.isoformat()}, which is closed (older than {setting})")

@@ -53,6 +53,10 @@ class Settings:
     day_totals_days: int = 400
     uniques_shard_days: int = 7
     uniques_count_days: int = 400
+    # site PV/UV per path: distinct paths a day tracks (the rest count as "(other)"), and days a
+    # path's all-time figures live after its latest view (0: for ever)
+    max_day_paths: int = 10_000
+    path_keep_days: int = 400
     # reliability: broker redelivery of unacknowledged messages
     visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT
     # clock policy: how far ahead of this process's clock an event may be (seconds)
@@ -181,6 +185,8 @@ def load_settings(env: dict | None = None) -> Settings:
         day_totals_days=_int(env, "COUNTERS_DAY_TOTALS_DAYS", 400),
         uniques_shard_days=_int(env, "COUNTERS_UNIQUES_SHARD_DAYS", 7),
         uniques_count_days=_int(env, "COUNTERS_UNIQUES_COUNT_DAYS", 400),
+        max_day_paths=_int(env, "COUNTERS_MAX_DAY_PATHS", 10_000),
+        path_keep_days=_int(env, "COUNTERS_PATH_KEEP_DAYS", 400, minimum=0),
         visibility_timeout=_int(env, "COUNTERS_VISIBILITY_TIMEOUT", DEFAULT_VISIBILITY_TIMEOUT),
         redis_url_given=bool(env.get("COUNTERS_REDIS_URL")),
         future_tolerance=_int(env, "COUNTERS_FUTURE_TOLERANCE", 300, minimum=0),

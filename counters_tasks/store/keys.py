@@ -9,6 +9,7 @@ readability only. ``docs/keys.md`` documents every key made here.
 
 from __future__ import annotations
 
+import base64
 import functools
 import hashlib
 from datetime import date
@@ -210,9 +211,9 @@ def board_registries() -> list[str]:
 
 
 # --- site PV/UV --------------------------------------------------------------------------
-# Three slots per visit: the site's day (tag of the day), the visitor's all-time shard (tag of
-# the shard number) and the path's tag group (all-time and per-day keys of that path).
-# Visitor ids are HMACs of the IP (``sitestats.visitor_id``), never raw IPs.
+# Three slots per visit: the site's day (tag of the day: the day's site and per-path figures),
+# the visitor's all-time shard (tag of the shard number) and the path's tag group (the path's
+# all-time figures). Visitor ids are HMACs of the IP (``sitestats.visitor_id``), never raw IPs.
 
 SITE_SHARDS = 16
 """Site-wide all-time PV/UV is split over this many shards by visitor id (each its own slot)."""
@@ -227,12 +228,12 @@ def site_day_tag(day: date) -> str:
 
 
 def site_day_totals(day: date, *, tag: str | None = None) -> str:
-    """HASH pv, uv of the whole site on one local day (kept COUNTERS_DAY_TOTALS_DAYS)."""
+    """HASH pv, uv, open_until of the whole site on one local day (kept COUNTERS_DAY_TOTALS_DAYS)."""
     return f"{prefix()}site:{{{tag or site_day_tag(day)}}}:day:{day.isoformat()}"
 
 
 def site_day_visitors(day: date, mode: str, *, tag: str | None = None) -> str:
-    """SET of visitor ids (or HLL in ``hll`` mode) of one day (kept COUNTERS_DAY_GRACE_DAYS)."""
+    """SET of visitor ids (or HLL in ``hll`` mode) of one day (until the day's open_until)."""
     return f"{prefix()}site:{{{tag or site_day_tag(day)}}}:{_uv_kind(mode)}:{day.isoformat()}"
 
 
@@ -243,8 +244,15 @@ def site_day_range_hll(day: date, *, tag: str | None = None) -> str:
 
 
 def site_day_pages(day: date, *, tag: str | None = None) -> str:
-    """ZSET path -> page views on one day: top pages over a range (kept as long as the totals)."""
+    """HASH path -> "<pv> <uv>" on one day, at most COUNTERS_MAX_DAY_PATHS paths, the rest
+    under the field "" ("(other)"); kept as long as the totals."""
     return f"{prefix()}site:{{{tag or site_day_tag(day)}}}:pages:{day.isoformat()}"
+
+
+def site_day_pairs(day: date, *, tag: str | None = None) -> str:
+    """SET of "<visitor id>/<path digest>" seen on one day: each path's exact daily UV
+    (until the day's open_until)."""
+    return f"{prefix()}site:{{{tag or site_day_tag(day)}}}:pairs:{day.isoformat()}"
 
 
 def site_shard_of(visitor: str) -> int:
@@ -274,23 +282,26 @@ def path_tag(path: str) -> str:
     return group_tag("p", "path", path)
 
 
-def path_totals(path: str, day: date | None = None, *, tag: str | None = None) -> str:
-    """HASH pv, uv of one path, all time (``day`` None, kept forever) or on one day."""
-    t = tag or path_tag(path)
-    when = "all" if day is None else f"day:{day.isoformat()}"
-    return f"{prefix()}path:{{{t}}}:{when}:{escape(path)}"
+def path_digest(path: str) -> str:
+    """8 characters naming a path inside a day's pairs SET (48 bits of a hash: two paths of one
+    day share it with odds of about one in 10^8 at a million paths)."""
+    return _path_digest(path)
 
 
-def path_visitors(path: str, day: date | None, mode: str, *, tag: str | None = None) -> str:
-    """SET (or HLL) of visitor ids of one path, all time or on one day."""
-    t = tag or path_tag(path)
-    when = "all" if day is None else f"day:{day.isoformat()}"
-    return f"{prefix()}path:{{{t}}}:{_uv_kind(mode)}:{when}:{escape(path)}"
+@functools.lru_cache(maxsize=65536)
+def _path_digest(path: str) -> str:
+    return base64.urlsafe_b64encode(digest("pair", path, 6)).decode()
 
 
-def path_range_hll(path: str, day: date, *, tag: str | None = None) -> str:
-    """HLL of the visitor ids of one path on one day (range UV of a path; same slot for every day)."""
-    return f"{prefix()}path:{{{tag or path_tag(path)}}}:rhll:day:{day.isoformat()}:{escape(path)}"
+def path_totals(path: str, *, tag: str | None = None) -> str:
+    """HASH of one path, all time: pv, uv, and (exact mode) one empty field per visitor id seen;
+    expires COUNTERS_PATH_KEEP_DAYS after the path's latest view (0: kept for ever)."""
+    return f"{prefix()}path:{{{tag or path_tag(path)}}}:all:{escape(path)}"
+
+
+def path_visitors(path: str, *, tag: str | None = None) -> str:
+    """HLL of one path's visitor ids, all time (``hll`` mode only); expires with its totals."""
+    return f"{prefix()}path:{{{tag or path_tag(path)}}}:hll:all:{escape(path)}"
 
 
 def path_seen(message_id: str, *, tag: str) -> str:
@@ -317,8 +328,20 @@ def uniques_expected(day: date, *, tag: str | None = None) -> str:
 
 
 def uniques_shard(day: date, shard: int, *, tag: str | None = None) -> str:
-    """SET of integer ids (an intset while it holds at most 512)."""
+    """SET of at most 512 integer ids (so an intset); a full shard continues in overflow sets
+    named ``<this key>:<k>`` (k = 1, 2, ..., made inside ``unique_visit.lua``)."""
     return f"{prefix()}uniq:{{{tag or uniques_tag(day)}}}:shard:{day.isoformat()}:{shard}"
+
+
+def uniques_overflow(day: date, *, tag: str | None = None) -> str:
+    """HASH shard number -> how many overflow sets that shard of ``day`` has."""
+    return f"{prefix()}uniq:{{{tag or uniques_tag(day)}}}:overflow:{day.isoformat()}"
+
+
+def uniques_open(day: date, *, tag: str | None = None) -> str:
+    """STRING: the epoch second the day's shards go, living until then; a day with a count but
+    without it is closed."""
+    return f"{prefix()}uniq:{{{tag or uniques_tag(day)}}}:open:{day.isoformat()}"
 
 
 def uniques_seen(day: date, message_id: str, *, tag: str | None = None) -> str:

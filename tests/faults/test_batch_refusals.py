@@ -44,8 +44,9 @@ def test_bad_items_are_refused_alone(fault_env, counters_conn, broker_conn, publ
             tasks.record_visit.apply_async(("198.51.100.2", "/long-id", None, now), producer=publisher)
             with_id(broker_conn, "visits", "x" * 100_000)
     batch = [{"ip": "203.0.113.1", "path": "/batch", "ts": now},
-             {"ip": "203.0.113.2", "path": "/closed", "ts": now - 30 * 86400},
-             {"ip": "203.0.113.3", "path": "/batch", "ts": now}]
+             {"ip": "203.0.113.2", "path": "/bad-session", "session_id": "zz", "ts": now},
+             {"ip": "203.0.113.3", "path": "/batch", "ts": now},
+             {"ip": "203.0.113.4", "path": "/history", "ts": now - 30 * 86400}]  # history: counted
     tasks.record_visits.apply_async((batch,), producer=publisher)
     events = [{"board": "ok", "member": "a", "ts": now}, {"board": "fixed", "member": "b", "ts": now},
               {"board": "ok", "member": "c", "amount": 2, "ts": now}]
@@ -63,12 +64,14 @@ def test_bad_items_are_refused_alone(fault_env, counters_conn, broker_conn, publ
         worker.stop()
     assert sitestats.site_visit_info(counters_conn, day).pv == len(good) + 2
     assert sitestats.site_visit_info(counters_conn, day, "/batch").pv == 2
-    for path in ("/int-id", "/long-id", "/closed"):
+    for path in ("/int-id", "/long-id", "/bad-session"):
         assert sitestats.site_visit_info(counters_conn, None, path).pv == 0
+    assert sitestats.site_visit_info(counters_conn, local_day(now - 30 * 86400), "/history") == (
+        local_day(now - 30 * 86400), 1, 1)
     assert ranking.Ranking(counters_conn, "ok").top(withscores=True, now=now) == [("c", 2), ("a", 1)]
     assert ranking.Ranking(counters_conn, "fixed", 48, 2).top(withscores=True, now=now) == [("x", 1)]
     assert ranking.Ranking(counters_conn, "skewed").top(withscores=True, now=now) == [("current", 5)]
     counted = refusals.counts(counters_conn)
-    assert (counted["malformed"], counted["closed_day"], counted["board_settings"], counted["future"]) == (2, 1, 1, 1)
+    assert (counted["malformed"], counted["bad_input"], counted["board_settings"], counted["future"]) == (2, 1, 1, 1)
     log = worker.output()
-    assert log.count("refused (malformed)") == 2 and "refused (closed_day)" in log
+    assert log.count("refused (malformed)") == 2 and "refused (bad_input)" in log

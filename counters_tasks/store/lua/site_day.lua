@@ -1,0 +1,94 @@
+-- Count page views of one local day: the site's PV/UV of the day, and each path's, in one slot.
+-- KEYS: the day's totals HASH (pv, uv, open_until), visitors SET (HLL in hll mode), range
+--       HLL, pages HASH, path-visitor pairs SET, then (when ARGV[1] > 0) the dedupe marker.
+-- ARGV: marker TTL in seconds (0 = no dedupe), mode ('exact' or 'hll'), visitors expire-at
+--       (epoch s, from the day), visitors kept (s, from now), totals expire-at (from the day),
+--       totals kept (s, from now), the most paths the pages HASH tracks, n, then n views as
+--       (visitor id, path, path digest) triples.
+-- The pages HASH maps a path to "<pv> <uv>"; once it tracks the most paths, views of other
+-- paths count under the field "" (shown as "(other)"). A path's UV is kept exact by the pairs
+-- SET of "<visitor>/<path digest>" members ("<visitor>/" for the overflow).
+-- A day is open until totals.open_until, fixed by the day's first write, however old the day
+-- (history can be back-filled): the later of the visitors' day-based expiry and "kept" seconds
+-- from that write. The visitors and pairs expire then. A view of a closed day (totals left,
+-- visitors gone) counts in PV only: its visitor can no longer be deduplicated. Totals, range
+-- HLL and pages live until the later of their day-based expiry and "kept" from the latest write.
+-- Returns the number of views of a closed day (counted without UV), or -1 when this message
+-- was already applied here.
+local totals, visitors, range_hll, pages, pairs = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local ttl = tonumber(ARGV[1])
+if ttl > 0 then
+  if not redis.call('SET', KEYS[6], '1', 'NX', 'EX', ttl) then
+    return -1
+  end
+end
+local hll = ARGV[2] == 'hll'
+local now = tonumber(redis.call('TIME')[1])
+local max_paths = tonumber(ARGV[7])
+local n = tonumber(ARGV[8])
+local open_until = tonumber(redis.call('HGET', totals, 'open_until'))
+if not open_until then
+  if redis.call('EXISTS', totals) == 1 then
+    open_until = 0  -- counted before open_until existed, and its visitors are gone
+  else
+    open_until = math.max(tonumber(ARGV[3]), now + tonumber(ARGV[4]))
+    redis.call('HSET', totals, 'open_until', open_until)
+  end
+end
+local open = open_until > now
+local totals_at = math.max(tonumber(ARGV[5]), now + tonumber(ARGV[6]))
+
+redis.call('HINCRBY', totals, 'pv', n)
+local ids = {}
+for v = 9, 8 + 3 * n, 3 do
+  ids[#ids + 1] = ARGV[v]
+end
+if open then
+  if hll then
+    for from = 1, #ids, 1000 do
+      redis.call('PFADD', visitors, unpack(ids, from, math.min(from + 999, #ids)))
+    end
+    redis.call('HSET', totals, 'uv', redis.call('PFCOUNT', visitors))
+  else
+    local new = 0
+    for _, id in ipairs(ids) do
+      new = new + redis.call('SADD', visitors, id)
+    end
+    if new > 0 then
+      redis.call('HINCRBY', totals, 'uv', new)
+    end
+  end
+  redis.call('EXPIREAT', visitors, open_until)
+end
+for from = 1, #ids, 1000 do
+  redis.call('PFADD', range_hll, unpack(ids, from, math.min(from + 999, #ids)))
+end
+
+for v = 9, 8 + 3 * n, 3 do
+  local visitor, path, digest = ARGV[v], ARGV[v + 1], ARGV[v + 2]
+  local value = redis.call('HGET', pages, path)
+  if not value and redis.call('HLEN', pages) >= max_paths then
+    path, digest = '', ''
+    value = redis.call('HGET', pages, path)
+  end
+  local pv, uv = 0, 0
+  if value then
+    local p, u = string.match(value, '^(%-?%d+) (%d+)$')
+    pv, uv = tonumber(p), tonumber(u)
+  end
+  pv = pv + 1
+  if open and redis.call('SADD', pairs, visitor .. '/' .. digest) == 1 then
+    uv = uv + 1
+  end
+  redis.call('HSET', pages, path, string.format('%d %d', pv, uv))
+end
+if open and redis.call('EXISTS', pairs) == 1 then
+  redis.call('EXPIREAT', pairs, open_until)
+end
+for _, key in ipairs({totals, range_hll, pages}) do
+  redis.call('EXPIREAT', key, totals_at)
+end
+if open then
+  return 0
+end
+return n
