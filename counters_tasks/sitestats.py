@@ -151,8 +151,13 @@ def queue_views(conn: Any, pipe: Any, views: Iterable[SiteView], message_id: str
             script_keys.append(keys.site_seen(message_id, tag=tag))
         args: list[Any] = [ttl, mode, visitors_expire_at(day), max(1, settings.day_grace_days) * days.DAY,
                            totals_expire_at(day), totals_days() * days.DAY, settings.max_day_paths, len(day_views)]
+        args += [view.visitor for view in day_views]
+        per_path: dict[str, list[str]] = defaultdict(list)
         for view in day_views:
-            args += [view.visitor, view.path, keys.path_digest(view.path)]
+            per_path[view.path].append(view.visitor)
+        args.append(len(per_path))
+        for path, ids in per_path.items():
+            args += [path, keys.path_digest(path), len(ids), *ids]
         run_script(conn, "site_day", script_keys, args, client=pipe)
     for shard, ids in by_shard.items():
         script_keys = [keys.site_all_totals(shard), keys.site_all_visitors(shard, mode)]

@@ -3,8 +3,9 @@
 --       HLL, pages HASH, path-visitor pairs SET, then (when ARGV[1] > 0) the dedupe marker.
 -- ARGV: marker TTL in seconds (0 = no dedupe), mode ('exact' or 'hll'), visitors expire-at
 --       (epoch s, from the day), visitors kept (s, from now), totals expire-at (from the day),
---       totals kept (s, from now), the most paths the pages HASH tracks, n, then n views as
---       (visitor id, path, path digest) triples.
+--       totals kept (s, from now), the most paths the pages HASH tracks, n, then the n views'
+--       visitor ids, then m, then per path: the path, its digest, k, then the k visitor ids of
+--       its views (the n views grouped by path).
 -- The pages HASH maps a path to "<pv> <uv>"; once it tracks the most paths, views of other
 -- paths count under the field "" (shown as "(other)"). A path's UV is kept exact by the pairs
 -- SET of "<visitor>/<path digest>" members ("<visitor>/" for the overflow).
@@ -40,8 +41,8 @@ local totals_at = math.max(tonumber(ARGV[5]), now + tonumber(ARGV[6]))
 
 redis.call('HINCRBY', totals, 'pv', n)
 local ids = {}
-for v = 9, 8 + 3 * n, 3 do
-  ids[#ids + 1] = ARGV[v]
+for a = 9, 8 + n do
+  ids[#ids + 1] = ARGV[a]
 end
 if open then
   if hll then
@@ -64,8 +65,11 @@ for from = 1, #ids, 1000 do
   redis.call('PFADD', range_hll, unpack(ids, from, math.min(from + 999, #ids)))
 end
 
-for v = 9, 8 + 3 * n, 3 do
-  local visitor, path, digest = ARGV[v], ARGV[v + 1], ARGV[v + 2]
+local i = 10 + n
+for _ = 1, tonumber(ARGV[9 + n]) do
+  local path, digest, k = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
+  local first, last = i + 3, i + 2 + k
+  i = last + 1
   local value = redis.call('HGET', pages, path)
   if not value and redis.call('HLEN', pages) >= max_paths then
     path, digest = '', ''
@@ -76,9 +80,11 @@ for v = 9, 8 + 3 * n, 3 do
     local p, u = string.match(value, '^(%-?%d+) (%d+)$')
     pv, uv = tonumber(p), tonumber(u)
   end
-  pv = pv + 1
-  if open and redis.call('SADD', pairs, visitor .. '/' .. digest) == 1 then
-    uv = uv + 1
+  pv = pv + k
+  if open then
+    for a = first, last do
+      uv = uv + redis.call('SADD', pairs, ARGV[a] .. '/' .. digest)
+    end
   end
   redis.call('HSET', pages, path, string.format('%d %d', pv, uv))
 end

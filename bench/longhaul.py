@@ -1,0 +1,175 @@
+"""Months of traffic at scale: 90 days (time passed as ``now``) with a growing number of distinct
+paths, up to a million, through the package's batches; then the cost figures of issue 13.
+
+Per simulated day: ``--visits-per-day`` views of 200 popular paths plus that day's share of
+``--paths`` new paths (each viewed once, the long tail of random URLs), by a fixed population
+of ``--visitors``, written with ``visits.record_visits`` in chunks of 500 (no message ids, so no
+dedupe markers in the figures), then one cleaner pass at the end of the day (``now`` = that
+moment) and a second pass at the same ``now`` (nothing due: its cost must not grow with the
+counters). Every ``--every`` days it prints: distinct paths, counters, Redis ``used_memory``,
+the Redis time (``INFO commandstats``, all commands) of both cleaner passes.
+
+Then, on the loaded server: memory per distinct path (20,000 new paths viewed once by known
+visitors: ``used_memory`` after minus before, divided), memory per new visitor (20,000 new
+visitors viewing known paths), keys without a TTL, and the slowest command in SLOWLOG
+(``slowlog-log-slower-than`` 1000 us for the whole run). It checks the site's all-time PV and a
+sample of days against its own model, the per-path target (700 bytes) and that the idle
+cleaner pass stays flat (at most 3x the first checkpoint's while the counters grow 10x+).
+
+    python -m bench.longhaul [--days 90] [--paths 1000000] [--visitors 20000] [--visits-per-day 3000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from collections import Counter
+
+from bench._common import bench_redis, client
+from counters_tasks import counters, sitestats, visits
+from counters_tasks.core.days import day_end, local_day
+
+CHUNK = 500
+POPULAR = [f"/popular/{i}" for i in range(200)]
+PATH_TARGET = 700
+"""Bytes of Redis memory a distinct path may cost in the default mode (issue 13)."""
+
+
+def redis_usec(conn) -> int:
+    """Microseconds Redis has spent in commands so far (every command, INFO commandstats)."""
+    return sum(int(stats["usec"]) for name, stats in conn.info("commandstats").items())
+
+
+def write(conn, batch: list[dict]) -> None:
+    for first in range(0, len(batch), CHUNK):
+        visits.record_visits(conn, batch[first:first + CHUNK])
+
+
+def timed_pass(conn, now: float) -> tuple[int, int]:
+    """(samples removed, Redis microseconds) of one cleaner pass."""
+    before = redis_usec(conn)
+    removed = counters.clean_counters(conn, now)
+    return removed, redis_usec(conn) - before - 1  # minus nothing: INFO itself is not counted
+
+
+def keys_without_ttl(conn) -> Counter:
+    """Keys without a TTL, by kind (the key name with user strings cut off)."""
+    kinds: Counter = Counter()
+    batch = []
+    for key in conn.scan_iter(count=5000):
+        batch.append(key)
+        if len(batch) == 5000:
+            _count_persistent(conn, batch, kinds)
+            batch = []
+    _count_persistent(conn, batch, kinds)
+    return kinds
+
+
+def _count_persistent(conn, batch: list, kinds: Counter) -> None:
+    pipe = conn.pipeline(transaction=False)
+    for key in batch:
+        pipe.ttl(key)
+    for key, ttl in zip(batch, pipe.execute(), strict=True):
+        if ttl == -1:
+            name = key.decode(errors="replace")
+            kinds[":".join(part for part in name.split(":")[:4] if "{" not in part and "/" not in part)] += 1
+
+
+def memory_delta(conn, batch: list[dict]) -> float:
+    before = conn.info("memory")["used_memory"]
+    write(conn, batch)
+    return (conn.info("memory")["used_memory"] - before) / len(batch)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--days", type=int, default=90)
+    parser.add_argument("--paths", type=int, default=1_000_000)
+    parser.add_argument("--visitors", type=int, default=20_000)
+    parser.add_argument("--visits-per-day", type=int, default=3_000)
+    parser.add_argument("--every", type=int, default=10, help="print a row every N days")
+    parser.add_argument("--probe", type=int, default=20_000, help="new paths (and visitors) of the memory probes")
+    args = parser.parse_args()
+    rng = random.Random(13)
+    ips = [f"10.{i // 65536 % 256}.{i // 256 % 256}.{i % 256}" for i in range(args.visitors)]
+    with bench_redis() as url:
+        conn = client(url)
+        conn.flushdb()
+        conn.config_set("slowlog-log-slower-than", 1000)
+        conn.config_set("slowlog-max-len", 10_000)
+        conn.slowlog_reset()
+        start = local_day(time.time() - args.days * 86400)
+        first_ts = day_end(start) - 86400 + 1
+        pv_model: dict = {}
+        total = 0
+        new_path = 0
+        rows = []
+        print(f"{'day':>4} {'paths':>9} {'counters':>9} {'used MB':>9} {'clean us':>10} {'idle pass us':>13} {'removed':>9}")
+        for d in range(args.days):
+            day_first = first_ts + d * 86400
+            share = args.paths * (d + 1) // args.days - args.paths * d // args.days
+            batch = [{"ip": rng.choice(ips), "path": rng.choice(POPULAR), "ts": day_first + rng.uniform(0, 86000)}
+                     for _ in range(args.visits_per_day)]
+            for _ in range(share):
+                batch.append({"ip": rng.choice(ips), "path": f"/u/{new_path:x}/{rng.getrandbits(32):08x}",
+                              "ts": day_first + rng.uniform(0, 86000)})
+                new_path += 1
+            batch.sort(key=lambda v: v["ts"])
+            write(conn, batch)
+            total += len(batch)
+            day = local_day(day_first)
+            pv_model[day] = pv_model.get(day, 0) + len(batch)
+            end = day_first + 86399
+            removed, busy = timed_pass(conn, end)
+            _removed, idle = timed_pass(conn, end)
+            if (d + 1) % args.every == 0 or d == args.days - 1:
+                known = len(counters.known_counters(conn))
+                used = conn.info("memory")["used_memory"] / 1e6
+                rows.append((d + 1, new_path + len(POPULAR), known, used, busy, idle))
+                print(f"{d + 1:>4} {new_path + len(POPULAR):>9,} {known:>9,} {used:>9.1f} {busy:>10,} {idle:>13,} {removed:>9,}")
+                sys.stdout.flush()
+        # checks of the data against the model
+        assert sitestats.site_visit_info(conn).pv == total, "all-time PV"
+        for day in list(pv_model)[:: max(1, len(pv_model) // 10)]:
+            assert sitestats.site_visit_info(conn, day).pv == pv_model[day], day
+        print(f"all-time PV {total:,} and sampled days' PV exact")
+
+        # memory probes on the loaded server
+        now = time.time()
+        probe_paths = [{"ip": rng.choice(ips), "path": f"/probe/{i:x}/{rng.getrandbits(32):08x}", "ts": now}
+                       for i in range(args.probe)]
+        per_path = memory_delta(conn, probe_paths)
+        probe_visitors = [{"ip": f"172.16.{i // 256 % 256}.{i % 256}", "path": rng.choice(POPULAR), "ts": now}
+                          for i in range(args.probe)]
+        per_visitor = memory_delta(conn, probe_visitors)
+        persistent = keys_without_ttl(conn)
+        slow = conn.slowlog_get(10_000)
+        slowest = max(slow, key=lambda entry: entry["duration"], default=None)
+        print(f"memory per distinct path: {per_path:,.0f} B (a view of each of {args.probe:,} new paths; target "
+              f"{PATH_TARGET} B)")
+        print(f"memory per new visitor:   {per_visitor:,.0f} B (each viewing a known path once)")
+        print(f"keys without a TTL: {sum(persistent.values()):,}  " + ", ".join(f"{k} {n:,}" for k, n in persistent.most_common()))
+        if slowest is None:
+            print("slowest command: none over 1 ms in SLOWLOG")
+        else:
+            command = slowest["command"][:80].decode(errors="replace") if isinstance(slowest["command"], bytes) else str(slowest["command"])[:80]
+            print(f"slowest command: {slowest['duration'] / 1000:.2f} ms ({command}); {len(slow)} over 1 ms")
+        first_idle, last_idle = rows[0][5], rows[-1][5]
+        growth = rows[-1][2] / max(1, rows[0][2])
+        print(f"idle cleaner pass: {first_idle:,} us at {rows[0][2]:,} counters, {last_idle:,} us at {rows[-1][2]:,} "
+              f"({growth:.1f}x the counters, {last_idle / max(1, first_idle):.2f}x the time)")
+        failures = []
+        if per_path > PATH_TARGET:
+            failures.append(f"memory per path {per_path:.0f} B > {PATH_TARGET} B")
+        if growth >= 10 and last_idle > 3 * max(first_idle, 1000):
+            failures.append("the idle cleaner pass grows with the counters")
+        if failures:
+            print("FAILED: " + "; ".join(failures))
+            sys.exit(1)
+        print("longhaul targets met")
+
+
+if __name__ == "__main__":
+    main()
