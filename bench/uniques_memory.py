@@ -117,8 +117,8 @@ def all_time_site(conn: redis.Redis, n: int) -> None:
         execute_in_order(conn, lambda pipe, v=views: sitestats.queue_views(conn, pipe, v, None))
     shard_sets = [keys.site_all_visitors(s, "exact") for s in range(keys.SITE_SHARDS)]
     report("all-time exact site UV (16 plain SETs)", n, usage(conn, shard_sets), None, len(shard_sets))
-    path_set = [keys.path_visitors("/", None, "exact")]
-    report("the same visitors in one path's all-time SET", n, usage(conn, path_set), None, 1)
+    path_hash = [keys.path_totals("/")]
+    report("the same visitors in one path's all-time HASH", n, usage(conn, path_hash), None, 1)
     print(f"    (INFO delta of that whole load, the day's and the path's sets included: "
           f"{(used_memory(conn) - base) / 1e6:.1f} MB; site_visit_info: {sitestats.site_visit_info(conn)})")
 

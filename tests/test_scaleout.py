@@ -101,7 +101,7 @@ def test_every_script_call_stays_in_one_slot_and_load_spreads(raw_conn, script_c
     uniques.forget_expected()
     realistic_load(raw_conn, time.time())
     names = collections.Counter(name for name, _, _ in script_calls)
-    assert set(names) >= {"counter_update", "counter_clean", "site_visit", "unique_visit", "unique_expected",
+    assert set(names) >= {"counter_update", "counter_clean", "site_day", "site_all", "path_all", "unique_visit", "unique_expected",
                           "ranking_incr", "ranking_top", "ranking_rotate"}, names
     slots_of_calls = []
     for name, keys_, named in script_calls:
