@@ -131,6 +131,7 @@ def queue_views(conn: Any, pipe: Any, views: Iterable[SiteView], message_id: str
 
     Returns the days of the ``site_day`` calls, in order: they are queued first, and each one's
     reply is the number of its views that fell on a closed day (``closed_views``)."""
+    keys.use(conn)
     settings = get_settings()
     mode = settings.uv_mode
     ttl = settings.dedupe_ttl if message_id is not None else 0
@@ -215,6 +216,7 @@ def site_visit_info(conn: Any, day: date | None = None, path: str | None = None)
 
     A path's figures of a day are 0 when the path was not among the day's first
     COUNTERS_MAX_DAY_PATHS paths (its views count under ``OTHER``, see ``top_pages``)."""
+    keys.use(conn)
     if day is not None:
         check_day(day)
     if path is not None:
@@ -257,6 +259,7 @@ def site_visit_range(conn: Any, start: date, end: date, path: str | None = None)
     ~0.81% error): a visitor seen on several days counts once. A path's UV over several days is
     None: per-path per-day HyperLogLogs would cost ~150 bytes a path and day (docs/keys.md).
     """
+    keys.use(conn)
     check_day_range(start, end)
     if path is not None:
         path = normalize_path(path)
@@ -295,6 +298,7 @@ def top_pages(conn: Any, start: date, end: date, limit: int = 10) -> list[tuple[
     path. Exact: each day's pages HASH (one slot per day, at most COUNTERS_MAX_DAY_PATHS paths
     plus ``OTHER``) is read in HSCAN pages and summed here, so the work is bounded by the days
     and that cap, never by the paths ever seen."""
+    keys.use(conn)
     check_day_range(start, end)
     check_int(limit, "limit", 1, 10_000)
     totals: Counter[str] = Counter()

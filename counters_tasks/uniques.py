@@ -96,11 +96,13 @@ def _remember(day: date, figure: int) -> None:
 
 def precompute_expected(conn: Any, day: date) -> int:
     """Fix (first writer wins) and return ``day``'s expected-uniques figure."""
+    keys.use(conn)
     return _fix_expected(conn, check_day(day))
 
 
 def expected_for(conn: Any, day: date) -> int:
     """The day's fixed figure: from this process's memory, else Redis, else fixed now."""
+    keys.use(conn)
     cached = _expected_cache.get(keys.uniques_expected(day))
     if cached is not None:
         return cached
@@ -118,6 +120,7 @@ def forget_expected() -> None:
 
 def queue_ids(conn: Any, pipe: Any, day: date, numbers: Iterable[int], expected: int, message_id: str | None) -> None:
     """Queue the one script call that adds ``numbers`` to ``day``'s shards laid out for ``expected``."""
+    keys.use(conn)
     tag = keys.uniques_tag(day)
     per_shard: dict[int, list[int]] = defaultdict(list)
     for number in numbers:
@@ -185,6 +188,7 @@ def count_visit(conn: Any, session_id: str, now: float | None = None, *, message
 
 def unique_visitors(conn: Any, day: date) -> int:
     """Exact number of distinct session ids seen on ``day``."""
+    keys.use(conn)
     value = conn.get(keys.uniques_count(check_day(day)))
     return int(as_str(value)) if value is not None else 0
 
@@ -220,6 +224,7 @@ def unique_visitors_range(conn: Any, start: date, end: date) -> UniquesRange:
     Each day's shards (one slot per day, at most 512 ids a set) are read with SMEMBERS in one
     pipeline and unioned here, in memory (8 bytes an id in Redis, more in Python: ~100 MB per million distinct ids).
     """
+    keys.use(conn)
     check_day_range(start, end)
     span = days.days_between(start, end)
     pipe = read_pipeline(conn)

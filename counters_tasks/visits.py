@@ -21,6 +21,7 @@ from typing import Any
 from . import counters, refusals, sitestats, uniques
 from .core.validation import check_event_time, check_message_id
 from .errors import InvalidInput, MalformedMessage
+from .store import keys
 from .store.keys import chunk_ids
 from .store.scripts import execute_in_order
 
@@ -126,6 +127,7 @@ def _plan(visits: Sequence[Visit], message_id: str | None) -> _Group:
 def write_groups(conn: Any, groups: Sequence[tuple[Sequence[Visit], str | None]]) -> None:
     """Apply groups of validated visits, each at most once per its message id, in one round trip
     (a second only to register new counters or to re-send a day whose uniques layout moved)."""
+    keys.use(conn)
     plans = [_plan(visits, message_id) for visits, message_id in groups if visits]
     if not plans:
         return

@@ -21,7 +21,7 @@ import pytest
 from counters_tasks import uniques
 from counters_tasks.core.settings import reset_settings
 from counters_tasks.local.redis_server import RedisServer
-from tests.support.servers import TEST_SECRET, flush, make_client
+from tests.support.servers import TEST_SECRET, TEST_TAG_KEY, flush, make_client
 
 _POPEN_INIT = subprocess.Popen.__init__
 _running: dict[str, Any] = {"item": None, "shared_server": False}
@@ -71,6 +71,10 @@ def counters_env(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[No
     """Every test sees settings for the test server, read afresh."""
     monkeypatch.setenv("COUNTERS_REDIS_URL", redis_url)
     monkeypatch.setenv("COUNTERS_SECRET", TEST_SECRET)
+    # the hash-tag key pinned, so that flushing the test Redis between tests (which drops the
+    # generated one) never leaves two processes with different keys; tests/test_tag_key.py
+    # covers the generated key
+    monkeypatch.setenv("COUNTERS_TAG_KEY", TEST_TAG_KEY)
     for name in ("COUNTERS_KEY_PREFIX", "COUNTERS_TIMEZONE", "COUNTERS_UV_MODE"):
         monkeypatch.delenv(name, raising=False)
     reset_settings()

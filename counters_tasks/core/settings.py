@@ -56,6 +56,8 @@ class Settings:
     # site PV/UV per path: distinct paths a day tracks (the rest count as "(other)"), and days a
     # path's all-time figures live after its latest view (0: for ever)
     max_day_paths: int = 10_000
+    # the key of every hash tag, pinned (hex); None: generated once and kept in Redis
+    tag_key: str | None = None
     path_keep_days: int = 400
     # reliability: broker redelivery of unacknowledged messages
     visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT
@@ -145,6 +147,15 @@ def _choice(env: dict, name: str, choices: tuple[str, ...]) -> str | None:
     return raw
 
 
+def _tag_key(env: dict) -> str | None:
+    raw = (env.get("COUNTERS_TAG_KEY") or "").strip().lower()
+    if not raw:
+        return None
+    if not re.fullmatch(r"[0-9a-f]{32,64}", raw):
+        raise ConfigurationError("COUNTERS_TAG_KEY must be 32 to 64 hex digits")
+    return raw
+
+
 def load_settings(env: dict | None = None) -> Settings:
     """Build settings from ``env`` (default: ``os.environ``), checking every value."""
     env = os.environ if env is None else env
@@ -186,6 +197,7 @@ def load_settings(env: dict | None = None) -> Settings:
         uniques_shard_days=_int(env, "COUNTERS_UNIQUES_SHARD_DAYS", 7),
         uniques_count_days=_int(env, "COUNTERS_UNIQUES_COUNT_DAYS", 400),
         max_day_paths=_int(env, "COUNTERS_MAX_DAY_PATHS", 10_000),
+        tag_key=_tag_key(env),
         path_keep_days=_int(env, "COUNTERS_PATH_KEEP_DAYS", 400, minimum=0),
         visibility_timeout=_int(env, "COUNTERS_VISIBILITY_TIMEOUT", DEFAULT_VISIBILITY_TIMEOUT),
         redis_url_given=bool(env.get("COUNTERS_REDIS_URL")),

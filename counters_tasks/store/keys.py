@@ -1,9 +1,12 @@
 """The one place where Redis key names are made.
 
 Every key starts with ``COUNTERS_KEY_PREFIX``. Keys that one Lua call touches together share a
-hash tag ``{...}`` derived from a hash of the user string (a counter name, board, day), so on
-Redis Cluster each call stays in one slot, load spreads over slots, and no user string can pick
-a slot. User strings that appear in a key at all appear percent-escaped after the tag, for
+hash tag ``{...}`` derived from a hash of the user string (a counter name, board, day) keyed
+with the deployment's tag key, so on Redis Cluster each call stays in one slot, load spreads
+over slots, and no client can compute, let alone pick, the slot of a path it sends. The tag key
+is generated once per deployment and kept in Redis (``tag_key_name``; ``COUNTERS_TAG_KEY``
+pins it), independent of ``COUNTERS_SECRET``, so rotating the secret moves no key. Entry points
+that are given a client call ``use(conn)`` first. User strings that appear in a key at all appear percent-escaped after the tag, for
 readability only. ``docs/keys.md`` documents every key made here.
 """
 
@@ -12,10 +15,15 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
+import secrets
+import threading
+import weakref
 from datetime import date
+from typing import Any
 from urllib.parse import quote
 
 from ..core.settings import get_settings
+from .client import as_str, get_redis
 
 REGISTRY_SHARDS = 16
 """The counter registry is split over this many zsets (each its own slot) to spread writes."""
@@ -36,14 +44,73 @@ def escape(text: str) -> str:
     return quote(text, safe="/:@!$&'()+,;=-._~")
 
 
+# --- the deployment's tag key ---------------------------------------------------------------
+
+_known_keys: weakref.WeakKeyDictionary[Any, tuple[str, bytes]] = weakref.WeakKeyDictionary()
+_current = threading.local()
+
+
+def tag_key_name() -> str:
+    """STRING: the deployment's tag key (32 hex digits), made once by SET NX, never changed."""
+    return f"{prefix()}tagkey"
+
+
+def fetch_tag_key(conn: Any) -> bytes:
+    """The tag key kept in the Redis of ``conn``, made there first if missing (first writer wins)."""
+    name = tag_key_name()
+    value = conn.get(name)
+    if value is None:
+        conn.set(name, secrets.token_hex(16), nx=True)
+        value = conn.get(name)
+    return as_str(value).encode()
+
+
+def use(conn: Any) -> None:
+    """Make the tag key of ``conn``'s deployment the one this thread's keys are made with:
+    read from Redis once per client (then remembered), or ``COUNTERS_TAG_KEY`` when set."""
+    if get_settings().tag_key:
+        return
+    known = _known_keys.get(conn)
+    if known is None or known[0] != prefix():
+        known = (prefix(), fetch_tag_key(conn))
+        try:
+            _known_keys[conn] = known
+        except TypeError:  # a client that cannot be weakly referenced: read again next time
+            pass
+    _current.key = known
+
+
+def tag_key() -> bytes:
+    """The key of every hash tag: this thread's deployment (``use``), else that of the
+    configured Redis (``COUNTERS_REDIS_URL``)."""
+    pinned = get_settings().tag_key
+    if pinned:
+        return pinned.encode()
+    current = getattr(_current, "key", None)
+    if current is None or current[0] != prefix():
+        use(get_redis())
+        current = _current.key
+    return current[1]
+
+
 def digest(kind: str, text: str, size: int = 8) -> bytes:
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=size, person=kind.encode()[:16]).digest()
+    """``size`` bytes of BLAKE2b of ``text``, keyed with the tag key, personalized by ``kind``."""
+    return _digest(tag_key(), kind, text, size)
 
 
-@functools.lru_cache(maxsize=8192)
+def _digest(key: bytes, kind: str, text: str, size: int) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=size, key=key,
+                           person=kind.encode()[:16]).digest()
+
+
 def group_tag(letter: str, kind: str, text: str) -> str:
     """The tag of the group (one of TAG_GROUPS) that a user string of one kind hashes into."""
-    return f"{letter}{int.from_bytes(digest(kind, text, 4), 'big') % TAG_GROUPS}"
+    return _group_tag(tag_key(), letter, kind, text)
+
+
+@functools.lru_cache(maxsize=65536)
+def _group_tag(key: bytes, letter: str, kind: str, text: str) -> str:
+    return f"{letter}{int.from_bytes(_digest(key, kind, text, 4), 'big') % TAG_GROUPS}"
 
 
 def hash_tag(kind: str, text: str) -> str:
@@ -61,11 +128,6 @@ def chunk_ids(message_id: str | None, count: int, separator: str = "#") -> list[
 # --- multi-precision counters -------------------------------------------------------------
 
 def counter_tag(name: str) -> str:
-    return _counter_tag(name)
-
-
-@functools.lru_cache(maxsize=65536)
-def _counter_tag(name: str) -> str:
     return group_tag("c", "counter", name)
 
 
@@ -79,11 +141,11 @@ def counter_keys(name: str, precisions: tuple[int, ...]) -> tuple[str, ...]:
 
     Cached: this is the hot path of every write.
     """
-    return _counter_keys(prefix(), name, precisions)
+    return _counter_keys(prefix(), tag_key(), name, precisions)
 
 
 @functools.lru_cache(maxsize=65536)
-def _counter_keys(_prefix: str, name: str, precisions: tuple[int, ...]) -> tuple[str, ...]:
+def _counter_keys(_prefix: str, _key: bytes, name: str, precisions: tuple[int, ...]) -> tuple[str, ...]:
     return (*(counter_hash(name, p) for p in precisions), counter_registered(name))
 
 
@@ -285,12 +347,12 @@ def path_tag(path: str) -> str:
 def path_digest(path: str) -> str:
     """8 characters naming a path inside a day's pairs SET (48 bits of a hash: two paths of one
     day share it with odds of about one in 10^8 at a million paths)."""
-    return _path_digest(path)
+    return _path_digest(tag_key(), path)
 
 
 @functools.lru_cache(maxsize=65536)
-def _path_digest(path: str) -> str:
-    return base64.urlsafe_b64encode(digest("pair", path, 6)).decode()
+def _path_digest(key: bytes, path: str) -> str:
+    return base64.urlsafe_b64encode(_digest(key, "pair", path, 6)).decode()
 
 
 def path_totals(path: str, *, tag: str | None = None) -> str:

@@ -11,6 +11,7 @@ from redis.cluster import RedisCluster
 from counters_tasks.core.settings import reset_settings
 
 TEST_SECRET = "test-secret-not-for-production"
+TEST_TAG_KEY = "7465737420746167206b6579206f6e6c"
 
 
 def is_cluster_run() -> bool:
