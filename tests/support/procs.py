@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.support.servers import TEST_SECRET, TEST_TAG_KEY
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -15,7 +17,8 @@ def celery_env(redis_url: str, **extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
         COUNTERS_REDIS_URL=redis_url,
-        COUNTERS_SECRET=env.get("COUNTERS_SECRET", "test-secret-not-for-production"),
+        COUNTERS_SECRET=env.get("COUNTERS_SECRET", TEST_SECRET),
+        COUNTERS_TAG_KEY=env.get("COUNTERS_TAG_KEY", TEST_TAG_KEY),  # as the test process (conftest)
         PYTHONPATH=str(REPO) + os.pathsep + env.get("PYTHONPATH", ""),
         PYTHONUNBUFFERED="1",
     )
