@@ -1,25 +1,32 @@
-"""Named counters at several precisions (docs/design.md), with an incremental cleaner.
+"""Named counters at several precisions (docs/design.md), with a cleaner whose cost follows the work due.
 
-Each counter keeps, per precision, a HASH bucket_start -> total. Writes go through one Lua call
-per counter (all precisions, plus an optional per-message dedupe marker), followed in the same
-round trip by a ZADD to a sharded registry of known counters, which the cleaner walks with ZSCAN.
-Reads filter to the retention window, so answers never depend on when the cleaner last ran.
+Each counter is one HASH holding every precision's buckets (field ``bucket_start * 10 +
+precision index`` -> total: integer fields keep a small hash a compact listpack, ~210 bytes for
+a counter hit once instead of ~940 for seven hashes). Counters hash into 256 tag groups; each
+group has a due index, a ZSET counter -> the earliest time one of its samples leaves the window,
+kept by the same Lua call that writes the buckets (one call per group a batch touches, one
+round trip, no registry round trip). The cleaner takes from each group only the counters whose
+score has passed, in bounded calls, so a pass costs in proportion to the samples due, not to
+the counters known. Reads filter to the retention window, so answers never depend on when the
+cleaner last ran.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
 from typing import Any
+from urllib.parse import unquote
 
 from .core.settings import get_settings
-from .core.validation import check_amount, check_event_time, check_message_id, check_now, check_text
+from .core.validation import check_amount, check_event_time, check_int, check_message_id, check_now, check_text
 from .errors import InvalidInput
-from .store import keys, registry
+from .store import keys
+from .store.client import as_str
 from .store.scripts import execute_in_order, run_script
 
 PRECISIONS = (1, 5, 60, 300, 3600, 18000, 86400)
 SAMPLE_COUNT = 120
+PRECISION_INDEX = {precision: index for index, precision in enumerate(PRECISIONS)}
 
 Buckets = dict[int, dict[int, int]]
 """precision -> bucket_start -> amount to add."""
@@ -36,80 +43,62 @@ def check_precision(precision: Any) -> int:
 
 
 def add_to_buckets(buckets: Buckets, now: float, count: int) -> None:
-    """Fold one event into ``buckets`` (so a batch costs one script call per counter)."""
+    """Fold one event into ``buckets`` (so a batch costs one script call per counter group)."""
     for precision in PRECISIONS:
         per = buckets.setdefault(precision, defaultdict(int))
         per[bucket_start(now, precision)] += count
 
 
-def queue_counter_writes(conn: Any, pipe: Any, per_counter: dict[str, Buckets], message_id: str | None) -> list[list[str]]:
+def field_of(bucket: int, precision: int) -> int:
+    """The hash field of one bucket: ``bucket_start * 10 + precision index``."""
+    return bucket * 10 + PRECISION_INDEX[precision]
+
+
+def bucket_of(field: Any) -> tuple[int, int]:
+    """``(precision, bucket_start)`` of a hash field."""
+    number = int(as_str(field))
+    return PRECISIONS[number % 10], number // 10
+
+
+def leaves_window_at(bucket: int, precision: int) -> int:
+    """When a sample leaves the window: get_counter keeps buckets with start > now - 120 p."""
+    return bucket + SAMPLE_COUNT * precision
+
+
+def queue_counter_writes(conn: Any, pipe: Any, per_counter: dict[str, Buckets], message_id: str | None) -> int:
     """Queue on ``pipe`` (or run, when ``pipe`` is ``conn``) one script call per tag group of
-    the counters in ``per_counter``; returns each call's counter names, in call order (the
-    order of the replies)."""
+    the counters in ``per_counter``, each at most once per ``message_id``; returns the number of
+    calls (their replies: 1 applied, 0 already applied)."""
+    keys.use(conn)
     by_group: dict[str, list[str]] = defaultdict(list)
     for name in per_counter:
         by_group[keys.counter_tag(name)].append(name)
     ttl = get_settings().dedupe_ttl if message_id is not None else 0
-    calls = []
     for group, names in by_group.items():
-        script_keys: list[str] = []
-        args: list[Any] = [ttl, len(names), len(PRECISIONS)]
+        script_keys: list[str] = [keys.counter_hash(name, tag=group) for name in names]
+        script_keys.append(keys.counter_due(group))
+        args: list[Any] = [ttl, len(names)]
         for name in names:
-            script_keys += keys.counter_keys(name, PRECISIONS)
-            buckets = per_counter[name]
-            for precision in PRECISIONS:
-                pairs = [(b, n) for b, n in buckets.get(precision, {}).items() if n]
-                args.append(len(pairs))
-                for pair in pairs:
-                    args += pair
+            pairs = [(field_of(b, p), n) for p, per in per_counter[name].items() for b, n in per.items() if n]
+            first_due = min((leaves_window_at(b, p) for p, per in per_counter[name].items() for b, n in per.items() if n),
+                            default=0)
+            args += [keys.counter_member(name), first_due, len(pairs)]
+            for pair in pairs:
+                args += pair
         if ttl:
             script_keys.append(keys.counter_seen(message_id, tag=group))
-        reply = run_script(conn, "counter_update", script_keys, args, client=pipe)
-        calls.append((names, reply) if pipe is conn else names)
-    return calls
-
-
-def register_counters(conn: Any, names: Iterable[str]) -> None:
-    """Add counters to the registry, then mark them registered (in that order, on any layout).
-
-    Called after their data is written, for the counters whose write reported no marker.
-    """
-    names = list(names)
-    if not names:
-        return
-    by_shard: dict[int, list[str]] = defaultdict(list)
-    for name in names:
-        by_shard[keys.registry_shard_of(name)].append(name)
-
-    def add_to_registry(pipe: Any) -> None:
-        for shard, members in by_shard.items():
-            pipe.zadd(keys.counter_registry(shard), dict.fromkeys(members, 0))
-
-    def mark(pipe: Any) -> None:
-        for name in names:
-            pipe.set(keys.counter_registered(name), 1)
-
-    execute_in_order(conn, add_to_registry, mark)
-
-
-def unregistered(calls: Iterable[list[str]], replies: Iterable[Any]) -> list[str]:
-    """The counters whose ``counter_update`` replies say they still need registering."""
-    return [name for names, reply in zip(calls, replies, strict=True)
-            for name, registered in zip(names, reply[1:], strict=True) if not int(registered)]
+        run_script(conn, "counter_update", script_keys, args, client=pipe)
+    return len(by_group)
 
 
 def write_counters(conn: Any, per_counter: dict[str, Buckets], message_id: str | None = None) -> None:
-    """Apply already-validated counts to many counters: one script call per tag group, one round
-    trip (a second one only for counters that are not in the registry yet)."""
+    """Apply already-validated counts to many counters: one script call per tag group, one round trip."""
     if not per_counter:
         return
     if len({keys.counter_tag(name) for name in per_counter}) == 1:  # one call: no pipeline needed
-        [(names, reply)] = queue_counter_writes(conn, conn, per_counter, message_id)
-        calls, replies = [names], [reply]
+        queue_counter_writes(conn, conn, per_counter, message_id)
     else:
-        calls = []
-        [replies] = execute_in_order(conn, lambda pipe: calls.extend(queue_counter_writes(conn, pipe, per_counter, message_id)))
-    register_counters(conn, unregistered(calls, replies))
+        execute_in_order(conn, lambda pipe: queue_counter_writes(conn, pipe, per_counter, message_id))
 
 
 def update_counter(conn: Any, name: str, count: int = 1, now: float | None = None, *, message_id: str | None = None) -> None:
@@ -130,10 +119,14 @@ def get_counter(conn: Any, name: str, precision: int, now: float | None = None) 
     check_text(name, "name")
     check_precision(precision)
     now = check_now(now)
+    keys.use(conn)
     cutoff = now - SAMPLE_COUNT * precision
-    raw = conn.hgetall(keys.counter_hash(name, precision))
-    samples = ((int(bucket), int(total)) for bucket, total in raw.items())
-    return sorted((b, t) for b, t in samples if b > cutoff and t)
+    samples = []
+    for field, total in conn.hgetall(keys.counter_hash(name)).items():
+        p, bucket = bucket_of(field)
+        if p == precision and bucket > cutoff and int(total):
+            samples.append((bucket, int(total)))
+    return sorted(samples)
 
 
 MAX_SERIES_POINTS = 10_000
@@ -167,58 +160,82 @@ def get_series(conn: Any, name: str, precision: int, start: float, end: float,
     return [(b, found.get(b, 0)) for b in range(first, last + 1, precision)]
 
 
+CLEAN_COUNTERS_PER_CALL = 200
+"""Counters one cleaner call takes from a group at most."""
+CLEAN_FIELDS_PER_CALL = 2_000
+"""Hash fields one cleaner call examines at most (a back-filled counter takes several calls)."""
+
+
+def _precision_args() -> list[int]:
+    return [SAMPLE_COUNT, *PRECISIONS]
+
+
+def group_names(conn: Any, group: str) -> list[str]:
+    """The counters of one tag group that hold samples, sorted (one ZRANGE of its due index)."""
+    keys.use(conn)
+    return sorted(unquote(as_str(member)) for member in conn.zrange(keys.counter_due(group), 0, -1))
+
+
 def known_counters(conn: Any) -> list[str]:
-    """Names of the counters that have data, sorted."""
-    return registry.all_names(conn, keys.counter_registries())
+    """Names of the counters that hold samples, sorted. A counter leaves when its last sample
+    goes: at once when corrections bring it to zero, at the cleaner's next pass when its samples
+    leave the window. Read group by group; ``counter_page`` gives them a page at a time."""
+    names: list[str] = []
+    for group in keys.counter_groups():
+        names += group_names(conn, group)
+    return sorted(names)
 
 
-def _due_cutoffs(conn: Any, now: float) -> list[str]:
-    """Per precision, the cutoff to clean at, or '-' when that precision is not due this pass.
+MAX_PAGE = 1000
 
-    Fine precisions are cleaned every pass; a coarse precision p at most once per p seconds of
-    ``now`` (the original design's cadence), and always on the first pass or when ``now`` went back.
-    """
-    last = {int(p): float(t) for p, t in conn.hgetall(keys.cleaner_state()).items()}
-    cutoffs = []
-    for precision in PRECISIONS:
-        previous = last.get(precision)
-        due = precision <= 60 or previous is None or now < previous or now - previous >= precision
-        cutoffs.append(repr(now - SAMPLE_COUNT * precision) if due else "-")
-    return cutoffs
+
+def counter_page(conn: Any, cursor: str = "0", limit: int = 100) -> tuple[list[str], str | None]:
+    """A page of ``known_counters``: ``(names, next cursor or None at the end)``. Names come
+    group by group (sorted within a group); the cursor is ``"<group>.<offset>"`` (start: "0")."""
+    check_int(limit, "limit", 1, MAX_PAGE)
+    group_index, _, offset_text = str(cursor).partition(".")
+    try:
+        group_index, offset = int(group_index), int(offset_text or 0)
+    except ValueError:
+        raise InvalidInput(f"cursor must be a cursor from a previous page, got {cursor!r}") from None
+    groups = keys.counter_groups()
+    if not (0 <= group_index <= len(groups) and offset >= 0):
+        raise InvalidInput(f"cursor must be a cursor from a previous page, got {cursor!r}")
+    page: list[str] = []
+    while group_index < len(groups) and len(page) < limit:
+        names = group_names(conn, groups[group_index])[offset:]
+        taken = names[:limit - len(page)]
+        page += taken
+        if len(taken) < len(names):
+            return page, f"{group_index}.{offset + len(taken)}"
+        group_index, offset = group_index + 1, 0
+    return page, (f"{group_index}.0" if group_index < len(groups) else None)
 
 
 def clean_counters(conn: Any, now: float | None = None) -> int:
-    """One pass of the cleaner over every known counter; returns the samples removed.
+    """One pass of the cleaner; returns the samples removed.
 
-    Work is bounded per call: the registry is walked with ZSCAN a page at a time, one script
-    call per counter. A counter left empty loses its "registered" marker and leaves the
-    registry, then is checked again: a write racing with the removal either lands before that
-    check (which puts the counter back) or finds no marker and registers the counter itself.
+    Each tag group is asked, in one call, for its counters whose first sample has left the
+    window of ``now`` (its due index); those are cleaned and re-scored with their next due
+    time, or leave the index when empty. A group with nothing due costs one ZRANGEBYSCORE, so a
+    pass costs in proportion to the work due; calls are bounded (CLEAN_COUNTERS_PER_CALL
+    counters, CLEAN_FIELDS_PER_CALL fields) and a group with more is called again. Coarse
+    precisions are cleaned when one of their samples is due, which is their own cadence.
     """
     now = check_now(now)
-    cutoffs = _due_cutoffs(conn, now)
-    batch = get_settings().cleaner_batch
+    keys.use(conn)
+    groups = keys.counter_groups()
+    args = [repr(now), None, CLEAN_COUNTERS_PER_CALL, CLEAN_FIELDS_PER_CALL, *_precision_args()]
+
+    def queue(pipe: Any, batch: list[str]) -> None:
+        for group in batch:
+            args[1] = keys.counter_hash_head(group)
+            run_script(conn, "counter_clean", [keys.counter_due(group)], list(args), client=pipe)
+
     removed = 0
-    for shard_key, names in registry.walk(conn, keys.counter_registries(), batch):
-        removed += _clean_page(conn, shard_key, names, cutoffs)
-    conn.hset(keys.cleaner_state(), mapping={p: repr(now) for p, c in zip(PRECISIONS, cutoffs, strict=False) if c != "-"})
-    return removed
-
-
-def _clean_page(conn: Any, shard_key: str, names: list[str], cutoffs: list[str]) -> int:
-    def queue_cleans(pipe: Any) -> None:
-        for name in names:
-            run_script(conn, "counter_clean", list(keys.counter_keys(name, PRECISIONS)), cutoffs, client=pipe)
-
-    [results] = execute_in_order(conn, queue_cleans)
-    removed = sum(int(r[0]) for r in results)
-    empty = [name for name, r in zip(names, results, strict=False) if int(r[1]) == 0]
-    if empty:
-        conn.zrem(shard_key, *empty)
-        pipe = conn.pipeline(transaction=False)
-        for name in empty:
-            pipe.exists(*keys.counter_keys(name, PRECISIONS)[:-1])
-        back = [name for name, left in zip(empty, pipe.execute(), strict=False) if int(left)]
-        if back:
-            conn.zadd(shard_key, dict.fromkeys(back, 0))
+    pending = groups
+    while pending:
+        [replies] = execute_in_order(conn, lambda pipe, batch=pending: queue(pipe, batch))
+        removed += sum(int(reply[0]) for reply in replies)
+        pending = [group for group, reply in zip(pending, replies, strict=True) if int(reply[1])]
     return removed

@@ -105,8 +105,6 @@ class _Group:
     per_counter: dict[str, counters.Buckets]
     session_replies: slice = field(default_factory=lambda: slice(0))
     day_replies: slice = field(default_factory=lambda: slice(0))
-    counter_replies: slice = field(default_factory=lambda: slice(0))
-    counter_calls: list[list[str]] = field(default_factory=list)
 
 
 def _plan(visits: Sequence[Visit], message_id: str | None) -> _Group:
@@ -126,7 +124,7 @@ def _plan(visits: Sequence[Visit], message_id: str | None) -> _Group:
 
 def write_groups(conn: Any, groups: Sequence[tuple[Sequence[Visit], str | None]]) -> None:
     """Apply groups of validated visits, each at most once per its message id, in one round trip
-    (a second only to register new counters or to re-send a day whose uniques layout moved)."""
+    (a second only to re-send a day whose uniques layout moved)."""
     keys.use(conn)
     plans = [_plan(visits, message_id) for visits, message_id in groups if visits]
     if not plans:
@@ -142,15 +140,9 @@ def write_groups(conn: Any, groups: Sequence[tuple[Sequence[Visit], str | None]]
             start = len(pipe)
             view_days = sitestats.queue_views(conn, pipe, [visit.view for visit in plan.visits], plan.message_id)
             plan.day_replies = slice(start, start + len(view_days))
-            start = len(pipe)
-            plan.counter_calls = counters.queue_counter_writes(conn, pipe, plan.per_counter, plan.message_id)
-            plan.counter_replies = slice(start, len(pipe))
+            counters.queue_counter_writes(conn, pipe, plan.per_counter, plan.message_id)
 
     [replies] = execute_in_order(conn, data)
-    new_counters: set[str] = set()
-    for plan in plans:
-        new_counters.update(counters.unregistered(plan.counter_calls, replies[plan.counter_replies]))
-    counters.register_counters(conn, sorted(new_counters))
     for plan in plans:
         closed = sitestats.closed_views(replies[plan.day_replies])
         for (day, numbers, call_id), reply in zip(plan.sessions, replies[plan.session_replies], strict=True):

@@ -95,23 +95,29 @@ def test_cleaner_removes_old_samples_and_empty_counters(conn):
     assert removed == 7  # every precision of "old"
     assert counters.known_counters(conn) == ["new"]
     assert {p: counters.get_counter(conn, "new", p, now=later) for p in PRECISIONS} == before
-    assert not conn.exists(*[keys.counter_hash("old", p) for p in PRECISIONS])
+    assert not conn.exists(keys.counter_hash("old"))
 
 
-def test_cleaner_cadence_first_pass_cleans_all_then_coarse_less_often(conn):
+def samples_kept(conn, name: str, precision: int) -> int:
+    """Samples of one precision stored in the counter's hash (cleaned or not)."""
+    return sum(1 for field in conn.hkeys(keys.counter_hash(name)) if counters.bucket_of(field)[0] == precision)
+
+
+def test_cleaner_takes_each_sample_when_it_leaves_the_window(conn):
     counters.update_counter(conn, "k", 1, now=T0)
     # first pass at T0 + 2 days: everything older than 120 samples goes, at every precision
     first = T0 + 2 * 86400
-    counters.clean_counters(conn, now=first)
-    assert conn.hlen(keys.counter_hash("k", 3600)) == 1  # 120 h window still holds it
-    assert not conn.exists(keys.counter_hash("k", 300))
-    # a write that is old for the 1h precision only, cleaned within 3600 s of ``now``
+    assert counters.clean_counters(conn, now=first) == 4  # 1 s, 5 s, 1 min, 5 min
+    assert samples_kept(conn, "k", 3600) == 1  # 120 h window still holds it
+    assert samples_kept(conn, "k", 300) == 0
+    # a write that is old for the 1h precision only is due at once: the next pass takes it
     counters.update_counter(conn, "k", 1, now=first - 121 * 3600)
-    counters.clean_counters(conn, now=first + 60)  # 1h precision not due yet: sample stays
-    assert conn.hlen(keys.counter_hash("k", 3600)) == 2
+    assert samples_kept(conn, "k", 3600) == 2
+    assert counters.clean_counters(conn, now=first + 60) == 5  # it, and its four finer samples
+    assert samples_kept(conn, "k", 3600) == 1
     assert counters.get_counter(conn, "k", 3600, now=first + 60) == [(bucket(T0, 3600), 1)]
-    counters.clean_counters(conn, now=first + 3600)  # due now
-    assert conn.hlen(keys.counter_hash("k", 3600)) == 1
+    # nothing due: a pass removes nothing, whatever the precisions
+    assert counters.clean_counters(conn, now=first + 120) == 0
 
 
 def test_cleaner_never_drops_a_counter_written_during_cleaning(conn):
@@ -193,17 +199,3 @@ def test_name_of_1024_chars_and_braces_is_accepted(conn):
     assert counters.known_counters(conn) == [name]
 
 
-def test_write_between_emptiness_check_and_registry_removal_is_kept(conn, monkeypatch):
-    """The exact interleaving: the cleaner saw the counter empty, then a write lands, then ZREM."""
-    later = T0 + 200 * 86400
-    counters.update_counter(conn, "raced", 1, now=T0)
-    real_zrem = conn.zrem
-
-    def write_then_zrem(*args):
-        counters.update_counter(conn, "raced", 4, now=later)
-        return real_zrem(*args)
-
-    monkeypatch.setattr(conn, "zrem", write_then_zrem)
-    counters.clean_counters(conn, now=later)
-    assert counters.known_counters(conn) == ["raced"]
-    assert counters.get_counter(conn, "raced", 1, now=later) == [(later, 4)]

@@ -25,9 +25,6 @@ from urllib.parse import quote
 from ..core.settings import get_settings
 from .client import as_str, get_redis
 
-REGISTRY_SHARDS = 16
-"""The counter registry is split over this many zsets (each its own slot) to spread writes."""
-
 TAG_GROUPS = 256
 """Counters, and apart from them paths, hash into this many tag groups. A batch then makes one
 Lua call (and one dedupe marker) per group it touches rather than one per counter or path,
@@ -131,47 +128,37 @@ def counter_tag(name: str) -> str:
     return group_tag("c", "counter", name)
 
 
-def counter_hash(name: str, precision: int) -> str:
-    """HASH bucket_start -> total for one counter at one precision."""
-    return f"{prefix()}cnt:{{{counter_tag(name)}}}:{precision}:{escape(name)}"
+def counter_member(name: str) -> str:
+    """How a counter is named inside its group's due index (the escaped name, as in its key)."""
+    return escape(name)
 
 
-def counter_keys(name: str, precisions: tuple[int, ...]) -> tuple[str, ...]:
-    """The counter's HASH at every precision (in the order given), then its registered marker.
-
-    Cached: this is the hot path of every write.
-    """
-    return _counter_keys(prefix(), tag_key(), name, precisions)
+def counter_hash(name: str, *, tag: str | None = None) -> str:
+    """HASH of one counter, every precision: field ``bucket_start * 10 + precision index`` ->
+    total (an integer field, so a small hash stays a compact listpack)."""
+    return f"{counter_hash_head(tag or counter_tag(name))}{counter_member(name)}"
 
 
-@functools.lru_cache(maxsize=65536)
-def _counter_keys(_prefix: str, _key: bytes, name: str, precisions: tuple[int, ...]) -> tuple[str, ...]:
-    return (*(counter_hash(name, p) for p in precisions), counter_registered(name))
+def counter_hash_head(tag: str) -> str:
+    """What a counter's hash name is before its escaped name (the cleaner builds names from it)."""
+    return f"{prefix()}cnt:{{{tag}}}:h:"
 
 
-def counter_registered(name: str) -> str:
-    """STRING marker: the counter is in the registry (writers skip the ZADD while it exists)."""
-    return f"{prefix()}cnt:{{{counter_tag(name)}}}:reg:{escape(name)}"
+def counter_due(tag: str) -> str:
+    """ZSET of a tag group's counters that hold samples: escaped name -> the earliest time one of
+    its samples leaves the window (what the cleaner takes, and what ``known_counters`` lists)."""
+    return f"{prefix()}cnt:{{{tag}}}:due"
+
+
+def counter_groups() -> list[str]:
+    """Every counter tag group (``TAG_GROUPS`` of them)."""
+    return [f"c{n}" for n in range(TAG_GROUPS)]
 
 
 def counter_seen(message_id: str, *, tag: str) -> str:
     """STRING marker: this message was already applied to the counters of this tag group
     (dedupe, with a TTL)."""
     return f"{prefix()}cnt:{{{tag}}}:seen:{escape(message_id)}"
-
-
-def registry_shard_of(name: str) -> int:
-    return digest("registry", name, 2)[0] % REGISTRY_SHARDS
-
-
-def counter_registry(shard: int) -> str:
-    """ZSET of counter names that have data (score 0), one of REGISTRY_SHARDS."""
-    return f"{prefix()}known:{{r{shard}}}"
-
-
-def counter_registries() -> list[str]:
-    """Every shard of the counter registry."""
-    return [counter_registry(shard) for shard in range(REGISTRY_SHARDS)]
 
 
 def refusal_counts() -> str:
@@ -192,11 +179,6 @@ def dead_letters() -> str:
 def dead_letter_reasons() -> str:
     """HASH on the broker: reason -> messages ever set aside for it."""
     return f"{prefix()}dead:reasons"
-
-
-def cleaner_state() -> str:
-    """HASH precision -> the ``now`` of the last pass that cleaned it."""
-    return f"{prefix()}cleaner:state"
 
 
 def lock(job: str) -> str:

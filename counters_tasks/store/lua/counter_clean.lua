@@ -1,27 +1,72 @@
--- Drop one counter's samples that left the retention window.
--- KEYS: the counter's HASH for every precision, then its "registered" marker.
--- ARGV: for each HASH, the cutoff (drop buckets <= cutoff) or '-' when not due this pass.
--- Returns {samples removed, how many of the hashes still exist}. When none is left the
--- marker goes too, so the next write registers the counter again.
-local removed = 0
-local nprec = #KEYS - 1
-for j = 1, nprec do
-  local cutoff = tonumber(ARGV[j])
-  if cutoff then
-    local old = {}
-    for _, field in ipairs(redis.call('HKEYS', KEYS[j])) do
-      if tonumber(field) <= cutoff then
-        old[#old + 1] = field
-      end
+-- Drop the samples that left the window from the counters of one tag group that have any due.
+-- KEYS: the group's due ZSET (member = a counter's escaped name, score = when its first sample
+--       leaves the window).
+-- ARGV: now, the head of the group's counter hash names (the hash of a member is head ..
+--       member: same hash tag, so the same slot), the most counters to take, the most fields to
+--       examine in this call, the samples kept per precision (120), then the precisions in the
+--       order of the field's precision index (field = bucket_start * 10 + index).
+-- A sample (bucket b of precision p) leaves the window when now >= b + 120 p. A counter whose
+-- fields fit the budget is cleaned whole and re-scored with its next due time, or leaves the
+-- index when nothing is left; a bigger one (back-filled samples) is cleaned a page at a time,
+-- keeping its score (still due), so no call runs long.
+-- Returns {samples removed, 1 when more is due in this group (call again), else 0}.
+local due_key, now, head = KEYS[1], tonumber(ARGV[1]), ARGV[2]
+local max_counters, budget, keep = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local precisions = {}
+for a = 6, #ARGV do
+  precisions[#precisions + 1] = tonumber(ARGV[a])
+end
+
+local function clean(key, fields)
+  local old, next_due = {}, nil
+  for _, field in ipairs(fields) do
+    local n = tonumber(field)
+    local index = n % 10
+    local until_at = (n - index) / 10 + keep * precisions[index + 1]
+    if until_at <= now then
+      old[#old + 1] = field
+    elseif not next_due or until_at < next_due then
+      next_due = until_at
     end
-    for first = 1, #old, 1000 do
-      redis.call('HDEL', KEYS[j], unpack(old, first, math.min(first + 999, #old)))
+  end
+  for first = 1, #old, 1000 do
+    redis.call('HDEL', key, unpack(old, first, math.min(first + 999, #old)))
+  end
+  return #old, next_due
+end
+
+local removed, more = 0, 0
+local names = redis.call('ZRANGEBYSCORE', due_key, '-inf', now, 'LIMIT', 0, max_counters)
+for _, member in ipairs(names) do
+  if budget <= 0 then
+    more = 1
+    break
+  end
+  local key = head .. member
+  local size = redis.call('HLEN', key)
+  if size == 0 then
+    redis.call('ZREM', due_key, member)
+  elseif size <= budget then
+    local gone, next_due = clean(key, redis.call('HKEYS', key))
+    removed = removed + gone
+    budget = budget - size
+    if next_due then
+      redis.call('ZADD', due_key, 'XX', next_due, member)
+    else
+      redis.call('ZREM', due_key, member)
     end
-    removed = removed + #old
+  else
+    local page = redis.call('HSCAN', key, '0', 'COUNT', budget)[2]
+    local fields = {}
+    for f = 1, #page, 2 do
+      fields[#fields + 1] = page[f]
+    end
+    removed = removed + clean(key, fields)
+    budget = 0
+    more = 1
   end
 end
-local left = redis.call('EXISTS', unpack(KEYS, 1, nprec))
-if left == 0 then
-  redis.call('DEL', KEYS[nprec + 1])
+if #names == max_counters then
+  more = 1
 end
-return {removed, left}
+return {removed, more}
