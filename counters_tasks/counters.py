@@ -230,7 +230,8 @@ def clean_counters(conn: Any, now: float | None = None) -> int:
     def queue(pipe: Any, batch: list[str]) -> None:
         for group in batch:
             args[1] = keys.counter_hash_head(group)
-            run_script(conn, "counter_clean", [keys.counter_due(group)], list(args), client=pipe)
+            run_script(conn, "counter_clean", [keys.counter_due(group), keys.counter_scan(group)], list(args),
+                       client=pipe)
 
     removed = 0
     pending = groups

@@ -84,3 +84,25 @@ def test_basic_auth(conn, monkeypatch):
 def test_malformed_auth_setting_is_refused(value):
     with pytest.raises(ConfigurationError):
         load_settings({"COUNTERS_DASHBOARD_AUTH": value})
+
+
+def test_counters_come_in_pages_that_cover_every_name_once(conn):
+    """65,000 names once made one 6 MB answer; now pages of at most 1,000, each name exactly once."""
+    from counters_tasks import counters
+
+    names = [f"page-{i}" for i in range(1500)]
+    counters.write_counters(conn, {name: {86400: {0: 1}} for name in names})
+    client = TestClient(create_app(conn, auth=None, health=fake_health))
+    seen, cursor, pages = [], None, 0
+    while True:
+        query = {"limit": 400} | ({"cursor": cursor} if cursor else {})
+        page = client.get("/api/counters", params=query).json()
+        assert len(page["counters"]) <= 400
+        seen += page["counters"]
+        pages += 1
+        cursor = page["next"]
+        if cursor is None:
+            break
+    assert sorted(seen) == sorted(names) and pages == 4
+    assert client.get("/api/counters", params={"limit": 1001}).status_code == 400
+    assert client.get("/api/counters", params={"cursor": "x"}).status_code == 400

@@ -150,14 +150,18 @@ def counter_command(name: str, precision: int, last: int, as_json: bool) -> None
 
 
 @cli.command("counters")
+@click.option("--cursor", default=None, help="where to go on: the `next` of the page before")
+@click.option("--limit", type=int, default=100, show_default=True, help="names a page, up to 1000")
 @json_option
-def counters_command(as_json: bool) -> None:
-    """The names of the counters that have data."""
+def counters_command(cursor: str | None, limit: int, as_json: bool) -> None:
+    """The names of the counters that have data, a page at a time."""
     def render(console: Any, data: dict) -> None:
         for name in data["counters"]:
             console.print(name, markup=False)
+        if data["next"] is not None:
+            console.print(f"(more: counters-tasks counters --cursor {data['next']})", style="dim")
 
-    _emit(_query(views.counters_list), as_json, render)
+    _emit(_query(lambda conn: views.counters_list(conn, cursor, limit)), as_json, render)
 
 
 def _render_board(console: Any, data: dict) -> None:

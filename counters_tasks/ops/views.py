@@ -68,8 +68,12 @@ def config_view(_conn: Any = None) -> dict[str, Any]:
     return {"today": today().isoformat(), "timezone": get_settings().timezone, "max_range_days": MAX_RANGE_DAYS}
 
 
-def counters_list(conn: Any) -> dict[str, Any]:
-    return {"counters": counters.known_counters(conn), "precisions": list(counters.PRECISIONS)}
+def counters_list(conn: Any, cursor: Any = None, limit: Any = None) -> dict[str, Any]:
+    """A page of the counters that hold samples (at most ``limit``, default 100, up to 1000),
+    from ``cursor`` (the ``next`` of the page before; None at the end)."""
+    limit = 100 if limit is None else parse_int(limit, "limit", 1, counters.MAX_PAGE)
+    names, following = counters.counter_page(conn, "0" if cursor is None else str(cursor), limit)
+    return {"counters": names, "next": following, "precisions": list(counters.PRECISIONS)}
 
 
 def counter_view(conn: Any, name: Any, precision: Any = 60, last: Any = None, now: float | None = None) -> dict[str, Any]:

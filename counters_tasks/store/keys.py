@@ -150,6 +150,12 @@ def counter_due(tag: str) -> str:
     return f"{prefix()}cnt:{{{tag}}}:due"
 
 
+def counter_scan(tag: str) -> str:
+    """HASH escaped counter name -> the HSCAN cursor where the cleaner goes on in a counter too
+    big to clean in one call (back-filled samples); the field goes when its scan ends."""
+    return f"{prefix()}cnt:{{{tag}}}:scan"
+
+
 def counter_groups() -> list[str]:
     """Every counter tag group (``TAG_GROUPS`` of them)."""
     return [f"c{n}" for n in range(TAG_GROUPS)]

@@ -223,8 +223,10 @@
     var reloadRange = function () { loadVisitors(); loadPages(); loadUniques(); };
     ["from", "to", "path"].forEach(function (id) { $(id).addEventListener("change", reloadRange); });
     reloadRange();
-    api("counters").then(function (data) {
-      fillSelect($("counter-name"), data.counters, params.get("counter"));
+    api("counters", {limit: 1000}).then(function (data) {  // the first page: the list is paged (data.next)
+      var names = data.counters.slice().sort();
+      if (params.get("counter") && names.indexOf(params.get("counter")) < 0) names.unshift(params.get("counter"));
+      fillSelect($("counter-name"), names, params.get("counter"));
       fillSelect($("counter-precision"), data.precisions, params.get("precision") || 60);
       $("counter-name").addEventListener("change", loadCounter);
       $("counter-precision").addEventListener("change", loadCounter);

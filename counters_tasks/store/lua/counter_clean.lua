@@ -1,14 +1,16 @@
 -- Drop the samples that left the window from the counters of one tag group that have any due.
 -- KEYS: the group's due ZSET (member = a counter's escaped name, score = when its first sample
---       leaves the window).
+--       leaves the window), the group's scan HASH (member -> HSCAN cursor of a big counter
+--       being cleaned a page at a time).
 -- ARGV: now, the head of the group's counter hash names (the hash of a member is head ..
 --       member: same hash tag, so the same slot), the most counters to take, the most fields to
 --       examine in this call, the samples kept per precision (120), then the precisions in the
 --       order of the field's precision index (field = bucket_start * 10 + index).
 -- A sample (bucket b of precision p) leaves the window when now >= b + 120 p. A counter whose
 -- fields fit the budget is cleaned whole and re-scored with its next due time, or leaves the
--- index when nothing is left; a bigger one (back-filled samples) is cleaned a page at a time,
--- keeping its score (still due), so no call runs long.
+-- index when nothing is left; a bigger one (back-filled samples) is cleaned a page (HSCAN) at a
+-- time, its cursor kept between calls and its score kept (still due) until a full scan is
+-- done, so no call runs long and each field is examined once a scan.
 -- Returns {samples removed, 1 when more is due in this group (call again), else 0}.
 local due_key, now, head = KEYS[1], tonumber(ARGV[1]), ARGV[2]
 local max_counters, budget, keep = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -56,12 +58,18 @@ for _, member in ipairs(names) do
       redis.call('ZREM', due_key, member)
     end
   else
-    local page = redis.call('HSCAN', key, '0', 'COUNT', budget)[2]
+    local cursor = redis.call('HGET', KEYS[2], member) or '0'
+    local page = redis.call('HSCAN', key, cursor, 'COUNT', budget)
     local fields = {}
-    for f = 1, #page, 2 do
-      fields[#fields + 1] = page[f]
+    for f = 1, #page[2], 2 do
+      fields[#fields + 1] = page[2][f]
     end
     removed = removed + clean(key, fields)
+    if page[1] == '0' then
+      redis.call('HDEL', KEYS[2], member)
+    else
+      redis.call('HSET', KEYS[2], member, page[1])
+    end
     budget = 0
     more = 1
   end

@@ -1,0 +1,105 @@
+"""Scale without surprises: what a distinct path costs, a cleaner whose cost follows the work due,
+and no Redis call over 5 ms on back-filled data (SLOWLOG of the real server)."""
+
+from __future__ import annotations
+
+import random
+import string
+import time
+
+import pytest
+
+from counters_tasks import counters, visits
+from counters_tasks.store import keys
+from tests.support.servers import is_cluster_run
+
+pytestmark = pytest.mark.skipif(is_cluster_run(), reason="figures of one server (used_memory, SLOWLOG, commandstats)")
+
+
+def random_paths(rng: random.Random, n: int, prefix: str) -> list[str]:
+    return [f"/{prefix}/{''.join(rng.choices(string.ascii_lowercase, k=12))}" for _ in range(n)]
+
+
+def used_memory(conn) -> int:
+    return conn.info("memory")["used_memory"]
+
+
+def test_a_distinct_path_costs_at_most_700_bytes(raw_conn):
+    """Random URLs, each viewed once by a known visitor: every key a view writes for the path
+    (its counters, all-time figures, the day's page entry and pair) at most 700 bytes."""
+    rng = random.Random(1)
+    ips = [f"10.0.{i // 256}.{i % 256}" for i in range(1000)]
+    now = time.time()
+
+    def view(paths):
+        batch = [{"ip": rng.choice(ips), "path": p, "ts": now} for p in paths]
+        for first in range(0, len(batch), 500):
+            visits.record_visits(raw_conn, batch[first:first + 500])
+
+    view(random_paths(rng, 3000, "warm") + ["/"] * 2000)  # the visitors are known, the day open
+    before = used_memory(raw_conn)
+    n = 20_000
+    view(random_paths(rng, n, "p"))
+    per_path = (used_memory(raw_conn) - before) / n
+    print(f"\n[scale] memory per distinct path: {per_path:.0f} B")
+    assert per_path <= 700
+
+
+def test_a_counter_hit_once_is_small(raw_conn):
+    now = time.time()
+    counters.write_counters(raw_conn, {"warm": {p: {counters.bucket_start(now, p): 1} for p in counters.PRECISIONS}})
+    before = used_memory(raw_conn)
+    n = 10_000
+    per = {f"c{i}": {p: {counters.bucket_start(now, p): 1} for p in counters.PRECISIONS} for i in range(n)}
+    for first in range(0, n, 500):
+        counters.write_counters(raw_conn, dict(list(per.items())[first:first + 500]))
+    per_counter = (used_memory(raw_conn) - before) / n
+    print(f"\n[scale] memory per counter hit once: {per_counter:.0f} B (7 hashes and a registry entry: ~1 KB)")
+    assert per_counter <= 350
+
+
+def cleaner_usec(conn, now: float) -> int:
+    conn.config_resetstat()
+    counters.clean_counters(conn, now)
+    return sum(int(stats["usec"]) for stats in conn.info("commandstats").values())
+
+
+def test_an_idle_cleaner_pass_costs_the_same_for_100_or_50000_counters(raw_conn):
+    now = time.time()
+    counters.write_counters(raw_conn, {f"few{i}": {86400: {counters.bucket_start(now, 86400): 1}} for i in range(100)})
+    counters.clean_counters(raw_conn, now)
+    few = min(cleaner_usec(raw_conn, now) for _ in range(3))
+    many = {f"many{i}": {86400: {counters.bucket_start(now, 86400): 1}} for i in range(50_000)}
+    names = list(many)
+    for first in range(0, len(names), 1000):
+        counters.write_counters(raw_conn, {name: many[name] for name in names[first:first + 1000]})
+    assert len(counters.known_counters(raw_conn)) == 50_100
+    lots = min(cleaner_usec(raw_conn, now) for _ in range(3))
+    print(f"\n[scale] idle cleaner pass: {few} us at 100 counters, {lots} us at 50,100 ({lots / few:.2f}x)")
+    assert lots < 2 * few  # 500x the counters, nothing due: about the same Redis time
+
+
+@pytest.fixture
+def slowlog(raw_conn):
+    raw_conn.config_set("slowlog-log-slower-than", 5000)
+    raw_conn.slowlog_reset()
+    yield lambda: [(e["duration"], e["command"][:60]) for e in raw_conn.slowlog_get(128)]
+    raw_conn.config_set("slowlog-log-slower-than", 10000)
+
+
+def test_backfilled_samples_are_cleaned_in_short_calls(raw_conn, slowlog):
+    """100,000 one-second buckets of one counter from 90 days ago (an imported log), and counters
+    of 2015: the old cleaner took them in one 254 ms call."""
+    old = int(time.time() - 90 * 86400)
+    for first in range(0, 100_000, 1000):  # as the batches of an import write them
+        counters.write_counters(raw_conn, {"hits": {1: {old + s: 1 for s in range(first, first + 1000)}}})
+    past = {f"past{i}": {p: {counters.bucket_start(1434369600, p): 1} for p in counters.PRECISIONS} for i in range(3000)}
+    for first in range(0, 3000, 500):
+        counters.write_counters(raw_conn, dict(list(past.items())[first:first + 500]))
+    now = time.time()
+    removed = counters.clean_counters(raw_conn, now)
+    assert removed == 100_000 + 3000 * 7
+    assert not raw_conn.exists(keys.counter_hash("hits"))
+    assert counters.known_counters(raw_conn) == []
+    assert slowlog() == []
+    assert counters.clean_counters(raw_conn, now) == 0
