@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 from collections.abc import Callable
 from datetime import datetime
@@ -19,7 +20,7 @@ from ..errors import ConfigurationError, InvalidInput
 from ..local.stack import Stack
 from ..store.client import get_redis
 from ..worker import dead_letters
-from . import health, views
+from . import health, importer, views
 from .demo import run_demo
 from .web import create_app
 
@@ -147,6 +148,67 @@ def _render_counter(console: Any, data: dict) -> None:
 def counter_command(name: str, precision: int, last: int, as_json: bool) -> None:
     """A counter's latest buckets (zero-filled) with a terminal chart."""
     _emit(_query(lambda conn: views.counter_view(conn, name, precision, last)), as_json, _render_counter)
+
+
+@cli.command("import")
+@click.argument("source", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--format", "fmt", type=click.Choice(importer.FORMATS), default=None,
+              help="the lines' format (default: detected from the first line)")
+@click.option("--all", "every", is_flag=True, help="count static files and crawlers too")
+@json_option
+def import_command(source: str, fmt: str | None, every: bool, as_json: bool) -> None:
+    """Count the page views of an access log (combined or common format, .gz, - for stdin) or of
+    JSON lines (ip, path, ts, optional session_id) with their original times. A page view is a
+    GET answered 200-399; crawlers and static files are skipped unless --all. Importing the same
+    lines again counts nothing twice."""
+    if source != "-" and not os.path.isfile(source):
+        raise click.UsageError(f"no such file: {source}")
+    progress = _import_progress()
+
+    def run(conn: Any) -> dict:
+        try:
+            with importer.open_input(source) as stream:
+                return importer.import_lines(conn, importer.read_lines(stream), fmt, every, progress).as_dict()
+        except (OSError, EOFError) as exc:  # unreadable, or a truncated .gz: what was read is counted
+            raise Failed(f"reading {source}: {exc} (run the import again to go on: counted chunks are skipped)") from None
+
+    try:
+        summary = _query(run)
+    finally:
+        progress(None)
+    _emit(summary, as_json, _render_import)
+
+
+def _import_progress() -> Callable[[int | None], None]:
+    """A live line count on stderr when it is a terminal (None ends it); else nothing."""
+    if not sys.stderr.isatty():
+        return lambda _lines: None
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn
+
+    bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), console=Console(stderr=True), transient=True)
+    task = bar.add_task("reading", total=None)
+    bar.start()
+
+    def update(lines: int | None) -> None:
+        if lines is None:
+            bar.stop()
+        else:
+            bar.update(task, description=f"{lines:,} lines read")
+
+    return update
+
+
+def _render_import(console: Any, data: dict) -> None:
+    console.print(f"lines read {data['lines']:,}: counted {data['counted']:,}, already imported "
+                  f"{data['already_imported']:,}, skipped {data['skipped_total']:,}")
+    for reason, count in data["skipped"].items():
+        console.print(f"  skipped ({reason}): {count:,}", markup=False)
+    if data["counted_without_day_uv"]:
+        console.print(f"  counted without that day's unique visitors (the day was closed): "
+                      f"{data['counted_without_day_uv']:,}")
+    if data["first_view"]:
+        console.print(f"views from {data['first_view']} to {data['last_view']}")
 
 
 @cli.command("counters")

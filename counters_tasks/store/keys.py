@@ -167,6 +167,12 @@ def counter_seen(message_id: str, *, tag: str) -> str:
     return f"{prefix()}cnt:{{{tag}}}:seen:{escape(message_id)}"
 
 
+def import_ledger() -> str:
+    """HASH chunk message id -> epoch seconds it was applied: what ``counters-tasks import``
+    already counted (a re-run skips those chunks)."""
+    return f"{prefix()}import:{{imports}}"
+
+
 def refusal_counts() -> str:
     """HASH reason -> items refused for it (bad input, closed day, future, board settings, malformed)."""
     return f"{prefix()}refused:{{refused}}"
