@@ -47,7 +47,7 @@ def readme_commands() -> list[tuple[dict[str, str], list[str]]]:
 
 def test_readme_lists_every_query_command():
     listed = {argv[0] for _env, argv in readme_commands()}
-    assert {"counters", "counter", "top", "stats", "top-pages", "uniques", "health", "serve"} <= listed
+    assert {"counters", "counter", "top", "stats", "top-pages", "uniques", "health", "serve", "import"} <= listed
 
 
 def _serve(redis_url: str, env: dict, argv: list[str], tmp_path) -> tuple[str, int]:
