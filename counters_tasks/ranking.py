@@ -47,10 +47,18 @@ MAX_PERIOD_HOURS = 24 * 3660  # ten years
 MAX_PAGE = 10**9
 SLOT_TTL_GRACE = 2 * 86400
 """Seconds a slot hash outlives its window (so it expires only if beat is down for two days)."""
-ROTATE_BUDGET = 10_000
+ROTATE_BUDGET = 2_000
 """Members one rotation call subtracts at most (a big slot takes several short calls)."""
-CORRECT_AT_MOST = 5_000
+CORRECT_AT_MOST = 1_000
 """Members of expired, not yet rotated slots that a read corrects for; past that it rotates first."""
+REBUILD_BUDGET = 4_000
+"""Slot reads one rebuild step makes at most (a member costs one read per live slot)."""
+DELETE_BUDGET = 500
+"""Slot hashes one deletion step unlinks at most."""
+PAGE_PER_CALL = 1_000
+"""Members one ``top`` read returns at most; a bigger page is read in several calls."""
+BUSY = -5
+"""What a ranking script answers while the board is being rebuilt or deleted."""
 
 
 def check_board_settings(period_hours: Any, interval_hours: Any) -> tuple[int, int]:
@@ -151,6 +159,7 @@ def write_events(conn: Any, calls: Sequence[tuple[Sequence[RankingEvent], str | 
     its events that were late (ignored), or the InvalidInput refusing it when its board is fixed
     to other settings (then nothing of that call was written). Boards written for the first time
     are listed in the registry the rotation job walks."""
+    keys.use(conn)
     calls = [(events, message_id) for events, message_id in calls]
     for events, _message_id in calls:
         if not events or any(event.board != events[0].board for event in events):
@@ -162,10 +171,24 @@ def write_events(conn: Any, calls: Sequence[tuple[Sequence[RankingEvent], str | 
             run_script(conn, "ranking_incr", script_keys, args, client=pipe)
 
     [replies] = execute_in_order(conn, queue) if calls else [[]]
+    for _attempt in range(3):  # a board being rebuilt or deleted: finish that, then send again
+        busy = [n for n, (status, _u, _l) in enumerate(replies) if int(status) == BUSY]
+        if not busy:
+            break
+        for name in {calls[n][0][0].board.name for n in busy}:
+            finish_maintenance(conn, name)
+        again = [calls[n] for n in busy]
+        [resent] = execute_in_order(conn, lambda pipe, again=again: [
+            run_script(conn, "ranking_incr", *_incr_call(events[0].board, events, message_id), client=pipe)
+            for events, message_id in again])
+        for n, reply in zip(busy, resent, strict=True):
+            replies[n] = reply
     results: list[int | InvalidInput] = []
     registered: set[str] = set()
     for (events, _message_id), (status, unregistered, late) in zip(calls, replies, strict=True):
         board = events[0].board
+        if int(status) == BUSY:
+            raise RuntimeError(f"ranking {board.name!r} stays busy (rebuilt or deleted by others)")
         if int(status) == -1:
             results.append(settings_mismatch(conn, board))
             continue
@@ -186,6 +209,7 @@ class Ranking:
     def __init__(self, conn: Any, name: str, period_hours: int = 24, interval_hours: int = 1) -> None:
         self.conn = conn
         self.board = check_board(name, period_hours, interval_hours)
+        keys.use(conn)
         self.name = name
         self.period_hours, self.interval_hours = self.board.period_hours, self.board.interval_hours
         self.slots_in_window = self.board.slots_in_window
@@ -236,6 +260,17 @@ class Ranking:
         if not isinstance(withscores, bool):
             raise InvalidInput(f"withscores must be a bool, got {type(withscores).__name__}")
         now = check_now(now)
+        pairs: list[tuple[str, int]] = []
+        while len(pairs) < limit:  # pages of PAGE_PER_CALL, so no read runs long
+            want = min(PAGE_PER_CALL, limit - len(pairs))
+            page = self._top_page(offset + len(pairs), want, now)
+            pairs += page
+            if len(page) < want:
+                break
+        return pairs if withscores else [member for member, _ in pairs]
+
+    def _top_page(self, offset: int, limit: int, now: float) -> list[tuple[str, int]]:
+        """One bounded read of ``top``: ``(member, total)`` pairs."""
         if limit == 0:
             return []
         now_slot = self.slot_of(now)
@@ -247,7 +282,9 @@ class Ranking:
             reply = run_script(self.conn, "ranking_top", self._board_keys, args)
             if reply == -1:
                 raise settings_mismatch(self.conn, self.board)
-            if reply == -2:  # a slot hash expired under its safety-net TTL: recover, then read again
+            if reply == BUSY:
+                finish_maintenance(self.conn, self.name)
+            elif reply == -2:  # a slot hash expired under its safety-net TTL: recover, then read again
                 self.rebuild()
             elif int(reply[0]) == 3:  # beat is late by many members: do its work, then read cheaply
                 self.rotate(now)
@@ -265,9 +302,7 @@ class Ranking:
             merged = [p for p in head if p[0] not in changed] + [p for p in corrected if p[1] > 0]
             merged.sort(key=lambda p: (-p[1], p[0]))
             head = merged[offset:offset + limit]
-        if withscores:
-            return head
-        return [member for member, _ in head]
+        return head
 
     def rotate(self, now: float | None = None) -> int:
         """Drop the slots that left the window of ``now``; returns how many were dropped.
@@ -315,12 +350,16 @@ def _board_keys(name: str, tag: str | None = None) -> tuple[list[str], tuple[str
 
 def _rotate(conn: Any, name: str, now_slot: int, period_hours: int | str = "", interval_hours: int | str = "") -> int:
     """Rotate one board (settings checked unless given as ''), in as many short calls as needed."""
+    keys.use(conn)
     board, parts = _board_keys(name)
     dropped = 0
     rebuilt = False
     while True:
         reply = run_script(conn, "ranking_rotate", board,
                            [*parts, now_slot, period_hours, interval_hours, ROTATE_BUDGET])
+        if reply == BUSY:
+            finish_maintenance(conn, name)
+            continue
         if reply == -1:
             raise settings_mismatch(conn, Board(name, int(period_hours), int(interval_hours)))
         if int(reply[0]) == -2:
@@ -335,19 +374,59 @@ def _rotate(conn: Any, name: str, now_slot: int, period_hours: int | str = "", i
             return dropped
 
 
+def _work_keys(name: str) -> tuple[list[str], tuple[str, str]]:
+    """The board's keys as the rebuild and delete scripts take them, and its slot name halves."""
+    tag = keys.board_tag(name)
+    board, parts = _board_keys(name, tag)
+    return [*board, keys.ranking_rebuild_top(name, tag=tag), keys.ranking_rebuild_done(name, tag=tag)], parts
+
+
 def rebuild(conn: Any, name: str) -> int:
     """Recompute board ``name``'s totals from its live slot hashes; returns the members listed.
 
     For recovery (e.g. after a slot hash expired under its safety-net TTL, or a manual repair).
-    One Lua call: Redis is busy for the whole board while it runs.
+    In bounded steps (REBUILD_BUDGET slot reads each), so Redis serves other clients in between;
+    meanwhile the board's writes, reads and rotations finish the rebuild first.
     """
     check_text(name, "board")
-    board, parts = _board_keys(name)
-    return int(run_script(conn, "ranking_rebuild", board, list(parts)))
+    keys.use(conn)
+    board, parts = _work_keys(name)
+    while True:
+        finished, listed = run_script(conn, "ranking_rebuild", board, [*parts, REBUILD_BUDGET])
+        if int(finished):
+            return int(listed)
+
+
+def delete_board(conn: Any, name: str) -> bool:
+    """Delete board ``name`` and every key of it, in bounded steps; False when there was none.
+
+    Its writes, reads and rotations meanwhile finish the deletion first; a write after it starts
+    a new board (with the settings it is given)."""
+    check_text(name, "board")
+    keys.use(conn)
+    existed = bool(conn.exists(keys.ranking_meta(name)))
+    board, parts = _work_keys(name)
+    while not int(run_script(conn, "ranking_delete", board, [*parts, DELETE_BUDGET])):
+        pass
+    registry_key = keys.board_registry(keys.board_registry_shard_of(name))
+    conn.zrem(registry_key, name)
+    if conn.exists(keys.ranking_meta(name)):  # written again meanwhile: keep it listed
+        conn.zadd(registry_key, {name: 0})
+    return existed
+
+
+def finish_maintenance(conn: Any, name: str) -> None:
+    """Finish a rebuild or deletion of board ``name`` that another client started (or left)."""
+    deleting, rebuilding = conn.hmget(keys.ranking_meta(name), "del", "rb")
+    if deleting is not None:
+        delete_board(conn, name)
+    elif rebuilding is not None:
+        rebuild(conn, name)
 
 
 def board_settings(conn: Any, name: str) -> tuple[int, int] | None:
     """The fixed ``(period_hours, interval_hours)`` of board ``name``, or None before its first write."""
+    keys.use(conn)
     period, interval = conn.hmget(keys.ranking_meta(name), "period", "interval")
     return None if period is None else (int(period), int(interval))
 
@@ -357,21 +436,35 @@ def known_boards(conn: Any) -> list[str]:
     return registry.all_names(conn, keys.board_registries())
 
 
+def idle_for(period_hours: int) -> float | None:
+    """Seconds without a write after which a board with this period is deleted: the longer of
+    COUNTERS_BOARD_IDLE_DAYS and the period (so no event still in its window goes); None: never."""
+    days = get_settings().board_idle_days
+    return None if days == 0 else max(days * 86400, period_hours * 3600)
+
+
 def rotate_all(conn: Any, now: float | None = None) -> int:
-    """Rotate every registered board with its own settings; returns the slots dropped in all.
+    """Rotate every registered board with its own settings, and delete the boards idle for
+    ``idle_for`` their period (no write for that long as of ``now``); returns the slots dropped.
 
     This is the beat job (``counters_tasks.rotate_rankings``), hourly.
     """
     now = check_now(now)
+    keys.use(conn)
     dropped = 0
     failed: list[str] = []
     for _shard_key, names in registry.walk(conn, keys.board_registries(), get_settings().cleaner_batch):
         for name in names:
-            stored = board_settings(conn, name)
-            if stored is None:
+            period, interval, last_write = conn.hmget(keys.ranking_meta(name), "period", "interval", "lw")
+            if period is None:
+                continue
+            idle = idle_for(int(period))
+            if idle is not None and last_write is not None and float(last_write) < now - idle:
+                log.info("ranking %r has had no write for %.0f days: deleted", name, (now - float(last_write)) / 86400)
+                delete_board(conn, name)
                 continue
             try:
-                dropped += _rotate(conn, name, slot_of(now, stored[1]))
+                dropped += _rotate(conn, name, slot_of(now, int(interval)))
             except RuntimeError:  # one broken board does not hold the others back
                 log.exception("rotating ranking %r failed", name)
                 failed.append(name)

@@ -56,6 +56,8 @@ class Settings:
     # site PV/UV per path: distinct paths a day tracks (the rest count as "(other)"), and days a
     # path's all-time figures live after its latest view (0: for ever)
     max_day_paths: int = 10_000
+    # rankings: days without a write after which a board is deleted (at least its period; 0: never)
+    board_idle_days: int = 30
     # the key of every hash tag, pinned (hex); None: generated once and kept in Redis
     tag_key: str | None = None
     path_keep_days: int = 400
@@ -198,6 +200,7 @@ def load_settings(env: dict | None = None) -> Settings:
         uniques_count_days=_int(env, "COUNTERS_UNIQUES_COUNT_DAYS", 400),
         max_day_paths=_int(env, "COUNTERS_MAX_DAY_PATHS", 10_000),
         tag_key=_tag_key(env),
+        board_idle_days=_int(env, "COUNTERS_BOARD_IDLE_DAYS", 30, minimum=0),
         path_keep_days=_int(env, "COUNTERS_PATH_KEEP_DAYS", 400, minimum=0),
         visibility_timeout=_int(env, "COUNTERS_VISIBILITY_TIMEOUT", DEFAULT_VISIBILITY_TIMEOUT),
         redis_url_given=bool(env.get("COUNTERS_REDIS_URL")),

@@ -242,6 +242,18 @@ def ranking_slot(name: str, slot: int, *, tag: str | None = None) -> str:
     return f"{head}{int(slot)}{tail}"
 
 
+def ranking_rebuild_top(name: str, *, tag: str | None = None) -> str:
+    """ZSET: the totals being recomputed by a rebuild (renamed over the top ZSET when done)."""
+    t = tag or board_tag(name)
+    return f"{prefix()}rank:{{{t}}}:rebuild:{escape(name)}"
+
+
+def ranking_rebuild_done(name: str, *, tag: str | None = None) -> str:
+    """SET: the members a rebuild has computed so far."""
+    t = tag or board_tag(name)
+    return f"{prefix()}rank:{{{t}}}:rebuilt:{escape(name)}"
+
+
 def ranking_seen(name: str, message_id: str, *, tag: str | None = None) -> str:
     """STRING marker: this message was already applied to this board (dedupe, with a TTL)."""
     t = tag or board_tag(name)

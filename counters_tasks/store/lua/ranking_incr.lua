@@ -12,11 +12,16 @@
 -- watermark, never make current events late.
 -- Invariant kept by every ranking script: top[m] = -(sum of m over the slot hashes in the index),
 -- zero totals absent; an index entry exists exactly when its slot hash does.
+-- The board's meta keeps the time of its latest write (lw, the server's clock): idle boards expire.
 -- Returns {status, 1 when the board is not yet confirmed in the registry (meta.reg unset) else 0,
 -- events ignored as late}; status 1 applied, 0 already applied (same message), 2 every event
--- late, -1 the board exists with other settings (nothing written).
+-- late, -1 the board exists with other settings, -5 the board is being rebuilt or deleted (the
+-- caller finishes that, then sends again; nothing written in either case).
 local ttl = tonumber(ARGV[1])
-local meta = redis.call('HMGET', KEYS[1], 'period', 'interval', 'wm', 'rot', 'reg')
+local meta = redis.call('HMGET', KEYS[1], 'period', 'interval', 'wm', 'rot', 'reg', 'rb', 'del')
+if meta[6] or meta[7] then
+  return {-5, 0, 0}
+end
 local unregistered = meta[5] and 0 or 1
 if meta[1] and (meta[1] ~= ARGV[2] or meta[2] ~= ARGV[3]) then
   return {-1, 0, 0}
@@ -31,6 +36,7 @@ end
 if not meta[1] then
   redis.call('HSET', KEYS[1], 'period', ARGV[2], 'interval', ARGV[3])
 end
+redis.call('HSET', KEYS[1], 'lw', redis.call('TIME')[1])
 local window = tonumber(ARGV[2]) / tonumber(ARGV[3])
 local wm = tonumber(meta[3])
 local rot = tonumber(meta[4])

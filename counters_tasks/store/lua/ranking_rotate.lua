@@ -7,9 +7,13 @@
 -- rotation finds nothing left to subtract; a big slot may take several calls, and between them
 -- the invariant top = -(sum of the indexed slot hashes) still holds.
 -- Returns {slots dropped, members subtracted, 1 when the budget ran out (call again) else 0},
--- {0, 0, 0} when the board does not exist (nothing written), -1 other settings, or
+-- {0, 0, 0} when the board does not exist (nothing written), -1 other settings, -5 the board is
+-- being rebuilt or deleted (the caller finishes that first), or
 -- {-2, dropped, subtracted} when an indexed slot hash is missing (expired by its TTL: rebuild).
-local meta = redis.call('HMGET', KEYS[1], 'period', 'interval', 'wm', 'rot')
+local meta = redis.call('HMGET', KEYS[1], 'period', 'interval', 'wm', 'rot', 'rb', 'del')
+if meta[5] or meta[6] then
+  return -5
+end
 if not meta[1] then
   return {0, 0, 0}
 end

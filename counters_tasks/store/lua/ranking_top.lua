@@ -9,8 +9,12 @@
 --         {2, the first offset+limit+k of top [member, score...], {member, total...} of the k
 --             corrected members}, {0} when the board does not exist, -1 other settings,
 --         -2 an indexed slot hash is missing (expired by its safety-net TTL: rebuild),
---         {3} expired slots hold more members than the limit (the caller rotates first).
-local meta = redis.call('HMGET', KEYS[1], 'period', 'interval')
+--         {3} expired slots hold more members than the limit (the caller rotates first),
+--         -5 the board is being rebuilt or deleted (the caller finishes that first).
+local meta = redis.call('HMGET', KEYS[1], 'period', 'interval', 'rb', 'del')
+if meta[3] or meta[4] then
+  return -5
+end
 if not meta[1] then
   return {0}
 end
@@ -34,8 +38,17 @@ end
 for _, s in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. now_slot, '+inf')) do
   outside[#outside + 1] = s
 end
-if #outside == 0 then
-  return {1, redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(0', 'WITHSCORES', 'LIMIT', offset, limit)}
+if #outside == 0 then  -- by rank: O(log N + limit) however deep the page; totals <= 0 sort last
+  local page = redis.call('ZRANGE', KEYS[2], offset, offset + limit - 1, 'WITHSCORES')
+  local positive = {}
+  for i = 1, #page, 2 do
+    if tonumber(page[i + 1]) >= 0 then
+      break
+    end
+    positive[#positive + 1] = page[i]
+    positive[#positive + 1] = page[i + 1]
+  end
+  return {1, positive}
 end
 local adjust, members = {}, {}
 for _, s in ipairs(outside) do
