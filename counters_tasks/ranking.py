@@ -47,11 +47,11 @@ MAX_PERIOD_HOURS = 24 * 3660  # ten years
 MAX_PAGE = 10**9
 SLOT_TTL_GRACE = 2 * 86400
 """Seconds a slot hash outlives its window (so it expires only if beat is down for two days)."""
-ROTATE_BUDGET = 2_000
+ROTATE_BUDGET = 500
 """Members one rotation call subtracts at most (a big slot takes several short calls)."""
 CORRECT_AT_MOST = 1_000
 """Members of expired, not yet rotated slots that a read corrects for; past that it rotates first."""
-REBUILD_BUDGET = 4_000
+REBUILD_BUDGET = 1_000
 """Slot reads one rebuild step makes at most (a member costs one read per live slot)."""
 DELETE_BUDGET = 500
 """Slot hashes one deletion step unlinks at most."""

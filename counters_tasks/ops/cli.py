@@ -248,6 +248,18 @@ def top_command(board: str, limit: int, as_json: bool) -> None:
     _emit(_query(lambda conn: views.board_view(conn, board, limit)), as_json, _render_board)
 
 
+@cli.command("delete-board")
+@click.argument("board")
+@json_option
+def delete_board_command(board: str, as_json: bool) -> None:
+    """Delete a ranking board and all its data (exit 1 when there is no such board)."""
+    data = _query(lambda conn: views.delete_board_view(conn, board))
+    _emit(data, as_json, lambda console, d: console.print(
+        f"board {d['board']!r} deleted" if d["deleted"] else f"no board named {d['board']!r}", markup=False))
+    if not data["deleted"]:
+        raise SystemExit(EXIT_FAILED)
+
+
 range_options = [
     click.option("--day", "-d", help="one day: YYYY-MM-DD, today or yesterday (default today)"),
     click.option("--from", "start", help="first day of a range"),

@@ -105,6 +105,12 @@ def board_view(conn: Any, board: Any, limit: Any = 10, now: float | None = None)
             "top": [[member, total] for member, total in top]}
 
 
+def delete_board_view(conn: Any, board: Any) -> dict[str, Any]:
+    """Delete a board (``ranking.delete_board``): whether there was one."""
+    check_text(board, "board")
+    return {"board": board, "deleted": ranking.delete_board(conn, board)}
+
+
 def stats_view(conn: Any, day: Any = None, start: Any = None, end: Any = None, path: Any = None) -> dict[str, Any]:
     """Site (or one path's) PV/UV per day over a range, with the range's PV sum and true UV."""
     first, last = day_range(day, start, end)

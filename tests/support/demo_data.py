@@ -14,7 +14,8 @@ PATHS = ["/", "/pricing", "/blog", "/blog/redis-counters", "/docs", "/about"]
 
 def seed(conn, now: float | None = None, seed: int = 3, visit_count: int = 800) -> float:
     """Visits (site PV/UV, daily uniques, counters ``hits`` and ``hits:<path>``) over the last two
-    days, a counter ``signups`` over the last hour, and a board ``posts``; returns ``now``."""
+    days, a counter ``signups`` over the last hour, a board ``posts`` and a weekly board
+    ``old-contest`` (the README deletes it); returns ``now``."""
     now = time.time() if now is None else now
     rng = random.Random(seed)
     people = [(f"192.0.2.{i}" if i < 250 else f"2001:db8::{i:x}", str(uuid.UUID(int=rng.getrandbits(128))))
@@ -30,4 +31,5 @@ def seed(conn, now: float | None = None, seed: int = 3, visit_count: int = 800) 
     for i, post in enumerate(POSTS):
         for _ in range(3 + 4 * (len(POSTS) - i)):
             board.incr(post, rng.randint(1, 3), now=now - rng.uniform(0, 6 * 3600))
+    ranking.Ranking(conn, "old-contest", 168, 24).incr("entry-1", 5, now=now - 3 * 86400)
     return now

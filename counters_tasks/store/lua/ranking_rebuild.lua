@@ -14,17 +14,15 @@ local head, tail, budget = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local slots = redis.call('ZRANGE', index, 0, -1)
 local slot, cursor = redis.call('HGET', meta, 'rb'), redis.call('HGET', meta, 'rbc')
 if not slot then
-  redis.call('DEL', fresh, done)
+  redis.call('UNLINK', fresh, done)
   slot, cursor = slots[1], '0'
 end
 
 local function finish()
+  redis.call('UNLINK', top, done)  -- freed in the background, however big (RENAME would free top here)
   if redis.call('EXISTS', fresh) == 1 then
     redis.call('RENAME', fresh, top)
-  else
-    redis.call('DEL', top)
   end
-  redis.call('DEL', done)
   for _, s in ipairs(slots) do
     if redis.call('EXISTS', head .. s .. tail) == 0 then
       redis.call('ZREM', index, s)
