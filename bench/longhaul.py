@@ -22,6 +22,7 @@ cleaner pass stays flat (at most 3x the first checkpoint's while the counters gr
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 import time
@@ -30,6 +31,7 @@ from collections import Counter
 from bench._common import bench_redis, client
 from counters_tasks import counters, sitestats, visits
 from counters_tasks.core.days import day_end, local_day
+from counters_tasks.core.settings import reset_settings
 
 CHUNK = 500
 POPULAR = [f"/popular/{i}" for i in range(200)]
@@ -136,7 +138,9 @@ def main() -> None:
             assert sitestats.site_visit_info(conn, day).pv == pv_model[day], day
         print(f"all-time PV {total:,} and sampled days' PV exact")
 
-        # memory probes on the loaded server
+        # memory probes on the loaded server: every probe path tracked by the day (the costlier case)
+        os.environ["COUNTERS_MAX_DAY_PATHS"] = str(10 * args.probe)
+        reset_settings()
         now = time.time()
         probe_paths = [{"ip": rng.choice(ips), "path": f"/probe/{i:x}/{rng.getrandbits(32):08x}", "ts": now}
                        for i in range(args.probe)]

@@ -11,7 +11,7 @@ import pytest
 
 from counters_tasks import counters, visits
 from counters_tasks.store import keys
-from tests.support.servers import is_cluster_run
+from tests.support.servers import is_cluster_run, use_settings
 
 pytestmark = pytest.mark.skipif(is_cluster_run(), reason="figures of one server (used_memory, SLOWLOG, commandstats)")
 
@@ -24,9 +24,11 @@ def used_memory(conn) -> int:
     return conn.info("memory")["used_memory"]
 
 
-def test_a_distinct_path_costs_at_most_700_bytes(raw_conn):
+def test_a_distinct_path_costs_at_most_700_bytes(raw_conn, monkeypatch):
     """Random URLs, each viewed once by a known visitor: every key a view writes for the path
-    (its counters, all-time figures, the day's page entry and pair) at most 700 bytes."""
+    (its counters, all-time figures, the day's page entry and pair) at most 700 bytes. The
+    day's path cap is raised so that every one of them is tracked (the costlier case)."""
+    use_settings(monkeypatch, COUNTERS_MAX_DAY_PATHS=100_000)
     rng = random.Random(1)
     ips = [f"10.0.{i // 256}.{i % 256}" for i in range(1000)]
     now = time.time()
