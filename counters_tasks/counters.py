@@ -1,7 +1,7 @@
 """Named counters at several precisions (docs/design.md), with a cleaner whose cost follows the work due.
 
-Each counter is one HASH holding every precision's buckets (field ``bucket_start * 10 +
-precision index`` -> total: integer fields keep a small hash a compact listpack, ~210 bytes for
+Each counter is one HASH holding every precision's buckets (field ``bucket_start // precision *
+10 + precision index`` -> total: integer fields keep a small hash a compact listpack, ~210 bytes for
 a counter hit once instead of ~940 for seven hashes). Counters hash into 256 tag groups; each
 group has a due index, a ZSET counter -> the earliest time one of its samples leaves the window,
 kept by the same Lua call that writes the buckets (one call per group a batch touches, one
@@ -50,14 +50,17 @@ def add_to_buckets(buckets: Buckets, now: float, count: int) -> None:
 
 
 def field_of(bucket: int, precision: int) -> int:
-    """The hash field of one bucket: ``bucket_start * 10 + precision index``."""
-    return bucket * 10 + PRECISION_INDEX[precision]
+    """The hash field of one bucket: ``bucket_start // precision * 10 + precision index`` (the
+    bucket's number rather than its start: coarse precisions' fields are small integers, which
+    a listpack stores in 3 to 5 bytes instead of 9)."""
+    return bucket // precision * 10 + PRECISION_INDEX[precision]
 
 
 def bucket_of(field: Any) -> tuple[int, int]:
     """``(precision, bucket_start)`` of a hash field."""
     number = int(as_str(field))
-    return PRECISIONS[number % 10], number // 10
+    precision = PRECISIONS[number % 10]
+    return precision, number // 10 * precision
 
 
 def leaves_window_at(bucket: int, precision: int) -> int:

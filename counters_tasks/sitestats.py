@@ -25,6 +25,7 @@ the day's end or its latest write.
 """
 from __future__ import annotations
 
+import base64
 import functools
 import hashlib
 import hmac
@@ -158,7 +159,7 @@ def queue_views(conn: Any, pipe: Any, views: Iterable[SiteView], message_id: str
         args += [view.visitor for view in day_views]
         per_path: dict[str, list[str]] = defaultdict(list)
         for view in day_views:
-            per_path[view.path].append(view.visitor)
+            per_path[view.path].append(pair_visitor(view.visitor))
         args.append(len(per_path))
         for path, ids in per_path.items():
             args += [path, keys.path_digest(path), len(ids), *ids]
@@ -192,6 +193,17 @@ def _parts(views: list[SiteView], message_id: str | None) -> tuple[list[list[Sit
     (``<id>/d<n>``, the same on every delivery: the views come in the message's order)."""
     parts = [views[first:first + DAY_VIEWS_PER_CALL] for first in range(0, len(views), DAY_VIEWS_PER_CALL)]
     return parts, keys.chunk_ids(message_id, len(parts), "/d")
+
+
+def pair_visitor(visitor: str) -> str:
+    """A visitor id in 11 characters (base64 of its 64 bits) for the day's pairs SET: members
+    of 19 characters fit a smaller allocation than the decimal id's ~28."""
+    return _pair_visitor(visitor)
+
+
+@functools.lru_cache(maxsize=65536)
+def _pair_visitor(visitor: str) -> str:
+    return base64.urlsafe_b64encode(int(visitor).to_bytes(8, "big", signed=True)).decode()[:11]
 
 
 def closed_views(replies: Iterable[Any]) -> int:

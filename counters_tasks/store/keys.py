@@ -134,7 +134,7 @@ def counter_member(name: str) -> str:
 
 
 def counter_hash(name: str, *, tag: str | None = None) -> str:
-    """HASH of one counter, every precision: field ``bucket_start * 10 + precision index`` ->
+    """HASH of one counter, every precision: field ``bucket_start // precision * 10 + precision index`` ->
     total (an integer field, so a small hash stays a compact listpack)."""
     return f"{counter_hash_head(tag or counter_tag(name))}{counter_member(name)}"
 
@@ -318,7 +318,7 @@ def site_day_pages(day: date, *, tag: str | None = None) -> str:
 
 
 def site_day_pairs(day: date, *, tag: str | None = None) -> str:
-    """SET of "<visitor id>/<path digest>" seen on one day: each path's exact daily UV
+    """SET of "<visitor><path digest>" (11 + 8 characters) seen on one day: each path's exact daily UV
     (until the day's open_until)."""
     return f"{prefix()}site:{{{tag or site_day_tag(day)}}}:pairs:{day.isoformat()}"
 

@@ -5,7 +5,7 @@
 -- ARGV: now, the head of the group's counter hash names (the hash of a member is head ..
 --       member: same hash tag, so the same slot), the most counters to take, the most fields to
 --       examine in this call, the samples kept per precision (120), then the precisions in the
---       order of the field's precision index (field = bucket_start * 10 + index).
+--       order of the field's precision index (field = bucket_start / precision * 10 + index).
 -- A sample (bucket b of precision p) leaves the window when now >= b + 120 p. A counter whose
 -- fields fit the budget is cleaned whole and re-scored with its next due time, or leaves the
 -- index when nothing is left; a bigger one (back-filled samples) is cleaned a page (HSCAN) at a
@@ -24,7 +24,8 @@ local function clean(key, fields)
   for _, field in ipairs(fields) do
     local n = tonumber(field)
     local index = n % 10
-    local until_at = (n - index) / 10 + keep * precisions[index + 1]
+    local precision = precisions[index + 1]
+    local until_at = (n - index) / 10 * precision + keep * precision
     if until_at <= now then
       old[#old + 1] = field
     elseif not next_due or until_at < next_due then

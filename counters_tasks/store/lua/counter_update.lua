@@ -4,7 +4,7 @@
 --       message's dedupe marker of this group.
 -- ARGV: marker TTL in seconds (0 = no dedupe), the number of counters, then per counter (KEYS
 --       order): its member in the due index, the earliest time one of these buckets leaves the
---       window, n, then n pairs of field (bucket_start * 10 + precision index), amount.
+--       window, n, then n pairs of field (bucket_start / precision * 10 + precision index), amount.
 -- A bucket brought back to zero by a correction is removed (only non-zero buckets are kept); a
 -- counter left with no bucket leaves the due index, any other gets the earlier of its score
 -- and these buckets' (ZADD LT), so the cleaner visits it when its first sample is due.

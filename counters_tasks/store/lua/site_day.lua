@@ -4,11 +4,11 @@
 -- ARGV: marker TTL in seconds (0 = no dedupe), mode ('exact' or 'hll'), visitors expire-at
 --       (epoch s, from the day), visitors kept (s, from now), totals expire-at (from the day),
 --       totals kept (s, from now), the most paths the pages HASH tracks, n, then the n views'
---       visitor ids, then m, then per path: the path, its digest, k, then the k visitor ids of
---       its views (the n views grouped by path).
+--       visitor ids, then m, then per path: the path, its digest, k, then the k visitors of its
+--       views in their pairs form (11 characters; the n views grouped by path).
 -- The pages HASH maps a path to "<pv> <uv>"; once it tracks the most paths, views of other
 -- paths count under the field "" (shown as "(other)"). A path's UV is kept exact by the pairs
--- SET of "<visitor>/<path digest>" members ("<visitor>/" for the overflow).
+-- SET of "<visitor><path digest>" members ("<visitor>" alone for the overflow).
 -- A day is open until totals.open_until, fixed by the day's first write, however old the day
 -- (history can be back-filled): the later of the visitors' day-based expiry and "kept" seconds
 -- from that write. The visitors and pairs expire then. A view of a closed day (totals left,
@@ -83,7 +83,7 @@ for _ = 1, tonumber(ARGV[9 + n]) do
   pv = pv + k
   if open then
     for a = first, last do
-      uv = uv + redis.call('SADD', pairs, ARGV[a] .. '/' .. digest)
+      uv = uv + redis.call('SADD', pairs, ARGV[a] .. digest)
     end
   end
   redis.call('HSET', pages, path, string.format('%d %d', pv, uv))
