@@ -21,7 +21,7 @@ from .core.settings import get_settings
 from .core.validation import check_amount, check_event_time, check_int, check_message_id, check_now, check_text
 from .errors import InvalidInput
 from .store import keys
-from .store.client import as_str
+from .store.client import as_str, read_pipeline
 from .store.scripts import execute_in_order, run_script
 
 PRECISIONS = (1, 5, 60, 300, 3600, 18000, 86400)
@@ -97,14 +97,16 @@ def queue_counter_writes(conn: Any, pipe: Any, per_counter: dict[str, Buckets], 
             size += len(pairs)
         part_ids = [message_id] + keys.chunk_ids(message_id, len(parts), "/c")[1:]
         for part, part_id in zip(parts, part_ids, strict=True):
-            script_keys: list[str] = [keys.counter_hash(name, tag=group) for name, _pairs in part]
-            script_keys.append(keys.counter_due(group))
+            script_keys: list[str] = []
             args: list[Any] = [ttl, len(part)]
             for name, pairs in part:
+                subset = keys.counter_subset(name)
+                script_keys += [keys.counter_hash(name, tag=group), keys.counter_due_subset(group, subset)]
                 first_due = min((leaves_window_at(*bucket_of(field)[::-1]) for field, _n in pairs), default=0)
-                args += [keys.counter_member(name), first_due, len(pairs)]
+                args += [keys.counter_member(name), subset, first_due, len(pairs)]
                 for pair in pairs:
                     args += pair
+            script_keys.append(keys.counter_due(group))
             if ttl:
                 script_keys.append(keys.counter_seen(part_id, tag=group))
             run_script(conn, "counter_update", script_keys, args, client=pipe)
@@ -194,7 +196,10 @@ def _precision_args() -> list[int]:
 def group_names(conn: Any, group: str) -> list[str]:
     """The counters of one tag group that hold samples, sorted (one ZRANGE of its due index)."""
     keys.use(conn)
-    return sorted(unquote(as_str(member)) for member in conn.zrange(keys.counter_due(group), 0, -1))
+    pipe = read_pipeline(conn)
+    for subset in range(keys.DUE_SUBSETS):
+        pipe.zrange(keys.counter_due_subset(group, subset), 0, -1)
+    return sorted(unquote(as_str(member)) for members in pipe.execute() for member in members)
 
 
 def known_counters(conn: Any) -> list[str]:
@@ -246,11 +251,11 @@ def clean_counters(conn: Any, now: float | None = None) -> int:
     now = check_now(now)
     keys.use(conn)
     groups = keys.counter_groups()
-    args = [repr(now), None, CLEAN_COUNTERS_PER_CALL, CLEAN_FIELDS_PER_CALL, *_precision_args()]
+    args = [repr(now), None, None, CLEAN_COUNTERS_PER_CALL, CLEAN_FIELDS_PER_CALL, *_precision_args()]
 
     def queue(pipe: Any, batch: list[str]) -> None:
         for group in batch:
-            args[1] = keys.counter_hash_head(group)
+            args[1], args[2] = keys.counter_hash_head(group), keys.counter_due_head(group)
             run_script(conn, "counter_clean", [keys.counter_due(group), keys.counter_scan(group)], list(args),
                        client=pipe)
 

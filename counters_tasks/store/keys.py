@@ -144,10 +144,32 @@ def counter_hash_head(tag: str) -> str:
     return f"{prefix()}cnt:{{{tag}}}:h:"
 
 
+DUE_SUBSETS = 64
+"""Each counter group's due index is split into this many ZSETs (by a hash of the name), so each
+stays under 128 members, a compact listpack, up to ~2 million counters (~35 bytes a counter
+instead of ~120 in a skiplist)."""
+
+
+def counter_subset(name: str) -> int:
+    """Which of its group's due ZSETs a counter is in."""
+    return digest("due", name, 2)[1] % DUE_SUBSETS
+
+
 def counter_due(tag: str) -> str:
-    """ZSET of a tag group's counters that hold samples: escaped name -> the earliest time one of
-    its samples leaves the window (what the cleaner takes, and what ``known_counters`` lists)."""
+    """ZSET: the group's due summary, subset number -> the earliest due time in that subset."""
     return f"{prefix()}cnt:{{{tag}}}:due"
+
+
+def counter_due_head(tag: str) -> str:
+    """What a group's due ZSETs are named before their subset number."""
+    return f"{prefix()}cnt:{{{tag}}}:due:"
+
+
+def counter_due_subset(tag: str, subset: int) -> str:
+    """ZSET of the counters of one subset of a group that hold samples: escaped name -> the
+    earliest time one of its samples leaves the window (what the cleaner takes, and what
+    ``known_counters`` lists)."""
+    return f"{counter_due_head(tag)}{subset}"
 
 
 def counter_scan(tag: str) -> str:

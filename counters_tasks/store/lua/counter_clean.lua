@@ -1,21 +1,24 @@
 -- Drop the samples that left the window from the counters of one tag group that have any due.
--- KEYS: the group's due ZSET (member = a counter's escaped name, score = when its first sample
---       leaves the window), the group's scan HASH (member -> HSCAN cursor of a big counter
---       being cleaned a page at a time).
+-- KEYS: the group's due summary ZSET (subset number -> the earliest due time in that subset),
+--       the group's scan HASH (member -> HSCAN cursor of a big counter being cleaned a page at
+--       a time).
 -- ARGV: now, the head of the group's counter hash names (the hash of a member is head ..
---       member: same hash tag, so the same slot), the most counters to take, the most fields to
---       examine in this call, the samples kept per precision (120), then the precisions in the
---       order of the field's precision index (field = bucket_start / precision * 10 + index).
+--       member), the head of its subset due ZSETs (head .. subset number; member = a counter's
+--       escaped name, score = when its first sample leaves the window), the most counters to
+--       take, the most fields to examine in this call, the samples kept per precision (120),
+--       then the precisions in the order of the field's precision index (field = bucket_start /
+--       precision * 10 + index). Every key built here carries the group's hash tag.
 -- A sample (bucket b of precision p) leaves the window when now >= b + 120 p. A counter whose
 -- fields fit the budget is cleaned whole and re-scored with its next due time, or leaves the
 -- index when nothing is left; a bigger one (back-filled samples) is cleaned a page (HSCAN) at a
 -- time, its cursor kept between calls and its score kept (still due) until a full scan is
--- done, so no call runs long and each field is examined once a scan.
+-- done, so no call runs long and each field is examined once a scan. A subset's summary score
+-- is set again to its earliest member's once its due members are done.
 -- Returns {samples removed, 1 when more is due in this group (call again), else 0}.
-local due_key, now, head = KEYS[1], tonumber(ARGV[1]), ARGV[2]
-local max_counters, budget, keep = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local summary, now, head, due_head = KEYS[1], tonumber(ARGV[1]), ARGV[2], ARGV[3]
+local max_counters, budget, keep = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local precisions = {}
-for a = 6, #ARGV do
+for a = 7, #ARGV do
   precisions[#precisions + 1] = tonumber(ARGV[a])
 end
 
@@ -38,44 +41,58 @@ local function clean(key, fields)
   return #old, next_due
 end
 
-local removed, more = 0, 0
-local names = redis.call('ZRANGEBYSCORE', due_key, '-inf', now, 'LIMIT', 0, max_counters)
-for _, member in ipairs(names) do
-  if budget <= 0 then
+local removed, more, taken = 0, 0, 0
+for _, subset in ipairs(redis.call('ZRANGEBYSCORE', summary, '-inf', now)) do
+  if budget <= 0 or taken >= max_counters then
     more = 1
     break
   end
-  local key = head .. member
-  local size = redis.call('HLEN', key)
-  if size == 0 then
-    redis.call('ZREM', due_key, member)
-  elseif size <= budget then
-    local gone, next_due = clean(key, redis.call('HKEYS', key))
-    removed = removed + gone
-    budget = budget - size
-    if next_due then
-      redis.call('ZADD', due_key, 'XX', next_due, member)
-    else
+  local due_key = due_head .. subset
+  local names = redis.call('ZRANGEBYSCORE', due_key, '-inf', now, 'LIMIT', 0, max_counters - taken)
+  for _, member in ipairs(names) do
+    if budget <= 0 then
+      more = 1
+      break
+    end
+    taken = taken + 1
+    local key = head .. member
+    local size = redis.call('HLEN', key)
+    if size == 0 then
       redis.call('ZREM', due_key, member)
-    end
-  else
-    local cursor = redis.call('HGET', KEYS[2], member) or '0'
-    local page = redis.call('HSCAN', key, cursor, 'COUNT', budget)
-    local fields = {}
-    for f = 1, #page[2], 2 do
-      fields[#fields + 1] = page[2][f]
-    end
-    removed = removed + clean(key, fields)
-    if page[1] == '0' then
-      redis.call('HDEL', KEYS[2], member)
+    elseif size <= budget then
+      local gone, next_due = clean(key, redis.call('HKEYS', key))
+      removed = removed + gone
+      budget = budget - size
+      if next_due then
+        redis.call('ZADD', due_key, 'XX', next_due, member)
+      else
+        redis.call('ZREM', due_key, member)
+      end
     else
-      redis.call('HSET', KEYS[2], member, page[1])
+      local cursor = redis.call('HGET', KEYS[2], member) or '0'
+      local page = redis.call('HSCAN', key, cursor, 'COUNT', budget)
+      local fields = {}
+      for f = 1, #page[2], 2 do
+        fields[#fields + 1] = page[2][f]
+      end
+      removed = removed + clean(key, fields)
+      if page[1] == '0' then
+        redis.call('HDEL', KEYS[2], member)
+      else
+        redis.call('HSET', KEYS[2], member, page[1])
+      end
+      budget = 0
+      more = 1
     end
-    budget = 0
-    more = 1
+  end
+  local first = redis.call('ZRANGE', due_key, 0, 0, 'WITHSCORES')
+  if #first == 0 then
+    redis.call('ZREM', summary, subset)
+  else
+    redis.call('ZADD', summary, first[2], subset)
   end
 end
-if #names == max_counters then
+if taken >= max_counters then
   more = 1
 end
 return {removed, more}
