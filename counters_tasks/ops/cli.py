@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import functools
 import json
-import os
+import logging
 import sys
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -150,65 +152,69 @@ def counter_command(name: str, precision: int, last: int, as_json: bool) -> None
     _emit(_query(lambda conn: views.counter_view(conn, name, precision, last)), as_json, _render_counter)
 
 
-@cli.command("import")
-@click.argument("source", type=click.Path(dir_okay=False, allow_dash=True))
-@click.option("--format", "fmt", type=click.Choice(importer.FORMATS), default=None,
-              help="the lines' format (default: detected from the first line)")
-@click.option("--all", "every", is_flag=True, help="count static files and crawlers too")
-@json_option
-def import_command(source: str, fmt: str | None, every: bool, as_json: bool) -> None:
-    """Count the page views of an access log (combined or common format, .gz, - for stdin) or of
-    JSON lines (ip, path, ts, optional session_id) with their original times. A page view is a
-    GET answered 200-399; crawlers and static files are skipped unless --all. Importing the same
-    lines again counts nothing twice."""
-    if source != "-" and not os.path.isfile(source):
-        raise click.UsageError(f"no such file: {source}")
-    progress = _import_progress()
-
-    def run(conn: Any) -> dict:
-        try:
-            with importer.open_input(source) as stream:
-                return importer.import_lines(conn, importer.read_lines(stream), fmt, every, progress).as_dict()
-        except (OSError, EOFError) as exc:  # unreadable, or a truncated .gz: what was read is counted
-            raise Failed(f"reading {source}: {exc} (run the import again to go on: counted chunks are skipped)") from None
-
-    try:
-        summary = _query(run)
-    finally:
-        progress(None)
-    _emit(summary, as_json, _render_import)
-
-
-def _import_progress() -> Callable[[int | None], None]:
-    """A live line count on stderr when it is a terminal (None ends it); else nothing."""
-    if not sys.stderr.isatty():
-        return lambda _lines: None
-    from rich.console import Console
-    from rich.progress import Progress, SpinnerColumn, TextColumn
-
-    bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), console=Console(stderr=True), transient=True)
-    task = bar.add_task("reading", total=None)
-    bar.start()
-
-    def update(lines: int | None) -> None:
-        if lines is None:
-            bar.stop()
-        else:
-            bar.update(task, description=f"{lines:,} lines read")
-
-    return update
-
-
 def _render_import(console: Any, data: dict) -> None:
-    console.print(f"lines read {data['lines']:,}: counted {data['counted']:,}, already imported "
-                  f"{data['already_imported']:,}, skipped {data['skipped_total']:,}")
-    for reason, count in data["skipped"].items():
-        console.print(f"  skipped ({reason}): {count:,}", markup=False)
-    if data["counted_without_day_uv"]:
-        console.print(f"  counted without that day's unique visitors (the day was closed): "
-                      f"{data['counted_without_day_uv']:,}")
-    if data["first_view"]:
-        console.print(f"views from {data['first_view']} to {data['last_view']}")
+    from rich.text import Text
+
+    console.print(Text.assemble((data["file"], "bold"), f" ({data['format']}{', --all' if data['all'] else ''}): "
+                                f"{data['lines']} lines read, {data['counted']} counted, "
+                                f"{data['skipped_total']} skipped"))
+    reasons = [f"{reason} {n}" for reason, n in data["skipped"].items() if n]
+    if reasons:
+        console.print("  skipped: " + ", ".join(reasons), markup=False)
+    for day, n in data["days"].items():
+        console.print(f"  {day}  {n:>9} counted")
+
+
+@contextmanager
+def import_progress(source: importer.Input, console: Any = None) -> Iterator[Callable[[int], None] | None]:
+    """A progress bar of an import on stderr (lines and bytes read; of the file's size when known),
+    only when stderr is a terminal (or ``console`` is given): else no callback."""
+    if console is None:
+        if not sys.stderr.isatty():
+            yield None
+            return
+        from rich.console import Console
+
+        console = Console(stderr=True)
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
+    what = "read (compressed)" if source.compressed else "read"
+    with Progress(TextColumn("importing {task.fields[lines]:,} lines"), BarColumn(), DownloadColumn(),
+                  TextColumn(what), TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task("import", total=source.size, lines=0)
+        yield lambda lines: bar.update(task, completed=source.bytes_read(), lines=lines)
+
+
+@cli.command("import")
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True, exists=True))
+@click.option("--format", "fmt", type=click.Choice(importer.FORMATS),
+              help="the input's format (default: detected from its first line)")
+@click.option("--all", "include_all", is_flag=True, help="also count crawlers and static files")
+@json_option
+def import_command(file: str, fmt: str | None, include_all: bool, as_json: bool) -> None:
+    """Count the page views of an access log (combined or common format, .gz too, - for stdin) or
+    of JSON lines (ip, path, ts, session_id) at their own times; importing again counts nothing twice."""
+    refusals_log = logging.getLogger("counters_tasks.refusals")  # the summary counts refusals by reason
+    if not any(isinstance(handler, logging.NullHandler) for handler in refusals_log.handlers):
+        refusals_log.addHandler(logging.NullHandler())
+    try:
+        source = importer.open_input(file, getattr(sys.stdin, "buffer", None))
+    except OSError as exc:
+        raise Failed(f"{file}: {exc}") from None
+    try:
+        with import_progress(source) as progress:
+            summary = importer.import_lines(get_redis(), importer.read_lines(source.stream), fmt,
+                                            include_all=include_all, name=source.name, progress=progress)
+    except ConfigurationError as exc:
+        raise Failed(str(exc)) from None
+    except redis.RedisError as exc:
+        raise Failed(f"Redis at {get_settings().redis_url}: {type(exc).__name__}: {exc} "
+                     f"(importing the file again counts nothing twice)") from None
+    except (OSError, EOFError, zlib.error) as exc:
+        raise Failed(f"{file}: cannot read on: {exc} (importing it again counts nothing twice)") from None
+    finally:
+        source.close()
+    _emit(summary.as_dict(), as_json, _render_import)
 
 
 @cli.command("counters")

@@ -1,245 +1,540 @@
-"""``counters-tasks import``: access logs (combined or common format, ``.gz``, stdin) and JSON
-lines into the same counters, with each view's original time, through the batches the
-``record_visits`` task and ``VisitRecorder`` use (``visits.record_visits``).
+"""``counters-tasks import``: the page views of an access log (or of JSON lines) counted at their
+original times, through the batch function of ``VisitRecorder``'s batches (``visits.record_visits``).
 
-A line becomes a page view when it is a ``GET`` answered 200-399, and, unless ``--all``, its
-path is not a static file and its user agent not a crawler. Lines are cut into chunks of
-``CHUNK`` counted views; a chunk's message id is a digest of its views, so a re-run of the same
-lines makes the same ids: the dedupe markers (15 minutes) and the import ledger (a Redis hash of
-the chunks applied, kept ``LEDGER_DAYS``) make it count nothing twice. For log lines the session
-id is derived from IP and user agent, so daily unique visitors are counted too.
+- Reading: ``open_input`` (a file or stdin, gzip recognised by its magic bytes, the bytes read
+  counted for a progress bar) and ``read_lines`` (a line longer than ``MAX_LINE`` bytes is read
+  past and reported as malformed, never held whole).
+- Parsing and filtering, pure functions: ``detect_format``, ``parse_log_line`` and ``log_line_visit``
+  (Apache/nginx combined or common format), ``json_line_visit``. Each line gives a visit dict
+  (``ip``, ``path``, ``ts``, ``session_id``) or the reason it is skipped (``SKIP_REASONS``).
+- Writing: ``Importer`` cuts the page views into chunks of ``CHUNK`` and applies each through
+  ``visits.record_visits`` under a message id derived from its content, then notes it in the
+  import ledger (``keys.import_ledger``). A chunk found there is skipped, so importing the same
+  lines again counts nothing twice, also long after the message ids' dedupe markers expired.
+
+The ledger holds ``c:<digest>`` for a chunk of ``CHUNK`` page views all applied, and
+``v:<digest>`` for each page view applied in a chunk that was not: the last chunk of an input
+(fewer than ``CHUNK``; a log that has grown since is then imported for its new lines only) or a
+chunk with refused lines (those are tried again by the next import, e.g. once a refusal's cause
+is gone). Chunks are cut the same way only for the same sequence of page views: the same lines
+with other options (``--all``, ``--format``), or behind other lines, make other chunks.
 """
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
+import hmac
+import io
 import json
+import math
+import os
 import re
-import sys
+import stat
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import IO, Any
+from datetime import datetime, timedelta, timezone, tzinfo
+from typing import IO, Any, BinaryIO, NamedTuple
 
-from .. import refusals, visits
-from ..core.days import local_day
-from ..errors import InvalidInput
+from .. import visits
+from ..core.days import DAY
+from ..core.settings import get_settings
+from ..core.validation import check_ip
+from ..errors import ConfigurationError, InvalidInput
 from ..store import keys
 
-CHUNK = visits.CHUNK
-"""Views per batch (and per ledger entry)."""
-LEDGER_DAYS = 400
-"""Days the ledger of imported chunks lives after the latest import (as long as the day totals)."""
-MAX_LINE = 64 * 1024
-"""Longer lines are counted as malformed, unread."""
 FORMATS = ("combined", "common", "jsonl")
+"""The input formats: Apache/nginx combined and common log formats, JSON lines."""
 
+CHUNK = visits.CHUNK
+"""Page views per chunk: one ``record_visits`` call (one group, one message id) and one ledger entry."""
+
+MAX_LINE = 64 * 1024
+"""Longest line read (bytes, without its line ending); a longer one is skipped as malformed."""
+
+PROGRESS_EVERY = 5000
+"""Lines between two progress reports (and one after every chunk written)."""
+
+MALFORMED, NOT_GET, STATUS, STATIC, BOT, BLANK, ALREADY_IMPORTED = (
+    "malformed", "not_get", "status", "static", "bot", "blank", "already_imported")
+SKIP_REASONS = (BLANK, MALFORMED, NOT_GET, STATUS, STATIC, BOT, ALREADY_IMPORTED)
+"""Why a line is not counted (always listed in the summary); besides these, ``refused:<reason>``
+for a page view the API refused (``InvalidInput.reason``: ``bad_input``, ``closed_day``,
+``future``...), listed when it happened."""
+
+PAGE_VIEW_STATUSES = range(200, 400)
+"""The statuses of a page view (with method ``GET``): 2xx, and 3xx (a redirect, a 304 revalidation)."""
+
+STATIC_EXTENSIONS = frozenset({
+    "css", "js", "mjs", "map",  # styles, scripts, source maps
+    "png", "jpg", "jpeg", "gif", "ico", "svg", "webp", "avif", "bmp", "tif", "tiff",  # images
+    "woff", "woff2", "ttf", "otf", "eot",  # fonts
+    "mp3", "mp4", "m4a", "ogg", "oga", "ogv", "wav", "webm", "flac",  # media
+    "txt", "xml", "webmanifest",  # robots.txt, sitemap.xml, feeds, manifests
+})
+"""A path whose last segment ends in one of these extensions (any case) is a static file."""
+
+BOT_MARKERS = (
+    "bot", "crawl", "spider", "slurp", "archiver", "facebookexternalhit", "mediapartners", "feedfetcher",
+    "curl", "wget", "python-requests", "python-urllib", "python-httpx", "aiohttp", "go-http-client",
+    "okhttp", "java/", "libwww-perl", "httpclient", "scrapy", "headlesschrome", "phantomjs", "lighthouse",
+    "zgrab", "masscan", "nmap", "nikto", "sqlmap",
+)
+"""A user agent containing one of these (any case), or an empty one (``-``), is a crawler or a script."""
+
+MONTHS = {name: n for n, name in enumerate(
+    ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
+
+_QUOTED = r'"((?:[^"\\]|\\.)*)"'
 LOG_LINE = re.compile(
-    r'^(?P<ip>\S+) \S+ \S+ \[(?P<time>[^\]]+)\] "(?P<request>[^"]*)" (?P<status>\d{3}) \S+'
-    r'(?: "(?P<referer>[^"]*)" "(?P<agent>[^"]*)")?')
-LOG_TIME = "%d/%b/%Y:%H:%M:%S %z"
-
-STATIC_EXTENSIONS = frozenset(
-    "css js mjs map png jpg jpeg gif ico svg webp avif bmp tif tiff woff woff2 ttf otf eot "
-    "mp3 mp4 m4a ogg oga ogv wav webm flac avi mov zip gz tgz bz2 xz 7z rar txt xml".split())
-"""File extensions of requests that are not page views (robots.txt and sitemaps included)."""
-BOT_MARKERS = ("bot", "crawl", "spider", "slurp", "curl", "wget", "python-requests", "python-urllib",
-               "httpclient", "go-http-client", "java/", "libwww", "scrapy", "headless", "phantomjs",
-               "facebookexternalhit", "preview", "monitor", "uptime", "pingdom", "lighthouse")
-"""Substrings of a user agent (any case) that mark a crawler or a tool; an empty agent ("-") too."""
+    r"(?P<ip>\S+) \S+ (?P<user>.*?) \[(?P<time>[^\]]{1,40})\] " + _QUOTED.replace("(", "(?P<request>", 1)
+    + r" (?P<status>\S+) (?P<size>\S+)(?P<rest>.*)")
+"""``%h %l %u %t "%r" %>s %b``, the common log format, and whatever follows it."""
+COMBINED_REST = re.compile(r" " + _QUOTED.replace("(", "(?P<referer>", 1) + " "
+                           + _QUOTED.replace("(", "(?P<agent>", 1) + r"(?:\s.*)?")
+"""What the combined format adds: ``"%{Referer}i" "%{User-agent}i"`` (and anything after them)."""
+LOG_TIME = re.compile(r"(\d{2})/([A-Za-z]{3})/(\d{4}):(\d{2}):(\d{2}):(\d{2}) ([+-])(\d{2})(\d{2})")
+"""``%t`` inside its brackets: ``10/Oct/2000:13:55:36 -0700``."""
 
 
-@dataclass
-class Summary:
-    """What an import did: lines read, views counted, lines skipped by reason."""
+class LogLine(NamedTuple):
+    """The fields of an access log line that decide whether it is a page view."""
 
-    lines: int = 0
-    counted: int = 0
-    already_imported: int = 0
-    closed_day: int = 0
-    skipped: Counter = field(default_factory=Counter)
-    first: float | None = None
-    last: float | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        def day(ts: float | None) -> str | None:
-            return None if ts is None else local_day(ts).isoformat()
-
-        return {"lines": self.lines, "counted": self.counted, "already_imported": self.already_imported,
-                "counted_without_day_uv": self.closed_day, "skipped": dict(sorted(self.skipped.items())),
-                "skipped_total": sum(self.skipped.values()), "first_view": day(self.first), "last_view": day(self.last)}
+    ip: str
+    ts: int
+    method: str
+    target: str | None
+    status: int | None
+    agent: str | None  # None in the common format
 
 
-class Skip(Exception):
-    """A line that is not counted, and why (the summary's reason)."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
+# --- parsing and filtering (pure) ------------------------------------------------------------
 
 def detect_format(first_line: str) -> str:
-    """``jsonl`` for a JSON object, ``combined`` when the referer and agent are there, else ``common``."""
+    """The format of an input from its first non-empty line: ``jsonl`` when it starts with
+    ``{``, ``combined`` when it has the quoted referer and user agent fields, else ``common``."""
     text = first_line.strip()
     if text.startswith("{"):
         return "jsonl"
-    found = LOG_LINE.match(text)
-    return "combined" if found and found.group("agent") is not None else "common"
+    match = LOG_LINE.fullmatch(text)
+    if match and COMBINED_REST.fullmatch(match["rest"]):
+        return "combined"
+    return "common"
+
+
+@functools.lru_cache(maxsize=4096)
+def parse_log_time(text: str) -> int | None:
+    """Epoch seconds of a ``%t`` time (``10/Oct/2000:13:55:36 -0700``, the offset respected);
+    None when it is not one. Cached: a busy log repeats each second many times."""
+    match = LOG_TIME.fullmatch(text)
+    month = MONTHS.get(match[2].title()) if match else None
+    if match is None or month is None:
+        return None
+    sign = 1 if match[7] == "+" else -1
+    try:
+        offset = timezone(sign * timedelta(hours=int(match[8]), minutes=int(match[9])))
+        when = datetime(int(match[3]), month, int(match[1]), int(match[4]), int(match[5]), int(match[6]),
+                        tzinfo=offset)
+    except ValueError:
+        return None
+    return int(when.timestamp())
+
+
+def unescape(text: str) -> str:
+    r"""A logged string with Apache's ``\"`` and ``\\`` escapes undone (``\xhh`` stays as logged)."""
+    return re.sub(r'\\(["\\])', r"\1", text) if "\\" in text else text
+
+
+def parse_log_line(text: str, fmt: str) -> LogLine | None:
+    """The fields of one line in the ``combined`` or ``common`` format; None when it is malformed
+    (a combined line needs its referer and user agent fields; a common one may have more)."""
+    match = LOG_LINE.fullmatch(text)
+    if match is None:
+        return None
+    agent = None
+    if fmt == "combined":
+        rest = COMBINED_REST.fullmatch(match["rest"])
+        if rest is None:
+            return None
+        agent = rest["agent"]
+    ts = parse_log_time(match["time"])
+    status_text = match["status"]
+    if ts is None or not (status_text == "-" or (status_text.isdigit() and len(status_text) == 3)):
+        return None
+    method, _, rest_of_request = match["request"].partition(" ")
+    target = rest_of_request.split(" ")[0] if rest_of_request else None
+    status = int(status_text) if status_text != "-" else None
+    return LogLine(match["ip"], ts, method, target and unescape(target), status, agent)
+
+
+def page_path(target: str) -> str | None:
+    """The path of a request target (origin form ``/a?b``, or absolute form ``http://host/a``),
+    without query string and fragment; None when it has none."""
+    if target.startswith(("http://", "https://")):
+        target = "/" + target.split("://", 1)[1].partition("/")[2]
+    if not target.startswith("/"):
+        return None
+    for mark in ("?", "#"):
+        target = target.split(mark, 1)[0]
+    return target
 
 
 def is_static(path: str) -> bool:
-    name = path.split("?", 1)[0].split("#", 1)[0].rsplit("/", 1)[-1]
+    """Whether ``path`` names a static file (``STATIC_EXTENSIONS``)."""
+    name = path.rsplit("/", 1)[-1]
     return "." in name and name.rsplit(".", 1)[1].lower() in STATIC_EXTENSIONS
 
 
-def is_bot(agent: str | None) -> bool:
-    if agent is None:  # common format: no agent to judge
-        return False
+def is_bot(agent: str) -> bool:
+    """Whether a user agent is a crawler or a script (``BOT_MARKERS``, or none given)."""
     lowered = agent.strip().lower()
     return lowered in ("", "-") or any(marker in lowered for marker in BOT_MARKERS)
 
 
-def session_of(ip: str, agent: str | None) -> str:
-    """A session id (32 hex digits) for the visitor of a log line: the same IP and user agent
-    make the same id, so a day's unique visitors are counted from logs too."""
-    return hashlib.blake2b(f"{ip}\x00{agent or ''}".encode(), digest_size=16, person=b"ct-import").hexdigest()
-
-
-def parse_log_line(line: str, every: bool) -> dict[str, Any]:
-    """One combined/common log line as a visit dict (``ip``, ``path``, ``ts``, ``session_id``),
-    or Skip with the reason."""
-    found = LOG_LINE.match(line)
-    if not found:
-        raise Skip("malformed")
-    parts = found.group("request").split()
-    if len(parts) < 2:
-        raise Skip("malformed")
-    method, target = parts[0], parts[1]
-    if method != "GET":
-        raise Skip("method")
-    if not 200 <= int(found.group("status")) <= 399:
-        raise Skip("status")
-    agent = found.group("agent")
-    if not every and is_static(target):
-        raise Skip("static")
-    if not every and is_bot(agent):
-        raise Skip("bot")
+@functools.lru_cache(maxsize=65536)
+def session_id_for(secret: str, ip: str, agent: str) -> str:
+    """The session id of a log line's visitor: 32 hex digits of an HMAC (under COUNTERS_SECRET,
+    like visitor ids, so the IP cannot be recovered from it) of the IP and the user agent.
+    The same (IP, agent) on the same day is one daily unique (``uniques``: its first 15 digits)."""
     try:
-        ts = datetime.strptime(found.group("time"), LOG_TIME).timestamp()
-    except ValueError:
-        raise Skip("malformed") from None
-    return {"ip": found.group("ip"), "path": target, "ts": ts, "session_id": session_of(found.group("ip"), agent)}
+        ip = check_ip(ip)
+    except InvalidInput:
+        pass  # the API refuses the visit anyway
+    message = f"session\0{ip}\0{agent}".encode("utf-8", "surrogatepass")
+    return hmac.new(secret.encode("utf-8"), message, hashlib.sha256).hexdigest()[:32]
 
 
-def parse_json_line(line: str, every: bool) -> dict[str, Any]:
-    """One JSON line: ``ip``, ``path``, ``ts`` (epoch seconds or ISO 8601), optional
-    ``session_id``; optional ``method``, ``status`` and ``user_agent`` are filtered like log lines."""
+def log_line_visit(text: str, fmt: str, secret: str, include_all: bool = False) -> dict[str, Any] | str:
+    """The visit of one access log line (``combined`` or ``common``), or why it is skipped:
+    ``malformed``, ``not_get``, ``status`` (not 200-399), then unless ``include_all`` ``static``
+    and ``bot`` (a user agent is known in the combined format only)."""
+    line = parse_log_line(text, fmt)
+    if line is None:
+        return MALFORMED
+    if line.method != "GET":
+        return NOT_GET
+    path = page_path(line.target) if line.target else None
+    if path is None:
+        return MALFORMED
+    if line.status not in PAGE_VIEW_STATUSES:
+        return STATUS
+    if not include_all:
+        if is_static(path):
+            return STATIC
+        if line.agent is not None and is_bot(line.agent):
+            return BOT
+    session = session_id_for(secret, line.ip, line.agent or "")
+    return {"ip": line.ip, "path": path, "ts": line.ts, "session_id": session}
+
+
+def json_time(value: Any, zone: tzinfo) -> float | int | None:
+    """Epoch seconds from a JSON ``ts``: a number, or an ISO-8601 string (``Z`` or an offset; a
+    time without one is in ``zone``); None when it is neither."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return value if math.isfinite(value) else None
+    if not isinstance(value, str) or len(value) > 64:
+        return None
+    text = value.strip()
+    if text[-1:] in ("Z", "z"):
+        text = text[:-1] + "+00:00"
     try:
-        item = json.loads(line)
+        when = datetime.fromisoformat(text)
     except ValueError:
-        raise Skip("malformed") from None
-    if not isinstance(item, dict) or "ip" not in item or "path" not in item:
-        raise Skip("malformed")
-    if item.get("method", "GET") != "GET":
-        raise Skip("method")
-    status = item.get("status", 200)
-    if not isinstance(status, int) or not 200 <= status <= 399:
-        raise Skip("status")
-    if not every and isinstance(item["path"], str) and is_static(item["path"]):
-        raise Skip("static")
-    if not every and "user_agent" in item and is_bot(item["user_agent"]):
-        raise Skip("bot")
-    ts = item.get("ts")
-    if isinstance(ts, str):
-        try:
-            parsed = datetime.fromisoformat(ts.replace("Z", "+00:00"))
-        except ValueError:
-            raise Skip("malformed") from None
-        ts = (parsed if parsed.tzinfo else parsed.astimezone()).timestamp()
-    visit = {"ip": item["ip"], "path": item["path"], "ts": ts}
-    if item.get("session_id") is not None:
-        visit["session_id"] = item["session_id"]
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=zone)
+    return when.timestamp()
+
+
+def json_line_visit(text: str, zone: tzinfo, include_all: bool = False) -> dict[str, Any] | str:
+    """The visit of one JSON line (an object with ``ip``, ``path``, ``ts`` and optionally
+    ``session_id``; other keys are ignored), or why it is skipped: ``malformed`` (not such an
+    object), ``static`` (unless ``include_all``). The values themselves are checked by the API."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return MALFORMED
+    if not isinstance(data, dict):
+        return MALFORMED
+    ip, path, session = data.get("ip"), data.get("path"), data.get("session_id")
+    ts = json_time(data.get("ts"), zone)
+    if not isinstance(ip, str) or not isinstance(path, str) or ts is None:
+        return MALFORMED
+    if session is not None and not isinstance(session, str):
+        return MALFORMED
+    clean = page_path(path) or path.split("?", 1)[0].split("#", 1)[0]  # the API refuses what is not a path
+    if not include_all and is_static(clean):
+        return STATIC
+    visit: dict[str, Any] = {"ip": ip, "path": clean, "ts": ts}
+    if session is not None:
+        visit["session_id"] = session
     return visit
 
 
-def open_input(name: str) -> IO[bytes]:
-    """The file (``.gz`` decompressed), or stdin for ``-``."""
-    raw: IO[bytes] = sys.stdin.buffer if name == "-" else open(name, "rb")  # noqa: SIM115 (closed by the caller)
-    head = raw.peek(2)[:2] if hasattr(raw, "peek") else b""
-    if name.endswith(".gz") or head == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
-    return raw
+def line_visit(raw: bytes | None, fmt: str, secret: str, zone: tzinfo, include_all: bool = False) -> dict[str, Any] | str:
+    """The visit of one line as read (``None``: a line over MAX_LINE), or why it is skipped:
+    ``blank``, ``malformed`` (too long, not UTF-8, a NUL byte, or unparsable), and the reasons of
+    ``log_line_visit`` / ``json_line_visit``."""
+    if raw is None:
+        return MALFORMED
+    try:
+        text = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        return MALFORMED
+    if not text:
+        return BLANK
+    if "\0" in text:
+        return MALFORMED
+    if fmt == "jsonl":
+        return json_line_visit(text, zone, include_all)
+    return log_line_visit(text, fmt, secret, include_all)
 
 
-def read_lines(stream: IO[bytes]) -> Iterator[str | None]:
-    """Decoded lines without their newline (UTF-8, else Latin-1); None for a line too long."""
-    for raw in stream:
-        if len(raw) > MAX_LINE:
-            yield None
-            continue
-        try:
-            yield raw.decode("utf-8").rstrip("\r\n")
-        except UnicodeDecodeError:
-            yield raw.decode("latin-1").rstrip("\r\n")
+# --- reading ---------------------------------------------------------------------------------
+
+class CountingReader(io.RawIOBase):
+    """A readable stream that counts the bytes read from the one it wraps (for a progress bar:
+    compressed bytes of a ``.gz``)."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        super().__init__()
+        self.raw = raw
+        self.count = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        read = getattr(self.raw, "read1", self.raw.read)
+        data = read(len(buffer))
+        size = len(data)
+        buffer[:size] = data
+        self.count += size
+        return size
 
 
-def chunk_id(chunk: list[dict[str, Any]]) -> str:
-    """The message id of a chunk: a digest of its views, the same on every run."""
-    text = json.dumps(chunk, sort_keys=True, separators=(",", ":"))
-    return "import:" + hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+@dataclass
+class Input:
+    """An opened input: its lines' stream, the bytes read so far and, for a regular file, its size."""
+
+    name: str
+    stream: BinaryIO
+    counter: CountingReader
+    size: int | None
+    compressed: bool
+    owned: bool = True  # stdin is left open
+
+    def bytes_read(self) -> int:
+        return self.counter.count
+
+    def close(self) -> None:
+        self.stream.close()
+        if self.owned:
+            self.counter.raw.close()
 
 
-def import_lines(conn: Any, lines: Iterable[str | None], fmt: str | None = None, every: bool = False,
-                 progress: Callable[[int], None] | None = None) -> Summary:
-    """Count the page views of ``lines`` (format ``fmt``, detected from the first line when None)."""
-    summary = Summary()
-    chunk: list[dict[str, Any]] = []
-    closed_before = refusals.counts(conn).get("closed_day", 0)
+def open_input(path: str, stdin: IO[bytes] | None = None) -> Input:
+    """Open ``path`` (``-``: ``stdin``) for reading lines, through gzip when it starts with
+    gzip's magic bytes (whatever its name)."""
+    raw: IO[bytes] = stdin if path == "-" and stdin is not None else open(path, "rb")  # Input.close closes it
+    size = None
+    try:
+        info = os.fstat(raw.fileno())
+        size = info.st_size if stat.S_ISREG(info.st_mode) else None
+    except (OSError, AttributeError, ValueError, io.UnsupportedOperation):
+        pass
+    counter = CountingReader(raw)
+    buffered = io.BufferedReader(counter, buffer_size=1 << 16)
+    compressed = buffered.peek(2)[:2] == b"\x1f\x8b"
+    stream: Any = gzip.GzipFile(fileobj=buffered, mode="rb") if compressed else buffered
+    is_stdin = path == "-" and stdin is not None
+    return Input("<stdin>" if is_stdin else path, stream, counter, size, compressed, owned=not is_stdin)
 
-    def flush() -> None:
-        if not chunk:
+
+def read_lines(stream: BinaryIO, max_line: int = MAX_LINE) -> Iterator[bytes | None]:
+    """The lines of ``stream``; ``None`` for a line longer than ``max_line`` bytes (its ending
+    aside), read past in pieces without holding it whole."""
+    while True:
+        line = stream.readline(max_line + 2)
+        if not line:
             return
-        message_id = chunk_id(chunk)
-        ledger = keys.import_ledger()
-        if conn.hexists(ledger, message_id):
-            summary.already_imported += len(chunk)
-        else:
-            summary.counted += visits.record_visits(conn, chunk, message_id=message_id)
-            conn.hset(ledger, message_id, int(time.time()))
-            conn.expire(ledger, LEDGER_DAYS * 86400)
-        chunk.clear()
+        if len(line.rstrip(b"\r\n")) <= max_line:
+            yield line
+            continue
+        while not line.endswith(b"\n"):
+            line = stream.readline(max_line + 2)
+            if not line:
+                break
+        yield None
 
-    for line in lines:
+
+# --- writing ---------------------------------------------------------------------------------
+
+def canonical(visit: dict[str, Any]) -> str:
+    """The canonical JSON of a visit dict (sorted keys, no spaces, ASCII): what its ids hash."""
+    return json.dumps(visit, sort_keys=True, separators=(",", ":"))
+
+
+def content_digest(text: str) -> str:
+    """32 hex digits of a BLAKE2b digest (of a chunk's or a visit's canonical text)."""
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16, person=b"ct-import").hexdigest()
+
+
+def visit_fields(ordinal: int, texts: list[str]) -> list[str]:
+    """The ledger fields of the visits of chunk number ``ordinal`` (``texts``: their canonical JSON):
+    ``v:<digest of the chunk number, the visit and how many equal visits come before it in the chunk>``,
+    the same for a chunk that has grown since (a log written to since its last import)."""
+    seen: Counter[str] = Counter()
+    fields = []
+    for text in texts:
+        fields.append("v:" + content_digest(f"{ordinal}\n{seen[text]}\n{text}"))
+        seen[text] += 1
+    return fields
+
+
+@dataclass
+class Summary:
+    """What an import did: lines read, page views counted (in all, and per local day) and lines
+    skipped by reason."""
+
+    file: str
+    format: str
+    include_all: bool = False
+    lines: int = 0
+    counted: int = 0
+    skipped: Counter[str] = field(default_factory=Counter)
+    days: Counter[str] = field(default_factory=Counter)
+
+    def skip(self, reason: str, count: int = 1) -> None:
+        self.skipped[reason] += count
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON of ``--json``: ``lines == counted + skipped_total``."""
+        skipped = {reason: self.skipped[reason] for reason in SKIP_REASONS}
+        skipped |= {reason: n for reason, n in sorted(self.skipped.items()) if reason not in skipped}
+        return {"file": self.file, "format": self.format, "all": self.include_all, "lines": self.lines,
+                "counted": self.counted, "skipped_total": sum(skipped.values()), "skipped": skipped,
+                "days": dict(sorted(self.days.items()))}
+
+
+class Importer:
+    """Applies chunks of visit dicts through ``visits.record_visits``, each at most once (the
+    import ledger), and keeps the summary."""
+
+    def __init__(self, conn: Any, summary: Summary) -> None:
+        self.conn = conn
+        self.summary = summary
+        self.ledger = keys.import_ledger()
+        self.ledger_ttl = get_settings().day_totals_days * DAY
+        self.ordinal = 0
+        self.seen_chunks: Counter[str] = Counter()
+
+    def apply(self, chunk: list[dict[str, Any]]) -> None:
+        """Apply one chunk (at most CHUNK visits; fewer only at the end of the input)."""
+        texts = [canonical(visit) for visit in chunk]
+        content = content_digest("\n".join(texts))
+        # equal chunks (a burst of equal lines) are told apart by how many came before in this input
+        chunk_field = "c:" + content_digest(f"{self.seen_chunks[content]}\n{content}")
+        self.seen_chunks[content] += 1
+        fields = visit_fields(self.ordinal, texts)
+        self.ordinal += 1
+        pipe = self.conn.pipeline(transaction=False)
+        pipe.hexists(self.ledger, chunk_field)
+        pipe.hmget(self.ledger, fields)
+        done, marks = pipe.execute()
+        if done:
+            self.summary.skip(ALREADY_IMPORTED, len(chunk))
+            return
+        fresh = [n for n, mark in enumerate(marks) if mark is None]
+        self.summary.skip(ALREADY_IMPORTED, len(chunk) - len(fresh))
+        batch = [chunk[n] for n in fresh]
+        accepted, refused = visits.prepare_batch(batch)  # what record_visits will refuse, for the summary
+        if batch:
+            message_id = "import:" + content_digest("\n".join(fields[n] for n in fresh))
+            self.summary.counted += visits.record_visits(self.conn, batch, message_id=message_id)
+        for _n, error in refused:
+            self.summary.skip(f"refused:{error.reason}")
+        for _n, visit in accepted:
+            self.summary.days[visit.view.day.isoformat()] += 1
+        if len(chunk) == CHUNK and not refused:
+            self.note([chunk_field])
+        else:  # a refused visit may be tried again; the accepted ones are noted one by one
+            self.note([fields[fresh[n]] for n, _visit in accepted])
+
+    def note(self, fields: list[str]) -> None:
+        """Note ``fields`` in the ledger as applied now, and keep the ledger COUNTERS_DAY_TOTALS_DAYS."""
+        if not fields:
+            return
+        now = int(time.time())
+        pipe = self.conn.pipeline(transaction=False)
+        pipe.hset(self.ledger, mapping=dict.fromkeys(fields, now))
+        pipe.expire(self.ledger, self.ledger_ttl)
+        pipe.execute()
+
+
+def require_secret() -> str:
+    """COUNTERS_SECRET: visitor and session ids are HMACs under it (ConfigurationError without it)."""
+    secret = get_settings().secret
+    if not secret:
+        raise ConfigurationError("COUNTERS_SECRET is not set: the import makes visitor ids (HMACs of the IPs) "
+                                 "with it; use the workers' value")
+    return secret
+
+
+def first_line_format(lines: Iterator[bytes | None]) -> tuple[str, list[bytes | None]]:
+    """The detected format (``detect_format``) and the lines read to find the first non-empty one
+    (to be imported first)."""
+    head: list[bytes | None] = []
+    for raw in lines:
+        head.append(raw)
+        if raw is not None and raw.strip():
+            return detect_format(raw.decode("utf-8", "replace")), head
+    return "combined", head
+
+
+def import_lines(conn: Any, lines: Iterable[bytes | None], fmt: str | None = None, *, include_all: bool = False,
+                 name: str = "-", progress: Callable[[int], None] | None = None) -> Summary:
+    """Import the lines of one input (``fmt`` None: detected from its first non-empty line) and
+    return the summary. Needs COUNTERS_SECRET and Redis (checked first); a line never stops it."""
+    secret = require_secret()
+    zone = get_settings().zone
+    conn.ping()
+    iterator = iter(lines)
+    head: list[bytes | None] = []
+    if fmt is None:
+        fmt, head = first_line_format(iterator)
+    elif fmt not in FORMATS:
+        raise InvalidInput(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    summary = Summary(name, fmt, include_all)
+    importer = Importer(conn, summary)
+    chunk: list[dict[str, Any]] = []
+    for raw in chain_lines(head, iterator):
         summary.lines += 1
-        if progress is not None and summary.lines % 1000 == 0:
+        outcome = line_visit(raw, fmt, secret, zone, include_all)
+        if isinstance(outcome, str):
+            summary.skip(outcome)
+        else:
+            chunk.append(outcome)
+            if len(chunk) == CHUNK:
+                importer.apply(chunk)
+                chunk = []
+                if progress:
+                    progress(summary.lines)
+        if progress and summary.lines % PROGRESS_EVERY == 0:
             progress(summary.lines)
-        if line is None:
-            summary.skipped["malformed"] += 1
-            continue
-        if not line.strip():
-            summary.lines -= 1
-            continue
-        if fmt is None:
-            fmt = detect_format(line)
-        try:
-            visit = parse_json_line(line, every) if fmt == "jsonl" else parse_log_line(line, every)
-            visits.check_visit(visit["ip"], visit["path"], visit.get("session_id"), visit["ts"])
-        except Skip as skip:
-            summary.skipped[skip.reason] += 1
-            continue
-        except InvalidInput as exc:
-            summary.skipped[f"invalid ({exc.reason})"] += 1
-            continue
-        summary.first = visit["ts"] if summary.first is None else min(summary.first, visit["ts"])
-        summary.last = visit["ts"] if summary.last is None else max(summary.last, visit["ts"])
-        chunk.append(visit)
-        if len(chunk) == CHUNK:
-            flush()
-    flush()
-    if progress is not None:
+    if chunk:
+        importer.apply(chunk)
+    if progress:
         progress(summary.lines)
-    summary.closed_day = refusals.counts(conn).get("closed_day", 0) - closed_before
     return summary
+
+
+def chain_lines(head: list[bytes | None], rest: Iterator[bytes | None]) -> Iterator[bytes | None]:
+    """The lines already read, then the others."""
+    yield from head
+    yield from rest

@@ -190,8 +190,8 @@ def counter_seen(message_id: str, *, tag: str) -> str:
 
 
 def import_ledger() -> str:
-    """HASH chunk message id -> epoch seconds it was applied: what ``counters-tasks import``
-    already counted (a re-run skips those chunks)."""
+    """HASH ``c:<chunk digest>`` or ``v:<visit digest>`` -> epoch seconds when ``counters-tasks
+    import`` applied it: what a later import of the same lines skips (one slot, ``{imports}``)."""
     return f"{prefix()}import:{{imports}}"
 
 
