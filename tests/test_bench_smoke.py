@@ -23,7 +23,7 @@ SMOKE = {
     "ingest.py": (["--visits", "600"], "all counts exact for every path"),
     "markers.py": (["--visits", "500"], "marker"),
     "cluster.py": (["--visits", "500", "--procs", "1"], "cluster"),
-    "longhaul.py": (["--days", "3", "--paths", "3000", "--visits-per-day", "200", "--every", "1", "--probe", "2000"],
+    "longhaul.py": (["--days", "3", "--paths", "20000", "--visits-per-day", "200", "--every", "1", "--probe", "2000"],
                     "longhaul targets met"),
 }
 
