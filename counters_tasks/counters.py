@@ -1,7 +1,7 @@
 """Named counters at several precisions (docs/design.md), with a cleaner whose cost follows the work due.
 
 Each counter is one HASH holding every precision's buckets (field ``bucket_start // precision *
-10 + precision index`` -> total: integer fields keep a small hash a compact listpack, ~210 bytes for
+10 + precision index`` -> total: integer fields keep a small hash a compact listpack, ~190 bytes for
 a counter hit once instead of ~940 for seven hashes). Counters hash into 256 tag groups; each
 group has a due index, a ZSET counter -> the earliest time one of its samples leaves the window,
 kept by the same Lua call that writes the buckets (one call per group a batch touches, one
