@@ -459,8 +459,9 @@ def rotate_all(conn: Any, now: float | None = None) -> int:
             if period is None:
                 continue
             idle = idle_for(int(period))
-            if idle is not None and last_write is not None and float(last_write) < now - idle:
-                log.info("ranking %r has had no write for %.0f days: deleted", name, (now - float(last_write)) / 86400)
+            written = None if last_write is None else (int(last_write) + 1) * int(interval) * 3600  # end of that slot
+            if idle is not None and written is not None and written < now - idle:
+                log.info("ranking %r has had no write for %.0f days: deleted", name, (now - written) / 86400)
                 delete_board(conn, name)
                 continue
             try:

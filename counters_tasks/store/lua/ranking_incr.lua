@@ -12,13 +12,13 @@
 -- watermark, never make current events late.
 -- Invariant kept by every ranking script: top[m] = -(sum of m over the slot hashes in the index),
 -- zero totals absent; an index entry exists exactly when its slot hash does.
--- The board's meta keeps the time of its latest write (lw, the server's clock): idle boards expire.
+-- The board's meta keeps the writer's clock slot of its latest write (lw): idle boards expire.
 -- Returns {status, 1 when the board is not yet confirmed in the registry (meta.reg unset) else 0,
 -- events ignored as late}; status 1 applied, 0 already applied (same message), 2 every event
 -- late, -1 the board exists with other settings, -5 the board is being rebuilt or deleted (the
 -- caller finishes that, then sends again; nothing written in either case).
 local ttl = tonumber(ARGV[1])
-local meta = redis.call('HMGET', KEYS[1], 'period', 'interval', 'wm', 'rot', 'reg', 'rb', 'del')
+local meta = redis.call('HMGET', KEYS[1], 'period', 'interval', 'wm', 'rot', 'reg', 'rb', 'del', 'lw')
 if meta[6] or meta[7] then
   return {-5, 0, 0}
 end
@@ -36,7 +36,9 @@ end
 if not meta[1] then
   redis.call('HSET', KEYS[1], 'period', ARGV[2], 'interval', ARGV[3])
 end
-redis.call('HSET', KEYS[1], 'lw', redis.call('TIME')[1])
+if not meta[8] or tonumber(meta[8]) < clock then
+  redis.call('HSET', KEYS[1], 'lw', ARGV[5])
+end
 local window = tonumber(ARGV[2]) / tonumber(ARGV[3])
 local wm = tonumber(meta[3])
 local rot = tonumber(meta[4])
