@@ -276,8 +276,8 @@ class Ranking:
         now_slot = self.slot_of(now)
         # rotating on a read is what beat would do, so only for a ``now`` not ahead of the clock
         may_rotate = now_slot <= self.slot_of(time.time())
-        args = [*self._slot_parts, now_slot, offset, limit, self.period_hours, self.interval_hours,
-                CORRECT_AT_MOST if may_rotate else -1]
+        args = [*self._slot_parts, now_slot, offset, limit, self.period_hours, self.interval_hours, CORRECT_AT_MOST]
+        rotated = False
         for _attempt in range(3):
             reply = run_script(self.conn, "ranking_top", self._board_keys, args)
             if reply == -1:
@@ -286,8 +286,11 @@ class Ranking:
                 finish_maintenance(self.conn, self.name)
             elif reply == -2:  # a slot hash expired under its safety-net TTL: recover, then read again
                 self.rebuild()
-            elif int(reply[0]) == 3:  # beat is late by many members: do its work, then read cheaply
+            elif int(reply[0]) == 3 and may_rotate and not rotated:  # beat is late: do its work, read again
                 self.rotate(now)
+                rotated = True
+            elif int(reply[0]) == 3:  # slots ahead of ``now``, or ``now`` ahead of the clock: read in parts
+                return self._corrected_in_parts(offset, limit, now_slot)
             else:
                 break
         else:
@@ -303,6 +306,35 @@ class Ranking:
             merged.sort(key=lambda p: (-p[1], p[0]))
             head = merged[offset:offset + limit]
         return head
+
+    def _corrected_in_parts(self, offset: int, limit: int, now_slot: int) -> list[tuple[str, int]]:
+        """``top`` for a window whose slots out of it hold more than CORRECT_AT_MOST members and
+        cannot be rotated (ahead of ``now``, or ``now`` ahead of the clock): those slots read with
+        HSCAN and the head of the totals by rank, in pages of PAGE_PER_CALL, merged here. Exact:
+        a member whose total does not change keeps its order, so it is among the first
+        ``offset + limit + len(changed)`` by rank if it belongs to the page."""
+        conn, board_keys = self.conn, self._board_keys
+        first_in, head_part, tail_part = now_slot - self.slots_in_window + 1, *self._slot_parts
+        outside = [int(as_str(s)) for s in conn.zrange(board_keys[2], 0, -1)]
+        outside = [s for s in outside if s < first_in or s > now_slot]
+        change: dict[str, int] = {}
+        for slot in outside:
+            for member, amount in conn.hscan_iter(f"{head_part}{slot}{tail_part}", count=PAGE_PER_CALL):
+                change[as_str(member)] = change.get(as_str(member), 0) + int(amount)
+        totals: dict[str, int] = {}
+        need = offset + limit + len(change)
+        for start in range(0, need, PAGE_PER_CALL):
+            page = conn.zrange(board_keys[1], start, min(start + PAGE_PER_CALL, need) - 1, withscores=True)
+            totals.update((as_str(m), -int(s)) for m, s in page)
+            if len(page) < PAGE_PER_CALL:
+                break
+        changed = list(change)
+        for start in range(0, len(changed), PAGE_PER_CALL):
+            part = changed[start:start + PAGE_PER_CALL]
+            for member, score in zip(part, conn.zmscore(board_keys[1], part), strict=True):
+                totals[member] = -int(score or 0) - change[member]
+        ranked = sorted(((m, t) for m, t in totals.items() if t > 0), key=lambda p: (-p[1], p[0]))
+        return ranked[offset:offset + limit]
 
     def rotate(self, now: float | None = None) -> int:
         """Drop the slots that left the window of ``now``; returns how many were dropped.

@@ -140,3 +140,20 @@ def test_idle_boards_go_with_the_rotation_job(raw_conn, monkeypatch):
     use_settings(monkeypatch, COUNTERS_BOARD_IDLE_DAYS=0)
     ranking.rotate_all(raw_conn, now + 500 * 86400)
     assert ranking.known_boards(raw_conn) == ["yearly"]
+
+
+def test_a_read_with_big_slots_ahead_of_its_now_is_exact_and_short(raw_conn, slowlog):
+    """``top(now=an hour ago)`` on a board whose current slot holds 20,000 members: that slot is
+    ahead of ``now`` and cannot be rotated away, so the read goes in bounded parts."""
+    now = time.time()
+    build_board(raw_conn, "ahead", now, members=80_000)  # ~20,000 members a slot
+    earlier = now - 3600
+    in_window = Counter()
+    for slot in range(ranking.slot_of(earlier, 1) - SLOTS + 1, ranking.slot_of(earlier, 1) + 1):
+        for member, amount in raw_conn.hscan_iter(keys.ranking_slot("ahead", slot), count=1000):
+            in_window[member.decode()] += int(amount)
+    raw_conn.slowlog_reset()
+    board = ranking.Ranking(raw_conn, "ahead")
+    assert board.top(0, 20, withscores=True, now=earlier) == ranked(in_window)[:20]
+    assert board.top(1000, 10, withscores=True, now=earlier) == ranked(in_window)[1000:1010]
+    assert slowlog() == []

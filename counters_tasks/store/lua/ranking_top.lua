@@ -9,7 +9,8 @@
 --         {2, the first offset+limit+k of top [member, score...], {member, total...} of the k
 --             corrected members}, {0} when the board does not exist, -1 other settings,
 --         -2 an indexed slot hash is missing (expired by its safety-net TTL: rebuild),
---         {3} expired slots hold more members than the limit (the caller rotates first),
+--         {3} the slots out of the window (expired, or ahead of now) hold more members than the
+--             limit (the caller rotates first, or reads in parts),
 --         -5 the board is being rebuilt or deleted (the caller finishes that first).
 local meta = redis.call('HMGET', KEYS[1], 'period', 'interval', 'rb', 'del')
 if meta[3] or meta[4] then
@@ -25,18 +26,18 @@ local n = tonumber(ARGV[6]) / tonumber(ARGV[7])
 local now_slot = tonumber(ARGV[3])
 local offset, limit = tonumber(ARGV[4]), tonumber(ARGV[5])
 local outside = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. (now_slot - n + 1))
-local most = tonumber(ARGV[8])
-if most >= 0 and #outside > 0 then
-  local expired = 0
-  for _, s in ipairs(outside) do
-    expired = expired + redis.call('HLEN', ARGV[1] .. s .. ARGV[2])
-  end
-  if expired > most then
-    return {3}
-  end
-end
 for _, s in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. now_slot, '+inf')) do
   outside[#outside + 1] = s
+end
+local most = tonumber(ARGV[8])
+if most >= 0 and #outside > 0 then
+  local members = 0
+  for _, s in ipairs(outside) do
+    members = members + redis.call('HLEN', ARGV[1] .. s .. ARGV[2])
+  end
+  if members > most then
+    return {3}
+  end
 end
 if #outside == 0 then  -- by rank: O(log N + limit) however deep the page; totals <= 0 sort last
   local page = redis.call('ZRANGE', KEYS[2], offset, offset + limit - 1, 'WITHSCORES')
