@@ -29,8 +29,9 @@ for c = 1, ncounters do
     i = i + 2
   end
   if redis.call('EXISTS', key) == 1 then
-    redis.call('ZADD', due, 'LT', first_due, member)
-    redis.call('ZADD', summary, 'LT', first_due, subset)
+    if redis.call('ZADD', due, 'LT', 'CH', first_due, member) == 1 then  -- new, or due earlier
+      redis.call('ZADD', summary, 'LT', first_due, subset)
+    end
   else
     redis.call('ZREM', due, member)
   end
