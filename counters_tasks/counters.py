@@ -79,15 +79,18 @@ def queue_counter_writes(conn: Any, pipe: Any, per_counter: dict[str, Buckets], 
     per ``message_id`` (parts after the first under ``<id>/c<n>``, the same on every delivery of
     the same counts). Returns the number of calls (replies: 1 applied, 0 already applied)."""
     keys.use(conn)
-    by_group: dict[str, list[tuple[str, list[tuple[int, int]]]]] = defaultdict(list)
+    by_group: dict[str, list[tuple[str, list[tuple[int, int, int]]]]] = defaultdict(list)
     for name, buckets in per_counter.items():
-        pairs = [(field_of(b, p), n) for p, per in buckets.items() for b, n in per.items() if n]
+        # (field, amount, when the bucket leaves the window)
+        pairs = [(b // p * 10 + PRECISION_INDEX[p], n, b + SAMPLE_COUNT * p)
+                 for p, per in buckets.items() for b, n in per.items() if n]
+        group = keys.counter_tag(name)
         for first in range(0, max(1, len(pairs)), FIELDS_PER_CALL):
-            by_group[keys.counter_tag(name)].append((name, pairs[first:first + FIELDS_PER_CALL]))
+            by_group[group].append((name, pairs[first:first + FIELDS_PER_CALL]))
     ttl = get_settings().dedupe_ttl if message_id is not None else 0
     calls = 0
     for group, entries in by_group.items():
-        parts: list[list[tuple[str, list[tuple[int, int]]]]] = [[]]
+        parts: list[list[tuple[str, list[tuple[int, int, int]]]]] = [[]]
         size = 0
         for name, pairs in entries:
             if size and size + len(pairs) > FIELDS_PER_CALL:
@@ -100,12 +103,11 @@ def queue_counter_writes(conn: Any, pipe: Any, per_counter: dict[str, Buckets], 
             script_keys: list[str] = []
             args: list[Any] = [ttl, len(part)]
             for name, pairs in part:
-                subset = keys.counter_subset(name)
-                script_keys += [keys.counter_hash(name, tag=group), keys.counter_due_subset(group, subset)]
-                first_due = min((leaves_window_at(*bucket_of(field)[::-1]) for field, _n in pairs), default=0)
-                args += [keys.counter_member(name), subset, first_due, len(pairs)]
-                for pair in pairs:
-                    args += pair
+                hash_key, due_key, member, subset = keys.counter_write_keys(name)
+                script_keys += [hash_key, due_key]
+                args += [member, subset, min((due for _f, _n, due in pairs), default=0), len(pairs)]
+                for field, amount, _due in pairs:
+                    args += [field, amount]
             script_keys.append(keys.counter_due(group))
             if ttl:
                 script_keys.append(keys.counter_seen(part_id, tag=group))

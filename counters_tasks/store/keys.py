@@ -178,6 +178,18 @@ def counter_scan(tag: str) -> str:
     return f"{prefix()}cnt:{{{tag}}}:scan"
 
 
+def counter_write_keys(name: str) -> tuple[str, str, str, int]:
+    """What a write of counter ``name`` needs: its hash, its due ZSET, its member there and its
+    subset number. Cached: this is the hot path of every write."""
+    return _counter_write_keys(prefix(), tag_key(), name)
+
+
+@functools.lru_cache(maxsize=65536)
+def _counter_write_keys(_prefix: str, _key: bytes, name: str) -> tuple[str, str, str, int]:
+    tag, subset = counter_tag(name), counter_subset(name)
+    return counter_hash(name, tag=tag), counter_due_subset(tag, subset), counter_member(name), subset
+
+
 def counter_groups() -> list[str]:
     """Every counter tag group (``TAG_GROUPS`` of them)."""
     return [f"c{n}" for n in range(TAG_GROUPS)]
