@@ -106,3 +106,13 @@ def test_counters_come_in_pages_that_cover_every_name_once(conn):
     assert sorted(seen) == sorted(names) and pages == 4
     assert client.get("/api/counters", params={"limit": 1001}).status_code == 400
     assert client.get("/api/counters", params={"cursor": "x"}).status_code == 400
+
+
+def test_every_answer_forbids_framing_sniffing_and_foreign_scripts(client, conn):
+    for path in ("/", "/api/counters", "/static/app.js", "/api/stats?day=nope"):
+        headers = client.get(path).headers
+        assert "frame-ancestors 'none'" in headers["content-security-policy"]
+        assert "script-src" not in headers["content-security-policy"]  # default-src 'self': own files only
+        assert headers["x-content-type-options"] == "nosniff" and headers["x-frame-options"] == "DENY"
+    guarded = TestClient(create_app(conn, auth=("ops", "pw"), health=fake_health))
+    assert guarded.get("/api/counters").headers["x-frame-options"] == "DENY"

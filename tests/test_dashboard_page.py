@@ -187,3 +187,14 @@ def test_dashboard_page_needs_no_internet(server):
     for asset in ("static/chart.js", "static/app.js", "static/style.css"):
         assert urllib.request.urlopen(f"{server}/{asset}", timeout=10).status == 200
     assert Path(REPO / "counters_tasks" / "ops" / "static" / "chart.js").exists()
+
+
+def test_a_bad_refresh_parameter_polls_at_the_default_pace(raw_conn, server, browser):
+    """``?refresh=abc`` once made the page poll in a tight loop (685 requests in 10 s)."""
+    demo_data.seed(raw_conn)
+    browser.navigate(f"{server}/?counter=hits&precision=60&refresh=abc")
+    browser.wait_until("Number(document.getElementById('counter').dataset.loaded) >= 1", what="the counter")
+    start = browser.evaluate("performance.now()")
+    browser.wait_until(f"performance.now() > {start + 3000}", timeout=10, what="3 seconds of the page")
+    loads = browser.evaluate("Number(document.getElementById('counter').dataset.loaded)")
+    assert loads <= 2, loads  # the default 5 s refresh: one load, maybe two; a tight loop makes hundreds

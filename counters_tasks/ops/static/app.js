@@ -4,7 +4,9 @@
 (function () {
   "use strict";
   var params = new URLSearchParams(location.search);
-  var REFRESH = Math.max(250, parseInt(params.get("refresh") || "5000", 10));
+  // ?refresh=<ms>: 250 ms to 10 min; anything else (e.g. ?refresh=abc: NaN) means the default 5 s
+  var asked = parseInt(params.get("refresh") || "", 10);
+  var REFRESH = isFinite(asked) ? Math.min(600000, Math.max(250, asked)) : 5000;
   var $ = function (id) { return document.getElementById(id); };
 
   function api(path, query) {
