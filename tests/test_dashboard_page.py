@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import urllib.request
 from datetime import timedelta
 from pathlib import Path
@@ -198,3 +199,21 @@ def test_a_bad_refresh_parameter_polls_at_the_default_pace(raw_conn, server, bro
     browser.wait_until(f"performance.now() > {start + 3000}", timeout=10, what="3 seconds of the page")
     loads = browser.evaluate("Number(document.getElementById('counter').dataset.loaded)")
     assert loads <= 2, loads  # the default 5 s refresh: one load, maybe two; a tight loop makes hundreds
+
+
+def test_forty_health_requests_at_once_never_hang_the_server(raw_conn, stack, server):
+    """40 concurrent /api/health requests once deadlocked kombu's producer pool under the
+    workers' ping: every endpoint then timed out for good."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def health_status(_n: int) -> int:
+        with urllib.request.urlopen(server + "/api/health", timeout=30) as response:
+            return response.status
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(40) as pool:
+        statuses = list(pool.map(health_status, range(40)))
+    assert statuses == [200] * 40
+    assert time.monotonic() - started < 30
+    assert "counters" in get_json(server + "/api/counters")  # and the server still answers
+    assert get_json(server + "/api/health")["redis"]["ok"]

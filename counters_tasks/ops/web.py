@@ -11,6 +11,8 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
+import threading
+import time
 from collections.abc import Callable
 from importlib import resources
 from typing import Any
@@ -93,13 +95,46 @@ def _default_health(_conn: Any) -> dict:
     return health.report(ping_timeout=1.0, beat_max_age=180.0)
 
 
+class SharedHealth:
+    """One health check at a time, its report shared for ``fresh_for`` seconds.
+
+    Concurrent ``/api/health`` requests each pinging the workers once exhausted kombu's producer
+    pool and deadlocked the server (40 at once were enough): here the first request checks, the
+    others wait for its report (at most ``wait`` seconds, then answer that a check is running).
+    """
+
+    def __init__(self, check: Callable[[Any], dict], fresh_for: float = 2.0, wait: float = 15.0) -> None:
+        self.check, self.fresh_for, self.wait = check, fresh_for, wait
+        self.lock = threading.Lock()
+        self.last: tuple[float, dict] | None = None
+
+    def _fresh(self) -> dict | None:
+        last = self.last
+        return last[1] if last is not None and time.monotonic() - last[0] < self.fresh_for else None
+
+    def __call__(self, conn: Any) -> dict:
+        report = self._fresh()
+        if report is not None:
+            return report
+        if not self.lock.acquire(timeout=self.wait):
+            return {"ok": False, "error": "a health check is still running; try again"}
+        try:
+            report = self._fresh()
+            if report is None:
+                report = self.check(conn)
+                self.last = (time.monotonic(), report)
+            return report
+        finally:
+            self.lock.release()
+
+
 def create_app(conn: Any = None, auth: tuple[str, str] | None | bool = True,
                health: Callable[[Any], dict] | None = None) -> ASGIApp:
     """The dashboard app over ``conn`` (default: the configured Redis). ``auth``: True reads
     ``COUNTERS_DASHBOARD_AUTH``; a ``(user, password)`` pair; or None/False for none."""
     if auth is True:
         auth = get_settings().dashboard_auth
-    get_health = health or _default_health
+    get_health = SharedHealth(health or _default_health)
 
     def connection() -> Any:
         return conn if conn is not None else get_redis()
