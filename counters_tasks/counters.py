@@ -82,8 +82,7 @@ def queue_counter_writes(conn: Any, pipe: Any, per_counter: dict[str, Buckets], 
     by_group: dict[str, list[tuple[str, list[tuple[int, int, int]]]]] = defaultdict(list)
     for name, buckets in per_counter.items():
         # (field, amount, when the bucket leaves the window)
-        pairs = [(b // p * 10 + PRECISION_INDEX[p], n, b + SAMPLE_COUNT * p)
-                 for p, per in buckets.items() for b, n in per.items() if n]
+        pairs = [(field_of(b, p), n, leaves_window_at(b, p)) for p, per in buckets.items() for b, n in per.items() if n]
         group = keys.counter_tag(name)
         for first in range(0, max(1, len(pairs)), FIELDS_PER_CALL):
             by_group[group].append((name, pairs[first:first + FIELDS_PER_CALL]))

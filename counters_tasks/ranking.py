@@ -165,12 +165,12 @@ def write_events(conn: Any, calls: Sequence[tuple[Sequence[RankingEvent], str | 
         if not events or any(event.board != events[0].board for event in events):
             raise ValueError("every call holds events of exactly one board")
 
-    def queue(pipe: Any) -> None:
-        for events, message_id in calls:
+    def queue(pipe: Any, some: Sequence[tuple[Sequence[RankingEvent], str | None]]) -> None:
+        for events, message_id in some:
             script_keys, args = _incr_call(events[0].board, events, message_id)
             run_script(conn, "ranking_incr", script_keys, args, client=pipe)
 
-    [replies] = execute_in_order(conn, queue) if calls else [[]]
+    [replies] = execute_in_order(conn, lambda pipe: queue(pipe, calls)) if calls else [[]]
     for _attempt in range(3):  # a board being rebuilt or deleted: finish that, then send again
         busy = [n for n, (status, _u, _l) in enumerate(replies) if int(status) == BUSY]
         if not busy:
@@ -178,9 +178,7 @@ def write_events(conn: Any, calls: Sequence[tuple[Sequence[RankingEvent], str | 
         for name in {calls[n][0][0].board.name for n in busy}:
             finish_maintenance(conn, name)
         again = [calls[n] for n in busy]
-        [resent] = execute_in_order(conn, lambda pipe, again=again: [
-            run_script(conn, "ranking_incr", *_incr_call(events[0].board, events, message_id), client=pipe)
-            for events, message_id in again])
+        [resent] = execute_in_order(conn, lambda pipe, again=again: queue(pipe, again))
         for n, reply in zip(busy, resent, strict=True):
             replies[n] = reply
     results: list[int | InvalidInput] = []

@@ -36,14 +36,7 @@ def record(conn: Any, kind: str, message_id: str | None, refused: Sequence[tuple
         log.warning("%s %s%s refused (%s): %s", kind, message_id, where, error.reason, error)
     if len(refused) > LOGGED_PER_MESSAGE:
         log.warning("%s %s: %d more items refused", kind, message_id, len(refused) - LOGGED_PER_MESSAGE)
-    by_reason = Counter(error.reason for _index, error in refused)
-    args: list[Any] = [get_settings().dedupe_ttl if message_id is not None else 0]
-    for reason, count in sorted(by_reason.items()):
-        args += [reason, count]
-    script_keys = [keys.refusal_counts()]
-    if message_id is not None:
-        script_keys.append(keys.refusal_seen(message_id))
-    run_script(conn, "refusal_count", script_keys, args)
+    _count(conn, message_id, Counter(error.reason for _index, error in refused))
 
 
 def record_partial(conn: Any, kind: str, message_id: str | None, count: int) -> None:
@@ -55,10 +48,17 @@ def record_partial(conn: Any, kind: str, message_id: str | None, count: int) -> 
         return
     log.warning("%s %s: %d item(s) of a closed day counted without that day's unique visitors",
                 kind, message_id, count)
-    args: list[Any] = [get_settings().dedupe_ttl if message_id is not None else 0, ClosedDay.reason, count]
+    _count(conn, None if message_id is None else f"{message_id}/closed", Counter({ClosedDay.reason: count}))
+
+
+def _count(conn: Any, marker_id: str | None, by_reason: Counter[str]) -> None:
+    """Add ``by_reason`` to the counts, once per ``marker_id`` (none: every time)."""
+    args: list[Any] = [get_settings().dedupe_ttl if marker_id is not None else 0]
+    for reason, count in sorted(by_reason.items()):
+        args += [reason, count]
     script_keys = [keys.refusal_counts()]
-    if message_id is not None:
-        script_keys.append(keys.refusal_seen(f"{message_id}/closed"))
+    if marker_id is not None:
+        script_keys.append(keys.refusal_seen(marker_id))
     run_script(conn, "refusal_count", script_keys, args)
 
 

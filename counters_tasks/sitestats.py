@@ -154,8 +154,8 @@ def queue_views(conn: Any, pipe: Any, views: Iterable[SiteView], message_id: str
                        keys.site_day_pairs(day, tag=tag)]
         if ttl:
             script_keys.append(keys.site_seen(part_id, tag=tag))
-        args: list[Any] = [ttl, mode, visitors_expire_at(day), max(1, settings.day_grace_days) * days.DAY,
-                           totals_expire_at(day), totals_days() * days.DAY, settings.max_day_paths, len(day_views)]
+        args: list[Any] = [ttl, mode, visitors_expire_at(day), days.kept_from_now(settings.day_grace_days),
+                           totals_expire_at(day), days.kept_from_now(totals_days()), settings.max_day_paths, len(day_views)]
         args += [view.visitor for view in day_views]
         per_path: dict[str, list[str]] = defaultdict(list)
         for view in day_views:

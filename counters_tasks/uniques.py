@@ -83,7 +83,7 @@ def _fix_expected(conn: Any, day: date) -> int:
     previous = conn.get(keys.uniques_count(day - timedelta(days=1)))
     figure = expected_from_count(int(previous) if previous is not None else None)
     fixed = int(run_script(conn, "unique_expected", [keys.uniques_expected(day)],
-                           [figure, count_expire_at(day), count_days() * days.DAY]))
+                           [figure, count_expire_at(day), days.kept_from_now(count_days())]))
     _remember(day, fixed)
     return fixed
 
@@ -128,8 +128,8 @@ def queue_ids(conn: Any, pipe: Any, day: date, numbers: Iterable[int], expected:
     script_keys = [keys.uniques_expected(day, tag=tag), keys.uniques_count(day, tag=tag),
                    keys.uniques_open(day, tag=tag), keys.uniques_overflow(day, tag=tag)]
     ttl = get_settings().dedupe_ttl if message_id is not None else 0
-    args: list[Any] = [ttl, expected, shards_expire_at(day), max(1, shard_days()) * days.DAY, count_expire_at(day),
-                       count_days() * days.DAY, len(per_shard)]
+    args: list[Any] = [ttl, expected, shards_expire_at(day), days.kept_from_now(shard_days()), count_expire_at(day),
+                       days.kept_from_now(count_days()), len(per_shard)]
     for shard, members in sorted(per_shard.items()):
         script_keys.append(keys.uniques_shard(day, shard, tag=tag))
         args += [shard, len(members), *members]

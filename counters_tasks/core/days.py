@@ -16,7 +16,7 @@ from ..errors import InvalidInput
 from .settings import get_settings
 from .validation import check_day
 
-__all__ = ["DAY", "check_day", "day_end", "day_start", "days_between", "kept_until", "local_day",
+__all__ = ["DAY", "check_day", "day_end", "day_start", "days_between", "kept_from_now", "kept_until", "local_day",
            "today"]
 
 DAY = 86400
@@ -62,6 +62,12 @@ def day_end(day: date) -> int:
 def days_between(start: date, end: date) -> list[date]:
     """Every day from ``start`` to ``end``, both included (empty when ``start > end``)."""
     return [start + timedelta(days=i) for i in range((end - start).days + 1)]
+
+
+def kept_from_now(days_after: int) -> int:
+    """Seconds data written now is kept: ``days_after`` days, at least one (a back-filled day
+    opened today stays open for a day even when its grace is 0)."""
+    return max(1, days_after) * DAY
 
 
 def kept_until(day: date, days_after: int) -> int:
