@@ -4,7 +4,7 @@ BIN := $(VENV)/bin
 VISITS ?= 5000
 PYTEST_ARGS ?=
 
-.PHONY: install run demo test test-cluster lint bench screenshots
+.PHONY: install run demo test test-cluster test-oldest test-redis-server constraints lint bench screenshots
 
 install:
 	@VENV=$(VENV) scripts/bootstrap.sh
@@ -23,6 +23,25 @@ test: install
 # cluster, scale-out checks and a failover; torn down afterwards.
 test-cluster: install
 	$(BIN)/python scripts/test-cluster.py $(PYTEST_ARGS)
+
+# The suite's data, task and worker tests on the floors of the core dependencies (constraints/oldest.txt),
+# in a venv of their own.
+test-oldest:
+	@VENV=.venv-oldest CONSTRAINTS=constraints/oldest.txt scripts/bootstrap.sh
+	.venv-oldest/bin/python -m pytest -q -m "not processes" $(PYTEST_ARGS)
+	.venv-oldest/bin/python -m pytest -q tests/test_worker_and_beat.py tests/test_batches.py $(PYTEST_ARGS)
+
+# Debian's redis-server (when installed) instead of the embedded Valkey: the data and worker tests, and
+# the TLS tests, which need a server built with TLS.
+test-redis-server: install
+	COUNTERS_REDIS_SERVER=redis-server $(BIN)/python -m pytest -q -m "not processes" $(PYTEST_ARGS)
+	COUNTERS_REDIS_SERVER=redis-server $(BIN)/python -m pytest -q tests/faults/test_security.py \
+		tests/test_worker_and_beat.py $(PYTEST_ARGS)
+
+# Pin what `make install` installs to what is installed now (after a change of pyproject.toml, in a fresh venv).
+constraints: install
+	@{ sed -n '/^#/p' constraints/tested.txt; $(BIN)/python -m pip freeze --exclude-editable | grep -v '^-e'; } \
+		> constraints/tested.txt.new && mv constraints/tested.txt.new constraints/tested.txt
 
 bench: install
 	$(BIN)/python bench/counters.py

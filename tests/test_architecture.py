@@ -66,12 +66,14 @@ def resolve(module: str, node: ast.ImportFrom | ast.Import) -> list[str]:
 def imports(module: str) -> tuple[set[str], list[tuple[int, str]]]:
     """(modules imported at module level, [(line, module) imported inside a function or class])."""
     tree = ast.parse(MODULES[module].read_text())
+    module_level = list(tree.body)  # and what a module-level try (an optional dependency) imports
+    module_level += [n for t in tree.body if isinstance(t, ast.Try) for n in t.body]
     top: set[str] = set()
     nested: list[tuple[int, str]] = []
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             targets = resolve(module, node)
-            if node in tree.body:
+            if node in module_level:
                 top.update(targets)
             else:
                 nested += [(node.lineno, t) for t in targets]

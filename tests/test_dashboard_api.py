@@ -18,7 +18,11 @@ from tests.support.servers import use_settings
 
 with warnings.catch_warnings():  # Starlette 1.x asks for httpx2; httpx works on every version we allow
     warnings.simplefilter("ignore")
-    from starlette.testclient import TestClient
+    from starlette.testclient import TestClient as StarletteTestClient
+
+
+def TestClient(app, **options):  # noqa: N802  requests as a browser on this machine sends them
+    return StarletteTestClient(app, **{"base_url": "http://127.0.0.1:8000", **options})
 
 
 def fake_health(_conn):
@@ -116,3 +120,33 @@ def test_every_answer_forbids_framing_sniffing_and_foreign_scripts(client, conn)
         assert headers["x-content-type-options"] == "nosniff" and headers["x-frame-options"] == "DENY"
     guarded = TestClient(create_app(conn, auth=("ops", "pw"), health=fake_health))
     assert guarded.get("/api/counters").headers["x-frame-options"] == "DENY"
+
+
+@pytest.mark.parametrize("host, auth, hosts, status", [
+    ("127.0.0.1:8000", None, (), 200),
+    ("localhost", None, (), 200),
+    ("[::1]:8000", None, (), 200),
+    ("evil.example", None, (), 400),  # DNS rebinding: a page of another site resolved to this machine
+    ("stats.example.org", None, ("stats.example.org",), 200),
+    ("evil.example", None, ("stats.example.org",), 400),
+    ("evil.example", ("ops", "pw"), (), 200),  # with auth no Host list is needed (the password guards it)
+    ("evil.example", ("ops", "pw"), ("stats.example.org",), 400),
+])
+def test_the_host_allowlist(conn, host, auth, hosts, status):
+    client = TestClient(create_app(conn, auth=auth, health=fake_health, hosts=hosts), base_url=f"http://{host}")
+    headers = {"Authorization": "Basic b3BzOnB3"} if auth else {}
+    response = client.get("/api/counters", headers=headers)
+    assert response.status_code == status, response.text
+    assert response.headers["x-frame-options"] == "DENY"  # refusals carry the security headers too
+
+
+def test_hosts_come_from_the_environment(conn, monkeypatch):
+    monkeypatch.setenv("COUNTERS_DASHBOARD_HOSTS", "a.example, b.example")
+    reset_settings()
+    try:
+        app = create_app(conn, auth=None, health=fake_health)
+        assert TestClient(app, base_url="http://b.example").get("/api/counters").status_code == 200
+        assert TestClient(app, base_url="http://c.example").get("/api/counters").status_code == 400
+    finally:
+        monkeypatch.delenv("COUNTERS_DASHBOARD_HOSTS")
+        reset_settings()

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from datetime import timedelta
 from pathlib import Path
@@ -217,3 +218,58 @@ def test_forty_health_requests_at_once_never_hang_the_server(raw_conn, stack, se
     assert time.monotonic() - started < 30
     assert "counters" in get_json(server + "/api/counters")  # and the server still answers
     assert get_json(server + "/api/health")["redis"]["ok"]
+
+
+def test_sigterm_stops_a_server_whose_handlers_are_stuck(tmp_path):
+    """A Redis that accepts connections and never answers (here with a 120 s client timeout, as a
+    user may set): handler threads block in their calls, and SIGTERM must still stop the server
+    within its shutdown grace (uvicorn alone waits for the stuck requests for good)."""
+    import signal
+    import socket
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from counters_tasks.ops.web import SHUTDOWN_GRACE
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(64)
+    held: list[socket.socket] = []
+    threading.Thread(target=lambda: [held.append(silent.accept()[0]) for _ in range(64)], daemon=True).start()
+    port = free_port()
+    env = celery_env(f"redis://127.0.0.1:{silent.getsockname()[1]}/0", COUNTERS_REDIS_TIMEOUT="120")
+    env.pop("COUNTERS_DASHBOARD_AUTH", None)
+    log = open(tmp_path / "serve.log", "wb")
+    process = subprocess.Popen([sys.executable, "-m", "counters_tasks.ops.cli", "serve", "--port", str(port)],
+                               cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+
+    def status(path: str) -> int:
+        try:
+            with urllib.request.urlopen(base + path, timeout=150) as response:
+                return response.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+        except OSError:
+            return 0
+
+    pool = ThreadPoolExecutor(6)
+    try:
+        wait_until(lambda: status("/static/app.js") == 200, timeout=30, what="the server to answer")
+        stuck = [pool.submit(status, "/api/counters") for _ in range(6)]
+        wait_until(lambda: len(held) >= 1, timeout=30, what="a handler to block on the silent Redis")
+        signalled = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        # an orderly stop: 0, or dying of the SIGTERM uvicorn re-raises once it has shut down
+        assert process.wait(SHUTDOWN_GRACE + 10) in (0, -signal.SIGTERM)
+        assert time.monotonic() - signalled < SHUTDOWN_GRACE + 5
+        assert "Application shutdown complete" in (tmp_path / "serve.log").read_text()
+        assert all(f.result(timeout=10) != 200 for f in stuck)  # nothing pretended to answer
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        pool.shutdown(wait=False, cancel_futures=True)
+        for conn in held:
+            conn.close()
+        silent.close()

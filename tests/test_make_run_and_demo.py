@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import base64
+import json
 import os
+import re
 import signal
 import subprocess
+import sys
 import urllib.error
 import urllib.request
 
@@ -29,7 +32,7 @@ def test_make_demo_counts_exactly_and_exits_cleanly(tmp_path):
     result = subprocess.run(["make", "demo", "VISITS=600"], cwd=REPO, env=user_env(tmp_path),
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "private redis-server" in result.stdout
+    assert re.search(r"private (redis|valkey)-server at", result.stdout)
     assert "exact: yes" in result.stdout
     rows = [line.split() for line in result.stdout.splitlines() if line.startswith("/")]
     assert len(rows) == 8 and sum(int(row[1]) for row in rows) == 600
@@ -65,13 +68,22 @@ def test_make_run_starts_the_stack_and_stops_it_on_ctrl_c(tmp_path):
         url = f"http://127.0.0.1:{flower_port}/api/workers"
         wait_until(lambda: _get(url, auth) == 200, timeout=60, what="Flower to answer")
         assert _get(url) == 401  # basic auth is on
-        redis_url = next(line.split(" at ")[1].split()[0] for line in output().splitlines() if "private redis-server" in line)
+        redis_url = private_redis_url(output())
+        assert redis_url == "redis://127.0.0.1:6379/0", "6379 was free: the stack must take it"
+        # a new shell: the env file's lines, as the README's snippets use them
+        sourced = subprocess.run(["bash", "-c", f"source {tmp_path}/home/env && echo $COUNTERS_REDIS_URL && "
+                                  "command -v counters-tasks"], env=user_env(tmp_path, PATH="/usr/bin:/bin"),
+                                 capture_output=True, text=True, timeout=30)
+        url_line, cli_path = sourced.stdout.split()
+        assert url_line == redis_url and cli_path == str(REPO / ".venv" / "bin" / "counters-tasks")
     finally:
-        os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+        os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole process group
         process.wait(90)
     text = output()
-    for name in ("flower", "beat", "worker", "redis"):
-        assert f"{name:<8} stopped" in text, text[-3000:]
+    stops = [line.split()[0] for line in text.splitlines() if line.endswith(" stopped")]
+    assert stops == ["flower", "beat", "worker", "redis"], text[-3000:]  # the documented order
+    worker_log = (tmp_path / "home" / "logs" / "worker.log").read_text()
+    assert not re.search(r"Cannot connect|Connection refused|ConnectionError|Error 111", worker_log), worker_log[-3000:]
     import redis
 
     port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
@@ -81,6 +93,38 @@ def test_make_run_starts_the_stack_and_stops_it_on_ctrl_c(tmp_path):
     except redis.ConnectionError:
         still_up = False
     assert not still_up, "the private redis-server must be stopped"
+
+
+def private_redis_url(output: str) -> str:
+    return next(line.split(" at ")[1].split()[0] for line in output.splitlines() if re.search(r"private \S+-server at", line))
+
+
+def test_port_6379_taken_is_said_loudly_and_the_cli_follows_the_env_file(tmp_path, redis_url):
+    """Another Redis holds the wanted port: the stack says so, by whom, takes another port and
+    writes it in the env file; the CLI in a new shell (no COUNTERS_REDIS_URL) finds the stack."""
+    taken = int(redis_url.rsplit(":", 1)[1].split("/")[0])  # the test session's own Redis
+    env = user_env(tmp_path, COUNTERS_REDIS_PORT=str(taken))
+    log = open(tmp_path / "run.log", "w+")
+    process = subprocess.Popen([sys.executable, "-m", "counters_tasks", "run", "--no-flower", "--concurrency", "1"],
+                               cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
+                               start_new_session=True)
+    output = lambda: (tmp_path / "run.log").read_text()  # noqa: E731
+    try:
+        wait_until(lambda: "ready" in output() or process.poll() is not None, timeout=120, what="the stack")
+        text = output()
+        assert re.search(rf"!!! port {taken} is taken by another (redis|valkey) server", text), text
+        stack_url = private_redis_url(text)
+        assert f":{taken}/" not in stack_url
+        env_lines = (tmp_path / "home" / "env").read_text()
+        assert f"export COUNTERS_REDIS_URL={stack_url}" in env_lines
+        assert (tmp_path / "home" / "env").stat().st_mode & 0o777 == 0o600  # it holds the secret
+        health = subprocess.run([sys.executable, "-m", "counters_tasks", "health", "--json"], cwd=tmp_path,
+                                env=user_env(tmp_path), capture_output=True, text=True, timeout=60)
+        report = json.loads(health.stdout)
+        assert report["redis"]["ok"] and report["workers"]["names"], health.stdout + health.stderr
+    finally:
+        os.killpg(process.pid, signal.SIGINT)
+        process.wait(90)
 
 
 def test_make_screenshots_writes_both_images(tmp_path):

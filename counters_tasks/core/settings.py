@@ -80,9 +80,11 @@ class Settings:
     # operator tools and the local stack
     redis_url_given: bool = False  # COUNTERS_REDIS_URL was set (else the local stack starts a Redis)
     dashboard_auth: tuple[str, str] | None = None
+    dashboard_hosts: tuple[str, ...] = ()  # Host headers the dashboard answers (empty: loopback names only)
     home: Path = Path(".counters-tasks")
     flower_auth: str | None = None
     flower_port: int = 5555
+    redis_port: int = 6379  # the port the local stack's private Redis takes (another one when taken, loudly)
 
     @property
     def restore_interval(self) -> int:
@@ -214,9 +216,11 @@ def load_settings(env: dict | None = None) -> Settings:
         beat_max_interval=_float(env, "COUNTERS_BEAT_MAX_INTERVAL", 5.0),
         celery_config_module=env.get("CELERY_CONFIG_MODULE") or None,
         dashboard_auth=_user_password(env, "COUNTERS_DASHBOARD_AUTH"),
+        dashboard_hosts=tuple(h.strip() for h in env.get("COUNTERS_DASHBOARD_HOSTS", "").split(",") if h.strip()),
         home=Path(env.get("COUNTERS_HOME") or ".counters-tasks").resolve(),
         flower_auth=flower_auth,
         flower_port=_int(env, "FLOWER_PORT", 5555, minimum=1),
+        redis_port=_int(env, "COUNTERS_REDIS_PORT", 6379, minimum=1),
     )
     check_dedupe_window(settings)
     return settings

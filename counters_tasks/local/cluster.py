@@ -1,14 +1,15 @@
 """A private Redis Cluster on loopback ports: for ``make test-cluster`` and the cluster benchmark.
 
-Debian's ``redis-server`` with ``cluster-enabled yes``, joined with
-``redis-cli --cluster create ... --cluster-yes``; every node keeps its files in its own folder.
+Redis servers (``redis_server.server_binary``: Debian's or the embedded Valkey) with
+``cluster-enabled yes``, joined the way ``redis-cli --cluster create`` does it, by plain
+commands (so no ``redis-cli`` is needed): each master takes an even share of the 16384 slots
+(CLUSTER ADDSLOTSRANGE) and a config epoch of its own, the nodes MEET, and each replica
+REPLICATEs its master. Every node keeps its files in its own folder.
 """
 
 from __future__ import annotations
 
 import random
-import shutil
-import subprocess
 from pathlib import Path
 
 import redis
@@ -49,15 +50,36 @@ class RedisClusterProcesses:
                 "--repl-diskless-sync-delay", "0",
             ])
             self.nodes.append(node.start())
-        cli = shutil.which("redis-cli") or "/usr/bin/redis-cli"
-        subprocess.run(
-            [cli, "--cluster", "create", *[f"127.0.0.1:{n.port}" for n in self.nodes],
-             "--cluster-replicas", str(self.replicas), "--cluster-yes"],
-            check=True, capture_output=True, timeout=timeout,
-        )
+        self.join(timeout)
         self.wait_ok(timeout)
         self.wait_replicas(timeout)
         return self
+
+    def join(self, timeout: float = 60.0) -> None:
+        """Assign the slots, introduce the nodes to each other and attach the replicas."""
+        clients = [redis.Redis(port=n.port, decode_responses=True, socket_timeout=5) for n in self.nodes]
+        masters, replicas = clients[:self.masters], clients[self.masters:]
+        for n, client in enumerate(masters):
+            first, last = 16384 * n // self.masters, 16384 * (n + 1) // self.masters - 1
+            client.execute_command("CLUSTER", "ADDSLOTSRANGE", first, last)
+            client.execute_command("CLUSTER", "SET-CONFIG-EPOCH", n + 1)
+        for node in self.nodes[1:]:
+            clients[0].execute_command("CLUSTER", "MEET", "127.0.0.1", node.port)
+
+        def all_known() -> bool:
+            try:
+                return all(len(c.execute_command("CLUSTER", "NODES").splitlines()) == len(clients) for c in clients)
+            except redis.RedisError:
+                return False
+
+        wait_until(all_known, timeout, interval=0.05, what="the cluster nodes to know each other")
+        master_ids = [c.execute_command("CLUSTER", "MYID") for c in masters]
+        for n, replica in enumerate(replicas):
+            master_id = master_ids[n % self.masters]
+            wait_until(lambda r=replica, m=master_id: _replicate(r, m), timeout, interval=0.05,
+                       what="a replica to attach to its master")
+        for client in clients:
+            client.close()
 
     def wait_ok(self, timeout: float = 60.0) -> None:
         """Until every live node says the cluster is ok and all slots are served."""
@@ -104,3 +126,14 @@ class RedisClusterProcesses:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _replicate(replica: redis.Redis, master_id: str) -> bool:
+    """CLUSTER REPLICATE, once the replica has heard of its master (False: not yet)."""
+    try:
+        replica.execute_command("CLUSTER", "REPLICATE", master_id)
+    except redis.ResponseError as exc:
+        if "Unknown node" in str(exc):
+            return False
+        raise
+    return True

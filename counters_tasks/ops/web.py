@@ -3,22 +3,29 @@
 The endpoints return the same dicts as the CLI's ``--json`` (``counters_tasks.views``). The
 page and its chart code are served from the package (``static/``): no CDN, it works offline.
 Optional basic auth: ``COUNTERS_DASHBOARD_AUTH=user:password`` (read when the app is made).
-Handlers are plain functions, so Starlette runs the blocking Redis calls in its thread pool.
+Without it, only requests whose Host is a loopback name or one of ``COUNTERS_DASHBOARD_HOSTS``
+are answered (a page of another site cannot reach it by DNS rebinding).
+Handlers are plain functions, so Starlette runs the blocking Redis calls in its thread pool,
+bounded by ``THREADS``; ``serve`` bounds the connections and the shutdown (``run``).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hmac
+import os
 import threading
 import time
 from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
+import anyio.to_thread
 import redis
 from starlette.applications import Starlette
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
@@ -30,6 +37,14 @@ from ..errors import InvalidInput
 from ..store.client import get_redis
 from . import health, views
 
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
+"""The Host names an unauthenticated dashboard answers besides ``COUNTERS_DASHBOARD_HOSTS``."""
+THREADS = 8
+"""Handler threads at most (Redis calls, health checks): what a hung backend can hold."""
+MAX_CONNECTIONS = 64
+"""Open connections at most; past it the server answers 503 at once."""
+SHUTDOWN_GRACE = 5.0
+"""Seconds requests still running get after SIGTERM before the server exits anyway."""
 ARGUMENT = {"from": "start", "to": "end"}
 """Query parameters whose view argument has another name (``from`` is a Python keyword)."""
 STATIC = resources.files(__package__).joinpath("static")
@@ -129,11 +144,14 @@ class SharedHealth:
 
 
 def create_app(conn: Any = None, auth: tuple[str, str] | None | bool = True,
-               health: Callable[[Any], dict] | None = None) -> ASGIApp:
+               health: Callable[[Any], dict] | None = None, hosts: tuple[str, ...] | None = None) -> ASGIApp:
     """The dashboard app over ``conn`` (default: the configured Redis). ``auth``: True reads
-    ``COUNTERS_DASHBOARD_AUTH``; a ``(user, password)`` pair; or None/False for none."""
+    ``COUNTERS_DASHBOARD_AUTH``; a ``(user, password)`` pair; or None/False for none. ``hosts``:
+    the Host names answered (default ``COUNTERS_DASHBOARD_HOSTS``); without auth the loopback
+    names are added, and an empty list means only those; with auth an empty list means any."""
     if auth is True:
         auth = get_settings().dashboard_auth
+    hosts = tuple(get_settings().dashboard_hosts if hosts is None else hosts)
     get_health = SharedHealth(health or _default_health)
 
     def connection() -> Any:
@@ -171,7 +189,30 @@ def create_app(conn: Any = None, auth: tuple[str, str] | None | bool = True,
         Route("/api/health", endpoint(get_health)),
         Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
     ]
-    app: ASGIApp = Starlette(routes=routes)
+    app: ASGIApp = Starlette(routes=routes, lifespan=_bounded_threads)
     if auth:
         app = BasicAuth(app, *auth)
+    if hosts or not auth:
+        app = TrustedHostMiddleware(app, allowed_hosts=[*hosts, *([] if auth else LOOPBACK_HOSTS)])
     return SecurityHeaders(app)
+
+
+@contextlib.asynccontextmanager
+async def _bounded_threads(_app: Any) -> Any:
+    """At most THREADS handlers run at once (the rest wait their turn, not in new threads)."""
+    anyio.to_thread.current_default_thread_limiter().total_tokens = THREADS
+    yield
+
+
+def run(app: ASGIApp, host: str, port: int) -> None:
+    """Serve ``app`` until SIGTERM or Ctrl-C: at most MAX_CONNECTIONS connections, and an exit
+    SHUTDOWN_GRACE seconds after the signal at the latest, even when a handler thread is stuck
+    in a call that never returns (the interpreter would otherwise wait for it at exit)."""
+    import uvicorn
+
+    uvicorn.run(app, host=host, port=port, log_level="info", limit_concurrency=MAX_CONNECTIONS,
+                timeout_graceful_shutdown=SHUTDOWN_GRACE)
+    stuck = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    if stuck:
+        print(f"stopped; {len(stuck)} handler thread(s) still blocked, not waited for", flush=True)
+        os._exit(0)

@@ -16,7 +16,7 @@ from kombu import Connection, Exchange, Queue
 from counters_tasks import counters, ranking, sitestats, tasks, uniques, visits
 from counters_tasks.core.settings import reset_settings
 from counters_tasks.errors import ConfigurationError, InvalidInput
-from counters_tasks.local.redis_server import RedisServer, free_port
+from counters_tasks.local.redis_server import RedisServer, free_port, installed_server_binary, server_has_tls
 from counters_tasks.local.waiting import wait_until
 from counters_tasks.store import keys
 from counters_tasks.store.client import get_redis
@@ -144,10 +144,13 @@ def make_certificates(folder) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def tls_server(tmp_path_factory):
+    binary = installed_server_binary()
+    if binary is None or not server_has_tls(binary):
+        pytest.skip("needs a redis-server built with TLS (Debian's); the embedded Valkey server has no TLS")
     folder = tmp_path_factory.mktemp("tls")
     certs = make_certificates(folder)
     tls_port = free_port()
-    server = RedisServer(folder / "data", extra_args=[
+    server = RedisServer(folder / "data", binary=binary, extra_args=[
         "--tls-port", str(tls_port), "--tls-cert-file", certs["server"], "--tls-key-file", certs["key"],
         "--tls-ca-cert-file", certs["ca"], "--tls-auth-clients", "no"])
     server.start()
