@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from datetime import timedelta
@@ -38,6 +39,9 @@ def test_counter_json_equals_the_api_and_text_has_a_chart(raw_conn, redis_url):
     text = run_cli(redis_url, "counter", "hits", "-p", "60", "-n", "12")
     assert text.returncode == 0 and "hits" in text.stdout
     assert any(ch in text.stdout for ch in "▁▂▃▄▅▆▇█")  # the sparkline
+    thirty = run_cli(redis_url, "counter", "hits", "--last", "30")
+    rows = [line for line in thirty.stdout.splitlines() if re.match(r"\d\d:\d\d:\d\d ", line)]
+    assert len(rows) == 30, thirty.stdout  # one row per bucket asked for (it used to stop at 20)
     listing = run_cli(redis_url, "counters", "--json")
     assert {"hits", "hits:/pricing", "signups"} <= set(json.loads(listing.stdout)["counters"])
 

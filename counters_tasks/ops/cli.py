@@ -160,7 +160,7 @@ def _render_counter(console: Any, data: dict) -> None:
     table.add_column("total", justify="right")
     table.add_column("")
     high = max((abs(v) for v in values), default=0) or 1
-    for bucket, total in points[-20:]:
+    for bucket, total in points:  # every bucket asked for (--last), oldest first
         table.add_row(_time_label(bucket, data["precision"]), str(total), "█" * round(30 * abs(total) / high))
     console.print(table)
 
