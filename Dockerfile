@@ -1,8 +1,9 @@
-# The image for the worker, beat and Flower services of docker-compose.yml.
+# The image for the worker, beat, Flower and dashboard services of docker-compose.yml.
 FROM python:3.11-slim
 RUN useradd --create-home --uid 1000 counters
 WORKDIR /app
 COPY pyproject.toml README.md celeryconfig.py ./
+COPY constraints ./constraints
 COPY counters_tasks ./counters_tasks
-RUN pip install --no-cache-dir .
+RUN pip install --no-cache-dir -c constraints/tested.txt ".[cli,flower,ha]"
 USER counters

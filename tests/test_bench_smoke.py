@@ -1,4 +1,4 @@
-"""Every benchmark script of README's performance section runs (small sizes) and prints its figures.
+"""Every benchmark script of docs/figures.md's performance section runs (small sizes) and prints its figures.
 
 The figures themselves are measured, not asserted; this keeps the scripts working, and each
 script checks its own results (exact counts) before printing them.

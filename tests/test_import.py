@@ -453,18 +453,18 @@ def test_a_line_over_the_limit_is_read_past():
     assert list(importer.read_lines(io.BytesIO(data), max_line=100)) == [b"a\n", None, b"b\r\n", b"z" * 100]
 
 
-# --- README ------------------------------------------------------------------------------------
+# --- docs/cli.md ----------------------------------------------------------------------------------
 
 def readme_import_commands() -> list[str]:
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("## Importing access logs", 1)[1].split("\n## ", 1)[0]
+    doc = (REPO / "docs" / "cli.md").read_text()
+    section = doc.split("## Importing access logs", 1)[1].split("\n## ", 1)[0]
     return [line for block in re.findall(r"```sh\n(.*?)```", section, re.S) for line in block.splitlines()
             if "counters-tasks import" in line]
 
 
 @pytest.mark.processes
 def test_readme_import_commands_run(raw_conn, redis_url, tmp_path):
-    """Every command of README's "Importing access logs", as a shell runs it, over generated logs."""
+    """Every command of docs/cli.md's "Importing access logs", as a shell runs it, over generated logs."""
     commands = readme_import_commands()
     assert len(commands) >= 4
     rng = random.Random(12)

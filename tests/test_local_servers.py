@@ -10,6 +10,7 @@ import pytest
 import redis
 
 from counters_tasks import counters
+from counters_tasks.core.settings import reset_settings
 from counters_tasks.local import redis_server
 from counters_tasks.local.cluster import RedisClusterProcesses
 from counters_tasks.local.redis_server import RedisServer, port_is_free, server_binary
@@ -44,18 +45,28 @@ def test_a_port_with_a_listener_is_taken():
         assert not port_is_free(holder.getsockname()[1])
 
 
-def test_the_server_binary_follows_counters_redis_server(monkeypatch, tmp_path):
+@pytest.fixture
+def settings_reset():
+    reset_settings()
+    yield
+    reset_settings()
+
+
+def test_the_server_binary_follows_counters_redis_server(monkeypatch, tmp_path, settings_reset):
     embedded = redis_server.embedded_server_binary()
     monkeypatch.setenv("COUNTERS_REDIS_SERVER", "embedded")
+    reset_settings()
     if embedded is None:
         with pytest.raises(FileNotFoundError, match="counters-tasks\\[local\\]"):
             server_binary()
     else:
         assert server_binary() == embedded and Path(embedded).name == "valkey-server"
     monkeypatch.setenv("COUNTERS_REDIS_SERVER", str(tmp_path / "no-such-server"))
+    reset_settings()
     with pytest.raises(FileNotFoundError, match="no such program"):
         server_binary()
     monkeypatch.delenv("COUNTERS_REDIS_SERVER")
+    reset_settings()
     monkeypatch.setattr(redis_server, "installed_server_binary", lambda: None)  # a machine without redis-server
     if embedded is None:
         with pytest.raises(FileNotFoundError, match="COUNTERS_REDIS_URL"):
@@ -79,10 +90,11 @@ def test_the_embedded_server_runs_the_package(tmp_path, monkeypatch):
 
 
 @pytest.mark.processes
-def test_a_cluster_is_joined_without_redis_cli(tmp_path, monkeypatch):
+def test_a_cluster_is_joined_without_redis_cli(tmp_path, monkeypatch, settings_reset):
     monkeypatch.setenv("PATH", "/nonexistent")  # no redis-cli (nor redis-server: the binary is given)
     binary = redis_server.installed_server_binary() or redis_server.embedded_server_binary()
     monkeypatch.setenv("COUNTERS_REDIS_SERVER", binary)
+    reset_settings()
     with RedisClusterProcesses(tmp_path / "cluster", masters=3, replicas=1) as cluster:
         client = redis.RedisCluster.from_url(cluster.url)
         for n in range(50):

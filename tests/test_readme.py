@@ -12,10 +12,11 @@ README = (REPO / "README.md").read_text()
 
 
 def test_python_examples_run(eager_app, redis_url, raw_conn):
-    blocks = re.findall(r"```python\n(.*?)```", README, re.S)
-    assert blocks
-    for block in blocks:
-        exec(compile(block.replace("redis://localhost:6379/0", redis_url), "README.md", "exec"), {})
+    for name in ("README.md", "docs/api.md"):
+        blocks = re.findall(r"```python\n(.*?)```", (REPO / name).read_text(), re.S)
+        assert blocks, name
+        for block in blocks:
+            exec(compile(block.replace("redis://localhost:6379/0", redis_url), name, "exec"), {})
     from counters_tasks import counters
 
     assert {"signups", "hits"} <= set(counters.known_counters(raw_conn))
@@ -34,3 +35,22 @@ def test_every_counters_setting_in_the_table_is_read_by_the_code():
     for name in names:
         assert name in code, name
     assert load_settings({}).dedupe_ttl == int(re.search(r"`COUNTERS_DEDUPE_TTL` \| .*? \| (\d+) \|", README)[1])
+
+
+def test_every_relative_link_of_the_docs_resolves():
+    """README.md and docs/**/*.md: a link to a file of the repository names one that exists."""
+    broken = []
+    for page in [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
+            if "://" in target or target.startswith("mailto:"):
+                continue
+            if not (page.parent / target).exists():
+                broken.append(f"{page.relative_to(REPO)} -> {target}")
+    assert broken == []
+
+
+def test_readme_stays_short_and_in_a_users_order():
+    headings = re.findall(r"^## (.+)$", README, re.M)
+    assert headings[:5] == ["Install", "The two commands", "Using it from an app", "Reading the numbers",
+                            "Configuration"]
+    assert len(README.splitlines()) < 230

@@ -1,5 +1,5 @@
-"""Every ``counters-tasks`` command in README.md's "CLI and dashboard" section is run here, the
-way the README shows it (through ``python -m counters_tasks.ops.cli``, what the console script
+"""Every ``counters-tasks`` command of docs/cli.md and of README.md's "Reading the numbers" is run
+here, the way the docs show it (through ``python -m counters_tasks.ops.cli``, what the console script
 calls), over demo data. The session is also rendered to an SVG "screenshot"; with
 ``COUNTERS_UPDATE_DOCS=1`` (``make screenshots``) it replaces ``docs/cli-session.svg`` (or
 writes into ``COUNTERS_DOCS_DIR``)."""
@@ -27,11 +27,13 @@ from tests.support.procs import REPO, celery_env
 pytestmark = pytest.mark.processes
 
 README = (REPO / "README.md").read_text()
+CLI_DOC = (REPO / "docs" / "cli.md").read_text().split("## Importing access logs", 1)[0]
 
 
 def readme_commands() -> list[tuple[dict[str, str], list[str]]]:
-    """``(env, argv)`` of each ``counters-tasks`` line in the CLI section's sh blocks."""
-    section = README.split("## CLI and dashboard", 1)[1].split("\n## ", 1)[0]
+    """``(env, argv)`` of each ``counters-tasks`` line in the sh blocks of docs/cli.md (but its
+    import section, run by tests/test_import.py) and of README's "Reading the numbers"."""
+    section = CLI_DOC + README.split("## Reading the numbers", 1)[1].split("\n## ", 1)[0]
     commands = []
     for block in re.findall(r"```sh\n(.*?)```", section, re.S):
         for line in block.splitlines():

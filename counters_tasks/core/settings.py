@@ -85,6 +85,7 @@ class Settings:
     flower_auth: str | None = None
     flower_port: int = 5555
     redis_port: int = 6379  # the port the local stack's private Redis takes (another one when taken, loudly)
+    redis_server: str = ""  # the server binary local Redis processes run: a path, "embedded", or "" (see local/)
 
     @property
     def restore_interval(self) -> int:
@@ -221,6 +222,7 @@ def load_settings(env: dict | None = None) -> Settings:
         flower_auth=flower_auth,
         flower_port=_int(env, "FLOWER_PORT", 5555, minimum=1),
         redis_port=_int(env, "COUNTERS_REDIS_PORT", 6379, minimum=1),
+        redis_server=env.get("COUNTERS_REDIS_SERVER", "").strip(),
     )
     check_dedupe_window(settings)
     return settings

@@ -9,7 +9,6 @@ counters-tasks[local]``), so a machine with Python and pip needs neither root no
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import subprocess
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import redis
 
+from ..core.settings import get_settings
 from .waiting import wait_until
 
 
@@ -61,7 +61,7 @@ def installed_server_binary() -> str | None:
 
 def server_binary() -> str:
     """The Redis-compatible server binary this machine runs (see the module docstring)."""
-    chosen = os.environ.get("COUNTERS_REDIS_SERVER", "").strip()
+    chosen = get_settings().redis_server
     if chosen and chosen != EMBEDDED:
         if not (Path(chosen).is_file() or shutil.which(chosen)):
             raise FileNotFoundError(f"COUNTERS_REDIS_SERVER={chosen}: no such program")

@@ -25,7 +25,7 @@ from ..worker import dead_letters
 from . import health, importer, views
 from .demo import run_demo
 
-CLI_EXTRA_MODULES = ("rich", "starlette", "uvicorn", "prometheus_client")
+CLI_EXTRA_MODULES = ("rich", "starlette", "anyio", "uvicorn", "prometheus_client")
 """What ``pip install counters-tasks[cli]`` adds: a core-only install answers its absence plainly."""
 
 try:
