@@ -150,3 +150,19 @@ def test_make_screenshots_writes_both_images(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert (tmp_path / "dashboard.png").read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "cli-session.svg").read_text().startswith("<svg")
+
+
+def test_a_stack_already_running_on_the_same_data_is_refused_plainly(tmp_path):
+    """A Redis of an earlier `run` of this folder still up (the stack was SIGKILLed): a second
+    `run` must not start another server on the same AOF files; it says which pid to stop."""
+    from counters_tasks.local.redis_server import RedisServer
+
+    home = tmp_path / "home"
+    with RedisServer(home / "redis", port=free_port()) as leftover:
+        env = user_env(tmp_path, COUNTERS_REDIS_PORT=str(leftover.port))
+        result = subprocess.run([sys.executable, "-m", "counters_tasks", "run", "--no-flower"], cwd=tmp_path, env=env,
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert f"still runs on port {leftover.port}" in result.stderr and "Traceback" not in result.stderr
+        assert f"kill {leftover.process.pid}" in result.stderr
+        assert leftover.process.poll() is None  # left alone

@@ -45,6 +45,9 @@ def run_stack(concurrency: int, flower: bool) -> int:
     try:
         stack.start()
         stack.wait_worker_ready()
+    except (RuntimeError, FileNotFoundError) as exc:  # what the stack could not start, said plainly
+        stack.stop()
+        raise Failed(str(exc)) from None
     except BaseException:
         stack.stop()
         raise
@@ -127,7 +130,10 @@ def run_command(concurrency: int, no_flower: bool) -> int:
 @click.option("--timeout", type=float, default=300, show_default=True)
 def demo_command(visits: int, concurrency: int, seed: int, timeout: float) -> int:
     """The local stack, a burst of simulated visits, a report, then exit."""
-    return run_demo(visits, concurrency, seed, timeout)
+    try:
+        return run_demo(visits, concurrency, seed, timeout)
+    except (RuntimeError, FileNotFoundError) as exc:  # the stack could not start
+        raise Failed(str(exc)) from None
 
 
 SPARKS = "▁▂▃▄▅▆▇█"
