@@ -2,7 +2,9 @@
 
 The endpoints return the same dicts as the CLI's ``--json`` (``counters_tasks.views``). The
 page and its chart code are served from the package (``static/``): no CDN, it works offline.
-Optional basic auth: ``COUNTERS_DASHBOARD_AUTH=user:password`` (read when the app is made).
+Optional basic auth: ``COUNTERS_DASHBOARD_AUTH=user:password`` (read when the app is made);
+it covers every route, ``/metrics`` (Prometheus, ``ops.metrics``) too: a scrape job gives the
+same ``basic_auth``.
 Handlers are plain functions, so Starlette runs the blocking Redis calls in its thread pool.
 """
 
@@ -28,7 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..core.settings import get_settings
 from ..errors import InvalidInput
 from ..store.client import get_redis
-from . import health, views
+from . import health, metrics, views
 
 ARGUMENT = {"from": "start", "to": "end"}
 """Query parameters whose view argument has another name (``from`` is a Python keyword)."""
@@ -169,6 +171,7 @@ def create_app(conn: Any = None, auth: tuple[str, str] | None | bool = True,
         Route("/api/boards", endpoint(views.boards_list)),
         Route("/api/top", endpoint(views.board_view, "board!", "limit")),
         Route("/api/health", endpoint(get_health)),
+        Route("/metrics", metrics.endpoint(connection)),
         Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
     ]
     app: ASGIApp = Starlette(routes=routes)
