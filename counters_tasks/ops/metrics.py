@@ -23,6 +23,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -135,8 +136,8 @@ class CountersCollector(Collector):
         sizes = HistogramMetricFamily("counters_batch_size", "Items per batch: messages per worker-side batch "
                                       "(record_visit, incr_ranking), items per batch message (record_visits, "
                                       "incr_rankings)", labels=["kind"])
-        for kind, batches in totals.batches.items():
-            sizes.add_metric([kind], batches.buckets, batches.total)
+        for kind, batches in totals.batches.items():  # le as the client library writes it: "1.0", "+Inf"
+            sizes.add_metric([kind], [(floatToGoString(float(le)), n) for le, n in batches.buckets], batches.total)
         out += [duplicates, by_reason, sizes]
         if totals.newest_ts is not None:
             out.append(GaugeMetricFamily("counters_newest_applied_timestamp_seconds", "Event time (ts) of the newest "
