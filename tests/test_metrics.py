@@ -352,3 +352,17 @@ def test_a_known_mix_through_a_real_worker_is_counted_exactly(redis_url, raw_con
     assert value(found, "counters_newest_applied_timestamp_seconds") == pytest.approx(newest, abs=1e-6)
     assert value(found, "counters_lag_newest_applied_seconds") >= 5
     assert raw_conn.exists(keys.throughput())
+
+
+def test_docs_list_every_metric_with_its_type(conn, broker):
+    """docs/metrics.md's table names every family /metrics exports, with its type, and no other."""
+    visits.record_visits(conn, [{"ip": "192.0.2.1", "path": "/"}])  # the newest-event gauges appear
+    text = TestClient(create_app(conn, auth=None)).get("/metrics").text
+    exported = {family.name if family.type != "counter" else family.name + "_total": family.type
+                for family in text_string_to_metric_families(text)}
+    documented = {}
+    for line in (REPO / "docs" / "metrics.md").read_text().splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("| `counters_") and len(cells) == 5:
+            documented[cells[0].strip("`")] = cells[1]
+    assert documented == exported

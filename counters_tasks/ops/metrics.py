@@ -30,7 +30,7 @@ from starlette.responses import Response
 from .. import refusals, throughput
 from ..core.settings import get_settings
 from ..store import keys
-from ..store.client import as_str
+from ..store.client import as_str, read_pipeline
 from ..worker import dead_letters
 from . import health
 
@@ -112,9 +112,7 @@ class CountersCollector(Collector):
 
     def counters_metrics(self, now: float) -> list[Any]:
         """The workers' totals and refusals (one round trip to the counters Redis)."""
-        conn = self.conn()
-        keys.use(conn)
-        pipe = conn.pipeline(transaction=False)
+        pipe = read_pipeline(self.conn())  # both keys have a fixed hash tag: no tag key to read first
         pipe.hgetall(keys.throughput())
         pipe.hgetall(keys.refusal_counts())
         stored, refused = pipe.execute()
