@@ -455,7 +455,7 @@ def dead_letters_drop(index: int | None) -> None:
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to bind (default: this machine only)")
 @click.option("--port", type=int, default=8000, show_default=True)
 def serve_command(host: str, port: int) -> None:
-    """The read-only web dashboard (basic auth when COUNTERS_DASHBOARD_AUTH=user:password)."""
+    """The read-only web dashboard and Prometheus /metrics (basic auth when COUNTERS_DASHBOARD_AUTH=user:password)."""
     import uvicorn
 
     try:

@@ -11,7 +11,8 @@ Two kinds of record go to one capped list (``store.keys.dead_letters``), newest 
   (``COUNTERS_MAX_ATTEMPTS`` tries): its task name, id, arguments (``args``, ``kwargs``).
 
 Each record says why (``reason``), when (``at``) and from which queue; the reasons are counted.
-Operators list, requeue or drop them with ``counters-tasks dead-letters``.
+Operators list, requeue or drop them with ``counters-tasks dead-letters``. ``task_call`` decodes
+a raw message as the checks here do (the metrics read the event time of a queue's head with it).
 """
 
 from __future__ import annotations
