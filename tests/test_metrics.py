@@ -189,6 +189,7 @@ def test_the_head_message_decides_the_lag(conn, broker):
     ("counters_tasks.record_visits", [[{"ts": 3}, {"ts": 2}, {}, "x"]], {}, 2.0),
     ("counters_tasks.incr_rankings", [], {"events": [{"ts": 4}, {"ts": True}]}, 4.0),
     ("counters_tasks.record_visits", ["not a list"], {}, None),
+    ("counters_tasks.record_visits", [[{"ts": float("nan")}, {"ts": float("inf")}, {"ts": "1"}]], {}, None),
     ("counters_tasks.clean_counters", [], {}, None),
 ])
 def test_event_time_of_each_task(task, args, kwargs, expected):

@@ -15,6 +15,7 @@ with a socket timeout; never KEYS or SCAN. A source that does not answer makes
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -63,7 +64,8 @@ def event_time(task: str, args: list[Any], kwargs: dict[str, Any]) -> float | No
         found = [item.get("ts") for item in items if isinstance(item, dict)] if isinstance(items, list) else []
     else:
         return None
-    times = [float(ts) for ts in found if isinstance(ts, (int, float)) and not isinstance(ts, bool)]
+    times = [float(ts) for ts in found
+             if isinstance(ts, (int, float)) and not isinstance(ts, bool) and math.isfinite(ts)]
     return min(times) if times else None
 
 
