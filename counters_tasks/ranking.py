@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import refusals
+from . import refusals, throughput
 from .core.settings import get_settings
 from .core.validation import check_amount, check_event_time, check_int, check_message_id, check_now, check_text
 from .errors import BoardSettingsConflict, InvalidInput, MalformedMessage
@@ -153,12 +153,14 @@ def settings_mismatch(conn: Any, board: Board) -> BoardSettingsConflict:
                         f"not ({board.period_hours}, {board.interval_hours})")
 
 
-def write_events(conn: Any, calls: Sequence[tuple[Sequence[RankingEvent], str | None]]) -> list[int | InvalidInput]:
+def write_events(conn: Any, calls: Sequence[tuple[Sequence[RankingEvent], str | None]],
+                 tally: throughput.Tally | None = None) -> list[int | InvalidInput]:
     """Apply calls of prepared events, one Lua call each (every event of a call of one board), in
     one round trip; each call at most once per its message id. Returns, per call, the number of
     its events that were late (ignored), or the InvalidInput refusing it when its board is fixed
     to other settings (then nothing of that call was written). Boards written for the first time
-    are listed in the registry the rotation job walks."""
+    are listed in the registry the rotation job walks. ``tally``, when given, gets the events
+    applied now (late ones are not) and those skipped because their message was applied before."""
     keys.use(conn)
     calls = [(events, message_id) for events, message_id in calls]
     for events, _message_id in calls:
@@ -190,6 +192,8 @@ def write_events(conn: Any, calls: Sequence[tuple[Sequence[RankingEvent], str | 
         if int(status) == -1:
             results.append(settings_mismatch(conn, board))
             continue
+        if tally is not None:
+            tally.add(0, len(events)) if int(status) == 0 else tally.add(len(events) - int(late), 0)
         if int(unregistered) and board.name not in registered:
             registered.add(board.name)
             register_board(conn, board.name)
@@ -567,9 +571,12 @@ def incr_events(conn: Any, events: list[dict[str, Any]], *, message_id: str | No
         calls.setdefault((n // EVENTS_PER_CALL, event.board), []).append((n, event))
     ids = keys.chunk_ids(message_id, -(-len(events) // EVENTS_PER_CALL))
     planned = list(calls.values())
-    results = write_events(conn, [([event for _n, event in call], ids[part]) for (part, _board), call in calls.items()])
+    tally = throughput.Tally()
+    results = write_events(conn, [([event for _n, event in call], ids[part]) for (part, _board), call in calls.items()],
+                           tally)
     for call, result in zip(planned, results, strict=True):
         if isinstance(result, InvalidInput):  # the board was fixed by another writer meanwhile
             refused += [(n, result) for n, _event in call]
     refusals.record(conn, "incr_rankings", message_id, refused)
+    throughput.count(conn, "ranking", tally, batch=("incr_rankings", len(events)))
     return sum(len(call) for call, result in zip(planned, results, strict=True) if not isinstance(result, InvalidInput))

@@ -64,5 +64,11 @@ def _count(conn: Any, marker_id: str | None, by_reason: Counter[str]) -> None:
 
 def counts(conn: Any) -> dict[str, int]:
     """Items refused so far, by reason (every reason listed, 0 when none)."""
-    stored = {as_str(reason): int(count) for reason, count in conn.hgetall(keys.refusal_counts()).items()}
+    return parse_counts(conn.hgetall(keys.refusal_counts()))
+
+
+def parse_counts(reply: dict[Any, Any]) -> dict[str, int]:
+    """``counts`` from the reply of an HGETALL of ``keys.refusal_counts()`` (for a caller that
+    pipelines it with other reads)."""
+    stored = {as_str(reason): int(count) for reason, count in reply.items()}
     return {reason: stored.get(reason, 0) for reason in REFUSAL_REASONS} | stored

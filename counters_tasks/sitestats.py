@@ -127,12 +127,13 @@ def prepare_view(ip: Any, path: Any, now: Any = None) -> SiteView:
     return SiteView(visitor_id(clean_ip), clean_path, day)
 
 
-def queue_views(conn: Any, pipe: Any, views: Iterable[SiteView], message_id: str | None) -> list[date]:
+def queue_views(conn: Any, pipe: Any, views: Iterable[SiteView], message_id: str | None) -> list[tuple[date, int]]:
     """Queue on ``pipe`` one script call per slot (day, visitor shard, path group) for ``views``.
 
-    Returns the days of the ``site_day`` calls (DAY_VIEWS_PER_CALL views at most each), in
-    order: they are queued first, and each one's reply is the number of its views that fell on
-    a closed day (``closed_views``)."""
+    Returns the day and number of views of each ``site_day`` call (DAY_VIEWS_PER_CALL views at
+    most each), in order: they are queued first, and each one's reply is the number of its views
+    that fell on a closed day (``closed_views``), or -1 when its message was applied there
+    before (``applied_views``). Every view is in exactly one of them."""
     keys.use(conn)
     settings = get_settings()
     mode = settings.uv_mode
@@ -181,7 +182,7 @@ def queue_views(conn: Any, pipe: Any, views: Iterable[SiteView], message_id: str
         if ttl:
             script_keys.append(keys.path_seen(message_id, tag=tag))
         run_script(conn, "path_all", script_keys, args, client=pipe)
-    return [day for day, _views, _id in day_calls]
+    return [(day, len(day_views)) for day, day_views, _id in day_calls]
 
 
 DAY_VIEWS_PER_CALL = 150
@@ -209,6 +210,18 @@ def _pair_visitor(visitor: str) -> str:
 def closed_views(replies: Iterable[Any]) -> int:
     """How many views the ``site_day`` replies say fell on a closed day (counted without UV)."""
     return sum(max(0, int(reply)) for reply in replies)
+
+
+def applied_views(calls: Iterable[tuple[date, int]], replies: Iterable[Any]) -> tuple[int, int]:
+    """``(applied, duplicates)``: the views of the ``site_day`` calls (``queue_views``) written
+    now, and those skipped because their message was applied before (reply -1)."""
+    applied = duplicates = 0
+    for (_day, count), reply in zip(calls, replies, strict=True):
+        if int(reply) == -1:
+            duplicates += count
+        else:
+            applied += count
+    return applied, duplicates
 
 
 def record_visit(conn: Any, ip: str, path: str, now: float | None = None, *, message_id: str | None = None) -> None:

@@ -3,7 +3,9 @@
 Every input is validated first (InvalidInput, nothing written), then all writes are queued on
 one pipeline: one Lua call per slot (uniques day, site day, visitor shard, path, each counter),
 in one round trip. Writes are grouped per slot, so a group of visits costs one call per
-distinct slot, and each group is applied at most once per its message id.
+distinct slot, and each group is applied at most once per its message id. A batch's visits
+applied, and those skipped as already applied, are then counted for the metrics
+(``throughput``).
 
 A batch (``record_visits``) is cut into chunks of ``CHUNK`` visits, each chunk a group with its
 own id derived from the batch id (``<batch id>#<n>``), so no single Lua call runs long and a
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
-from . import counters, refusals, sitestats, uniques
+from . import counters, refusals, sitestats, throughput, uniques
 from .core.validation import check_event_time, check_message_id
 from .errors import InvalidInput, MalformedMessage
 from .store import keys
@@ -103,6 +105,7 @@ class _Group:
     message_id: str | None
     sessions: list[tuple[date, list[int], str | None]]  # (day, ids, the call's message id)
     per_counter: dict[str, counters.Buckets]
+    day_calls: list[tuple[date, int]] = field(default_factory=list)  # (day, views) of each site_day call
     session_replies: slice = field(default_factory=lambda: slice(0))
     day_replies: slice = field(default_factory=lambda: slice(0))
 
@@ -122,9 +125,11 @@ def _plan(visits: Sequence[Visit], message_id: str | None) -> _Group:
     return _Group(visits, message_id, calls, per_counter)
 
 
-def write_groups(conn: Any, groups: Sequence[tuple[Sequence[Visit], str | None]]) -> None:
+def write_groups(conn: Any, groups: Sequence[tuple[Sequence[Visit], str | None]],
+                 tally: throughput.Tally | None = None) -> None:
     """Apply groups of validated visits, each at most once per its message id, in one round trip
-    (a second only to re-send a day whose uniques layout moved)."""
+    (a second only to re-send a day whose uniques layout moved). ``tally``, when given, gets the
+    visits applied now and those skipped as applied before (from the ``site_day`` replies)."""
     keys.use(conn)
     plans = [_plan(visits, message_id) for visits, message_id in groups if visits]
     if not plans:
@@ -138,12 +143,15 @@ def write_groups(conn: Any, groups: Sequence[tuple[Sequence[Visit], str | None]]
                 uniques.queue_ids(conn, pipe, day, numbers, expected[day], call_id)
             plan.session_replies = slice(start, len(pipe))
             start = len(pipe)
-            view_days = sitestats.queue_views(conn, pipe, [visit.view for visit in plan.visits], plan.message_id)
-            plan.day_replies = slice(start, start + len(view_days))
+            plan.day_calls = sitestats.queue_views(conn, pipe, [visit.view for visit in plan.visits], plan.message_id)
+            plan.day_replies = slice(start, start + len(plan.day_calls))
             counters.queue_counter_writes(conn, pipe, plan.per_counter, plan.message_id)
 
     [replies] = execute_in_order(conn, data)
     for plan in plans:
+        if tally is not None:
+            tally.add(*sitestats.applied_views(plan.day_calls, replies[plan.day_replies]),
+                      max(visit.ts for visit in plan.visits))
         closed = sitestats.closed_views(replies[plan.day_replies])
         for (day, numbers, call_id), reply in zip(plan.sessions, replies[plan.session_replies], strict=True):
             if uniques.apply_ids(conn, day, numbers, call_id, reply) == uniques.CLOSED:  # re-sends if the figure moved
@@ -177,6 +185,8 @@ def record_visits(conn: Any, visits: list[dict[str, Any]], *, message_id: str | 
     chunks: list[list[Visit]] = [[] for _ in range(-(-len(visits) // CHUNK))]
     for n, visit in accepted:
         chunks[n // CHUNK].append(visit)
-    write_groups(conn, list(zip(chunks, chunk_ids(message_id, len(chunks)), strict=True)))
+    tally = throughput.Tally()
+    write_groups(conn, list(zip(chunks, chunk_ids(message_id, len(chunks)), strict=True)), tally)
     refusals.record(conn, "record_visits", message_id, refused)
+    throughput.count(conn, "visit", tally, batch=("record_visits", len(visits)))
     return len(accepted)

@@ -15,7 +15,7 @@ LAYERS = [
     ["errors"],
     ["core"],
     ["store"],
-    ["refusals", "counters", "sitestats", "uniques", "ranking", "visits"],
+    ["refusals", "throughput", "counters", "sitestats", "uniques", "ranking", "visits"],
     ["worker"],
     ["app", "tasks", "recorder", "__init__"],
     ["local"],

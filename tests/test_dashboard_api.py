@@ -3,8 +3,6 @@ views the CLI prints, errors as 400/503, and optional basic auth."""
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import redis
 
@@ -14,15 +12,8 @@ from counters_tasks.local.redis_server import free_port
 from counters_tasks.ops import views
 from counters_tasks.ops.web import create_app
 from tests.support import demo_data
+from tests.support.dashboard import TestClient
 from tests.support.servers import use_settings
-
-with warnings.catch_warnings():  # Starlette 1.x asks for httpx2; httpx works on every version we allow
-    warnings.simplefilter("ignore")
-    from starlette.testclient import TestClient as StarletteTestClient
-
-
-def TestClient(app, **options):  # noqa: N802  requests as a browser on this machine sends them
-    return StarletteTestClient(app, **{"base_url": "http://127.0.0.1:8000", **options})
 
 
 def fake_health(_conn):

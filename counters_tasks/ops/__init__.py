@@ -4,6 +4,8 @@
 - ``views``: the JSON-ready answers the CLI prints and the dashboard serves (one source for both);
 - ``web`` and ``static/``: the read-only web dashboard;
 - ``health``: Redis, broker, workers, beat and the beat jobs' last runs;
+- ``metrics``: the Prometheus ``/metrics`` of the dashboard server, read from Redis and the
+  broker at each scrape (docs/metrics.md);
 - ``demo``: the ``make demo`` burst of simulated visits and its report;
 - ``importer``: ``counters-tasks import``, access logs and JSON lines through the batches.
 

@@ -486,7 +486,7 @@ def dead_letters_drop(index: int | None) -> None:
 @click.option("--allow-host", "allowed_hosts", multiple=True,
               help="a Host name to answer besides loopback ones (repeatable; or COUNTERS_DASHBOARD_HOSTS)")
 def serve_command(host: str, port: int, allowed_hosts: tuple[str, ...]) -> None:
-    """The read-only web dashboard (basic auth when COUNTERS_DASHBOARD_AUTH=user:password)."""
+    """The read-only web dashboard and Prometheus /metrics (basic auth when COUNTERS_DASHBOARD_AUTH=user:password)."""
     if create_app is None:
         raise ModuleNotFoundError(name=missing_web_module)
     try:

@@ -26,12 +26,16 @@ PRIORITY_SEPARATOR = "\x06\x16"
 PRIORITY_STEPS = (3, 6, 9)  # kombu's Redis transport keeps priorities 1-9 in extra lists
 
 
+def queue_lists(queue: str) -> list[str]:
+    """The Redis lists of a Celery queue on a Redis broker: its own, then one per priority step."""
+    return [queue, *(f"{queue}{PRIORITY_SEPARATOR}{step}" for step in PRIORITY_STEPS)]
+
+
 def queue_length(broker: Any, queue: str) -> int:
     """Messages waiting in a Celery queue on a Redis broker (every priority list of it)."""
     pipe = broker.pipeline(transaction=False)
-    pipe.llen(queue)
-    for step in PRIORITY_STEPS:
-        pipe.llen(f"{queue}{PRIORITY_SEPARATOR}{step}")
+    for name in queue_lists(queue):
+        pipe.llen(name)
     return sum(int(n) for n in pipe.execute())
 
 

@@ -2,9 +2,10 @@
 
 The endpoints return the same dicts as the CLI's ``--json`` (``counters_tasks.views``). The
 page and its chart code are served from the package (``static/``): no CDN, it works offline.
-Optional basic auth: ``COUNTERS_DASHBOARD_AUTH=user:password`` (read when the app is made).
-Without it, only requests whose Host is a loopback name or one of ``COUNTERS_DASHBOARD_HOSTS``
-are answered (a page of another site cannot reach it by DNS rebinding).
+Optional basic auth: ``COUNTERS_DASHBOARD_AUTH=user:password`` (read when the app is made);
+it covers every route, ``/metrics`` (Prometheus, ``ops.metrics``) too: a scrape job gives the
+same ``basic_auth``. Without it, only requests whose Host is a loopback name or one of
+``COUNTERS_DASHBOARD_HOSTS`` are answered (a page of another site cannot reach it by DNS rebinding).
 Handlers are plain functions, so Starlette runs the blocking Redis calls in its thread pool,
 bounded by ``THREADS``; ``serve`` bounds the connections and the shutdown (``run``).
 """
@@ -35,7 +36,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..core.settings import get_settings
 from ..errors import InvalidInput
 from ..store.client import get_redis
-from . import health, views
+from . import health, metrics, views
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
 """The Host names an unauthenticated dashboard answers besides ``COUNTERS_DASHBOARD_HOSTS``."""
@@ -187,6 +188,7 @@ def create_app(conn: Any = None, auth: tuple[str, str] | None | bool = True,
         Route("/api/boards", endpoint(views.boards_list)),
         Route("/api/top", endpoint(views.board_view, "board!", "limit")),
         Route("/api/health", endpoint(get_health)),
+        Route("/metrics", metrics.endpoint(connection)),
         Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
     ]
     app: ASGIApp = Starlette(routes=routes, lifespan=_bounded_threads)

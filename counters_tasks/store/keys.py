@@ -217,6 +217,12 @@ def refusal_seen(message_id: str) -> str:
     return f"{prefix()}refused:{{refused}}:seen:{escape(message_id)}"
 
 
+def throughput() -> str:
+    """HASH of the workers' cumulative totals (``counters_tasks.throughput``): ``applied:<kind>``,
+    ``duplicate:<kind>``, ``batch:<kind>:<bucket>``, ``batch_sum:<kind>``, ``newest_ts``."""
+    return f"{prefix()}throughput:{{throughput}}"
+
+
 def dead_letters() -> str:
     """LIST on the broker: records of messages set aside (newest first, COUNTERS_DEAD_LETTER_MAX)."""
     return f"{prefix()}dead"

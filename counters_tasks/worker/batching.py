@@ -11,7 +11,8 @@ timeout error (or BUSY, READONLY, OOM...) it waits and tries again (the messages
 unacknowledged meanwhile, and the per-message dedupe makes any redelivery harmless); on any
 other error its messages go one by one, and one that keeps failing is set aside (dead-lettered).
 A message with bad input is refused (logged, counted, acknowledged, nothing written for it);
-the others of its batch are applied.
+the others of its batch are applied. Each batch's size, and the events it applied or skipped as
+applied before, are added to the metrics' totals (``throughput``) in one call.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import ranking, refusals
+from .. import ranking, refusals, throughput
 from ..core.settings import get_settings
 from ..core.validation import check_message_id
 from ..errors import InvalidInput, MalformedMessage
@@ -47,16 +48,17 @@ Refusal = tuple[str | None, InvalidInput]
 """A refused message: its id (None when the id itself is malformed) and why."""
 
 
-def write_visits(conn: Any, items: list[tuple[Visit, str]]) -> list[Refusal]:
+def write_visits(conn: Any, items: list[tuple[Visit, str]], tally: throughput.Tally) -> list[Refusal]:
     """Each message's visit as its own group (deduped under its message id), one round trip."""
-    write_groups(conn, [([visit], message_id) for visit, message_id in items])
+    write_groups(conn, [([visit], message_id) for visit, message_id in items], tally)
     return []
 
 
-def write_ranking_events(conn: Any, items: list[tuple[ranking.RankingEvent, str]]) -> list[Refusal]:
+def write_ranking_events(conn: Any, items: list[tuple[ranking.RankingEvent, str]],
+                         tally: throughput.Tally) -> list[Refusal]:
     """One script call per message, all in one pipeline; a message whose board exists with other
     settings is refused there (nothing written for it)."""
-    results = ranking.write_events(conn, [([event], message_id) for event, message_id in items])
+    results = ranking.write_events(conn, [([event], message_id) for event, message_id in items], tally)
     return [(message_id, result) for (_event, message_id), result in zip(items, results, strict=True)
             if isinstance(result, InvalidInput)]
 
@@ -66,6 +68,8 @@ KINDS = {
     "incr_ranking": (ranking.prepare_event, "board, member, amount=1, ts=None, period_hours=24, interval_hours=1",
                      write_ranking_events),
 }
+EVENT_KIND = {"record_visit": "visit", "incr_ranking": "ranking"}
+"""What each kind of message counts as in the throughput totals."""
 
 
 def usable_id(value: Any) -> str | None:
@@ -102,6 +106,7 @@ def apply_batch(conn: Any, kind: str, requests: list[Any], *, max_backoff: float
     """
     parse, signature, write = KINDS[kind]
     eager = all((r.delivery_info or {}).get("is_eager") for r in requests)
+    tally = throughput.Tally()
     items, refused = [], []
     for request in requests:
         try:
@@ -115,7 +120,7 @@ def apply_batch(conn: Any, kind: str, requests: list[Any], *, max_backoff: float
         backoff = Backoff(maximum=max_backoff)
         while True:
             try:
-                late = write(conn, [(item, message_id) for item, message_id, _request in group])
+                late = write(conn, [(item, message_id) for item, message_id, _request in group], tally)
             except Exception as exc:  # noqa: BLE001  every failure is waited out, isolated or given up
                 if eager:
                     raise
@@ -145,6 +150,7 @@ def apply_batch(conn: Any, kind: str, requests: list[Any], *, max_backoff: float
 
     if items:
         write_all(items)
+    throughput.count(conn, EVENT_KIND[kind], tally, batch=(kind, len(requests)))  # for the metrics
     for message_id, error in refused:
         until_recorded(lambda m=message_id, e=error: refusals.record(conn, kind, m, [(None, e)]), max_backoff)
     if eager and refused:  # applied in-process (an app's tests): the caller sees the refusal

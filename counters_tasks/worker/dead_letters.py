@@ -11,7 +11,8 @@ Two kinds of record go to one capped list (``store.keys.dead_letters``), newest 
   (``COUNTERS_MAX_ATTEMPTS`` tries): its task name, id, arguments (``args``, ``kwargs``).
 
 Each record says why (``reason``), when (``at``) and from which queue; the reasons are counted.
-Operators list, requeue or drop them with ``counters-tasks dead-letters``.
+Operators list, requeue or drop them with ``counters-tasks dead-letters``. ``task_call`` decodes
+a raw message as the checks here do (the metrics read the event time of a queue's head with it).
 """
 
 from __future__ import annotations
@@ -63,20 +64,38 @@ def message_problem(item: bytes | str) -> tuple[str | None, dict[str, Any] | Non
         return "no_task", message
     if message.get("content-type") != "application/json":
         return "not_json_content", message
+    if task_arguments(message) is None:
+        return "bad_body", message
+    return None, message
+
+
+def task_arguments(message: dict[str, Any]) -> tuple[list[Any], dict[str, Any]] | None:
+    """``(args, kwargs)`` of a decoded kombu message whose body is Celery's ``[args, kwargs,
+    embed]`` (base64 or not), or None when it is not."""
     body: str | bytes = message["body"]
     if message["properties"].get("body_encoding") == "base64":
         try:
             body = base64.b64decode(body, validate=True)
         except (binascii.Error, ValueError):
-            return "bad_body", message
+            return None
     try:
         decoded = json.loads(body)
     except (ValueError, UnicodeDecodeError):
-        return "bad_body", message
+        return None
     if not (isinstance(decoded, list) and len(decoded) == 3 and isinstance(decoded[0], list)
             and isinstance(decoded[1], dict) and isinstance(decoded[2], dict)):
-        return "bad_body", message
-    return None, message
+        return None
+    return decoded[0], decoded[1]
+
+
+def task_call(item: bytes | str) -> tuple[str, list[Any], dict[str, Any]] | None:
+    """``(task name, args, kwargs)`` of a raw broker message, or None when a worker would set
+    it aside (``message_problem``): what ``ops.metrics`` reads at the head of a queue."""
+    reason, message = message_problem(item)
+    if reason is not None or message is None:
+        return None
+    arguments = task_arguments(message)
+    return None if arguments is None else (message["headers"]["task"], *arguments)
 
 
 def _record(reason: str, queue: str | None, task: str | None, task_id: Any, **extra: Any) -> str:

@@ -40,14 +40,17 @@ def use_settings(monkeypatch: pytest.MonkeyPatch, **env: object) -> None:
 
 REFUSAL_KEYS = b":{refused}"
 """What the refusal counts' keys hold (``counters_tasks.refusals``): a refusal writes only those."""
+THROUGHPUT_KEYS = b":{throughput}"
+"""The metrics' totals (``counters_tasks.throughput``): a refused batch is still a batch seen."""
 
 
 def dump_all(client) -> dict:
     """Every key with its type, value and TTL presence: to prove nothing was written. The
-    refusal counts are left out (a refusal is counted on purpose; tests read them through
-    ``refusals.counts``)."""
+    refusal counts and the metrics' totals are left out (a refusal, and the batch it came in,
+    are counted on purpose; tests read them through ``refusals.counts`` and ``throughput.totals``)."""
     out = {}
     for key in client.scan_iter(count=1000):
-        if REFUSAL_KEYS not in (key if isinstance(key, bytes) else key.encode()):
+        name = key if isinstance(key, bytes) else key.encode()
+        if REFUSAL_KEYS not in name and THROUGHPUT_KEYS not in name:
             out[key] = (client.type(key), client.dump(key), client.ttl(key) > 0)
     return out

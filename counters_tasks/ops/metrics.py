@@ -1,0 +1,223 @@
+"""Prometheus metrics (``/metrics`` of ``counters-tasks serve``), all named ``counters_...``.
+
+Workers are prefork and many, so no worker process can export a deployment's totals; they keep
+them in Redis instead (``counters_tasks.throughput``, ``refusals``, the dead letters) and this
+module's collector reads them, with the broker's queues, at each scrape: what every worker did,
+whichever process did it, with no per-worker port to scrape and nothing lost when a worker
+restarts. docs/metrics.md lists every metric with a PromQL example.
+
+A scrape is bounded: one round trip to the counters Redis (two HGETALLs of small hashes) and one
+to the broker (LLEN, LINDEX, HLEN, ZRANGE 0 0, HGETALL of the dead-letter reasons), each client
+with a socket timeout; never KEYS or SCAN. A source that does not answer makes
+``counters_source_up{source=...}`` 0 and its metrics absent, never a failed or hanging scrape.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+from starlette.requests import Request
+from starlette.responses import Response
+
+from .. import refusals, throughput
+from ..core.settings import get_settings
+from ..store import keys
+from ..store.client import as_str, read_pipeline
+from ..worker import dead_letters
+from . import health
+
+log = logging.getLogger(__name__)
+
+UNACKED, UNACKED_INDEX = "unacked", "unacked_index"
+"""kombu's Redis transport: messages taken by workers and not yet acknowledged (HASH), and when
+each was taken (ZSET); the package keeps kombu's default names."""
+
+LAG_QUEUE = "visits"
+"""The queue whose head message tells how long the oldest waiting event has waited."""
+
+TS_ARGUMENT = {
+    "counters_tasks.record_visit": 3, "counters_tasks.incr_ranking": 3,
+    "counters_tasks.update_counter": 2, "counters_tasks.count_unique": 1,
+}
+"""Per-event tasks: the position of ``ts`` among their arguments (or ``kwargs["ts"]``)."""
+ITEMS_ARGUMENT = {"counters_tasks.record_visits": "visits", "counters_tasks.incr_rankings": "events"}
+"""Batch tasks: the name of their one argument, a list of items that each may carry ``ts``."""
+
+
+def event_time(task: str, args: list[Any], kwargs: dict[str, Any]) -> float | None:
+    """The oldest event time (``ts``) a waiting task message carries, or None when it carries
+    none (``.delay()`` without ``ts``: such an event is stamped when a worker applies it)."""
+    if task in TS_ARGUMENT:
+        position = TS_ARGUMENT[task]
+        found = [kwargs.get("ts"), args[position] if len(args) > position else None]
+    elif task in ITEMS_ARGUMENT:
+        items = kwargs.get(ITEMS_ARGUMENT[task], args[0] if args else None)
+        found = [item.get("ts") for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+    else:
+        return None
+    times = [float(ts) for ts in found
+             if isinstance(ts, (int, float)) and not isinstance(ts, bool) and math.isfinite(ts)]
+    return min(times) if times else None
+
+
+def oldest_waiting(heads: Iterable[bytes | str | None]) -> float | None:
+    """The oldest event time among the messages at the head of a queue's lists (the next to be
+    taken from each), or None when none carries one."""
+    times = []
+    for raw in heads:
+        call = None if raw is None else dead_letters.task_call(raw)
+        ts = None if call is None else event_time(*call)
+        if ts is not None:
+            times.append(ts)
+    return min(times) if times else None
+
+
+class CountersCollector(Collector):
+    """Reads the deployment's totals from Redis and the broker at each scrape (see the module)."""
+
+    def __init__(self, conn: Callable[[], Any], broker: Callable[[], Any],
+                 clock: Callable[[], float] = time.time) -> None:
+        self.conn, self.broker, self.clock = conn, broker, clock
+
+    def describe(self) -> list:
+        return []  # registered without a scrape; every name is counters_...
+
+    def collect(self) -> Iterator[Any]:
+        started = time.perf_counter()
+        now = self.clock()
+        up = GaugeMetricFamily("counters_source_up", "Whether the last scrape could read this source (1) or not (0)",
+                               labels=["source"])
+        try:
+            yield from self.counters_metrics(now)
+            up.add_metric(["redis"], 1)
+        except Exception as exc:  # noqa: BLE001  a scrape reports the failure, never fails
+            log.warning("metrics: the counters Redis did not answer: %s: %s", type(exc).__name__, exc)
+            up.add_metric(["redis"], 0)
+        try:
+            yield from self.broker_metrics(now)
+            up.add_metric(["broker"], 1)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("metrics: the broker did not answer: %s: %s", type(exc).__name__, exc)
+            up.add_metric(["broker"], 0)
+        yield up
+        yield GaugeMetricFamily("counters_scrape_duration_seconds", "How long this scrape's reads took",
+                                value=time.perf_counter() - started)
+
+    def counters_metrics(self, now: float) -> list[Any]:
+        """The workers' totals and refusals (one round trip to the counters Redis)."""
+        pipe = read_pipeline(self.conn())  # both keys have a fixed hash tag: no tag key to read first
+        pipe.hgetall(keys.throughput())
+        pipe.hgetall(keys.refusal_counts())
+        stored, refused = pipe.execute()
+        totals = throughput.parse_totals(stored)
+        out: list[Any] = [
+            CounterMetricFamily("counters_visits_applied", "Page views applied (each counted once, a redelivery "
+                                "as a duplicate)", value=totals.applied["visit"]),
+            CounterMetricFamily("counters_ranking_events_applied", "Ranking events applied (late ones not "
+                                "counted)", value=totals.applied["ranking"]),
+        ]
+        duplicates = CounterMetricFamily("counters_duplicates_skipped", "Events skipped because their message was "
+                                         "applied before (a redelivery)", labels=["kind"])
+        for kind, count in totals.duplicates.items():
+            duplicates.add_metric([kind], count)
+        by_reason = CounterMetricFamily("counters_refused", "Items refused as bad input, by reason",
+                                        labels=["reason"])
+        for reason, count in sorted(refusals.parse_counts(refused).items()):
+            by_reason.add_metric([reason], count)
+        sizes = HistogramMetricFamily("counters_batch_size", "Items per batch: messages per worker-side batch "
+                                      "(record_visit, incr_ranking), items per batch message (record_visits, "
+                                      "incr_rankings)", labels=["kind"])
+        for kind, batches in totals.batches.items():  # le as the client library writes it: "1.0", "+Inf"
+            sizes.add_metric([kind], [(floatToGoString(float(le)), n) for le, n in batches.buckets], batches.total)
+        out += [duplicates, by_reason, sizes]
+        if totals.newest_ts is not None:
+            out.append(GaugeMetricFamily("counters_newest_applied_timestamp_seconds", "Event time (ts) of the newest "
+                                         "visit applied", value=totals.newest_ts))
+            out.append(GaugeMetricFamily("counters_lag_newest_applied_seconds", "Age of the newest visit applied: "
+                                         "now minus its event time", value=max(0.0, now - totals.newest_ts)))
+        return out
+
+    def broker_metrics(self, now: float) -> list[Any]:
+        """Queue lengths, unacknowledged messages, dead letters and the oldest waiting event (one
+        round trip to the broker)."""
+        broker = self.broker()
+        lists = {queue: health.queue_lists(queue) for queue in health.QUEUES}
+        pipe = broker.pipeline(transaction=False)
+        for names in lists.values():
+            for name in names:
+                pipe.llen(name)
+        for name in lists[LAG_QUEUE]:
+            pipe.lindex(name, -1)  # kombu publishes with LPUSH and takes from the right
+        pipe.hlen(UNACKED)
+        pipe.zrange(UNACKED_INDEX, 0, 0, withscores=True)
+        pipe.llen(keys.dead_letters())
+        pipe.hgetall(keys.dead_letter_reasons())
+        replies = pipe.execute()
+        lengths = GaugeMetricFamily("counters_queue_length", "Messages waiting in a queue (every priority)",
+                                    labels=["queue"])
+        position = 0
+        for queue, names in lists.items():
+            lengths.add_metric([queue], sum(int(n) for n in replies[position:position + len(names)]))
+            position += len(names)
+        heads = replies[position:position + len(lists[LAG_QUEUE])]
+        unacked, oldest_taken, dead_kept, dead_reasons = replies[position + len(heads):]
+        waiting = GaugeMetricFamily("counters_lag_oldest_unapplied_seconds", "Age of the oldest event waiting at the "
+                                    "head of the visits queue (0 when the queue is empty)", labels=["queue"])
+        oldest = oldest_waiting(heads)
+        if oldest is not None or not any(heads):
+            waiting.add_metric([LAG_QUEUE], 0.0 if oldest is None else max(0.0, now - oldest))
+        taken = GaugeMetricFamily("counters_oldest_unacked_age_seconds", "Since when the oldest message taken by a "
+                                  "worker and not yet acknowledged was taken (0 when none)",
+                                  value=max(0.0, now - float(oldest_taken[0][1])) if oldest_taken else 0.0)
+        set_aside = CounterMetricFamily("counters_dead_lettered", "Messages ever set aside in the dead letters, "
+                                        "by reason", labels=["reason"])
+        for reason, count in sorted((as_str(k), int(v)) for k, v in dead_reasons.items()):
+            set_aside.add_metric([reason], count)
+        return [lengths, waiting,
+                GaugeMetricFamily("counters_unacked_messages", "Messages taken by workers, not yet acknowledged",
+                                  value=int(unacked)),
+                taken,
+                GaugeMetricFamily("counters_dead_letters", "Dead-letter records kept (counters-tasks dead-letters)",
+                                  value=int(dead_kept)),
+                set_aside]
+
+
+class Broker:
+    """A client of the broker's Redis with short timeouts, made on first use and kept."""
+
+    def __init__(self, timeout: float = 2.0) -> None:
+        self.timeout = timeout
+        self.lock = threading.Lock()
+        self.client: Any = None
+
+    def __call__(self) -> Any:
+        with self.lock:
+            if self.client is None:
+                self.client = health.broker_client(get_settings().broker_url, self.timeout)
+            return self.client
+
+
+def registry(conn: Callable[[], Any], broker: Callable[[], Any] | None = None) -> CollectorRegistry:
+    """A registry holding only the counters collector (no process metrics of the server)."""
+    made = CollectorRegistry(auto_describe=False)
+    made.register(CountersCollector(conn, broker or Broker()))
+    return made
+
+
+def endpoint(conn: Callable[[], Any], broker: Callable[[], Any] | None = None) -> Callable[[Request], Response]:
+    """The ``/metrics`` handler: Prometheus' text format of ``registry(conn, broker)``."""
+    made = registry(conn, broker)
+
+    def metrics(_request: Request) -> Response:
+        return Response(generate_latest(made), media_type=CONTENT_TYPE_LATEST, headers={"Cache-Control": "no-store"})
+
+    return metrics
