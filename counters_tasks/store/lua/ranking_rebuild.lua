@@ -39,8 +39,11 @@ if not slot then
   return finish()
 end
 local cost = math.max(1, #slots)
+-- a page asks for as many members as the budget pays for whole (each new one costs a read of
+-- every slot), so a step stays near its budget however many slots the board has
+local count = math.max(1, math.floor(budget / cost))
 while budget > 0 do
-  local page = redis.call('HSCAN', head .. slot .. tail, cursor, 'COUNT', 100)
+  local page = redis.call('HSCAN', head .. slot .. tail, cursor, 'COUNT', count)
   for i = 1, #page[2], 2 do
     local member = page[2][i]
     if redis.call('SADD', done, member) == 1 then
