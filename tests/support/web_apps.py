@@ -1,0 +1,118 @@
+"""The web apps tests/test_middleware.py runs under real servers: a Flask app (WSGI, for gunicorn)
+and a plain ASGI app (for uvicorn), each serving the same routes twice over: under ``/direct/``
+through middleware that trusts no proxy, under ``/proxied/`` through middleware that trusts one.
+
+- ``/direct/page<n>``, ``/proxied/page``: HTML pages (counted);
+- ``/direct/api/data``: JSON (not counted); ``/direct/like/<member>`` (POST): bumps ``likes``;
+- ``/health``, ``/pid``, ``/stats``: for the test itself (plain text or JSON, never counted).
+
+``COUNTERS_TEST_MAX_DELAY`` sets the recorder's ``max_delay``: a long one keeps every visit in
+the process until the server is stopped, so the test sees that SIGTERM loses nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+
+from flask import Flask, jsonify, request
+
+from counters_tasks import VisitRecorder
+from counters_tasks.integrations.asgi import CountersASGIMiddleware
+from counters_tasks.integrations.common import request_counters
+from counters_tasks.integrations.wsgi import CountersMiddleware
+
+MAX_DELAY = float(os.environ.get("COUNTERS_TEST_MAX_DELAY", "0.2"))
+
+# -- WSGI: Flask under gunicorn --preload -------------------------------------------------------
+
+RECORDER = VisitRecorder(max_delay=MAX_DELAY)
+"""Made at import, so in gunicorn's master with --preload: each forked worker gets its own empty
+buffer and sender thread (VisitRecorder is fork-safe); one recorder per process."""
+
+flask_app = Flask(__name__)
+
+
+@flask_app.get("/health")
+def health():
+    return "ok", 200, {"Content-Type": "text/plain"}
+
+
+@flask_app.get("/pid")
+def pid():
+    return jsonify(os.getpid())
+
+
+@flask_app.get("/direct/page<int:n>")
+@flask_app.get("/proxied/page")
+def page(n: int = 0):
+    return f"<!doctype html><title>page {n}</title><p>page {n}</p>"
+
+
+@flask_app.get("/direct/api/data")
+def data():
+    return jsonify(ok=True)
+
+
+@flask_app.post("/direct/like/<member>")
+def like(member: str):
+    request_counters(request.environ).bump("likes", member)
+    return jsonify(liked=member)
+
+
+direct_wsgi = CountersMiddleware(flask_app.wsgi_app, recorder=RECORDER)
+proxied_wsgi = CountersMiddleware(flask_app.wsgi_app, recorder=RECORDER, trusted_proxies=1)
+
+
+def wsgi_app(environ, start_response):
+    """Routes ``/proxied/`` through the middleware that trusts one proxy, the rest through the other."""
+    middleware = proxied_wsgi if environ.get("PATH_INFO", "").startswith("/proxied/") else direct_wsgi
+    return middleware(environ, start_response)
+
+
+# -- ASGI: a plain ASGI app under uvicorn ---------------------------------------------------------
+
+@functools.cache
+def asgi_recorder() -> VisitRecorder:
+    """Made on the first counted request, inside the server process."""
+    return VisitRecorder(max_delay=MAX_DELAY)
+
+
+async def _respond(send, status: int, content_type: str, body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def pages(scope, receive, send):
+    path, method = scope["path"], scope["method"]
+    if path == "/health":
+        await _respond(send, 200, "text/plain", b"ok")
+    elif path == "/stats":
+        body = {"direct": direct_asgi.stats.as_dict(), "proxied": proxied_asgi.stats.as_dict()}
+        await _respond(send, 200, "application/json", json.dumps(body).encode())
+    elif path == "/direct/api/data":
+        await _respond(send, 200, "application/json", b'{"ok": true}')
+    elif path.startswith("/direct/like/") and method == "POST":
+        request_counters(scope).bump("likes", path.removeprefix("/direct/like/"))
+        await _respond(send, 200, "application/json", b"{}")
+    elif path.startswith(("/direct/page", "/direct/bad", "/proxied/page")):
+        await _respond(send, 200, "text/html; charset=utf-8", b"<!doctype html><p>page</p>")
+    else:
+        await _respond(send, 404, "text/html; charset=utf-8", b"<p>not found</p>")
+
+
+direct_asgi = CountersASGIMiddleware(pages, recorder=asgi_recorder)
+proxied_asgi = CountersASGIMiddleware(pages, recorder=asgi_recorder, trusted_proxies=1)
+
+
+async def asgi_app(scope, receive, send):
+    """Routes ``/proxied/`` through the middleware that trusts one proxy, the rest through the other."""
+    if scope["type"] == "lifespan":  # nothing to set up; say so, as uvicorn expects
+        while (await receive())["type"] != "lifespan.shutdown":
+            await send({"type": "lifespan.startup.complete"})
+        await send({"type": "lifespan.shutdown.complete"})
+        return
+    middleware = proxied_asgi if scope.get("path", "").startswith("/proxied/") else direct_asgi
+    await middleware(scope, receive, send)
