@@ -527,3 +527,32 @@ def test_an_asgi_app_under_uvicorn_counts_pages_by_the_proxy_rule_and_loses_noth
         server.stop()
     wait_for_counts(raw_conn, day, expected_counts(expected))
     assert Ranking(raw_conn, "likes").top(withscores=True) == [("post-1", 2), ("post-2", 1)]
+
+
+WITHOUT_FRAMEWORKS = """
+import importlib.abc, sys
+
+BLOCKED = {"django", "flask", "werkzeug", "gunicorn", "starlette", "uvicorn", "asgiref"}
+
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ImportError(f"{name} is not installed here")
+        return None
+
+sys.meta_path.insert(0, Block())
+import counters_tasks
+from counters_tasks.integrations import asgi, common, django, wsgi
+wsgi.CountersMiddleware(lambda environ, start_response: [])
+asgi.CountersASGIMiddleware(lambda scope, receive, send: None)
+django.CountersMiddleware(lambda request: None, options=common.Options())
+print(sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED))
+"""
+
+
+@pytest.mark.processes
+def test_the_package_and_its_middleware_import_without_any_web_framework():
+    done = subprocess.run([sys.executable, "-c", WITHOUT_FRAMEWORKS], cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

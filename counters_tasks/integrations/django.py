@@ -4,6 +4,9 @@
     MIDDLEWARE = [..., "counters_tasks.integrations.django.CountersMiddleware"]
     COUNTERS_MIDDLEWARE = {"trusted_proxies": 1}          # common.Options, all optional
 
+The callables among the options (``recorder``, ``session_id``, ``should_count``) may be given as
+dotted paths (``"myapp.analytics.session_id"``), as Django settings usually name code.
+
 Views reach ``request.counters`` (``common.RequestCounters``): ``request.counters.bump(board,
 member)`` and ``request.counters.skip()``. This module imports Django only when Django makes
 the middleware (to read its settings), so the package imports without Django installed.
@@ -32,6 +35,19 @@ def _headers(meta: Mapping[str, Any]) -> dict[str, str]:
             if key.startswith("HTTP_") and isinstance(value, str)}
 
 
+DOTTED = ("recorder", "session_id", "should_count")
+"""Options that may be dotted paths in ``COUNTERS_MIDDLEWARE``."""
+
+
+def options_from_settings(settings: Mapping[str, Any]) -> Options:
+    """``common.Options`` from the ``COUNTERS_MIDDLEWARE`` dict, dotted paths imported."""
+    from django.utils.module_loading import import_string
+
+    resolved = {key: import_string(value) if key in DOTTED and isinstance(value, str) else value
+                for key, value in settings.items()}
+    return Options.from_mapping(resolved)
+
+
 class CountersMiddleware:
     """Records each page view through the process's ``VisitRecorder`` once the view has made its
     response, and sets the session cookie on a page view of a browser without it. Options come
@@ -45,7 +61,7 @@ class CountersMiddleware:
         if options is None:
             from django.conf import settings  # only when Django builds its middleware chain
 
-            options = Options.from_mapping(getattr(settings, SETTING, {}))
+            options = options_from_settings(getattr(settings, SETTING, {}))
         self.counting = Counting(options)
 
     @property
