@@ -556,3 +556,23 @@ def test_the_package_and_its_middleware_import_without_any_web_framework():
                           timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_visits_of_requests_in_flight_after_a_sigterm_flush_go_to_a_renewed_shared_recorder(
+        eager_app, raw_conn, monkeypatch):
+    monkeypatch.setattr(common, "_shared", None)
+    middleware = CountersMiddleware(wsgi_page)  # the shared recorder, in eager mode here
+    day = local_day(time.time())
+    with wsgi_client(middleware) as client:
+        client.get("/")
+        first = common.shared_recorder()
+        first.close(timeout=5)  # what VisitRecorder's SIGTERM handler does while requests still drain
+        client.get("/")
+        client.post("/like/after-close")
+    renewed = common.shared_recorder()
+    try:
+        assert renewed is not first
+        assert middleware.stats.counted == 2 and middleware.stats.failed == 0 and middleware.stats.bumps == 1
+        assert sitestats.site_visit_info(raw_conn, day, "/").pv == 2
+    finally:
+        renewed.close(timeout=5)

@@ -103,6 +103,20 @@ def shared_recorder() -> VisitRecorder:
     return _shared
 
 
+def renew_shared_recorder(closed: Recorder) -> VisitRecorder:
+    """A new shared recorder in place of ``closed`` (unless another thread renewed it already).
+
+    A SIGTERM closes every recorder at once (``VisitRecorder``'s handler), but a server that drains
+    gracefully (gunicorn, uvicorn) still finishes the requests in flight: their visits go to a new
+    recorder, itself flushed when the process exits (interpreter exit, or the SIGTERM the server
+    raises again once drained)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None or _shared is closed:
+            _shared = VisitRecorder()
+        return _shared
+
+
 def client_ip(remote_addr: str | None, headers: Mapping[str, str], trusted_proxies: int = 0,
               proxy_header: str = "x-forwarded-for") -> str | None:
     """The client's address: the socket peer, or the one ``trusted_proxies`` hops from the right of
@@ -448,8 +462,8 @@ class Counting:
             self.stats.add("skipped")
         for board, member, amount, ts, period_hours, interval_hours in visit.counters.bumps:
             try:
-                self.recorder.incr_ranking(board, member, amount, ts=ts, period_hours=period_hours,
-                                           interval_hours=interval_hours)
+                self._call_recorder("incr_ranking", board, member, amount, ts=ts, period_hours=period_hours,
+                                    interval_hours=interval_hours)
                 self.stats.add("bumps")
             except InvalidInput as exc:
                 self.stats.add("bumps_refused")
@@ -465,11 +479,24 @@ class Counting:
             log.debug("counters middleware: no client address for %s", visit.info.path)
             return
         try:
-            self.recorder.record(ip, visit.info.path, session_id=visit.counters.session_id, ts=visit.ts)
+            self._call_recorder("record", ip, visit.info.path, session_id=visit.counters.session_id, ts=visit.ts)
             self.stats.add("counted")
         except InvalidInput as exc:
             self.stats.add("refused")
             log.debug("counters middleware: visit refused: %s", exc)
-        except Exception:  # e.g. the recorder was closed by SIGTERM while this request ran
+        except Exception:
             self.stats.add("failed")
             log.warning("counters middleware: visit not recorded", exc_info=True)
+
+    def _call_recorder(self, method: str, *args: Any, **kwargs: Any) -> None:
+        """Call the recorder; when it is the shared one and a SIGTERM closed it while this request
+        ran (``RuntimeError``), once more through a renewed shared recorder."""
+        recorder = self.recorder
+        try:
+            getattr(recorder, method)(*args, **kwargs)
+        except RuntimeError:
+            if self.options.recorder is not None:
+                raise
+            with self._recorder_lock:
+                self._recorder = renew_shared_recorder(recorder)
+            getattr(self._recorder, method)(*args, **kwargs)
