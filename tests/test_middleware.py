@@ -576,3 +576,41 @@ def test_visits_of_requests_in_flight_after_a_sigterm_flush_go_to_a_renewed_shar
         assert sitestats.site_visit_info(raw_conn, day, "/").pv == 2
     finally:
         renewed.close(timeout=5)
+
+
+def test_the_asgi_lifespan_shutdown_flushes_the_recorder():
+    class Flushing(FakeRecorder):
+        flushed = 0
+
+        def flush(self, timeout=None):
+            Flushing.flushed += 1
+            return True
+
+    middleware = CountersASGIMiddleware(asgi_lifespan_app, recorder=Flushing())
+    messages = iter([{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}])
+    sent = []
+
+    async def receive():
+        return next(messages)
+
+    async def send(message):
+        sent.append(message["type"])
+
+    async def run():
+        await middleware({"type": "http", "method": "GET", "path": "/", "headers": [], "client": (SOCKET, 1)},
+                         receive, send)  # a page view: the recorder is made
+        sent.clear()
+        await middleware({"type": "lifespan"}, receive, send)
+
+    asyncio.run(run())
+    assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+    assert Flushing.flushed == 1
+
+
+async def asgi_lifespan_app(scope, receive, send):
+    if scope["type"] == "lifespan":
+        while (await receive())["type"] != "lifespan.shutdown":
+            await send({"type": "lifespan.startup.complete"})
+        await send({"type": "lifespan.shutdown.complete"})
+        return
+    await asgi_page(scope, receive, send)

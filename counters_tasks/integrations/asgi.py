@@ -6,12 +6,13 @@ handler, a plain ASGI callable) served by uvicorn, hypercorn, daphne...
 
 The rules are ``common.Counting``'s; this module reads the scope, watches the response's start
 message (status and headers, where the session cookie is added), and hands the visit to the
-recorder once the app has sent the response. Only ``http`` scopes are looked at; ``websocket``
-and ``lifespan`` pass through untouched.
+recorder once the app has sent the response. ``websocket`` scopes pass through untouched; on
+the ``lifespan`` shutdown (the server has drained its requests) the recorder is flushed.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -57,6 +58,9 @@ class CountersASGIMiddleware:
         return self.counting.stats
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope.get("type") == "lifespan":
+            await self.app(scope, self._flushing_on_shutdown(receive), send)
+            return
         if scope.get("type") != "http":
             await self.app(scope, receive, send)
             return
@@ -81,3 +85,16 @@ class CountersASGIMiddleware:
         finally:
             if started:
                 self.counting.finish(visit)
+
+    def _flushing_on_shutdown(self, receive: Receive) -> Receive:
+        """``receive`` of a lifespan scope that flushes the recorder when the server announces its
+        shutdown: uvicorn does so once it has drained the requests in flight, so their visits are
+        sent before the process ends, whatever happens to SIGTERM afterwards."""
+
+        async def receive_then_flush() -> Message:
+            message = await receive()
+            if message.get("type") == "lifespan.shutdown":
+                await asyncio.get_running_loop().run_in_executor(None, self.counting.flush)
+            return message
+
+        return receive_then_flush

@@ -371,6 +371,18 @@ class Counting:
                     self._recorder = given  # type: ignore[assignment]
         return self._recorder  # type: ignore[return-value]
 
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Send what the recorder holds (when one was made and can flush); True when all went."""
+        recorder = self._recorder
+        flush = getattr(recorder, "flush", None)
+        if flush is None:
+            return True
+        try:
+            return bool(flush(timeout))
+        except Exception:
+            log.warning("counters middleware: flushing the recorder failed", exc_info=True)
+            return False
+
     # -- the rules ---------------------------------------------------------------------------
 
     def path_is_skipped(self, path: str) -> bool:

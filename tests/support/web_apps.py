@@ -12,7 +12,6 @@ the process until the server is stopped, so the test sees that SIGTERM loses not
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 
@@ -25,11 +24,13 @@ from counters_tasks.integrations.wsgi import CountersMiddleware
 
 MAX_DELAY = float(os.environ.get("COUNTERS_TEST_MAX_DELAY", "0.2"))
 
-# -- WSGI: Flask under gunicorn --preload -------------------------------------------------------
-
 RECORDER = VisitRecorder(max_delay=MAX_DELAY)
-"""Made at import, so in gunicorn's master with --preload: each forked worker gets its own empty
-buffer and sender thread (VisitRecorder is fork-safe); one recorder per process."""
+"""Made at import (as docs/guides/gunicorn.md advises): in gunicorn's master with --preload, so
+each forked worker gets its own empty buffer and sender thread (VisitRecorder is fork-safe); in
+uvicorn's process before uvicorn takes SIGTERM over, so its flush runs after uvicorn has drained.
+One recorder per process, for both apps."""
+
+# -- WSGI: Flask under gunicorn --preload -------------------------------------------------------
 
 flask_app = Flask(__name__)
 
@@ -73,12 +74,6 @@ def wsgi_app(environ, start_response):
 
 # -- ASGI: a plain ASGI app under uvicorn ---------------------------------------------------------
 
-@functools.cache
-def asgi_recorder() -> VisitRecorder:
-    """Made on the first counted request, inside the server process."""
-    return VisitRecorder(max_delay=MAX_DELAY)
-
-
 async def _respond(send, status: int, content_type: str, body: bytes) -> None:
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]})
@@ -86,6 +81,11 @@ async def _respond(send, status: int, content_type: str, body: bytes) -> None:
 
 
 async def pages(scope, receive, send):
+    if scope["type"] == "lifespan":  # nothing to set up; say so, as uvicorn expects
+        while (await receive())["type"] != "lifespan.shutdown":
+            await send({"type": "lifespan.startup.complete"})
+        await send({"type": "lifespan.shutdown.complete"})
+        return
     path, method = scope["path"], scope["method"]
     if path == "/health":
         await _respond(send, 200, "text/plain", b"ok")
@@ -103,16 +103,11 @@ async def pages(scope, receive, send):
         await _respond(send, 404, "text/html; charset=utf-8", b"<p>not found</p>")
 
 
-direct_asgi = CountersASGIMiddleware(pages, recorder=asgi_recorder)
-proxied_asgi = CountersASGIMiddleware(pages, recorder=asgi_recorder, trusted_proxies=1)
+direct_asgi = CountersASGIMiddleware(pages, recorder=RECORDER)
+proxied_asgi = CountersASGIMiddleware(pages, recorder=RECORDER, trusted_proxies=1)
 
 
 async def asgi_app(scope, receive, send):
     """Routes ``/proxied/`` through the middleware that trusts one proxy, the rest through the other."""
-    if scope["type"] == "lifespan":  # nothing to set up; say so, as uvicorn expects
-        while (await receive())["type"] != "lifespan.shutdown":
-            await send({"type": "lifespan.startup.complete"})
-        await send({"type": "lifespan.shutdown.complete"})
-        return
     middleware = proxied_asgi if scope.get("path", "").startswith("/proxied/") else direct_asgi
     await middleware(scope, receive, send)
