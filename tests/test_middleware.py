@@ -614,3 +614,18 @@ async def asgi_lifespan_app(scope, receive, send):
         await send({"type": "lifespan.shutdown.complete"})
         return
     await asgi_page(scope, receive, send)
+
+
+def test_a_recorder_callable_is_called_once_at_the_first_counted_request():
+    made = []
+
+    def make():
+        made.append(FakeRecorder())
+        return made[-1]
+
+    middleware = CountersMiddleware(wsgi_page, recorder=make)
+    assert made == []  # nothing made at import or construction (a server may fork after)
+    with wsgi_client(middleware) as client:
+        client.get("/")
+        client.get("/b")
+    assert len(made) == 1 and [path for _, path, _ in made[0].visits] == ["/", "/b"]
