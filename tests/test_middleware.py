@@ -628,3 +628,29 @@ def test_a_recorder_callable_is_called_once_at_the_first_counted_request():
         client.get("/")
         client.get("/b")
     assert len(made) == 1 and [path for _, path, _ in made[0].visits] == ["/", "/b"]
+
+
+@pytest.mark.processes
+def test_a_page_still_being_served_at_sigterm_is_counted(redis_url, raw_conn, worker, tmp_path):
+    """gunicorn without --preload, the shared recorder made at the first page view (in the worker,
+    so its SIGTERM handler runs first and closes it before gunicorn drains): the page served
+    after that goes to a renewed recorder, flushed at the worker's exit."""
+    day = local_day(time.time())
+    env = celery_env(redis_url, COUNTERS_TEST_FLAG_DIR=str(tmp_path))
+    port = free_port()
+    server = Server(["gunicorn", "-w", "1", "-k", "sync", "-b", f"127.0.0.1:{port}", "--graceful-timeout", "20",
+                     "tests.support.web_apps:shared_wsgi_app"], env, tmp_path / "gunicorn.log", port)
+    try:
+        assert server.get("/direct/page0")[0] == 200  # the shared recorder is made here
+        with ThreadPoolExecutor(1) as pool:
+            slow = pool.submit(server.get, "/direct/slow")
+            wait_until(lambda: (tmp_path / "started").exists(), timeout=10, what="the slow page to start")
+            server.process.send_signal(signal.SIGTERM)
+            wait_until(lambda: (tmp_path / "sigterm-seen").exists(), timeout=10, what="the worker's SIGTERM")
+            (tmp_path / "release").touch()  # the recorder is closed by now: the handlers ran before the view goes on
+            assert slow.result(timeout=30)[0] == 200
+    finally:
+        assert server.stop() == 0, server.log.read_text()[-3000:]
+    wait_until(lambda: (sitestats.site_visit_info(raw_conn, day, "/direct/page0").pv,
+                        sitestats.site_visit_info(raw_conn, day, "/direct/slow").pv) == (1, 1),
+               timeout=30, what="both pages counted (the slow one was lost before the renewal)")

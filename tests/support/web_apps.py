@@ -4,6 +4,7 @@ through middleware that trusts no proxy, under ``/proxied/`` through middleware 
 
 - ``/direct/page<n>``, ``/proxied/page``: HTML pages (counted);
 - ``/direct/api/data``: JSON (not counted); ``/direct/like/<member>`` (POST): bumps ``likes``;
+- ``/direct/slow``: a page still being served when the worker gets SIGTERM;
 - ``/health``, ``/pid``, ``/stats``: for the test itself (plain text or JSON, never counted).
 
 ``COUNTERS_TEST_MAX_DELAY`` sets the recorder's ``max_delay``: a long one keeps every visit in
@@ -14,6 +15,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import time
+from pathlib import Path
 
 from flask import Flask, jsonify, request
 
@@ -62,8 +66,38 @@ def like(member: str):
     return jsonify(liked=member)
 
 
+@flask_app.get("/direct/slow")
+def slow():
+    """A request still running when the worker gets SIGTERM: it says it started, marks the SIGTERM
+    when it comes (before the handlers already there: the recorder's flush, gunicorn's drain), and
+    answers once the test releases it."""
+    flags = Path(os.environ["COUNTERS_TEST_FLAG_DIR"])
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def mark(signum, frame):
+        (flags / "sigterm-seen").touch()
+        if callable(previous):
+            previous(signum, frame)
+
+    signal.signal(signal.SIGTERM, mark)
+    (flags / "started").touch()
+    deadline = time.monotonic() + 30
+    while not (flags / "release").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)  # the app's own wait for the test's signal (a signal handler runs in between)
+    return "<!doctype html><p>slow page</p>"
+
+
 direct_wsgi = CountersMiddleware(flask_app.wsgi_app, recorder=RECORDER)
 proxied_wsgi = CountersMiddleware(flask_app.wsgi_app, recorder=RECORDER, trusted_proxies=1)
+
+
+shared_wsgi = CountersMiddleware(flask_app.wsgi_app)
+"""Middleware on the shared recorder (``shared_recorder()``, made at the first page view)."""
+
+
+def shared_wsgi_app(environ, start_response):
+    """The Flask app through ``shared_wsgi``: the recorder the middleware makes by itself."""
+    return shared_wsgi(environ, start_response)
 
 
 def wsgi_app(environ, start_response):
