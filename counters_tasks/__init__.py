@@ -11,6 +11,8 @@ The package, by layer (each imports only the layers listed before it):
   transport, the beat jobs' lock and records;
 - ``app`` (the Celery app), ``tasks`` (the Celery tasks) and ``recorder`` (``VisitRecorder``, the
   app-side batching producer);
+- ``integrations/``: drop-in WSGI, ASGI and Django middleware that record each page view
+  through one ``VisitRecorder`` per process (no web framework is a dependency);
 - ``local/``: local processes: a private Redis server, a test cluster, the ``make run`` stack;
 - ``ops/``: operator tools: the ``counters-tasks`` CLI, the web dashboard, health, Prometheus
   metrics, the demo.

@@ -18,6 +18,7 @@ LAYERS = [
     ["refusals", "throughput", "counters", "sitestats", "uniques", "ranking", "visits"],
     ["worker"],
     ["app", "tasks", "recorder", "__init__"],
+    ["integrations"],
     ["local"],
     ["ops", "__main__"],
 ]

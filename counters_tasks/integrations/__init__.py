@@ -1,0 +1,14 @@
+"""Drop-in request integrations: middleware that record each page view through one
+``VisitRecorder`` per process (docs/integrations.md, docs/guides/).
+
+- ``common``: the rules every middleware shares: skipped paths and responses, the client IP
+  (socket, or through trusted proxies), the session cookie, ranking bumps, ``shared_recorder()``;
+- ``wsgi``: ``CountersMiddleware`` for any WSGI app (Flask, ...);
+- ``asgi``: ``CountersASGIMiddleware`` for any ASGI app (Starlette, FastAPI, ...);
+- ``django``: ``CountersMiddleware`` for Django's ``MIDDLEWARE`` setting (imports Django only
+  when Django makes it).
+
+The layer above ``app``, ``tasks`` and ``recorder``: it may import them and every lower layer
+(``core``, ``errors``, ...); nothing else in the package imports it. No web framework is a
+dependency: each is imported only by the app that uses it.
+"""

@@ -1,0 +1,514 @@
+"""What every request integration shares: which requests are page views, who the client is,
+the session cookie for the daily uniques, ranking bumps, and the one recorder per process.
+
+The WSGI, ASGI and Django middleware only translate their framework's request and response into
+``RequestInfo`` and a status with headers, and call ``Counting``: so the rules (skipped paths,
+the trusted-proxy rule, the cookie) are written once and tested once. Nothing here talks to
+Redis or the broker: a counted request costs ``VisitRecorder.record()``'s in-memory append.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Protocol
+
+from ..core.validation import check_ip, check_session_id
+from ..errors import InvalidInput
+from ..recorder import VisitRecorder
+
+log = logging.getLogger(__name__)
+
+REQUEST_KEY = "counters_tasks"
+"""The WSGI environ key and ASGI scope key under which a request's ``RequestCounters`` is found."""
+
+DEFAULT_SKIP_PREFIXES: tuple[str, ...] = (
+    "/static/", "/media/", "/assets/", "/favicon.ico", "/robots.txt", "/sitemap.xml", "/apple-touch-icon",
+    "/.well-known/",
+)
+"""Path prefixes that are never page views (static files, crawler and browser probes)."""
+
+DEFAULT_SKIP_EXTENSIONS: tuple[str, ...] = (
+    ".css", ".js", ".mjs", ".map", ".png", ".jpg", ".jpeg", ".gif", ".svg", ".ico", ".webp", ".avif", ".bmp",
+    ".woff", ".woff2", ".ttf", ".otf", ".eot", ".mp4", ".webm", ".mp3", ".ogg", ".wav", ".zip", ".gz",
+    ".txt", ".xml", ".json", ".webmanifest",
+)
+"""Path endings (any case) of assets, whatever folder they are served from."""
+
+DEFAULT_CONTENT_TYPES: tuple[str, ...] = ("text/html", "application/xhtml+xml")
+"""Media types of page responses (parameters such as ``; charset=utf-8`` are ignored)."""
+
+COOKIE_MAX_AGE = 365 * 24 * 3600
+
+
+Headers = list[tuple[str, str]]
+"""Response headers as (name, value) pairs of str, as WSGI's ``start_response`` takes them."""
+
+
+@dataclass(frozen=True)
+class RequestInfo:
+    """One request as the counting rules see it, whatever the framework.
+
+    ``headers``: lower-case names; a header sent several times is joined with ``", "`` (as WSGI
+    servers do). ``remote_addr``: the peer of the socket (None on a Unix socket). ``raw``: the
+    WSGI environ, ASGI scope or Django request, for an app's own ``session_id`` or
+    ``should_count`` callables.
+    """
+
+    method: str
+    path: str
+    remote_addr: str | None
+    headers: Mapping[str, str]
+    raw: Any = None
+
+    def cookie(self, name: str) -> str | None:
+        """The value of cookie ``name`` in the request's Cookie header (first one wins), or None."""
+        for part in self.headers.get("cookie", "").split(";"):
+            key, sep, value = part.partition("=")
+            if sep and key.strip() == name:
+                return value.strip().strip('"')
+        return None
+
+
+class Recorder(Protocol):
+    """What the middleware needs of a recorder: ``VisitRecorder`` (or a stand-in in an app's tests)."""
+
+    def record(self, ip: str, path: str, session_id: str | None = None, ts: float | None = None) -> None: ...
+
+    def incr_ranking(self, board: str, member: str, amount: int = 1, ts: float | None = None,
+                     period_hours: int = 24, interval_hours: int = 1) -> None: ...
+
+
+_shared: VisitRecorder | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_recorder() -> VisitRecorder:
+    """The process's ``VisitRecorder``, made on first use with the default settings.
+
+    One per process: gunicorn/uWSGI workers forked from a master that made it each start with an
+    empty buffer and their own sender thread (``VisitRecorder`` is fork-safe), and it is flushed
+    at interpreter exit and on SIGTERM (see docs/producer.md). Middleware use it unless given
+    a ``recorder``.
+    """
+    global _shared
+    if _shared is None:
+        with _shared_lock:
+            if _shared is None:
+                _shared = VisitRecorder()
+    return _shared
+
+
+def renew_shared_recorder(closed: Recorder) -> VisitRecorder:
+    """A new shared recorder in place of ``closed`` (unless another thread renewed it already).
+
+    A SIGTERM closes every recorder at once (``VisitRecorder``'s handler), but a server that drains
+    gracefully (gunicorn, uvicorn) still finishes the requests in flight: their visits go to a new
+    recorder, itself flushed when the process exits (interpreter exit, or the SIGTERM the server
+    raises again once drained)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None or _shared is closed:
+            _shared = VisitRecorder()
+        return _shared
+
+
+def client_ip(remote_addr: str | None, headers: Mapping[str, str], trusted_proxies: int = 0,
+              proxy_header: str = "x-forwarded-for") -> str | None:
+    """The client's address: the socket peer, or the one ``trusted_proxies`` hops from the right of
+    the proxy header's list (the socket peer being the last hop).
+
+    Only a proxy you run appends to ``X-Forwarded-For`` / ``Forwarded`` truthfully; a client can
+    write anything to the left of it. So with ``trusted_proxies=0`` (the default) the headers are
+    ignored, and with N trusted proxies the address N hops from the right is taken: the one the
+    outermost trusted proxy saw. A header that is malformed, names too few hops, or whose chosen
+    entry is not an IP address (``unknown``, an obfuscated ``_name``) gives the socket peer; this
+    never raises. Returns the canonical text (``core.validation.check_ip``), or None when even the
+    socket peer is no IP address (a Unix socket).
+    """
+    socket_ip = _valid_ip(remote_addr)
+    if trusted_proxies <= 0:
+        return socket_ip
+    value = headers.get(proxy_header.lower())
+    if not value:
+        return socket_ip
+    hops = _forwarded_for(value) if proxy_header.lower() == "forwarded" else _x_forwarded_for(value)
+    if hops is None or len(hops) < trusted_proxies:
+        return socket_ip
+    return _valid_ip(_strip_port(hops[-trusted_proxies])) or socket_ip
+
+
+def _valid_ip(text: str | None) -> str | None:
+    if not text:
+        return None
+    try:
+        return check_ip(text)
+    except InvalidInput:
+        return None
+
+
+def _x_forwarded_for(value: str) -> list[str] | None:
+    hops = [hop.strip() for hop in value.split(",")]
+    return None if any(not hop for hop in hops) else hops
+
+
+def _forwarded_for(value: str) -> list[str] | None:
+    """The ``for=`` of each element of an RFC 7239 ``Forwarded`` header (None when malformed)."""
+    hops = []
+    for element in _split_outside_quotes(value, ","):
+        found = None
+        for pair in _split_outside_quotes(element, ";"):
+            name, sep, item = pair.strip().partition("=")
+            if not sep:
+                return None
+            if name.strip().lower() == "for":
+                item = item.strip()
+                if item.startswith('"'):
+                    if len(item) < 2 or not item.endswith('"'):
+                        return None
+                    item = item[1:-1].replace('\\"', '"')
+                found = item
+        if found is None:
+            return None
+        hops.append(found)
+    return hops
+
+
+def _split_outside_quotes(text: str, separator: str) -> list[str]:
+    parts, current, quoted, escaped = [], [], False, False
+    for char in text:
+        if escaped:
+            escaped = False
+        elif char == "\\" and quoted:
+            escaped = True
+        elif char == '"':
+            quoted = not quoted
+        elif char == separator and not quoted:
+            parts.append("".join(current))
+            current = []
+            continue
+        current.append(char)
+    parts.append("".join(current))
+    return parts
+
+
+def _strip_port(hop: str) -> str:
+    """``[2001:db8::1]:443`` -> ``2001:db8::1``; ``192.0.2.1:80`` -> ``192.0.2.1``; else as is."""
+    if hop.startswith("["):
+        end = hop.find("]")
+        return hop[1:end] if end > 0 else hop
+    if hop.count(":") == 1:
+        return hop.split(":", 1)[0]
+    return hop
+
+
+def new_session_id() -> str:
+    """A fresh session id for the cookie: a random UUID's 32 hex digits."""
+    return uuid.uuid4().hex
+
+
+def valid_session_id(value: Any) -> str | None:
+    """``value`` when the recorder would accept it as a session id (``check_session_id``), else None."""
+    if value is None:
+        return None
+    try:
+        check_session_id(value)
+    except InvalidInput:
+        return None
+    return value
+
+
+@dataclass(frozen=True)
+class Options:
+    """How the middleware decides what to count; every field has a safe default.
+
+    See docs/integrations.md for the table. ``should_count(info, status, headers)`` replaces the
+    method, path, status and content-type rules entirely (``Counting.default_should_count`` is
+    there to call from it). ``session_id(info)`` replaces the cookie: it returns the session id
+    (a UUID or 15+ hex digits) or None for a visit without one.
+    """
+
+    recorder: Recorder | Callable[[], Recorder] | None = None
+    methods: Collection[str] = ("GET",)
+    skip_prefixes: Collection[str] = DEFAULT_SKIP_PREFIXES
+    skip_extensions: Collection[str] = DEFAULT_SKIP_EXTENSIONS
+    statuses: Collection[int] = range(200, 400)
+    content_types: Collection[str] | None = DEFAULT_CONTENT_TYPES
+    should_count: Callable[[RequestInfo, int, Headers], bool] | None = None
+    trusted_proxies: int = 0
+    proxy_header: str = "X-Forwarded-For"
+    session_id: Callable[[RequestInfo], str | None] | None = None
+    cookie_name: str = "ct_sid"
+    cookie_max_age: int = COOKIE_MAX_AGE
+    cookie_secure: bool = False
+    cookie_domain: str | None = None
+    cookie_path: str = "/"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.trusted_proxies, bool) or not isinstance(self.trusted_proxies, int) \
+                or self.trusted_proxies < 0:
+            raise ValueError("trusted_proxies must be an int >= 0")
+        if self.proxy_header.lower() not in ("x-forwarded-for", "forwarded"):
+            raise ValueError("proxy_header must be 'X-Forwarded-For' or 'Forwarded'")
+        if not self.cookie_name or any(c in self.cookie_name for c in ' =;,"\t\r\n'):
+            raise ValueError(f"cookie_name {self.cookie_name!r} is not a valid cookie name")
+
+    @classmethod
+    def from_mapping(cls, settings: Mapping[str, Any]) -> Options:
+        """Options from a dict (Django's ``COUNTERS_MIDDLEWARE`` setting); an unknown key raises."""
+        known = {f.name for f in fields(cls)}
+        unknown = set(settings) - known
+        if unknown:
+            raise ValueError(f"unknown counters middleware options: {', '.join(sorted(unknown))}")
+        return cls(**settings)
+
+
+class RequestCounters:
+    """What a view reaches during its request (``request.counters`` in Django, the
+    ``REQUEST_KEY`` entry of the WSGI environ / ASGI scope): ranking bumps, applied through the
+    process's recorder once the response is done, and ``skip()`` to leave this page view out."""
+
+    def __init__(self, session_id: str | None = None) -> None:
+        self.session_id = session_id
+        """The session id this visit is counted with (None: none, or not decided yet)."""
+        self.skipped = False
+        self.bumps: list[tuple[str, str, int, float, int, int]] = []
+
+    def bump(self, board: str, member: str, amount: int = 1, *, period_hours: int = 24,
+             interval_hours: int = 1) -> None:
+        """Add ``amount`` to ``member`` on ranking ``board`` (as ``VisitRecorder.incr_ranking``),
+        timed now, sent after the response. Bad input is logged and counted then, never raised
+        into the view (a member often comes from the request)."""
+        self.bumps.append((board, member, amount, time.time(), period_hours, interval_hours))
+
+    def skip(self) -> None:
+        """Do not count this request as a page view (its bumps still apply)."""
+        self.skipped = True
+
+
+def request_counters(environ_or_scope: Mapping[str, Any]) -> RequestCounters:
+    """The request's ``RequestCounters`` from a WSGI environ or ASGI scope (``flask.request.environ``,
+    ``starlette``'s ``request.scope``). Raises LookupError when no counters middleware wraps the
+    app, rather than dropping the app's bumps silently."""
+    try:
+        return environ_or_scope[REQUEST_KEY]
+    except KeyError:
+        raise LookupError("no counters_tasks middleware wraps this app (see docs/integrations.md)") from None
+
+
+@dataclass
+class Stats:
+    """What a middleware did, per process: page views handed to the recorder, requests skipped,
+    visits the recorder refused (InvalidInput), visits lost to an error of the recorder (closed
+    while shutting down), requests without a client address, cookies set, bumps sent and refused."""
+
+    counted: int = 0
+    skipped: int = 0
+    refused: int = 0
+    failed: int = 0
+    no_client_ip: int = 0
+    cookies_set: int = 0
+    bumps: int = 0
+    bumps_refused: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            setattr(self, name, getattr(self, name) + n)
+
+    def as_dict(self) -> dict[str, int]:
+        with self._lock:
+            return {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_")}
+
+
+@dataclass
+class InFlight:
+    """One request in flight: what is known before the response, and what it decided after."""
+
+    info: RequestInfo
+    counters: RequestCounters
+    ts: float
+    new_cookie: str | None = None
+    counted: bool = False
+
+
+class Counting:
+    """The shared rules, applied by each middleware at three points: ``begin`` (before the app),
+    ``response`` (status and headers known: count or not, and the Set-Cookie header to add) and
+    ``finish`` (after the response: the visit and the bumps go to the recorder)."""
+
+    def __init__(self, options: Options | None = None, **kwargs: Any) -> None:
+        if options is not None and kwargs:
+            raise TypeError("give either options or keyword options, not both")
+        self.options = options if options is not None else Options(**kwargs)
+        self.stats = Stats()
+        self._methods = frozenset(m.upper() for m in self.options.methods)
+        self._prefixes = tuple(self.options.skip_prefixes)
+        self._extensions = tuple(e.lower() for e in self.options.skip_extensions)
+        self._content_types = (None if self.options.content_types is None
+                               else frozenset(t.lower() for t in self.options.content_types))
+        self._recorder: Recorder | None = None
+        self._recorder_lock = threading.Lock()
+
+    @property
+    def recorder(self) -> Recorder:
+        """The recorder visits go to: the one given (or made by the callable given, once), else
+        ``shared_recorder()``; resolved at the first counted request, so after a server's fork."""
+        if self._recorder is None:
+            with self._recorder_lock:
+                given = self.options.recorder
+                if self._recorder is not None:
+                    pass
+                elif given is None:
+                    self._recorder = shared_recorder()
+                elif callable(given) and not hasattr(given, "record"):
+                    self._recorder = given()
+                else:
+                    self._recorder = given  # type: ignore[assignment]
+        return self._recorder  # type: ignore[return-value]
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Send what the recorder holds (when one was made and can flush); True when all went."""
+        recorder = self._recorder
+        flush = getattr(recorder, "flush", None)
+        if flush is None:
+            return True
+        try:
+            return bool(flush(timeout))
+        except Exception:
+            log.warning("counters middleware: flushing the recorder failed", exc_info=True)
+            return False
+
+    # -- the rules ---------------------------------------------------------------------------
+
+    def path_is_skipped(self, path: str) -> bool:
+        """True for static files and probes: ``skip_prefixes`` and ``skip_extensions``."""
+        if path.startswith(self._prefixes):
+            return True
+        return path.lower().endswith(self._extensions) if self._extensions else False
+
+    def request_may_count(self, info: RequestInfo) -> bool:
+        """False when the request cannot be a page view whatever its response (a method not
+        counted, a skipped path, and no ``should_count`` callable): the middleware then leaves the
+        response alone (a static file keeps the server's ``sendfile``)."""
+        if self.options.should_count is not None:
+            return True
+        return info.method.upper() in self._methods and not self.path_is_skipped(info.path)
+
+    def default_should_count(self, info: RequestInfo, status: int, headers: Iterable[tuple[str, str]]) -> bool:
+        """The default rules: a counted method, a path not skipped, a counted status, a page media type."""
+        if info.method.upper() not in self._methods or self.path_is_skipped(info.path):
+            return False
+        if status not in self.options.statuses:
+            return False
+        if self._content_types is None:
+            return True
+        for name, value in headers:
+            if name.lower() == "content-type":
+                return value.split(";", 1)[0].strip().lower() in self._content_types
+        return False
+
+    def client_ip(self, info: RequestInfo) -> str | None:
+        """``client_ip`` with this middleware's ``trusted_proxies`` and ``proxy_header``."""
+        return client_ip(info.remote_addr, info.headers, self.options.trusted_proxies, self.options.proxy_header)
+
+    def set_cookie_header(self, session_id: str) -> str:
+        """The Set-Cookie value that gives the browser ``session_id`` (HttpOnly, SameSite=Lax)."""
+        parts = [f"{self.options.cookie_name}={session_id}", f"Path={self.options.cookie_path}",
+                 f"Max-Age={self.options.cookie_max_age}", "HttpOnly", "SameSite=Lax"]
+        if self.options.cookie_domain:
+            parts.append(f"Domain={self.options.cookie_domain}")
+        if self.options.cookie_secure:
+            parts.append("Secure")
+        return "; ".join(parts)
+
+    # -- the three points --------------------------------------------------------------------
+
+    def begin(self, info: RequestInfo) -> InFlight:
+        """Before the app runs: the request's ``RequestCounters`` and its session id (from the
+        app's callable, or the cookie; a new id when the cookie is absent or not a valid id)."""
+        visit = InFlight(info, RequestCounters(), time.time())
+        if self.options.session_id is not None:
+            try:
+                visit.counters.session_id = valid_session_id(self.options.session_id(info))
+            except Exception:  # the app's callable: its failure must not fail the request
+                log.exception("counters middleware: the session_id callable failed")
+        else:
+            visit.counters.session_id = valid_session_id(info.cookie(self.options.cookie_name))
+            if visit.counters.session_id is None:
+                visit.new_cookie = new_session_id()
+                visit.counters.session_id = visit.new_cookie
+        return visit
+
+    def response(self, visit: InFlight, status: int, headers: Headers) -> str | None:
+        """Status and headers known: decide whether the request is a page view; the Set-Cookie
+        header value to add (a page view of a browser without the cookie), or None."""
+        try:
+            if visit.counters.skipped:
+                visit.counted = False
+            elif self.options.should_count is not None:
+                visit.counted = bool(self.options.should_count(visit.info, status, headers))
+            else:
+                visit.counted = self.default_should_count(visit.info, status, headers)
+        except Exception:
+            log.exception("counters middleware: the should_count callable failed")
+            visit.counted = False
+        if not visit.counted or visit.new_cookie is None:
+            return None
+        prefix = f"{self.options.cookie_name}=".lower()
+        if any(name.lower() == "set-cookie" and value.lower().startswith(prefix) for name, value in headers):
+            return None  # the app set it itself
+        self.stats.add("cookies_set")
+        return self.set_cookie_header(visit.new_cookie)
+
+    def finish(self, visit: InFlight) -> None:
+        """After the response: the page view (when counted) and the bumps go to the recorder.
+        Never raises: a refused visit is logged at debug and counted, as is any recorder error."""
+        if visit.counted and not visit.counters.skipped:
+            self._record(visit)
+        else:
+            self.stats.add("skipped")
+        for board, member, amount, ts, period_hours, interval_hours in visit.counters.bumps:
+            try:
+                self._call_recorder("incr_ranking", board, member, amount, ts=ts, period_hours=period_hours,
+                                    interval_hours=interval_hours)
+                self.stats.add("bumps")
+            except InvalidInput as exc:
+                self.stats.add("bumps_refused")
+                log.debug("counters middleware: ranking bump refused: %s", exc)
+            except Exception:
+                self.stats.add("failed")
+                log.warning("counters middleware: ranking bump not recorded", exc_info=True)
+
+    def _record(self, visit: InFlight) -> None:
+        ip = self.client_ip(visit.info)
+        if ip is None:
+            self.stats.add("no_client_ip")
+            log.debug("counters middleware: no client address for %s", visit.info.path)
+            return
+        try:
+            self._call_recorder("record", ip, visit.info.path, session_id=visit.counters.session_id, ts=visit.ts)
+            self.stats.add("counted")
+        except InvalidInput as exc:
+            self.stats.add("refused")
+            log.debug("counters middleware: visit refused: %s", exc)
+        except Exception:
+            self.stats.add("failed")
+            log.warning("counters middleware: visit not recorded", exc_info=True)
+
+    def _call_recorder(self, method: str, *args: Any, **kwargs: Any) -> None:
+        """Call the recorder; when it is the shared one and a SIGTERM closed it while this request
+        ran (``RuntimeError``), once more through a renewed shared recorder."""
+        recorder = self.recorder
+        try:
+            getattr(recorder, method)(*args, **kwargs)
+        except RuntimeError:
+            if self.options.recorder is not None:
+                raise
+            with self._recorder_lock:
+                self._recorder = renew_shared_recorder(recorder)
+            getattr(self._recorder, method)(*args, **kwargs)

@@ -1,0 +1,96 @@
+"""WSGI middleware: count each page view of any WSGI app (Flask, Django's WSGI handler, Pyramid...).
+
+    from counters_tasks.integrations.wsgi import CountersMiddleware
+    app.wsgi_app = CountersMiddleware(app.wsgi_app, trusted_proxies=1)   # Flask
+
+The rules are ``common.Counting``'s; this module only reads the environ and wraps
+``start_response`` (to see the status and headers, and add the session cookie) and the response
+body (to hand the visit to the recorder once the server has sent it and closed the body).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from .common import REQUEST_KEY, Counting, InFlight, Options, RequestInfo, Stats
+
+StartResponse = Callable[..., Any]
+WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+
+
+def request_info(environ: dict[str, Any]) -> RequestInfo:
+    """The request of a WSGI environ, as the counting rules see it."""
+    headers: dict[str, str] = {}
+    for key, value in environ.items():
+        if key.startswith("HTTP_") and isinstance(value, str):
+            headers[key[5:].replace("_", "-").lower()] = value
+    raw_path = environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")
+    try:  # PEP 3333: the bytes of the path, decoded as latin-1; pages are named in UTF-8
+        path = raw_path.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        path = raw_path
+    return RequestInfo(method=environ.get("REQUEST_METHOD", "GET"), path=path or "/",
+                       remote_addr=environ.get("REMOTE_ADDR") or None, headers=headers, raw=environ)
+
+
+class CountersMiddleware:
+    """Wraps a WSGI app: each page view is recorded (after the response) through the process's
+    ``VisitRecorder``; see ``common.Options`` for the keyword options and docs/integrations.md.
+
+    A view reaches ``environ[REQUEST_KEY]`` (``common.request_counters(environ)``) to bump a
+    ranking or skip the page view.
+    """
+
+    def __init__(self, app: WSGIApp, options: Options | None = None, **kwargs: Any) -> None:
+        self.app = app
+        self.counting = Counting(options, **kwargs)
+
+    @property
+    def stats(self) -> Stats:
+        """What this middleware counted, skipped and refused in this process."""
+        return self.counting.stats
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        info = request_info(environ)
+        visit = self.counting.begin(info)
+        environ[REQUEST_KEY] = visit.counters
+        if not self.counting.request_may_count(info):
+            body = self.app(environ, start_response)
+            if not visit.counters.bumps:  # a static file: keep the server's file wrapper
+                self.counting.stats.add("skipped")
+                return body
+            return _Closing(body, self.counting, visit)
+
+        def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            try:
+                code = int(status.split(" ", 1)[0])
+            except ValueError:
+                code = 0
+            cookie = self.counting.response(visit, code, headers)
+            if cookie is not None:
+                headers = [*headers, ("Set-Cookie", cookie)]
+            return start_response(status, headers, exc_info)
+
+        return _Closing(self.app(environ, start), self.counting, visit)
+
+
+class _Closing:
+    """The app's response body, handing the visit to the recorder when the server closes it
+    (PEP 3333: ``close()`` is called once the response is sent, or the client went away)."""
+
+    def __init__(self, body: Iterable[bytes], counting: Counting, visit: InFlight) -> None:
+        self.body = body
+        self.counting = counting
+        self.visit = visit
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self.body)
+
+    def close(self) -> None:
+        try:
+            close = getattr(self.body, "close", None)
+            if close is not None:
+                close()
+        finally:
+            self.counting.finish(self.visit)
