@@ -46,6 +46,7 @@ def health():
 
 @flask_app.get("/pid")
 def pid():
+    time.sleep(0.02)  # held a moment, so concurrent requests find this worker busy and go to the other
     return jsonify(os.getpid())
 
 
