@@ -16,7 +16,7 @@ def test_python_examples_run(eager_app, redis_url, raw_conn):
         blocks = re.findall(r"```python\n(.*?)```", (REPO / name).read_text(), re.S)
         assert blocks, name
         for block in blocks:
-            exec(compile(block.replace("redis://localhost:6379/0", redis_url), name, "exec"), {})
+            exec(compile(block.replace("redis://localhost:6379/0", redis_url), name, "exec"), {"__name__": "__main__"})
     from counters_tasks import counters
 
     assert {"signups", "hits"} <= set(counters.known_counters(raw_conn))
