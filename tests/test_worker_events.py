@@ -5,6 +5,7 @@ applied at the prefetch limit when that limit is below the batch size."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 import time
@@ -25,6 +26,8 @@ from tests.support.faults import broker_idle
 from tests.support.procs import celery_env, purge_broker, start_worker
 from tests.support.visit_model import model_of, random_visits
 
+FLOWER_VISITS = int(os.environ.get("COUNTERS_TEST_FLOWER_VISITS", "400"))
+"""``.delay()`` calls the Flower test makes (the issue saw 8,000: set it to check that scale)."""
 IPV4 = re.compile(r"(?<![\w.])\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}(?![\w.])")
 
 
@@ -221,3 +224,58 @@ def test_a_prefetch_limit_below_the_batch_size_does_not_hold_messages_back(redis
     for size in re.findall(r"batch \S+ of (\d+) messages done", worker.output()):
         sizes[int(size)] += 1
     assert sizes and max(sizes) <= 5, sizes
+
+
+@pytest.mark.processes
+def test_flower_lists_every_batched_message_without_a_raw_ip(redis_url, raw_conn, tmp_path):
+    """What the issue saw (8,000 ``.delay()`` calls, none listed by Flower), at a smaller scale:
+    Flower's ``/api/tasks`` lists every message, succeeded, with masked arguments."""
+    import httpx
+
+    from counters_tasks.local.redis_server import free_port
+    from tests.support.procs import CeleryProcess
+
+    purge_broker(redis_url)
+    port, auth = free_port(), ("user", "pass-for-test")
+    env = celery_env(redis_url, COUNTERS_WORKER_BATCH="50", COUNTERS_WORKER_BATCH_MS="20")
+    flower = CeleryProcess(["flower", "--address=127.0.0.1", f"--port={port}", f"--basic-auth={':'.join(auth)}"],
+                           env, tmp_path / "flower.log")
+    worker = start_worker(env, tmp_path / "worker.log", extra=("-E",)).wait_ready()
+    url = f"http://127.0.0.1:{port}/api"
+
+    def flower_sees_the_worker() -> bool:
+        try:
+            return httpx.get(f"{url}/workers?refresh=1", auth=auth, timeout=5).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_until(flower_sees_the_worker, timeout=60, interval=0.5, what=f"Flower; log:\n{flower.output()[-2000:]}")
+
+        def flower_tasks() -> dict:
+            return httpx.get(f"{url}/tasks", params={"limit": FLOWER_VISITS + 1000}, auth=auth, timeout=10).json()
+
+        probes: list[str] = []
+
+        def a_probe_is_listed() -> bool:  # Flower hears the worker's events (its receiver is up)
+            probes.append(tasks.incr_ranking.delay("flower-probe", "m").id)
+            listed = flower_tasks()
+            return any(listed.get(p, {}).get("state") == "SUCCESS" for p in probes)
+
+        wait_until(a_probe_is_listed, timeout=60, interval=1, what="Flower to list a probe task")
+        visits = random_visits(FLOWER_VISITS, seed=24)
+        ids = {tasks.record_visit.delay(v["ip"], v["path"], v.get("session_id"), v["ts"]).id for v in visits}
+
+        def all_listed() -> dict:
+            listed = flower_tasks()
+            return listed if all(listed.get(i, {}).get("state") == "SUCCESS" for i in ids) else {}
+
+        seen = wait_until(all_listed, timeout=120, interval=1, what=f"Flower to list {len(ids)} succeeded tasks")
+    finally:
+        flower.stop()
+        assert worker.stop() == 0, worker.output()[-3000:]
+    shown = json.dumps([seen[i] for i in ids])
+    assert not IPV4.search(shown) and not {v["ip"] for v in visits if v["ip"] in shown}
+    assert all(seen[i]["runtime"] is not None for i in ids)
+    assert any(".x'" in (seen[i].get("args") or "") for i in ids)  # the arguments are shown, masked
+    assert model_of(visits).mismatches(raw_conn) == []
