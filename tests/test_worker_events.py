@@ -184,10 +184,10 @@ def test_warm_shutdown_leaves_the_buffer_unacknowledged_and_it_is_redelivered(re
     worker = start_worker(slow, tmp_path / "w1.log", extra=("-E",)).wait_ready()
     visits = random_visits(30, seed=22)
     ids = {tasks.record_visit.delay(v["ip"], v["path"], v.get("session_id"), v["ts"]).id for v in visits}
-    wait_until(lambda: ids <= events.ids("task-received"), timeout=60, what=f"the messages buffered; log:\n{worker.output()[-2000:]}")
-    assert client.llen("visits") == 0 and client.zcard("unacked_index") == len(ids)  # held by the worker
+    wait_until(lambda: client.llen("visits") == 0 and client.zcard("unacked_index") == len(ids), timeout=60,
+               what=f"the messages taken by the worker; log:\n{worker.output()[-2000:]}")
     assert worker.stop() == 0, worker.output()[-3000:]
-    assert events.ids("task-started") & ids == set()
+    assert events.ids("task-started") & ids == set()  # never applied (nor reported received: see worker.batches)
     assert model_of(visits).visits_counted(raw_conn) == 0
     assert client.llen("visits") + client.zcard("unacked_index") == len(ids)  # given back, not acknowledged
 
