@@ -125,6 +125,20 @@ def test_the_worker_masks_what_a_producer_did_not():
     assert "203.0.113.9" not in repr(request.info(safe=False)) + repr(request)
 
 
+def test_a_batch_names_the_messages_it_did_not_apply_by_position(raw_conn):
+    from counters_tasks.worker import batching
+    from counters_tasks.worker.batches import FAILED, SimpleRequest, failures_of
+
+    name = "counters_tasks.record_visit"
+    batch = [SimpleRequest("a", name, ["192.0.2.1", "/"], {}), SimpleRequest("b", name, ["not an ip", "/"], {}),
+             SimpleRequest(5, name, ["192.0.2.2", "/"], {}), SimpleRequest("d", name, ["192.0.2.3"], {})]
+    outcome = batching.apply_batch(raw_conn, "record_visit", batch)
+    assert (outcome["applied"], outcome["refused"]) == (1, 3)
+    assert failures_of(outcome) == outcome[FAILED] and set(outcome[FAILED]) == {1, 2, 3}
+    assert outcome[FAILED][1] == "InvalidInput: bad_input: ip is not an IPv4 or IPv6 address"
+    assert outcome[FAILED][3].startswith("MalformedMessage: malformed: takes ip, path")
+
+
 # --- through a real worker ---------------------------------------------------------------------
 
 @pytest.mark.processes

@@ -356,7 +356,7 @@ class WorkerBatches(Task):
     def apply(self, args: Any = None, kwargs: Any = None, *rest: Any, **options: Any) -> Any:
         """Run at once, in this process, on a batch of this one message (eager mode)."""
         request = SimpleRequest(
-            id=options.get("task_id") or uuid(), name=self.name, args=tuple(args or ()), kwargs=dict(kwargs or {}),
+            id=options.get("task_id") or uuid(), name=self.name, args=args or (), kwargs=kwargs or {},
             delivery_info={"is_eager": True, "exchange": options.get("exchange"),
                            "routing_key": options.get("routing_key"), "priority": options.get("priority")},
             hostname=gethostname(),

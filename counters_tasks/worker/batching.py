@@ -112,7 +112,7 @@ def apply_batch(conn: Any, kind: str, requests: list[Any], *, max_backoff: float
             refused.append((position, usable_id(request.id), exc))
     outcome: dict[str, Any] = {"applied": 0, "refused": 0, "given_up": 0, FAILED: {}}
 
-    def write_all(group: list[tuple[Any, str, Any]]) -> None:
+    def write_all(group: list[tuple[Any, str, int]]) -> None:
         attempts = 0
         backoff = Backoff(maximum=max_backoff)
         while True:
