@@ -105,7 +105,7 @@ class SimpleRequest:
     """One message of a batch as the batch function sees it: picklable (it goes to a pool
     process), with the fields of Celery's request that the function reads."""
 
-    id: str | None
+    id: Any  # as the message has it (apply_batch refuses one that is not a usable id)
     name: str
     args: Any
     kwargs: Any
