@@ -6,6 +6,9 @@ with such a module keeps the package's broker, routes and serializer. A deployme
 configuration module explicitly (``celery -A counters_tasks --config celeryconfig worker``,
 which sets ``CELERY_CONFIG_MODULE``); such a module starts from the package's defaults
 (``from counters_tasks.worker.celery_defaults import *``) and changes what it needs.
+
+Every task message this app sends shows its arguments with IP addresses masked (``MaskingAMQP``):
+``.delay()``, ``apply_async``, ``send_task``, retries and dead-letter requeues alike.
 """
 
 from __future__ import annotations
@@ -13,13 +16,34 @@ from __future__ import annotations
 from typing import Any
 
 from celery import Celery, signals
+from celery.app.amqp import AMQP
 
+from .core.privacy import masked_reprs
 from .core.settings import get_settings
 from .errors import ConfigurationError
 
 PACKAGE_DEFAULTS = "counters_tasks.worker.celery_defaults"
 
-app = Celery("counters_tasks", include=["counters_tasks.tasks"])
+
+
+class MaskingAMQP(AMQP):
+    """Celery's message maker, with the arguments' text form (``argsrepr`` / ``kwargsrepr``: the
+    message headers, the ``task-sent`` and ``task-received`` events, Flower) made by
+    ``core.privacy`` with IP addresses masked, unless the caller gave its own."""
+
+    ARGSREPR_POSITION = 21  # of ``as_task_v2``'s arguments after ``kwargs``; given by keyword in practice
+
+    def as_task_v2(self, task_id: str, name: str, args: Any = None, kwargs: Any = None, *rest: Any,
+                   **options: Any) -> Any:
+        if len(rest) <= self.ARGSREPR_POSITION and options.get("argsrepr") is None:
+            shown_args, shown_kwargs = masked_reprs(args or (), kwargs or {})
+            options["argsrepr"] = shown_args
+            if options.get("kwargsrepr") is None:
+                options["kwargsrepr"] = shown_kwargs
+        return super().as_task_v2(task_id, name, args, kwargs, *rest, **options)
+
+
+app = Celery("counters_tasks", include=["counters_tasks.tasks"], amqp="counters_tasks.app:MaskingAMQP")
 
 
 @app.on_configure.connect

@@ -9,7 +9,9 @@ Each batch gets its id once (the task id), so a batch re-sent after a broker err
 once. While the broker is down, batches wait and are retried with backoff; past ``max_buffer``
 visits new ones are dropped, counted in ``stats()["dropped"]`` and logged, never silently.
 A forked child starts with an empty buffer and its own thread. Under ``task_always_eager`` (an
-app's own tests) every visit is applied in-process at once, as ``.delay()`` would be.
+app's own tests) every visit is applied in-process at once, as ``.delay()`` would be. What a
+batch shows of its arguments (message headers, task events, Flower) has the IPs masked
+(``core.privacy``), whichever Celery app sends it.
 How to close it under gunicorn, uWSGI, Django and Celery: docs/producer.md.
 """
 
@@ -28,6 +30,7 @@ from typing import Any
 
 from . import tasks  # noqa: F401  (registers the tasks an eager recorder applies)
 from .app import app as default_app
+from .core.privacy import masked_reprs
 from .ranking import prepare_event
 from .visits import check_visit
 
@@ -214,7 +217,9 @@ class VisitRecorder:
                 self._sending = len(items)
                 self._in_outbox -= len(items)
             try:
-                self.app.send_task(task, args=[items], task_id=batch_id, queue=self.queue, retry=False)
+                shown_args, shown_kwargs = masked_reprs([items], {})
+                self.app.send_task(task, args=[items], task_id=batch_id, queue=self.queue, retry=False,
+                                   argsrepr=shown_args, kwargsrepr=shown_kwargs)
             except Exception as exc:  # broker unreachable: keep the batch (same id) and retry later
                 with self._lock:
                     self._outbox.appendleft((task, batch_id, items))

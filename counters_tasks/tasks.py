@@ -14,7 +14,6 @@ from typing import Any
 from celery import Task
 from celery.exceptions import Retry
 from celery.utils.time import get_exponential_backoff_interval
-from celery_batches import Batches
 
 from . import counters, ranking, refusals, uniques
 from .app import app
@@ -23,6 +22,7 @@ from .errors import InvalidInput
 from .store.client import get_redis, is_transient
 from .visits import record_visits as apply_visit_batch
 from .worker import batching, dead_letters
+from .worker.batches import MaskedRequest, WorkerBatches
 from .worker.maintenance import run_exclusive
 
 
@@ -31,8 +31,10 @@ class CountingTask(Task):
     refused. Bad input (InvalidInput) fails at once, without retry; a Redis error after which the
     write can succeed (Redis away, BUSY, READONLY, OOM, LOADING, a failover) is retried with
     backoff for as long as it lasts; any other error is retried COUNTERS_MAX_ATTEMPTS times,
-    then the message is set aside (dead-lettered), never dropped."""
+    then the message is set aside (dead-lettered), never dropped. Its task events show its
+    arguments with IP addresses masked (``MaskedRequest``)."""
 
+    Request = MaskedRequest
     acks_late = True
     reject_on_worker_lost = True
     max_retries = None  # retries are bounded by ``counting`` (never for Redis being away)
@@ -96,23 +98,6 @@ class MaintenanceTask(Task):
     lock_seconds = 300
 
 
-class CountingBatches(Batches):
-    """Per-event messages applied in batches by the worker (see ``batching``); each message is
-    still applied at most once, under its own task id."""
-
-    acks_late = True
-    reject_on_worker_lost = True
-    ignore_result = True
-
-    @property
-    def flush_every(self) -> int:  # type: ignore[override]
-        return get_settings().worker_batch
-
-    @property
-    def flush_interval(self) -> float:  # type: ignore[override]
-        return get_settings().worker_batch_ms / 1000
-
-
 @app.task(name="counters_tasks.update_counter", base=CountingTask, bind=True)
 @counting
 def update_counter(self: CountingTask, name: str, count: int = 1, ts: float | None = None) -> None:
@@ -125,10 +110,10 @@ def clean_counters(self: MaintenanceTask) -> Any:
     return run_exclusive(conn, "clean_counters", lambda: counters.clean_counters(conn), self.lock_seconds)
 
 
-@app.task(name="counters_tasks.incr_ranking", base=CountingBatches, bind=True)
-def incr_ranking(self: CountingBatches, requests: list[Any]) -> dict[str, int]:
+@app.task(name="counters_tasks.incr_ranking", base=WorkerBatches, bind=True)
+def incr_ranking(self: WorkerBatches, requests: list[Any]) -> dict[str, Any]:
     """Called as ``incr_ranking.delay(board, member, amount=1, ts=None, period_hours=24,
-    interval_hours=1)``; the worker applies such messages in batches (see ``batching``)."""
+    interval_hours=1)``; the worker applies such messages in batches (``worker.batches``, ``batching``)."""
     return batching.apply_batch(get_redis(), "incr_ranking", requests, give_up=set_aside_request)
 
 
@@ -147,10 +132,10 @@ def rotate_rankings(self: MaintenanceTask) -> Any:
 
 # --- visits and daily uniques -----------------------------------------------------------------
 
-@app.task(name="counters_tasks.record_visit", base=CountingBatches, bind=True)
-def record_visit(self: CountingBatches, requests: list[Any]) -> dict[str, int]:
+@app.task(name="counters_tasks.record_visit", base=WorkerBatches, bind=True)
+def record_visit(self: WorkerBatches, requests: list[Any]) -> dict[str, Any]:
     """Called as ``record_visit.delay(ip, path, session_id=None, ts=None)``; the worker applies
-    such messages in batches (see ``batching``)."""
+    such messages in batches (``worker.batches``, ``batching``)."""
     return batching.apply_batch(get_redis(), "record_visit", requests, give_up=set_aside_request)
 
 

@@ -2,7 +2,10 @@
 
 - ``celery_defaults``: the package's Celery configuration (queues, routes, JSON only, the beat
   schedule, reliability options), built from ``core.settings``;
-- ``batching``: per-visit messages applied in batches (celery-batches), refused one by one;
+- ``batches``: the task base whose messages the worker buffers and applies in batches (our own,
+  replacing celery-batches): acknowledged after the batch, a task event for every message, and
+  ``MaskedRequest``, which shows task arguments with IP addresses masked;
+- ``batching``: what a batch of per-visit messages does: applied together, refused one by one;
 - ``broker``: the Redis broker transport that never loses a message a killed worker was taking,
   and sets aside what it cannot hand to Celery;
 - ``dead_letters``: messages set aside (undecodable, malformed, oversize, or failing for good),

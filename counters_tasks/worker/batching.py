@@ -1,5 +1,5 @@
-"""Worker-side batching of per-event messages (``record_visit``, ``incr_ranking``) with
-celery-batches.
+"""Worker-side batching of per-event messages (``record_visit``, ``incr_ranking``): what a batch
+of them does (the buffering, acknowledgement and task events are ``worker.batches``).
 
 Apps that call ``.delay()`` once per page view get most of the gain of batches: the worker
 buffers up to ``COUNTERS_WORKER_BATCH`` messages (or ``COUNTERS_WORKER_BATCH_MS``) and applies
@@ -11,8 +11,10 @@ timeout error (or BUSY, READONLY, OOM...) it waits and tries again (the messages
 unacknowledged meanwhile, and the per-message dedupe makes any redelivery harmless); on any
 other error its messages go one by one, and one that keeps failing is set aside (dead-lettered).
 A message with bad input is refused (logged, counted, acknowledged, nothing written for it);
-the others of its batch are applied. Each batch's size, and the events it applied or skipped as
-applied before, are added to the metrics' totals (``throughput``) in one call.
+the others of its batch are applied. The result names the messages not applied (refused or set
+aside) by their position in the batch, so each message is reported on its own (task events).
+Each batch's size, and the events it applied or skipped as applied before, are added to the
+metrics' totals (``throughput``) in one call.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from ..core.validation import check_message_id
 from ..errors import InvalidInput, MalformedMessage
 from ..store.client import is_transient
 from ..visits import Visit, prepare_visit, write_groups
+from .batches import FAILED
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +47,8 @@ def parse_arguments(request: Any, parse: Callable[..., Any], signature: str) -> 
         raise MalformedMessage(f"takes {signature}") from None
 
 
-Refusal = tuple[str | None, InvalidInput]
-"""A refused message: its id (None when the id itself is malformed) and why."""
+Refusal = tuple[int, InvalidInput]
+"""A message refused while written: its index in the items written, and why."""
 
 
 def write_visits(conn: Any, items: list[tuple[Visit, str]], tally: throughput.Tally) -> list[Refusal]:
@@ -59,8 +62,7 @@ def write_ranking_events(conn: Any, items: list[tuple[ranking.RankingEvent, str]
     """One script call per message, all in one pipeline; a message whose board exists with other
     settings is refused there (nothing written for it)."""
     results = ranking.write_events(conn, [([event], message_id) for event, message_id in items], tally)
-    return [(message_id, result) for (_event, message_id), result in zip(items, results, strict=True)
-            if isinstance(result, InvalidInput)]
+    return [(index, result) for index, result in enumerate(results) if isinstance(result, InvalidInput)]
 
 
 KINDS = {
@@ -94,8 +96,9 @@ class Backoff:
 
 
 def apply_batch(conn: Any, kind: str, requests: list[Any], *, max_backoff: float = 30.0,
-                give_up: Callable[[str, Any, BaseException], None] | None = None) -> dict[str, int]:
-    """Apply a batch of ``kind`` requests; returns how many were applied, refused and given up.
+                give_up: Callable[[str, Any, BaseException], None] | None = None) -> dict[str, Any]:
+    """Apply a batch of ``kind`` requests; returns how many were applied, refused and given up,
+    and under ``FAILED`` why each message not applied was not, by its position in ``requests``.
 
     It returns only once every message is applied or deliberately refused (the batch's messages
     are acknowledged when it returns): a Redis error after which the write can succeed (Redis
@@ -107,20 +110,20 @@ def apply_batch(conn: Any, kind: str, requests: list[Any], *, max_backoff: float
     parse, signature, write = KINDS[kind]
     eager = all((r.delivery_info or {}).get("is_eager") for r in requests)
     tally = throughput.Tally()
-    items, refused = [], []
-    for request in requests:
+    items, refused = [], []  # (item, message id, position); (position, message id or None, error)
+    for position, request in enumerate(requests):
         try:
-            items.append((parse_arguments(request, parse, signature), check_message_id(request.id), request))
+            items.append((parse_arguments(request, parse, signature), check_message_id(request.id), position))
         except InvalidInput as exc:
-            refused.append((usable_id(request.id), exc))
-    outcome = {"applied": 0, "refused": 0, "given_up": 0}
+            refused.append((position, usable_id(request.id), exc))
+    outcome: dict[str, Any] = {"applied": 0, "refused": 0, "given_up": 0, FAILED: {}}
 
-    def write_all(group: list[tuple[Any, str, Any]]) -> None:
+    def write_all(group: list[tuple[Any, str, int]]) -> None:
         attempts = 0
         backoff = Backoff(maximum=max_backoff)
         while True:
             try:
-                late = write(conn, [(item, message_id) for item, message_id, _request in group], tally)
+                late = write(conn, [(item, message_id) for item, message_id, _position in group], tally)
             except Exception as exc:  # noqa: BLE001  every failure is waited out, isolated or given up
                 if eager:
                     raise
@@ -137,24 +140,26 @@ def apply_batch(conn: Any, kind: str, requests: list[Any], *, max_backoff: float
                 attempts += 1
                 if attempts >= get_settings().max_attempts and give_up is not None:
                     log.error("%s %s failed %d times (%r): set aside", kind, group[0][1], attempts, exc)
-                    give_up(kind, group[0][2], exc)
+                    give_up(kind, requests[group[0][2]], exc)
                     outcome["given_up"] += 1
+                    outcome[FAILED][group[0][2]] = f"set aside in the dead letters after {attempts} tries: {exc!r}"
                     return
                 log.warning("%s %s failed (%r); try %d of %d in %.1fs", kind, group[0][1], exc, attempts,
                             get_settings().max_attempts, backoff.next)
                 backoff.wait()
                 continue
-            refused.extend(late)
+            refused.extend((group[index][2], group[index][1], error) for index, error in late)
             outcome["applied"] += len(group) - len(late)
             return
 
     if items:
         write_all(items)
     throughput.count(conn, EVENT_KIND[kind], tally, batch=(kind, len(requests)))  # for the metrics
-    for message_id, error in refused:
+    for position, message_id, error in refused:
         until_recorded(lambda m=message_id, e=error: refusals.record(conn, kind, m, [(None, e)]), max_backoff)
+        outcome[FAILED][position] = f"{type(error).__name__}: {error.reason}: {error}"
     if eager and refused:  # applied in-process (an app's tests): the caller sees the refusal
-        raise refused[0][1]
+        raise refused[0][2]
     outcome["refused"] = len(refused)
     return outcome
 

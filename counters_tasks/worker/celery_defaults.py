@@ -54,14 +54,16 @@ result_backend = None
 timezone = "UTC"
 enable_utc = True
 
-# Flower watches the workers' task events. The producer's "task-sent" event is off: it is a
+# Flower watches the workers' task events (every message of a worker-side batch has its own:
+# worker/batches.py). The producer's "task-sent" event is off: it is a
 # second publish per .delay() (measured: 2,700 -> 4,400 calls/s with it off) and Flower shows
 # received, started and succeeded without it.
 worker_send_task_events = True
 task_send_sent_event = False
 
 # Each worker process may hold this many unacknowledged messages: enough for the per-visit
-# batches of record_visit (COUNTERS_WORKER_BATCH) to fill before their flush interval.
+# batches of record_visit (COUNTERS_WORKER_BATCH) to fill before their flush interval. A lower
+# limit only makes batches smaller: a buffer holding the whole limit is applied at once.
 worker_prefetch_multiplier = max(4, 2 * _settings.worker_batch)
 
 task_queues = (Queue("visits"), Queue("maintenance"))

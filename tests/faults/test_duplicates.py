@@ -9,10 +9,10 @@ import uuid
 
 import pytest
 import redis
-from celery_batches import Batches
 
 from counters_tasks import counters, ranking, sitestats, tasks, uniques, visits
 from counters_tasks.core.days import local_day
+from counters_tasks.worker.batches import WorkerBatches
 from tests.support.faults import wait_idle
 from tests.support.procs import celery_env, start_worker
 from tests.support.servers import dump_all, is_cluster_run
@@ -67,7 +67,7 @@ def test_published_twice_with_one_task_id_counts_once(fault_env, counters_conn, 
     finally:
         worker.stop()
     for task_id, (task, _args) in zip(ids, calls(ts), strict=True):
-        if not isinstance(task, Batches):  # per-event tasks run in worker-side batches, logged per batch
+        if not isinstance(task, WorkerBatches):  # per-event tasks run in worker-side batches, logged per batch
             assert len(re.findall(rf"\[{task_id}\] succeeded", worker.output())) == 2, task.name
     check_counted_once(counters_conn, ts)
 
