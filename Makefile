@@ -29,7 +29,8 @@ test-cluster: install
 test-oldest:
 	@VENV=.venv-oldest CONSTRAINTS=constraints/oldest.txt scripts/bootstrap.sh
 	.venv-oldest/bin/python -m pytest -q -m "not processes" $(PYTEST_ARGS)
-	.venv-oldest/bin/python -m pytest -q tests/test_worker_and_beat.py tests/test_batches.py $(PYTEST_ARGS)
+	.venv-oldest/bin/python -m pytest -q tests/test_worker_and_beat.py tests/test_batches.py tests/test_worker_events.py \
+		tests/test_recorder.py $(PYTEST_ARGS)
 
 # Debian's redis-server (when installed) instead of the embedded Valkey: the data and worker tests, and
 # the TLS tests, which need a server built with TLS.
