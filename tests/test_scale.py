@@ -10,6 +10,7 @@ import time
 import pytest
 
 from counters_tasks import counters, visits
+from counters_tasks.local.waiting import wait_until
 from counters_tasks.store import keys
 from tests.support.servers import is_cluster_run, use_settings
 
@@ -61,23 +62,32 @@ def test_a_counter_hit_once_is_small(raw_conn):
 
 
 def cleaner_usec(conn, now: float) -> int:
-    conn.config_resetstat()
-    counters.clean_counters(conn, now)
-    return sum(int(stats["usec"]) for stats in conn.info("commandstats").values())
+    """Redis's own time for one cleaner pass: the quickest of 5 (commandstats are wall time too,
+    and a 2-core machine lends Redis's core away at moments), once no background free is pending."""
+    wait_until(lambda: conn.info("memory")["lazyfree_pending_objects"] == 0, timeout=30, what="lazy free")
+    passes = []
+    for _ in range(5):
+        conn.config_resetstat()
+        counters.clean_counters(conn, now)
+        passes.append(sum(int(stats["usec"]) for stats in conn.info("commandstats").values()))
+    return min(passes)
 
 
 def test_an_idle_cleaner_pass_costs_the_same_for_100_or_50000_counters(raw_conn):
     now = time.time()
     counters.write_counters(raw_conn, {f"few{i}": {86400: {counters.bucket_start(now, 86400): 1}} for i in range(100)})
     counters.clean_counters(raw_conn, now)
-    few = min(cleaner_usec(raw_conn, now) for _ in range(3))
+    few = cleaner_usec(raw_conn, now)
     many = {f"many{i}": {86400: {counters.bucket_start(now, 86400): 1}} for i in range(50_000)}
     names = list(many)
     for first in range(0, len(names), 1000):
         counters.write_counters(raw_conn, {name: many[name] for name in names[first:first + 1000]})
     assert len(counters.known_counters(raw_conn)) == 50_100
-    lots = min(cleaner_usec(raw_conn, now) for _ in range(3))
+    lots = cleaner_usec(raw_conn, now)
     print(f"\n[scale] idle cleaner pass: {few} us at 100 counters, {lots} us at 50,100 ({lots / few:.2f}x)")
+    if lots >= 2 * few:  # a cost that grows with the counters grows every time (500x here); a slow moment does not
+        lots = cleaner_usec(raw_conn, now)
+        print(f"[scale] measured again: {lots} us at 50,100 ({lots / few:.2f}x)")
     assert lots < 2 * few  # 500x the counters, nothing due: about the same Redis time
 
 
