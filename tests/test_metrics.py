@@ -14,6 +14,8 @@ import uuid
 import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from counters_tasks import ranking, tasks, throughput, visits
 from counters_tasks.core.settings import get_settings
@@ -225,7 +227,7 @@ def test_a_source_that_is_away_is_reported_not_waited_for(conn, monkeypatch):
     """A dead broker (connection refused) and a dead counters Redis: the scrape still answers,
     at once, saying which source is away."""
     use_settings(monkeypatch, CELERY_BROKER_URL=f"redis://127.0.0.1:{free_port()}/0")
-    dead = redis.Redis(port=free_port(), socket_connect_timeout=0.5, socket_timeout=0.5)
+    dead = redis.Redis(port=free_port(), socket_connect_timeout=0.5, socket_timeout=0.5, retry=Retry(NoBackoff(), 0))
     started = time.monotonic()
     found = scrape_app(dead)
     assert time.monotonic() - started < 5
