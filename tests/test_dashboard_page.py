@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -19,11 +17,10 @@ import redis
 
 from counters_tasks import counters
 from counters_tasks.core.days import local_day
-from counters_tasks.local.redis_server import free_port
 from counters_tasks.local.waiting import wait_until
 from tests.support import demo_data
 from tests.support.browser import Browser, ensure_chromium
-from tests.support.procs import REPO, celery_env, start_beat, start_worker
+from tests.support.procs import REPO, celery_env, start_beat, start_serve, start_worker
 
 pytestmark = pytest.mark.processes
 
@@ -67,13 +64,7 @@ def stack(redis_url, broker_url, tmp_path):
 @pytest.fixture
 def server(redis_url, broker_url, tmp_path):
     """``python -m counters_tasks.ops.cli serve`` on a free port, as a user starts it."""
-    port = free_port()
-    log = open(tmp_path / "serve.log", "wb")
-    env = celery_env(redis_url, CELERY_BROKER_URL=broker_url)
-    env.pop("COUNTERS_DASHBOARD_AUTH", None)
-    process = subprocess.Popen([sys.executable, "-m", "counters_tasks.ops.cli", "serve", "--port", str(port)],
-                               cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
+    process, base = start_serve(celery_env(redis_url, CELERY_BROKER_URL=broker_url), tmp_path / "serve.log")
 
     def up() -> bool:
         try:
@@ -88,7 +79,6 @@ def server(redis_url, broker_url, tmp_path):
     finally:
         process.terminate()
         process.wait(15)
-        log.close()
 
 
 @pytest.fixture
@@ -236,13 +226,8 @@ def test_sigterm_stops_a_server_whose_handlers_are_stuck(tmp_path):
     silent.listen(64)
     held: list[socket.socket] = []
     threading.Thread(target=lambda: [held.append(silent.accept()[0]) for _ in range(64)], daemon=True).start()
-    port = free_port()
-    env = celery_env(f"redis://127.0.0.1:{silent.getsockname()[1]}/0", COUNTERS_REDIS_TIMEOUT="120")
-    env.pop("COUNTERS_DASHBOARD_AUTH", None)
-    log = open(tmp_path / "serve.log", "wb")
-    process = subprocess.Popen([sys.executable, "-m", "counters_tasks.ops.cli", "serve", "--port", str(port)],
-                               cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
+    process, base = start_serve(celery_env(f"redis://127.0.0.1:{silent.getsockname()[1]}/0",
+                                           COUNTERS_REDIS_TIMEOUT="120"), tmp_path / "serve.log")
 
     def status(path: str) -> int:
         try:

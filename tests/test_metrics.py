@@ -5,8 +5,6 @@ after it drained, and a scrape that stays bounded when Redis or the broker is aw
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 import urllib.request
 import uuid
@@ -26,7 +24,7 @@ from counters_tasks.ops.web import create_app
 from counters_tasks.store import keys
 from counters_tasks.worker import dead_letters
 from tests.support.dashboard import TestClient
-from tests.support.procs import REPO, celery_env, purge_broker, start_worker
+from tests.support.procs import REPO, celery_env, purge_broker, start_serve, start_worker
 from tests.support.servers import use_settings
 
 
@@ -261,14 +259,8 @@ def test_a_scrape_reads_a_fixed_number_of_keys(conn, broker, monkeypatch):
 
 @pytest.fixture
 def serve(redis_url, tmp_path):
-    """``python -m counters_tasks.ops.cli serve`` on a free port (as tests/test_dashboard_page.py)."""
-    port = free_port()
-    log = open(tmp_path / "serve.log", "wb")
-    env = celery_env(redis_url)
-    env.pop("COUNTERS_DASHBOARD_AUTH", None)
-    process = subprocess.Popen([sys.executable, "-m", "counters_tasks.ops.cli", "serve", "--port", str(port)],
-                               cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
+    """``python -m counters_tasks.ops.cli serve`` on a free port, as a user starts it."""
+    process, base = start_serve(celery_env(redis_url), tmp_path / "serve.log")
 
     def scrape() -> dict:
         with urllib.request.urlopen(base + "/metrics", timeout=10) as answer:
@@ -288,7 +280,6 @@ def serve(redis_url, tmp_path):
     finally:
         process.terminate()
         process.wait(15)
-        log.close()
 
 
 @pytest.mark.processes

@@ -26,6 +26,19 @@ def celery_env(redis_url: str, **extra: str) -> dict[str, str]:
     return env
 
 
+def start_serve(env: dict[str, str], log: Path) -> tuple[subprocess.Popen, str]:
+    """``python -m counters_tasks.ops.cli serve`` on a free port, without dashboard auth, as a
+    user starts it (in its own process group, its output in ``log``); (process, base URL)."""
+    from counters_tasks.local.redis_server import free_port
+
+    port = free_port()
+    env = {k: v for k, v in env.items() if k != "COUNTERS_DASHBOARD_AUTH"}
+    with open(log, "wb") as log_file:
+        process = subprocess.Popen([sys.executable, "-m", "counters_tasks.ops.cli", "serve", "--port", str(port)],
+                                   cwd=REPO, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+    return process, f"http://127.0.0.1:{port}"
+
+
 class CeleryProcess:
     """A ``celery`` command in its own process group, with its output in a log file."""
 
