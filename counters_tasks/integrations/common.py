@@ -473,16 +473,8 @@ class Counting:
         else:
             self.stats.add("skipped")
         for board, member, amount, ts, period_hours, interval_hours in visit.counters.bumps:
-            try:
-                self._call_recorder("incr_ranking", board, member, amount, ts=ts, period_hours=period_hours,
-                                    interval_hours=interval_hours)
-                self.stats.add("bumps")
-            except InvalidInput as exc:
-                self.stats.add("bumps_refused")
-                log.debug("counters middleware: ranking bump refused: %s", exc)
-            except Exception:
-                self.stats.add("failed")
-                log.warning("counters middleware: ranking bump not recorded", exc_info=True)
+            self._hand_over("ranking bump", ("bumps", "bumps_refused"), "incr_ranking", board, member, amount, ts=ts,
+                            period_hours=period_hours, interval_hours=interval_hours)
 
     def _record(self, visit: InFlight) -> None:
         ip = self.client_ip(visit.info)
@@ -490,15 +482,22 @@ class Counting:
             self.stats.add("no_client_ip")
             log.debug("counters middleware: no client address for %s", visit.info.path)
             return
+        self._hand_over("visit", ("counted", "refused"), "record", ip, visit.info.path,
+                        session_id=visit.counters.session_id, ts=visit.ts)
+
+    def _hand_over(self, what: str, outcomes: tuple[str, str], method: str, *args: Any, **kwargs: Any) -> None:
+        """One call of the recorder, counted in ``stats`` under ``outcomes`` (taken, refused) or
+        ``failed``; never raises (a refusal is logged at debug, a recorder error as a warning)."""
+        taken, refused = outcomes
         try:
-            self._call_recorder("record", ip, visit.info.path, session_id=visit.counters.session_id, ts=visit.ts)
-            self.stats.add("counted")
+            self._call_recorder(method, *args, **kwargs)
+            self.stats.add(taken)
         except InvalidInput as exc:
-            self.stats.add("refused")
-            log.debug("counters middleware: visit refused: %s", exc)
+            self.stats.add(refused)
+            log.debug("counters middleware: %s refused: %s", what, exc)
         except Exception:
             self.stats.add("failed")
-            log.warning("counters middleware: visit not recorded", exc_info=True)
+            log.warning("counters middleware: %s not recorded", what, exc_info=True)
 
     def _call_recorder(self, method: str, *args: Any, **kwargs: Any) -> None:
         """Call the recorder; when it is the shared one and a SIGTERM closed it while this request
