@@ -113,7 +113,8 @@ class Stack:
         printed too; PATH gains the folder of the ``counters-tasks`` command when it lacks it."""
         lines = [f"export {name}={self.env[name]}" for name in ENV_NAMES]
         bin_dir = str(Path(sys.executable).parent)
-        if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+        on_path = bin_dir in os.environ.get("PATH", "").split(os.pathsep)
+        if not on_path:
             lines.append(f'export PATH="{bin_dir}:$PATH"')
         fd = os.open(self.env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
@@ -122,9 +123,7 @@ class Stack:
         self.log(f"env      {self.env_file} (for other shells: source {self.env_file})")
         for line in lines:
             self.log(f"         {line.replace(self.env['COUNTERS_SECRET'], '<secret>')}")
-        if not Path(bin_dir, "counters-tasks").exists():
-            return
-        if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+        if not on_path and Path(bin_dir, "counters-tasks").exists():
             self.log(f"cli      {bin_dir}/counters-tasks (not on your PATH: source the env file, or "
                      f"source {bin_dir}/activate)")
 

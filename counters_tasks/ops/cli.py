@@ -494,7 +494,7 @@ def serve_command(host: str, port: int, allowed_hosts: tuple[str, ...]) -> None:
     except ConfigurationError as exc:
         raise Failed(str(exc)) from None
     hosts = allowed_hosts or settings.dashboard_hosts
-    if not settings.dashboard_auth and host not in ("127.0.0.1", "localhost", "::1"):
+    if not settings.dashboard_auth and host not in web.LOOPBACK_HOSTS:
         click.echo(f"warning: serving on {host} without COUNTERS_DASHBOARD_AUTH: anyone who can reach it can read it",
                    err=True)
         if not hosts:

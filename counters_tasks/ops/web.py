@@ -16,7 +16,6 @@ import base64
 import binascii
 import contextlib
 import hmac
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -209,12 +208,10 @@ async def _bounded_threads(_app: Any) -> Any:
 def run(app: ASGIApp, host: str, port: int) -> None:
     """Serve ``app`` until SIGTERM or Ctrl-C: at most MAX_CONNECTIONS connections, and an exit
     SHUTDOWN_GRACE seconds after the signal at the latest, even when a handler thread is stuck
-    in a call that never returns (the interpreter would otherwise wait for it at exit)."""
+    in a call that never returns: requests still running then are cancelled, and uvicorn (from
+    0.29, the floor) raises the signal again once it has shut down, so the process ends of it
+    without waiting for the stuck thread."""
     import uvicorn
 
     uvicorn.run(app, host=host, port=port, log_level="info", limit_concurrency=MAX_CONNECTIONS,
                 timeout_graceful_shutdown=SHUTDOWN_GRACE)
-    stuck = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
-    if stuck:
-        print(f"stopped; {len(stuck)} handler thread(s) still blocked, not waited for", flush=True)
-        os._exit(0)
