@@ -8,11 +8,14 @@ which sets ``CELERY_CONFIG_MODULE``); such a module starts from the package's de
 (``from counters_tasks.worker.celery_defaults import *``) and changes what it needs.
 
 Every task message this app sends shows its arguments with IP addresses masked (``MaskingAMQP``):
-``.delay()``, ``apply_async``, ``send_task``, retries and dead-letter requeues alike.
+``.delay()``, ``apply_async``, ``send_task``, retries and dead-letter requeues alike; and it
+carries the time it was sent (``SENT_AT_HEADER``): how old a waiting event is when the call gave
+no ``ts`` (the metrics' lag).
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from celery import Celery, signals
@@ -23,13 +26,17 @@ from .core.settings import get_settings
 from .errors import ConfigurationError
 
 PACKAGE_DEFAULTS = "counters_tasks.worker.celery_defaults"
+SENT_AT_HEADER = "ct_sent_at"
+"""Message header: when the producer made the message (epoch seconds, its clock). Read only for
+the lag of a waiting message that carries no ``ts``; never as an event time."""
 
 
 
 class MaskingAMQP(AMQP):
     """Celery's message maker, with the arguments' text form (``argsrepr`` / ``kwargsrepr``: the
     message headers, the ``task-sent`` and ``task-received`` events, Flower) made by
-    ``core.privacy`` with IP addresses masked, unless the caller gave its own."""
+    ``core.privacy`` with IP addresses masked, unless the caller gave its own; and the time it
+    was made in ``SENT_AT_HEADER``."""
 
     ARGSREPR_POSITION = 21  # of ``as_task_v2``'s arguments after ``kwargs``; given by keyword in practice
 
@@ -40,7 +47,9 @@ class MaskingAMQP(AMQP):
             options["argsrepr"] = shown_args
             if options.get("kwargsrepr") is None:
                 options["kwargsrepr"] = shown_kwargs
-        return super().as_task_v2(task_id, name, args, kwargs, *rest, **options)
+        message = super().as_task_v2(task_id, name, args, kwargs, *rest, **options)
+        message.headers.setdefault(SENT_AT_HEADER, time.time())
+        return message
 
 
 app = Celery("counters_tasks", include=["counters_tasks.tasks"], amqp="counters_tasks.app:MaskingAMQP")

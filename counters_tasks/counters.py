@@ -186,7 +186,7 @@ def get_series(conn: Any, name: str, precision: int, start: float, end: float,
 
 CLEAN_COUNTERS_PER_CALL = 200
 """Counters one cleaner call takes from a group at most."""
-CLEAN_FIELDS_PER_CALL = 2_000
+CLEAN_FIELDS_PER_CALL = 1_000
 """Hash fields one cleaner call examines at most (a back-filled counter takes several calls)."""
 
 

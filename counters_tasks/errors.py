@@ -49,5 +49,16 @@ REFUSAL_REASONS = tuple(cls.reason for cls in (InvalidInput, ClosedDay, FutureEv
 """Every reason a refusal is counted under."""
 
 
+class SetAside(CountersError):
+    """A call that kept failing for a reason that is not Redis being away: it is kept in the dead
+    letters (``counters-tasks dead-letters`` lists, requeues or drops it) and its message is
+    acknowledged and reported failed, batched or not, so that Flower's failed tasks are the
+    messages that did not count."""
+
+    def __init__(self, attempts: int, error: BaseException) -> None:
+        super().__init__(f"set aside in the dead letters after {attempts} tries: {error!r}")
+        self.attempts, self.error = attempts, error
+
+
 class ConfigurationError(CountersError):
     """A setting (environment variable) is missing or malformed."""

@@ -18,7 +18,7 @@ from celery.utils.time import get_exponential_backoff_interval
 from . import counters, ranking, refusals, uniques
 from .app import app
 from .core.settings import RETRY_BACKOFF_MAX, get_settings
-from .errors import InvalidInput
+from .errors import InvalidInput, SetAside
 from .store.client import get_redis, is_transient
 from .visits import record_visits as apply_visit_batch
 from .worker import batching, dead_letters
@@ -38,7 +38,7 @@ class CountingTask(Task):
     acks_late = True
     reject_on_worker_lost = True
     max_retries = None  # retries are bounded by ``counting`` (never for Redis being away)
-    throws = (InvalidInput,)  # expected failures: logged without a traceback
+    throws = (InvalidInput, SetAside)  # expected failures: logged without a traceback
     ignore_result = True
 
     @property
@@ -57,7 +57,8 @@ def counting(body: Callable[..., Any]) -> Callable[..., Any]:
     """The delivery rules of a counting task, around its body (the way Celery's own autoretry
     wraps ``run``): bad input is counted and fails at once; a Redis error that passes is retried
     with backoff for as long as it lasts; any other error is retried COUNTERS_MAX_ATTEMPTS times,
-    then the call is set aside in the dead letters and its message acknowledged."""
+    then the call is set aside in the dead letters and its message acknowledged, reported
+    failed (``SetAside``)."""
     @functools.wraps(body)
     def run(self: CountingTask, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -73,7 +74,7 @@ def counting(body: Callable[..., Any]) -> Callable[..., Any]:
             attempt = self.request.retries + 1
             if not is_transient(exc) and attempt >= get_settings().max_attempts:
                 self.set_aside(exc, attempt)
-                return None  # acknowledged: the call is kept in the dead-letter list
+                raise SetAside(attempt, exc) from exc  # acknowledged (acks_late acks a failure), reported failed
             countdown = get_exponential_backoff_interval(1, self.request.retries, RETRY_BACKOFF_MAX, full_jitter=True)
             raise self.retry(exc=exc, countdown=countdown) from exc
 
@@ -156,3 +157,10 @@ def count_unique(self: CountingTask, session_id: str, ts: float | None = None) -
 def precompute_expected(self: MaintenanceTask) -> Any:
     conn = get_redis()
     return run_exclusive(conn, "precompute_expected", lambda: uniques.precompute_due(conn), self.lock_seconds)
+
+
+@app.task(name="counters_tasks.expire_dead_letters", base=MaintenanceTask, bind=True)
+def expire_dead_letters(self: MaintenanceTask) -> Any:
+    """Hourly: the dead letters older than COUNTERS_DEAD_LETTER_DAYS go (``dead_letters.expire_due``)."""
+    return run_exclusive(get_redis(), "expire_dead_letters",
+                         lambda: dead_letters.expire_due(dead_letters.broker_client()), self.lock_seconds)

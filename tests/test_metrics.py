@@ -167,8 +167,27 @@ def test_waiting_messages_give_the_queue_length_and_the_lag(conn, broker):
     assert value(later, "counters_lag_oldest_unapplied_seconds", queue="visits") > lag  # it grows while waiting
 
 
-def test_the_head_message_decides_the_lag(conn, broker):
+def test_a_delay_without_ts_is_as_old_as_when_it_was_sent(conn, broker):
+    """``.delay()`` without ``ts`` (the event is stamped when a worker applies it): the message
+    next in line still tells how long it has waited, from the time this app sent it."""
+    sent = time.time()
     tasks.record_visit.delay("192.0.2.3", "/")  # oldest, without ts
+    tasks.record_visit.delay("192.0.2.3", "/", None, time.time() + 1)
+    found = scrape_app(conn)
+    assert value(found, "counters_queue_length", queue="visits") == 2
+    lag = value(found, "counters_lag_oldest_unapplied_seconds", queue="visits")
+    assert lag is not None and 0 <= lag <= time.time() - sent
+    grown = wait_until(lambda: (value(scrape_app(conn), "counters_lag_oldest_unapplied_seconds", queue="visits")
+                                or 0) >= 1.0, timeout=10, interval=0.2, what="the lag to grow while it waits")
+    assert grown
+
+
+def test_a_foreign_message_without_ts_leaves_the_lag_unknown(conn, broker):
+    """A message sent by another Celery app (no send time of ours) and without ``ts``: unknown, not 0."""
+    from celery import Celery
+
+    foreign = Celery("other", broker=get_settings().broker_url)
+    foreign.send_task("counters_tasks.record_visit", args=["192.0.2.3", "/"], queue="visits")
     tasks.record_visit.delay("192.0.2.3", "/", None, time.time() - 100)
     found = scrape_app(conn)
     assert value(found, "counters_queue_length", queue="visits") == 2

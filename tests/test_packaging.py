@@ -30,7 +30,7 @@ def celery_conf(cwd, **env: str) -> list:
 
 PACKAGE_DEFAULTS = ["redis://127.0.0.1:6399/1", "json", ["json"],
                     {f"counters_tasks.{job}": {"queue": "maintenance"}
-                     for job in ("clean_counters", "rotate_rankings", "precompute_expected")}, "visits"]
+                     for job in ("clean_counters", "rotate_rankings", "precompute_expected", "expire_dead_letters")}, "visits"]
 
 
 def test_the_wheel_holds_only_the_package(tmp_path):

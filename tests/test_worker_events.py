@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import threading
 import time
 import uuid
 from collections import defaultdict
@@ -22,6 +21,7 @@ from counters_tasks.core.settings import load_settings
 from counters_tasks.local.waiting import wait_until
 from counters_tasks.recorder import VisitRecorder
 from counters_tasks.worker.batches import MaskedRequest
+from tests.support.events import EventLog
 from tests.support.faults import broker_idle
 from tests.support.procs import celery_env, purge_broker, start_worker
 from tests.support.visit_model import model_of, random_visits
@@ -31,52 +31,11 @@ FLOWER_VISITS = int(os.environ.get("COUNTERS_TEST_FLOWER_VISITS", "400"))
 IPV4 = re.compile(r"(?<![\w.])\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}(?![\w.])")
 
 
-class EventLog:
-    """Every event the workers send, captured by a real receiver in a thread of the test."""
-
-    def __init__(self) -> None:
-        self.events: list[dict] = []
-        self.lock = threading.Lock()
-        self.receiver = None
-        self.thread = threading.Thread(target=self.run, daemon=True)
-
-    def run(self) -> None:
-        with app.connection_for_read() as connection:
-            self.receiver = app.events.Receiver(connection, handlers={"*": self.add})
-            self.receiver.capture(limit=None, timeout=None, wakeup=False)
-
-    def add(self, event: dict) -> None:
-        with self.lock:
-            self.events.append(event)
-
-    def of(self, kind: str) -> list[dict]:
-        with self.lock:
-            return [e for e in self.events if e["type"] == kind]
-
-    def ids(self, kind: str) -> set[str]:
-        return {e["uuid"] for e in self.of(kind)}
-
-    def stop(self) -> None:
-        if self.receiver is not None:
-            self.receiver.should_stop = True
-        self.thread.join(10)
-
-
 @pytest.fixture
 def events():
-    """The receiver, listening: it has seen an event this test sent after it started."""
-    log = EventLog()
-    log.thread.start()
-    try:
-        with app.events.default_dispatcher() as dispatcher:
-            def heard() -> bool:
-                dispatcher.send("test-ping")
-                return bool(log.of("test-ping"))
-
-            wait_until(heard, timeout=20, interval=0.2, what="the event receiver")
+    """The receiver on the test broker, listening."""
+    with EventLog.listening(app.conf.broker_url) as log:
         yield log
-    finally:
-        log.stop()
 
 
 def broker(redis_url: str) -> redis.Redis:

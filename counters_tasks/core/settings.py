@@ -70,6 +70,8 @@ class Settings:
     # messages: the largest payload a worker decodes, and how many set-aside messages are kept
     max_message_bytes: int = 1 << 20
     dead_letter_max: int = 10_000
+    # days a set-aside message is kept (it may hold a visitor's IP); 0 keeps it until dropped
+    dead_letter_days: int = 14
     # beat: the cleaner's cadence (None: every minute by crontab) and the highly available beat
     clean_every: float | None = None
     beat_scheduler: str | None = None
@@ -211,6 +213,7 @@ def load_settings(env: dict | None = None) -> Settings:
         max_attempts=_int(env, "COUNTERS_MAX_ATTEMPTS", 5),
         max_message_bytes=_int(env, "COUNTERS_MAX_MESSAGE_BYTES", 1 << 20, minimum=1024),
         dead_letter_max=_int(env, "COUNTERS_DEAD_LETTER_MAX", 10_000),
+        dead_letter_days=_int(env, "COUNTERS_DEAD_LETTER_DAYS", 14, minimum=0),
         clean_every=_float(env, "COUNTERS_CLEAN_EVERY", None),
         beat_scheduler=_choice(env, "COUNTERS_BEAT_SCHEDULER", ("redbeat",)),
         beat_lock_timeout=_float(env, "COUNTERS_BEAT_LOCK_TIMEOUT", 30.0),

@@ -21,7 +21,7 @@ from ..worker import dead_letters
 from ..worker.maintenance import job_status
 
 QUEUES = ("visits", "maintenance")
-JOBS = ("clean_counters", "rotate_rankings", "precompute_expected")
+JOBS = ("clean_counters", "rotate_rankings", "precompute_expected", "expire_dead_letters")
 BEAT_JOB = "clean_counters"
 """The job beat runs every minute: its last start tells whether beat is alive."""
 PRIORITY_SEPARATOR = "\x06\x16"

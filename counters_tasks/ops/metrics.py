@@ -29,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from .. import refusals, throughput
+from ..app import SENT_AT_HEADER
 from ..core.settings import get_settings
 from ..store import keys
 from ..store.client import as_str, read_pipeline
@@ -64,18 +65,28 @@ def event_time(task: str, args: list[Any], kwargs: dict[str, Any]) -> float | No
         found = [item.get("ts") for item in items if isinstance(item, dict)] if isinstance(items, list) else []
     else:
         return None
-    times = [float(ts) for ts in found
-             if isinstance(ts, (int, float)) and not isinstance(ts, bool) and math.isfinite(ts)]
+    times = [ts for ts in map(finite_time, found) if ts is not None]
     return min(times) if times else None
+
+
+def finite_time(value: Any) -> float | None:
+    """``value`` as a time when it is a finite number (not a bool), else None."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None
 
 
 def oldest_waiting(heads: Iterable[bytes | str | None]) -> float | None:
     """The oldest event time among the messages at the head of a queue's lists (the next to be
-    taken from each), or None when none carries one."""
+    taken from each), or None when none carries one. A message with no ``ts`` is as old as
+    when it was sent (``app.SENT_AT_HEADER``; a producer other than this package's app sets none)."""
     times = []
     for raw in heads:
-        call = None if raw is None else dead_letters.task_call(raw)
-        ts = None if call is None else event_time(*call)
+        reason, message = (None, None) if raw is None else dead_letters.message_problem(raw)
+        if reason is not None or message is None:
+            continue
+        args, kwargs = dead_letters.task_arguments(message) or ([], {})
+        ts = event_time(message["headers"]["task"], args, kwargs)
+        ts = finite_time(message["headers"].get(SENT_AT_HEADER)) if ts is None else ts
         if ts is not None:
             times.append(ts)
     return min(times) if times else None

@@ -27,7 +27,7 @@ from typing import Any
 from .. import ranking, refusals, throughput
 from ..core.settings import get_settings
 from ..core.validation import check_message_id
-from ..errors import InvalidInput, MalformedMessage
+from ..errors import InvalidInput, MalformedMessage, SetAside
 from ..store.client import is_transient
 from ..visits import Visit, prepare_visit, write_groups
 from .batches import FAILED
@@ -142,7 +142,7 @@ def apply_batch(conn: Any, kind: str, requests: list[Any], *, max_backoff: float
                     log.error("%s %s failed %d times (%r): set aside", kind, group[0][1], attempts, exc)
                     give_up(kind, requests[group[0][2]], exc)
                     outcome["given_up"] += 1
-                    outcome[FAILED][group[0][2]] = f"set aside in the dead letters after {attempts} tries: {exc!r}"
+                    outcome[FAILED][group[0][2]] = f"SetAside: {SetAside(attempts, exc)}"
                     return
                 log.warning("%s %s failed (%r); try %d of %d in %.1fs", kind, group[0][1], exc, attempts,
                             get_settings().max_attempts, backoff.next)

@@ -72,6 +72,7 @@ task_routes = {
     "counters_tasks.clean_counters": {"queue": "maintenance"},
     "counters_tasks.rotate_rankings": {"queue": "maintenance"},
     "counters_tasks.precompute_expected": {"queue": "maintenance"},
+    "counters_tasks.expire_dead_letters": {"queue": "maintenance"},
 }
 
 # Each job expires before its next run is due, so a missed run is skipped, not piled up.
@@ -99,6 +100,11 @@ beat_schedule = {
     "precompute-expected": {
         "task": "counters_tasks.precompute_expected",
         "schedule": crontab(minute=0),  # hourly; the task fixes tomorrow's figure at local 23:xx
+        "options": {"expires": 3300},
+    },
+    "expire-dead-letters": {
+        "task": "counters_tasks.expire_dead_letters",
+        "schedule": crontab(minute=30),  # hourly, at :30: records older than COUNTERS_DEAD_LETTER_DAYS
         "options": {"expires": 3300},
     },
 }

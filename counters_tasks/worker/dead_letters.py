@@ -11,8 +11,11 @@ Two kinds of record go to one capped list (``store.keys.dead_letters``), newest 
   (``COUNTERS_MAX_ATTEMPTS`` tries): its task name, id, arguments (``args``, ``kwargs``).
 
 Each record says why (``reason``), when (``at``) and from which queue; the reasons are counted.
-Operators list, requeue or drop them with ``counters-tasks dead-letters``. ``task_call`` decodes
-a raw message as the checks here do (the metrics read the event time of a queue's head with it).
+Records older than ``COUNTERS_DEAD_LETTER_DAYS`` (14) are removed by the beat job
+``expire_dead_letters`` (``expire``): they hold task arguments, visitor IPs among them.
+Operators list, requeue or drop them with ``counters-tasks dead-letters``. ``message_problem``
+and ``task_arguments`` decode a raw message (the metrics read the event time of a queue's head
+with them).
 """
 
 from __future__ import annotations
@@ -88,16 +91,6 @@ def task_arguments(message: dict[str, Any]) -> tuple[list[Any], dict[str, Any]] 
     return decoded[0], decoded[1]
 
 
-def task_call(item: bytes | str) -> tuple[str, list[Any], dict[str, Any]] | None:
-    """``(task name, args, kwargs)`` of a raw broker message, or None when a worker would set
-    it aside (``message_problem``): what ``ops.metrics`` reads at the head of a queue."""
-    reason, message = message_problem(item)
-    if reason is not None or message is None:
-        return None
-    arguments = task_arguments(message)
-    return None if arguments is None else (message["headers"]["task"], *arguments)
-
-
 def _record(reason: str, queue: str | None, task: str | None, task_id: Any, **extra: Any) -> str:
     return json.dumps({"reason": reason, "at": time.time(), "queue": queue, "task": task,
                        "id": task_id if isinstance(task_id, str) else repr(task_id)[:200], **extra})
@@ -127,6 +120,53 @@ def set_aside_call(task: str, task_id: Any, args: Any, kwargs: Any, queue: str |
     run_script(broker_client(), "dead_letter", [keys.dead_letters(), keys.dead_letter_reasons(), "", ""],
                [record, get_settings().dead_letter_max, reason, ""])
     log.error("%s %s failed %d times (%r): set aside in the dead letters", task, task_id, attempts, error)
+
+
+EXPIRE_PER_RUN = 10_000
+"""Most records one run of ``expire`` removes (the default cap of the list): the rest wait for
+the next run, an hour later."""
+
+
+def record_time(raw: bytes | str) -> float | None:
+    """When a record was written (its ``at``), or None when it cannot be read."""
+    try:
+        at = json.loads(raw).get("at")
+    except (ValueError, UnicodeDecodeError, AttributeError):
+        return None
+    return float(at) if isinstance(at, int | float) and not isinstance(at, bool) else None
+
+
+def expire(client: Any, older_than: float, limit: int = EXPIRE_PER_RUN) -> int:
+    """Delete the records written before ``older_than`` (a time; ``COUNTERS_DEAD_LETTER_DAYS``
+    ago for the beat job), so that the arguments and payloads kept here, visitor IPs among them,
+    are not kept for good. The list is newest first, so the oldest is its last record: each step
+    reads that one (LINDEX -1) and removes it only if it is still the last one (WATCH), and a run
+    stops at the first record young enough. A run with nothing due costs one read. A record
+    whose time cannot be read is removed as due. Returns how many were removed."""
+    removed = 0
+
+    def pop_if_old(pipe: Any) -> bool:
+        last = pipe.lindex(keys.dead_letters(), -1)
+        at = None if last is None else record_time(last)
+        if last is None or (at is not None and at >= older_than):
+            return False
+        pipe.multi()
+        pipe.rpop(keys.dead_letters())
+        return True
+
+    while removed < limit:
+        if not client.transaction(pop_if_old, keys.dead_letters(), value_from_callable=True):
+            break
+        removed += 1
+    if removed:
+        log.info("%d dead letters older than %s removed", removed, time.strftime("%Y-%m-%d %H:%M", time.gmtime(older_than)))
+    return removed
+
+
+def expire_due(client: Any, now: float | None = None) -> int:
+    """``expire`` the records older than ``COUNTERS_DEAD_LETTER_DAYS`` (none when it is 0)."""
+    days = get_settings().dead_letter_days
+    return expire(client, (time.time() if now is None else now) - days * 86400) if days else 0
 
 
 def summary(client: Any) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from counters_tasks import counters, sitestats, tasks
 from counters_tasks.core.days import local_day
 from counters_tasks.local.waiting import wait_until
 from counters_tasks.store import keys
+from tests.support.events import EventLog
 from tests.support.faults import wait_idle
 from tests.support.procs import REPO, celery_env, start_worker
 
@@ -113,28 +114,40 @@ def test_calls_that_keep_failing_are_set_aside_then_requeued_once_fixed(fault_en
     env = {**fault_env, "COUNTERS_REDIS_URL": url, "COUNTERS_MAX_ATTEMPTS": "2"}
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    worker = start_worker(celery_env(url, **env), tmp_path / "w.log")
-    try:
-        for n in range(3):
-            tasks.record_visit.apply_async((f"192.0.2.{n + 1}", "/a", None, now), producer=publisher)
-        tasks.record_visits.apply_async(([{"ip": "192.0.2.9", "path": "/b", "ts": now}],), producer=publisher)
-        tasks.update_counter.apply_async(("signups", 2, now), producer=publisher)
-        wait_until(lambda: broker_conn.llen(keys.dead_letters()) >= 5, timeout=90,
-                   what=f"the failing calls to be set aside; log:\n{worker.output()[-3000:]}")
-        wait_idle(broker_conn)
-        records = [json.loads(r) for r in broker_conn.lrange(keys.dead_letters(), 0, -1)]
-        assert sorted(r["task"] for r in records) == (["counters_tasks.record_visit"] * 3
-                                                      + ["counters_tasks.record_visits", "counters_tasks.update_counter"])
-        assert all(r["reason"] == "failed" and "NOPERM" in r["error"].upper() for r in records), records
-        assert sitestats.site_visit_info(counters_conn, day).pv == 0
-        counters_conn.execute_command("ACL", "SETUSER", "worker", "+evalsha", "+eval")  # the operator repairs it
-        assert cli(env, "requeue", "--all").stdout.strip() == "requeued 5"
-        wait_until(lambda: sitestats.site_visit_info(counters_conn, day).pv == 4, timeout=60,
-                   what=f"the requeued calls; log:\n{worker.output()[-3000:]}")
-        wait_idle(broker_conn)
-        assert worker.process.poll() is None
-    finally:
-        worker.stop()
+    with EventLog.listening(fault_env["CELERY_BROKER_URL"]) as events:
+        worker = start_worker(celery_env(url, **env), tmp_path / "w.log")
+        try:
+            sent = [tasks.record_visit.apply_async((f"192.0.2.{n + 1}", "/a", None, now), producer=publisher).id
+                    for n in range(3)]
+            sent.append(tasks.record_visits.apply_async(([{"ip": "192.0.2.9", "path": "/b", "ts": now}],),
+                                                        producer=publisher).id)
+            sent.append(tasks.update_counter.apply_async(("signups", 2, now), producer=publisher).id)
+            wait_until(lambda: broker_conn.llen(keys.dead_letters()) >= 5, timeout=90,
+                       what=f"the failing calls to be set aside; log:\n{worker.output()[-3000:]}")
+            wait_idle(broker_conn)
+            records = [json.loads(r) for r in broker_conn.lrange(keys.dead_letters(), 0, -1)]
+            assert sorted(r["task"] for r in records) == (["counters_tasks.record_visit"] * 3
+                                                          + ["counters_tasks.record_visits",
+                                                             "counters_tasks.update_counter"])
+            assert all(r["reason"] == "failed" and "NOPERM" in r["error"].upper() for r in records), records
+            assert sitestats.site_visit_info(counters_conn, day).pv == 0
+            # Flower's failed tasks are the messages that did not count, batched or not
+            wait_until(lambda: set(sent) <= events.ids("task-failed"), timeout=30,
+                       what=f"a task-failed event for each call set aside; got {events.ids('task-failed')}")
+            failed = [e for e in events.of("task-failed") if e["uuid"] in sent]
+            assert len(failed) == 5 and all("set aside in the dead letters after 2 tries" in e["exception"]
+                                            and "NOPERM" in e["exception"].upper() for e in failed), failed
+            assert not set(sent) & events.ids("task-succeeded")
+            counters_conn.execute_command("ACL", "SETUSER", "worker", "+evalsha", "+eval")  # the operator repairs it
+            assert cli(env, "requeue", "--all").stdout.strip() == "requeued 5"
+            wait_until(lambda: sitestats.site_visit_info(counters_conn, day).pv == 4, timeout=60,
+                       what=f"the requeued calls; log:\n{worker.output()[-3000:]}")
+            wait_idle(broker_conn)
+            wait_until(lambda: set(sent) <= events.ids("task-succeeded"), timeout=30,
+                       what="a task-succeeded event for each requeued call (same ids)")
+            assert worker.process.poll() is None
+        finally:
+            worker.stop()
     assert sitestats.site_visit_info(counters_conn, day, "/a").pv == 3
     assert counters.get_counter(counters_conn, "signups", 86400, now=now)[0][1] == 2
     assert broker_conn.llen(keys.dead_letters()) == 0
