@@ -225,7 +225,15 @@ def test_sigterm_stops_a_server_whose_handlers_are_stuck(tmp_path):
     silent.bind(("127.0.0.1", 0))
     silent.listen(64)
     held: list[socket.socket] = []
-    threading.Thread(target=lambda: [held.append(silent.accept()[0]) for _ in range(64)], daemon=True).start()
+
+    def hold_connections() -> None:
+        try:
+            for _ in range(64):
+                held.append(silent.accept()[0])
+        except OSError:  # the listening socket is closed when the test ends
+            pass
+
+    threading.Thread(target=hold_connections, daemon=True).start()
     process, base = start_serve(celery_env(f"redis://127.0.0.1:{silent.getsockname()[1]}/0",
                                            COUNTERS_REDIS_TIMEOUT="120"), tmp_path / "serve.log")
 
