@@ -117,3 +117,15 @@ def eager_app():
     app.conf.update(task_always_eager=True, task_eager_propagates=True)
     yield app
     app.conf.update(task_always_eager=False, task_eager_propagates=False)
+
+
+@pytest.fixture(scope="module")
+def module_worker(redis_url, tmp_path_factory):
+    """One Celery worker for a module's web server tests (each test flushes the data it reads)."""
+    from tests.support.procs import celery_env, purge_broker, start_worker
+
+    purge_broker(redis_url)
+    log = tmp_path_factory.mktemp("worker") / "worker.log"
+    process = start_worker(celery_env(redis_url), log).wait_ready()
+    yield process
+    process.stop()

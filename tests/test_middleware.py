@@ -8,15 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
 import pytest
@@ -32,7 +28,7 @@ from counters_tasks.integrations.wsgi import CountersMiddleware
 from counters_tasks.local.redis_server import free_port
 from counters_tasks.local.waiting import wait_until
 from counters_tasks.ranking import Ranking
-from tests.support.procs import REPO, celery_env, purge_broker, start_worker
+from tests.support.procs import REPO, Server, celery_env
 
 SOCKET = "10.0.0.9"
 
@@ -355,58 +351,6 @@ def test_shared_recorder_is_one_per_process(monkeypatch):
 
 # -- real servers ----------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def worker(redis_url, tmp_path_factory):
-    """One Celery worker for the module's server tests (each test flushes the data it reads)."""
-    purge_broker(redis_url)
-    log = tmp_path_factory.mktemp("worker") / "worker.log"
-    process = start_worker(celery_env(redis_url), log).wait_ready()
-    yield process
-    process.stop()
-
-
-class Server:
-    """A web server process (its own session, so a SIGTERM reaches only it), its output in a file."""
-
-    def __init__(self, args: list[str], env: dict[str, str], log: Path, port: int) -> None:
-        self.log = log
-        self.port = port
-        self.base = f"http://127.0.0.1:{port}"
-        self._log_file = open(log, "wb")
-        self.process = subprocess.Popen([sys.executable, "-m", *args], cwd=REPO, env=env, stdout=self._log_file,
-                                        stderr=subprocess.STDOUT, start_new_session=True)
-        wait_until(self._ready, timeout=30, what=f"the server on port {port}")
-
-    def _ready(self) -> bool:
-        if self.process.poll() is not None:
-            raise AssertionError(f"the server exited: {self.log.read_text()[-3000:]}")
-        try:
-            return self.get("/health")[0] == 200
-        except OSError:
-            return False
-
-    def get(self, path: str, headers: dict[str, str] | None = None, method: str = "GET"):
-        """(status, headers, body) of one request on a new connection."""
-        request = urllib.request.Request(self.base + path, headers=headers or {}, method=method)
-        try:
-            with urllib.request.urlopen(request, timeout=10) as response:
-                return response.status, response.headers, response.read()
-        except urllib.error.HTTPError as error:
-            return error.code, error.headers, error.read()
-
-    def stop(self) -> int:
-        """SIGTERM, as a process manager stops it; what was buffered must reach the broker."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
-        self._log_file.close()
-        return self.process.returncode
-
-
 SID_A = "a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1"
 SID_B = "b2b2b2b2-b2b2-b2b2-b2b2-b2b2b2b2b2b2"
 
@@ -488,7 +432,7 @@ def expected_counts(expected: dict[str, int]) -> dict[str, object]:
 
 @pytest.mark.processes
 def test_flask_under_gunicorn_counts_pages_by_the_proxy_rule_and_loses_nothing_on_sigterm(
-        redis_url, raw_conn, worker, tmp_path):
+        redis_url, raw_conn, module_worker, tmp_path):
     day = local_day(time.time())
     env = celery_env(redis_url, COUNTERS_TEST_MAX_DELAY="60")  # nothing is sent before the SIGTERM
     port = free_port()
@@ -513,7 +457,7 @@ def test_flask_under_gunicorn_counts_pages_by_the_proxy_rule_and_loses_nothing_o
 
 @pytest.mark.processes
 def test_an_asgi_app_under_uvicorn_counts_pages_by_the_proxy_rule_and_loses_nothing_on_sigterm(
-        redis_url, raw_conn, worker, tmp_path):
+        redis_url, raw_conn, module_worker, tmp_path):
     day = local_day(time.time())
     env = celery_env(redis_url, COUNTERS_TEST_MAX_DELAY="60")  # nothing is sent before the SIGTERM
     port = free_port()
@@ -636,7 +580,7 @@ def test_a_recorder_callable_is_called_once_at_the_first_counted_request():
 
 
 @pytest.mark.processes
-def test_a_page_still_being_served_at_sigterm_is_counted(redis_url, raw_conn, worker, tmp_path):
+def test_a_page_still_being_served_at_sigterm_is_counted(redis_url, raw_conn, module_worker, tmp_path):
     """gunicorn without --preload, the shared recorder made at the first page view (in the worker,
     so its SIGTERM handler runs first and closes it before gunicorn drains): the page served
     after that goes to a renewed recorder, flushed at the worker's exit."""

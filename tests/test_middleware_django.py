@@ -5,6 +5,7 @@ when the response comes back, read through the public API."""
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import django
 import pytest
@@ -16,9 +17,13 @@ from django.urls import path
 from counters_tasks import VisitRecorder, sitestats, uniques
 from counters_tasks.core.days import local_day
 from counters_tasks.integrations.django import CountersMiddleware, options_from_settings
+from counters_tasks.local.redis_server import free_port
+from counters_tasks.local.waiting import wait_until
 from counters_tasks.ranking import Ranking
+from tests.support.procs import Server, celery_env
 
 MIDDLEWARE = "counters_tasks.integrations.django.CountersMiddleware"
+SID = "c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3"
 
 
 def home(request):
@@ -98,3 +103,52 @@ def test_settings_name_callables_by_dotted_path_and_unknown_options_fail_loudly(
     with pytest.raises(ValueError, match="unknown counters middleware options: trusted"):
         with override_settings(COUNTERS_MIDDLEWARE={"trusted": 1}):
             CountersMiddleware(home)
+
+
+@pytest.mark.processes
+def test_a_django_site_under_gunicorn_counts_by_the_proxy_rule_and_loses_nothing_on_sigterm(
+        redis_url, raw_conn, module_worker, tmp_path):
+    """The guide's set-up (tests/support/django_site.py) served by gunicorn with two preloaded
+    workers, real HTTP requests through one trusted proxy, the visits buffered until SIGTERM."""
+    day = local_day(time.time())
+    env = celery_env(redis_url, COUNTERS_TEST_MAX_DELAY="60", DJANGO_SETTINGS_MODULE="tests.support.django_site")
+    port = free_port()
+    server = Server(["gunicorn", "--preload", "-w", "2", "-k", "sync", "-b", f"127.0.0.1:{port}",
+                     "--graceful-timeout", "20", "tests.support.django_site:application"], env,
+                    tmp_path / "gunicorn.log", port)
+    try:
+        pids: set = set()
+
+        def both_workers_answered() -> bool:
+            with ThreadPoolExecutor(8) as pool:
+                pids.update(pool.map(lambda _: server.get("/pid")[2], range(16)))
+            return len(pids) == 2
+
+        wait_until(both_workers_answered, timeout=30, interval=0, what="both gunicorn workers to serve")
+        cookies = set()
+        for n in range(3):  # new browsers behind the proxy: the rightmost entry is the client
+            status, headers, _ = server.get(f"/page{n}", {"X-Forwarded-For": f"6.6.6.6, 203.0.113.{n + 1}"})
+            assert status == 200 and headers["Set-Cookie"].startswith("ct_sid=")
+            cookies.add(headers["Set-Cookie"].split(";")[0])
+        assert len(cookies) == 3
+        for _ in range(4):  # one returning browser, from a fourth address
+            status, headers, _ = server.get("/page0", {"X-Forwarded-For": "203.0.113.9", "Cookie": f"ct_sid={SID}"})
+            assert status == 200 and headers["Set-Cookie"] is None
+        for path, want in (("/static/app.css", 404), ("/api/data", 200), ("/private", 200), ("/missing", 404)):
+            status, headers, _ = server.get(path, {"X-Forwarded-For": "203.0.113.50"})
+            assert status == want and headers["Set-Cookie"] is None, path
+        for member in ("post-1", "post-1", "post-2"):
+            assert server.get(f"/like/{member}", method="POST")[0] == 200
+        assert sitestats.site_visit_info(raw_conn, day).pv == 0  # still buffered in the workers (max_delay 60 s)
+    finally:
+        assert server.stop() == 0, server.log.read_text()[-3000:]
+
+    def counted() -> bool:
+        return sitestats.site_visit_info(raw_conn, day).pv == 7 and len(Ranking(raw_conn, "likes").top()) == 2
+
+    wait_until(counted, timeout=30, what="the visits flushed at SIGTERM")
+    assert sitestats.site_visit_info(raw_conn, day).uv == 4  # 203.0.113.1-3 and .9; never 6.6.6.6 or .50
+    assert [sitestats.site_visit_info(raw_conn, day, f"/page{n}").pv for n in range(3)] == [5, 1, 1]
+    assert sitestats.site_visit_info(raw_conn, day, "/private").pv == 0
+    assert uniques.unique_visitors(raw_conn, day) == 4  # three new cookies and one returning
+    assert Ranking(raw_conn, "likes").top(withscores=True) == [("post-1", 2), ("post-2", 1)]

@@ -1,4 +1,4 @@
-"""Real Celery worker and beat processes for the tests."""
+"""Real Celery worker and beat processes, and web servers (``Server``), for the tests."""
 
 from __future__ import annotations
 
@@ -6,8 +6,11 @@ import os
 import signal
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 
+from counters_tasks.local.waiting import wait_until
 from tests.support.servers import TEST_SECRET, TEST_TAG_KEY
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,8 +58,6 @@ class CeleryProcess:
 
     def wait_ready(self, timeout: float = 60.0) -> CeleryProcess:
         """Until the worker logs that it is ready (before that, SIGTERM kills it uncleanly)."""
-        from counters_tasks.local.waiting import wait_until
-
         wait_until(lambda: " ready." in self.output() or self.process.poll() is not None, timeout=timeout,
                  what=f"the worker to be ready; log:\n{self.output()[-2000:]}")
         assert self.process.poll() is None, self.output()[-3000:]
@@ -108,3 +109,45 @@ def start_beat(env: dict[str, str], workdir: Path, log: Path) -> CeleryProcess:
         ["beat", "--loglevel", "INFO", "-s", str(workdir / "celerybeat-schedule"), "--pidfile", str(workdir / "beat.pid")],
         env, log,
     )
+
+
+class Server:
+    """A web server process (its own session, so a SIGTERM reaches only it), its output in a file."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log: Path, port: int) -> None:
+        self.log = log
+        self.port = port
+        self.base = f"http://127.0.0.1:{port}"
+        self._log_file = open(log, "wb")
+        self.process = subprocess.Popen([sys.executable, "-m", *args], cwd=REPO, env=env, stdout=self._log_file,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
+        wait_until(self._ready, timeout=30, what=f"the server on port {port}")
+
+    def _ready(self) -> bool:
+        if self.process.poll() is not None:
+            raise AssertionError(f"the server exited: {self.log.read_text()[-3000:]}")
+        try:
+            return self.get("/health")[0] == 200
+        except OSError:
+            return False
+
+    def get(self, path: str, headers: dict[str, str] | None = None, method: str = "GET"):
+        """(status, headers, body) of one request on a new connection."""
+        request = urllib.request.Request(self.base + path, headers=headers or {}, method=method)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status, response.headers, response.read()
+        except urllib.error.HTTPError as error:
+            return error.code, error.headers, error.read()
+
+    def stop(self) -> int:
+        """SIGTERM, as a process manager stops it; what was buffered must reach the broker."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        self._log_file.close()
+        return self.process.returncode
