@@ -439,15 +439,7 @@ def test_flask_under_gunicorn_counts_pages_by_the_proxy_rule_and_loses_nothing_o
     server = Server(["gunicorn", "--preload", "-w", "2", "-k", "sync", "-b", f"127.0.0.1:{port}",
                      "--graceful-timeout", "20", "tests.support.web_apps:wsgi_app"], env, tmp_path / "gunicorn.log", port)
     try:
-        # both workers serve (a sync worker serves one request at a time): fork safety is exercised
-        pids: set = set()
-
-        def both_workers_answered() -> bool:
-            with ThreadPoolExecutor(8) as pool:
-                pids.update(pool.map(lambda _: server.get("/pid")[2], range(16)))
-            return len(pids) == 2
-
-        wait_until(both_workers_answered, timeout=30, interval=0, what="both gunicorn workers to serve")
+        server.wait_for_workers(2)  # fork safety is exercised
         expected = exercise(server)
         assert read_counts(raw_conn, day)["pv"] == 0  # still buffered in the workers (max_delay 60 s)
     finally:

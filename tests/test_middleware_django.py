@@ -5,7 +5,6 @@ when the response comes back, read through the public API."""
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import django
 import pytest
@@ -117,14 +116,7 @@ def test_a_django_site_under_gunicorn_counts_by_the_proxy_rule_and_loses_nothing
                      "--graceful-timeout", "20", "tests.support.django_site:application"], env,
                     tmp_path / "gunicorn.log", port)
     try:
-        pids: set = set()
-
-        def both_workers_answered() -> bool:
-            with ThreadPoolExecutor(8) as pool:
-                pids.update(pool.map(lambda _: server.get("/pid")[2], range(16)))
-            return len(pids) == 2
-
-        wait_until(both_workers_answered, timeout=30, interval=0, what="both gunicorn workers to serve")
+        server.wait_for_workers(2)
         cookies = set()
         for n in range(3):  # new browsers behind the proxy: the rightmost entry is the client
             status, headers, _ = server.get(f"/page{n}", {"X-Forwarded-For": f"6.6.6.6, 203.0.113.{n + 1}"})

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from counters_tasks.local.waiting import wait_until
@@ -139,6 +140,18 @@ class Server:
                 return response.status, response.headers, response.read()
         except urllib.error.HTTPError as error:
             return error.code, error.headers, error.read()
+
+    def wait_for_workers(self, count: int) -> None:
+        """Until ``count`` different worker processes have answered ``/pid`` (the app holds that
+        request a moment, so a busy sync worker sends concurrent ones to the others)."""
+        pids: set[bytes] = set()
+
+        def all_answered() -> bool:
+            with ThreadPoolExecutor(8) as pool:
+                pids.update(pool.map(lambda _: self.get("/pid")[2], range(16)))
+            return len(pids) == count
+
+        wait_until(all_answered, timeout=30, interval=0, what=f"{count} server workers to serve")
 
     def stop(self) -> int:
         """SIGTERM, as a process manager stops it; what was buffered must reach the broker."""
