@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import pytest
@@ -444,6 +447,36 @@ def test_flask_under_gunicorn_counts_pages_by_the_proxy_rule_and_loses_nothing_o
         assert read_counts(raw_conn, day)["pv"] == 0  # still buffered in the workers (max_delay 60 s)
     finally:
         assert server.stop() == 0, server.log.read_text()[-3000:]
+    wait_for_counts(raw_conn, day, expected_counts(expected))
+
+
+def guide_uwsgi_ini(module: str, port: int) -> str:
+    """The uWSGI block of docs/guides/gunicorn.md, serving ``module`` on ``port`` from this venv."""
+    guide = (REPO / "docs" / "guides" / "gunicorn.md").read_text()
+    [ini] = re.findall(r"## uWSGI\n\n```ini\n(.*?)```", guide, re.S)
+    assert "module = myapp:app\n" in ini
+    return (ini.replace("module = myapp:app\n", f"module = {module}\n")
+            + f"http-socket = 127.0.0.1:{port}\nhome = {sys.prefix}\n")
+
+
+@pytest.mark.processes
+def test_flask_under_uwsgi_as_the_guide_sets_it_up_counts_pages_and_loses_nothing_on_sigterm(
+        redis_url, raw_conn, module_worker, tmp_path):
+    uwsgi = shutil.which("uwsgi", path=str(Path(sys.executable).parent))
+    assert uwsgi, "uWSGI is in the test extra"
+    day = local_day(time.time())
+    env = celery_env(redis_url, COUNTERS_TEST_MAX_DELAY="60")  # nothing is sent before the SIGTERM
+    port = free_port()
+    (tmp_path / "uwsgi.ini").write_text(guide_uwsgi_ini("tests.support.web_apps:wsgi_app", port))
+    server = Server(["--ini", str(tmp_path / "uwsgi.ini")], env, tmp_path / "uwsgi.log", port, program=uwsgi)
+    try:
+        server.wait_for_workers(4)
+        expected = exercise(server)
+        assert read_counts(raw_conn, day)["pv"] == 0  # still buffered in the workers (max_delay 60 s)
+    finally:
+        stopped = time.monotonic()
+        assert server.stop() == 0, server.log.read_text()[-3000:]  # SIGTERM, as systemd or docker stop sends
+        assert time.monotonic() - stopped < 20
     wait_for_counts(raw_conn, day, expected_counts(expected))
 
 

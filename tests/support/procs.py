@@ -113,14 +113,16 @@ def start_beat(env: dict[str, str], workdir: Path, log: Path) -> CeleryProcess:
 
 
 class Server:
-    """A web server process (its own session, so a SIGTERM reaches only it), its output in a file."""
+    """A web server process (its own session, so a SIGTERM reaches only it), its output in a file:
+    ``python -m <args>``, or ``<program> <args>`` for a server that is not a Python module (uWSGI)."""
 
-    def __init__(self, args: list[str], env: dict[str, str], log: Path, port: int) -> None:
+    def __init__(self, args: list[str], env: dict[str, str], log: Path, port: int, program: str | None = None) -> None:
         self.log = log
         self.port = port
         self.base = f"http://127.0.0.1:{port}"
         self._log_file = open(log, "wb")
-        self.process = subprocess.Popen([sys.executable, "-m", *args], cwd=REPO, env=env, stdout=self._log_file,
+        command = [program, *args] if program else [sys.executable, "-m", *args]
+        self.process = subprocess.Popen(command, cwd=REPO, env=env, stdout=self._log_file,
                                         stderr=subprocess.STDOUT, start_new_session=True)
         wait_until(self._ready, timeout=30, what=f"the server on port {port}")
 
