@@ -5,7 +5,9 @@
 -- The rotation point meta.rot only moves forward: slots < rot are expired, writes to them are
 -- refused as late. A member is subtracted and HDEL'd in the same call, so a retried or repeated
 -- rotation finds nothing left to subtract; a big slot may take several calls, and between them
--- the invariant top = -(sum of the indexed slot hashes) still holds.
+-- the invariant top = -(sum of the indexed slot hashes) still holds. Such a slot is read a page
+-- (HSCAN) at a time from the cursor kept in meta.rcur ('<slot> <cursor>'), so each call's cost
+-- follows its budget, not the slot's size.
 -- Returns {slots dropped, members subtracted, 1 when the budget ran out (call again) else 0},
 -- {0, 0, 0} when the board does not exist (nothing written), -1 other settings, -5 the board is
 -- being rebuilt or deleted (the caller finishes that first), or
@@ -60,21 +62,40 @@ for _, s in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. rot)) do
     subtracted = subtracted + size
     budget = budget - size
   else
+    -- a big slot: HSCAN pages from where the last call stopped (meta.rcur = '<slot> <cursor>'),
+    -- never from 0 again: a scan restarted at 0 walks every bucket the earlier calls emptied,
+    -- which made a call's cost grow with the slot's size
+    local kept = redis.call('HGET', KEYS[1], 'rcur')
     local cursor = '0'
+    if kept and string.sub(kept, 1, #s + 1) == s .. ' ' then
+      cursor = string.sub(kept, #s + 2)
+    end
+    local pages = 0
     repeat
       local page = redis.call('HSCAN', key, cursor, 'COUNT', budget)
       cursor = page[1]
+      pages = pages + 1
       local fields = subtract(page[2])
       for first = 1, #fields, 1000 do
         redis.call('HDEL', key, unpack(fields, first, math.min(first + 999, #fields)))
       end
       subtracted = subtracted + #fields
       budget = budget - #fields
-    until cursor == '0' or budget <= 0
+    until cursor == '0' or budget <= 0 or pages >= 8
+    if cursor == '0' then
+      redis.call('HDEL', KEYS[1], 'rcur')
+    else
+      redis.call('HSET', KEYS[1], 'rcur', s .. ' ' .. cursor)
+      budget = 0  -- call again: the scan goes on from the kept cursor
+    end
   end
   if redis.call('EXISTS', key) == 0 then
     redis.call('ZREM', KEYS[3], s)
     dropped = dropped + 1
+    local kept = redis.call('HGET', KEYS[1], 'rcur')
+    if kept and string.sub(kept, 1, #s + 1) == s .. ' ' then
+      redis.call('HDEL', KEYS[1], 'rcur')
+    end
   end
 end
 return {dropped, subtracted, budget <= 0 and 1 or 0}
