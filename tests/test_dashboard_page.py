@@ -20,7 +20,7 @@ from counters_tasks.core.days import local_day
 from counters_tasks.local.waiting import wait_until
 from tests.support import demo_data
 from tests.support.browser import Browser, ensure_chromium
-from tests.support.procs import REPO, celery_env, start_beat, start_serve, start_worker
+from tests.support.procs import REPO, celery_env, serving, start_beat, start_serve, start_worker
 
 pytestmark = pytest.mark.processes
 
@@ -64,21 +64,9 @@ def stack(redis_url, broker_url, tmp_path):
 @pytest.fixture
 def server(redis_url, broker_url, tmp_path):
     """``python -m counters_tasks.ops.cli serve`` on a free port, as a user starts it."""
-    process, base = start_serve(celery_env(redis_url, CELERY_BROKER_URL=broker_url), tmp_path / "serve.log")
-
-    def up() -> bool:
-        try:
-            return "counters" in get_json(base + "/api/counters")
-        except OSError:
-            assert process.poll() is None, (tmp_path / "serve.log").read_text()
-            return False
-
-    try:
-        wait_until(up, timeout=30, what="the dashboard to answer")
+    with serving(celery_env(redis_url, CELERY_BROKER_URL=broker_url), tmp_path / "serve.log",
+                 lambda base: "counters" in get_json(base + "/api/counters")) as base:
         yield base
-    finally:
-        process.terminate()
-        process.wait(15)
 
 
 @pytest.fixture

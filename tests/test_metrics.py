@@ -24,7 +24,7 @@ from counters_tasks.ops.web import create_app
 from counters_tasks.store import keys
 from counters_tasks.worker import dead_letters
 from tests.support.dashboard import TestClient
-from tests.support.procs import REPO, celery_env, purge_broker, start_serve, start_worker
+from tests.support.procs import REPO, celery_env, purge_broker, serving, start_worker
 from tests.support.servers import use_settings
 
 
@@ -279,26 +279,13 @@ def test_a_scrape_reads_a_fixed_number_of_keys(conn, broker, monkeypatch):
 @pytest.fixture
 def serve(redis_url, tmp_path):
     """``python -m counters_tasks.ops.cli serve`` on a free port, as a user starts it."""
-    process, base = start_serve(celery_env(redis_url), tmp_path / "serve.log")
-
-    def scrape() -> dict:
+    def scrape_at(base: str) -> dict:
         with urllib.request.urlopen(base + "/metrics", timeout=10) as answer:
             assert answer.status == 200
             return samples(answer.read().decode())
 
-    def up() -> bool:
-        try:
-            return bool(scrape())
-        except OSError:
-            assert process.poll() is None, (tmp_path / "serve.log").read_text()
-            return False
-
-    try:
-        wait_until(up, timeout=30, what="the dashboard to answer")
-        yield scrape
-    finally:
-        process.terminate()
-        process.wait(15)
+    with serving(celery_env(redis_url), tmp_path / "serve.log", scrape_at) as base:
+        yield lambda: scrape_at(base)
 
 
 @pytest.mark.processes

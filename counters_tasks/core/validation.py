@@ -45,6 +45,14 @@ def check_amount(value: Any, what: str = "count") -> int:
     return value
 
 
+def finite_number(value: Any) -> float | None:
+    """``value`` as a float when it is a finite int or float (not a bool), else None: a lenient
+    reading of a number in data the package keeps or relays (an event time in a waiting message,
+    a send-time header, a dead letter's time), where a bad value is passed over, not refused."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None
+
+
 def check_now(value: Any, what: str = "now") -> float | int:
     """Epoch seconds: finite, >= 0, up to year 9999. ``None`` means the current time."""
     if value is None:

@@ -15,7 +15,6 @@ with a socket timeout; never KEYS or SCAN. A source that does not answer makes
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -31,6 +30,7 @@ from starlette.responses import Response
 from .. import refusals, throughput
 from ..app import SENT_AT_HEADER
 from ..core.settings import get_settings
+from ..core.validation import finite_number
 from ..store import keys
 from ..store.client import as_str, read_pipeline
 from ..worker import dead_letters
@@ -65,14 +65,8 @@ def event_time(task: str, args: list[Any], kwargs: dict[str, Any]) -> float | No
         found = [item.get("ts") for item in items if isinstance(item, dict)] if isinstance(items, list) else []
     else:
         return None
-    times = [ts for ts in map(finite_time, found) if ts is not None]
+    times = [ts for ts in map(finite_number, found) if ts is not None]
     return min(times) if times else None
-
-
-def finite_time(value: Any) -> float | None:
-    """``value`` as a time when it is a finite number (not a bool), else None."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    return float(value) if ok else None
 
 
 def oldest_waiting(heads: Iterable[bytes | str | None]) -> float | None:
@@ -86,7 +80,7 @@ def oldest_waiting(heads: Iterable[bytes | str | None]) -> float | None:
             continue
         args, kwargs = dead_letters.task_arguments(message) or ([], {})
         ts = event_time(message["headers"]["task"], args, kwargs)
-        ts = finite_time(message["headers"].get(SENT_AT_HEADER)) if ts is None else ts
+        ts = finite_number(message["headers"].get(SENT_AT_HEADER)) if ts is None else ts
         if ts is not None:
             times.append(ts)
     return min(times) if times else None

@@ -31,6 +31,7 @@ from typing import Any
 import redis
 
 from ..core.settings import get_settings
+from ..core.validation import finite_number
 from ..store import keys
 from ..store.client import as_str
 from ..store.scripts import run_script
@@ -130,10 +131,9 @@ the next run, an hour later."""
 def record_time(raw: bytes | str) -> float | None:
     """When a record was written (its ``at``), or None when it cannot be read."""
     try:
-        at = json.loads(raw).get("at")
+        return finite_number(json.loads(raw).get("at"))
     except (ValueError, UnicodeDecodeError, AttributeError):
         return None
-    return float(at) if isinstance(at, int | float) and not isinstance(at, bool) else None
 
 
 def expire(client: Any, older_than: float, limit: int = EXPIRE_PER_RUN) -> int:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -41,6 +43,27 @@ def start_serve(env: dict[str, str], log: Path) -> tuple[subprocess.Popen, str]:
         process = subprocess.Popen([sys.executable, "-m", "counters_tasks.ops.cli", "serve", "--port", str(port)],
                                    cwd=REPO, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
     return process, f"http://127.0.0.1:{port}"
+
+
+@contextlib.contextmanager
+def serving(env: dict[str, str], log: Path, answers: Callable[[str], object]) -> Iterator[str]:
+    """``start_serve``, then its base URL once ``answers(base)`` is true (a connection refused
+    meanwhile is waited out, a server that exited fails with its log); terminated on exit."""
+    process, base = start_serve(env, log)
+
+    def up() -> bool:
+        try:
+            return bool(answers(base))
+        except OSError:
+            assert process.poll() is None, log.read_text()
+            return False
+
+    try:
+        wait_until(up, timeout=30, what="the dashboard to answer")
+        yield base
+    finally:
+        process.terminate()
+        process.wait(15)
 
 
 class CeleryProcess:

@@ -47,6 +47,15 @@ local function subtract(kv)
   return fields
 end
 
+-- the HSCAN cursor kept for slot s (meta.rcur = '<slot> <cursor>'), or nil
+local function kept_cursor(s)
+  local kept = redis.call('HGET', KEYS[1], 'rcur')
+  if kept and string.sub(kept, 1, #s + 1) == s .. ' ' then
+    return string.sub(kept, #s + 2)
+  end
+  return nil
+end
+
 for _, s in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. rot)) do
   if budget <= 0 then
     return {dropped, subtracted, 1}
@@ -65,11 +74,7 @@ for _, s in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. rot)) do
     -- a big slot: HSCAN pages from where the last call stopped (meta.rcur = '<slot> <cursor>'),
     -- never from 0 again: a scan restarted at 0 walks every bucket the earlier calls emptied,
     -- which made a call's cost grow with the slot's size
-    local kept = redis.call('HGET', KEYS[1], 'rcur')
-    local cursor = '0'
-    if kept and string.sub(kept, 1, #s + 1) == s .. ' ' then
-      cursor = string.sub(kept, #s + 2)
-    end
+    local cursor = kept_cursor(s) or '0'
     local pages = 0
     repeat
       local page = redis.call('HSCAN', key, cursor, 'COUNT', budget)
@@ -92,8 +97,7 @@ for _, s in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. rot)) do
   if redis.call('EXISTS', key) == 0 then
     redis.call('ZREM', KEYS[3], s)
     dropped = dropped + 1
-    local kept = redis.call('HGET', KEYS[1], 'rcur')
-    if kept and string.sub(kept, 1, #s + 1) == s .. ' ' then
+    if kept_cursor(s) then
       redis.call('HDEL', KEYS[1], 'rcur')
     end
   end
