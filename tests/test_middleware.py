@@ -459,16 +459,20 @@ def guide_uwsgi_ini(module: str, port: int) -> str:
             + f"http-socket = 127.0.0.1:{port}\nhome = {sys.prefix}\n")
 
 
+def guide_uwsgi(env: dict[str, str], tmp_path: Path) -> Server:
+    """``uwsgi`` (of this venv) serving the WSGI test app with the guide's ini block."""
+    uwsgi = shutil.which("uwsgi", path=str(Path(sys.executable).parent))
+    assert uwsgi, "uWSGI is in the test extra"
+    port = free_port()
+    (tmp_path / "uwsgi.ini").write_text(guide_uwsgi_ini("tests.support.web_apps:wsgi_app", port))
+    return Server(["--ini", str(tmp_path / "uwsgi.ini")], env, tmp_path / "uwsgi.log", port, program=uwsgi)
+
+
 @pytest.mark.processes
 def test_flask_under_uwsgi_as_the_guide_sets_it_up_counts_pages_and_loses_nothing_on_sigterm(
         redis_url, raw_conn, module_worker, tmp_path):
-    uwsgi = shutil.which("uwsgi", path=str(Path(sys.executable).parent))
-    assert uwsgi, "uWSGI is in the test extra"
     day = local_day(time.time())
-    env = celery_env(redis_url, COUNTERS_TEST_MAX_DELAY="60")  # nothing is sent before the SIGTERM
-    port = free_port()
-    (tmp_path / "uwsgi.ini").write_text(guide_uwsgi_ini("tests.support.web_apps:wsgi_app", port))
-    server = Server(["--ini", str(tmp_path / "uwsgi.ini")], env, tmp_path / "uwsgi.log", port, program=uwsgi)
+    server = guide_uwsgi(celery_env(redis_url, COUNTERS_TEST_MAX_DELAY="60"), tmp_path)  # nothing sent before SIGTERM
     try:
         server.wait_for_workers(4)
         expected = exercise(server)
@@ -478,6 +482,28 @@ def test_flask_under_uwsgi_as_the_guide_sets_it_up_counts_pages_and_loses_nothin
         assert server.stop() == 0, server.log.read_text()[-3000:]  # SIGTERM, as systemd or docker stop sends
         assert time.monotonic() - stopped < 20
     wait_for_counts(raw_conn, day, expected_counts(expected))
+
+
+@pytest.mark.processes
+def test_a_page_still_being_served_at_sigterm_under_uwsgi_is_counted(redis_url, raw_conn, module_worker, tmp_path):
+    """The guide's uWSGI set-up stops gracefully on SIGTERM: a page in hand is finished and
+    counted (``die-on-term`` killed the worker under it: the page and its view were lost)."""
+    day = local_day(time.time())
+    server = guide_uwsgi(celery_env(redis_url, COUNTERS_TEST_FLAG_DIR=str(tmp_path)), tmp_path)
+    try:
+        server.wait_for_workers(4)  # every worker has loaded the app (lazy-apps) and serves
+        with ThreadPoolExecutor(1) as pool:
+            slow = pool.submit(server.get, "/direct/slow")
+            wait_until(lambda: (tmp_path / "started").exists(), timeout=10, what="the slow page to start")
+            server.process.send_signal(signal.SIGTERM)
+            wait_until(lambda: "graceful shutdown triggered" in server.log.read_text()
+                       or server.process.poll() is not None, timeout=10, what="uWSGI to take the SIGTERM")
+            (tmp_path / "release").touch()
+            assert slow.result(timeout=30)[0] == 200
+    finally:
+        assert server.stop() == 0, server.log.read_text()[-3000:]
+    wait_until(lambda: sitestats.site_visit_info(raw_conn, day, "/direct/slow").pv == 1, timeout=30,
+               what="the page served during the shutdown to be counted")
 
 
 @pytest.mark.processes
