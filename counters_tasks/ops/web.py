@@ -7,7 +7,8 @@ it covers every route, ``/metrics`` (Prometheus, ``ops.metrics``) too: a scrape 
 same ``basic_auth``. Without it, only requests whose Host is a loopback name or one of
 ``COUNTERS_DASHBOARD_HOSTS`` are answered (a page of another site cannot reach it by DNS rebinding).
 Handlers are plain functions, so Starlette runs the blocking Redis calls in its thread pool,
-bounded by ``THREADS``; ``serve`` bounds the connections and the shutdown (``run``).
+bounded by ``THREADS``; ``serve`` bounds the requests in hand (``RequestLimit``), the connections
+and their time to send a request (``ops.connections``) and the shutdown (``run``).
 """
 
 from __future__ import annotations
@@ -36,13 +37,15 @@ from ..core.settings import get_settings
 from ..errors import InvalidInput
 from ..store.client import get_redis
 from . import health, metrics, views
+from .connections import GuardedH11Protocol
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
 """The Host names an unauthenticated dashboard answers besides ``COUNTERS_DASHBOARD_HOSTS``."""
 THREADS = 8
 """Handler threads at most (Redis calls, health checks): what a hung backend can hold."""
-MAX_CONNECTIONS = 64
-"""Open connections at most; past it the server answers 503 at once."""
+MAX_REQUESTS = 64
+"""Requests in hand at most; past it the server answers 503 at once. Connections waiting to
+send a request do not count (``ops.connections`` bounds those)."""
 SHUTDOWN_GRACE = 5.0
 """Seconds requests still running get after SIGTERM before the server exits anyway."""
 ARGUMENT = {"from": "start", "to": "end"}
@@ -104,6 +107,28 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, with_headers)
+
+
+class RequestLimit:
+    """At most ``limit`` HTTP requests in hand at once; one more is answered 503 at once (uvicorn's
+    own ``limit_concurrency`` counted open connections, so idle ones shut out real requests)."""
+
+    def __init__(self, app: ASGIApp, limit: int = MAX_REQUESTS) -> None:
+        self.app, self.limit, self.in_hand = app, limit, 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self.in_hand >= self.limit:
+            await Response("too many requests in hand; try again", status_code=503,
+                           headers={"Retry-After": "1"})(scope, receive, send)
+            return
+        self.in_hand += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.in_hand -= 1
 
 
 def _default_health(_conn: Any) -> dict:
@@ -195,7 +220,7 @@ def create_app(conn: Any = None, auth: tuple[str, str] | None | bool = True,
         app = BasicAuth(app, *auth)
     if hosts or not auth:
         app = TrustedHostMiddleware(app, allowed_hosts=[*hosts, *([] if auth else LOOPBACK_HOSTS)])
-    return SecurityHeaders(app)
+    return SecurityHeaders(RequestLimit(app))
 
 
 @contextlib.asynccontextmanager
@@ -206,12 +231,13 @@ async def _bounded_threads(_app: Any) -> Any:
 
 
 def run(app: ASGIApp, host: str, port: int) -> None:
-    """Serve ``app`` until SIGTERM or Ctrl-C: at most MAX_CONNECTIONS connections, and an exit
+    """Serve ``app`` until SIGTERM or Ctrl-C, with the connection rules of ``ops.connections``
+    (a request must arrive within seconds; idle connections cannot shut real ones out), and an exit
     SHUTDOWN_GRACE seconds after the signal at the latest, even when a handler thread is stuck
     in a call that never returns: requests still running then are cancelled, and uvicorn (from
     0.29, the floor) raises the signal again once it has shut down, so the process ends of it
     without waiting for the stuck thread."""
     import uvicorn
 
-    uvicorn.run(app, host=host, port=port, log_level="info", limit_concurrency=MAX_CONNECTIONS,
+    uvicorn.run(app, host=host, port=port, log_level="info", http=GuardedH11Protocol,
                 timeout_graceful_shutdown=SHUTDOWN_GRACE)

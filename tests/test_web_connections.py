@@ -1,0 +1,169 @@
+"""``counters-tasks serve`` under connections that never send a whole request (``ops.connections``):
+a real server process, hundreds of idle, half-sent and trickling sockets, and real requests that
+must still be answered within 2 s; the idle ones are closed by the server's own rules."""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import time
+import urllib.request
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import pytest
+
+from counters_tasks.local.waiting import wait_until
+from counters_tasks.ops.connections import MAX_CONNECTIONS, REQUEST_TIMEOUT
+from tests.support.procs import celery_env, start_serve
+
+HALF_SENT = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: slow"  # the head never ends
+
+
+def answers_within(url: str, seconds: float) -> int:
+    """The status of a GET of ``url``, which must come within ``seconds`` (else the test fails)."""
+    started = time.monotonic()
+    with urllib.request.urlopen(url, timeout=seconds) as answer:
+        status = answer.status
+        answer.read()
+    assert time.monotonic() - started < seconds
+    return status
+
+
+def open_sockets(pid: int) -> int:
+    """Sockets the process holds (its listening socket and Redis clients included)."""
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            count += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+        except OSError:  # closed meanwhile
+            pass
+    return count
+
+
+def closed_by_server(sock: socket.socket) -> bool:
+    """Whether the server has closed ``sock`` (readable with nothing left to read)."""
+    if not select.select([sock], [], [], 0)[0]:
+        return False
+    try:
+        return sock.recv(4096) == b""
+    except ConnectionError:
+        return True
+
+
+@pytest.fixture
+def server(redis_url, tmp_path) -> Iterator[tuple[int, str]]:
+    """A real ``counters-tasks serve``: (its pid, its base URL), once it answers."""
+    process, base = start_serve(celery_env(redis_url), tmp_path / "serve.log")
+
+    def up() -> bool:
+        try:
+            return answers_within(base + "/api/config", 10) == 200
+        except OSError:
+            assert process.poll() is None, (tmp_path / "serve.log").read_text()
+            return False
+
+    try:
+        wait_until(up, timeout=30, what="the dashboard to answer")
+        yield process.pid, base
+    finally:
+        process.terminate()
+        process.wait(15)
+
+
+@pytest.mark.processes
+def test_idle_and_half_sent_connections_do_not_shut_out_real_requests(server):
+    pid, base = server
+    port = urlsplit(base).port
+    before = open_sockets(pid)
+    held = []
+    try:
+        for n in range(200):
+            sock = socket.create_connection(("127.0.0.1", port))
+            if n % 2:
+                sock.sendall(HALF_SENT)
+            held.append(sock)
+        # every one of them accepted by the server before the real requests come
+        wait_until(lambda: open_sockets(pid) >= before + 200, timeout=10, what="the server to accept 200 sockets")
+        for path in ("/", "/metrics", "/api/stats", "/api/config"):
+            assert answers_within(base + path, 2.0) == 200, path
+        assert not any(closed_by_server(sock) for sock in held)  # under the cap: nobody was evicted
+    finally:
+        for sock in held:
+            sock.close()
+
+
+@pytest.mark.processes
+def test_connections_that_never_send_a_request_are_closed(server):
+    """Over the cap the longest-waiting connection goes at once; every idle, half-sent or trickling
+    one goes after REQUEST_TIMEOUT; real requests are answered all along."""
+    pid, base = server
+    port = urlsplit(base).port
+    extra = 40
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(MAX_CONNECTIONS + extra)]
+    trickling = socket.create_connection(("127.0.0.1", port))
+    try:
+        # the oldest `extra` (and one more for the trickler) are closed as the newer ones come
+        wait_until(lambda: sum(closed_by_server(sock) for sock in idle[:extra + 1]) == extra + 1,
+                   timeout=10, what="the oldest idle connections to be closed")
+        assert answers_within(base + "/api/config", 2.0) == 200
+        opened = time.monotonic()
+        sent = 0
+
+        def trickler_closed() -> bool:
+            nonlocal sent
+            if closed_by_server(trickling):
+                return True
+            try:  # a byte at a time, never a whole head
+                trickling.sendall(HALF_SENT[sent % len(HALF_SENT):][:1])
+                sent += 1
+            except OSError:
+                return True
+            return False
+
+        wait_until(trickler_closed, timeout=REQUEST_TIMEOUT + 10, interval=0.5, what="the trickler to be closed")
+        assert time.monotonic() - opened >= REQUEST_TIMEOUT - 1 and sent >= REQUEST_TIMEOUT
+        wait_until(lambda: all(closed_by_server(sock) for sock in idle[extra + 1:]), timeout=10,
+                   what="every idle connection to be closed after its deadline")
+        assert answers_within(base + "/metrics", 2.0) == 200
+    finally:
+        for sock in [*idle, trickling]:
+            sock.close()
+
+
+def test_requests_past_the_limit_are_answered_503_at_once():
+    """The bound on work is on requests in hand (``web.RequestLimit``), not on connections."""
+    import asyncio
+
+    from counters_tasks.ops.web import RequestLimit
+
+    release = asyncio.Event()
+
+    async def slow_app(scope, receive, send):
+        await release.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    async def call(app) -> int:
+        sent: list[dict] = []
+
+        async def receive() -> dict:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+
+        await app({"type": "http", "method": "GET", "path": "/", "headers": [], "query_string": b""}, receive, send)
+        return sent[0]["status"]
+
+    async def scenario() -> tuple[list[int], int, int]:
+        limited = RequestLimit(slow_app, limit=2)
+        in_hand = [asyncio.create_task(call(limited)) for _ in range(2)]
+        await asyncio.sleep(0)  # both are now in hand
+        refused = await asyncio.wait_for(call(limited), timeout=2)
+        release.set()
+        return list(await asyncio.gather(*in_hand)), refused, limited.in_hand
+
+    answered, refused, left = asyncio.run(scenario())
+    assert answered == [200, 200] and refused == 503 and left == 0
