@@ -15,16 +15,21 @@ no ``ts`` (the metrics' lag).
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
 from celery import Celery, signals
 from celery.app.amqp import AMQP
+from redis.exceptions import RedisError
 
 from .core.privacy import masked_reprs
 from .core.settings import get_settings
 from .errors import ConfigurationError
+from .store import deployment
+from .store.client import get_redis
 
+log = logging.getLogger(__name__)
 PACKAGE_DEFAULTS = "counters_tasks.worker.celery_defaults"
 SENT_AT_HEADER = "ct_sent_at"
 """Message header: when the producer made the message (epoch seconds, its clock). Read only for
@@ -71,3 +76,17 @@ def _refuse_to_start_without_secret(**_: object) -> None:
     except ConfigurationError as exc:
         # Celery logs and swallows exceptions from signal handlers; SystemExit stops the worker.
         raise SystemExit(f"counters-tasks: {exc}") from exc
+
+
+@signals.worker_init.connect
+def _refuse_to_start_on_another_layout(**_: object) -> None:
+    """A worker never writes a key layout other than Redis's (``store.deployment``): it checks
+    the deployment's marker (making it in a new deployment) before taking any message. A Redis
+    that is away now is not a refusal: the tasks wait for it, and check on their first write."""
+    try:
+        deployment.ensure(get_redis())
+    except deployment.LayoutMismatch as exc:
+        raise SystemExit(f"counters-tasks: {exc}") from exc
+    except RedisError as exc:
+        log.warning("counters-tasks: the deployment's marker could not be checked at start (%s); the first "
+                    "write checks it", exc)

@@ -78,7 +78,7 @@ def queue_counter_writes(conn: Any, pipe: Any, per_counter: dict[str, Buckets], 
     ``per_counter``: per tag group, calls of at most FIELDS_PER_CALL buckets, each at most once
     per ``message_id`` (parts after the first under ``<id>/c<n>``, the same on every delivery of
     the same counts). Returns the number of calls (replies: 1 applied, 0 already applied)."""
-    keys.use(conn)
+    keys.use(conn, write=True)
     by_group: dict[str, list[tuple[str, list[tuple[int, int, int]]]]] = defaultdict(list)
     for name, buckets in per_counter.items():
         # (field, amount, when the bucket leaves the window)
@@ -250,7 +250,7 @@ def clean_counters(conn: Any, now: float | None = None) -> int:
     precisions are cleaned when one of their samples is due, which is their own cadence.
     """
     now = check_now(now)
-    keys.use(conn)
+    keys.use(conn, write=True)
     groups = keys.counter_groups()
     args = [repr(now), None, None, CLEAN_COUNTERS_PER_CALL, CLEAN_FIELDS_PER_CALL, *_precision_args()]
 

@@ -161,7 +161,7 @@ def write_events(conn: Any, calls: Sequence[tuple[Sequence[RankingEvent], str | 
     to other settings (then nothing of that call was written). Boards written for the first time
     are listed in the registry the rotation job walks. ``tally``, when given, gets the events
     applied now (late ones are not) and those skipped because their message was applied before."""
-    keys.use(conn)
+    keys.use(conn, write=True)
     calls = [(events, message_id) for events, message_id in calls]
     for events, _message_id in calls:
         if not events or any(event.board != events[0].board for event in events):
@@ -211,11 +211,15 @@ class Ranking:
     def __init__(self, conn: Any, name: str, period_hours: int = 24, interval_hours: int = 1) -> None:
         self.conn = conn
         self.board = check_board(name, period_hours, interval_hours)
-        keys.use(conn)
         self.name = name
         self.period_hours, self.interval_hours = self.board.period_hours, self.board.interval_hours
         self.slots_in_window = self.board.slots_in_window
-        self._board_keys, self._slot_parts = _board_keys(name)
+
+    def _keys(self) -> tuple[list[str], tuple[str, str]]:
+        """The board's keys and slot-key parts, made with the deployment's tag key of now (a
+        long-lived board object follows a tag key put back after a loss)."""
+        keys.use(self.conn)
+        return _board_keys(self.name)
 
     def __repr__(self) -> str:
         return f"Ranking({self.name!r}, period_hours={self.period_hours}, interval_hours={self.interval_hours})"
@@ -276,12 +280,13 @@ class Ranking:
         if limit == 0:
             return []
         now_slot = self.slot_of(now)
+        board_keys, slot_parts = self._keys()
         # rotating on a read is what beat would do, so only for a ``now`` not ahead of the clock
         may_rotate = now_slot <= self.slot_of(time.time())
-        args = [*self._slot_parts, now_slot, offset, limit, self.period_hours, self.interval_hours, CORRECT_AT_MOST]
+        args = [*slot_parts, now_slot, offset, limit, self.period_hours, self.interval_hours, CORRECT_AT_MOST]
         rotated = False
         for _attempt in range(3):
-            reply = run_script(self.conn, "ranking_top", self._board_keys, args)
+            reply = run_script(self.conn, "ranking_top", board_keys, args)
             if reply == -1:
                 raise settings_mismatch(self.conn, self.board)
             if reply == BUSY:
@@ -315,8 +320,8 @@ class Ranking:
         HSCAN and the head of the totals by rank, in pages of PAGE_PER_CALL, merged here. Exact:
         a member whose total does not change keeps its order, so it is among the first
         ``offset + limit + len(changed)`` by rank if it belongs to the page."""
-        conn, board_keys = self.conn, self._board_keys
-        first_in, head_part, tail_part = now_slot - self.slots_in_window + 1, *self._slot_parts
+        conn, (board_keys, slot_parts) = self.conn, self._keys()
+        first_in, head_part, tail_part = now_slot - self.slots_in_window + 1, *slot_parts
         outside = [int(as_str(s)) for s in conn.zrange(board_keys[2], 0, -1)]
         outside = [s for s in outside if s < first_in or s > now_slot]
         change: dict[str, int] = {}
@@ -384,7 +389,7 @@ def _board_keys(name: str, tag: str | None = None) -> tuple[list[str], tuple[str
 
 def _rotate(conn: Any, name: str, now_slot: int, period_hours: int | str = "", interval_hours: int | str = "") -> int:
     """Rotate one board (settings checked unless given as ''), in as many short calls as needed."""
-    keys.use(conn)
+    keys.use(conn, write=True)
     board, parts = _board_keys(name)
     dropped = 0
     rebuilt = False
@@ -423,7 +428,7 @@ def rebuild(conn: Any, name: str) -> int:
     meanwhile the board's writes, reads and rotations finish the rebuild first.
     """
     check_text(name, "board")
-    keys.use(conn)
+    keys.use(conn, write=True)
     board, parts = _work_keys(name)
     while True:
         finished, listed = run_script(conn, "ranking_rebuild", board, [*parts, REBUILD_BUDGET])
@@ -437,7 +442,7 @@ def delete_board(conn: Any, name: str) -> bool:
     Its writes, reads and rotations meanwhile finish the deletion first; a write after it starts
     a new board (with the settings it is given)."""
     check_text(name, "board")
-    keys.use(conn)
+    keys.use(conn, write=True)
     existed = bool(conn.exists(keys.ranking_meta(name)))
     board, parts = _work_keys(name)
     while not int(run_script(conn, "ranking_delete", board, [*parts, DELETE_BUDGET])):
@@ -484,7 +489,7 @@ def rotate_all(conn: Any, now: float | None = None) -> int:
     This is the beat job (``counters_tasks.rotate_rankings``), hourly.
     """
     now = check_now(now)
-    keys.use(conn)
+    keys.use(conn, write=True)
     dropped = 0
     failed: list[str] = []
     for _shard_key, names in registry.walk(conn, keys.board_registries(), get_settings().cleaner_batch):

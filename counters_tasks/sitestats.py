@@ -134,7 +134,7 @@ def queue_views(conn: Any, pipe: Any, views: Iterable[SiteView], message_id: str
     most each), in order: they are queued first, and each one's reply is the number of its views
     that fell on a closed day (``closed_views``), or -1 when its message was applied there
     before (``applied_views``). Every view is in exactly one of them."""
-    keys.use(conn)
+    keys.use(conn, write=True)
     settings = get_settings()
     mode = settings.uv_mode
     ttl = settings.dedupe_ttl if message_id is not None else 0

@@ -96,7 +96,7 @@ def _remember(day: date, figure: int) -> None:
 
 def precompute_expected(conn: Any, day: date) -> int:
     """Fix (first writer wins) and return ``day``'s expected-uniques figure."""
-    keys.use(conn)
+    keys.use(conn, write=True)
     return _fix_expected(conn, check_day(day))
 
 
@@ -120,7 +120,7 @@ def forget_expected() -> None:
 
 def queue_ids(conn: Any, pipe: Any, day: date, numbers: Iterable[int], expected: int, message_id: str | None) -> None:
     """Queue the one script call that adds ``numbers`` to ``day``'s shards laid out for ``expected``."""
-    keys.use(conn)
+    keys.use(conn, write=True)
     tag = keys.uniques_tag(day)
     per_shard: dict[int, list[int]] = defaultdict(list)
     for number in numbers:

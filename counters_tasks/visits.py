@@ -130,7 +130,7 @@ def write_groups(conn: Any, groups: Sequence[tuple[Sequence[Visit], str | None]]
     """Apply groups of validated visits, each at most once per its message id, in one round trip
     (a second only to re-send a day whose uniques layout moved). ``tally``, when given, gets the
     visits applied now and those skipped as applied before (from the ``site_day`` replies)."""
-    keys.use(conn)
+    keys.use(conn, write=True)
     plans = [_plan(visits, message_id) for visits, message_id in groups if visits]
     if not plans:
         return

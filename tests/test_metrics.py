@@ -21,7 +21,7 @@ from counters_tasks.local.redis_server import free_port
 from counters_tasks.local.waiting import wait_until
 from counters_tasks.ops import metrics
 from counters_tasks.ops.web import create_app
-from counters_tasks.store import keys
+from counters_tasks.store import deployment, keys
 from counters_tasks.worker import dead_letters
 from tests.support.dashboard import TestClient
 from tests.support.procs import REPO, celery_env, purge_broker, serving, start_worker
@@ -268,8 +268,9 @@ def test_a_scrape_reads_a_fixed_number_of_keys(conn, broker, monkeypatch):
 
     monkeypatch.setattr(redis.client.Pipeline, "execute", spy)
     scrape_app(conn)
-    assert sorted(set(sent)) == ["HGETALL", "HLEN", "LINDEX", "LLEN", "ZRANGE"]
-    assert len(sent) == 2 + 8 + 4 + 1 + 1 + 1 + 1  # throughput, refusals; 2 queues x 4 lists; 4 heads; unacked x2; dead x2
+    assert sorted(set(sent)) == ["GET", "HGETALL", "HLEN", "LINDEX", "LLEN", "ZRANGE"]
+    # throughput, refusals, the tag key and the deployment's marker; 2 queues x 4 lists; 4 heads; unacked x2; dead x2
+    assert len(sent) == 4 + 8 + 4 + 1 + 1 + 1 + 1
     assert value(samples(TestClient(create_app(conn, auth=None)).get("/metrics").text),
                  "counters_visits_applied_total") == 300
 
@@ -353,6 +354,7 @@ def test_a_known_mix_through_a_real_worker_is_counted_exactly(redis_url, raw_con
 def test_docs_list_every_metric_with_its_type(conn, broker):
     """docs/metrics.md's table names every family /metrics exports, with its type, and no other."""
     visits.record_visits(conn, [{"ip": "192.0.2.1", "path": "/"}])  # the newest-event gauges appear
+    conn.hset(deployment.marker_name(), "lost_at", time.time())  # and the data-loss gauge (a loss recorded)
     text = TestClient(create_app(conn, auth=None)).get("/metrics").text
     exported = {family.name if family.type != "counter" else family.name + "_total": family.type
                 for family in text_string_to_metric_families(text)}

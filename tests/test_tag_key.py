@@ -54,10 +54,13 @@ def test_paths_aimed_at_one_group_still_spread(generated_key):
 
 def test_the_key_is_made_once_and_kept(generated_key):
     conn = generated_key
-    first = keys.fetch_tag_key(conn)
-    assert keys.fetch_tag_key(conn) == first
+    keys.use(conn, write=True)
+    first = keys.tag_key()
+    assert conn.get(keys.tag_key_name()) == first
+    keys.use(conn, write=True)
+    assert keys.tag_key() == first
     other = make_client(os.environ["COUNTERS_REDIS_URL"])
-    keys.use(other)  # a new client reads the same key, it does not make another
+    keys.use(other, write=True)  # a new client reads the same key, it does not make another
     assert keys.tag_key() == first
 
 
@@ -76,9 +79,10 @@ def test_rotating_the_secret_moves_no_key(generated_key, monkeypatch):
 
 def test_each_deployment_has_its_own_key(generated_key, monkeypatch):
     conn = generated_key
-    one = keys.fetch_tag_key(conn)
+    keys.use(conn, write=True)
+    one = keys.tag_key()
     use_settings(monkeypatch, COUNTERS_KEY_PREFIX="other:")
-    keys.use(conn)
+    keys.use(conn, write=True)
     two = keys.tag_key()
     assert two != one and conn.get("other:tagkey") == two
     tags = [keys.path_tag(f"/p{i}") for i in range(50)]
@@ -90,7 +94,7 @@ def test_each_deployment_has_its_own_key(generated_key, monkeypatch):
 @pytest.mark.processes
 @pytest.mark.skipif(is_cluster_run(), reason="one server is enough to show processes agree")
 def test_another_process_makes_the_same_keys(generated_key):
-    keys.use(generated_key)  # what every entry point given a client does first
+    keys.use(generated_key, write=True)  # what every entry point given a client does first
     expected = keys.path_tag("/same")
     env = {k: v for k, v in os.environ.items() if k != "COUNTERS_TAG_KEY"}
     code = "from counters_tasks.store import keys; print(keys.path_tag('/same'))"

@@ -2,7 +2,7 @@
 a worker, one beat and Flower, stopped together on Ctrl-C.
 
 State lives in a local folder (``COUNTERS_HOME``, default ``./.counters-tasks``): the private
-Redis's data (AOF on), the generated ``COUNTERS_SECRET`` and Flower password, logs, and
+Redis's data (AOF on), the generated ``COUNTERS_SECRET``, tag key (``COUNTERS_TAG_KEY``) and Flower password, logs, and
 ``env``: the ``export`` lines that point another shell (the README's snippets, the CLI) at this
 stack. The private Redis takes port 6379 (``COUNTERS_REDIS_PORT``); when that is taken it says
 so loudly, by whom, and takes a free port, which ``env`` then names. Stop order (Ctrl-C or
@@ -25,10 +25,11 @@ import redis
 
 from ..app import app
 from ..core.settings import get_settings, reset_settings
+from ..store.deployment import tag_key_name
 from .redis_server import RedisServer, free_port, port_is_free
 from .waiting import wait_until
 
-ENV_NAMES = ("COUNTERS_REDIS_URL", "COUNTERS_SECRET")
+ENV_NAMES = ("COUNTERS_REDIS_URL", "COUNTERS_SECRET", "COUNTERS_TAG_KEY")
 """What the env file exports (besides PATH): what a shell needs to talk to this stack."""
 
 
@@ -69,6 +70,11 @@ class Stack:
         if not self.settings.secret:
             self.env["COUNTERS_SECRET"] = _read_or_create(self.home / "secret", lambda: secrets.token_hex(32))
             self.log(f"secret   COUNTERS_SECRET from {self.home / 'secret'}")
+        if not self.settings.tag_key:
+            # pinned like the secret, so no loss of Redis's data can ever give this stack's processes
+            # two tag keys; a stack of before the pin keeps the key its Redis already holds
+            self.env["COUNTERS_TAG_KEY"] = _read_or_create(self.home / "tag-key", self._tag_key_in_redis)
+            self.log(f"tag key  COUNTERS_TAG_KEY from {self.home / 'tag-key'}")
         os.environ.update({k: self.env[k] for k in ENV_NAMES})
         reset_settings()
         self.write_env_file()
@@ -86,6 +92,14 @@ class Stack:
             self.flower_url = f"http://127.0.0.1:{port}"
             self.log(f"flower   {self.flower_url} (user {auth.split(':')[0]}, password in {self.home / 'flower-auth'})")
         return self
+
+    def _tag_key_in_redis(self) -> str:
+        """The tag key the stack's Redis holds already (made before it was pinned), else a new one."""
+        client = redis.Redis.from_url(self.env["COUNTERS_REDIS_URL"], socket_timeout=5, decode_responses=True)
+        try:
+            return client.get(tag_key_name()) or secrets.token_hex(16)
+        finally:
+            client.close()
 
     def redis_port(self) -> int:
         """The wanted port when it is free; else, said loudly with who holds it, a free one. A Redis
@@ -122,7 +136,9 @@ class Stack:
             f.write("\n".join(lines) + "\n")
         self.log(f"env      {self.env_file} (for other shells: source {self.env_file})")
         for line in lines:
-            self.log(f"         {line.replace(self.env['COUNTERS_SECRET'], '<secret>')}")
+            for hidden in ("COUNTERS_SECRET", "COUNTERS_TAG_KEY"):
+                line = line.replace(self.env[hidden], f"<{hidden.removeprefix('COUNTERS_').lower()}>")
+            self.log(f"         {line}")
         if not on_path and Path(bin_dir, "counters-tasks").exists():
             self.log(f"cli      {bin_dir}/counters-tasks (not on your PATH: source the env file, or "
                      f"source {bin_dir}/activate)")
@@ -196,7 +212,7 @@ class Stack:
 
 
 def load_stack_env(home: Path) -> bool:
-    """Take ``COUNTERS_REDIS_URL`` and ``COUNTERS_SECRET`` from the env file a local stack wrote
+    """Take ``COUNTERS_REDIS_URL``, ``COUNTERS_SECRET`` and ``COUNTERS_TAG_KEY`` from the env file a local stack wrote
     under ``home``, where the environment does not set them (the CLI's queries in a new shell
     find the stack of ``make run``); True when it was read."""
     env_file = home / "env"

@@ -3,6 +3,7 @@
 - ``cli``: the ``counters-tasks`` command (queries, ``health``, ``serve``, ``run``, ``demo``);
 - ``views``: the JSON-ready answers the CLI prints and the dashboard serves (one source for both);
 - ``web`` and ``static/``: the read-only web dashboard;
+- ``connections``: the rules ``serve`` keeps its connections by (idle ones cannot shut it out);
 - ``health``: Redis, broker, workers, beat and the beat jobs' last runs;
 - ``metrics``: the Prometheus ``/metrics`` of the dashboard server, read from Redis and the
   broker at each scrape (docs/metrics.md);

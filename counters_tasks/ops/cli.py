@@ -9,7 +9,7 @@ import sys
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 import click
@@ -20,6 +20,7 @@ from ..app import app as default_app
 from ..core.settings import get_settings
 from ..errors import ConfigurationError, InvalidInput
 from ..local.stack import Stack, load_stack_env
+from ..store import deployment
 from ..store.client import get_redis
 from ..worker import dead_letters
 from . import health, importer, views
@@ -86,7 +87,7 @@ def _query(make: Callable[[Any], dict]) -> dict:
         return make(get_redis())
     except InvalidInput as exc:
         raise click.UsageError(str(exc)) from None
-    except ConfigurationError as exc:
+    except (ConfigurationError, deployment.LayoutMismatch) as exc:
         raise Failed(str(exc)) from None
     except redis.RedisError as exc:
         raise Failed(f"Redis at {get_settings().redis_url}: {type(exc).__name__}: {exc}") from None
@@ -379,12 +380,27 @@ def _ago(seconds: float | None) -> str:
     return "never" if seconds is None else f"{seconds:.0f}s ago"
 
 
+def _deployment_detail(info: dict) -> str:
+    """The deployment line of ``health``: its key layout and the last data loss."""
+    if "error" in info:
+        return info["error"]
+    if not info["layout_ok"]:
+        return deployment.layout_message(info["layout"])
+    parts = [f"key layout {info['layout'] or info['package_layout']}" + ("" if info["layout"] else " (new)")]
+    if info["lost_at"] is not None:
+        when = datetime.fromtimestamp(info["lost_at"], timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        parts.append(f"Redis LOST ITS DATA at {when} (seen by {info['lost_by']}): figures before then are gone"
+                     if info["recent_loss"] else f"last data loss {when}")
+    return "; ".join(parts)
+
+
 def _render_health(console: Any, data: dict) -> None:
     def line(ok: bool, what: str, detail: str) -> None:
         console.print(f"{'[green]ok  [/green]' if ok else '[red]FAIL[/red]'} {what:<8} {detail}")
 
     redis_ = data["redis"]
     line(redis_["ok"], "redis", f"{redis_.get('latency_ms', 0):.1f} ms" if redis_["ok"] else redis_["error"])
+    line(data["deployment"]["ok"], "data", _deployment_detail(data["deployment"]))
     workers = data["workers"]
     line(workers["ok"], "workers", ", ".join(workers["names"]) or workers.get("error", "no worker answered"))
     beat = data["beat"]
@@ -418,6 +434,12 @@ def health_command(timeout: float, beat_max_age: float, as_json: bool) -> int:
         raise Failed(str(exc)) from None
     _emit(report, as_json, _render_health)
     return EXIT_OK if report["ok"] else EXIT_FAILED
+
+
+@cli.command("migrate")
+def migrate_command() -> None:
+    """Move the counters to this version's key layout (stop the workers first); says what it did."""
+    click.echo(_query(lambda conn: {"done": deployment.migrate(conn)})["done"])
 
 
 @cli.group("dead-letters")

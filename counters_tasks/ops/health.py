@@ -16,6 +16,7 @@ from redis.retry import Retry
 from .. import refusals
 from ..app import app as default_app
 from ..core.settings import get_settings
+from ..store import deployment
 from ..store.client import as_str, get_redis
 from ..worker import dead_letters
 from ..worker.maintenance import job_status
@@ -55,7 +56,8 @@ def _job(conn: Any, job: str, now: float) -> dict[str, Any]:
 
 def check(conn: Any, broker: Any = None, app: Any = None, ping_timeout: float = 1.0,
           beat_max_age: float = 180.0, now: float | None = None) -> dict[str, Any]:
-    """The health report: ``ok`` is true when Redis answers, a worker answers a ping and beat's
+    """The health report: ``ok`` is true when Redis answers, holds this package's key layout and
+    lost no data within a day (``store.deployment``), a worker answers a ping and beat's
     every-minute job started within ``beat_max_age`` seconds. ``broker`` (a Redis client of the
     broker) and ``app`` (the Celery app) are optional: the checks that need them are skipped
     and count as failed when missing."""
@@ -68,12 +70,14 @@ def check(conn: Any, broker: Any = None, app: Any = None, ping_timeout: float = 
     except Exception as exc:  # any failure to answer is "unhealthy", reported as text
         report["redis"] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
     if report["redis"]["ok"]:
+        report["deployment"] = deployment.status(conn, now)
         report["jobs"] = {job: _job(conn, job, now) for job in JOBS}
         report["refused"] = refusals.counts(conn)
         age = report["jobs"][BEAT_JOB]["age_seconds"]
         report["beat"] = {"ok": age is not None and age <= beat_max_age, "last_run_age_seconds": age,
                           "max_age_seconds": beat_max_age}
     else:
+        report["deployment"] = {"ok": False, "error": "Redis is not reachable"}
         report["jobs"] = {}
         report["refused"] = {}
         report["beat"] = {"ok": False, "error": "Redis is not reachable"}
@@ -97,7 +101,7 @@ def check(conn: Any, broker: Any = None, app: Any = None, ping_timeout: float = 
             report["workers"] = {"ok": False, "names": [], "error": f"{type(exc).__name__}: {exc}"}
     else:
         report["workers"] = {"ok": False, "names": [], "error": "the broker is not reachable" if app else "no app given"}
-    report["ok"] = all(report[part]["ok"] for part in ("redis", "beat", "queues", "workers"))
+    report["ok"] = all(report[part]["ok"] for part in ("redis", "deployment", "beat", "queues", "workers"))
     return report
 
 

@@ -31,7 +31,7 @@ from .. import refusals, throughput
 from ..app import SENT_AT_HEADER
 from ..core.settings import get_settings
 from ..core.validation import finite_number
-from ..store import keys
+from ..store import deployment, keys
 from ..store.client import as_str, read_pipeline
 from ..worker import dead_letters
 from . import health
@@ -118,11 +118,14 @@ class CountersCollector(Collector):
                                 value=time.perf_counter() - started)
 
     def counters_metrics(self, now: float) -> list[Any]:
-        """The workers' totals and refusals (one round trip to the counters Redis)."""
-        pipe = read_pipeline(self.conn())  # both keys have a fixed hash tag: no tag key to read first
+        """The workers' totals, refusals, and the deployment's layout and data loss (one round
+        trip to the counters Redis)."""
+        pipe = read_pipeline(self.conn())  # fixed names and hash tags: no tag key to read first
         pipe.hgetall(keys.throughput())
         pipe.hgetall(keys.refusal_counts())
-        stored, refused = pipe.execute()
+        deployment.queue_read(pipe)
+        stored, refused, tag, marker = pipe.execute()
+        held = deployment.describe(*deployment.parse(tag, marker), now=now)
         totals = throughput.parse_totals(stored)
         out: list[Any] = [
             CounterMetricFamily("counters_visits_applied", "Page views applied (each counted once, a redelivery "
@@ -143,7 +146,15 @@ class CountersCollector(Collector):
                                       "incr_rankings)", labels=["kind"])
         for kind, batches in totals.batches.items():  # le as the client library writes it: "1.0", "+Inf"
             sizes.add_metric([kind], [(floatToGoString(float(le)), n) for le, n in batches.buckets], batches.total)
-        out += [duplicates, by_reason, sizes]
+        layout = GaugeMetricFamily("counters_key_layout", "Key layout version: the one Redis holds (0: no marker "
+                                   "yet) and this package's; they must be equal", labels=["side"])
+        layout.add_metric(["redis"], held["layout"] or 0)
+        layout.add_metric(["package"], held["package_layout"])
+        out += [duplicates, by_reason, sizes, layout]
+        if held["lost_at"] is not None:
+            out.append(GaugeMetricFamily("counters_data_loss_timestamp_seconds", "When a process found Redis had "
+                                         "lost the deployment's data (restart without persistence, FLUSHALL, an "
+                                         "empty replica): figures before then are gone", value=held["lost_at"]))
         if totals.newest_ts is not None:
             out.append(GaugeMetricFamily("counters_newest_applied_timestamp_seconds", "Event time (ts) of the newest "
                                          "visit applied", value=totals.newest_ts))

@@ -36,6 +36,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..core.settings import get_settings
 from ..errors import InvalidInput
 from ..store.client import get_redis
+from ..store.deployment import LayoutMismatch
 from . import health, metrics, views
 from .connections import GuardedH11Protocol
 
@@ -195,6 +196,8 @@ def create_app(conn: Any = None, auth: tuple[str, str] | None | bool = True,
                 return JSONResponse({"error": str(exc)}, status_code=400)
             except redis.RedisError as exc:
                 return JSONResponse({"error": f"Redis: {type(exc).__name__}: {exc}"}, status_code=503)
+            except LayoutMismatch as exc:
+                return JSONResponse({"error": str(exc)}, status_code=503)
 
         return handle
 

@@ -5,6 +5,8 @@
 - ``scripts``: the Lua scripts of ``lua/`` (each with a KEYS/ARGV/returns header), loaded once
   per client, and ordered pipelines;
 - ``keys``: the key schema and hash tags (documented in docs/keys.md);
+- ``deployment``: the deployment's marker: its tag key (made only by writers), its key layout
+  version, and a loss of Redis's data, detected and healed by every process within seconds;
 - ``registry``: sharded registries of names, walked a page at a time;
 - ``hll``: a client-side union of HyperLogLogs that live in different cluster slots.
 

@@ -4,9 +4,9 @@ Every key starts with ``COUNTERS_KEY_PREFIX``. Keys that one Lua call touches to
 hash tag ``{...}`` derived from a hash of the user string (a counter name, board, day) keyed
 with the deployment's tag key, so on Redis Cluster each call stays in one slot, load spreads
 over slots, and no client can compute, let alone pick, the slot of a path it sends. The tag key
-is generated once per deployment and kept in Redis (``tag_key_name``; ``COUNTERS_TAG_KEY``
-pins it), independent of ``COUNTERS_SECRET``, so rotating the secret moves no key. Entry points
-that are given a client call ``use(conn)`` first. User strings that appear in a key at all appear percent-escaped after the tag, for
+is generated once per deployment by its first writer and kept in Redis (``tag_key_name``,
+``store.deployment``; ``COUNTERS_TAG_KEY`` pins it), independent of ``COUNTERS_SECRET``, so rotating the secret moves no key. Entry points
+that are given a client call ``use(conn)`` (``use(conn, write=True)`` before writing) first. User strings that appear in a key at all appear percent-escaped after the tag, for
 readability only. ``docs/keys.md`` documents every key made here.
 """
 
@@ -15,15 +15,14 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
-import secrets
 import threading
-import weakref
 from datetime import date
 from typing import Any
 from urllib.parse import quote
 
 from ..core.settings import get_settings
-from .client import as_str, get_redis
+from .client import get_redis
+from .deployment import marker_name, tag_key_for, tag_key_name  # noqa: F401  (key names made there)
 
 TAG_GROUPS = 256
 """Counters, and apart from them paths, hash into this many tag groups. A batch then makes one
@@ -43,38 +42,14 @@ def escape(text: str) -> str:
 
 # --- the deployment's tag key ---------------------------------------------------------------
 
-_known_keys: weakref.WeakKeyDictionary[Any, tuple[str, bytes]] = weakref.WeakKeyDictionary()
 _current = threading.local()
 
 
-def tag_key_name() -> str:
-    """STRING: the deployment's tag key (32 hex digits), made once by SET NX, never changed."""
-    return f"{prefix()}tagkey"
-
-
-def fetch_tag_key(conn: Any) -> bytes:
-    """The tag key kept in the Redis of ``conn``, made there first if missing (first writer wins)."""
-    name = tag_key_name()
-    value = conn.get(name)
-    if value is None:
-        conn.set(name, secrets.token_hex(16), nx=True)
-        value = conn.get(name)
-    return as_str(value).encode()
-
-
-def use(conn: Any) -> None:
-    """Make the tag key of ``conn``'s deployment the one this thread's keys are made with:
-    read from Redis once per client (then remembered), or ``COUNTERS_TAG_KEY`` when set."""
-    if get_settings().tag_key:
-        return
-    known = _known_keys.get(conn)
-    if known is None or known[0] != prefix():
-        known = (prefix(), fetch_tag_key(conn))
-        try:
-            _known_keys[conn] = known
-        except TypeError:  # a client that cannot be weakly referenced: read again next time
-            pass
-    _current.key = known
+def use(conn: Any, write: bool = False) -> None:
+    """Make the tag key of ``conn``'s deployment the one this thread's keys are made with
+    (``deployment.tag_key_for``: read from Redis, checked every few seconds, made only by a
+    writer; ``COUNTERS_TAG_KEY`` when set). ``write``: the caller is about to write."""
+    _current.key = (prefix(), tag_key_for(conn, write))
 
 
 def tag_key() -> bytes:

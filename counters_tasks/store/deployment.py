@@ -1,0 +1,264 @@
+"""The deployment's marker in Redis: its identity, its key layout, its tag key, and data loss.
+
+A deployment's data is keyed with its tag key (``keys``), kept in Redis as ``ct:tagkey``.
+If Redis loses its data while processes run (a restart without persistence, ``FLUSHALL``, a
+failover to an empty replica, an evicted key), processes that cached one tag key and processes
+that made another would split the figures for good. So:
+
+- Only writers make the tag key (``SET NX``, first writer wins); a reader that finds none uses
+  none (a throwaway key: there can be no data under any tag) and looks again next time.
+- The marker ``ct:deployment`` (HASH ``id``, ``layout``, ``created``; after a loss ``lost_at``,
+  ``lost_by``, ``previous``) is written with the tag key. Every process checks it at most every
+  ``CHECK_EVERY`` seconds, on its normal Redis use (two commands in one round trip). A writer
+  that finds it gone puts back the tag key it holds (``SET NX``: whoever comes first, all end on
+  one key) under a new ``id``, recording the loss; any process that finds another ``id`` than it
+  saw logs the loss at ERROR and takes Redis's tag key. ``health`` and ``/metrics`` report
+  ``lost_at`` (``status``).
+- ``layout`` is the version of the key layout (``LAYOUT``). A process whose layout differs
+  refuses to read or write (``LayoutMismatch``) and the worker refuses to start;
+  ``counters-tasks migrate`` (``migrate``) moves the data from one layout to the next.
+
+A pinned tag key (``COUNTERS_TAG_KEY``) is never read from Redis, but the marker is kept and
+checked all the same, so a loss is reported with it too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.settings import get_settings
+from ..errors import CountersError
+from .client import as_str, read_pipeline
+
+LAYOUT = 1
+"""The key layout this package reads and writes (docs/keys.md). 1: the layout of 0.1 (tag-keyed
+groups, one HASH per counter), the first with a marker; a deployment with ``ct:tagkey`` and no
+marker is of it."""
+
+MIGRATIONS: dict[int, Callable[[Any], None]] = {}
+"""``{n: step}``: the step that moves a deployment's data from layout n to n + 1 (none yet)."""
+
+CHECK_EVERY = 2.0
+"""Seconds between two checks of the marker by one process (per client)."""
+
+LOSS_REPORTED_FOR = 24 * 3600.0
+"""Seconds after a data loss during which ``health`` counts it as a problem (then as a note)."""
+
+log = logging.getLogger(__name__)
+
+
+class LayoutMismatch(CountersError):
+    """Redis holds another key layout than this package's: nothing is read or written."""
+
+
+def tag_key_name() -> str:
+    """STRING: the deployment's tag key (32 hex digits), made by the first writer."""
+    return f"{get_settings().key_prefix}tagkey"
+
+
+def marker_name() -> str:
+    """HASH: the deployment's marker (``id``, ``layout``, ``created``, ``lost_at``...)."""
+    return f"{get_settings().key_prefix}deployment"
+
+
+def process_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass
+class Held:
+    """What one process knows of one client's deployment."""
+
+    prefix: str
+    tag_key: bytes | None = None
+    deployment_id: str | None = None
+    checked_at: float = float("-inf")
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_held: weakref.WeakKeyDictionary[Any, Held] = weakref.WeakKeyDictionary()
+_unreferenceable: dict[int, Held] = {}
+
+
+def _state(conn: Any) -> Held:
+    prefix = get_settings().key_prefix
+    try:
+        held = _held.get(conn)
+    except TypeError:  # a client that cannot be weakly referenced
+        held = _unreferenceable.get(id(conn))
+    if held is None or held.prefix != prefix:
+        held = Held(prefix)
+        try:
+            _held[conn] = held
+        except TypeError:
+            _unreferenceable[id(conn)] = held
+    return held
+
+
+def tag_key_for(conn: Any, write: bool) -> bytes:
+    """The tag key to make ``conn``'s deployment's keys with, checking the marker when due
+    (see the module docstring). ``write``: the caller is about to write, so it may make the
+    tag key and the marker, put them back after a loss, and record the loss."""
+    held = _state(conn)
+    due = time.monotonic() - held.checked_at >= CHECK_EVERY or (write and held.deployment_id is None)
+    if due:
+        with held.lock:
+            if time.monotonic() - held.checked_at >= CHECK_EVERY or (write and held.deployment_id is None):
+                _check(conn, held, write)
+    pinned = get_settings().tag_key
+    if pinned:
+        return pinned.encode()
+    return held.tag_key if held.tag_key is not None else _throwaway_key()
+
+
+def _throwaway_key() -> bytes:
+    """A key no data is under: what a reader uses while the deployment has no tag key."""
+    return secrets.token_hex(16).encode()
+
+
+def queue_read(pipe: Any) -> None:
+    """Queue the reads of the tag key and the marker on ``pipe`` (two replies: ``parse`` them)."""
+    pipe.get(tag_key_name())
+    pipe.hgetall(marker_name())
+
+
+def parse(tag: Any, marker: Any) -> tuple[bytes | None, dict[str, str]]:
+    """The replies of ``queue_read`` as (tag key or None, marker fields as text)."""
+    return (None if tag is None else as_str(tag).encode()), {as_str(k): as_str(v) for k, v in marker.items()}
+
+
+def _read(conn: Any) -> tuple[bytes | None, dict[str, str]]:
+    pipe = read_pipeline(conn)
+    queue_read(pipe)
+    return parse(*pipe.execute())
+
+
+def _check(conn: Any, held: Held, write: bool) -> None:
+    tag, marker = _read(conn)
+    pinned = bool(get_settings().tag_key)
+    if write and (not marker.get("id") or (tag is None and not pinned)):
+        tag, marker = _make(conn, held, tag, marker)
+    elif not marker.get("id") and held.deployment_id is not None:
+        log.error("counters-tasks: the deployment marker %s is gone from Redis (its data was lost?); "
+                  "the next write puts it back", marker_name())
+    if marker.get("id"):
+        _refuse_other_layout(marker)
+        if held.deployment_id is not None and marker["id"] != held.deployment_id:
+            log.error("counters-tasks: Redis holds another deployment than before (%s, was %s): its data was "
+                      "lost or replaced at %s; this process now uses its tag key", marker["id"],
+                      held.deployment_id, marker.get("lost_at", "an unknown time"))
+            if write and "lost_at" not in marker:
+                _record_loss(conn, held.deployment_id)
+        held.deployment_id = marker["id"]
+    if tag is not None:
+        if held.tag_key is not None and tag != held.tag_key:
+            log.error("counters-tasks: the deployment's tag key changed in Redis; this process now uses it")
+        held.tag_key = tag
+    # a reader of a deployment with no tag key yet looks again on its next call
+    held.checked_at = time.monotonic() if held.tag_key is not None or pinned else float("-inf")
+
+
+def _make(conn: Any, held: Held, tag: bytes | None, marker: dict[str, str]) -> tuple[bytes | None, dict[str, str]]:
+    """Make, or put back, the tag key (the one this process holds, else a new one) and the
+    marker: SET NX and HSETNX, so concurrent writers end on one of each."""
+    if tag is None and not get_settings().tag_key:
+        if held.tag_key is not None:
+            log.error("counters-tasks: the tag key %s is gone from Redis; putting back the one this process "
+                      "holds", tag_key_name())
+        conn.set(tag_key_name(), held.tag_key or secrets.token_hex(16).encode(), nx=True)
+    name = marker_name()
+    if not marker.get("id") and conn.hsetnx(name, "id", secrets.token_hex(8)):
+        fields: dict[str, Any] = {"layout": LAYOUT, "created": repr(time.time()), "created_by": process_name()}
+        if held.deployment_id is not None:  # this process saw the deployment before: its data went
+            fields.update(lost_at=repr(time.time()), lost_by=process_name(), previous=held.deployment_id)
+            log.error("counters-tasks: Redis lost the deployment's data (its marker %s is gone); figures "
+                      "before now are lost. The tag key is put back; recorded as a data loss.", name)
+        conn.hset(name, mapping=fields)
+    return _read(conn)
+
+
+def _record_loss(conn: Any, previous: str) -> None:
+    conn.hset(marker_name(), mapping={"lost_at": repr(time.time()), "lost_by": process_name(), "previous": previous})
+
+
+def _refuse_other_layout(marker: dict[str, str]) -> None:
+    layout = int(marker.get("layout") or LAYOUT)
+    if layout != LAYOUT:
+        raise LayoutMismatch(layout_message(layout))
+
+
+def layout_message(found: int) -> str:
+    if found > LAYOUT:
+        return (f"Redis holds the counters in key layout {found}, newer than this counters-tasks's layout "
+                f"{LAYOUT}: upgrade counters-tasks in every process of the deployment")
+    return (f"Redis holds the counters in key layout {found}, older than this counters-tasks's layout "
+            f"{LAYOUT}: stop the workers and run `counters-tasks migrate`")
+
+
+def ensure(conn: Any) -> dict[str, str]:
+    """Check the deployment at once as a writer (making its marker if new): what a worker does
+    when it starts. Raises ``LayoutMismatch``; returns the marker."""
+    held = _state(conn)
+    with held.lock:
+        _check(conn, held, write=True)
+    return _read(conn)[1]
+
+
+def status(conn: Any, now: float | None = None) -> dict[str, Any]:
+    """The deployment as health and ``/metrics`` report it (``describe``), read now."""
+    return describe(*_read(conn), now=now)
+
+
+def describe(tag: bytes | None, marker: dict[str, str], now: float | None = None) -> dict[str, Any]:
+    """``ok`` (the layout is this package's and no data loss within LOSS_REPORTED_FOR),
+    ``layout`` (None: no marker yet), ``lost_at`` (the last data loss detected, or None),
+    ``recent_loss``, ``layout_ok``, ``has_tag_key``."""
+    now = time.time() if now is None else now
+    lost_at = float(marker["lost_at"]) if marker.get("lost_at") else None
+    layout = int(marker["layout"]) if marker.get("layout") else None
+    return {
+        "id": marker.get("id"),
+        "layout": layout,
+        "package_layout": LAYOUT,
+        "layout_ok": layout in (None, LAYOUT),
+        "created": float(marker["created"]) if marker.get("created") else None,
+        "has_tag_key": tag is not None or bool(get_settings().tag_key),
+        "lost_at": lost_at,
+        "lost_by": marker.get("lost_by"),
+        "recent_loss": lost_at is not None and now - lost_at < LOSS_REPORTED_FOR,
+        "ok": layout in (None, LAYOUT) and not (lost_at is not None and now - lost_at < LOSS_REPORTED_FOR),
+    }
+
+
+def migrate(conn: Any) -> str:
+    """Move the deployment's data to this package's layout, step by step (``MIGRATIONS``).
+    Returns what was done; raises ``LayoutMismatch`` when Redis is newer than the package or a
+    step is missing. Run it with the workers stopped."""
+    tag, marker = _read(conn)
+    if not marker.get("id"):
+        if tag is None:
+            return "nothing to migrate: this Redis holds no counters-tasks deployment yet"
+        ensure(conn)  # the layout of 0.1 without its marker: adopted as layout 1
+        return f"the deployment is at layout {LAYOUT} (marker written); nothing to migrate"
+    layout = int(marker.get("layout") or LAYOUT)
+    if layout > LAYOUT:
+        raise LayoutMismatch(layout_message(layout))
+    done = []
+    for step in range(layout, LAYOUT):
+        if step not in MIGRATIONS:
+            raise LayoutMismatch(f"no migration from key layout {step} to {step + 1} in this counters-tasks")
+        MIGRATIONS[step](conn)
+        conn.hset(marker_name(), "layout", step + 1)
+        done.append(f"{step} -> {step + 1}")
+    if not done:
+        return f"the deployment is at layout {LAYOUT}: nothing to migrate"
+    return f"migrated the key layout {', '.join(done)}"
