@@ -131,6 +131,8 @@ def test_port_6379_taken_is_said_loudly_and_the_cli_follows_the_env_file(tmp_pat
         assert f":{taken}/" not in stack_url
         env_lines = (tmp_path / "home" / "env").read_text()
         assert f"export COUNTERS_REDIS_URL={stack_url}" in env_lines
+        # the tag key pinned like the secret: no loss of the stack's Redis can split its figures
+        assert f"export COUNTERS_TAG_KEY={(tmp_path / 'home' / 'tag-key').read_text().strip()}" in env_lines
         assert (tmp_path / "home" / "env").stat().st_mode & 0o777 == 0o600  # it holds the secret
         health = subprocess.run([sys.executable, "-m", "counters_tasks", "health", "--json"], cwd=tmp_path,
                                 env=user_env(tmp_path), capture_output=True, text=True, timeout=60)
