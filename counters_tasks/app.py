@@ -18,7 +18,9 @@ from __future__ import annotations
 import logging
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
+import redis
 from celery import Celery, signals
 from celery.app.amqp import AMQP
 from redis.exceptions import RedisError
@@ -26,7 +28,7 @@ from redis.exceptions import RedisError
 from .core.privacy import masked_reprs
 from .core.settings import get_settings
 from .errors import ConfigurationError
-from .store import deployment
+from .store import deployment, server
 from .store.client import get_redis
 
 log = logging.getLogger(__name__)
@@ -76,6 +78,54 @@ def _refuse_to_start_without_secret(**_: object) -> None:
     except ConfigurationError as exc:
         # Celery logs and swallows exceptions from signal handlers; SystemExit stops the worker.
         raise SystemExit(f"counters-tasks: {exc}") from exc
+
+
+@signals.worker_init.connect
+def _refuse_servers_too_old(**_: object) -> None:
+    """A worker never runs on a Redis older than ``store.server.MIN_VERSION`` (the counters'
+    Redis, and the broker when it is a Redis): it exits naming both versions, before it takes
+    a message (on 6.0 it died on BLMOVE naming none). A server that is away now is not a
+    refusal: the tasks wait for it."""
+    _check_servers(log_problems=False)
+
+
+@signals.celeryd_after_setup.connect
+def _log_server_problems(**_: object) -> None:
+    """An evicting memory policy: ERROR in the worker's log (WARNING with COUNTERS_ALLOW_EVICTION),
+    once its logging is set up."""
+    _check_servers(log_problems=True)
+
+
+@signals.beat_init.connect
+def _check_servers_for_beat(**_: object) -> None:
+    """Beat: both checks (its logging is set up by then)."""
+    _check_servers(log_problems=True)
+
+
+def _check_servers(log_problems: bool) -> None:
+    _check_server(get_redis(), "the counters' Redis", log_problems)
+    broker_url = get_settings().broker_url
+    if urlsplit(broker_url).scheme in ("redis", "rediss", "unix"):
+        broker = redis.Redis.from_url(broker_url, socket_timeout=5, socket_connect_timeout=5)
+        try:
+            _check_server(broker, "the broker's Redis", log_problems)
+        finally:
+            broker.close()
+
+
+def _check_server(conn: Any, role: str, log_problems: bool) -> None:
+    try:
+        errors, warnings = server.start_check(conn, role)
+    except server.ServerTooOld as exc:
+        raise SystemExit(f"counters-tasks: {exc}") from exc
+    except RedisError as exc:
+        log.warning("counters-tasks: %s could not be checked at start (%s)", role, exc)
+        return
+    if log_problems:
+        for line in errors:
+            log.error("counters-tasks: %s", line)
+        for line in warnings:
+            log.warning("counters-tasks: %s", line)
 
 
 @signals.worker_init.connect

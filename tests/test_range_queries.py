@@ -15,7 +15,7 @@ from counters_tasks import sitestats, uniques
 from counters_tasks.core.days import local_day
 from counters_tasks.errors import InvalidInput
 from counters_tasks.store import keys
-from tests.support.servers import dump_all
+from tests.support.servers import dump_all, expires_at
 
 pytestmark = pytest.mark.cluster
 
@@ -156,10 +156,10 @@ def test_range_keys_expire_with_the_days_totals_and_dedupe_holds(conn):
     day = local_day(now)
     sitestats.record_visit(conn, "198.51.100.7", "/x?q=1", now=now, message_id="m-1")
     sitestats.record_visit(conn, "198.51.100.7", "/x", now=now, message_id="m-1")  # redelivered: no effect
-    totals_at = conn.expiretime(keys.site_day_totals(day))
+    totals_at = expires_at(conn, keys.site_day_totals(day))
     assert totals_at == sitestats.totals_expire_at(day)
     for key in (keys.site_day_range_hll(day), keys.site_day_pages(day)):
-        assert conn.expiretime(key) == totals_at, key
+        assert expires_at(conn, key) == totals_at, key
     assert sitestats.top_pages(conn, day, day) == [("/x", 1)]
     assert sitestats.site_visit_range(conn, day, day, "/x").uv == 1
     assert sitestats.site_visit_range(conn, day - timedelta(days=1), day, "/x").uv is None  # not kept

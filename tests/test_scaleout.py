@@ -109,19 +109,21 @@ def test_every_script_call_stays_in_one_slot_and_load_spreads(raw_conn, script_c
         assert len(slots) == 1, (name, keys_, named)
         slots_of_calls.append(slots.pop())
     # Keys spread: many slots, and each third of the slot space (a 3-master cluster's nodes) holds
-    # a fair share of them.
+    # a fair share of them. Counted in slots, not keys: the keys of one day (its uniques shards,
+    # hundreds under a realistic load) share one slot by design, so a count of keys would hang on
+    # where today's tag falls (it failed on 2026-11-24 with 971, 793 and 305 keys a third).
     stored = all_keys(raw_conn)
     key_slots = collections.Counter(key_slot(k.encode()) for k in stored)
     assert len(key_slots) > 100, len(key_slots)
-    thirds = collections.Counter(s * 3 // 16384 for s in key_slots.elements())
-    assert min(thirds.values()) > len(stored) / 6, thirds
+    thirds = collections.Counter(s * 3 // 16384 for s in key_slots)
+    assert min(thirds.values()) > len(key_slots) / 6, thirds
     assert len(set(slots_of_calls)) > 100
     # User strings never pick a slot: every tag is one the package makes (a hash, a group, or the
     # refusal counts' constant tag); untagged keys are the beat jobs' own (no user string in them).
     for key in stored:
         found = TAG.search(key)
         if found is None:
-            assert re.fullmatch(r"ct:(tagkey|job:\w+|lock:\w+)", key), key
+            assert re.fullmatch(r"ct:(tagkey|deployment|job:\w+|lock:\w+)", key), key
         else:
             assert re.fullmatch(r"[0-9a-f]{16}|[rbcp]\d+|refused|imports|throughput", found.group(1)), key
 

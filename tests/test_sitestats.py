@@ -21,7 +21,7 @@ from counters_tasks.sitestats import SiteCount
 from counters_tasks.store import keys
 from counters_tasks.store.scripts import execute_in_order
 from tests.support.concurrency import run_threads
-from tests.support.servers import dump_all, use_settings
+from tests.support.servers import dump_all, expires_at, use_settings
 
 pytestmark = pytest.mark.cluster
 
@@ -217,11 +217,11 @@ def test_retention_visitor_sets_expire_after_grace_totals_kept(raw_conn, monkeyp
     day = days.local_day(now)
     sitestats.record_visit(raw_conn, "192.0.2.1", "/r", now)
     end = days.day_end(day)
-    assert raw_conn.expiretime(keys.site_day_visitors(day, "exact")) == end + 2 * 86400
-    assert raw_conn.expiretime(keys.site_day_pairs(day)) == end + 2 * 86400
-    assert raw_conn.expiretime(keys.site_day_totals(day)) == end + 400 * 86400
-    assert raw_conn.expiretime(keys.site_day_pages(day)) == end + 400 * 86400
-    path_at = raw_conn.expiretime(keys.path_totals("/r"))
+    assert expires_at(raw_conn, keys.site_day_visitors(day, "exact")) == end + 2 * 86400
+    assert expires_at(raw_conn, keys.site_day_pairs(day)) == end + 2 * 86400
+    assert expires_at(raw_conn, keys.site_day_totals(day)) == end + 400 * 86400
+    assert expires_at(raw_conn, keys.site_day_pages(day)) == end + 400 * 86400
+    path_at = expires_at(raw_conn, keys.path_totals("/r"))
     assert now + 400 * 86400 - 5 <= path_at <= now + 400 * 86400 + 5  # 400 days after the path's latest view
     shard = keys.site_shard_of(sitestats.visitor_id("192.0.2.1"))
     for key in (keys.site_all_totals(shard), keys.site_all_visitors(shard, "exact")):
@@ -230,12 +230,12 @@ def test_retention_visitor_sets_expire_after_grace_totals_kept(raw_conn, monkeyp
                  COUNTERS_DAY_TOTALS_DAYS=30, COUNTERS_PATH_KEEP_DAYS=0)
     sitestats.record_visit(raw_conn, "192.0.2.1", "/s", now)
     # the day was opened by its first write: its visitor sets go when fixed then, whatever came later
-    assert raw_conn.expiretime(keys.site_day_visitors(day, "exact")) == end + 2 * 86400
-    assert raw_conn.expiretime(keys.site_day_totals(day)) == end + 30 * 86400  # totals follow the setting
+    assert expires_at(raw_conn, keys.site_day_visitors(day, "exact")) == end + 2 * 86400
+    assert expires_at(raw_conn, keys.site_day_totals(day)) == end + 30 * 86400  # totals follow the setting
     assert raw_conn.ttl(keys.path_totals("/s")) == -1  # COUNTERS_PATH_KEEP_DAYS=0: kept for ever
     yesterday = day - timedelta(days=1)  # never counted: opened now, for COUNTERS_DAY_GRACE_DAYS from now
     sitestats.record_visit(raw_conn, "192.0.2.1", "/s", days.day_start(yesterday) + 60)
-    assert abs(raw_conn.expiretime(keys.site_day_visitors(yesterday, "exact")) - (now + 5 * 86400)) < 5
+    assert abs(expires_at(raw_conn, keys.site_day_visitors(yesterday, "exact")) - (now + 5 * 86400)) < 5
 
 
 def _recent_dst_day(zone: str) -> date:
@@ -275,7 +275,7 @@ def test_event_a_minute_before_local_midnight_counts_for_its_own_day(conn, monke
     assert sitestats.site_visit_info(conn, nxt) == SiteCount(nxt, 1, 1)
     assert uniques.unique_visitors(conn, day) == 1 and uniques.unique_visitors(conn, nxt) == 1
     # opened by this write, months after its end: open COUNTERS_DAY_GRACE_DAYS from now
-    assert abs(conn.expiretime(keys.site_day_visitors(day, "exact")) - (time.time() + 400 * 86400)) < 5
+    assert abs(expires_at(conn, keys.site_day_visitors(day, "exact")) - (time.time() + 400 * 86400)) < 5
 
 
 def test_hll_mode_within_two_percent_at_100k_visitors(raw_conn, monkeypatch):

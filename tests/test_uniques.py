@@ -17,7 +17,7 @@ from counters_tasks.core.days import local_day
 from counters_tasks.errors import InvalidInput
 from counters_tasks.store import keys
 from tests.support.concurrency import run_threads
-from tests.support.servers import dump_all, use_settings
+from tests.support.servers import dump_all, expires_at, use_settings
 
 pytestmark = pytest.mark.cluster
 
@@ -185,9 +185,9 @@ def test_retention(raw_conn, monkeypatch):
     uniques.count_visit(raw_conn, str(uuid.uuid4()), now)
     end = days.day_end(day)
     shard = next(iter(raw_conn.scan_iter(match="*:shard:*")))
-    assert raw_conn.expiretime(shard) == end + 7 * 86400
-    assert raw_conn.expiretime(keys.uniques_count(day)) == end + 400 * 86400
-    assert raw_conn.expiretime(keys.uniques_expected(day)) == end + 400 * 86400
+    assert expires_at(raw_conn, shard) == end + 7 * 86400
+    assert expires_at(raw_conn, keys.uniques_count(day)) == end + 400 * 86400
+    assert expires_at(raw_conn, keys.uniques_expected(day)) == end + 400 * 86400
 
 
 def test_a_day_whose_shards_are_gone_is_closed_and_reported(raw_conn):

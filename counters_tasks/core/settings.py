@@ -60,6 +60,8 @@ class Settings:
     board_idle_days: int = 30
     # the key of every hash tag, pinned (hex); None: generated once and kept in Redis
     tag_key: str | None = None
+    # a Redis whose maxmemory-policy evicts keys is accepted with a warning instead of an error
+    allow_eviction: bool = False
     path_keep_days: int = 400
     # reliability: broker redelivery of unacknowledged messages
     visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT
@@ -145,6 +147,10 @@ def _user_password(env: dict, name: str) -> tuple[str, str] | None:
     return user, password
 
 
+def _flag(env: dict, name: str) -> bool:
+    return env.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def _choice(env: dict, name: str, choices: tuple[str, ...]) -> str | None:
     raw = (env.get(name) or "").strip().lower()
     if not raw:
@@ -169,7 +175,7 @@ def load_settings(env: dict | None = None) -> Settings:
     redis_url = env.get("COUNTERS_REDIS_URL") or DEFAULT_REDIS_URL
     if urlsplit(redis_url).scheme not in ("redis", "rediss", "unix"):
         raise ConfigurationError(f"COUNTERS_REDIS_URL must be redis://, rediss:// or unix://, got {redis_url!r}")
-    cluster = env.get("COUNTERS_REDIS_CLUSTER", "").strip().lower() in ("1", "true", "yes", "on")
+    cluster = _flag(env, "COUNTERS_REDIS_CLUSTER")
     prefix = env.get("COUNTERS_KEY_PREFIX", "ct:")
     if re.search(r"[{}\s\x00-\x1f\x7f]", prefix) or len(prefix) > 64:
         raise ConfigurationError("COUNTERS_KEY_PREFIX must be at most 64 characters without braces, spaces or control characters")
@@ -205,6 +211,7 @@ def load_settings(env: dict | None = None) -> Settings:
         uniques_count_days=_int(env, "COUNTERS_UNIQUES_COUNT_DAYS", 400),
         max_day_paths=_int(env, "COUNTERS_MAX_DAY_PATHS", 10_000),
         tag_key=_tag_key(env),
+        allow_eviction=_flag(env, "COUNTERS_ALLOW_EVICTION"),
         board_idle_days=_int(env, "COUNTERS_BOARD_IDLE_DAYS", 30, minimum=0),
         path_keep_days=_int(env, "COUNTERS_PATH_KEEP_DAYS", 400, minimum=0),
         visibility_timeout=_int(env, "COUNTERS_VISIBILITY_TIMEOUT", DEFAULT_VISIBILITY_TIMEOUT),

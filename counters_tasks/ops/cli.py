@@ -400,6 +400,11 @@ def _render_health(console: Any, data: dict) -> None:
 
     redis_ = data["redis"]
     line(redis_["ok"], "redis", f"{redis_.get('latency_ms', 0):.1f} ms" if redis_["ok"] else redis_["error"])
+    servers = data["servers"]
+    line(servers["ok"], "server", "; ".join(servers["errors"]) or ", ".join(
+        f"{s['software']} {s['version']} ({s['maxmemory_policy']})" for s in servers["servers"]))
+    for warning in servers["warnings"]:
+        console.print(f"[yellow]warn[/yellow] server   {warning}")
     line(data["deployment"]["ok"], "data", _deployment_detail(data["deployment"]))
     workers = data["workers"]
     line(workers["ok"], "workers", ", ".join(workers["names"]) or workers.get("error", "no worker answered"))

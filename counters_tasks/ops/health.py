@@ -16,7 +16,7 @@ from redis.retry import Retry
 from .. import refusals
 from ..app import app as default_app
 from ..core.settings import get_settings
-from ..store import deployment
+from ..store import deployment, server
 from ..store.client import as_str, get_redis
 from ..worker import dead_letters
 from ..worker.maintenance import job_status
@@ -54,9 +54,30 @@ def _job(conn: Any, job: str, now: float) -> dict[str, Any]:
     }
 
 
+def _server_report(conn: Any, role: str) -> dict[str, Any]:
+    """``store.server.report``; a server whose INFO cannot be read (an ACL without it) gets a warning."""
+    try:
+        return server.report(conn, role)
+    except redis.RedisError as exc:
+        return {"ok": True, "errors": [], "servers": [],
+                "warnings": [f"{role}: its version and memory policy could not be read ({type(exc).__name__}: {exc})"]}
+
+
+def _add_server(into: dict[str, Any], more: dict[str, Any]) -> None:
+    """Merge a server report (``store.server.report``) into another; a server already in it
+    (the broker in another database of the counters' Redis) is not reported twice."""
+    seen = {found["where"] for found in into["servers"]}
+    if more["servers"] and all(found["where"] in seen for found in more["servers"]):
+        return
+    into["ok"] = into["ok"] and more["ok"]
+    for part in ("errors", "warnings", "servers"):
+        into[part] = into[part] + more[part]
+
+
 def check(conn: Any, broker: Any = None, app: Any = None, ping_timeout: float = 1.0,
           beat_max_age: float = 180.0, now: float | None = None) -> dict[str, Any]:
-    """The health report: ``ok`` is true when Redis answers, holds this package's key layout and
+    """The health report: ``ok`` is true when Redis answers, is new enough and never evicts
+    (``store.server``; the broker too when it is a Redis), holds this package's key layout and
     lost no data within a day (``store.deployment``), a worker answers a ping and beat's
     every-minute job started within ``beat_max_age`` seconds. ``broker`` (a Redis client of the
     broker) and ``app`` (the Celery app) are optional: the checks that need them are skipped
@@ -71,6 +92,7 @@ def check(conn: Any, broker: Any = None, app: Any = None, ping_timeout: float = 
         report["redis"] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
     if report["redis"]["ok"]:
         report["deployment"] = deployment.status(conn, now)
+        report["servers"] = _server_report(conn, "the counters' Redis")
         report["jobs"] = {job: _job(conn, job, now) for job in JOBS}
         report["refused"] = refusals.counts(conn)
         age = report["jobs"][BEAT_JOB]["age_seconds"]
@@ -78,6 +100,7 @@ def check(conn: Any, broker: Any = None, app: Any = None, ping_timeout: float = 
                           "max_age_seconds": beat_max_age}
     else:
         report["deployment"] = {"ok": False, "error": "Redis is not reachable"}
+        report["servers"] = {"ok": False, "errors": ["Redis is not reachable"], "warnings": [], "servers": []}
         report["jobs"] = {}
         report["refused"] = {}
         report["beat"] = {"ok": False, "error": "Redis is not reachable"}
@@ -87,6 +110,8 @@ def check(conn: Any, broker: Any = None, app: Any = None, ping_timeout: float = 
             report["dead_letters"] = dead_letters.summary(broker)
         except Exception as exc:
             report["queues"] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        if report["queues"]["ok"]:
+            _add_server(report["servers"], _server_report(broker, "the broker's Redis"))
     else:
         report["queues"] = {"ok": False, "error": "no broker given"}
     if app is not None and report["queues"]["ok"]:
@@ -101,7 +126,7 @@ def check(conn: Any, broker: Any = None, app: Any = None, ping_timeout: float = 
             report["workers"] = {"ok": False, "names": [], "error": f"{type(exc).__name__}: {exc}"}
     else:
         report["workers"] = {"ok": False, "names": [], "error": "the broker is not reachable" if app else "no app given"}
-    report["ok"] = all(report[part]["ok"] for part in ("redis", "deployment", "beat", "queues", "workers"))
+    report["ok"] = all(report[part]["ok"] for part in ("redis", "servers", "deployment", "beat", "queues", "workers"))
     return report
 
 

@@ -31,7 +31,7 @@ from .. import refusals, throughput
 from ..app import SENT_AT_HEADER
 from ..core.settings import get_settings
 from ..core.validation import finite_number
-from ..store import deployment, keys
+from ..store import deployment, keys, server
 from ..store.client import as_str, read_pipeline
 from ..worker import dead_letters
 from . import health
@@ -150,7 +150,7 @@ class CountersCollector(Collector):
                                    "yet) and this package's; they must be equal", labels=["side"])
         layout.add_metric(["redis"], held["layout"] or 0)
         layout.add_metric(["package"], held["package_layout"])
-        out += [duplicates, by_reason, sizes, layout]
+        out += [duplicates, by_reason, sizes, layout, *self.server_metrics()]
         if held["lost_at"] is not None:
             out.append(GaugeMetricFamily("counters_data_loss_timestamp_seconds", "When a process found Redis had "
                                          "lost the deployment's data (restart without persistence, FLUSHALL, an "
@@ -161,6 +161,22 @@ class CountersCollector(Collector):
             out.append(GaugeMetricFamily("counters_lag_newest_applied_seconds", "Age of the newest visit applied: "
                                          "now minus its event time", value=max(0.0, now - totals.newest_ts)))
         return out
+
+    def server_metrics(self) -> list[Any]:
+        """The counters' Redis servers: supported version, evicting memory policy (``store.server``)."""
+        try:
+            found = server.facts(self.conn())
+        except Exception as exc:  # noqa: BLE001  an ACL without INFO: these two are missing
+            log.warning("metrics: the server's INFO could not be read: %s: %s", type(exc).__name__, exc)
+            return []
+        supported = GaugeMetricFamily("counters_redis_version_supported", "1 when the server is at least the "
+                                      "oldest Redis the package runs on (6.2), else 0", labels=["server", "version"])
+        evicting = GaugeMetricFamily("counters_redis_evicting", "1 when the server's maxmemory-policy may evict the "
+                                     "counters' keys (anything but noeviction), else 0", labels=["server", "policy"])
+        for facts in found:
+            supported.add_metric([facts.where, facts.version], 0 if facts.too_old else 1)
+            evicting.add_metric([facts.where, facts.policy], 1 if facts.evicting else 0)
+        return [supported, evicting]
 
     def broker_metrics(self, now: float) -> list[Any]:
         """Queue lengths, unacknowledged messages, dead letters and the oldest waiting event (one

@@ -7,6 +7,8 @@
 - ``keys``: the key schema and hash tags (documented in docs/keys.md);
 - ``deployment``: the deployment's marker: its tag key (made only by writers), its key layout
   version, and a loss of Redis's data, detected and healed by every process within seconds;
+- ``server``: what a server must be (Redis 6.2 or newer, ``maxmemory-policy noeviction``),
+  read from INFO and judged for the worker's start, ``health`` and ``/metrics``;
 - ``registry``: sharded registries of names, walked a page at a time;
 - ``hll``: a client-side union of HyperLogLogs that live in different cluster slots.
 

@@ -37,6 +37,7 @@ from typing import Any
 
 from ..core.settings import get_settings
 from ..errors import CountersError
+from . import server
 from .client import as_str, read_pipeline
 
 LAYOUT = 1
@@ -82,6 +83,7 @@ class Held:
     tag_key: bytes | None = None
     deployment_id: str | None = None
     checked_at: float = float("-inf")
+    server_checked: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -143,6 +145,9 @@ def _read(conn: Any) -> tuple[bytes | None, dict[str, str]]:
 
 
 def _check(conn: Any, held: Held, write: bool) -> None:
+    if write and not held.server_checked:  # once per client: never a half-applied write on Redis 6.0
+        server.refuse_too_old(conn)
+        held.server_checked = True
     tag, marker = _read(conn)
     pinned = bool(get_settings().tag_key)
     if write and (not marker.get("id") or (tag is None and not pinned)):

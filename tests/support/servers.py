@@ -42,15 +42,33 @@ REFUSAL_KEYS = b":{refused}"
 """What the refusal counts' keys hold (``counters_tasks.refusals``): a refusal writes only those."""
 THROUGHPUT_KEYS = b":{throughput}"
 """The metrics' totals (``counters_tasks.throughput``): a refused batch is still a batch seen."""
+DEPLOYMENT_MARKER = b"deployment"
+"""The deployment's marker (``store.deployment``): written by a process's first write whatever it
+writes, and again after a flush (a test's own "data loss") once its check is due."""
 
 
 def dump_all(client) -> dict:
     """Every key with its type, value and TTL presence: to prove nothing was written. The
     refusal counts and the metrics' totals are left out (a refusal, and the batch it came in,
-    are counted on purpose; tests read them through ``refusals.counts`` and ``throughput.totals``)."""
+    are counted on purpose; tests read them through ``refusals.counts`` and ``throughput.totals``),
+    and so is the deployment's marker."""
     out = {}
     for key in client.scan_iter(count=1000):
         name = key if isinstance(key, bytes) else key.encode()
-        if REFUSAL_KEYS not in name and THROUGHPUT_KEYS not in name:
+        if REFUSAL_KEYS not in name and THROUGHPUT_KEYS not in name and not name.endswith(b":" + DEPLOYMENT_MARKER):
             out[key] = (client.type(key), client.dump(key), client.ttl(key) > 0)
     return out
+
+
+def expires_at(client, key) -> int | None:
+    """The time ``key`` expires (epoch seconds), None without a TTL: EXPIRETIME, which Redis 6.2
+    lacks, made of the server's clock and PTTL read in one transaction (EXAT times are whole
+    seconds, so rounding gives them exactly). A cluster (Redis 7 here) answers EXPIRETIME itself."""
+    if is_cluster_run():
+        at = client.expiretime(key)
+        return None if at < 0 else at
+    pipe = client.pipeline(transaction=True)
+    pipe.time()
+    pipe.pttl(key)
+    (seconds, micros), left = pipe.execute()
+    return None if left < 0 else round(seconds + micros / 1e6 + left / 1000)
