@@ -27,6 +27,8 @@ from .store.scripts import execute_in_order, run_script
 
 SHARD_SIZE = 512
 """Members a shard is sized for; Redis keeps a set of integers an intset up to 512 members."""
+LEVEL_FANOUT = 16
+"""Sets of each level of a full shard: level l has LEVEL_FANOUT ** l (``unique_visit.lua``'s FANOUT)."""
 DAILY_EXPECTED = 1_000_000
 """The expected figure of a day with no history (no count the day before)."""
 
@@ -126,7 +128,8 @@ def queue_ids(conn: Any, pipe: Any, day: date, numbers: Iterable[int], expected:
     for number in numbers:
         per_shard[shard_of(number, expected)].append(number)
     script_keys = [keys.uniques_expected(day, tag=tag), keys.uniques_count(day, tag=tag),
-                   keys.uniques_open(day, tag=tag), keys.uniques_overflow(day, tag=tag)]
+                   keys.uniques_open(day, tag=tag), keys.uniques_overflow(day, tag=tag),
+                   keys.uniques_levels(day, tag=tag)]
     ttl = get_settings().dedupe_ttl if message_id is not None else 0
     args: list[Any] = [ttl, expected, shards_expire_at(day), days.kept_from_now(shard_days()), count_expire_at(day),
                        days.kept_from_now(count_days()), len(per_shard)]
@@ -218,6 +221,24 @@ class UniquesRange(NamedTuple):
     missing_days: list[date]
 
 
+def day_sets(conn: Any, day: date, expected: int) -> list[str]:
+    """Every set that may hold ``day``'s ids: its shards, their levels (``unique_visit.lua``) and
+    the overflow chains of the layout of 0.1."""
+    tag = keys.uniques_tag(day)
+    pipe = read_pipeline(conn)
+    pipe.hgetall(keys.uniques_levels(day, tag=tag))
+    pipe.hgetall(keys.uniques_overflow(day, tag=tag))
+    levels, legacy = ({int(as_str(s)): int(as_str(n)) for s, n in found.items()} for found in pipe.execute())
+    sets = []
+    for shard in range(shard_count(expected)):
+        base = keys.uniques_shard(day, shard, tag=tag)
+        sets.append(base)
+        sets += [f"{base}:{k}" for k in range(1, legacy.get(shard, 0) + 1)]
+        sets += [keys.uniques_level_set(base, level, index)
+                 for level in range(1, levels.get(shard, 0) + 1) for index in range(LEVEL_FANOUT ** level)]
+    return sets
+
+
 def unique_visitors_range(conn: Any, start: date, end: date) -> UniquesRange:
     """Exact number of distinct session ids seen over the local days ``start``..``end``.
 
@@ -240,13 +261,9 @@ def unique_visitors_range(conn: Any, start: date, end: date) -> UniquesRange:
             continue
         found = False
         if expected is not None:
-            tag = keys.uniques_tag(day)
-            overflow = {int(as_str(s)): int(as_str(n)) for s, n in conn.hgetall(keys.uniques_overflow(day, tag=tag)).items()}
             pipe = read_pipeline(conn)
-            for shard in range(shard_count(int(as_str(expected)))):
-                base = keys.uniques_shard(day, shard, tag=tag)
-                for key in [base, *(f"{base}:{k}" for k in range(1, overflow.get(shard, 0) + 1))]:
-                    pipe.smembers(key)
+            for key in day_sets(conn, day, int(as_str(expected))):
+                pipe.smembers(key)
             for members in pipe.execute():
                 found = found or bool(members)
                 union.update(int(as_str(m)) for m in members)

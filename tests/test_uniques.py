@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import random
 import threading
 import time
@@ -10,6 +11,7 @@ from datetime import date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
+import redis
 
 from counters_tasks import refusals, uniques
 from counters_tasks.core import days
@@ -249,3 +251,37 @@ def test_bad_input_is_refused_before_any_write(raw_conn, kwargs):
 
 def test_unknown_day_is_zero(conn):
     assert uniques.unique_visitors(conn, date(2001, 1, 1)) == 0
+
+
+@pytest.mark.parametrize("clobbered", ["shard", "level set", "levels", "count", "marker"])
+def test_a_key_changed_by_hand_fails_the_call_before_any_write(raw_conn, clobbered):
+    """A key of the wrong type (set by hand, or by another program) makes the call fail with
+    nothing written and no dedupe marker, so the retry, once the key is repaired, applies all."""
+    now = time.time()
+    day = local_day(now)
+    raw_conn.set(keys.uniques_count(day - timedelta(days=1)), 1)  # one shard, soon full
+    uniques.precompute_expected(raw_conn, day)
+    rng = random.Random(7)
+    first = [rng.getrandbits(60) for _ in range(600)]  # the shard (512) and level 1
+    for start in range(0, 600, 120):
+        uniques.apply_ids(raw_conn, day, first[start:start + 120], f"fill{start}")
+    more = [rng.getrandbits(60) for _ in range(120)]
+    base = keys.uniques_shard(day, 0)
+    target = {"shard": base,
+              "level set": keys.uniques_level_set(base, 1, int(hashlib.sha1(str(more[0]).encode()).hexdigest()[:7], 16) % 16),
+              "levels": keys.uniques_levels(day),
+              "count": keys.uniques_count(day),
+              "marker": keys.uniques_seen(day, "m1")}[clobbered]
+    saved = raw_conn.dump(target) if raw_conn.exists(target) else None
+    raw_conn.delete(target)
+    raw_conn.lpush(target, "x")  # a LIST where the script wants another type
+    before = dump_all(raw_conn)
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        uniques.apply_ids(raw_conn, day, more, "m1")
+    assert dump_all(raw_conn) == before  # nothing written, no dedupe marker
+    raw_conn.delete(target)
+    if saved is not None:
+        raw_conn.restore(target, 0, saved)
+    assert uniques.apply_ids(raw_conn, day, more, "m1") == 120  # the retry applies it whole
+    assert uniques.unique_visitors(raw_conn, day) == 720
+    assert uniques.apply_ids(raw_conn, day, more, "m1") == 0  # and once

@@ -411,13 +411,24 @@ def uniques_expected(day: date, *, tag: str | None = None) -> str:
 
 
 def uniques_shard(day: date, shard: int, *, tag: str | None = None) -> str:
-    """SET of at most 512 integer ids (so an intset); a full shard continues in overflow sets
-    named ``<this key>:<k>`` (k = 1, 2, ..., made inside ``unique_visit.lua``)."""
+    """SET of at most 512 integer ids (so an intset); a full shard continues in levels of sets
+    (``uniques_level_set``, made inside ``unique_visit.lua``)."""
     return f"{prefix()}uniq:{{{tag or uniques_tag(day)}}}:shard:{day.isoformat()}:{shard}"
 
 
+def uniques_level_set(shard_key: str, level: int, index: int) -> str:
+    """SET of at most 512 ids: set ``index`` (0 .. 2^level - 1) of level ``level`` of a shard."""
+    return f"{shard_key}:L{level}:{index}"
+
+
+def uniques_levels(day: date, *, tag: str | None = None) -> str:
+    """HASH shard number -> the deepest level of sets that shard of ``day`` uses (absent: none)."""
+    return f"{prefix()}uniq:{{{tag or uniques_tag(day)}}}:levels:{day.isoformat()}"
+
+
 def uniques_overflow(day: date, *, tag: str | None = None) -> str:
-    """HASH shard number -> how many overflow sets that shard of ``day`` has."""
+    """HASH shard number -> how many overflow sets ``<shard key>:<k>`` that shard of ``day`` has:
+    the layout of 0.1, still read (never written) until those days expire."""
     return f"{prefix()}uniq:{{{tag or uniques_tag(day)}}}:overflow:{day.isoformat()}"
 
 
