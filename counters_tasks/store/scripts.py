@@ -19,10 +19,18 @@ from .client import as_str, is_cluster
 _scripts: weakref.WeakKeyDictionary[Any, dict[str, Script]] = weakref.WeakKeyDictionary()
 
 
+LIBRARIES = ("wrong_type",)
+"""Functions of ``lua/lib/<name>.lua`` that a script gets prepended when it calls them."""
+
+
 @functools.cache
 def lua_source(name: str) -> str:
-    """The text of ``lua/<name>.lua``, read from the package once."""
-    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text()
+    """The text of ``lua/<name>.lua``, read from the package once, after the libraries it
+    calls (``LIBRARIES``; scripts cannot load one another)."""
+    lua = resources.files(__package__).joinpath("lua")
+    body = lua.joinpath(f"{name}.lua").read_text()
+    used = [lib for lib in LIBRARIES if f"{lib}(" in body]
+    return "".join(lua.joinpath("lib", f"{lib}.lua").read_text() for lib in used) + body
 
 
 def script(conn: Any, name: str) -> Script:

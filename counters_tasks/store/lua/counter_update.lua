@@ -10,10 +10,22 @@
 -- counter left with no bucket leaves the due index, any other gets the earlier of its score
 -- and these buckets' (ZADD LT), and so does its subset in the summary, so the cleaner finds it
 -- when its first sample is due. (Subsets keep each due ZSET small enough to stay a listpack.)
+-- Every key's type is checked before the first write (wrong_type).
 -- Returns 1, or 0 when this message was already applied here (nothing written).
 local ttl = tonumber(ARGV[1])
 local ncounters = tonumber(ARGV[2])
 local summary = KEYS[2 * ncounters + 1]
+local types = {summary, 'zset', KEYS[2 * ncounters + 2] or summary, KEYS[2 * ncounters + 2] and 'string' or 'zset'}
+for c = 1, ncounters do
+  types[#types + 1] = KEYS[2 * c - 1]
+  types[#types + 1] = 'hash'
+  types[#types + 1] = KEYS[2 * c]
+  types[#types + 1] = 'zset'
+end
+local refused = wrong_type(types)
+if refused then
+  return refused
+end
 if ttl > 0 and not redis.call('SET', KEYS[2 * ncounters + 2], '1', 'NX', 'EX', ttl) then
   return 0
 end

@@ -5,8 +5,24 @@
 -- ARGV: marker TTL in seconds (0 = no dedupe), mode ('exact' or 'hll'), kept (seconds after
 --       the latest view the path's keys live, 0 = for ever), k, then per path: n, then n
 --       visitor ids (one per view; an id may repeat).
+-- Every key's type is checked before the first write (wrong_type).
 -- Returns 0, or -1 when this message was already applied here.
 local ttl = tonumber(ARGV[1])
+local types = {}
+for k = 1, #KEYS do  -- path hashes (each followed by its HLL in hll mode), then the marker
+  local kind = 'hash'
+  if ttl > 0 and k == #KEYS then
+    kind = 'string'
+  elseif ARGV[2] == 'hll' and k % 2 == 0 then
+    kind = 'string'
+  end
+  types[#types + 1] = KEYS[k]
+  types[#types + 1] = kind
+end
+local refused = wrong_type(types)
+if refused then
+  return refused
+end
 if ttl > 0 then
   if not redis.call('SET', KEYS[#KEYS], '1', 'NX', 'EX', ttl) then
     return -1

@@ -13,6 +13,7 @@
 -- Invariant kept by every ranking script: top[m] = -(sum of m over the slot hashes in the index),
 -- zero totals absent; an index entry exists exactly when its slot hash does.
 -- The board's meta keeps the writer's clock slot of its latest write (lw): idle boards expire.
+-- Every key's type is checked before the first write (wrong_type; the meta HASH by HMGET).
 -- Returns {status, 1 when the board is not yet confirmed in the registry (meta.reg unset) else 0,
 -- events ignored as late}; status 1 applied, 0 already applied (same message), 2 every event
 -- late, -1 the board exists with other settings, -5 the board is being rebuilt or deleted (the
@@ -28,6 +29,15 @@ if meta[1] and (meta[1] ~= ARGV[2] or meta[2] ~= ARGV[3]) then
 end
 local clock = tonumber(ARGV[5])
 local k = tonumber(ARGV[6])
+local types = {KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4 + k] or KEYS[2], KEYS[4 + k] and 'string' or 'zset'}
+for s = 1, k do
+  types[#types + 1] = KEYS[3 + s]
+  types[#types + 1] = 'hash'
+end
+local refused = wrong_type(types)
+if refused then
+  return refused
+end
 if ttl > 0 then
   if not redis.call('SET', KEYS[4 + k], '1', 'NX', 'EX', ttl) then
     return {0, unregistered, 0}

@@ -3,6 +3,10 @@
 -- ARGV: marker TTL in seconds (0 = no dedupe), then reason, count pairs.
 -- Returns 1 when counted, 0 when this message's refusals were counted before (a redelivery).
 local ttl = tonumber(ARGV[1])
+local refused = wrong_type({KEYS[1], 'hash', KEYS[2] or KEYS[1], KEYS[2] and 'string' or 'hash'})
+if refused then
+  return refused
+end
 if ttl > 0 then
   if not redis.call('SET', KEYS[2], '1', 'NX', 'EX', ttl) then
     return 0

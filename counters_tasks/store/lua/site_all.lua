@@ -3,8 +3,14 @@
 --       ARGV[1] > 0) the message's dedupe marker.
 -- ARGV: marker TTL in seconds (0 = no dedupe), mode ('exact' or 'hll'), n, then n visitor ids
 --       (one per view; an id may repeat).
+-- Every key's type is checked before the first write (wrong_type).
 -- Returns 0, or -1 when this message was already applied here.
 local ttl = tonumber(ARGV[1])
+local refused = wrong_type({KEYS[1], 'hash', KEYS[2], ARGV[2] == 'hll' and 'string' or 'set',
+                            KEYS[3] or KEYS[1], KEYS[3] and 'string' or 'hash'})
+if refused then
+  return refused
+end
 if ttl > 0 then
   if not redis.call('SET', KEYS[3], '1', 'NX', 'EX', ttl) then
     return -1

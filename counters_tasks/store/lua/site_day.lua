@@ -14,16 +14,22 @@
 -- from that write. The visitors and pairs expire then. A view of a closed day (totals left,
 -- visitors gone) counts in PV only: its visitor can no longer be deduplicated. Totals, range
 -- HLL and pages live until the later of their day-based expiry and "kept" from the latest write.
+-- Every key's type is checked before the first write (wrong_type).
 -- Returns the number of views of a closed day (counted without UV), or -1 when this message
 -- was already applied here.
 local totals, visitors, range_hll, pages, pairs = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local ttl = tonumber(ARGV[1])
+local hll = ARGV[2] == 'hll'
+local refused = wrong_type({totals, 'hash', visitors, hll and 'string' or 'set', range_hll, 'string', pages, 'hash',
+                            pairs, 'set', KEYS[6] or totals, KEYS[6] and 'string' or 'hash'})
+if refused then
+  return refused
+end
 if ttl > 0 then
   if not redis.call('SET', KEYS[6], '1', 'NX', 'EX', ttl) then
     return -1
   end
 end
-local hll = ARGV[2] == 'hll'
 local now = tonumber(redis.call('TIME')[1])
 local max_paths = tonumber(ARGV[7])
 local n = tonumber(ARGV[8])

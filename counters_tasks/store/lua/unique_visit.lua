@@ -37,19 +37,18 @@ local nshards = tonumber(ARGV[7])
 local ttl = tonumber(ARGV[1])
 local marker = KEYS[6 + nshards]
 
-local expected_types = {[KEYS[1]] = 'string', [KEYS[2]] = 'string', [KEYS[3]] = 'string',
-                        [KEYS[4]] = 'hash', [KEYS[5]] = 'hash'}
+local expected_types = {KEYS[1], 'string', KEYS[2], 'string', KEYS[3], 'string', KEYS[4], 'hash', KEYS[5], 'hash'}
 for j = 1, nshards do
-  expected_types[KEYS[5 + j]] = 'set'
+  expected_types[#expected_types + 1] = KEYS[5 + j]
+  expected_types[#expected_types + 1] = 'set'
 end
 if ttl > 0 then
-  expected_types[marker] = 'string'
+  expected_types[#expected_types + 1] = marker
+  expected_types[#expected_types + 1] = 'string'
 end
-for key, kind in pairs(expected_types) do
-  local found = redis.call('TYPE', key)['ok']
-  if found ~= 'none' and found ~= kind then
-    return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. found .. ', not a ' .. kind .. ' (changed by hand?)')
-  end
+local refused = wrong_type(expected_types)
+if refused then
+  return refused
 end
 
 local fixed = redis.call('GET', KEYS[1])

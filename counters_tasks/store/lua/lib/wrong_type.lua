@@ -1,0 +1,17 @@
+-- Library: prepended by store/scripts.py to every script that calls wrong_type (scripts
+-- cannot load one another). A write script calls it before its first write, so a key of
+-- another type (changed by hand, or by another program) fails the call with nothing written
+-- and no dedupe marker: the message is retried or set aside, never half-applied.
+-- wrong_type(list): list = {key, type, key, type, ...} (types as TYPE names them: 'string'
+-- for a HyperLogLog too). Returns an error reply naming the first key of another type than
+-- its own (absent keys are fine), else nil.
+local function wrong_type(list)
+  for n = 1, #list, 2 do
+    local found = redis.call('TYPE', list[n])['ok']
+    if found ~= 'none' and found ~= list[n + 1] then
+      return redis.error_reply('WRONGTYPE ' .. list[n] .. ' holds a ' .. found .. ', not a ' .. list[n + 1] ..
+                               ' (changed by hand?): nothing was written')
+    end
+  end
+  return nil
+end
