@@ -4,7 +4,7 @@ BIN := $(VENV)/bin
 VISITS ?= 5000
 PYTEST_ARGS ?=
 
-.PHONY: install run demo test test-cluster test-oldest test-oldest-redis test-redis-server constraints lint bench screenshots
+.PHONY: install run demo test test-cluster test-oldest test-oldest-redis test-redis-server test-rabbitmq constraints lint bench screenshots
 
 install:
 	@VENV=$(VENV) scripts/bootstrap.sh
@@ -48,6 +48,11 @@ test-redis-server: install
 	COUNTERS_REDIS_SERVER=redis-server $(BIN)/python -m pytest -q -m "not processes" $(PYTEST_ARGS)
 	COUNTERS_REDIS_SERVER=redis-server $(BIN)/python -m pytest -q tests/faults/test_security.py \
 		tests/test_worker_and_beat.py $(PYTEST_ARGS)
+
+# RabbitMQ as the broker (Debian's rabbitmq-server, installed by .ci/run; a private node per test module):
+# real workers, a SIGKILL, health, dead letters and /metrics. A missing server fails here (it skips elsewhere).
+test-rabbitmq: install
+	COUNTERS_RABBITMQ_REQUIRED=1 $(BIN)/python -m pytest -q tests/test_rabbitmq.py $(PYTEST_ARGS)
 
 # Pin what `make install` installs to what is installed now (after a change of pyproject.toml, in a fresh venv).
 constraints: install

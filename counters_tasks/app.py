@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import time
 from typing import Any
-from urllib.parse import urlsplit
 
 import redis
 from celery import Celery, signals
@@ -26,7 +25,7 @@ from celery.app.amqp import AMQP
 from redis.exceptions import RedisError
 
 from .core.privacy import masked_reprs
-from .core.settings import get_settings
+from .core.settings import get_settings, is_redis_url
 from .errors import ConfigurationError
 from .store import deployment, server
 from .store.client import get_redis
@@ -105,7 +104,7 @@ def _check_servers_for_beat(**_: object) -> None:
 def _check_servers(log_problems: bool) -> None:
     _check_server(get_redis(), "the counters' Redis", log_problems)
     broker_url = get_settings().broker_url
-    if urlsplit(broker_url).scheme in ("redis", "rediss", "unix"):
+    if is_redis_url(broker_url):
         broker = redis.Redis.from_url(broker_url, socket_timeout=5, socket_connect_timeout=5)
         try:
             _check_server(broker, "the broker's Redis", log_problems)

@@ -163,4 +163,4 @@ def precompute_expected(self: MaintenanceTask) -> Any:
 def expire_dead_letters(self: MaintenanceTask) -> Any:
     """Hourly: the dead letters older than COUNTERS_DEAD_LETTER_DAYS go (``dead_letters.expire_due``)."""
     return run_exclusive(get_redis(), "expire_dead_letters",
-                         lambda: dead_letters.expire_due(dead_letters.broker_client()), self.lock_seconds)
+                         lambda: dead_letters.expire_due(dead_letters.store_client()), self.lock_seconds)

@@ -43,7 +43,7 @@ def set_aside_at(when: float, n: int, tag: str) -> None:
                                         {}, "visits", RuntimeError("NOPERM"), 5)
         item = json.dumps({"headers": {"task": "counters_tasks.record_visit", "id": f"{tag}-raw"},
                            "properties": {"delivery_tag": f"{tag}-tag"}, "body": "x" * 300_000})
-        dead_letters.set_aside_message(dead_letters.broker_client(), ("unacked", "unacked_index"), "visits", item,
+        dead_letters.set_aside_message(dead_letters.store_client(), ("unacked", "unacked_index"), "visits", item,
                                        "not_json_content", json.loads(item))
 
 

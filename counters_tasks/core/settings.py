@@ -101,6 +101,14 @@ class Settings:
         return ZoneInfo(self.timezone)
 
 
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+
+def is_redis_url(url: str) -> bool:
+    """Whether ``url`` names a Redis server (a broker may be RabbitMQ or another: ``amqp://``...)."""
+    return urlsplit(url).scheme in REDIS_SCHEMES
+
+
 def url_with_db(url: str, db: int) -> str:
     """The same Redis server as ``url`` but database ``db`` (for the default broker)."""
     parts = urlsplit(url)
@@ -173,7 +181,7 @@ def load_settings(env: dict | None = None) -> Settings:
     """Build settings from ``env`` (default: ``os.environ``), checking every value."""
     env = os.environ if env is None else env
     redis_url = env.get("COUNTERS_REDIS_URL") or DEFAULT_REDIS_URL
-    if urlsplit(redis_url).scheme not in ("redis", "rediss", "unix"):
+    if not is_redis_url(redis_url):
         raise ConfigurationError(f"COUNTERS_REDIS_URL must be redis://, rediss:// or unix://, got {redis_url!r}")
     cluster = _flag(env, "COUNTERS_REDIS_CLUSTER")
     prefix = env.get("COUNTERS_KEY_PREFIX", "ct:")

@@ -17,7 +17,7 @@ import redis
 
 from .. import __version__
 from ..app import app as default_app
-from ..core.settings import get_settings
+from ..core.settings import get_settings, is_redis_url
 from ..errors import ConfigurationError, InvalidInput
 from ..local.stack import Stack, load_stack_env
 from ..store import deployment
@@ -453,13 +453,15 @@ def dead_letters_group() -> None:
 
 
 def _broker(action: Callable[[Any], Any]) -> Any:
-    """Run ``action`` with a client of the broker, mapping its errors to exit code 1."""
+    """Run ``action`` with a client of the Redis that keeps the dead letters (the broker's, or
+    the counters' with another broker), mapping its errors to exit code 1."""
     try:
-        return action(dead_letters.broker_client())
+        return action(dead_letters.store_client())
     except ConfigurationError as exc:
         raise Failed(str(exc)) from None
     except redis.RedisError as exc:
-        raise Failed(f"broker at {get_settings().broker_url}: {type(exc).__name__}: {exc}") from None
+        where = get_settings().broker_url if is_redis_url(get_settings().broker_url) else get_settings().redis_url
+        raise Failed(f"dead letters at {where}: {type(exc).__name__}: {exc}") from None
 
 
 def _render_dead_letters(console: Any, data: dict) -> None:

@@ -15,7 +15,7 @@ from redis.retry import Retry
 
 from .. import refusals
 from ..app import app as default_app
-from ..core.settings import get_settings
+from ..core.settings import get_settings, is_redis_url
 from ..store import deployment, server
 from ..store.client import as_str, get_redis
 from ..worker import dead_letters
@@ -32,6 +32,23 @@ PRIORITY_STEPS = (3, 6, 9)  # kombu's Redis transport keeps priorities 1-9 in ex
 def queue_lists(queue: str) -> list[str]:
     """The Redis lists of a Celery queue on a Redis broker: its own, then one per priority step."""
     return [queue, *(f"{queue}{PRIORITY_SEPARATOR}{step}" for step in PRIORITY_STEPS)]
+
+
+def amqp_queue_lengths(app: Any) -> dict[str, int]:
+    """Messages ready in each queue on a broker that is not a Redis (RabbitMQ...), through kombu:
+    a passive declare, which changes nothing; a queue never declared holds none. Messages taken
+    by a worker and not yet acknowledged are not counted (AMQP reports them apart)."""
+    lengths = {}
+    with app.connection_for_write() as connection:
+        for queue in QUEUES:
+            channel = connection.channel()  # a failed passive declare closes its channel
+            try:
+                lengths[queue] = channel.queue_declare(queue=queue, passive=True).message_count
+            except connection.channel_errors:
+                lengths[queue] = 0
+            finally:
+                channel.close()
+    return lengths
 
 
 def queue_length(broker: Any, queue: str) -> int:
@@ -75,13 +92,14 @@ def _add_server(into: dict[str, Any], more: dict[str, Any]) -> None:
 
 
 def check(conn: Any, broker: Any = None, app: Any = None, ping_timeout: float = 1.0,
-          beat_max_age: float = 180.0, now: float | None = None) -> dict[str, Any]:
+          beat_max_age: float = 180.0, now: float | None = None, other_broker: bool = False) -> dict[str, Any]:
     """The health report: ``ok`` is true when Redis answers, is new enough and never evicts
     (``store.server``; the broker too when it is a Redis), holds this package's key layout and
     lost no data within a day (``store.deployment``), a worker answers a ping and beat's
     every-minute job started within ``beat_max_age`` seconds. ``broker`` (a Redis client of the
     broker) and ``app`` (the Celery app) are optional: the checks that need them are skipped
-    and count as failed when missing."""
+    and count as failed when missing. ``other_broker``: the broker is not a Redis (RabbitMQ...):
+    the queues are read through the app's kombu connection and the dead letters from ``conn``."""
     now = time.time() if now is None else now
     report: dict[str, Any] = {"checked_at": now}
     started = time.perf_counter()
@@ -112,6 +130,12 @@ def check(conn: Any, broker: Any = None, app: Any = None, ping_timeout: float = 
             report["queues"] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
         if report["queues"]["ok"]:
             _add_server(report["servers"], _server_report(broker, "the broker's Redis"))
+    elif other_broker and app is not None:
+        try:
+            report["queues"] = {"ok": True, **amqp_queue_lengths(app)}
+            report["dead_letters"] = dead_letters.summary(conn)
+        except Exception as exc:
+            report["queues"] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
     else:
         report["queues"] = {"ok": False, "error": "no broker given"}
     if app is not None and report["queues"]["ok"]:
@@ -139,8 +163,13 @@ def broker_client(url: str, timeout: float = 2.0) -> Any:
 
 
 def report(ping_timeout: float = 1.0, beat_max_age: float = 180.0) -> dict[str, Any]:
-    """The health report of the configured deployment: its Redis, broker and workers (``check``)."""
-    broker = broker_client(get_settings().broker_url)
+    """The health report of the configured deployment: its Redis, broker and workers (``check``),
+    whatever the broker (a Redis, or RabbitMQ and the others kombu reaches)."""
+    url = get_settings().broker_url
+    if not is_redis_url(url):
+        return check(get_redis(), None, default_app, ping_timeout=ping_timeout, beat_max_age=beat_max_age,
+                     other_broker=True)
+    broker = broker_client(url)
     try:
         return check(get_redis(), broker, default_app, ping_timeout=ping_timeout, beat_max_age=beat_max_age)
     finally:

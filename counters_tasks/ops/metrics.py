@@ -29,7 +29,8 @@ from starlette.responses import Response
 
 from .. import refusals, throughput
 from ..app import SENT_AT_HEADER
-from ..core.settings import get_settings
+from ..app import app as default_app
+from ..core.settings import get_settings, is_redis_url
 from ..core.validation import finite_number
 from ..store import deployment, keys, server
 from ..store.client import as_str, read_pipeline
@@ -182,6 +183,8 @@ class CountersCollector(Collector):
         """Queue lengths, unacknowledged messages, dead letters and the oldest waiting event (one
         round trip to the broker)."""
         broker = self.broker()
+        if broker is None:
+            return self.other_broker_metrics()
         lists = {queue: health.queue_lists(queue) for queue in health.QUEUES}
         pipe = broker.pipeline(transaction=False)
         for names in lists.values():
@@ -223,8 +226,27 @@ class CountersCollector(Collector):
                 set_aside]
 
 
+    def other_broker_metrics(self) -> list[Any]:
+        """A broker that is not a Redis (RabbitMQ...): queue lengths through kombu, dead letters
+        from the counters' Redis (where they are kept then). The unacknowledged messages and the
+        waiting events' lag are not read: AMQP does not show a queue's messages without taking
+        them (docs/metrics.md)."""
+        lengths = GaugeMetricFamily("counters_queue_length", "Messages waiting in a queue (every priority)",
+                                    labels=["queue"])
+        for queue, count in health.amqp_queue_lengths(default_app).items():
+            lengths.add_metric([queue], count)
+        kept = dead_letters.summary(self.conn())
+        set_aside = CounterMetricFamily("counters_dead_lettered", "Messages ever set aside in the dead letters, "
+                                        "by reason", labels=["reason"])
+        for reason, count in sorted(kept["by_reason"].items()):
+            set_aside.add_metric([reason], count)
+        return [lengths, GaugeMetricFamily("counters_dead_letters", "Dead-letter records kept (counters-tasks "
+                                           "dead-letters)", value=kept["count"]), set_aside]
+
+
 class Broker:
-    """A client of the broker's Redis with short timeouts, made on first use and kept."""
+    """A client of the broker's Redis with short timeouts, made on first use and kept; None when
+    the broker is not a Redis (its metrics are then read through kombu)."""
 
     def __init__(self, timeout: float = 2.0) -> None:
         self.timeout = timeout
@@ -233,8 +255,9 @@ class Broker:
 
     def __call__(self) -> Any:
         with self.lock:
-            if self.client is None:
-                self.client = health.broker_client(get_settings().broker_url, self.timeout)
+            url = get_settings().broker_url
+            if self.client is None and is_redis_url(url):
+                self.client = health.broker_client(url, self.timeout)
             return self.client
 
 

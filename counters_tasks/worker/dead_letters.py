@@ -1,5 +1,6 @@
-"""Dead letters: messages a worker cannot apply are set aside on the broker, never retried
-forever, never dropped, and never able to stop a worker.
+"""Dead letters: messages a worker cannot apply are set aside, never retried forever, never
+dropped, and never able to stop a worker. They are kept on the broker's Redis, or in the
+counters' Redis when the broker is not a Redis (RabbitMQ...: ``store_client``).
 
 Two kinds of record go to one capped list (``store.keys.dead_letters``), newest first:
 
@@ -30,10 +31,10 @@ from typing import Any
 
 import redis
 
-from ..core.settings import get_settings
+from ..core.settings import get_settings, is_redis_url
 from ..core.validation import finite_number
 from ..store import keys
-from ..store.client import as_str
+from ..store.client import as_str, get_redis
 from ..store.scripts import run_script
 
 log = logging.getLogger(__name__)
@@ -44,12 +45,16 @@ PAYLOAD_KEPT = 1 << 20
 _client: tuple[int, str, redis.Redis] | None = None
 
 
-def broker_client() -> redis.Redis:
-    """A client of the broker's Redis for this process (short timeouts)."""
+def store_client() -> Any:
+    """The Redis that keeps the dead letters, for this process: the broker's, when the broker is
+    a Redis (short timeouts); else (RabbitMQ, any other broker) the counters' own."""
     global _client
-    url = get_settings().broker_url
+    settings = get_settings()
+    if not is_redis_url(settings.broker_url):
+        return get_redis()
+    url = settings.broker_url
     if _client is None or _client[0] != os.getpid() or _client[1] != url:
-        timeout = get_settings().socket_timeout
+        timeout = settings.socket_timeout
         _client = (os.getpid(), url, redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout))
     return _client[2]
 
@@ -118,7 +123,7 @@ def set_aside_call(task: str, task_id: Any, args: Any, kwargs: Any, queue: str |
     reason = "failed"
     record = _record(reason, queue, task, task_id, args=args, kwargs=kwargs, attempts=attempts,
                      error=f"{type(error).__name__}: {error}"[:2000])
-    run_script(broker_client(), "dead_letter", [keys.dead_letters(), keys.dead_letter_reasons(), "", ""],
+    run_script(store_client(), "dead_letter", [keys.dead_letters(), keys.dead_letter_reasons(), "", ""],
                [record, get_settings().dead_letter_max, reason, ""])
     log.error("%s %s failed %d times (%r): set aside in the dead letters", task, task_id, attempts, error)
 
