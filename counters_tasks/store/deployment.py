@@ -111,15 +111,19 @@ def tag_key_for(conn: Any, write: bool) -> bytes:
     (see the module docstring). ``write``: the caller is about to write, so it may make the
     tag key and the marker, put them back after a loss, and record the loss."""
     held = _state(conn)
-    due = time.monotonic() - held.checked_at >= CHECK_EVERY or (write and held.deployment_id is None)
-    if due:
+    if _due(held, write):
         with held.lock:
-            if time.monotonic() - held.checked_at >= CHECK_EVERY or (write and held.deployment_id is None):
+            if _due(held, write):  # not checked meanwhile by another thread
                 _check(conn, held, write)
     pinned = get_settings().tag_key
     if pinned:
         return pinned.encode()
     return held.tag_key if held.tag_key is not None else _throwaway_key()
+
+
+def _due(held: Held, write: bool) -> bool:
+    """A check is due every CHECK_EVERY seconds, and before a writer's first write."""
+    return time.monotonic() - held.checked_at >= CHECK_EVERY or (write and held.deployment_id is None)
 
 
 def _throwaway_key() -> bytes:
