@@ -193,3 +193,60 @@ def test_a_worker_refuses_to_start_on_another_layout(raw_conn, redis_url, tmp_pa
         worker.stop()
     out = cli(celery_env(redis_url), "migrate")
     assert out.returncode == 1 and "newer" in out.stderr
+
+
+WRITE_AND_SAY_KEY = """
+import sys, time
+from counters_tasks import sitestats
+from counters_tasks.store import keys
+from counters_tasks.store.client import get_redis
+conn = get_redis()
+sys.stdin.readline()  # every process is up: write together
+sitestats.record_visit(conn, sys.argv[1], sys.argv[2], time.time())
+print(keys.tag_key().decode())
+"""
+
+
+def writers(env: dict[str, str], count: int, path: str) -> list[str]:
+    """``count`` new processes that each record one visit to ``path`` at the same moment (each
+    its own visitor); the tag key each ended on."""
+    procs = [subprocess.Popen([sys.executable, "-c", WRITE_AND_SAY_KEY, f"192.0.2.{n + 1}", path], env=env,
+                              cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for n in range(count)]
+    outs = [p.communicate("go\n", timeout=60) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err for _, err in outs]
+    return [out.strip() for out, _ in outs]
+
+
+@pytest.mark.processes
+def test_processes_writing_together_on_an_empty_redis_end_on_one_key(own_redis):
+    env = celery_env(own_redis.url)
+    env.pop("COUNTERS_TAG_KEY")
+    held = writers(env, 6, PATH)
+    kept = make_client(own_redis.url).get(deployment.tag_key_name()).decode()
+    assert held == [kept] * 6  # SET NX: one maker wins, the others take its key
+    assert page_views(env, PATH) == 6
+
+
+@pytest.mark.processes
+def test_a_new_writer_first_after_a_loss_and_the_running_worker_converge(own_redis, tmp_path):
+    """After the loss a new process writes first (it makes a new key); the running worker, which
+    holds the old one, takes Redis's at its next check: every visit after lands under one key."""
+    env = celery_env(own_redis.url)
+    env.pop("COUNTERS_TAG_KEY")
+    worker = start_worker(env, tmp_path / "worker.log").wait_ready()
+    conn = make_client(own_redis.url)
+    try:
+        send_visits(own_redis, "/before", 10)
+        wait_until(lambda: page_views(env, "/before") == 10, timeout=30, what="the first visits to count")
+        old = conn.get(deployment.tag_key_name())
+        conn.flushall()
+        [new] = set(writers(env, 2, PATH))
+        assert new.encode() == conn.get(deployment.tag_key_name()) != old
+        time.sleep(deployment.CHECK_EVERY)  # the worker's next use of Redis checks the marker
+        send_visits(own_redis, PATH, 100, first_ip=2)
+        wait_until(lambda: page_views(env, PATH) == 102, timeout=30, what="every visit under one key")
+        assert conn.get(deployment.tag_key_name()) == new.encode()
+        assert "another deployment than before" in worker.output()
+    finally:
+        worker.stop()
