@@ -31,7 +31,8 @@ def health(env: dict[str, str]) -> tuple[int, dict]:
 
 @pytest.fixture(params=["volatile-lru", "allkeys-lru"])
 def evicting(request, tmp_path):
-    """A Redis with maxmemory 24mb and an evicting policy (the default of several managed services)."""
+    """A Redis with maxmemory 24mb and an evicting policy (the default of several managed services):
+    ``(server, policy)``; both policies for the error, one for the warning (a worker start each)."""
     with RedisServer(tmp_path / "redis", extra_args=["--maxmemory", "24mb", "--maxmemory-policy",
                                                      request.param]) as evicting_server:
         yield evicting_server, request.param
@@ -58,6 +59,7 @@ def test_an_evicting_policy_is_an_error_in_the_worker_log_health_and_metrics(evi
 
 
 @pytest.mark.processes
+@pytest.mark.parametrize("evicting", ["allkeys-lru"], indirect=True)
 def test_an_evicting_policy_accepted_is_a_warning(evicting, tmp_path):
     redis_server, policy = evicting
     env = celery_env(redis_server.url, COUNTERS_ALLOW_EVICTION="1")

@@ -85,6 +85,7 @@ class Settings:
     redis_url_given: bool = False  # COUNTERS_REDIS_URL was set (else the local stack starts a Redis)
     dashboard_auth: tuple[str, str] | None = None
     dashboard_hosts: tuple[str, ...] = ()  # Host headers the dashboard answers (empty: loopback names only)
+    dashboard_request_timeout: float = 10.0  # seconds a connection to `serve` may take to send a whole request
     home: Path = Path(".counters-tasks")
     flower_auth: str | None = None
     flower_port: int = 5555
@@ -236,6 +237,7 @@ def load_settings(env: dict | None = None) -> Settings:
         celery_config_module=env.get("CELERY_CONFIG_MODULE") or None,
         dashboard_auth=_user_password(env, "COUNTERS_DASHBOARD_AUTH"),
         dashboard_hosts=tuple(h.strip() for h in env.get("COUNTERS_DASHBOARD_HOSTS", "").split(",") if h.strip()),
+        dashboard_request_timeout=_float(env, "COUNTERS_DASHBOARD_REQUEST_TIMEOUT", 10.0),
         home=Path(env.get("COUNTERS_HOME") or ".counters-tasks").resolve(),
         flower_auth=flower_auth,
         flower_port=_int(env, "FLOWER_PORT", 5555, minimum=1),

@@ -8,8 +8,8 @@ it answer 503 to every real request for as long as they stayed open.
 
 ``GuardedH11Protocol`` (uvicorn's h11 protocol with two rules added) is what ``ops.web.run``
 serves with instead, and the limit on work moves to the requests (``ops.web.RequestLimit``):
-- a request must arrive whole (head and body) within ``REQUEST_TIMEOUT`` seconds of the
-  connection's opening or of the answer before it, else the connection is closed;
+- a request must arrive whole (head and body) within ``COUNTERS_DASHBOARD_REQUEST_TIMEOUT``
+  (10) seconds of the connection's opening or of the answer before it, else it is closed;
 - at most ``MAX_CONNECTIONS`` are open: one more closes the connection that has waited longest
   for a request (idle or half-sent), never one whose request is being answered.
 """
@@ -22,8 +22,8 @@ from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-REQUEST_TIMEOUT = 10.0
-"""Seconds a connection may take to send a whole request (after opening, or after an answer)."""
+from ..core.settings import get_settings
+
 MAX_CONNECTIONS = 256
 """Connections open at most; past it the one waiting longest for a request is closed."""
 
@@ -34,11 +34,11 @@ _NOT_WAITING = float("inf")
 class GuardedH11Protocol(H11Protocol):
     """uvicorn's h11 protocol with a deadline for each request and a cap on open connections."""
 
-    request_timeout = REQUEST_TIMEOUT
     max_connections = MAX_CONNECTIONS
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.request_timeout = get_settings().dashboard_request_timeout
         self._deadline: asyncio.TimerHandle | None = None
         self._cycle_when_armed: Any = None
         self.waiting_since = _NOT_WAITING
