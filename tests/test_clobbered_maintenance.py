@@ -14,6 +14,7 @@ import pytest
 import redis
 
 from counters_tasks import counters, ranking, throughput
+from counters_tasks.core.validation import MAX_AMOUNT
 from counters_tasks.store import keys
 from counters_tasks.store.scripts import run_script
 from tests.support.servers import dump_all
@@ -160,3 +161,36 @@ def test_a_clobbered_throughput_total_adds_nothing(raw_conn):
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
         run_script(raw_conn, "throughput_add", [keys.throughput()], ["", "visits", 1])
     assert raw_conn.get(keys.throughput()) == b"written by hand"
+
+
+def overflowing_call(conn, write, key_part: str) -> str:
+    """Apply ``write(message_id)`` (the largest amount accepted) until Redis refuses one; that call
+    must leave the database as it was, with no dedupe marker. Returns its error."""
+    for _ in range(1015):  # 1015 * (2**53 - 1) < 9.2e18: accepted (the first refusal comes later)
+        write(None)
+    for n in range(20):
+        before = dump_all(conn)
+        try:
+            write(f"big-{n}")
+        except redis.ResponseError as exc:
+            assert dump_all(conn) == before  # nothing written, no marker: the retry is not skipped
+            assert key_part in str(exc)
+            return str(exc)
+    raise AssertionError("no write was refused")
+
+
+def test_a_counter_bucket_about_to_overflow_fails_the_call_whole(raw_conn):
+    """HINCRBY fails once a field would pass 2**63; met midway, it left the earlier buckets and the
+    marker (the retry then skipped the message). Checked first, the call fails whole."""
+    error = overflowing_call(raw_conn, lambda mid: counters.update_counter(raw_conn, "bytes", MAX_AMOUNT, NOW,
+                                                                           message_id=mid),
+                             keys.counter_hash("bytes"))
+    assert "overflow" in error
+
+
+def test_a_ranking_slot_about_to_overflow_fails_the_call_whole(raw_conn):
+    board = ranking.Ranking(raw_conn, "big")
+    error = overflowing_call(raw_conn, lambda mid: board.incr_many([("a", 1, NOW), ("m", MAX_AMOUNT, NOW)],
+                                                                   message_id=mid),
+                             keys.ranking_slot("big", board.slot_of(NOW)))
+    assert "overflow" in error

@@ -10,7 +10,8 @@
 -- counter left with no bucket leaves the due index, any other gets the earlier of its score
 -- and these buckets' (ZADD LT), and so does its subset in the summary, so the cleaner finds it
 -- when its first sample is due. (Subsets keep each due ZSET small enough to stay a listpack.)
--- Every key's type is checked before the first write (wrong_type).
+-- Every key's type, and that no bucket would pass the 64-bit range, is checked before the first
+-- write (wrong_type, overflow).
 -- Returns 1, or 0 when this message was already applied here (nothing written).
 local ttl = tonumber(ARGV[1])
 local ncounters = tonumber(ARGV[2])
@@ -26,8 +27,24 @@ local refused = wrong_type(types)
 if refused then
   return refused
 end
-if ttl > 0 and not redis.call('SET', KEYS[2 * ncounters + 2], '1', 'NX', 'EX', ttl) then
+if ttl > 0 and redis.call('EXISTS', KEYS[2 * ncounters + 2]) == 1 then
   return 0
+end
+local a = 3
+for c = 1, ncounters do
+  local sums, n = {}, tonumber(ARGV[a + 3])
+  a = a + 4
+  for _ = 1, n do
+    sums[ARGV[a]] = (sums[ARGV[a]] or 0) + tonumber(ARGV[a + 1])
+    a = a + 2
+  end
+  refused = overflow(KEYS[2 * c - 1], sums)
+  if refused then
+    return refused
+  end
+end
+if ttl > 0 then
+  redis.call('SET', KEYS[2 * ncounters + 2], '1', 'EX', ttl)
 end
 local i = 3
 for c = 1, ncounters do
