@@ -44,12 +44,17 @@ local function clean(key, fields)
   return #old, next_due
 end
 
-local refused = wrong_type({summary, 'zset', KEYS[2], 'hash'})
+-- (an idle group costs its one ZRANGEBYSCORE and nothing more: the checks follow what is due)
+local due_subsets = redis.pcall('ZRANGEBYSCORE', summary, '-inf', now)
+if due_subsets['err'] then
+  return wrong_type({summary, 'zset'}) or due_subsets
+end
+local refused = #due_subsets > 0 and wrong_type({KEYS[2], 'hash'})
 if refused then
   return refused
 end
 local removed, more, taken = 0, 0, 0
-for _, subset in ipairs(redis.call('ZRANGEBYSCORE', summary, '-inf', now)) do
+for _, subset in ipairs(due_subsets) do
   if budget <= 0 or taken >= max_counters then
     more = 1
     break
