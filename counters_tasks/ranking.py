@@ -32,12 +32,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from redis.exceptions import ResponseError
+
 from . import refusals, throughput
 from .core.settings import get_settings
 from .core.validation import check_amount, check_event_time, check_int, check_message_id, check_now, check_text
 from .errors import BoardSettingsConflict, InvalidInput, MalformedMessage
 from .store import keys, registry
-from .store.client import as_str
+from .store.client import as_str, is_transient
 from .store.scripts import execute_in_order, run_script
 
 log = logging.getLogger(__name__)
@@ -505,8 +507,10 @@ def rotate_all(conn: Any, now: float | None = None) -> int:
                 continue
             try:
                 dropped += _rotate(conn, name, slot_of(now, int(interval)))
-            except RuntimeError:  # one broken board does not hold the others back
-                log.exception("rotating ranking %r failed", name)
+            except (RuntimeError, ResponseError) as exc:  # one broken board does not hold the others back
+                if isinstance(exc, ResponseError) and is_transient(exc):  # Redis busy: the whole job waits
+                    raise
+                log.exception("rotating ranking %r failed", name)  # e.g. a key changed by hand (WRONGTYPE)
                 failed.append(name)
     if failed:
         raise RuntimeError(f"rotation failed for {len(failed)} board(s): {failed[:10]!r}")

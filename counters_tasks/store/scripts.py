@@ -19,7 +19,7 @@ from .client import as_str, is_cluster
 _scripts: weakref.WeakKeyDictionary[Any, dict[str, Script]] = weakref.WeakKeyDictionary()
 
 
-LIBRARIES = ("wrong_type",)
+LIBRARIES = ("wrong_type", "overflow")
 """Functions of ``lua/lib/<name>.lua`` that a script gets prepended when it calls them."""
 
 

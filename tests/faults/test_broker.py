@@ -4,13 +4,13 @@ very format kombu restores; waiting takes nothing."""
 from __future__ import annotations
 
 import json
-from importlib import resources
 
 import pytest
 import redis
 from kombu import Connection, Exchange, Queue
 
 from counters_tasks.store.client import as_str
+from counters_tasks.store.scripts import lua_source
 
 pytestmark = pytest.mark.processes
 
@@ -46,7 +46,7 @@ def test_take_records_what_kombu_restores(broker_server, monkeypatch):
         assert again == [[[1], {}, {}]] and raw.hlen("unacked") == 0 and raw.zcard("unacked_index") == 0
 
 
-TAKE = resources.files("counters_tasks").joinpath("store", "lua", "broker_take.lua").read_text()
+TAKE = lua_source("broker_take")  # with the library functions it calls
 
 
 def take(raw: redis.Redis, max_bytes: int = 1 << 20) -> object:

@@ -8,9 +8,17 @@
 -- than ARGV[1] and was set aside unread (the caller takes again); false when every queue is empty.
 -- The HASH value is what kombu's QoS.append writes: the JSON list [message, exchange,
 -- routing_key], built around the message's own text (no re-encoding).
+-- The keys written after a pop are type-checked before those writes (wrong_type): a key changed
+-- by hand fails the call naming it, with the message pushed back where it was (a pop then an
+-- error lost it). An empty poll costs no check.
 for i = 5, #KEYS do
   local item = redis.call('RPOP', KEYS[i])
   if item then
+    local refused = wrong_type({KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'list', KEYS[4], 'hash'})
+    if refused then
+      redis.call('RPUSH', KEYS[i], item)
+      return refused
+    end
     local now = redis.call('TIME')
     if #item > tonumber(ARGV[1]) then
       -- never decoded: decoding costs Redis time in proportion to the size a client chose

@@ -14,6 +14,9 @@
 -- time, its cursor kept between calls and its score kept (still due) until a full scan is
 -- done, so no call runs long and each field is examined once a scan. A subset's summary score
 -- is set again to its earliest member's once its due members are done.
+-- The group's keys are type-checked before the first write, each due subset and counter hash
+-- before it is touched (wrong_type): a key changed by hand fails the call naming it; what was
+-- cleaned before it stays cleaned (each counter's step is whole, and cleaning is idempotent).
 -- Returns {samples removed, 1 when more is due in this group (call again), else 0}.
 local summary, now, head, due_head = KEYS[1], tonumber(ARGV[1]), ARGV[2], ARGV[3]
 local max_counters, budget, keep = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -41,13 +44,26 @@ local function clean(key, fields)
   return #old, next_due
 end
 
+-- (an idle group costs its one ZRANGEBYSCORE and nothing more: the checks follow what is due)
+local due_subsets = redis.pcall('ZRANGEBYSCORE', summary, '-inf', now)
+if due_subsets['err'] then
+  return wrong_type({summary, 'zset'}) or due_subsets
+end
+local refused = #due_subsets > 0 and wrong_type({KEYS[2], 'hash'})
+if refused then
+  return refused
+end
 local removed, more, taken = 0, 0, 0
-for _, subset in ipairs(redis.call('ZRANGEBYSCORE', summary, '-inf', now)) do
+for _, subset in ipairs(due_subsets) do
   if budget <= 0 or taken >= max_counters then
     more = 1
     break
   end
   local due_key = due_head .. subset
+  refused = wrong_type({due_key, 'zset'})
+  if refused then
+    return refused
+  end
   local names = redis.call('ZRANGEBYSCORE', due_key, '-inf', now, 'LIMIT', 0, max_counters - taken)
   for _, member in ipairs(names) do
     if budget <= 0 then
@@ -56,6 +72,10 @@ for _, subset in ipairs(redis.call('ZRANGEBYSCORE', summary, '-inf', now)) do
     end
     taken = taken + 1
     local key = head .. member
+    refused = wrong_type({key, 'hash'})
+    if refused then
+      return refused
+    end
     local size = redis.call('HLEN', key)
     if size == 0 then
       redis.call('ZREM', due_key, member)

@@ -10,7 +10,8 @@
 -- counter left with no bucket leaves the due index, any other gets the earlier of its score
 -- and these buckets' (ZADD LT), and so does its subset in the summary, so the cleaner finds it
 -- when its first sample is due. (Subsets keep each due ZSET small enough to stay a listpack.)
--- Every key's type is checked before the first write (wrong_type).
+-- Every key's type is checked before the first write (wrong_type); a bucket that would pass the
+-- 64-bit range fails the call whole (its additions undone), before the marker.
 -- Returns 1, or 0 when this message was already applied here (nothing written).
 local ttl = tonumber(ARGV[1])
 local ncounters = tonumber(ARGV[2])
@@ -26,20 +27,44 @@ local refused = wrong_type(types)
 if refused then
   return refused
 end
-if ttl > 0 and not redis.call('SET', KEYS[2 * ncounters + 2], '1', 'NX', 'EX', ttl) then
+if ttl > 0 and redis.call('EXISTS', KEYS[2 * ncounters + 2]) == 1 then
   return 0
 end
+-- Every bucket first: HINCRBY refuses a field that would leave the 64-bit range, so such a call
+-- undoes what it added (exact: integers) and fails whole, before its marker and due entries.
+-- (Reading every field first to check would cost an HMGET as big as the call.)
+local added = {}
 local i = 3
+for c = 1, ncounters do
+  local key = KEYS[2 * c - 1]
+  local n = tonumber(ARGV[i + 3])
+  i = i + 4
+  for _ = 1, n do
+    local total = redis.pcall('HINCRBY', key, ARGV[i], ARGV[i + 1])
+    if type(total) == 'table' and total['err'] then
+      for u = #added, 1, -1 do
+        local undo = added[u]
+        if redis.call('HINCRBY', undo[1], undo[2], string.format('%.0f', -tonumber(undo[3]))) == 0 then
+          redis.call('HDEL', undo[1], undo[2])
+        end
+      end
+      return redis.error_reply('ERR ' .. key .. ' field ' .. ARGV[i] .. ': ' .. total['err'] .. ': nothing was written')
+    end
+    if total == 0 then
+      redis.call('HDEL', key, ARGV[i])
+    end
+    added[#added + 1] = {key, ARGV[i], ARGV[i + 1]}
+    i = i + 2
+  end
+end
+if ttl > 0 then
+  redis.call('SET', KEYS[2 * ncounters + 2], '1', 'EX', ttl)
+end
+i = 3
 for c = 1, ncounters do
   local key, due = KEYS[2 * c - 1], KEYS[2 * c]
   local member, subset, first_due, n = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
-  i = i + 4
-  for _ = 1, n do
-    if redis.call('HINCRBY', key, ARGV[i], ARGV[i + 1]) == 0 then
-      redis.call('HDEL', key, ARGV[i])
-    end
-    i = i + 2
-  end
+  i = i + 4 + 2 * n
   if redis.call('EXISTS', key) == 1 then
     if redis.call('ZADD', due, 'LT', 'CH', first_due, member) == 1 then  -- new, or due earlier
       redis.call('ZADD', summary, 'LT', first_due, subset)

@@ -4,6 +4,14 @@
 -- ARGV: the record (JSON text), the most records kept, the reason, the message's delivery tag
 --       ('' when it has none or was never recorded as unacknowledged).
 -- Returns the number of records kept.
+-- Every key's type is checked before the first write (wrong_type): a failed call keeps no
+-- record, so the message stays where it was and a retry does not set it aside twice.
+local refused = wrong_type({KEYS[1], 'list', KEYS[2], 'hash', KEYS[3] ~= '' and KEYS[3] or KEYS[1],
+                            KEYS[3] ~= '' and 'hash' or 'list', KEYS[4] ~= '' and KEYS[4] or KEYS[1],
+                            KEYS[4] ~= '' and 'zset' or 'list'})
+if refused then
+  return refused
+end
 redis.call('LPUSH', KEYS[1], ARGV[1])
 redis.call('LTRIM', KEYS[1], 0, tonumber(ARGV[2]) - 1)
 redis.call('HINCRBY', KEYS[2], ARGV[3], 1)

@@ -7,6 +7,12 @@
 -- rest. A write after the deletion starts a new board.
 -- Returns 1 when the board is gone (or never existed), 0 when more steps are needed.
 local meta, top, index = KEYS[1], KEYS[2], KEYS[3]
+-- The keys read and written are type-checked before the first write (wrong_type), so a key
+-- changed by hand never leaves the board marked as being deleted.
+local refused = wrong_type({meta, 'hash', top, 'zset', index, 'zset'})
+if refused then
+  return refused
+end
 if redis.call('EXISTS', meta, top, index) == 0 then
   return 1
 end

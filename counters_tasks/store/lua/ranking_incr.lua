@@ -13,7 +13,8 @@
 -- Invariant kept by every ranking script: top[m] = -(sum of m over the slot hashes in the index),
 -- zero totals absent; an index entry exists exactly when its slot hash does.
 -- The board's meta keeps the writer's clock slot of its latest write (lw): idle boards expire.
--- Every key's type is checked before the first write (wrong_type; the meta HASH by HMGET).
+-- Every key's type is checked before the first write (wrong_type; the meta HASH by HMGET), and
+-- that no slot field would pass the 64-bit range (overflow).
 -- Returns {status, 1 when the board is not yet confirmed in the registry (meta.reg unset) else 0,
 -- events ignored as late}; status 1 applied, 0 already applied (same message), 2 every event
 -- late, -1 the board exists with other settings, -5 the board is being rebuilt or deleted (the
@@ -38,10 +39,23 @@ local refused = wrong_type(types)
 if refused then
   return refused
 end
-if ttl > 0 then
-  if not redis.call('SET', KEYS[4 + k], '1', 'NX', 'EX', ttl) then
-    return {0, unregistered, 0}
+if ttl > 0 and redis.call('EXISTS', KEYS[4 + k]) == 1 then
+  return {0, unregistered, 0}
+end
+local per_slot = {}
+for e = 8 + k, 7 + k + 4 * tonumber(ARGV[7 + k]), 4 do  -- late events add nothing: a bound, not exact
+  local s, member = tonumber(ARGV[e]), ARGV[e + 1]
+  per_slot[s] = per_slot[s] or {}
+  per_slot[s][member] = (per_slot[s][member] or 0) + tonumber(ARGV[e + 2])
+end
+for s, sums in pairs(per_slot) do
+  refused = overflow(KEYS[3 + s], sums)
+  if refused then
+    return refused
   end
+end
+if ttl > 0 then
+  redis.call('SET', KEYS[4 + k], '1', 'EX', ttl)
 end
 if not meta[1] then
   redis.call('HSET', KEYS[1], 'period', ARGV[2], 'interval', ARGV[3])

@@ -11,7 +11,21 @@
 -- Returns {1, members listed} when done, {0, 0} when more steps are needed.
 local meta, top, index, fresh, done = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local head, tail, budget = ARGV[1], ARGV[2], tonumber(ARGV[3])
+-- Every key's type, the slot hashes' included, is checked before the first write (wrong_type).
+local refused = wrong_type({meta, 'hash', top, 'zset', index, 'zset', fresh, 'zset', done, 'set'})
+if refused then
+  return refused
+end
 local slots = redis.call('ZRANGE', index, 0, -1)
+local slot_types = {}
+for _, s in ipairs(slots) do
+  slot_types[#slot_types + 1] = head .. s .. tail
+  slot_types[#slot_types + 1] = 'hash'
+end
+refused = wrong_type(slot_types)
+if refused then
+  return refused
+end
 local slot, cursor = redis.call('HGET', meta, 'rb'), redis.call('HGET', meta, 'rbc')
 if not slot then
   redis.call('UNLINK', fresh, done)

@@ -12,6 +12,12 @@
 -- {0, 0, 0} when the board does not exist (nothing written), -1 other settings, -5 the board is
 -- being rebuilt or deleted (the caller finishes that first), or
 -- {-2, dropped, subtracted} when an indexed slot hash is missing (expired by its TTL: rebuild).
+-- Every key's type, the expired slot hashes' included, is checked before the first write
+-- (wrong_type): a key changed by hand fails the call naming it, with nothing written.
+local refused = wrong_type({KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'zset'})
+if refused then
+  return refused
+end
 local meta = redis.call('HMGET', KEYS[1], 'period', 'interval', 'wm', 'rot', 'rb', 'del')
 if meta[5] or meta[6] then
   return -5
@@ -26,8 +32,21 @@ local n = tonumber(meta[1]) / tonumber(meta[2])
 local now_slot = tonumber(ARGV[3])
 local rot = tonumber(meta[4])
 local target = now_slot - n + 1
-if not rot or target > rot then
+local moved = not rot or target > rot
+if moved then
   rot = target
+end
+local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. rot)
+local slot_types = {}
+for _, s in ipairs(expired) do
+  slot_types[#slot_types + 1] = ARGV[1] .. s .. ARGV[2]
+  slot_types[#slot_types + 1] = 'hash'
+end
+refused = wrong_type(slot_types)
+if refused then
+  return refused
+end
+if moved then
   redis.call('HSET', KEYS[1], 'rot', rot)
 end
 if not tonumber(meta[3]) or now_slot > tonumber(meta[3]) then
@@ -56,7 +75,7 @@ local function kept_cursor(s)
   return nil
 end
 
-for _, s in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. rot)) do
+for _, s in ipairs(expired) do
   if budget <= 0 then
     return {dropped, subtracted, 1}
   end
