@@ -14,7 +14,7 @@ from counters_tasks import ranking
 from counters_tasks.local.waiting import wait_until
 from counters_tasks.store import keys
 from counters_tasks.store.scripts import run_script
-from tests.support.servers import is_cluster_run, use_settings
+from tests.support.servers import is_cluster_run, slow_calls, use_settings
 
 MEMBERS = 50_000
 SLOTS = 24
@@ -57,7 +57,7 @@ def slowlog(raw_conn):
         pytest.skip("SLOWLOG of one server")
     raw_conn.config_set("slowlog-log-slower-than", 5000)
     raw_conn.slowlog_reset()
-    yield lambda: [(e["duration"], e["command"][:60]) for e in raw_conn.slowlog_get(128)]
+    yield lambda: slow_calls(raw_conn)
     raw_conn.config_set("slowlog-log-slower-than", 10000)
 
 
@@ -91,6 +91,7 @@ def big_board_work(raw_conn, slowlog) -> list:
     return slowlog()
 
 
+@pytest.mark.budget
 def test_a_big_board_is_read_rebuilt_rotated_and_deleted_in_short_calls(raw_conn, slowlog):
     """SLOWLOG is wall time: on a 2-core machine the tests' own process can take Redis's core
     for a moment. A call that is slow by design is slow every time; so a second run decides."""
@@ -142,6 +143,7 @@ def test_idle_boards_go_with_the_rotation_job(raw_conn, monkeypatch):
     assert ranking.known_boards(raw_conn) == ["yearly"]
 
 
+@pytest.mark.budget
 def test_a_read_with_big_slots_ahead_of_its_now_is_exact_and_short(raw_conn, slowlog):
     """``top(now=an hour ago)`` on a board whose current slot holds 20,000 members: that slot is
     ahead of ``now`` and cannot be rotated away, so the read goes in bounded parts."""

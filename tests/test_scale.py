@@ -14,7 +14,7 @@ from counters_tasks import counters, uniques, visits
 from counters_tasks.core.days import local_day
 from counters_tasks.local.waiting import wait_until
 from counters_tasks.store import keys
-from tests.support.servers import is_cluster_run, use_settings
+from tests.support.servers import is_cluster_run, slow_calls, use_settings
 
 pytestmark = pytest.mark.skipif(is_cluster_run(), reason="figures of one server (used_memory, SLOWLOG, commandstats)")
 
@@ -108,7 +108,7 @@ def test_an_idle_cleaner_pass_costs_the_same_for_100_or_50000_counters(raw_conn)
 def slowlog(raw_conn):
     raw_conn.config_set("slowlog-log-slower-than", 5000)
     raw_conn.slowlog_reset()
-    yield lambda: [(e["duration"], e["command"][:60]) for e in raw_conn.slowlog_get(128)]
+    yield lambda: slow_calls(raw_conn)
     raw_conn.config_set("slowlog-log-slower-than", 10000)
 
 
@@ -132,6 +132,7 @@ def clean_backfilled(raw_conn, slowlog) -> list:
     return slowlog()
 
 
+@pytest.mark.budget
 def test_backfilled_samples_are_cleaned_in_short_calls(raw_conn, slowlog):
     """The old cleaner took them in one 254 ms call. SLOWLOG is wall time: on a 2-core machine
     the test's own process (or Redis's background free) can take Redis's core for a moment. A
@@ -160,6 +161,7 @@ def uniques_on_a_quiet_days_layout(raw_conn, slowlog, ids: int) -> tuple[list, i
     return slowlog(), uniques.unique_visitors(raw_conn, day), day, set(numbers)
 
 
+@pytest.mark.budget
 def test_uniques_calls_stay_short_on_a_day_far_above_its_figure(raw_conn, slowlog):
     """100,000 ids on a one-shard day (a quiet yesterday, then a busy day): every id used to be
     checked against every overflow set, 562 calls over 5 ms and the slowest 18-23 ms. Counts

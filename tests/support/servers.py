@@ -72,3 +72,13 @@ def expires_at(client, key) -> int | None:
     pipe.pttl(key)
     (seconds, micros), left = pipe.execute()
     return None if left < 0 else round(seconds + micros / 1e6 + left / 1000)
+
+
+TEST_COMMANDS = (b"INFO", b"CONFIG", b"SLOWLOG", b"FLUSHDB", b"FLUSHALL", b"MEMORY", b"DEBUG", b"SCAN")
+"""Commands only the tests send (waiting for a lazy free, setting up): never the package's."""
+
+
+def slow_calls(client, limit: int = 128) -> list[tuple[int, bytes]]:
+    """The SLOWLOG entries of the package's own calls: (microseconds, the command's first 60 bytes)."""
+    return [(e["duration"], e["command"][:60]) for e in client.slowlog_get(limit)
+            if not e["command"].upper().startswith(TEST_COMMANDS)]
