@@ -5,6 +5,7 @@ and run alone or queued on pipelines; ``execute_in_order`` runs stages of queued
 from __future__ import annotations
 
 import functools
+import re
 import weakref
 from collections.abc import Callable
 from importlib import resources
@@ -29,7 +30,7 @@ def lua_source(name: str) -> str:
     calls (``LIBRARIES``; scripts cannot load one another)."""
     lua = resources.files(__package__).joinpath("lua")
     body = lua.joinpath(f"{name}.lua").read_text()
-    used = [lib for lib in LIBRARIES if f"{lib}(" in body]
+    used = [lib for lib in LIBRARIES if re.search(rf"\b{lib}\w*\(", body)]  # a library's functions share its name
     return "".join(lua.joinpath("lib", f"{lib}.lua").read_text() for lib in used) + body
 
 

@@ -17,12 +17,7 @@ if refused then
   return refused
 end
 local slots = redis.call('ZRANGE', index, 0, -1)
-local slot_types = {}
-for _, s in ipairs(slots) do
-  slot_types[#slot_types + 1] = head .. s .. tail
-  slot_types[#slot_types + 1] = 'hash'
-end
-refused = wrong_type(slot_types)
+refused = wrong_type_of_each(head, slots, tail, 'hash')
 if refused then
   return refused
 end

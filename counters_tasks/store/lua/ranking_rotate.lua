@@ -37,12 +37,7 @@ if moved then
   rot = target
 end
 local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. rot)
-local slot_types = {}
-for _, s in ipairs(expired) do
-  slot_types[#slot_types + 1] = ARGV[1] .. s .. ARGV[2]
-  slot_types[#slot_types + 1] = 'hash'
-end
-refused = wrong_type(slot_types)
+refused = wrong_type_of_each(ARGV[1], expired, ARGV[2], 'hash')
 if refused then
   return refused
 end

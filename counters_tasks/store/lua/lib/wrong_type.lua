@@ -5,6 +5,8 @@
 -- wrong_type(list): list = {key, type, key, type, ...} (types as TYPE names them: 'string'
 -- for a HyperLogLog too). Returns an error reply naming the first key of another type than
 -- its own (absent keys are fine), else nil.
+-- wrong_type_of_each(head, names, tail, kind): the same for the keys head .. name .. tail of
+-- every name (a board's slot hashes), all of one type.
 local function wrong_type(list)
   for n = 1, #list, 2 do
     local found = redis.call('TYPE', list[n])['ok']
@@ -14,4 +16,14 @@ local function wrong_type(list)
     end
   end
   return nil
+end
+
+
+local function wrong_type_of_each(head, names, tail, kind)
+  local list = {}
+  for _, name in ipairs(names) do
+    list[#list + 1] = head .. name .. tail
+    list[#list + 1] = kind
+  end
+  return wrong_type(list)
 end
