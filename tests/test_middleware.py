@@ -31,7 +31,7 @@ from counters_tasks.integrations.wsgi import CountersMiddleware
 from counters_tasks.local.redis_server import free_port
 from counters_tasks.local.waiting import wait_until
 from counters_tasks.ranking import Ranking
-from tests.support.procs import REPO, Server, celery_env
+from tests.support.procs import BROWSER_AGENT, BROWSER_HEADERS, REPO, Server, celery_env
 
 SOCKET = "10.0.0.9"
 
@@ -131,7 +131,9 @@ def test_options_refuse_what_cannot_work():
 # -- what counts ---------------------------------------------------------------------------------
 
 def info(path: str = "/", method: str = "GET", **headers: str) -> RequestInfo:
-    return RequestInfo(method, path, SOCKET, {k.replace("_", "-"): v for k, v in headers.items()})
+    """A request of a browser (its user agent unless ``user_agent`` is given)."""
+    given = {k.replace("_", "-"): v for k, v in headers.items()}
+    return RequestInfo(method, path, SOCKET, {"user-agent": BROWSER_AGENT} | given)
 
 
 HTML = [("Content-Type", "text/html; charset=utf-8")]
@@ -153,7 +155,7 @@ def test_static_paths_are_skipped(path):
     ("GET", 500, HTML, False),
     ("GET", 200, [("content-type", "application/json")], False),
     ("GET", 200, [("Content-Type", "application/xhtml+xml")], True),
-    ("GET", 200, [], False),
+    ("GET", 200, [], True),  # no media type: judged from the request (a browser's: a page)
     ("HEAD", 200, HTML, False),
     ("POST", 200, HTML, False),
 ])
@@ -248,7 +250,8 @@ def wsgi_page(environ, start_response):
 
 
 def wsgi_client(middleware) -> httpx.Client:
-    return httpx.Client(transport=httpx.WSGITransport(app=middleware, remote_addr=SOCKET), base_url="http://t")
+    return httpx.Client(transport=httpx.WSGITransport(app=middleware, remote_addr=SOCKET), base_url="http://t",
+                        headers=BROWSER_HEADERS)
 
 
 def test_wsgi_middleware_counts_pages_sets_the_cookie_and_bumps():
@@ -285,9 +288,11 @@ def test_a_path_the_recorder_refuses_is_counted_as_refused():
     recorder = FakeRecorder()
     middleware = CountersMiddleware(wsgi_page, recorder=recorder)
     with wsgi_client(middleware) as client:
-        assert client.get("/bad%01path").status_code == 200  # a control character: InvalidInput
-        assert client.get("/" + "é" * 1100).status_code == 200  # too long
-    assert recorder.visits == [] and middleware.stats.refused == 2
+        assert client.get("/" + "a" * 5000).status_code == 200  # a target too long to name: InvalidInput
+        assert client.get("/bad%01path").status_code == 200  # a control character stays encoded: a page
+        assert client.get("/" + "é" * 1100).status_code == 200  # named by its first 512 bytes
+    assert [path for _ip, path, _session in recorder.visits] == ["/bad%01path", "/" + "é" * 255]
+    assert middleware.stats.refused == 1
 
 
 def test_a_static_file_keeps_the_servers_file_wrapper():
@@ -325,7 +330,7 @@ def test_asgi_middleware_counts_pages_sets_the_cookie_and_bumps():
 
     async def run():
         transport = httpx.ASGITransport(app=middleware, client=(SOCKET, 1234))
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://t", headers=BROWSER_HEADERS) as client:
             first = await client.get("/", headers={"X-Forwarded-For": "203.0.113.7"})
             client.cookies.set("ct_sid", first.cookies["ct_sid"])
             second = await client.get("/b", headers={"Cookie": "x=1", "cookie": f"ct_sid={first.cookies['ct_sid']}"})
@@ -518,7 +523,7 @@ def test_an_asgi_app_under_uvicorn_counts_pages_by_the_proxy_rule_and_loses_noth
                      "tests.support.web_apps:asgi_app"], env, tmp_path / "uvicorn.log", port)
     try:
         expected = exercise(server)
-        assert server.get("/direct/bad%01page")[0] == 200  # the recorder refuses it; the page still works
+        assert server.get("/direct/bad" + "x" * 5000)[0] == 200  # the recorder refuses it; the page still works
         stats = json.loads(server.get("/stats")[2])
         assert stats["direct"]["refused"] == 1 and stats["direct"]["counted"] == expected["direct"]
         assert stats["proxied"]["counted"] == expected["proxied"] and stats["direct"]["bumps"] == 3

@@ -19,7 +19,7 @@ from counters_tasks.integrations.django import CountersMiddleware, options_from_
 from counters_tasks.local.redis_server import free_port
 from counters_tasks.local.waiting import wait_until
 from counters_tasks.ranking import Ranking
-from tests.support.procs import Server, celery_env
+from tests.support.procs import BROWSER_HEADERS, Server, celery_env
 
 MIDDLEWARE = "counters_tasks.integrations.django.CountersMiddleware"
 SID = "c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3"
@@ -62,7 +62,7 @@ def recorder(eager_app):
 def test_django_middleware_counts_page_views_sets_the_cookie_and_bumps(recorder, raw_conn):
     day = local_day(time.time())
     with override_settings(COUNTERS_MIDDLEWARE={"recorder": recorder, "trusted_proxies": 1}):
-        client = Client()
+        client = Client(headers=BROWSER_HEADERS)
         first = client.get("/", HTTP_X_FORWARDED_FOR="198.51.100.1, 203.0.113.7")
         assert first.status_code == 200
         cookie = first.cookies["ct_sid"]
@@ -85,7 +85,7 @@ def test_django_middleware_counts_page_views_sets_the_cookie_and_bumps(recorder,
 def test_without_trusted_proxies_the_socket_address_counts(recorder, raw_conn):
     day = local_day(time.time())
     with override_settings(COUNTERS_MIDDLEWARE={"recorder": recorder}):
-        client = Client()
+        client = Client(headers=BROWSER_HEADERS)
         for n in range(3):
             client.get("/", HTTP_X_FORWARDED_FOR=f"203.0.113.{n + 1}")
     assert sitestats.site_visit_info(raw_conn, day, "/").uv == 1  # 127.0.0.1, the test client's socket

@@ -63,6 +63,11 @@ class Settings:
     # a Redis whose maxmemory-policy evicts keys is accepted with a warning instead of an error
     allow_eviction: bool = False
     path_keep_days: int = 400
+    # page names (core.paths): "strip" drops trailing slashes, "lower" lower-cases; None leaves them as sent
+    path_trailing_slash: str | None = None
+    path_case: str | None = None
+    # page views (core.pageviews): a regular expression of user agents counted as crawlers besides the list's
+    crawler_pattern: str | None = None
     # reliability: broker redelivery of unacknowledged messages
     visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT
     # clock policy: how far ahead of this process's clock an event may be (seconds)
@@ -169,6 +174,17 @@ def _choice(env: dict, name: str, choices: tuple[str, ...]) -> str | None:
     return raw
 
 
+def _pattern(env: dict, name: str) -> str | None:
+    raw = env.get(name) or ""
+    if not raw:
+        return None
+    try:
+        re.compile(raw)
+    except re.error as exc:
+        raise ConfigurationError(f"{name} is not a valid regular expression: {exc}") from None
+    return raw
+
+
 def _tag_key(env: dict) -> str | None:
     raw = (env.get("COUNTERS_TAG_KEY") or "").strip().lower()
     if not raw:
@@ -223,6 +239,9 @@ def load_settings(env: dict | None = None) -> Settings:
         allow_eviction=_flag(env, "COUNTERS_ALLOW_EVICTION"),
         board_idle_days=_int(env, "COUNTERS_BOARD_IDLE_DAYS", 30, minimum=0),
         path_keep_days=_int(env, "COUNTERS_PATH_KEEP_DAYS", 400, minimum=0),
+        path_trailing_slash=_choice(env, "COUNTERS_PATH_TRAILING_SLASH", ("strip",)),
+        path_case=_choice(env, "COUNTERS_PATH_CASE", ("lower",)),
+        crawler_pattern=_pattern(env, "COUNTERS_CRAWLER_PATTERN"),
         visibility_timeout=_int(env, "COUNTERS_VISIBILITY_TIMEOUT", DEFAULT_VISIBILITY_TIMEOUT),
         redis_url_given=bool(env.get("COUNTERS_REDIS_URL")),
         future_tolerance=_int(env, "COUNTERS_FUTURE_TOLERANCE", 300, minimum=0),

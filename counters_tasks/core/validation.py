@@ -11,6 +11,7 @@ from datetime import date, datetime
 from typing import Any
 
 from ..errors import FutureEvent, InvalidInput, MalformedMessage
+from .paths import canonical_path
 from .settings import get_settings
 
 MAX_TEXT = 1024
@@ -107,7 +108,8 @@ def check_int(value: Any, what: str, minimum: int | None = None, maximum: int | 
 
 # --- visits: IPs, paths, session ids, days ---------------------------------------------------
 
-MAX_PATH_BYTES = 512
+MAX_TARGET = 4096
+"""Longest request target taken as a path (it is cut to ``core.paths.MAX_PATH_BYTES`` once named)."""
 MAX_IP_TEXT = 64
 """Longest IP text accepted: an IPv6 address (45 characters) with a scope id of an interface name."""
 _HEX_ID = re.compile(r"[0-9a-fA-F]{15,}")
@@ -136,15 +138,14 @@ def _canonical_ip(value: str) -> str:
 
 
 def check_path(value: Any) -> str:
-    """A request path without query string and fragment, cut to 512 UTF-8 bytes on a character boundary."""
-    path = check_text(value, "path")
-    for mark in ("?", "#"):
-        path = path.split(mark, 1)[0]
+    """The canonical name of a page (``core.paths.canonical_path``: query and fragment dropped,
+    safe escapes decoded, at most 512 UTF-8 bytes), the one every route counts a view under."""
+    settings = get_settings()
+    path = canonical_path(check_text(value, "path", max_length=MAX_TARGET),
+                          strip_trailing_slash=settings.path_trailing_slash == "strip",
+                          lower_case=settings.path_case == "lower")
     if not path:
         raise InvalidInput("path is empty once the query string and fragment are dropped")
-    encoded = path.encode("utf-8")
-    if len(encoded) > MAX_PATH_BYTES:
-        path = encoded[:MAX_PATH_BYTES].decode("utf-8", "ignore")
     return path
 
 

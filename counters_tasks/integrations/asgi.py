@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from .common import REQUEST_KEY, Counting, Options, RequestInfo, Stats
+from .common import REQUEST_KEY, Counting, Options, RequestInfo, Stats, request_path
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -35,7 +35,9 @@ def request_info(scope: Scope) -> RequestInfo:
             value = headers[name] + ("; " if name == "cookie" else ", ") + value
         headers[name] = value
     client = scope.get("client")
-    return RequestInfo(method=scope.get("method", "GET"), path=scope.get("path") or "/",
+    raw_path = scope.get("raw_path")  # the target as sent (uvicorn, hypercorn, daphne); optional in ASGI
+    path = request_path(raw_path if isinstance(raw_path, bytes) else None, scope.get("path") or "/")
+    return RequestInfo(method=scope.get("method", "GET"), path=path,
                        remote_addr=client[0] if client else None, headers=headers, raw=scope)
 
 

@@ -2,9 +2,11 @@
 the session cookie for the daily uniques, ranking bumps, and the one recorder per process.
 
 The WSGI, ASGI and Django middleware only translate their framework's request and response into
-``RequestInfo`` and a status with headers, and call ``Counting``: so the rules (skipped paths,
+``RequestInfo`` and a status with headers, and call ``Counting``: so the rules (the page view
+rule of ``core.pageviews``, the page's name of ``core.paths``, which the importer applies too;
 the trusted-proxy rule, the cookie) are written once and tested once. Nothing here talks to
-Redis or the broker: a counted request costs ``VisitRecorder.record()``'s in-memory append.
+Redis or the broker: a counted request costs ``VisitRecorder.record()``'s in-memory append, and
+a skipped one a count by reason (sent with the recorder's batches, shown in ``/metrics``).
 """
 
 from __future__ import annotations
@@ -13,11 +15,14 @@ import logging
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
-from ..core.validation import check_ip, check_session_id
+from ..core import pageviews
+from ..core.paths import encode_decoded_path, encode_target_bytes
+from ..core.validation import check_ip, check_path, check_session_id
 from ..errors import InvalidInput
 from ..recorder import VisitRecorder
 
@@ -26,21 +31,15 @@ log = logging.getLogger(__name__)
 REQUEST_KEY = "counters_tasks"
 """The WSGI environ key and ASGI scope key under which a request's ``RequestCounters`` is found."""
 
-DEFAULT_SKIP_PREFIXES: tuple[str, ...] = (
-    "/static/", "/media/", "/assets/", "/favicon.ico", "/robots.txt", "/sitemap.xml", "/apple-touch-icon",
-    "/.well-known/",
-)
-"""Path prefixes that are never page views (static files, crawler and browser probes)."""
+DEFAULT_SKIP_PREFIXES = pageviews.SKIP_PREFIXES
+DEFAULT_SKIP_EXTENSIONS = pageviews.SKIP_EXTENSIONS
+DEFAULT_CONTENT_TYPES = pageviews.PAGE_MEDIA_TYPES
 
-DEFAULT_SKIP_EXTENSIONS: tuple[str, ...] = (
-    ".css", ".js", ".mjs", ".map", ".png", ".jpg", ".jpeg", ".gif", ".svg", ".ico", ".webp", ".avif", ".bmp",
-    ".woff", ".woff2", ".ttf", ".otf", ".eot", ".mp4", ".webm", ".mp3", ".ogg", ".wav", ".zip", ".gz",
-    ".txt", ".xml", ".json", ".webmanifest",
-)
-"""Path endings (any case) of assets, whatever folder they are served from."""
+SKIPPED_BY_APP = "app"
+"""The reason of a request the app left out (``RequestCounters.skip()``, a ``should_count`` callable)."""
 
-DEFAULT_CONTENT_TYPES: tuple[str, ...] = ("text/html", "application/xhtml+xml")
-"""Media types of page responses (parameters such as ``; charset=utf-8`` are ignored)."""
+ROUTE = "middleware"
+"""How the middleware's skip counts are labelled in ``/metrics`` (the importer's: ``import``)."""
 
 COOKIE_MAX_AGE = 365 * 24 * 3600
 
@@ -53,6 +52,7 @@ Headers = list[tuple[str, str]]
 class RequestInfo:
     """One request as the counting rules see it, whatever the framework.
 
+    ``path``: the page's canonical name (``request_path``), what the visit is counted under.
     ``headers``: lower-case names; a header sent several times is joined with ``", "`` (as WSGI
     servers do). ``remote_addr``: the peer of the socket (None on a Unix socket). ``raw``: the
     WSGI environ, ASGI scope or Django request, for an app's own ``session_id`` or
@@ -72,6 +72,18 @@ class RequestInfo:
             if sep and key.strip() == name:
                 return value.strip().strip('"')
         return None
+
+
+def request_path(raw_target: bytes | None, decoded_path: str) -> str:
+    """The page's canonical name (``core.paths``): from the target as the client sent it when the
+    server gives it (``raw_target``: ASGI's ``raw_path``, a WSGI server's ``REQUEST_URI``), else
+    from the path the server decoded. Never raises: a target the rule cannot name (over 4 KB) is
+    given as decoded, and the recorder refuses it (counted)."""
+    text = encode_target_bytes(raw_target) if raw_target else encode_decoded_path(decoded_path or "/")
+    try:
+        return check_path(text)
+    except InvalidInput:
+        return decoded_path or "/"
 
 
 class Recorder(Protocol):
@@ -227,7 +239,7 @@ class Options:
     """How the middleware decides what to count; every field has a safe default.
 
     See docs/integrations.md for the table. ``should_count(info, status, headers)`` replaces the
-    method, path, status and content-type rules entirely (``Counting.default_should_count`` is
+    page view rule (method, path, status, content type, crawlers) entirely (``Counting.default_should_count`` is
     there to call from it). ``session_id(info)`` replaces the cookie: it returns the session id
     (a UUID or 15+ hex digits) or None for a visit without one.
     """
@@ -238,6 +250,7 @@ class Options:
     skip_extensions: Collection[str] = DEFAULT_SKIP_EXTENSIONS
     statuses: Collection[int] = range(200, 400)
     content_types: Collection[str] | None = DEFAULT_CONTENT_TYPES
+    skip_crawlers: bool = True
     should_count: Callable[[RequestInfo, int, Headers], bool] | None = None
     trusted_proxies: int = 0
     proxy_header: str = "X-Forwarded-For"
@@ -302,9 +315,10 @@ def request_counters(environ_or_scope: Mapping[str, Any]) -> RequestCounters:
 
 @dataclass
 class Stats:
-    """What a middleware did, per process: page views handed to the recorder, requests skipped,
-    visits the recorder refused (InvalidInput), visits lost to an error of the recorder (closed
-    while shutting down), requests without a client address, cookies set, bumps sent and refused."""
+    """What a middleware did, per process: page views handed to the recorder, requests skipped
+    (in all, and by reason in ``skipped_by``: the page view rule's reasons and ``app``), visits
+    the recorder refused (InvalidInput), visits lost to an error of the recorder (closed while
+    shutting down), requests without a client address, cookies set, bumps sent and refused."""
 
     counted: int = 0
     skipped: int = 0
@@ -314,15 +328,22 @@ class Stats:
     cookies_set: int = 0
     bumps: int = 0
     bumps_refused: int = 0
+    skipped_by: Counter[str] = field(default_factory=Counter)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, name: str, n: int = 1) -> None:
         with self._lock:
             setattr(self, name, getattr(self, name) + n)
 
+    def skip(self, reason: str) -> None:
+        with self._lock:
+            self.skipped += 1
+            self.skipped_by[reason] += 1
+
     def as_dict(self) -> dict[str, int]:
         with self._lock:
-            return {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_")}
+            return {f.name: getattr(self, f.name) for f in fields(self)
+                    if not f.name.startswith("_") and f.name != "skipped_by"}
 
 
 @dataclass
@@ -334,6 +355,8 @@ class InFlight:
     ts: float
     new_cookie: str | None = None
     counted: bool = False
+    reason: str | None = None
+    """Why it is not a page view (``core.pageviews.REASONS`` or ``app``), once known."""
 
 
 class Counting:
@@ -346,11 +369,10 @@ class Counting:
             raise TypeError("give either options or keyword options, not both")
         self.options = options if options is not None else Options(**kwargs)
         self.stats = Stats()
-        self._methods = frozenset(m.upper() for m in self.options.methods)
-        self._prefixes = tuple(self.options.skip_prefixes)
-        self._extensions = tuple(e.lower() for e in self.options.skip_extensions)
-        self._content_types = (None if self.options.content_types is None
-                               else frozenset(t.lower() for t in self.options.content_types))
+        options = self.options
+        self.rule = pageviews.PageViewRule(options.methods, options.skip_prefixes, options.skip_extensions,
+                                           options.statuses, options.content_types, options.skip_crawlers)
+        """The page view rule (``core.pageviews``) with this middleware's parameters."""
         self._recorder: Recorder | None = None
         self._recorder_lock = threading.Lock()
 
@@ -387,30 +409,23 @@ class Counting:
 
     def path_is_skipped(self, path: str) -> bool:
         """True for static files and probes: ``skip_prefixes`` and ``skip_extensions``."""
-        if path.startswith(self._prefixes):
-            return True
-        return path.lower().endswith(self._extensions) if self._extensions else False
+        return self.rule.is_static(path)
 
     def request_may_count(self, info: RequestInfo) -> bool:
         """False when the request cannot be a page view whatever its response (a method not
         counted, a skipped path, and no ``should_count`` callable): the middleware then leaves the
         response alone (a static file keeps the server's ``sendfile``)."""
-        if self.options.should_count is not None:
-            return True
-        return info.method.upper() in self._methods and not self.path_is_skipped(info.path)
+        return self.options.should_count is not None or self.rule.request_reason(info.method, info.path) is None
+
+    def skip_reason(self, info: RequestInfo, status: int, headers: Iterable[tuple[str, str]]) -> str | None:
+        """None when the page view rule counts this answer, else its reason (``core.pageviews``)."""
+        content_type = next((value for name, value in headers if name.lower() == "content-type"), None)
+        return self.rule.skip_reason(info.method, info.path, status, content_type=content_type,
+                                     request_headers=info.headers, user_agent=info.headers.get("user-agent", ""))
 
     def default_should_count(self, info: RequestInfo, status: int, headers: Iterable[tuple[str, str]]) -> bool:
-        """The default rules: a counted method, a path not skipped, a counted status, a page media type."""
-        if info.method.upper() not in self._methods or self.path_is_skipped(info.path):
-            return False
-        if status not in self.options.statuses:
-            return False
-        if self._content_types is None:
-            return True
-        for name, value in headers:
-            if name.lower() == "content-type":
-                return value.split(";", 1)[0].strip().lower() in self._content_types
-        return False
+        """The page view rule with this middleware's parameters (``core.pageviews``)."""
+        return self.skip_reason(info, status, headers) is None
 
     def client_ip(self, info: RequestInfo) -> str | None:
         """``client_ip`` with this middleware's ``trusted_proxies`` and ``proxy_header``."""
@@ -449,14 +464,15 @@ class Counting:
         header value to add (a page view of a browser without the cookie), or None."""
         try:
             if visit.counters.skipped:
-                visit.counted = False
+                visit.reason = SKIPPED_BY_APP
             elif self.options.should_count is not None:
-                visit.counted = bool(self.options.should_count(visit.info, status, headers))
+                visit.reason = None if self.options.should_count(visit.info, status, headers) else SKIPPED_BY_APP
             else:
-                visit.counted = self.default_should_count(visit.info, status, headers)
+                visit.reason = self.skip_reason(visit.info, status, headers)
         except Exception:
             log.exception("counters middleware: the should_count callable failed")
-            visit.counted = False
+            visit.reason = SKIPPED_BY_APP
+        visit.counted = visit.reason is None
         if not visit.counted or visit.new_cookie is None:
             return None
         prefix = f"{self.options.cookie_name}=".lower()
@@ -471,10 +487,23 @@ class Counting:
         if visit.counted and not visit.counters.skipped:
             self._record(visit)
         else:
-            self.stats.add("skipped")
+            self.skipped(visit)
         for board, member, amount, ts, period_hours, interval_hours in visit.counters.bumps:
             self._hand_over("ranking bump", ("bumps", "bumps_refused"), "incr_ranking", board, member, amount, ts=ts,
                             period_hours=period_hours, interval_hours=interval_hours)
+
+    def skipped(self, visit: InFlight) -> None:
+        """Count a request that is not a page view, by its reason: here (``stats``) and, through
+        the recorder's batches, in Redis for ``/metrics``. Never raises."""
+        reason = visit.reason or (SKIPPED_BY_APP if visit.counters.skipped
+                                  else self.rule.request_reason(visit.info.method, visit.info.path) or SKIPPED_BY_APP)
+        self.stats.skip(reason)
+        try:
+            count_skip = getattr(self.recorder, "skipped", None)  # a stand-in recorder may not count them
+            if count_skip is not None:
+                count_skip(ROUTE, reason)
+        except Exception:
+            log.debug("counters middleware: a skip was not counted", exc_info=True)
 
     def _record(self, visit: InFlight) -> None:
         ip = self.client_ip(visit.info)

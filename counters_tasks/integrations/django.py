@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .common import Counting, Options, RequestInfo, Stats
+from .common import Counting, Options, RequestInfo, Stats, request_path
 
 SETTING = "COUNTERS_MIDDLEWARE"
 """The Django setting holding the middleware's options (a dict of ``common.Options`` fields)."""
@@ -25,7 +25,12 @@ SETTING = "COUNTERS_MIDDLEWARE"
 
 def request_info(request: Any) -> RequestInfo:
     """A Django ``HttpRequest`` as the counting rules see it."""
-    return RequestInfo(method=request.method or "GET", path=request.path or "/",
+    raw = request.META.get("REQUEST_URI") or request.META.get("RAW_URI")  # under WSGI servers
+    raw_bytes = raw.encode("latin-1", "replace") if isinstance(raw, str) else None
+    scope = getattr(request, "scope", None)  # under ASGI
+    if raw_bytes is None and isinstance(scope, dict) and isinstance(scope.get("raw_path"), bytes):
+        raw_bytes = scope["raw_path"]
+    return RequestInfo(method=request.method or "GET", path=request_path(raw_bytes, request.path or "/"),
                        remote_addr=request.META.get("REMOTE_ADDR") or None, headers=_headers(request.META),
                        raw=request)
 

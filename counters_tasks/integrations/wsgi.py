@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from .common import REQUEST_KEY, Counting, InFlight, Options, RequestInfo, Stats
+from .common import REQUEST_KEY, Counting, InFlight, Options, RequestInfo, Stats, request_path
 
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
@@ -25,13 +25,29 @@ def request_info(environ: dict[str, Any]) -> RequestInfo:
     for key, value in environ.items():
         if key.startswith("HTTP_") and isinstance(value, str):
             headers[key[5:].replace("_", "-").lower()] = value
-    raw_path = environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")
-    try:  # PEP 3333: the bytes of the path, decoded as latin-1; pages are named in UTF-8
-        path = raw_path.encode("latin-1").decode("utf-8")
-    except UnicodeError:
-        path = raw_path
-    return RequestInfo(method=environ.get("REQUEST_METHOD", "GET"), path=path or "/",
+    return RequestInfo(method=environ.get("REQUEST_METHOD", "GET"), path=environ_path(environ),
                        remote_addr=environ.get("REMOTE_ADDR") or None, headers=headers, raw=environ)
+
+
+def environ_path(environ: dict[str, Any]) -> str:
+    """The page's canonical name: from the target as sent (``REQUEST_URI`` or ``RAW_URI``, set by
+    gunicorn, uWSGI, mod_wsgi and Werkzeug), else from ``SCRIPT_NAME`` + ``PATH_INFO`` (which the
+    server decoded). PEP 3333: each is the request's bytes decoded as latin-1."""
+    raw = environ.get("REQUEST_URI") or environ.get("RAW_URI")
+    raw_bytes = _latin1_bytes(raw) if isinstance(raw, str) else None
+    decoded = environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")
+    try:  # the bytes of the path, decoded as latin-1; pages are named in UTF-8
+        decoded = decoded.encode("latin-1").decode("utf-8")
+    except UnicodeError:  # not UTF-8 bytes, or not a PEP 3333 string (a test transport's): as given
+        pass
+    return request_path(raw_bytes, decoded)
+
+
+def _latin1_bytes(text: str) -> bytes | None:
+    try:
+        return text.encode("latin-1")
+    except UnicodeError:  # not a PEP 3333 string
+        return None
 
 
 class CountersMiddleware:
@@ -58,7 +74,7 @@ class CountersMiddleware:
         if not self.counting.request_may_count(info):
             body = self.app(environ, start_response)
             if not visit.counters.bumps:  # a static file: keep the server's file wrapper
-                self.counting.stats.add("skipped")
+                self.counting.skipped(visit)
                 return body
             return _Closing(body, self.counting, visit)
 

@@ -16,6 +16,11 @@ from pathlib import Path
 from counters_tasks.local.waiting import wait_until
 from tests.support.servers import TEST_SECRET, TEST_TAG_KEY
 
+BROWSER_AGENT = "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0"
+"""A browser's user agent: what the tests' requests of pages send (the page view rule skips
+scripts such as Python-urllib, which the test's HTTP client would be by default)."""
+BROWSER_HEADERS = {"User-Agent": BROWSER_AGENT, "Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -158,8 +163,9 @@ class Server:
             return False
 
     def get(self, path: str, headers: dict[str, str] | None = None, method: str = "GET"):
-        """(status, headers, body) of one request on a new connection."""
-        request = urllib.request.Request(self.base + path, headers=headers or {}, method=method)
+        """(status, headers, body) of one request on a new connection, as a browser sends it
+        (its user agent and Accept unless ``headers`` name others)."""
+        request = urllib.request.Request(self.base + path, headers=BROWSER_HEADERS | (headers or {}), method=method)
         try:
             with urllib.request.urlopen(request, timeout=10) as response:
                 return response.status, response.headers, response.read()

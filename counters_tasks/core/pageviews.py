@@ -1,0 +1,164 @@
+"""What a page view is: one rule for every route that decides it (the middleware on a live
+request, ``counters-tasks import`` on a logged one), so a site's live figures and its imported
+history count the same events.
+
+A request is a page view when all of these hold (``PageViewRule.skip_reason`` returns the first
+that does not, as the reason it is skipped and counted in ``/metrics``):
+
+1. ``method``: its method is GET. HEAD is not: browsers navigate with GET; HEAD comes from link
+   checkers, uptime monitors and ``curl -I``.
+2. ``static``: its path is not a static file or a probe (``SKIP_PREFIXES``, ``SKIP_EXTENSIONS``).
+3. ``status``: its status is 200-399 (a redirect and a ``304 Not Modified`` revalidation are
+   views; an error is not).
+4. ``not_page``: it was answered with a page. An answer with a ``Content-Type`` is a page when
+   that is HTML (``PAGE_MEDIA_TYPES``). One without (a 304, which carries none, or a logged
+   request) is judged from the request: ``Sec-Fetch-Dest`` (sent by every current browser) is
+   ``document``, ``iframe`` or ``frame``; else an ``Accept`` that names HTML; else, with neither
+   header known (an access log), the path alone (rule 2).
+5. ``crawler``: its user agent is not a crawler, a script or a monitor: empty, or matched by the
+   ``crawler-user-agents`` list (github.com/monperrus/crawler-user-agents, 1,500+ patterns kept
+   up to date by its users, installed with the package) or by ``COUNTERS_CRAWLER_PATTERN``.
+   A route that does not know the user agent (a log in the common format) skips this check.
+
+The middleware's options and the importer's ``--all`` change the rule's parameters, never the
+rule: both build a ``PageViewRule``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from importlib import resources
+
+from .settings import get_settings
+
+METHOD, STATIC, STATUS, NOT_PAGE, CRAWLER = "method", "static", "status", "not_page", "crawler"
+REASONS = (METHOD, STATIC, STATUS, NOT_PAGE, CRAWLER)
+"""Why a request is not a page view, in the order the rule checks."""
+
+SKIP_PREFIXES: tuple[str, ...] = (
+    "/static/", "/media/", "/assets/", "/favicon.ico", "/robots.txt", "/sitemap.xml", "/apple-touch-icon",
+    "/.well-known/",
+)
+"""Path prefixes that are never page views (static files, crawler and browser probes)."""
+
+SKIP_EXTENSIONS: tuple[str, ...] = (
+    ".css", ".js", ".mjs", ".map",  # styles, scripts, source maps
+    ".png", ".jpg", ".jpeg", ".gif", ".svg", ".ico", ".webp", ".avif", ".bmp", ".tif", ".tiff",  # images
+    ".woff", ".woff2", ".ttf", ".otf", ".eot",  # fonts
+    ".mp4", ".webm", ".mp3", ".m4a", ".ogg", ".oga", ".ogv", ".wav", ".flac",  # media
+    ".zip", ".gz", ".txt", ".xml", ".json", ".webmanifest",  # archives, robots.txt, feeds, manifests
+)
+"""Path endings (any case) of static files, whatever folder they are served from."""
+
+PAGE_MEDIA_TYPES: tuple[str, ...] = ("text/html", "application/xhtml+xml")
+"""Media types of a page (parameters such as ``; charset=utf-8`` are ignored)."""
+
+DOCUMENT_DESTINATIONS = frozenset({"document", "iframe", "frame"})
+"""``Sec-Fetch-Dest`` values of a request for a page."""
+
+CRAWLER_LIST = "crawler-user-agents.json"
+"""The list's data file inside its package ``crawleruseragents`` (read as data: its Python API has
+changed between versions, the file has not)."""
+
+MAX_AGENT = 1024
+"""Characters of a user agent matched (a longer one is matched on its start)."""
+
+
+@dataclass(frozen=True)
+class PageViewRule:
+    """The parameters of the page view rule (the defaults are the package's rule)."""
+
+    methods: Collection[str] = ("GET",)
+    skip_prefixes: Collection[str] = SKIP_PREFIXES
+    skip_extensions: Collection[str] = SKIP_EXTENSIONS
+    statuses: Collection[int] = range(200, 400)
+    media_types: Collection[str] | None = PAGE_MEDIA_TYPES
+    """None: any answer counts whatever its type (rule 4 off)."""
+    skip_crawlers: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "methods", frozenset(m.upper() for m in self.methods))
+        object.__setattr__(self, "skip_prefixes", tuple(self.skip_prefixes))
+        object.__setattr__(self, "skip_extensions", tuple(e.lower() for e in self.skip_extensions))
+        if self.media_types is not None:
+            object.__setattr__(self, "media_types", frozenset(t.lower() for t in self.media_types))
+
+    def request_reason(self, method: str, path: str) -> str | None:
+        """The reason known before the answer (rules 1 and 2), or None."""
+        if method.upper() not in self.methods:  # type: ignore[operator]
+            return METHOD
+        if self.is_static(path):
+            return STATIC
+        return None
+
+    def is_static(self, path: str) -> bool:
+        """Whether ``path`` (a canonical page name) names a static file or a probe."""
+        if self.skip_prefixes and path.startswith(self.skip_prefixes):  # type: ignore[arg-type]
+            return True
+        return bool(self.skip_extensions) and path.lower().endswith(self.skip_extensions)  # type: ignore[arg-type]
+
+    def skip_reason(self, method: str, path: str, status: int | None, *, content_type: str | None = None,
+                    request_headers: Mapping[str, str] | None = None, user_agent: str | None = None) -> str | None:
+        """None for a page view, else why not (``REASONS``). ``content_type``: the answer's, None
+        when it has none; ``request_headers`` (lower-case names): None when not known (a log);
+        ``user_agent``: None when not known (a log in the common format)."""
+        reason = self.request_reason(method, path)
+        if reason is not None:
+            return reason
+        if status not in self.statuses:
+            return STATUS
+        if self.media_types is not None and not self.answered_with_page(content_type, request_headers):
+            return NOT_PAGE
+        if self.skip_crawlers and user_agent is not None and is_crawler(user_agent):
+            return CRAWLER
+        return None
+
+    def answered_with_page(self, content_type: str | None, request_headers: Mapping[str, str] | None) -> bool:
+        """Rule 4: the answer's media type, or without one, the request's ``Sec-Fetch-Dest`` or ``Accept``."""
+        if content_type:
+            return content_type.split(";", 1)[0].strip().lower() in self.media_types  # type: ignore[operator]
+        if request_headers is None:
+            return True
+        destination = request_headers.get("sec-fetch-dest")
+        if destination:
+            return destination.strip().lower() in DOCUMENT_DESTINATIONS
+        accept = request_headers.get("accept")
+        if accept is not None:
+            accepted = accept.lower()
+            return any(media in accepted for media in self.media_types)  # type: ignore[union-attr]
+        return True
+
+
+DEFAULT_RULE = PageViewRule()
+"""The package's rule with its default parameters (the importer's, and the middleware's by default)."""
+
+
+def is_crawler(user_agent: str) -> bool:
+    """Whether a user agent is a crawler, a script or a monitor (rule 5): empty or ``-``, or
+    matched by the crawler-user-agents list or ``COUNTERS_CRAWLER_PATTERN``. Cached: a site
+    sees the same few thousand user agents again and again."""
+    return _is_crawler(user_agent[:MAX_AGENT], get_settings().crawler_pattern)
+
+
+@functools.lru_cache(maxsize=16384)
+def _is_crawler(agent: str, extra_pattern: str | None) -> bool:
+    text = agent.strip()
+    if text in ("", "-"):
+        return True
+    if any(pattern.search(text) for pattern in _list_patterns()):
+        return True
+    return extra_pattern is not None and re.search(extra_pattern, text) is not None
+
+
+@functools.cache
+def _list_patterns() -> tuple[re.Pattern[str], ...]:
+    """The crawler-user-agents patterns, compiled in groups (one alternation of 1,500 patterns
+    is slower to match than a few of a hundred). Loaded on first use, not at import."""
+    listed = json.loads(resources.files("crawleruseragents").joinpath(CRAWLER_LIST).read_text("utf-8"))
+    patterns = [entry["pattern"] for entry in listed]
+    return tuple(re.compile("|".join(patterns[first:first + 100])) for first in range(0, len(patterns), 100))
+
