@@ -25,7 +25,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections import deque
+from collections import Counter, deque
 from typing import Any
 
 from . import tasks  # noqa: F401  (registers the tasks an eager recorder applies)
@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 VISITS_TASK = "counters_tasks.record_visits"
 RANKINGS_TASK = "counters_tasks.incr_rankings"
+SKIPS_TASK = "counters_tasks.count_skips"
 
 
 class VisitRecorder:
@@ -70,10 +71,12 @@ class VisitRecorder:
         self._lock = threading.RLock()  # a SIGTERM handler may close the recorder inside record()
         self._wake = threading.Condition(self._lock)
         self._buffer: list[tuple[str, dict[str, Any]]] = []  # (task name, payload item)
+        self._skips: Counter[tuple[str, str]] = Counter()  # (route, reason) -> requests, until the next batch
         self._oldest = 0.0
         self._outbox: deque[tuple[str, str, list[dict[str, Any]]]] = deque()  # (task, batch id, items)
         self._in_outbox = 0
         self._sending = 0  # visits of the batch being sent right now
+        self._sending_skips = False  # a count_skips message is being sent right now
         self._thread: threading.Thread | None = None
         self._closed = False
         self._flush_requested = False
@@ -105,6 +108,25 @@ class VisitRecorder:
             event.update(period_hours=period_hours, interval_hours=interval_hours)
         self._add(RANKINGS_TASK, event)
 
+    def skipped(self, route: str, reason: str, count: int = 1) -> None:
+        """Count ``count`` requests that were not page views (``route``: ``middleware``; ``reason``:
+        ``core.pageviews``'s or ``app``), sent as one ``count_skips`` message with the next
+        batches (at most one a ``max_delay``); kept in memory until then, a few bytes a reason.
+        Skips are not visits: they take no room in the buffer and are not in ``stats()``."""
+        if self.app.conf.task_always_eager:
+            self.app.tasks[SKIPS_TASK].apply(args=[[{"route": route, "reason": reason, "count": count}]],
+                                             task_id=str(uuid.uuid4()), throw=None)
+            return
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("this VisitRecorder is closed")
+            if not self._buffer and not self._skips:
+                self._oldest = time.monotonic()
+                self._wake.notify_all()
+            self._skips[(route, reason)] += count
+            if self._thread is None:
+                self._start_thread()
+
     def _add(self, task: str, item: dict[str, Any]) -> None:
         # an app's tests: applied here and now, like .delay(); asked only when the buffer is empty
         # (never otherwise under eager mode), as reading Celery's configuration costs microseconds
@@ -122,7 +144,7 @@ class VisitRecorder:
                                 self.max_buffer, dropped)
                 return
             was_empty = not self._buffer
-            if was_empty:
+            if was_empty and not self._skips:
                 self._oldest = time.monotonic()
             self._buffer.append((task, item))
             self._stats["recorded"] += 1
@@ -145,11 +167,11 @@ class VisitRecorder:
         """Send everything recorded so far; True when all of it reached the broker in time."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
-            if self._thread is None and (self._buffer or self._outbox):
+            if self._thread is None and (self._buffer or self._outbox or self._skips):
                 self._start_thread()
             self._flush_requested = True
             self._wake.notify_all()
-            while self._buffer or self._outbox or self._sending:
+            while self._buffer or self._outbox or self._sending or self._skips or self._sending_skips:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return False
@@ -194,6 +216,10 @@ class VisitRecorder:
                 batch = items[first:first + self.max_batch]
                 self._outbox.append((task, str(uuid.uuid4()), batch))
                 self._in_outbox += len(batch)
+        if self._skips:  # not visits: outside the buffer's and the stats' counts
+            skip_items = [{"route": route, "reason": reason, "count": n} for (route, reason), n in self._skips.items()]
+            self._outbox.append((SKIPS_TASK, str(uuid.uuid4()), skip_items))
+            self._skips = Counter()
         self._oldest = time.monotonic()
 
     def _run(self) -> None:
@@ -201,8 +227,9 @@ class VisitRecorder:
         while True:
             with self._lock:
                 while True:
-                    due = self._buffer and (len(self._buffer) >= self.max_batch or self._flush_requested
-                                            or self._closed or time.monotonic() - self._oldest >= self.max_delay)
+                    due = (self._buffer or self._skips) and (
+                        len(self._buffer) >= self.max_batch or self._flush_requested or self._closed
+                        or time.monotonic() - self._oldest >= self.max_delay)
                     if due:
                         self._take_batches()
                     if self._outbox:
@@ -211,11 +238,14 @@ class VisitRecorder:
                     self._wake.notify_all()  # flush() waiters: nothing left
                     if self._closed:
                         return
-                    wait = self.max_delay - (time.monotonic() - self._oldest) if self._buffer else None
+                    waiting = self._buffer or self._skips
+                    wait = self.max_delay - (time.monotonic() - self._oldest) if waiting else None
                     self._wake.wait(wait)
                 task, batch_id, items = self._outbox.popleft()
-                self._sending = len(items)
-                self._in_outbox -= len(items)
+                visits = 0 if task == SKIPS_TASK else len(items)
+                self._sending = visits
+                self._sending_skips = task == SKIPS_TASK
+                self._in_outbox -= visits
             try:
                 shown_args, shown_kwargs = masked_reprs([items], {})
                 self.app.send_task(task, args=[items], task_id=batch_id, queue=self.queue, retry=False,
@@ -223,8 +253,9 @@ class VisitRecorder:
             except Exception as exc:  # broker unreachable: keep the batch (same id) and retry later
                 with self._lock:
                     self._outbox.appendleft((task, batch_id, items))
-                    self._in_outbox += len(items)
+                    self._in_outbox += visits
                     self._sending = 0
+                    self._sending_skips = False
                     self._stats["send_errors"] += 1
                     closing = self._closed
                 log.warning("VisitRecorder: sending %d items failed (%s); retrying in %.1fs", len(items), exc, backoff)
@@ -236,8 +267,9 @@ class VisitRecorder:
             backoff = self.retry_initial
             with self._lock:
                 self._sending = 0
-                self._stats["sent"] += len(items)
-                self._stats["batches"] += 1
+                self._sending_skips = False
+                self._stats["sent"] += visits
+                self._stats["batches"] += 1 if visits else 0
                 self._wake.notify_all()
 
     def _after_fork_in_child(self) -> None:

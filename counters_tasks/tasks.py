@@ -15,7 +15,7 @@ from celery import Task
 from celery.exceptions import Retry
 from celery.utils.time import get_exponential_backoff_interval
 
-from . import counters, ranking, refusals, uniques
+from . import counters, ranking, refusals, skips, uniques
 from .app import app
 from .core.settings import RETRY_BACKOFF_MAX, get_settings
 from .errors import InvalidInput, SetAside
@@ -145,6 +145,14 @@ def record_visit(self: WorkerBatches, requests: list[Any]) -> dict[str, Any]:
 def record_visits(self: CountingTask, visits: list[dict[str, Any]]) -> int:
     """Many visits in one message (``VisitRecorder`` sends these); the task id is the batch id."""
     return apply_visit_batch(get_redis(), visits, message_id=self.message_id)
+
+
+@app.task(name="counters_tasks.count_skips", base=CountingTask, bind=True)
+@counting
+def count_skips(self: CountingTask, items: list[dict[str, Any]]) -> int:
+    """Requests a web process's middleware did not count as page views, by reason
+    (``VisitRecorder.skipped`` sends these with its batches)."""
+    return skips.record(get_redis(), items, message_id=self.message_id)
 
 
 @app.task(name="counters_tasks.count_unique", base=CountingTask, bind=True)

@@ -39,7 +39,7 @@ BROWSERS = [
     "Mozilla/5.0 (Windows NT 10.0; Win64; x64; rv:125.0) Gecko/20100101 Firefox/125.0",
 ]
 BOTS = ["Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)", "curl/8.5.0",
-        "python-requests/2.31.0", "Mozilla/5.0 (compatible; YandexSpider)", "-"]
+        "python-requests/2.31.0", "Mozilla/5.0 (compatible; YandexBot/3.0; +http://yandex.com/bots)", "-"]
 PAGES = ["/", "/pricing", "/blog", "/blog/post-1", "/docs/api", "/about"]
 STATIC = ["/static/app.css", "/static/app.js", "/img/logo.PNG", "/favicon.ico", "/fonts/x.woff2", "/robots.txt",
           "/static/app.js.map", "/img/hero.jpg?v=3"]
@@ -133,13 +133,13 @@ def make_log(rng: random.Random, count: int, now: float, fmt: str = "combined", 
         lines.append(log_line(ip, ts, method, target, status, shown_agent, offset).encode())
         visitor = f"{ip}|{shown_agent or ''}"
         if kind in ("post", "head"):
-            expected.skip("not_get")
+            expected.skip("method")
         elif kind == "status":
             expected.skip("status")
         elif kind == "static" and not include_all:
             expected.skip("static")
         elif kind == "bot" and not include_all and fmt == "combined":
-            expected.skip("bot")
+            expected.skip("crawler")
         else:
             expected.view(ip, target, ts, visitor)
     if extras:
@@ -212,7 +212,7 @@ def test_combined_log_counts_page_views_at_their_times_and_once(raw_conn, tmp_pa
     summary = run_import("--json", str(log))
     assert summary["format"] == "combined" and summary["file"] == str(log) and summary["all"] is False
     check_summary(summary, expected)
-    assert set(summary["skipped"]) >= {"malformed", "not_get", "status", "static", "bot", "already_imported"}
+    assert set(summary["skipped"]) >= {"malformed", "method", "status", "static", "crawler", "already_imported"}
     assert summary["days"] == {day.isoformat(): n for day, n in sorted(expected.pv().items())}
     assert len(expected.views) > 2 * importer.CHUNK  # several chunks, the last one partial
     check_figures(raw_conn, expected)
@@ -240,7 +240,7 @@ def test_text_summary(raw_conn, tmp_path):
 def test_all_counts_crawlers_and_static_files(raw_conn, tmp_path):
     lines, expected = make_log(random.Random(3), 800, time.time(), include_all=True)
     summary = run_import("--all", "--json", str(write(tmp_path / "access.log", lines)))
-    assert summary["all"] is True and summary["skipped"]["static"] == summary["skipped"]["bot"] == 0
+    assert summary["all"] is True and summary["skipped"]["static"] == summary["skipped"]["crawler"] == 0
     check_summary(summary, expected)
     check_figures(raw_conn, expected)
 
@@ -250,7 +250,7 @@ def test_common_format_gzipped(raw_conn, tmp_path):
     lines, expected = make_log(random.Random(4), 900, time.time(), fmt="common")
     log = write(tmp_path / "access.log.1.gz", lines, compress=True)
     summary = run_import("--json", str(log))
-    assert summary["format"] == "common" and summary["skipped"]["bot"] == 0
+    assert summary["format"] == "common" and summary["skipped"]["crawler"] == 0
     check_summary(summary, expected)
     check_figures(raw_conn, expected)
     # the same lines unpacked, or with another name, are the same lines
@@ -443,7 +443,7 @@ def test_log_line_fields():
     visit = importer.log_line_visit(line, "combined", "s", include_all=True)
     assert visit["path"] == '/a"b' and visit["ip"] == "::1" and visit["ts"] == 971211336
     assert re.fullmatch(r"[0-9a-f]{32}", visit["session_id"])
-    assert importer.log_line_visit(line, "combined", "s") == "bot"
+    assert importer.log_line_visit(line, "combined", "s") == "crawler"
     assert visit["session_id"] == importer.session_id_for("s", "0:0:0:0:0:0:0:1", 'curl/8 \\"x\\"')
     assert visit["session_id"] != importer.session_id_for("other secret", "::1", 'curl/8 \\"x\\"')
 

@@ -39,6 +39,9 @@ METHOD, STATIC, STATUS, NOT_PAGE, CRAWLER = "method", "static", "status", "not_p
 REASONS = (METHOD, STATIC, STATUS, NOT_PAGE, CRAWLER)
 """Why a request is not a page view, in the order the rule checks."""
 
+APP = "app"
+"""Why the middleware did not count a request the app left out (``skip()``, a ``should_count`` callable)."""
+
 SKIP_PREFIXES: tuple[str, ...] = (
     "/static/", "/media/", "/assets/", "/favicon.ico", "/robots.txt", "/sitemap.xml", "/apple-touch-icon",
     "/.well-known/",

@@ -25,6 +25,7 @@ from ..core.paths import encode_decoded_path, encode_target_bytes
 from ..core.validation import check_ip, check_path, check_session_id
 from ..errors import InvalidInput
 from ..recorder import VisitRecorder
+from ..skips import MIDDLEWARE
 
 log = logging.getLogger(__name__)
 
@@ -35,11 +36,7 @@ DEFAULT_SKIP_PREFIXES = pageviews.SKIP_PREFIXES
 DEFAULT_SKIP_EXTENSIONS = pageviews.SKIP_EXTENSIONS
 DEFAULT_CONTENT_TYPES = pageviews.PAGE_MEDIA_TYPES
 
-SKIPPED_BY_APP = "app"
-"""The reason of a request the app left out (``RequestCounters.skip()``, a ``should_count`` callable)."""
-
-ROUTE = "middleware"
-"""How the middleware's skip counts are labelled in ``/metrics`` (the importer's: ``import``)."""
+SKIPPED_BY_APP = pageviews.APP
 
 COOKIE_MAX_AGE = 365 * 24 * 3600
 
@@ -501,7 +498,7 @@ class Counting:
         try:
             count_skip = getattr(self.recorder, "skipped", None)  # a stand-in recorder may not count them
             if count_skip is not None:
-                count_skip(ROUTE, reason)
+                count_skip(MIDDLEWARE, reason)
         except Exception:
             log.debug("counters middleware: a skip was not counted", exc_info=True)
 

@@ -6,7 +6,10 @@ original times, through the batch function of ``VisitRecorder``'s batches (``vis
   past and reported as malformed, never held whole).
 - Parsing and filtering, pure functions: ``detect_format``, ``parse_log_line`` and ``log_line_visit``
   (Apache/nginx combined or common format), ``json_line_visit``. Each line gives a visit dict
-  (``ip``, ``path``, ``ts``, ``session_id``) or the reason it is skipped (``SKIP_REASONS``).
+  (``ip``, ``path``, ``ts``, ``session_id``) or the reason it is skipped (``SKIP_REASONS``): the
+  page view rule of ``core.pageviews`` and the page name of ``core.paths``, as the middleware
+  applies them to a live request. Parsing is lenient where the request, status and time are
+  intact: a line cut inside its user agent (or referer, or size) is read, with what it has.
 - Writing: ``Importer`` cuts the page views into chunks of ``CHUNK`` and applies each through
   ``visits.record_visits`` under a message id derived from its content, then notes it in the
   import ledger (``keys.import_ledger``). A chunk found there is skipped, so importing the same
@@ -39,8 +42,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone, tzinfo
 from typing import IO, Any, BinaryIO, NamedTuple
 
-from .. import visits
+from .. import skips, visits
+from ..core import pageviews
 from ..core.days import DAY
+from ..core.paths import canonical_path
 from ..core.settings import get_settings
 from ..core.validation import check_ip
 from ..errors import ConfigurationError, InvalidInput
@@ -58,32 +63,19 @@ MAX_LINE = 64 * 1024
 PROGRESS_EVERY = 5000
 """Lines between two progress reports (and one after every chunk written)."""
 
-MALFORMED, NOT_GET, STATUS, STATIC, BOT, BLANK, ALREADY_IMPORTED = (
-    "malformed", "not_get", "status", "static", "bot", "blank", "already_imported")
-SKIP_REASONS = (BLANK, MALFORMED, NOT_GET, STATUS, STATIC, BOT, ALREADY_IMPORTED)
-"""Why a line is not counted (always listed in the summary); besides these, ``refused:<reason>``
-for a page view the API refused (``InvalidInput.reason``: ``bad_input``, ``closed_day``,
-``future``...), listed when it happened."""
+MALFORMED, BLANK, ALREADY_IMPORTED = "malformed", "blank", "already_imported"
+METHOD, STATUS, STATIC, CRAWLER = pageviews.METHOD, pageviews.STATUS, pageviews.STATIC, pageviews.CRAWLER
+SKIP_REASONS = (BLANK, MALFORMED, METHOD, STATUS, STATIC, CRAWLER, ALREADY_IMPORTED)
+"""Why a line is not counted (always listed in the summary): unreadable, the page view rule's
+reasons (``core.pageviews``; a log has no content type, so never ``not_page``), or imported
+before; besides these, ``refused:<reason>`` for a page view the API refused
+(``InvalidInput.reason``: ``bad_input``, ``closed_day``, ``future``...), listed when it happened."""
 
-PAGE_VIEW_STATUSES = range(200, 400)
-"""The statuses of a page view (with method ``GET``): 2xx, and 3xx (a redirect, a 304 revalidation)."""
+EVERY_PAGE = pageviews.PageViewRule(skip_prefixes=(), skip_extensions=(), skip_crawlers=False)
+"""The rule of ``--all``: static files and crawlers counted too (method and status still apply)."""
 
-STATIC_EXTENSIONS = frozenset({
-    "css", "js", "mjs", "map",  # styles, scripts, source maps
-    "png", "jpg", "jpeg", "gif", "ico", "svg", "webp", "avif", "bmp", "tif", "tiff",  # images
-    "woff", "woff2", "ttf", "otf", "eot",  # fonts
-    "mp3", "mp4", "m4a", "ogg", "oga", "ogv", "wav", "webm", "flac",  # media
-    "txt", "xml", "webmanifest",  # robots.txt, sitemap.xml, feeds, manifests
-})
-"""A path whose last segment ends in one of these extensions (any case) is a static file."""
-
-BOT_MARKERS = (
-    "bot", "crawl", "spider", "slurp", "archiver", "facebookexternalhit", "mediapartners", "feedfetcher",
-    "curl", "wget", "python-requests", "python-urllib", "python-httpx", "aiohttp", "go-http-client",
-    "okhttp", "java/", "libwww-perl", "httpclient", "scrapy", "headlesschrome", "phantomjs", "lighthouse",
-    "zgrab", "masscan", "nmap", "nikto", "sqlmap",
-)
-"""A user agent containing one of these (any case), or an empty one (``-``), is a crawler or a script."""
+MALFORMED_LINES_SHOWN = 10
+"""Line numbers of unreadable lines the summary shows (the first ones)."""
 
 MONTHS = {name: n for n, name in enumerate(
     ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
@@ -91,11 +83,14 @@ MONTHS = {name: n for n, name in enumerate(
 _QUOTED = r'"((?:[^"\\]|\\.)*)"'
 LOG_LINE = re.compile(
     r"(?P<ip>\S+) \S+ (?P<user>.*?) \[(?P<time>[^\]]{1,40})\] " + _QUOTED.replace("(", "(?P<request>", 1)
-    + r" (?P<status>\S+) (?P<size>\S+)(?P<rest>.*)")
-"""``%h %l %u %t "%r" %>s %b``, the common log format, and whatever follows it."""
+    + r" (?P<status>[^\s\"]+)(?: (?P<size>[^\s\"]+))?(?P<rest>.*)")
+"""``%h %l %u %t "%r" %>s %b``, the common log format (the size may be cut off), and whatever follows it."""
 COMBINED_REST = re.compile(r" " + _QUOTED.replace("(", "(?P<referer>", 1) + " "
                            + _QUOTED.replace("(", "(?P<agent>", 1) + r"(?:\s.*)?")
 """What the combined format adds: ``"%{Referer}i" "%{User-agent}i"`` (and anything after them)."""
+CUT_COMBINED_REST = re.compile(r'(?: "(?P<referer>(?:[^"\\]|\\.)*)(?:" "(?P<agent>(?:[^"\\]|\\.)*)"?)?)?\s*')
+"""The combined format's fields cut short (a line truncated by the logger or a copy): the user
+agent without its closing quote, the referer without the user agent, or neither."""
 LOG_TIME = re.compile(r"(\d{2})/([A-Za-z]{3})/(\d{4}):(\d{2}):(\d{2}):(\d{2}) ([+-])(\d{2})(\d{2})")
 """``%t`` inside its brackets: ``10/Oct/2000:13:55:36 -0700``."""
 
@@ -120,7 +115,7 @@ def detect_format(first_line: str) -> str:
     if text.startswith("{"):
         return "jsonl"
     match = LOG_LINE.fullmatch(text)
-    if match and COMBINED_REST.fullmatch(match["rest"]):
+    if match and (COMBINED_REST.fullmatch(match["rest"]) or match["rest"].startswith(' "')):
         return "combined"
     return "common"
 
@@ -144,19 +139,24 @@ def parse_log_time(text: str) -> int | None:
 
 
 def unescape(text: str) -> str:
-    r"""A logged string with Apache's ``\"`` and ``\\`` escapes undone (``\xhh`` stays as logged)."""
-    return re.sub(r'\\(["\\])', r"\1", text) if "\\" in text else text
+    r"""A logged string with Apache's and nginx's ``\"`` and ``\\`` escapes undone, and their
+    ``\xhh`` escapes of bytes written ``%hh`` (what the client sent, named by ``core.paths``)."""
+    if "\\" not in text:
+        return text
+    return re.sub(r'\\(["\\])|\\x([0-9A-Fa-f]{2})', lambda m: m[1] or f"%{m[2].upper()}", text)
 
 
 def parse_log_line(text: str, fmt: str) -> LogLine | None:
     """The fields of one line in the ``combined`` or ``common`` format; None when it is malformed
-    (a combined line needs its referer and user agent fields; a common one may have more)."""
+    (its time, request or status unreadable). A combined line cut short has the user agent it
+    kept (the start of it; None when it was cut before it: not known, as in the common format);
+    a common one may have more fields."""
     match = LOG_LINE.fullmatch(text)
     if match is None:
         return None
     agent = None
     if fmt == "combined":
-        rest = COMBINED_REST.fullmatch(match["rest"])
+        rest = COMBINED_REST.fullmatch(match["rest"]) or CUT_COMBINED_REST.fullmatch(match["rest"])
         if rest is None:
             return None
         agent = rest["agent"]
@@ -171,27 +171,11 @@ def parse_log_line(text: str, fmt: str) -> LogLine | None:
 
 
 def page_path(target: str) -> str | None:
-    """The path of a request target (origin form ``/a?b``, or absolute form ``http://host/a``),
-    without query string and fragment; None when it has none."""
-    if target.startswith(("http://", "https://")):
-        target = "/" + target.split("://", 1)[1].partition("/")[2]
-    if not target.startswith("/"):
+    """The page's canonical name (``core.paths``) of a request target in origin form (``/a?b``)
+    or absolute form (``http://host/a``); None for any other (``*``, a proxy's ``host:port``)."""
+    if not target.startswith("/") and not target[:8].lower().startswith(("http://", "https://")):
         return None
-    for mark in ("?", "#"):
-        target = target.split(mark, 1)[0]
-    return target
-
-
-def is_static(path: str) -> bool:
-    """Whether ``path`` names a static file (``STATIC_EXTENSIONS``)."""
-    name = path.rsplit("/", 1)[-1]
-    return "." in name and name.rsplit(".", 1)[1].lower() in STATIC_EXTENSIONS
-
-
-def is_bot(agent: str) -> bool:
-    """Whether a user agent is a crawler or a script (``BOT_MARKERS``, or none given)."""
-    lowered = agent.strip().lower()
-    return lowered in ("", "-") or any(marker in lowered for marker in BOT_MARKERS)
+    return canonical_path(target) or None
 
 
 @functools.lru_cache(maxsize=65536)
@@ -209,23 +193,18 @@ def session_id_for(secret: str, ip: str, agent: str) -> str:
 
 def log_line_visit(text: str, fmt: str, secret: str, include_all: bool = False) -> dict[str, Any] | str:
     """The visit of one access log line (``combined`` or ``common``), or why it is skipped:
-    ``malformed``, ``not_get``, ``status`` (not 200-399), then unless ``include_all`` ``static``
-    and ``bot`` (a user agent is known in the combined format only)."""
+    ``malformed``, or the page view rule's reason (``core.pageviews``: the user agent is known in
+    the combined format only; with ``include_all`` static files and crawlers count too)."""
     line = parse_log_line(text, fmt)
     if line is None:
         return MALFORMED
-    if line.method != "GET":
-        return NOT_GET
     path = page_path(line.target) if line.target else None
     if path is None:
         return MALFORMED
-    if line.status not in PAGE_VIEW_STATUSES:
-        return STATUS
-    if not include_all:
-        if is_static(path):
-            return STATIC
-        if line.agent is not None and is_bot(line.agent):
-            return BOT
+    rule = EVERY_PAGE if include_all else pageviews.DEFAULT_RULE
+    reason = rule.skip_reason(line.method, path, line.status, user_agent=line.agent)
+    if reason is not None:
+        return reason
     session = session_id_for(secret, line.ip, line.agent or "")
     return {"ip": line.ip, "path": path, "ts": line.ts, "session_id": session}
 
@@ -267,8 +246,8 @@ def json_line_visit(text: str, zone: tzinfo, include_all: bool = False) -> dict[
         return MALFORMED
     if session is not None and not isinstance(session, str):
         return MALFORMED
-    clean = page_path(path) or path.split("?", 1)[0].split("#", 1)[0]  # the API refuses what is not a path
-    if not include_all and is_static(clean):
+    clean = canonical_path(path) or path  # the API refuses what is not a path
+    if not include_all and pageviews.DEFAULT_RULE.is_static(clean):
         return STATIC
     visit: dict[str, Any] = {"ip": ip, "path": clean, "ts": ts}
     if session is not None:
@@ -409,9 +388,12 @@ class Summary:
     counted: int = 0
     skipped: Counter[str] = field(default_factory=Counter)
     days: Counter[str] = field(default_factory=Counter)
+    malformed_lines: list[int] = field(default_factory=list)
 
     def skip(self, reason: str, count: int = 1) -> None:
         self.skipped[reason] += count
+        if reason == MALFORMED and len(self.malformed_lines) < MALFORMED_LINES_SHOWN:
+            self.malformed_lines.append(self.lines)
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON of ``--json``: ``lines == counted + skipped_total``."""
@@ -419,7 +401,7 @@ class Summary:
         skipped |= {reason: n for reason, n in sorted(self.skipped.items()) if reason not in skipped}
         return {"file": self.file, "format": self.format, "all": self.include_all, "lines": self.lines,
                 "counted": self.counted, "skipped_total": sum(skipped.values()), "skipped": skipped,
-                "days": dict(sorted(self.days.items()))}
+                "malformed_lines": list(self.malformed_lines), "days": dict(sorted(self.days.items()))}
 
 
 class Importer:
@@ -531,6 +513,9 @@ def import_lines(conn: Any, lines: Iterable[bytes | None], fmt: str | None = Non
         importer.apply(chunk)
     if progress:
         progress(summary.lines)
+    skipped = skips.as_items(skips.IMPORT, summary.skipped)
+    if skipped:
+        skips.record(conn, skipped)
     return summary
 
 

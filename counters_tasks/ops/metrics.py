@@ -27,7 +27,7 @@ from prometheus_client.utils import floatToGoString
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .. import refusals, throughput
+from .. import refusals, skips, throughput
 from ..app import SENT_AT_HEADER
 from ..app import app as default_app
 from ..core.settings import get_settings, is_redis_url
@@ -124,8 +124,9 @@ class CountersCollector(Collector):
         pipe = read_pipeline(self.conn())  # fixed names and hash tags: no tag key to read first
         pipe.hgetall(keys.throughput())
         pipe.hgetall(keys.refusal_counts())
+        pipe.hgetall(keys.skip_counts())
         deployment.queue_read(pipe)
-        stored, refused, tag, marker = pipe.execute()
+        stored, refused, skipped, tag, marker = pipe.execute()
         held = deployment.describe(*deployment.parse(tag, marker), now=now)
         totals = throughput.parse_totals(stored)
         out: list[Any] = [
@@ -142,6 +143,11 @@ class CountersCollector(Collector):
                                         labels=["reason"])
         for reason, count in sorted(refusals.parse_counts(refused).items()):
             by_reason.add_metric([reason], count)
+        not_views = CounterMetricFamily("counters_skipped", "Requests that were not page views, by route "
+                                        "(middleware, import) and reason (docs/api.md: the page view rule)",
+                                        labels=["route", "reason"])
+        for (route, reason), count in sorted(skips.parse_counts(skipped).items()):
+            not_views.add_metric([route, reason], count)
         sizes = HistogramMetricFamily("counters_batch_size", "Items per batch: messages per worker-side batch "
                                       "(record_visit, incr_ranking), items per batch message (record_visits, "
                                       "incr_rankings)", labels=["kind"])
@@ -151,7 +157,7 @@ class CountersCollector(Collector):
                                    "yet) and this package's; they must be equal", labels=["side"])
         layout.add_metric(["redis"], held["layout"] or 0)
         layout.add_metric(["package"], held["package_layout"])
-        out += [duplicates, by_reason, sizes, layout, *self.server_metrics()]
+        out += [duplicates, by_reason, not_views, sizes, layout, *self.server_metrics()]
         if held["lost_at"] is not None:
             out.append(GaugeMetricFamily("counters_data_loss_timestamp_seconds", "When a process found Redis had "
                                          "lost the deployment's data (restart without persistence, FLUSHALL, an "

@@ -192,6 +192,17 @@ def refusal_seen(message_id: str) -> str:
     return f"{prefix()}refused:{{refused}}:seen:{escape(message_id)}"
 
 
+def skip_counts() -> str:
+    """HASH "<route>:<reason>" -> requests that were not page views (``skips``: the middleware's,
+    sent with the recorder's batches, and the importer's lines)."""
+    return f"{prefix()}skipped:{{skipped}}"
+
+
+def skip_seen(message_id: str) -> str:
+    """STRING marker: this message's skip counts were added (dedupe, with a TTL)."""
+    return f"{prefix()}skipped:{{skipped}}:seen:{escape(message_id)}"
+
+
 def throughput() -> str:
     """HASH of the workers' cumulative totals (``counters_tasks.throughput``): ``applied:<kind>``,
     ``duplicate:<kind>``, ``batch:<kind>:<bucket>``, ``batch_sum:<kind>``, ``newest_ts``."""

@@ -1,7 +1,8 @@
--- Count the refusals of one message by reason, at most once per message.
--- KEYS: the refusal counts HASH, then (when ARGV[1] > 0) the message's marker; one hash tag.
+-- Count the items of one message by reason, at most once per message: its refusals (refusals.py),
+-- or the requests a web process skipped as not page views (skips.py).
+-- KEYS: the counts HASH, then (when ARGV[1] > 0) the message's marker; one hash tag.
 -- ARGV: marker TTL in seconds (0 = no dedupe), then reason, count pairs.
--- Returns 1 when counted, 0 when this message's refusals were counted before (a redelivery).
+-- Returns 1 when counted, 0 when this message's items were counted before (a redelivery).
 local ttl = tonumber(ARGV[1])
 local refused = wrong_type({KEYS[1], 'hash', KEYS[2] or KEYS[1], KEYS[2] and 'string' or 'hash'})
 if refused then
