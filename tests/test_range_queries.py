@@ -14,7 +14,7 @@ import pytest
 from counters_tasks import sitestats, uniques
 from counters_tasks.core.days import local_day
 from counters_tasks.errors import InvalidInput
-from counters_tasks.store import keys
+from counters_tasks.store import keys, page_sketch
 from tests.support.servers import dump_all, expires_at
 
 pytestmark = pytest.mark.cluster
@@ -66,8 +66,11 @@ def test_site_and_path_ranges_match_the_model(conn, stream):
                 truth = len(set().union(*(uv[where, d] for d in span)))
                 if len(span) == 1:
                     assert got.uv == truth and not got.uv_approximate  # one day: the exact figure
-                elif where is not None:
-                    assert got.uv is None  # a path's UV over several days is not kept
+                elif where is not None:  # the union of the path's day sketches (store.page_sketch)
+                    small = all(len(uv[where, d]) <= page_sketch.EXACT_IDS for d in span)
+                    assert got.uv_approximate is not small
+                    assert abs(got.uv - truth) <= (0 if small else 4 * page_sketch.STANDARD_ERROR * truth), \
+                        (where, first, last, got.uv, truth)
                 else:
                     assert got.uv_approximate
                     assert abs(got.uv - truth) <= max(2, 0.03 * truth), (where, first, last, got.uv, truth)
@@ -162,7 +165,8 @@ def test_range_keys_expire_with_the_days_totals_and_dedupe_holds(conn):
         assert expires_at(conn, key) == totals_at, key
     assert sitestats.top_pages(conn, day, day) == [("/x", 1)]
     assert sitestats.site_visit_range(conn, day, day, "/x").uv == 1
-    assert sitestats.site_visit_range(conn, day - timedelta(days=1), day, "/x").uv is None  # not kept
+    over_two_days = sitestats.site_visit_range(conn, day - timedelta(days=1), day, "/x")
+    assert (over_two_days.uv, over_two_days.uv_approximate) == (1, False)  # the union of the day sketches
 
 
 def test_hll_mode_marks_even_one_day_approximate(conn, monkeypatch):

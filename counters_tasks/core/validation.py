@@ -108,8 +108,6 @@ def check_int(value: Any, what: str, minimum: int | None = None, maximum: int | 
 
 # --- visits: IPs, paths, session ids, days ---------------------------------------------------
 
-MAX_TARGET = 4096
-"""Longest request target taken as a path (it is cut to ``core.paths.MAX_PATH_BYTES`` once named)."""
 MAX_IP_TEXT = 64
 """Longest IP text accepted: an IPv6 address (45 characters) with a scope id of an interface name."""
 _HEX_ID = re.compile(r"[0-9a-fA-F]{15,}")
@@ -139,9 +137,10 @@ def _canonical_ip(value: str) -> str:
 
 def check_path(value: Any) -> str:
     """The canonical name of a page (``core.paths.canonical_path``: query and fragment dropped,
-    safe escapes decoded, at most 512 UTF-8 bytes), the one every route counts a view under."""
+    safe escapes decoded, at most 512 UTF-8 bytes), the one every route counts a view under. The
+    text given is at most 1024 characters (``check_text``), as every name the API takes."""
     settings = get_settings()
-    path = canonical_path(check_text(value, "path", max_length=MAX_TARGET),
+    path = canonical_path(check_text(value, "path"),
                           strip_trailing_slash=settings.path_trailing_slash == "strip",
                           lower_case=settings.path_case == "lower")
     if not path:

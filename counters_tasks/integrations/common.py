@@ -74,7 +74,7 @@ class RequestInfo:
 def request_path(raw_target: bytes | None, decoded_path: str) -> str:
     """The page's canonical name (``core.paths``): from the target as the client sent it when the
     server gives it (``raw_target``: ASGI's ``raw_path``, a WSGI server's ``REQUEST_URI``), else
-    from the path the server decoded. Never raises: a target the rule cannot name (over 4 KB) is
+    from the path the server decoded. Never raises: a target the rule cannot name (over 1,024 characters) is
     given as decoded, and the recorder refuses it (counted)."""
     text = encode_target_bytes(raw_target) if raw_target else encode_decoded_path(decoded_path or "/")
     try:

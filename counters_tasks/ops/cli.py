@@ -313,9 +313,8 @@ def _render_stats(console: Any, data: dict) -> None:
     from rich.table import Table
 
     where = data["path"] or "whole site"
-    uv = "n/a" if data["uv"] is None else f"{'~' if data['uv_approximate'] else ''}{data['uv']}"
-    note = ("  (UV over several days: HyperLogLog union, approximate)" if data["uv_approximate"]
-            else "  (a path's UV over several days is not kept; see each day)" if data["uv"] is None else "")
+    uv = f"{'~' if data['uv_approximate'] else ''}{data['uv']}"
+    note = ("  (UV over several days: an estimate of the union, docs/api.md)" if data["uv_approximate"] else "")
     console.print(f"[bold]{where}[/bold] {data['from']} .. {data['to']}: PV {data['pv']}, UV {uv}{note}")
     table = Table(box=None, pad_edge=False)
     for name, justify in (("day", "left"), ("PV", "right"), ("UV", "right"), ("", "left")):

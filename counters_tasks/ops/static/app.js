@@ -69,9 +69,8 @@
     q.path = $("path").value;
     return api("stats", q).then(function (data) {
       $("pv-total").textContent = data.pv;
-      $("uv-total").textContent = data.uv === null ? "n/a" : data.uv;
-      $("uv-note").textContent = data.uv_approximate ? " ≈ (HyperLogLog union)"
-        : data.uv === null ? " (a path's UV over several days is not kept)" : "";
+      $("uv-total").textContent = data.uv;
+      $("uv-note").textContent = data.uv_approximate ? " ≈ (an estimate of the union of the days)" : "";
       Charts.render($("visitors-chart"), {
         labels: data.days.map(function (d) { return shortDay(d.day); }),
         series: [{name: "PV", kind: "bar", values: data.days.map(function (d) { return d.pv; })},

@@ -6,9 +6,10 @@
 --       totals kept (s, from now), the most paths the pages HASH tracks, n, then the n views'
 --       visitor ids, then m, then per path: the path, its digest, k, then the k visitors of its
 --       views in their pairs form (11 characters; the n views grouped by path).
--- The pages HASH maps a path to "<pv> <uv>"; once it tracks the most paths, views of other
--- paths count under the field "" (shown as "(other)"). A path's UV is kept exact by the pairs
--- SET of "<visitor><path digest>" members ("<visitor>" alone for the overflow).
+-- The pages HASH maps a path to "<pv> <uv> <sketch>" (the sketch: its visitors of the day, for
+-- its UV over a range; page_sketch.lua); once it tracks the most paths, views of other paths
+-- count under the field "" (shown as "(other)", no sketch). A path's UV is kept exact by the
+-- pairs SET of "<visitor><path digest>" members ("<visitor>" alone for the overflow).
 -- A day is open until totals.open_until, fixed by the day's first write, however old the day
 -- (history can be back-filled): the later of the visitors' day-based expiry and "kept" seconds
 -- from that write. The visitors and pairs expire then. A view of a closed day (totals left,
@@ -81,18 +82,27 @@ for _ = 1, tonumber(ARGV[9 + n]) do
     path, digest = '', ''
     value = redis.call('HGET', pages, path)
   end
-  local pv, uv = 0, 0
+  local pv, uv, sketch = 0, 0, ''
   if value then
-    local p, u = string.match(value, '^(%-?%d+) (%d+)$')
-    pv, uv = tonumber(p), tonumber(u)
+    local p, u, s = string.match(value, '^(%-?%d+) (%d+) ?(.*)$')
+    pv, uv, sketch = tonumber(p), tonumber(u), s
   end
   pv = pv + k
   if open then
     for a = first, last do
-      uv = uv + redis.call('SADD', pairs, ARGV[a] .. digest)
+      if redis.call('SADD', pairs, ARGV[a] .. digest) == 1 then
+        uv = uv + 1
+        if path ~= '' then
+          sketch = page_sketch_add(sketch, string.sub(ARGV[a], 1, 6))
+        end
+      end
     end
   end
-  redis.call('HSET', pages, path, string.format('%d %d', pv, uv))
+  if sketch == '' then
+    redis.call('HSET', pages, path, string.format('%d %d', pv, uv))
+  else
+    redis.call('HSET', pages, path, string.format('%d %d ', pv, uv) .. sketch)
+  end
 end
 if open and redis.call('EXISTS', pairs) == 1 then
   redis.call('EXPIREAT', pairs, open_until)
