@@ -1,0 +1,217 @@
+"""One page, one name; one person, one view: the same requests counted live through each
+middleware (Flask under gunicorn, Starlette under uvicorn, Django under gunicorn, each with a
+real worker) and imported as the access log gunicorn wrote of them, give the same figures, and
+those equal a count made here by hand from the requests (``EXPECTED``), not by the package.
+
+The requests: encoded and non-ASCII paths in several spellings, ``%23`` and ``%3F`` inside a
+name, a query string, a browser's revalidation (304, no Content-Type), a HEAD, a stylesheet, a
+404, crawlers and scripts, and in the log a line whose user agent was cut off by the logger.
+Each live route and the import count under their own key prefix on one Redis.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from datetime import timedelta
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+import redis
+
+from counters_tasks import sitestats, skips
+from counters_tasks.core.days import local_day
+from counters_tasks.core.settings import reset_settings
+from counters_tasks.local.redis_server import free_port
+from counters_tasks.local.waiting import wait_until
+from tests.support.procs import Server, celery_env, purge_broker, start_worker
+
+pytestmark = pytest.mark.processes
+
+FIREFOX = "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0"
+CHROME = ("Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) "
+          "Chrome/131.0.0.0 Safari/537.36")
+SAFARI = ("Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) "
+          "Version/17.5 Mobile/15E148 Safari/604.1")
+GOOGLEBOT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
+BINGBOT = "Mozilla/5.0 (compatible; bingbot/2.0; +http://www.bing.com/bingbot.htm)"
+PAGE = {"Accept": "text/html,application/xhtml+xml,*/*;q=0.8", "Sec-Fetch-Dest": "document"}
+
+
+class Request(NamedTuple):
+    ip: str
+    agent: str
+    method: str
+    target: str
+    extra: dict[str, str] = {}
+
+
+A, B, C = "203.0.113.10", "198.51.100.20", "192.0.2.30"
+REQUESTS = [
+    Request(A, FIREFOX, "GET", "/caf%C3%A9"),
+    Request(A, FIREFOX, "GET", "/a%20b"),
+    Request(A, FIREFOX, "GET", "/%E6%97%A5%E6%9C%AC"),
+    Request(A, FIREFOX, "GET", "/tags/c%23"),
+    Request(A, FIREFOX, "GET", "/tags/c"),
+    Request(A, FIREFOX, "GET", "/faq/why%3F"),
+    Request(A, FIREFOX, "GET", "/pricing?utm_source=news&x=1"),
+    Request(A, FIREFOX, "GET", "/pricing", {"If-None-Match": '"v1"'}),  # revisit: 304
+    Request(A, FIREFOX, "HEAD", "/pricing"),
+    Request(A, FIREFOX, "GET", "/static/app.css", {"Accept": "text/css", "Sec-Fetch-Dest": "style"}),
+    Request(A, FIREFOX, "GET", "/missing"),
+    Request(B, CHROME, "GET", "/caf%c3%a9"),  # the same page, lower-case escapes
+    Request(B, CHROME, "GET", "/tags/f%23"),
+    Request(B, CHROME, "GET", "/pricing"),
+    Request(B, CHROME, "GET", "/pricing", {"If-None-Match": '"v1"'}),  # revisit: 304
+    Request(C, SAFARI, "GET", "/%E6%97%A5%E6%9C%AC"),  # its log line is cut inside the user agent
+    Request("66.249.66.1", GOOGLEBOT, "GET", "/pricing"),
+    Request("66.249.66.1", GOOGLEBOT, "GET", "/caf%C3%A9"),
+    Request("40.77.167.5", BINGBOT, "GET", "/tags/c%23"),
+    Request("192.0.2.99", "curl/8.5.0", "GET", "/pricing"),
+    Request("192.0.2.98", "python-requests/2.32.3", "GET", "/a%20b"),
+]
+CUT_LINE = 15
+"""The request whose log line loses the end of its user agent (as a logger cutting long lines does)."""
+
+EXPECTED_VIEWS = {  # counted by hand from REQUESTS: page -> (views, visitors)
+    "/café": (2, {A, B}),
+    "/a b": (1, {A}),
+    "/日本": (2, {A, C}),
+    "/tags/c%23": (1, {A}),
+    "/tags/c": (1, {A}),
+    "/faq/why%3F": (1, {A}),
+    "/pricing": (4, {A, B}),
+    "/tags/f%23": (1, {B}),
+}
+EXPECTED_SKIPS = {"method": 1, "static": 1, "status": 1, "crawler": 5}
+
+
+def figures(conn: redis.Redis, day) -> dict:
+    """Every figure the package shows of the day: site and each page, the day and the range of
+    that day and the one before (PV, UV), and the top pages."""
+    yesterday = day - timedelta(days=1)
+    out: dict = {"site": tuple(sitestats.site_visit_info(conn, day))[1:],
+                 "site range": _range(sitestats.site_visit_range(conn, yesterday, day)),
+                 "top": sitestats.top_pages(conn, day, day, limit=50)}
+    for page in EXPECTED_VIEWS:
+        out[page] = tuple(sitestats.site_visit_info(conn, day, page))[1:]
+        out[page + " range"] = _range(sitestats.site_visit_range(conn, yesterday, day, page))
+    return out
+
+
+def _range(result: sitestats.SiteRange) -> tuple:
+    return result.pv, result.uv, [(d.pv, d.uv) for d in result.days]
+
+
+def expected_figures() -> dict:
+    views = sum(n for n, _ in EXPECTED_VIEWS.values())
+    visitors = set().union(*(who for _, who in EXPECTED_VIEWS.values()))
+    out: dict = {"site": (views, len(visitors)), "site range": (views, len(visitors), [(0, 0), (views, len(visitors))]),
+                 "top": sorted(((p, n) for p, (n, _) in EXPECTED_VIEWS.items()), key=lambda item: (-item[1], item[0]))}
+    for page, (n, who) in EXPECTED_VIEWS.items():
+        out[page] = (n, len(who))
+        out[page + " range"] = (n, len(who), [(0, 0), (n, len(who))])
+    return out
+
+
+def send(server: Server) -> None:
+    for request in REQUESTS:
+        headers = {"User-Agent": request.agent, "X-Forwarded-For": request.ip} | PAGE | request.extra
+        server.get(request.target, headers, method=request.method)
+
+
+def prefixed(monkeypatch, prefix: str) -> None:
+    monkeypatch.setenv("COUNTERS_KEY_PREFIX", prefix)
+    reset_settings()
+
+
+def counts_under(redis_url: str, monkeypatch, prefix: str, day) -> tuple[dict, dict]:
+    """(figures, skips by reason) as the package reads them under ``prefix``."""
+    prefixed(monkeypatch, prefix)
+    conn = redis.Redis.from_url(redis_url)  # a new client: the key schema is per client
+    try:
+        found = skips.counts(conn)
+        return figures(conn, day), found
+    finally:
+        conn.close()
+
+
+SERVERS = {
+    "flask": lambda port, log: ["gunicorn", "-w", "1", "-b", f"127.0.0.1:{port}", "--access-logfile", str(log),
+                                "--access-logformat", '%({x-forwarded-for}i)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s '
+                                '"%(f)s" "%(a)s"', "tests.support.one_site:application"],
+    "starlette": lambda port, log: ["uvicorn", "--host", "127.0.0.1", "--port", str(port), "--no-access-log",
+                                    "--no-proxy-headers", "tests.support.one_site:application"],
+    "django": lambda port, log: ["gunicorn", "-w", "1", "-b", f"127.0.0.1:{port}",
+                                 "tests.support.one_site:application"],
+}
+
+
+def run_live(kind: str, redis_url: str, tmp_path: Path, access_log: Path) -> dict:
+    """The requests through one middleware under its server, applied by a real worker: the
+    middleware's stats (taken by ``/stats``, which is skipped after it answered) once everything
+    it handed over is in Redis."""
+    env = celery_env(redis_url, COUNTERS_KEY_PREFIX=f"{kind}:", ONE_SITE_KIND=kind)
+    purge_broker(redis_url)
+    worker = start_worker(env, tmp_path / f"{kind}-worker.log", concurrency=1).wait_ready()
+    port = free_port()
+    server = Server(SERVERS[kind](port, access_log), env, tmp_path / f"{kind}.log", port)
+    try:
+        send(server)
+        stats = json.loads(server.get("/stats")[2])
+    finally:
+        code = server.stop()  # uvicorn raises the SIGTERM again once it has shut down cleanly
+        assert code == 0 or (kind == "starlette" and code == -15), server.log.read_text()[-3000:]
+    conn = redis.Redis.from_url(redis_url)
+    try:
+        def applied() -> bool:
+            pv = sum(int(value) for key in conn.scan_iter(f"{kind}:site:*:all:*", _type="HASH")
+                     for field, value in conn.hgetall(key).items() if field == b"pv")
+            skipped = sum(int(n) for n in conn.hvals(f"{kind}:skipped:{{skipped}}"))
+            return pv == stats["counted"] and skipped == stats["skipped"] + 1  # and /stats itself
+
+        wait_until(applied, timeout=30, what=f"the {kind} route's visits and skips applied")
+    finally:
+        conn.close()
+        worker.stop()
+    return stats
+
+
+def test_live_and_imported_requests_give_the_same_figures(redis_url, tmp_path, monkeypatch):
+    wait_until(lambda: (time.time() + 120) % 86400 > 240, timeout=300, what="a time away from midnight (UTC)")
+    day = local_day(time.time())
+    access_log = tmp_path / "access.log"
+    expected = expected_figures()
+    results = {}
+    for kind in SERVERS:
+        stats = run_live(kind, redis_url, tmp_path, access_log)
+        assert stats["counted"] == sum(n for n, _ in EXPECTED_VIEWS.values()), (kind, stats)
+        results[kind] = counts_under(redis_url, monkeypatch, f"{kind}:", day)
+
+    lines = [line for line in access_log.read_text().splitlines() if '"GET /health ' not in line
+             and '"GET /stats ' not in line]  # the test's own probes
+    assert len(lines) == len(REQUESTS)
+    cut = lines[CUT_LINE]
+    assert cut.endswith(f'"{SAFARI}"')
+    lines[CUT_LINE] = cut[:-40]  # no closing quote: the user agent cut short
+    log = tmp_path / "cut.log"
+    log.write_text("\n".join(lines) + "\n")
+    prefixed(monkeypatch, "import:")
+    from click.testing import CliRunner
+
+    from counters_tasks.ops.cli import cli
+
+    result = CliRunner().invoke(cli, ["import", "--json", str(log)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["skipped"]["malformed"] == 0 and summary["counted"] == expected["site"][0]
+    results["import"] = counts_under(redis_url, monkeypatch, "import:", day)
+
+    for route, (found, skipped) in results.items():
+        assert found == expected, route
+        by_reason = defaultdict(int)
+        for (_route, reason), n in skipped.items():
+            by_reason[reason] += n
+        assert {reason: by_reason[reason] for reason in EXPECTED_SKIPS} == EXPECTED_SKIPS, (route, skipped)
