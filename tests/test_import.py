@@ -485,3 +485,24 @@ def test_readme_import_commands_run(raw_conn, redis_url, tmp_path):
         else:
             counted += int(re.search(r"lines read, (\d+) counted", result.stdout)[1])
     assert counted == sitestats.site_visit_info(raw_conn).pv > len(expected.views)
+
+
+def test_a_line_cut_short_is_read_with_what_it_kept(raw_conn, tmp_path):
+    """A logger that cuts long lines leaves the time, request and status: such a line is a page
+    view as GoAccess counts it (before: malformed, its page and day short by one); what is still
+    unreadable is counted and its first line numbers shown."""
+    now = int(time.time())
+    whole = log_line("198.51.100.1", now, "GET", "/caf%C3%A9", 200, BROWSERS[0])
+    cut_agent = log_line("198.51.100.2", now, "GET", "/caf%C3%A9", 200, BROWSERS[1])[:-30]
+    cut_referer = log_line("198.51.100.3", now, "GET", "/caf%C3%A9", 304, BROWSERS[2]).split(' "https://')[0] + ' "http'
+    cut_size = f'198.51.100.4 - - [{log_time(now, 0)}] "GET /caf%C3%A9 HTTP/1.1" 200'
+    cut_bot = log_line("66.249.66.1", now, "GET", "/caf%C3%A9", 200, BOTS[0])[:-20]
+    unreadable = f'198.51.100.5 - - [{log_time(now, 0)}] "GET /caf%C3%A9 HTT'
+    lines = [whole, cut_agent, cut_referer, cut_size, cut_bot, unreadable, "garbage"]
+    summary = run_import("--json", str(write(tmp_path / "cut.log", [line.encode() for line in lines])))
+    assert summary["counted"] == 4 and summary["skipped"]["crawler"] == 1
+    assert summary["skipped"]["malformed"] == 2 and summary["malformed_lines"] == [6, 7]
+    day = utc_day(now)
+    assert sitestats.site_visit_info(raw_conn, day, "/café") == (day, 4, 4)
+    output = run_import(str(write(tmp_path / "again.log", [lines[0].encode()] + [b"garbage"] * 12)))
+    assert "unreadable lines: 2, 3, 4, 5, 6, 7, 8, 9, 10, 11 ..." in output

@@ -15,8 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from counters_tasks import ranking, tasks, throughput, visits
+from counters_tasks import ranking, skips, tasks, throughput, visits
 from counters_tasks.core.settings import get_settings
+from counters_tasks.errors import InvalidInput
 from counters_tasks.local.redis_server import free_port
 from counters_tasks.local.waiting import wait_until
 from counters_tasks.ops import metrics
@@ -55,6 +56,20 @@ def broker(redis_url):
 
 
 # --- the totals, in process ------------------------------------------------------------------
+
+def test_requests_that_were_not_page_views_are_counted_by_route_and_reason(conn, broker):
+    skips.record(conn, [{"route": "middleware", "reason": "crawler", "count": 3},
+                        {"route": "middleware", "reason": "static", "count": 2}], message_id="web-1")
+    skips.record(conn, [{"route": "middleware", "reason": "crawler", "count": 3}], message_id="web-1")  # again
+    skips.record(conn, skips.as_items("import", {"crawler": 4, "malformed": 1, "refused:future": 2}))
+    found = scrape_app(conn)
+    assert value(found, "counters_skipped_total", route="middleware", reason="crawler") == 3
+    assert value(found, "counters_skipped_total", route="middleware", reason="static") == 2
+    assert value(found, "counters_skipped_total", route="import", reason="crawler") == 4
+    assert value(found, "counters_skipped_total", route="import", reason="malformed") == 1
+    with pytest.raises(InvalidInput):
+        skips.record(conn, [{"route": "middleware", "reason": "made-up", "count": 1}])
+
 
 @pytest.mark.parametrize("size, bucket", [(0, "1"), (1, "1"), (2, "10"), (10, "10"), (11, "50"), (1000, "1000"),
                                           (20000, "20000"), (20001, "inf")])
@@ -269,8 +284,9 @@ def test_a_scrape_reads_a_fixed_number_of_keys(conn, broker, monkeypatch):
     monkeypatch.setattr(redis.client.Pipeline, "execute", spy)
     scrape_app(conn)
     assert sorted(set(sent)) == ["GET", "HGETALL", "HLEN", "LINDEX", "LLEN", "ZRANGE"]
-    # throughput, refusals, the tag key and the deployment's marker; 2 queues x 4 lists; 4 heads; unacked x2; dead x2
-    assert len(sent) == 4 + 8 + 4 + 1 + 1 + 1 + 1
+    # throughput, refusals, skips, the tag key and the deployment's marker; 2 queues x 4 lists; 4 heads;
+    # unacked x2; dead x2
+    assert len(sent) == 5 + 8 + 4 + 1 + 1 + 1 + 1
     assert value(samples(TestClient(create_app(conn, auth=None)).get("/metrics").text),
                  "counters_visits_applied_total") == 300
 

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -43,7 +44,11 @@ class FakeRecorder:
     def __init__(self, fail: Exception | None = None) -> None:
         self.visits: list[tuple[str, str, str | None]] = []
         self.bumps: list[tuple[str, str, int]] = []
+        self.skips: Counter[tuple[str, str]] = Counter()
         self.fail = fail
+
+    def skipped(self, route, reason, count=1):
+        self.skips[(route, reason)] += count
 
     def record(self, ip, path, session_id=None, ts=None):
         if self.fail is not None:
@@ -161,6 +166,58 @@ def test_static_paths_are_skipped(path):
 ])
 def test_only_page_responses_count(method, status, headers, counted):
     assert Counting().default_should_count(info("/page", method), status, headers) is counted
+
+
+@pytest.mark.parametrize("request_headers, counted", [
+    ({"sec-fetch-dest": "document", "accept": "text/html"}, True),  # a browser revalidating a page
+    ({"sec-fetch-dest": "iframe"}, True),
+    ({"sec-fetch-dest": "empty", "accept": "*/*"}, False),  # fetch() revalidating an API answer
+    ({"sec-fetch-dest": "image", "accept": "image/avif,image/webp,*/*"}, False),
+    ({"accept": "text/html,application/xhtml+xml"}, True),  # an older browser: no Sec-Fetch-Dest
+    ({"accept": "application/json"}, False),
+    ({}, True),  # nothing says what it is: the page name decides (as for a logged request)
+])
+def test_a_304_is_judged_by_its_request(request_headers, counted):
+    """304 Not Modified carries no Content-Type (Werkzeug, Starlette and Django strip it): one
+    view of three was lost when only text/html answers counted."""
+    assert Counting().default_should_count(info("/page", **request_headers), 304, []) is counted
+
+
+@pytest.mark.parametrize("agent", [
+    "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)",
+    "Mozilla/5.0 (compatible; bingbot/2.0; +http://www.bing.com/bingbot.htm)",
+    "curl/8.5.0", "python-requests/2.32.3", "Go-http-client/1.1", "",
+    "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) HeadlessChrome/131.0.0.0 Safari/537.36",
+])
+def test_crawlers_and_scripts_are_not_visitors(agent):
+    counting = Counting()
+    assert counting.skip_reason(info("/page", user_agent=agent), 200, HTML) == "crawler"
+    assert Counting(skip_crawlers=False).default_should_count(info("/page", user_agent=agent), 200, HTML)
+
+
+def test_a_crawler_pattern_of_ones_own_is_added_to_the_list(monkeypatch):
+    from counters_tasks.core.settings import reset_settings
+
+    agent = "ShopWatcher/2.0 (internal)"
+    assert Counting().default_should_count(info("/page", user_agent=agent), 200, HTML)
+    monkeypatch.setenv("COUNTERS_CRAWLER_PATTERN", r"^ShopWatcher/")
+    reset_settings()
+    assert Counting().skip_reason(info("/page", user_agent=agent), 200, HTML) == "crawler"
+
+
+def test_every_skip_is_counted_by_reason_and_handed_to_the_recorder():
+    recorder = FakeRecorder()
+    middleware = CountersMiddleware(wsgi_page, recorder=recorder)
+    with wsgi_client(middleware) as client:
+        client.get("/page")
+        client.head("/page")
+        client.get("/static/app.css")
+        client.get("/page", headers={"User-Agent": "curl/8.5.0"})
+        client.get("/page", headers={"Accept": "application/json", "Sec-Fetch-Dest": "empty"})
+    reasons = {"method": 1, "static": 1, "crawler": 1}
+    assert middleware.stats.counted == 2 and middleware.stats.skipped == 3  # a JSON Accept: the answer is HTML
+    assert dict(middleware.stats.skipped_by) == reasons
+    assert recorder.skips == {("middleware", reason): n for reason, n in reasons.items()}
 
 
 def test_the_rules_are_configurable():

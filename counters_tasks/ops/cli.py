@@ -191,6 +191,9 @@ def _render_import(console: Any, data: dict) -> None:
     reasons = [f"{reason} {n}" for reason, n in data["skipped"].items() if n]
     if reasons:
         console.print("  skipped: " + ", ".join(reasons), markup=False)
+    if data["malformed_lines"]:
+        more = " ..." if data["skipped"]["malformed"] > len(data["malformed_lines"]) else ""
+        console.print("  unreadable lines: " + ", ".join(map(str, data["malformed_lines"])) + more, markup=False)
     for day, n in data["days"].items():
         console.print(f"  {day}  {n:>9} counted")
 
