@@ -143,17 +143,6 @@ def test_port_6379_taken_is_said_loudly_and_the_cli_follows_the_env_file(tmp_pat
         process.wait(90)
 
 
-def test_make_screenshots_writes_both_images(tmp_path):
-    """README's ``make screenshots`` (it runs tests/test_dashboard_page.py and tests/test_readme_cli.py),
-    with its images sent to a temp folder instead of docs/."""
-    env = {k: v for k, v in os.environ.items() if k not in ("COUNTERS_UPDATE_DOCS", "PYTEST_ADDOPTS")}
-    env["COUNTERS_DOCS_DIR"] = str(tmp_path)
-    result = subprocess.run(["make", "screenshots"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert (tmp_path / "dashboard.png").read_bytes()[:4] == b"\x89PNG"
-    assert (tmp_path / "cli-session.svg").read_text().startswith("<svg")
-
-
 def test_a_stack_already_running_on_the_same_data_is_refused_plainly(tmp_path):
     """A Redis of an earlier `run` of this folder still up (the stack was SIGKILLed): a second
     `run` must not start another server on the same AOF files; it says which pid to stop."""

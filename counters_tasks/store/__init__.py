@@ -1,5 +1,7 @@
 """The store layer: everything that speaks to the counters' Redis.
 
+- ``page_sketch``: a page's visitors of a day in a few bytes (read here, written by its Lua twin),
+  for a page's unique visitors over a range;
 - ``client``: the per-process, connection-pooled client (single server or cluster), the
   transient errors, the read pipeline;
 - ``scripts``: the Lua scripts of ``lua/`` (each with a KEYS/ARGV/returns header), loaded once
