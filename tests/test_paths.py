@@ -26,6 +26,8 @@ from counters_tasks.ops import importer
 from counters_tasks.recorder import VisitRecorder
 from tests.support.procs import BROWSER_AGENT, REPO
 
+pytestmark = pytest.mark.cluster
+
 IP = "203.0.113.5"
 
 
