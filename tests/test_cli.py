@@ -58,7 +58,10 @@ def test_stats_top_pages_and_uniques_json_equal_the_api(raw_conn, redis_url):
         assert data["days"] == [{"day": d.day.isoformat(), "pv": d.pv, "uv": d.uv} for d in expected.days]
         assert data["uv_approximate"] is (first != today) and expected.pv > 0
     data = json.loads(run_cli(redis_url, "stats", "--from", "yesterday", "--path", "/pricing?x=1", "--json").stdout)
-    assert data["path"] == "/pricing" and data["pv"] == sitestats.site_visit_range(raw_conn, yesterday, today, "/pricing").pv
+    page = sitestats.site_visit_range(raw_conn, yesterday, today, "/pricing")
+    assert data["path"] == "/pricing" and (data["pv"], data["uv"]) == (page.pv, page.uv) and page.uv > 0
+    text = run_cli(redis_url, "stats", "--from", "yesterday", "--path", "/pricing")
+    assert f"UV {'~' if page.uv_approximate else ''}{page.uv}" in text.stdout
     pages = json.loads(run_cli(redis_url, "top-pages", "--from", "yesterday", "--limit", "3", "--json").stdout)
     assert [tuple(p) for p in pages["pages"]] == sitestats.top_pages(raw_conn, yesterday, today, 3)
     assert len(pages["pages"]) == 3

@@ -131,6 +131,13 @@ def test_dashboard_in_chromium_shows_the_apis_numbers_and_updates_live(raw_conn,
     daily = get_json(f"{server}/api/uniques?{span}")
     assert shown["uniques"] == str(daily["visitors"]) and daily["visitors"] > 0
     assert shown["uniqueBars"] == [d["visitors"] for d in daily["days"]]
+    # one page over the three days: its unique visitors too (the union of its days; it was "n/a")
+    page = get_json(f"{server}/api/stats?{span}&path=/pricing")
+    assert page["uv"] > 0 and page["uv"] <= sum(d["uv"] for d in page["days"])
+    browser.navigate(f"{server}/?counter=hits&board=posts&refresh=300&{span}&path=/pricing")
+    browser.wait_until(f"document.getElementById('uv-total').textContent === '{page['uv']}' && "
+                       f"document.getElementById('pv-total').textContent === '{page['pv']}'",
+                       what="the page's PV and UV over the range")
     # the health panel turns green once the worker answers pings and beat's cleaner has run
     browser.wait_until("[...document.querySelectorAll('#health [data-check]')].length === 4 && "
                      "[...document.querySelectorAll('#health [data-check]')].every(b => b.dataset.ok === '1')",
