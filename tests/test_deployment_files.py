@@ -95,7 +95,7 @@ def test_celeryconfig_json_only_routes_and_beat(eager_app):
     assert conf.task_serializer == "json" and list(conf.accept_content) == ["json"]
     assert list(conf.result_accept_content) == ["json"]
     assert conf.task_ignore_result is True
-    assert conf.worker_send_task_events and not conf.task_send_sent_event
+    assert not conf.worker_send_task_events and not conf.task_send_sent_event  # on when Flower watches
     assert {q.name for q in conf.task_queues} == {"visits", "maintenance"}
     for entry in conf.beat_schedule.values():
         assert conf.task_routes[entry["task"]]["queue"] == "maintenance"

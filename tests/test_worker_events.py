@@ -202,7 +202,8 @@ def test_a_prefetch_limit_below_the_batch_size_does_not_hold_messages_back(redis
 @pytest.mark.processes
 def test_flower_lists_every_batched_message_without_a_raw_ip(redis_url, raw_conn, tmp_path):
     """What the issue saw (8,000 ``.delay()`` calls, none listed by Flower), at a smaller scale:
-    Flower's ``/api/tasks`` lists every message, succeeded, with masked arguments."""
+    Flower's ``/api/tasks`` lists every message, succeeded, with masked arguments. The worker
+    starts with task events off (the default): Flower turns them on when it connects."""
     import httpx
 
     from counters_tasks.local.redis_server import free_port
@@ -213,7 +214,7 @@ def test_flower_lists_every_batched_message_without_a_raw_ip(redis_url, raw_conn
     env = celery_env(redis_url, COUNTERS_WORKER_BATCH="50", COUNTERS_WORKER_BATCH_MS="20")
     flower = CeleryProcess(["flower", "--address=127.0.0.1", f"--port={port}", f"--basic-auth={':'.join(auth)}"],
                            env, tmp_path / "flower.log")
-    worker = start_worker(env, tmp_path / "worker.log", extra=("-E",)).wait_ready()
+    worker = start_worker(env, tmp_path / "worker.log").wait_ready()
     url = f"http://127.0.0.1:{port}/api"
 
     def flower_sees_the_worker() -> bool:
@@ -247,6 +248,7 @@ def test_flower_lists_every_batched_message_without_a_raw_ip(redis_url, raw_conn
     finally:
         flower.stop()
         assert worker.stop() == 0, worker.output()[-3000:]
+    assert "Events of group {task} enabled by remote." in worker.output()  # Flower turned them on
     shown = json.dumps([seen[i] for i in ids])
     assert not IPV4.search(shown) and not {v["ip"] for v in visits if v["ip"] in shown}
     assert all(seen[i]["runtime"] is not None for i in ids)

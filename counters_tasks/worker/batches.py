@@ -31,7 +31,8 @@ whole limit, no other message can arrive before one is acknowledged, so the buff
 once instead of waiting for its time limit (celery-batches waited for the interval then, and
 documents that the limit must be above the batch size); a multiplier of 0 (no limit) is fine.
 
-Task events (with ``-E`` / ``worker_send_task_events`` / ``celery control enable_events``),
+Task events (off by default; on with Flower connected, ``-E``, ``worker_send_task_events`` or
+``celery control enable_events``),
 sent by the worker's main process as Celery's own requests send them: ``task-received`` (with
 its masked arguments: ``core.privacy``) when its batch is formed, ``task-started`` when the batch
 starts in a pool process, then ``task-succeeded`` (with the batch's ``runtime``) or
