@@ -115,7 +115,8 @@ def test_calls_that_keep_failing_are_set_aside_then_requeued_once_fixed(fault_en
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     with EventLog.listening(fault_env["CELERY_BROKER_URL"]) as events:
-        worker = start_worker(celery_env(url, **env), tmp_path / "w.log")
+        # task events on, as Flower turns them on when it watches (off by default)
+        worker = start_worker(celery_env(url, **env), tmp_path / "w.log", extra=("-E",))
         try:
             sent = [tasks.record_visit.apply_async((f"192.0.2.{n + 1}", "/a", None, now), producer=publisher).id
                     for n in range(3)]
