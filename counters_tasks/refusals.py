@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .core.settings import get_settings
@@ -53,13 +53,19 @@ def record_partial(conn: Any, kind: str, message_id: str | None, count: int) -> 
 
 def _count(conn: Any, marker_id: str | None, by_reason: Counter[str]) -> None:
     """Add ``by_reason`` to the counts, once per ``marker_id`` (none: every time)."""
-    args: list[Any] = [get_settings().dedupe_ttl if marker_id is not None else 0]
-    for reason, count in sorted(by_reason.items()):
-        args += [reason, count]
-    script_keys = [keys.refusal_counts()]
-    if marker_id is not None:
-        script_keys.append(keys.refusal_seen(marker_id))
-    run_script(conn, "refusal_count", script_keys, args)
+    add_counts(conn, keys.refusal_counts(), None if marker_id is None else keys.refusal_seen(marker_id), by_reason)
+
+
+def add_counts(conn: Any, counts_key: str, marker_key: str | None, by_field: Mapping[str, int]) -> bool:
+    """Add ``by_field`` to the HASH ``counts_key`` (the ``refusal_count`` script), once per
+    ``marker_key`` (a dedupe marker in the hash's slot, kept COUNTERS_DEDUPE_TTL; None: every
+    time). Serves the refusals here and the skipped requests of ``skips``. Returns False when
+    the marker says it was added before (a redelivery)."""
+    args: list[Any] = [get_settings().dedupe_ttl if marker_key is not None else 0]
+    for field, count in sorted(by_field.items()):
+        args += [field, count]
+    script_keys = [counts_key] if marker_key is None else [counts_key, marker_key]
+    return bool(int(run_script(conn, "refusal_count", script_keys, args)))
 
 
 def counts(conn: Any) -> dict[str, int]:

@@ -15,13 +15,12 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+from . import refusals
 from .core.pageviews import APP, REASONS
-from .core.settings import get_settings
 from .core.validation import check_int, check_message_id
 from .errors import InvalidInput
 from .store import keys
 from .store.client import as_str
-from .store.scripts import run_script
 
 MIDDLEWARE, IMPORT = "middleware", "import"
 ROUTES = (MIDDLEWARE, IMPORT)
@@ -57,14 +56,8 @@ def record(conn: Any, items: Any, message_id: str | None = None) -> int:
     requests they count (0 for a redelivered message)."""
     check_message_id(message_id)
     fields = check_counts(items)
-    args: list[Any] = [get_settings().dedupe_ttl if message_id is not None else 0]
-    for field, count in sorted(fields.items()):
-        args += [field, count]
-    script_keys = [keys.skip_counts()]
-    if message_id is not None:
-        script_keys.append(keys.skip_seen(message_id))
-    added = run_script(conn, "refusal_count", script_keys, args)
-    return sum(fields.values()) if int(added) else 0
+    marker = None if message_id is None else keys.skip_seen(message_id)
+    return sum(fields.values()) if refusals.add_counts(conn, keys.skip_counts(), marker, fields) else 0
 
 
 def as_items(route: str, counts: Mapping[str, int]) -> list[dict[str, Any]]:
