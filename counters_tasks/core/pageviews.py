@@ -42,6 +42,12 @@ REASONS = (METHOD, STATIC, STATUS, NOT_PAGE, CRAWLER)
 APP = "app"
 """Why the middleware did not count a request the app left out (``skip()``, a ``should_count`` callable)."""
 
+METHODS: tuple[str, ...] = ("GET",)
+"""Methods of a page view (rule 1)."""
+
+STATUSES = range(200, 400)
+"""Statuses of a page view (rule 3): 2xx, and 3xx (a redirect, a 304 revalidation)."""
+
 SKIP_PREFIXES: tuple[str, ...] = (
     "/static/", "/media/", "/assets/", "/favicon.ico", "/robots.txt", "/sitemap.xml", "/apple-touch-icon",
     "/.well-known/",
@@ -75,10 +81,10 @@ MAX_AGENT = 1024
 class PageViewRule:
     """The parameters of the page view rule (the defaults are the package's rule)."""
 
-    methods: Collection[str] = ("GET",)
+    methods: Collection[str] = METHODS
     skip_prefixes: Collection[str] = SKIP_PREFIXES
     skip_extensions: Collection[str] = SKIP_EXTENSIONS
-    statuses: Collection[int] = range(200, 400)
+    statuses: Collection[int] = STATUSES
     media_types: Collection[str] | None = PAGE_MEDIA_TYPES
     """None: any answer counts whatever its type (rule 4 off)."""
     skip_crawlers: bool = True

@@ -242,10 +242,10 @@ class Options:
     """
 
     recorder: Recorder | Callable[[], Recorder] | None = None
-    methods: Collection[str] = ("GET",)
+    methods: Collection[str] = pageviews.METHODS
     skip_prefixes: Collection[str] = DEFAULT_SKIP_PREFIXES
     skip_extensions: Collection[str] = DEFAULT_SKIP_EXTENSIONS
-    statuses: Collection[int] = range(200, 400)
+    statuses: Collection[int] = pageviews.STATUSES
     content_types: Collection[str] | None = DEFAULT_CONTENT_TYPES
     skip_crawlers: bool = True
     should_count: Callable[[RequestInfo, int, Headers], bool] | None = None
