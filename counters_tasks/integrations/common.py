@@ -353,7 +353,8 @@ class InFlight:
     new_cookie: str | None = None
     counted: bool = False
     reason: str | None = None
-    """Why it is not a page view (``core.pageviews.REASONS`` or ``app``), once known."""
+    """Why it is not a page view (``core.pageviews.REASONS`` or ``app``): the method or the path
+    from ``begin``, the answer's rules from ``response``."""
 
 
 class Counting:
@@ -441,9 +442,12 @@ class Counting:
     # -- the three points --------------------------------------------------------------------
 
     def begin(self, info: RequestInfo) -> InFlight:
-        """Before the app runs: the request's ``RequestCounters`` and its session id (from the
-        app's callable, or the cookie; a new id when the cookie is absent or not a valid id)."""
+        """Before the app runs: the request's ``RequestCounters``, its session id (from the app's
+        callable, or the cookie; a new id when the cookie is absent or not a valid id), and the
+        reason it cannot be a page view whatever its answer, when there is one (``request_may_count``)."""
         visit = InFlight(info, RequestCounters(), time.time())
+        if self.options.should_count is None:
+            visit.reason = self.rule.request_reason(info.method, info.path)
         if self.options.session_id is not None:
             try:
                 visit.counters.session_id = valid_session_id(self.options.session_id(info))
@@ -492,8 +496,7 @@ class Counting:
     def skipped(self, visit: InFlight) -> None:
         """Count a request that is not a page view, by its reason: here (``stats``) and, through
         the recorder's batches, in Redis for ``/metrics``. Never raises."""
-        reason = visit.reason or (SKIPPED_BY_APP if visit.counters.skipped
-                                  else self.rule.request_reason(visit.info.method, visit.info.path) or SKIPPED_BY_APP)
+        reason = visit.reason or SKIPPED_BY_APP  # none: a page view the app left out after its answer
         self.stats.skip(reason)
         try:
             count_skip = getattr(self.recorder, "skipped", None)  # a stand-in recorder may not count them

@@ -71,7 +71,7 @@ class CountersMiddleware:
         info = request_info(environ)
         visit = self.counting.begin(info)
         environ[REQUEST_KEY] = visit.counters
-        if not self.counting.request_may_count(info):
+        if visit.reason is not None:  # a method or path that never counts (begin: request_may_count)
             body = self.app(environ, start_response)
             if not visit.counters.bumps:  # a static file: keep the server's file wrapper
                 self.counting.skipped(visit)
