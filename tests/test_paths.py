@@ -181,6 +181,27 @@ def test_the_path_settings_strip_trailing_slashes_and_lower_case(monkeypatch, ra
     assert figures_by_page(raw_conn) == Counter({"/docs": 2})
 
 
+def test_the_importer_names_and_judges_a_page_as_the_middleware_does_under_the_path_settings(monkeypatch):
+    """With COUNTERS_PATH_CASE=lower and COUNTERS_PATH_TRAILING_SLASH=strip, a logged target and
+    a live one get the same name, and the rule judges that name (``/Static/app.css`` is static)."""
+    monkeypatch.setenv("COUNTERS_PATH_TRAILING_SLASH", "strip")
+    monkeypatch.setenv("COUNTERS_PATH_CASE", "lower")
+    reset_settings()
+    names = Names()
+    middleware = wsgi.CountersMiddleware(page, recorder=names)
+    when = datetime.now(timezone.utc).strftime("%d/%b/%Y:%H:%M:%S +0000")
+    for sent, expected in (("/Blog/Post/", "/blog/post"), ("/Static/app.css", None)):
+        target, path = as_sent(sent)
+        environ = {"REQUEST_METHOD": "GET", "REQUEST_URI": target.decode("latin-1"), "SCRIPT_NAME": "",
+                   "PATH_INFO": path, "REMOTE_ADDR": IP, "HTTP_USER_AGENT": BROWSER_AGENT}
+        body = middleware(environ, lambda status, headers, exc_info=None: None)
+        getattr(body, "close", lambda: None)()  # a static file's body is the app's own (a list here)
+        line = f'{IP} - - [{when}] "GET {sent} HTTP/1.1" 200 10 "-" "{BROWSER_AGENT}"'
+        logged = importer.log_line_visit(line, "combined", "secret")
+        assert (logged["path"] if isinstance(logged, dict) else None) == expected, logged
+    assert names.paths == ["/blog/post"] and middleware.stats.skipped_by["static"] == 1
+
+
 targets = st.text(st.sampled_from("/ab%?#+.~é日2F3F23CF0AE9z"), max_size=40)
 
 

@@ -139,13 +139,19 @@ def check_path(value: Any) -> str:
     """The canonical name of a page (``core.paths.canonical_path``: query and fragment dropped,
     safe escapes decoded, at most 512 UTF-8 bytes), the one every route counts a view under. The
     text given is at most 1024 characters (``check_text``), as every name the API takes."""
-    settings = get_settings()
-    path = canonical_path(check_text(value, "path"),
-                          strip_trailing_slash=settings.path_trailing_slash == "strip",
-                          lower_case=settings.path_case == "lower")
+    path = page_name(check_text(value, "path"))
     if not path:
         raise InvalidInput("path is empty once the query string and fragment are dropped")
     return path
+
+
+def page_name(text: str) -> str:
+    """``core.paths.canonical_path`` with this deployment's COUNTERS_PATH_TRAILING_SLASH and
+    COUNTERS_PATH_CASE: the name a route gives a page before deciding anything on it (``""``
+    when nothing is left). ``check_path`` is this with the input checks."""
+    settings = get_settings()
+    return canonical_path(text, strip_trailing_slash=settings.path_trailing_slash == "strip",
+                          lower_case=settings.path_case == "lower")
 
 
 def check_session_id(value: Any) -> str:

@@ -45,9 +45,8 @@ from typing import IO, Any, BinaryIO, NamedTuple
 from .. import skips, visits
 from ..core import pageviews
 from ..core.days import DAY
-from ..core.paths import canonical_path
 from ..core.settings import get_settings
-from ..core.validation import check_ip
+from ..core.validation import check_ip, page_name
 from ..errors import ConfigurationError, InvalidInput
 from ..store import keys
 
@@ -175,7 +174,7 @@ def page_path(target: str) -> str | None:
     or absolute form (``http://host/a``); None for any other (``*``, a proxy's ``host:port``)."""
     if not target.startswith("/") and not target[:8].lower().startswith(("http://", "https://")):
         return None
-    return canonical_path(target) or None
+    return page_name(target) or None
 
 
 @functools.lru_cache(maxsize=65536)
@@ -246,7 +245,7 @@ def json_line_visit(text: str, zone: tzinfo, include_all: bool = False) -> dict[
         return MALFORMED
     if session is not None and not isinstance(session, str):
         return MALFORMED
-    clean = canonical_path(path) or path  # the API refuses what is not a path
+    clean = page_name(path) or path  # the API refuses what is not a path
     if not include_all and pageviews.DEFAULT_RULE.is_static(clean):
         return STATIC
     visit: dict[str, Any] = {"ip": ip, "path": clean, "ts": ts}
