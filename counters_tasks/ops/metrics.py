@@ -203,11 +203,10 @@ class CountersCollector(Collector):
         pipe.llen(keys.dead_letters())
         pipe.hgetall(keys.dead_letter_reasons())
         replies = pipe.execute()
-        lengths = GaugeMetricFamily("counters_queue_length", "Messages waiting in a queue (every priority)",
-                                    labels=["queue"])
+        per_queue = {}
         position = 0
         for queue, names in lists.items():
-            lengths.add_metric([queue], sum(int(n) for n in replies[position:position + len(names)]))
+            per_queue[queue] = sum(int(n) for n in replies[position:position + len(names)])
             position += len(names)
         heads = replies[position:position + len(lists[LAG_QUEUE])]
         unacked, oldest_taken, dead_kept, dead_reasons = replies[position + len(heads):]
@@ -219,17 +218,11 @@ class CountersCollector(Collector):
         taken = GaugeMetricFamily("counters_oldest_unacked_age_seconds", "Since when the oldest message taken by a "
                                   "worker and not yet acknowledged was taken (0 when none)",
                                   value=max(0.0, now - float(oldest_taken[0][1])) if oldest_taken else 0.0)
-        set_aside = CounterMetricFamily("counters_dead_lettered", "Messages ever set aside in the dead letters, "
-                                        "by reason", labels=["reason"])
-        for reason, count in sorted((as_str(k), int(v)) for k, v in dead_reasons.items()):
-            set_aside.add_metric([reason], count)
-        return [lengths, waiting,
+        return [queue_lengths(per_queue), waiting,
                 GaugeMetricFamily("counters_unacked_messages", "Messages taken by workers, not yet acknowledged",
                                   value=int(unacked)),
                 taken,
-                GaugeMetricFamily("counters_dead_letters", "Dead-letter records kept (counters-tasks dead-letters)",
-                                  value=int(dead_kept)),
-                set_aside]
+                *dead_letter_metrics(int(dead_kept), {as_str(k): int(v) for k, v in dead_reasons.items()})]
 
 
     def other_broker_metrics(self) -> list[Any]:
@@ -237,17 +230,29 @@ class CountersCollector(Collector):
         from the counters' Redis (where they are kept then). The unacknowledged messages and the
         waiting events' lag are not read: AMQP does not show a queue's messages without taking
         them (docs/metrics.md)."""
-        lengths = GaugeMetricFamily("counters_queue_length", "Messages waiting in a queue (every priority)",
-                                    labels=["queue"])
-        for queue, count in health.amqp_queue_lengths(default_app).items():
-            lengths.add_metric([queue], count)
         kept = dead_letters.summary(self.conn())
-        set_aside = CounterMetricFamily("counters_dead_lettered", "Messages ever set aside in the dead letters, "
-                                        "by reason", labels=["reason"])
-        for reason, count in sorted(kept["by_reason"].items()):
-            set_aside.add_metric([reason], count)
-        return [lengths, GaugeMetricFamily("counters_dead_letters", "Dead-letter records kept (counters-tasks "
-                                           "dead-letters)", value=kept["count"]), set_aside]
+        return [queue_lengths(health.amqp_queue_lengths(default_app)),
+                *dead_letter_metrics(kept["count"], kept["by_reason"])]
+
+
+def queue_lengths(per_queue: dict[str, int]) -> Any:
+    """``counters_queue_length``, whatever the broker."""
+    lengths = GaugeMetricFamily("counters_queue_length", "Messages waiting in a queue (every priority)",
+                                labels=["queue"])
+    for queue, count in per_queue.items():
+        lengths.add_metric([queue], count)
+    return lengths
+
+
+def dead_letter_metrics(kept: int, by_reason: dict[str, int]) -> list[Any]:
+    """``counters_dead_letters`` (records kept) and ``counters_dead_lettered`` (set aside ever, by
+    reason), wherever the dead letters are kept."""
+    set_aside = CounterMetricFamily("counters_dead_lettered", "Messages ever set aside in the dead letters, "
+                                    "by reason", labels=["reason"])
+    for reason, count in sorted(by_reason.items()):
+        set_aside.add_metric([reason], count)
+    return [GaugeMetricFamily("counters_dead_letters", "Dead-letter records kept (counters-tasks dead-letters)",
+                              value=kept), set_aside]
 
 
 class Broker:
