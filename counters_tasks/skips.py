@@ -35,29 +35,46 @@ MAX_REASONS = 64
 """Most (route, reason) entries one message carries."""
 
 
-def check_counts(items: Any) -> Counter[str]:
-    """A message's skip counts, ``[{"route": ..., "reason": ..., "count": n}, ...]``, as the hash
-    fields to add (``"<route>:<reason>"``); InvalidInput for anything else. The reason of an
+def check_counts(items: Any) -> tuple[Counter[str], list[tuple[int, InvalidInput]]]:
+    """A message's skip counts, ``[{"route": ..., "reason": ..., "count": n}, ...]``: the hash
+    fields to add (``"<route>:<reason>"``) and the items refused, ``(index, error)``, each on its
+    own. A payload that is not such a list is refused whole (InvalidInput). The reason of an
     import's refused line (``refused:<why>``) is counted as refusals are, not here."""
     if not isinstance(items, list) or not 0 < len(items) <= MAX_REASONS:
         raise InvalidInput(f"skip counts must be a list of 1 to {MAX_REASONS} entries")
     fields: Counter[str] = Counter()
-    for item in items:
-        if not isinstance(item, Mapping) or set(item) != {"route", "reason", "count"}:
-            raise InvalidInput("a skip count is {route, reason, count}")
-        if item["route"] not in ROUTES or item["reason"] not in KNOWN_REASONS:
-            raise InvalidInput(f"unknown skip route or reason: {item['route']!r}, {item['reason']!r}")
-        fields[f"{item['route']}:{item['reason']}"] += check_int(item["count"], "count", 1, 2**31)
-    return fields
+    refused: list[tuple[int, InvalidInput]] = []
+    for index, item in enumerate(items):
+        try:
+            field, count = check_item(item)
+        except InvalidInput as error:
+            refused.append((index, error))
+            continue
+        fields[field] += count
+    return fields, refused
+
+
+def check_item(item: Any) -> tuple[str, int]:
+    """One skip count: its hash field and its count (InvalidInput when it is not one)."""
+    if not isinstance(item, Mapping) or set(item) != {"route", "reason", "count"}:
+        raise InvalidInput("a skip count is {route, reason, count}")
+    if item["route"] not in ROUTES or item["reason"] not in KNOWN_REASONS:
+        raise InvalidInput(f"unknown skip route or reason: {item['route']!r}, {item['reason']!r}")
+    return f"{item['route']}:{item['reason']}", check_int(item["count"], "count", 1, 2**31)
 
 
 def record(conn: Any, items: Any, message_id: str | None = None) -> int:
-    """Add one message's skip counts (``check_counts``), once per ``message_id``; returns how many
-    requests they count (0 for a redelivered message)."""
+    """Add one message's skip counts (``check_counts``), once per ``message_id``; a bad item is
+    refused on its own (logged and counted, ``refusals``) and the others are added. Returns how
+    many requests they count (0 for a redelivered message)."""
     check_message_id(message_id)
-    fields = check_counts(items)
-    marker = None if message_id is None else keys.skip_seen(message_id)
-    return sum(fields.values()) if refusals.add_counts(conn, keys.skip_counts(), marker, fields) else 0
+    fields, refused = check_counts(items)
+    added = 0
+    if fields:
+        marker = None if message_id is None else keys.skip_seen(message_id)
+        added = sum(fields.values()) if refusals.add_counts(conn, keys.skip_counts(), marker, fields) else 0
+    refusals.record(conn, "count_skips", message_id, refused)
+    return added
 
 
 def as_items(route: str, counts: Mapping[str, int]) -> list[dict[str, Any]]:

@@ -67,8 +67,15 @@ def test_requests_that_were_not_page_views_are_counted_by_route_and_reason(conn,
     assert value(found, "counters_skipped_total", route="middleware", reason="static") == 2
     assert value(found, "counters_skipped_total", route="import", reason="crawler") == 4
     assert value(found, "counters_skipped_total", route="import", reason="malformed") == 1
-    with pytest.raises(InvalidInput):
-        skips.record(conn, [{"route": "middleware", "reason": "made-up", "count": 1}])
+    # a bad item is refused on its own (counted), the good ones of its message are added
+    assert skips.record(conn, [{"route": "middleware", "reason": "made-up", "count": 1},
+                               {"route": "middleware", "reason": "static", "count": 1}], message_id="web-2") == 1
+    found = scrape_app(conn)
+    assert value(found, "counters_skipped_total", route="middleware", reason="static") == 3
+    assert value(found, "counters_refused_total", reason="bad_input") == 1
+    assert all(reason != "made-up" for (_route, reason) in skips.counts(conn))
+    with pytest.raises(InvalidInput):  # a payload that is not a list of counts is refused whole
+        skips.record(conn, {"route": "middleware", "reason": "static", "count": 1})
 
 
 @pytest.mark.parametrize("size, bucket", [(0, "1"), (1, "1"), (2, "10"), (10, "10"), (11, "50"), (1000, "1000"),
