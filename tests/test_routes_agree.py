@@ -23,9 +23,10 @@ import redis
 
 from counters_tasks import sitestats, skips
 from counters_tasks.core.days import local_day
-from counters_tasks.core.settings import reset_settings
+from counters_tasks.core.settings import load_settings, reset_settings
 from counters_tasks.local.redis_server import free_port
 from counters_tasks.local.waiting import wait_until
+from tests.support.faults import wait_idle
 from tests.support.procs import Server, celery_env, purge_broker, start_worker
 
 pytestmark = pytest.mark.processes
@@ -149,10 +150,12 @@ SERVERS = {
 }
 
 
-def run_live(kind: str, redis_url: str, tmp_path: Path, access_log: Path) -> dict:
-    """The requests through one middleware under its server, applied by a real worker: the
-    middleware's stats (taken by ``/stats``, which is skipped after it answered) once everything
-    it handed over is in Redis."""
+def run_live(kind: str, redis_url: str, tmp_path: Path, access_log: Path) -> None:
+    """The requests through one middleware under its server, applied by a real worker: returns
+    once the server has stopped (its recorder flushed to the broker at SIGTERM) and the worker
+    has taken and acknowledged every message (acknowledged only once applied). The middleware's
+    own stats are not read: an ASGI server may answer the next request before the last one's
+    visit is handed over, so a snapshot of them races with the requests."""
     env = celery_env(redis_url, COUNTERS_KEY_PREFIX=f"{kind}:", ONE_SITE_KIND=kind)
     purge_broker(redis_url)
     worker = start_worker(env, tmp_path / f"{kind}-worker.log", concurrency=1).wait_ready()
@@ -160,23 +163,15 @@ def run_live(kind: str, redis_url: str, tmp_path: Path, access_log: Path) -> dic
     server = Server(SERVERS[kind](port, access_log), env, tmp_path / f"{kind}.log", port)
     try:
         send(server)
-        stats = json.loads(server.get("/stats")[2])
     finally:
         code = server.stop()  # uvicorn raises the SIGTERM again once it has shut down cleanly
         assert code == 0 or (kind == "starlette" and code == -15), server.log.read_text()[-3000:]
-    conn = redis.Redis.from_url(redis_url)
+    broker = redis.Redis.from_url(load_settings(env).broker_url)
     try:
-        def applied() -> bool:
-            pv = sum(int(value) for key in conn.scan_iter(f"{kind}:site:*:all:*", _type="HASH")
-                     for field, value in conn.hgetall(key).items() if field == b"pv")
-            skipped = sum(int(n) for n in conn.hvals(f"{kind}:skipped:{{skipped}}"))
-            return pv == stats["counted"] and skipped == stats["skipped"] + 1  # and /stats itself
-
-        wait_until(applied, timeout=30, what=f"the {kind} route's visits and skips applied")
+        wait_idle(broker, timeout=30)
     finally:
-        conn.close()
-        worker.stop()
-    return stats
+        broker.close()
+        assert worker.stop() == 0, worker.output()[-3000:]
 
 
 def test_live_and_imported_requests_give_the_same_figures(redis_url, tmp_path, monkeypatch):
@@ -186,12 +181,11 @@ def test_live_and_imported_requests_give_the_same_figures(redis_url, tmp_path, m
     expected = expected_figures()
     results = {}
     for kind in SERVERS:
-        stats = run_live(kind, redis_url, tmp_path, access_log)
-        assert stats["counted"] == sum(n for n, _ in EXPECTED_VIEWS.values()), (kind, stats)
+        run_live(kind, redis_url, tmp_path, access_log)
         results[kind] = counts_under(redis_url, monkeypatch, f"{kind}:", day)
 
-    lines = [line for line in access_log.read_text().splitlines() if '"GET /health ' not in line
-             and '"GET /stats ' not in line]  # the test's own probes
+    lines = [line for line in access_log.read_text().splitlines()
+             if '"GET /health ' not in line]  # the test's own readiness probes
     assert len(lines) == len(REQUESTS)
     cut = lines[CUT_LINE]
     assert cut.endswith(f'"{SAFARI}"')

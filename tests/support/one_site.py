@@ -5,7 +5,7 @@ Each answers as such an app does, with its framework's own handling:
 
 - ``/static/<file>``: a stylesheet;
 - ``/missing``: 404;
-- ``/health`` (plain text) and ``/stats`` (the middleware's stats, JSON): for the test;
+- ``/health`` (plain text): the test's readiness probe;
 - any other path: an HTML page with an ETag; a request that sends it back (``If-None-Match``)
   gets ``304 Not Modified``, which Werkzeug, Starlette and Django send without a Content-Type.
 
@@ -14,7 +14,6 @@ Visits go through a ``VisitRecorder`` made at import, to the broker, to a real w
 
 from __future__ import annotations
 
-import json
 import os
 
 ETAG = '"v1"'
@@ -36,10 +35,6 @@ def _flask_app():
     def static_file(name: str):
         return Response("body {}", content_type="text/css")
 
-    @app.get("/stats")
-    def stats():
-        return Response(json.dumps(middleware.stats.as_dict()), content_type="application/json")
-
     @app.get("/missing")
     def missing():
         return Response("<p>not found</p>", status=404, content_type="text/html")
@@ -59,16 +54,13 @@ def _flask_app():
 def _starlette_app():
     from starlette.applications import Starlette
     from starlette.requests import Request
-    from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+    from starlette.responses import HTMLResponse, PlainTextResponse, Response
     from starlette.routing import Route
 
     from counters_tasks.integrations.asgi import CountersASGIMiddleware
 
     async def static_file(request: Request) -> Response:
         return PlainTextResponse("body {}", media_type="text/css")
-
-    async def stats(request: Request) -> Response:
-        return JSONResponse(middleware.stats.as_dict())
 
     async def health(request: Request) -> Response:
         return PlainTextResponse("ok")
@@ -81,8 +73,7 @@ def _starlette_app():
             return Response(status_code=304, headers={"etag": ETAG})  # as Starlette's StaticFiles answers
         return HTMLResponse(f"<!doctype html><p>{request.url.path}</p>", headers={"etag": ETAG})
 
-    app = Starlette(routes=[Route("/static/{name:path}", static_file), Route("/stats", stats),
-                            Route("/health", health), Route("/missing", missing), Route("/{page:path}", page)])
+    app = Starlette(routes=[Route("/static/{name:path}", static_file),                             Route("/health", health), Route("/missing", missing), Route("/{page:path}", page)])
     middleware = CountersASGIMiddleware(app, trusted_proxies=1)
     return middleware
 
@@ -91,17 +82,12 @@ def _django_app():
     import django
     from django.conf import settings
     from django.core.wsgi import get_wsgi_application
-    from django.http import HttpResponse, JsonResponse
+    from django.http import HttpResponse
     from django.urls import re_path
     from django.views.decorators.http import etag
 
     def static_file(request, name):
         return HttpResponse("body {}", content_type="text/css")
-
-    def stats(request):
-        from django.conf import settings as configured
-
-        return JsonResponse(configured.ONE_SITE_MIDDLEWARE[0].stats.as_dict())
 
     def missing(request):
         return HttpResponse("<p>not found</p>", status=404)
@@ -116,30 +102,17 @@ def _django_app():
     settings.configure(
         DEBUG=False, ALLOWED_HOSTS=["127.0.0.1"], ROOT_URLCONF=__name__, SECRET_KEY="test-only", USE_TZ=True,
         INSTALLED_APPS=[], APPEND_SLASH=False,
-        MIDDLEWARE=[f"{__name__}.RememberedCountersMiddleware"],
+        MIDDLEWARE=["counters_tasks.integrations.django.CountersMiddleware"],
         COUNTERS_MIDDLEWARE={"trusted_proxies": 1},
-        ONE_SITE_MIDDLEWARE=[],
     )
     global urlpatterns
-    urlpatterns = [re_path(r"^static/(?P<name>.*)$", static_file), re_path(r"^stats$", stats), re_path(r"^health$", health),
+    urlpatterns = [re_path(r"^static/(?P<name>.*)$", static_file), re_path(r"^health$", health),
                    re_path(r"^missing$", missing), re_path(r"^(?P<page>.*)$", page)]
     django.setup()
     return get_wsgi_application()
 
 
 urlpatterns: list = []
-
-if KIND == "django":
-    from counters_tasks.integrations.django import CountersMiddleware as _DjangoCounters
-
-    class RememberedCountersMiddleware(_DjangoCounters):
-        """The package's middleware, kept where the ``/stats`` view finds it."""
-
-        def __init__(self, get_response):
-            super().__init__(get_response)
-            from django.conf import settings
-
-            settings.ONE_SITE_MIDDLEWARE.append(self)
 
 application = {"flask": _flask_app, "starlette": _starlette_app, "django": _django_app}.get(KIND, lambda: None)()
 """The app of ``ONE_SITE_KIND`` (flask, starlette, django)."""
