@@ -4,7 +4,8 @@ Celery's acknowledgement rules and task events for every message.
 ``record_visit`` and ``incr_ranking`` are sent one message per event (``.delay()`` once per
 page view). A worker applying each alone pays a pool round trip and a Redis round trip per event;
 a ``WorkerBatches`` task instead has its messages buffered by the worker's main process, up to
-``COUNTERS_WORKER_BATCH`` messages or for ``COUNTERS_WORKER_BATCH_MS`` after the first, then
+``COUNTERS_WORKER_BATCH`` messages or for ``COUNTERS_WORKER_BATCH_MS`` after the first (the first
+message after a quiet spell, with no batch running, goes at once: an idle stack adds no wait), then
 applied with one call of the task's function (``run(requests)``, a list of ``SimpleRequest``) in
 a pool process (``apply_async`` on the pool, as Celery runs any task).
 
@@ -66,6 +67,7 @@ import logging
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -179,6 +181,7 @@ class Batcher:
         self.buffer: list[Request] = []
         self.running = 0  # messages of batches sent to the pool, not acknowledged yet
         self.due: Any = None  # the timer entry of the buffer's time limit
+        self.last_flush = 0.0  # monotonic time of the last batch sent to the pool
         self.retired = False
         self.lock = threading.RLock()  # timers run in another thread with the threads and solo pools
 
@@ -230,11 +233,17 @@ class Batcher:
                 return
             self.buffer.append(request)
             held = len(self.buffer)
-            if held < self.task.flush_every and not self.at_prefetch_limit(held):
+            if held < self.task.flush_every and not self.at_prefetch_limit(held) and not self.idle(held):
                 if self.due is None:
                     self.due = self.timer.call_after(self.task.flush_interval, self.flush)
                 return
         self.flush()
+
+    def idle(self, held: int) -> bool:
+        """True for the first message after a quiet spell (no batch running, none sent for a
+        flush interval): it is applied at once, so a visit on an idle stack does not wait the
+        interval; under steady traffic, messages still gather for the interval after a batch."""
+        return held == 1 and not self.running and time.monotonic() - self.last_flush >= self.task.flush_interval
 
     def at_prefetch_limit(self, held: int) -> bool:
         """True when the buffered and running messages hold the whole prefetch limit: no other
@@ -255,6 +264,7 @@ class Batcher:
                 return
             requests, self.buffer = self.buffer, []
             self.running += len(requests)
+            self.last_flush = time.monotonic()
         batch_id = uuid()
         log.debug("%s batch %s: %d messages", self.task.name, batch_id, len(requests))
         for request in requests:  # together, so the worker publishes them in a few messages, not one each
@@ -336,6 +346,19 @@ class WorkerBatches(Task):
     reject_on_worker_lost = True
     ignore_result = True
     Request = MaskedRequest
+
+    buffer_call: Callable[[Any, Any, Any, dict[str, Any]], Any] | None = None
+    """``recorder.buffer_delay``, set by that module (a layer above): offered every
+    ``apply_async`` call first, it returns the call's AsyncResult when it buffered it
+    (``COUNTERS_DELAY_BUFFER``), None when the call is to be published as its own message."""
+
+    def apply_async(self, args: Any = None, kwargs: Any = None, *rest: Any, **options: Any) -> Any:
+        """Celery's, unless ``buffer_call`` takes the call (a plain ``.delay()`` when buffering is on)."""
+        if self.buffer_call is not None and not rest:
+            result = self.buffer_call(self, args, kwargs, options)
+            if result is not None:
+                return result
+        return super().apply_async(args, kwargs, *rest, **options)
 
     @property
     def flush_every(self) -> int:

@@ -6,7 +6,10 @@ visibility timeout) only once the worker has read that reply. A worker killed (S
 in between loses the message for good (celery/kombu#305, celery/celery#4354). Here a message is
 taken by one Lua call that pops it and records it as unacknowledged at once (``broker_take``);
 to wait for messages without taking any, the worker blocks on ``BLMOVE q q RIGHT RIGHT``, which
-puts the message back where it was. A message the worker cannot decode, whose shape is wrong
+puts the message back where it was. ``BLMOVE`` waits on one list, so a worker consuming several
+queues waits on each on a connection of its own (``QueueWait``): the channel's own connection
+waits on the first queue, and a message arriving on another ends that wait at once
+(``CLIENT UNBLOCK``), so it is taken without delay whichever queue it is on. A message the worker cannot decode, whose shape is wrong
 or that is too large is set aside in the dead letters (``dead_letters``) instead of reaching
 Celery, which would crash on it or restore it forever. Everything else (acks, restore sweeps,
 publishing) is kombu's. ``worker.celery_defaults`` selects this transport for ``redis://`` and ``rediss://`` brokers.
@@ -15,6 +18,7 @@ publishing) is kombu's. ``worker.celery_defaults`` selects this transport for ``
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from time import monotonic
 from typing import Any
 
@@ -31,10 +35,28 @@ log = logging.getLogger(__name__)
 
 
 WAIT_SLICE = 0.02
-"""Seconds one wait lasts when the worker consumes several queues. ``BLMOVE`` waits on one list,
-so the worker waits on its queues in turn, and takes (from all of them) after every wait: a
-message on any queue is noticed within one slice (kombu's ``BRPOP`` waits on all at once, but
-takes the message before it is recorded, the loss this transport exists to prevent)."""
+"""Seconds one wait lasts when the worker consumes several queues and the broker refuses
+``CLIENT ID`` / ``CLIENT UNBLOCK`` (an ACL user without them): then the worker waits on its
+queues in turn and takes (from all of them) after every wait. Redis ends a blocking command's
+timeout on its ``hz`` tick (100 ms by default), so a message can wait that long to be noticed."""
+
+WAIT = "WAIT "
+"""Prefix of the poller's event type of a queue's own wait (``QueueWait``)."""
+
+
+@dataclass
+class QueueWait:
+    """A wait on one more queue: ``BLMOVE q q RIGHT RIGHT`` on a connection of its own. When it
+    sees a message it ends the channel's own wait (``CLIENT UNBLOCK``), whose next take then
+    takes from every queue; it waits again from the channel's next wait on."""
+
+    queue: str
+    client: Any  # a redis-py client holding one connection of the channel's async pool
+    armed: bool = False  # its BLMOVE is in flight
+
+    @property
+    def event_type(self) -> str:
+        return WAIT + self.queue
 
 
 class Channel(kombu_redis.Channel):
@@ -44,9 +66,13 @@ class Channel(kombu_redis.Channel):
     _wait_turn = 0  # which queue the next wait is on
     _sync_client: Any = None  # the one client of the channel's pool (_create_client)
 
+    _own_id: tuple[Any, int] | None = None  # (socket, CLIENT ID) of the channel's own connection
+    _unblock_refused = False  # the broker refused CLIENT ID or CLIENT UNBLOCK: wait in slices
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._no_ack_queues: set[str] = set()
+        self._queue_waits: dict[str, QueueWait] = {}
 
     def _create_client(self, asynchronous: bool = False) -> Any:
         """kombu makes a new redis-py client for every publish (``conn_or_acquire``): its
@@ -87,17 +113,113 @@ class Channel(kombu_redis.Channel):
         self._in_poll = self.client.connection
         self._brpop_sent_at = monotonic()
         if self._waiting:
-            queues = keys[:len(self.active_queues)]  # each queue's own list (the first priority step)
+            # each queue's own list (the first priority step), the worker's first queue first
+            queues = [self._q_for_pri(queue, self.priority_steps[0]) for queue in self.active_queues]
+            longest = timeout or self.brpop_timeout or 1
+            if len(queues) == 1 or self._know_own_id():
+                self.client.connection.send_command("BLMOVE", queues[0], queues[0], "RIGHT", "RIGHT", longest)
+                self._arm_queue_waits(queues[1:], longest)
+                return
             wait = queues[self._wait_turn % len(queues)]
             self._wait_turn += 1
-            longest = timeout or self.brpop_timeout or 1
-            command = ["BLMOVE", wait, wait, "RIGHT", "RIGHT", longest if len(queues) == 1 else min(longest, WAIT_SLICE)]
+            command = ["BLMOVE", wait, wait, "RIGHT", "RIGHT", min(longest, WAIT_SLICE)]
         else:
             settings = get_settings()
             command = ["EVAL", lua_source("broker_take"), len(keys) + 4, self.unacked_key, self.unacked_index_key,
                        store_keys.dead_letters(), store_keys.dead_letter_reasons(), *keys,
                        settings.max_message_bytes, settings.dead_letter_max]
         self.client.connection.send_command(*command)
+
+    # -- waiting on several queues at once --------------------------------------------------------
+
+    def _know_own_id(self) -> bool:
+        """Whether the channel's own connection's ``CLIENT ID`` is known (asked once per
+        connection, when nothing is in flight on it), so another queue's wait can end its wait."""
+        if self._unblock_refused:
+            return False
+        connection = self.client.connection
+        if connection._sock is None:
+            connection.connect()
+        if self._own_id is None or self._own_id[0] is not connection._sock:
+            connection.send_command("CLIENT", "ID")
+            try:
+                self._own_id = (connection._sock, int(connection.read_response()))
+            except self.ResponseError as exc:
+                self._refuse_unblock(exc)
+                return False
+        return True
+
+    def _refuse_unblock(self, exc: Exception) -> None:
+        self._unblock_refused = True
+        log.warning("the broker refused CLIENT ID / CLIENT UNBLOCK (%s): a worker consuming several queues "
+                    "waits on them in turn, so a message may wait up to 100 ms to be noticed", exc)
+
+    def _arm_queue_waits(self, queues: list[str], timeout: float) -> None:
+        """Make every queue in ``queues`` waited on by its own connection (a wait that saw a
+        message, or failed, is sent again here); forget the waits of queues no longer consumed."""
+        for gone in set(self._queue_waits) - set(queues):
+            self._drop_queue_wait(self._queue_waits.pop(gone))
+        cycle = self.connection.cycle
+        for queue in queues:
+            wait = self._queue_waits.get(queue)
+            if wait is None:
+                wait = self._queue_waits[queue] = QueueWait(queue, self._create_client(asynchronous=True))
+                self.handlers[wait.event_type] = lambda wait=wait: self._queue_wait_read(wait)
+            if wait.armed:
+                continue
+            if not cycle._client_registered(self, wait.client, wait.event_type):
+                cycle._register(self, wait.client, wait.event_type)
+            wait.client.connection.send_command("BLMOVE", queue, queue, "RIGHT", "RIGHT", timeout)
+            wait.armed = True
+
+    def _queue_wait_read(self, wait: QueueWait) -> None:
+        """A queue's own wait answered: a message is there (end the channel's own wait, whose
+        next take takes it), or it timed out (wait again while the channel waits)."""
+        wait.armed = False
+        try:
+            reply = self.client.parse_response(wait.client.connection, "BLMOVE")
+        except self.connection_errors:
+            wait.client.connection.disconnect()  # connected again at the next wait
+            return
+        own_wait_in_flight = self._waiting and self._in_poll
+        if reply is None:
+            if own_wait_in_flight:
+                self._arm_queue_waits(list(self._queue_waits), self.brpop_timeout or 1)
+            return
+        if own_wait_in_flight and self._own_id is not None:
+            try:
+                with self.conn_or_acquire() as client:
+                    client.execute_command("CLIENT", "UNBLOCK", self._own_id[1])
+            except self.ResponseError as exc:
+                self._refuse_unblock(exc)
+
+    def _drop_queue_wait(self, wait: QueueWait) -> None:
+        cycle = self.connection.cycle
+        sock = cycle._chan_to_sock.pop((self, wait.client, wait.event_type), None)
+        if sock is not None:
+            fd = sock.fileno()
+            if cycle._fd_to_chan.get(fd) == (self, wait.event_type):
+                del cycle._fd_to_chan[fd]
+            try:
+                cycle._unregister_from_poll(fd)
+            except (KeyError, ValueError, OSError):
+                pass
+        self.handlers.pop(wait.event_type, None)
+        connection = getattr(wait.client, "connection", None)
+        if connection is not None:
+            connection.disconnect()
+
+    def _poll_error(self, type: str, **options: Any) -> Any:
+        wait = self._queue_waits.get(type[len(WAIT):]) if type.startswith(WAIT) else None
+        if wait is not None:
+            return self._queue_wait_read(wait)
+        return super()._poll_error(type, **options)
+
+    def close(self) -> None:
+        for wait in list(self._queue_waits.values()):
+            self._drop_queue_wait(wait)
+        self._queue_waits.clear()
+        super().close()
 
     def _brpop_read(self, **options):
         if self.global_keyprefix:
@@ -139,5 +261,21 @@ class Channel(kombu_redis.Channel):
             self._flush_brpop_reauth()
 
 
+class Poller(kombu_redis.MultiChannelPoller):
+    """kombu's poller, reading a queue's own wait (``QueueWait``) whatever the prefetch: its reply
+    takes no message, and left unread it would keep the socket readable and the loop spinning."""
+
+    def on_readable(self, fileno: int) -> None:
+        chan_type = self._fd_to_chan.get(fileno)
+        if chan_type is not None and chan_type[1].startswith(WAIT):
+            chan_type[0].handlers[chan_type[1]]()
+            return
+        super().on_readable(fileno)
+
+
 class Transport(kombu_redis.Transport):
     Channel = Channel
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.cycle = Poller()

@@ -1,6 +1,12 @@
-"""Per-visit latency on an idle stack with the documented worker command (``-Q visits,maintenance``):
-from ``.delay()`` in the app to the visit in Redis, under 50 ms. The broker transport used to
-wait on one of the two queues only, so a visit could wait a whole second to be noticed."""
+"""Per-visit latency on an idle stack: from ``.delay()`` in the app to the visit in Redis.
+
+The worker consumes two queues (the documented ``-Q visits,maintenance``, and the other order,
+where the visits queue is the one waited on by a connection of its own: ``worker/broker.py``'s
+``QueueWait``). Goal (issue 21): 20 ms at p90. Before: the worker waited on its queues in turn,
+in 20 ms slices that Redis ends on its ``hz`` tick, and the worker-side batch waited its 20 ms
+flush interval even for a lone visit: 26 ms at the median, 108 ms at p90.
+
+A broker user whose ACL refuses ``CLIENT`` falls back to the slices, and still counts."""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ import statistics
 import time
 
 import pytest
+import redis
 
 from counters_tasks import sitestats, tasks
 from counters_tasks.core.days import local_day
@@ -19,9 +26,9 @@ pytestmark = pytest.mark.processes
 VISITS = 30
 
 
-def test_a_visit_reaches_redis_within_50_ms_of_delay(fault_env, counters_conn, publisher, tmp_path, capsys):
-    worker = start_worker(celery_env(fault_env["COUNTERS_REDIS_URL"], **fault_env), tmp_path / "w.log",
-                          queues="visits,maintenance").wait_ready()
+def visit_latencies(env, counters_conn, publisher, tmp_path, queues: str) -> tuple[list[float], str]:
+    worker = start_worker(celery_env(env["COUNTERS_REDIS_URL"], **env), tmp_path / "w.log",
+                          queues=queues).wait_ready()
     rng = random.Random(3)
     latencies = []
     try:
@@ -34,14 +41,40 @@ def test_a_visit_reaches_redis_within_50_ms_of_delay(fault_env, counters_conn, p
             deadline = sent + 5
             while sitestats.site_visit_info(counters_conn, day, "/latency").pv < n + 1:
                 assert time.perf_counter() < deadline, worker.output()[-3000:]
-                time.sleep(0.001)
+                time.sleep(0.0005)
             latencies.append(time.perf_counter() - sent)
             time.sleep(rng.uniform(0.05, 0.3))  # idle again between visits
     finally:
         worker.stop()
-    median, worst = statistics.median(latencies), max(latencies)
+    return latencies, worker.output()
+
+
+def p90(latencies: list[float]) -> float:
+    return sorted(latencies)[int(0.9 * len(latencies)) - 1]
+
+
+def report(capsys, what: str, latencies: list[float]) -> None:
     with capsys.disabled():
-        print(f"\n[latency] .delay() -> Redis, idle worker on visits,maintenance: median {median * 1000:.1f} ms, "
-              f"p90 {sorted(latencies)[int(0.9 * VISITS) - 1] * 1000:.1f} ms, max {worst * 1000:.1f} ms over {VISITS} visits")
-    assert median < 0.05
-    assert worst < 0.2
+        print(f"\n[latency] .delay() -> Redis, idle worker, {what}: median {statistics.median(latencies) * 1000:.1f} ms, "
+              f"p90 {p90(latencies) * 1000:.1f} ms, max {max(latencies) * 1000:.1f} ms over {len(latencies)} visits")
+
+
+@pytest.mark.parametrize("queues", ["visits,maintenance", "maintenance,visits"])
+def test_a_visit_reaches_redis_within_20_ms_at_p90(fault_env, counters_conn, publisher, tmp_path, capsys, queues):
+    latencies, _output = visit_latencies(fault_env, counters_conn, publisher, tmp_path, queues)
+    report(capsys, f"-Q {queues}", latencies)
+    assert p90(latencies) < 0.02
+    assert max(latencies) < 0.2
+
+
+def test_a_broker_user_without_client_commands_waits_in_slices(fault_env, broker_server, counters_conn, publisher,
+                                                               tmp_path, capsys):
+    admin = redis.Redis.from_url(broker_server.url)
+    admin.acl_setuser("worker", enabled=True, passwords=["+worker-pw"], keys=["*"], channels=["*"],
+                      commands=["+@all", "-client"])
+    host, port = broker_server.url.split("//")[1].split("/")[0].split(":")
+    env = dict(fault_env, CELERY_BROKER_URL=f"redis://worker:worker-pw@{host}:{port}/1")
+    latencies, output = visit_latencies(env, counters_conn, publisher, tmp_path, "maintenance,visits")
+    report(capsys, "-Q maintenance,visits, CLIENT refused", latencies)
+    assert "refused CLIENT ID / CLIENT UNBLOCK" in output
+    assert max(latencies) < 0.5
