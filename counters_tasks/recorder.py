@@ -13,6 +13,11 @@ app's own tests) every visit is applied in-process at once, as ``.delay()`` woul
 batch shows of its arguments (message headers, task events, Flower) has the IPs masked
 (``core.privacy``), whichever Celery app sends it.
 How to close it under gunicorn, uWSGI, Django and Celery: docs/producer.md.
+
+``shared_recorder()`` is the process's own recorder (the middleware's). With
+``COUNTERS_DELAY_BUFFER`` on, a plain ``record_visit.delay()`` / ``incr_ranking.delay()`` goes to it
+too (``buffer_delay``): ``.delay()`` then costs the app a validation and an append, and the call
+travels in the next batch.
 """
 
 from __future__ import annotations
@@ -31,8 +36,10 @@ from typing import Any
 from . import tasks  # noqa: F401  (registers the tasks an eager recorder applies)
 from .app import app as default_app
 from .core.privacy import masked_reprs
+from .core.settings import get_settings
 from .ranking import prepare_event
 from .visits import check_visit
+from .worker.batches import WorkerBatches
 
 log = logging.getLogger(__name__)
 
@@ -320,3 +327,68 @@ def _install_sigterm_flush() -> None:
 
 os.register_at_fork(after_in_child=_reset_after_fork)
 atexit.register(_flush_at_exit)
+
+
+_shared: VisitRecorder | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_recorder() -> VisitRecorder:
+    """The process's ``VisitRecorder``, made on first use with the default settings.
+
+    One per process: gunicorn/uWSGI workers forked from a master that made it each start with an
+    empty buffer and their own sender thread (``VisitRecorder`` is fork-safe), and it is flushed
+    at interpreter exit and on SIGTERM (see docs/producer.md). Middleware use it unless given
+    a ``recorder``, and so do buffered ``.delay()`` calls (``buffer_delay``).
+    """
+    global _shared
+    if _shared is None:
+        with _shared_lock:
+            if _shared is None:
+                _shared = VisitRecorder()
+    return _shared
+
+
+def renew_shared_recorder(closed: VisitRecorder) -> VisitRecorder:
+    """A new shared recorder in place of ``closed`` (unless another thread renewed it already).
+
+    A SIGTERM closes every recorder at once (``VisitRecorder``'s handler), but a server that drains
+    gracefully (gunicorn, uvicorn) still finishes the requests in flight: their visits go to a new
+    recorder, itself flushed when the process exits (interpreter exit, or the SIGTERM the server
+    raises again once drained)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None or _shared is closed:
+            _shared = VisitRecorder()
+        return _shared
+
+
+BUFFERED_CALLS = {"counters_tasks.record_visit": "record", "counters_tasks.incr_ranking": "incr_ranking"}
+"""The per-event tasks whose ``.delay()`` ``COUNTERS_DELAY_BUFFER`` buffers, and the recorder
+method that takes the same arguments."""
+
+
+def buffer_delay(task: Any, args: Any, kwargs: Any, options: dict[str, Any]) -> Any:
+    """With ``COUNTERS_DELAY_BUFFER`` on, take a plain ``.delay()`` of ``record_visit`` or
+    ``incr_ranking`` (no options: no countdown, queue, producer...) into the shared recorder and
+    return an ``AsyncResult`` at once; None to publish the call as its own message (the setting
+    off, eager mode, the app's own Celery app not the package's, or any option given).
+
+    The call is validated here (InvalidInput, as ``VisitRecorder.record`` raises it) and sent in
+    the recorder's next ``record_visits`` / ``incr_rankings`` batch (``max_delay`` 0.2 s). What a
+    crash of the app's process can lose is what the recorder holds: at most those 0.2 s of calls,
+    more while the broker is unreachable (docs/producer.md). The result's id names no message."""
+    if (not get_settings().delay_buffer or options or task.name not in BUFFERED_CALLS
+            or task.app is not default_app or task.app.conf.task_always_eager):
+        return None
+    recorder = shared_recorder()
+    method = getattr(recorder, BUFFERED_CALLS[task.name])
+    try:
+        method(*(args or ()), **(kwargs or {}))
+    except RuntimeError:  # closed by a SIGTERM while the process drains: a new one takes the call
+        method = getattr(renew_shared_recorder(recorder), BUFFERED_CALLS[task.name])
+        method(*(args or ()), **(kwargs or {}))
+    return task.AsyncResult(str(uuid.uuid4()))
+
+
+WorkerBatches.buffer_call = staticmethod(buffer_delay)

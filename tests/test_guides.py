@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from counters_tasks import recorder as recorder_module
 from counters_tasks import sitestats
 from counters_tasks.core.days import local_day
 from counters_tasks.integrations import common
@@ -80,7 +81,7 @@ def test_the_option_table_lists_every_option_with_its_default():
 
 
 def test_the_flask_guide_app_counts_pages_and_bumps(eager_app, raw_conn, monkeypatch):
-    monkeypatch.setattr(common, "_shared", None)
+    monkeypatch.setattr(recorder_module, "_shared", None)
     namespace: dict = {"__name__": "myapp"}
     exec(compile(python_blocks(REPO / "docs" / "guides" / "flask.md")[0], "flask.md", "exec"), namespace)
     client = namespace["app"].test_client()

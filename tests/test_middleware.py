@@ -24,6 +24,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from counters_tasks import InvalidInput, sitestats, uniques
+from counters_tasks import recorder as recorder_module
 from counters_tasks.core.days import local_day
 from counters_tasks.integrations import common
 from counters_tasks.integrations.asgi import CountersASGIMiddleware
@@ -405,7 +406,7 @@ def test_asgi_middleware_counts_pages_sets_the_cookie_and_bumps():
 
 
 def test_shared_recorder_is_one_per_process(monkeypatch):
-    monkeypatch.setattr(common, "_shared", None)
+    monkeypatch.setattr(recorder_module, "_shared", None)
     first = common.shared_recorder()
     try:
         assert common.shared_recorder() is first
@@ -621,7 +622,7 @@ def test_the_package_and_its_middleware_import_without_any_web_framework():
 
 def test_visits_of_requests_in_flight_after_a_sigterm_flush_go_to_a_renewed_shared_recorder(
         eager_app, raw_conn, monkeypatch):
-    monkeypatch.setattr(common, "_shared", None)
+    monkeypatch.setattr(recorder_module, "_shared", None)
     middleware = CountersMiddleware(wsgi_page)  # the shared recorder, in eager mode here
     day = local_day(time.time())
     with wsgi_client(middleware) as client:

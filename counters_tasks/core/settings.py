@@ -48,6 +48,7 @@ class Settings:
     cleaner_batch: int
     worker_batch: int
     worker_batch_ms: int
+    delay_buffer: bool
     # site PV/UV and daily uniques: retention in days after a day ends
     day_grace_days: int = 2
     day_totals_days: int = 400
@@ -230,6 +231,7 @@ def load_settings(env: dict | None = None) -> Settings:
         cleaner_batch=_int(env, "COUNTERS_CLEANER_BATCH", 200),
         worker_batch=_int(env, "COUNTERS_WORKER_BATCH", 100),
         worker_batch_ms=_int(env, "COUNTERS_WORKER_BATCH_MS", 20),
+        delay_buffer=_flag(env, "COUNTERS_DELAY_BUFFER"),
         day_grace_days=_int(env, "COUNTERS_DAY_GRACE_DAYS", 2, minimum=0),
         day_totals_days=_int(env, "COUNTERS_DAY_TOTALS_DAYS", 400),
         uniques_shard_days=_int(env, "COUNTERS_UNIQUES_SHARD_DAYS", 7),

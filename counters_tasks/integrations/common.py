@@ -24,7 +24,7 @@ from ..core import pageviews
 from ..core.paths import encode_decoded_path, encode_target_bytes
 from ..core.validation import check_ip, check_path, check_session_id
 from ..errors import InvalidInput
-from ..recorder import VisitRecorder
+from ..recorder import renew_shared_recorder, shared_recorder
 from ..skips import MIDDLEWARE
 
 log = logging.getLogger(__name__)
@@ -90,40 +90,6 @@ class Recorder(Protocol):
 
     def incr_ranking(self, board: str, member: str, amount: int = 1, ts: float | None = None,
                      period_hours: int = 24, interval_hours: int = 1) -> None: ...
-
-
-_shared: VisitRecorder | None = None
-_shared_lock = threading.Lock()
-
-
-def shared_recorder() -> VisitRecorder:
-    """The process's ``VisitRecorder``, made on first use with the default settings.
-
-    One per process: gunicorn/uWSGI workers forked from a master that made it each start with an
-    empty buffer and their own sender thread (``VisitRecorder`` is fork-safe), and it is flushed
-    at interpreter exit and on SIGTERM (see docs/producer.md). Middleware use it unless given
-    a ``recorder``.
-    """
-    global _shared
-    if _shared is None:
-        with _shared_lock:
-            if _shared is None:
-                _shared = VisitRecorder()
-    return _shared
-
-
-def renew_shared_recorder(closed: Recorder) -> VisitRecorder:
-    """A new shared recorder in place of ``closed`` (unless another thread renewed it already).
-
-    A SIGTERM closes every recorder at once (``VisitRecorder``'s handler), but a server that drains
-    gracefully (gunicorn, uvicorn) still finishes the requests in flight: their visits go to a new
-    recorder, itself flushed when the process exits (interpreter exit, or the SIGTERM the server
-    raises again once drained)."""
-    global _shared
-    with _shared_lock:
-        if _shared is None or _shared is closed:
-            _shared = VisitRecorder()
-        return _shared
 
 
 def client_ip(remote_addr: str | None, headers: Mapping[str, str], trusted_proxies: int = 0,
