@@ -17,14 +17,14 @@ from collections import defaultdict
 from typing import Any
 from urllib.parse import unquote
 
-from .core.settings import get_settings
+from .core.settings import COUNTER_PRECISIONS, get_settings
 from .core.validation import check_amount, check_event_time, check_int, check_message_id, check_now, check_text
 from .errors import InvalidInput
 from .store import keys
 from .store.client import as_str, read_pipeline
 from .store.scripts import execute_in_order, run_script
 
-PRECISIONS = (1, 5, 60, 300, 3600, 18000, 86400)
+PRECISIONS = COUNTER_PRECISIONS
 SAMPLE_COUNT = 120
 PRECISION_INDEX = {precision: index for index, precision in enumerate(PRECISIONS)}
 
@@ -42,9 +42,10 @@ def check_precision(precision: Any) -> int:
     return precision
 
 
-def add_to_buckets(buckets: Buckets, now: float, count: int) -> None:
-    """Fold one event into ``buckets`` (so a batch costs one script call per counter group)."""
-    for precision in PRECISIONS:
+def add_to_buckets(buckets: Buckets, now: float, count: int, precisions: tuple[int, ...] = PRECISIONS) -> None:
+    """Fold one event into ``buckets`` at ``precisions`` (every precision unless the counter's
+    family keeps fewer), so a batch costs one script call per counter group."""
+    for precision in precisions:
         per = buckets.setdefault(precision, defaultdict(int))
         per[bucket_start(now, precision)] += count
 

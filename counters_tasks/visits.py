@@ -21,6 +21,7 @@ from datetime import date
 from typing import Any
 
 from . import counters, refusals, sitestats, throughput, uniques
+from .core.settings import get_settings
 from .core.validation import check_event_time, check_message_id
 from .errors import InvalidInput, MalformedMessage
 from .store import keys
@@ -99,6 +100,13 @@ def hits_names(path: str) -> tuple[str, str]:
     return "hits", f"hits:{path}"
 
 
+def hits_precisions() -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The precisions of each of ``hits_names``: the site's ``hits`` keeps them all; a page's
+    ``hits:<path>`` those of COUNTERS_PATH_HITS_PRECISIONS (all unless set: fewer cost fewer
+    Redis commands a visit, one a precision, and less memory a page)."""
+    return counters.PRECISIONS, get_settings().path_hits_precisions
+
+
 @dataclass
 class _Group:
     visits: Sequence[Visit]
@@ -113,11 +121,12 @@ class _Group:
 def _plan(visits: Sequence[Visit], message_id: str | None) -> _Group:
     sessions: dict[date, list[int]] = defaultdict(list)
     per_counter: dict[str, counters.Buckets] = {}
+    precisions = hits_precisions()
     for visit in visits:
         if visit.session is not None:
             sessions[visit.session[0]].append(visit.session[1])
-        for name in hits_names(visit.view.path):
-            counters.add_to_buckets(per_counter.setdefault(name, {}), visit.ts, 1)
+        for name, kept in zip(hits_names(visit.view.path), precisions, strict=True):
+            counters.add_to_buckets(per_counter.setdefault(name, {}), visit.ts, 1, kept)
     calls = []
     for day, numbers in sessions.items():  # a day's ids in calls of UNIQUES_PER_CALL (each deduped)
         parts = [numbers[first:first + UNIQUES_PER_CALL] for first in range(0, len(numbers), UNIQUES_PER_CALL)]

@@ -25,6 +25,10 @@ message (docs/reliability.md)."""
 RETRY_BACKOFF_MAX = 30
 """Longest wait (seconds) before a counting task retries after a Redis error that passes: below
 the visibility timeout, so a message waiting for its retry is not handed to another worker."""
+COUNTER_PRECISIONS = (1, 5, 60, 300, 3600, 18000, 86400)
+"""Seconds per bucket of a multi-precision counter (``counters.PRECISIONS``; here so that
+COUNTERS_PATH_HITS_PRECISIONS is checked when the settings are read)."""
+
 DEFAULT_VISIBILITY_TIMEOUT = 45
 """Seconds before the broker hands an unacknowledged message to another worker: with the
 restore sweep (every ``restore_interval``) a message of a dead worker runs again within a minute.
@@ -49,6 +53,7 @@ class Settings:
     worker_batch: int
     worker_batch_ms: int
     delay_buffer: bool
+    path_hits_precisions: tuple[int, ...] = COUNTER_PRECISIONS
     # site PV/UV and daily uniques: retention in days after a day ends
     day_grace_days: int = 2
     day_totals_days: int = 400
@@ -162,6 +167,19 @@ def _user_password(env: dict, name: str) -> tuple[str, str] | None:
     return user, password
 
 
+def _precisions(env: dict, name: str) -> tuple[int, ...]:
+    raw = (env.get(name) or "").strip()
+    if not raw:
+        return COUNTER_PRECISIONS
+    try:
+        chosen = {int(part) for part in raw.split(",") if part.strip()}
+    except ValueError:
+        raise ConfigurationError(f"{name} must be seconds separated by commas, got {raw!r}") from None
+    if not chosen or chosen - set(COUNTER_PRECISIONS):
+        raise ConfigurationError(f"{name} must name some of {', '.join(map(str, COUNTER_PRECISIONS))}, got {raw!r}")
+    return tuple(sorted(chosen))
+
+
 def _flag(env: dict, name: str) -> bool:
     return env.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
@@ -232,6 +250,7 @@ def load_settings(env: dict | None = None) -> Settings:
         worker_batch=_int(env, "COUNTERS_WORKER_BATCH", 100),
         worker_batch_ms=_int(env, "COUNTERS_WORKER_BATCH_MS", 20),
         delay_buffer=_flag(env, "COUNTERS_DELAY_BUFFER"),
+        path_hits_precisions=_precisions(env, "COUNTERS_PATH_HITS_PRECISIONS"),
         day_grace_days=_int(env, "COUNTERS_DAY_GRACE_DAYS", 2, minimum=0),
         day_totals_days=_int(env, "COUNTERS_DAY_TOTALS_DAYS", 400),
         uniques_shard_days=_int(env, "COUNTERS_UNIQUES_SHARD_DAYS", 7),

@@ -10,30 +10,46 @@
 -- counter left with no bucket leaves the due index, any other gets the earlier of its score
 -- and these buckets' (ZADD LT), and so does its subset in the summary, so the cleaner finds it
 -- when its first sample is due. (Subsets keep each due ZSET small enough to stay a listpack.)
--- Every key's type is checked before the first write (wrong_type); a bucket that would pass the
--- 64-bit range fails the call whole (its additions undone), before the marker.
+-- The summary and the marker are type-checked before the first write (wrong_type); a counter's
+-- HASH by its first HINCRBY and its due ZSET by its ZADD (or a ZSCORE before a removal): one of
+-- another type, or a bucket that would pass the 64-bit range, fails the call whole, its
+-- additions undone, before the marker. A counter's due entry is written only when one of its
+-- buckets is new (an existing bucket's leave time is never before its due score), and it
+-- leaves the index only when a correction emptied its HASH.
 -- Returns 1, or 0 when this message was already applied here (nothing written).
 local ttl = tonumber(ARGV[1])
 local ncounters = tonumber(ARGV[2])
 local summary = KEYS[2 * ncounters + 1]
-local types = {summary, 'zset', KEYS[2 * ncounters + 2] or summary, KEYS[2 * ncounters + 2] and 'string' or 'zset'}
-for c = 1, ncounters do
-  types[#types + 1] = KEYS[2 * c - 1]
-  types[#types + 1] = 'hash'
-  types[#types + 1] = KEYS[2 * c]
-  types[#types + 1] = 'zset'
-end
-local refused = wrong_type(types)
+local refused = wrong_type({summary, 'zset'})
 if refused then
   return refused
 end
-if ttl > 0 and redis.call('EXISTS', KEYS[2 * ncounters + 2]) == 1 then
-  return 0
+if ttl > 0 then  -- the marker's TYPE says both whether it is there and whether it is a marker
+  local marker = KEYS[2 * ncounters + 2]
+  local found = redis.call('TYPE', marker)['ok']
+  if found == 'string' then
+    return 0
+  elseif found ~= 'none' then
+    return wrong_type({marker, 'string'})
+  end
 end
--- Every bucket first: HINCRBY refuses a field that would leave the 64-bit range, so such a call
--- undoes what it added (exact: integers) and fails whole, before its marker and due entries.
--- (Reading every field first to check would cost an HMGET as big as the call.)
+-- Every bucket first: HINCRBY refuses a field that would leave the 64-bit range, or a key of
+-- another type, so such a call undoes what it added (exact: integers) and fails whole, before
+-- its marker and due entries. (Reading every field first to check would cost an HMGET as big as
+-- the call; a TYPE per counter, a command per counter.)
 local added = {}
+
+local function undo_all(reply)  -- take back every addition, and fail with reply
+  for u = #added, 1, -1 do
+    local undo = added[u]
+    if redis.call('HINCRBY', undo[1], undo[2], string.format('%.0f', -tonumber(undo[3]))) == 0 then
+      redis.call('HDEL', undo[1], undo[2])
+    end
+  end
+  return reply
+end
+
+local fresh, emptied = {}, {}  -- per counter: a bucket of it is new; a correction emptied one
 local i = 3
 for c = 1, ncounters do
   local key = KEYS[2 * c - 1]
@@ -42,35 +58,48 @@ for c = 1, ncounters do
   for _ = 1, n do
     local total = redis.pcall('HINCRBY', key, ARGV[i], ARGV[i + 1])
     if type(total) == 'table' and total['err'] then
-      for u = #added, 1, -1 do
-        local undo = added[u]
-        if redis.call('HINCRBY', undo[1], undo[2], string.format('%.0f', -tonumber(undo[3]))) == 0 then
-          redis.call('HDEL', undo[1], undo[2])
-        end
-      end
-      return redis.error_reply('ERR ' .. key .. ' field ' .. ARGV[i] .. ': ' .. total['err'] .. ': nothing was written')
+      return undo_all(wrong_type({key, 'hash'}) or
+        redis.error_reply('ERR ' .. key .. ' field ' .. ARGV[i] .. ': ' .. total['err'] .. ': nothing was written'))
     end
     if total == 0 then
       redis.call('HDEL', key, ARGV[i])
+      emptied[c] = true
+    elseif total == tonumber(ARGV[i + 1]) then  -- kept buckets are never 0: this one is new
+      fresh[c] = true
     end
     added[#added + 1] = {key, ARGV[i], ARGV[i + 1]}
     i = i + 2
   end
 end
-if ttl > 0 then
-  redis.call('SET', KEYS[2 * ncounters + 2], '1', 'EX', ttl)
-end
+-- Then the due entries, each due ZSET checked by its own command: one of another type fails the
+-- call with every bucket taken back (a due score written before it is only early: the cleaner
+-- visits that counter once for nothing). Removals go last, once every key is known good.
+local gone = {}
 i = 3
 for c = 1, ncounters do
   local key, due = KEYS[2 * c - 1], KEYS[2 * c]
   local member, subset, first_due, n = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
   i = i + 4 + 2 * n
-  if redis.call('EXISTS', key) == 1 then
-    if redis.call('ZADD', due, 'LT', 'CH', first_due, member) == 1 then  -- new, or due earlier
+  if emptied[c] and redis.call('EXISTS', key) == 0 then
+    local _, refused_due = wrong_type_read('zset', 'ZSCORE', due, member)
+    if refused_due then
+      return undo_all(refused_due)
+    end
+    gone[#gone + 1] = {due, member}
+  elseif fresh[c] or emptied[c] then
+    local changed = redis.pcall('ZADD', due, 'LT', 'CH', first_due, member)
+    if type(changed) == 'table' and changed['err'] then
+      return undo_all(wrong_type({due, 'zset'}) or redis.error_reply(changed['err']))
+    end
+    if changed == 1 then  -- new, or due earlier
       redis.call('ZADD', summary, 'LT', first_due, subset)
     end
-  else
-    redis.call('ZREM', due, member)
   end
+end
+for _, entry in ipairs(gone) do
+  redis.call('ZREM', entry[1], entry[2])
+end
+if ttl > 0 then
+  redis.call('SET', KEYS[2 * ncounters + 2], '1', 'EX', ttl)
 end
 return 1

@@ -25,8 +25,8 @@ if ARGV[2] == 'hll' then
   redis.call('HSET', KEYS[1], 'uv', redis.call('PFCOUNT', KEYS[2]))
 else
   local new = 0
-  for a = 4, 3 + n do
-    new = new + redis.call('SADD', KEYS[2], ARGV[a])
+  for from = 4, 3 + n, 1000 do  -- SADD counts each new member once, repeated or not
+    new = new + redis.call('SADD', KEYS[2], unpack(ARGV, from, math.min(from + 999, 3 + n)))
   end
   if new > 0 then
     redis.call('HINCRBY', KEYS[1], 'uv', new)

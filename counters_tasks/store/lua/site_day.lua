@@ -59,8 +59,8 @@ if open then
     redis.call('HSET', totals, 'uv', redis.call('PFCOUNT', visitors))
   else
     local new = 0
-    for _, id in ipairs(ids) do
-      new = new + redis.call('SADD', visitors, id)
+    for from = 1, #ids, 1000 do  -- SADD counts each new member once, repeated or not
+      new = new + redis.call('SADD', visitors, unpack(ids, from, math.min(from + 999, #ids)))
     end
     if new > 0 then
       redis.call('HINCRBY', totals, 'uv', new)
@@ -72,25 +72,77 @@ for from = 1, #ids, 1000 do
   redis.call('PFADD', range_hll, unpack(ids, from, math.min(from + 999, #ids)))
 end
 
+-- the paths: which are tracked (HLEN read once, counted on as new paths join), and their
+-- views' pair members, looked up with one SMISMEMBER and added with one SADD per 1,000
+local entries, members = {}, {}
+local tracked = nil
 local i = 10 + n
 for _ = 1, tonumber(ARGV[9 + n]) do
   local path, digest, k = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
   local first, last = i + 3, i + 2 + k
   i = last + 1
   local value = redis.call('HGET', pages, path)
-  if not value and redis.call('HLEN', pages) >= max_paths then
-    path, digest = '', ''
-    value = redis.call('HGET', pages, path)
+  if not value then
+    tracked = tracked or redis.call('HLEN', pages)
+    if tracked >= max_paths then
+      path, digest = '', ''  -- counted under "(other)", read below with the other overflowing paths
+    else
+      tracked = tracked + 1
+    end
   end
-  local pv, uv, sketch = 0, 0, ''
-  if value then
-    local p, u, s = string.match(value, '^(%-?%d+) (%d+) ?(.*)$')
-    pv, uv, sketch = tonumber(p), tonumber(u), s
-  end
-  pv = pv + k
+  entries[#entries + 1] = {path, value, first, last, #members}
   if open then
     for a = first, last do
-      if redis.call('SADD', pairs, ARGV[a] .. digest) == 1 then
+      members[#members + 1] = ARGV[a] .. digest
+    end
+  end
+end
+local is_new = {}  -- member -> true while it is new to the day (until its first view below)
+for from = 1, #members, 1000 do
+  local part = {unpack(members, from, math.min(from + 999, #members))}
+  local found = redis.call('SMISMEMBER', pairs, unpack(part))
+  for p = 1, #part do
+    if found[p] == 0 then
+      is_new[part[p]] = true
+    end
+  end
+  redis.call('SADD', pairs, unpack(part))
+end
+
+local function parse(value)
+  if not value then
+    return 0, 0, ''
+  end
+  local p, u, s = string.match(value, '^(%-?%d+) (%d+) ?(.*)$')
+  return tonumber(p), tonumber(u), s
+end
+
+local function format(pv, uv, sketch)
+  if sketch == '' then
+    return string.format('%d %d', pv, uv)
+  end
+  return string.format('%d %d ', pv, uv) .. sketch
+end
+
+local other = nil  -- {pv, uv} of the overflow field "", read once
+for _, entry in ipairs(entries) do
+  local path, value, first, last, offset = entry[1], entry[2], entry[3], entry[4], entry[5]
+  local pv, uv, sketch
+  if path == '' then
+    if not other then
+      local p, u = parse(redis.call('HGET', pages, ''))
+      other = {p, u}
+    end
+    pv, uv, sketch = other[1], other[2], ''
+  else
+    pv, uv, sketch = parse(value)
+  end
+  pv = pv + (last - first + 1)
+  if open then
+    for a = first, last do
+      local member = members[offset + a - first + 1]
+      if is_new[member] then
+        is_new[member] = nil
         uv = uv + 1
         if path ~= '' then
           sketch = page_sketch_add(sketch, string.sub(ARGV[a], 1, 6))
@@ -98,11 +150,14 @@ for _ = 1, tonumber(ARGV[9 + n]) do
       end
     end
   end
-  if sketch == '' then
-    redis.call('HSET', pages, path, string.format('%d %d', pv, uv))
+  if path == '' then
+    other = {pv, uv}
   else
-    redis.call('HSET', pages, path, string.format('%d %d ', pv, uv) .. sketch)
+    redis.call('HSET', pages, path, format(pv, uv, sketch))
   end
+end
+if other then
+  redis.call('HSET', pages, '', format(other[1], other[2], ''))
 end
 if open and redis.call('EXISTS', pairs) == 1 then
   redis.call('EXPIREAT', pairs, open_until)

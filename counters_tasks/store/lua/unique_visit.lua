@@ -18,7 +18,11 @@
 -- k) lists the overflow chain `<shard key>:<k>` a day written by 0.1 may have: still checked,
 -- never extended.
 -- Everything that can fail is read before the first write (the dedupe marker included): a
--- key of another type gives an error and leaves nothing written, so a retry applies it whole.
+-- key of another type gives an error and leaves nothing written, so a retry applies it whole
+-- (the day's keys by wrong_type; a shard's sets by their SMISMEMBER, wrong_type_read, which names
+-- the key the same way). The shards' legacy and levels entries are read with one HMGET each,
+-- and a set gets its EXPIREAT when this call creates it or opens the day (a set of an open day
+-- already expires when the day's marker says).
 -- A day is open while its open marker lives. The first write of a day that was never counted
 -- (no count), however old, opens it: history can be back-filled. It fixes the moment the
 -- day's shards go, the later of their day-based expiry and "kept" seconds from now (retention
@@ -38,10 +42,6 @@ local ttl = tonumber(ARGV[1])
 local marker = KEYS[6 + nshards]
 
 local expected_types = {KEYS[1], 'string', KEYS[2], 'string', KEYS[3], 'string', KEYS[4], 'hash', KEYS[5], 'hash'}
-for j = 1, nshards do
-  expected_types[#expected_types + 1] = KEYS[5 + j]
-  expected_types[#expected_types + 1] = 'set'
-end
 if ttl > 0 then
   expected_types[#expected_types + 1] = marker
   expected_types[#expected_types + 1] = 'string'
@@ -57,6 +57,7 @@ if fixed ~= ARGV[2] then
 end
 local now = tonumber(redis.call('TIME')[1])
 local shards_at = tonumber(redis.call('GET', KEYS[3]))
+local opening = not shards_at
 if not shards_at then
   if redis.call('EXISTS', KEYS[2]) == 1 then
     return -2
@@ -71,13 +72,22 @@ end
 -- reads: where each new id goes, a level at a time, one SMISMEMBER and one SCARD a set (SISMEMBER
 -- on a key of another type raises before any write)
 local adds = {}  -- set key -> ids to add
+local created = {}  -- set key -> true when it holds nothing yet
 local deepest = {}  -- shard number -> deepest level this call adds to
 local new = 0
+local numbers = {}
 local i = 8
 for j = 1, nshards do
+  numbers[j] = ARGV[i]
+  i = i + 2 + tonumber(ARGV[i + 1])
+end
+local legacies = nshards > 0 and redis.call('HMGET', KEYS[4], unpack(numbers)) or {}
+local depths = nshards > 0 and redis.call('HMGET', KEYS[5], unpack(numbers)) or {}
+i = 8
+for j = 1, nshards do
   local base, shard, n = KEYS[5 + j], ARGV[i], tonumber(ARGV[i + 1])
-  local legacy = tonumber(redis.call('HGET', KEYS[4], shard) or '0')
-  local depth = tonumber(redis.call('HGET', KEYS[5], shard) or '0')
+  local legacy = tonumber(legacies[j] or '0')
+  local depth = tonumber(depths[j] or '0')
   local pending, in_call, routes = {}, {}, {}
   for a = i + 2, i + 1 + n do
     if not in_call[ARGV[a]] then
@@ -89,7 +99,10 @@ for j = 1, nshards do
     if #pending == 0 then
       break
     end
-    local found = redis.call('SMISMEMBER', base .. ':' .. k, unpack(pending))
+    local found, refused_set = wrong_type_read('set', 'SMISMEMBER', base .. ':' .. k, unpack(pending))
+    if refused_set then
+      return refused_set
+    end
     local left = {}
     for p = 1, #pending do
       if found[p] == 0 then
@@ -123,8 +136,12 @@ for j = 1, nshards do
     local deeper = {}
     for _, key in ipairs(order) do
       local ids = by_set[key]
-      local found = redis.call('SMISMEMBER', key, unpack(ids))
+      local found, refused_set = wrong_type_read('set', 'SMISMEMBER', key, unpack(ids))
+      if refused_set then
+        return refused_set
+      end
       local room = SHARD_MAX - redis.call('SCARD', key)
+      created[key] = room == SHARD_MAX
       for p = 1, #ids do
         if found[p] == 0 then
           if room > 0 then
@@ -157,7 +174,9 @@ if ttl > 0 then
 end
 for key, list in pairs(adds) do
   redis.call('SADD', key, unpack(list))
-  redis.call('EXPIREAT', key, shards_at)
+  if opening or created[key] then
+    redis.call('EXPIREAT', key, shards_at)
+  end
 end
 for shard, level in pairs(deepest) do
   redis.call('HSET', KEYS[5], shard, level)

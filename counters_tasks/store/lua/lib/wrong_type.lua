@@ -7,6 +7,9 @@
 -- its own (absent keys are fine), else nil.
 -- wrong_type_of_each(head, names, tail, kind): the same for the keys head .. name .. tail of
 -- every name (a board's slot hashes), all of one type.
+-- wrong_type_read(kind, command, key, ...): a read command on a key that should be of type kind
+-- (a type check that costs nothing when the key is right): its reply, or nil and the error
+-- reply wrong_type gives (or the command's own error) when it failed.
 local function wrong_type(list)
   for n = 1, #list, 2 do
     local found = redis.call('TYPE', list[n])['ok']
@@ -26,4 +29,13 @@ local function wrong_type_of_each(head, names, tail, kind)
     list[#list + 1] = kind
   end
   return wrong_type(list)
+end
+
+
+local function wrong_type_read(kind, command, key, ...)
+  local reply = redis.pcall(command, key, ...)
+  if type(reply) == 'table' and reply['err'] then
+    return nil, wrong_type({key, kind}) or redis.error_reply(reply['err'])
+  end
+  return reply, nil
 end
