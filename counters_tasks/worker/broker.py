@@ -165,8 +165,9 @@ class Channel(kombu_redis.Channel):
             if wait is None:
                 wait = self._queue_waits[queue] = QueueWait(queue, self._create_client(asynchronous=True))
                 self.handlers[wait.event_type] = lambda wait=wait: self._queue_wait_read(wait)
-            if wait.armed:
-                continue
+            connection = getattr(wait.client, "connection", None)
+            if wait.armed and connection is not None and connection._sock is not None:
+                continue  # still waiting (a connection dropped meanwhile is connected and armed again)
             if not cycle._client_registered(self, wait.client, wait.event_type):
                 cycle._register(self, wait.client, wait.event_type)
             wait.client.connection.send_command("BLMOVE", queue, queue, "RIGHT", "RIGHT", timeout)
