@@ -45,9 +45,12 @@ def check_precision(precision: Any) -> int:
 def add_to_buckets(buckets: Buckets, now: float, count: int, precisions: tuple[int, ...] = PRECISIONS) -> None:
     """Fold one event into ``buckets`` at ``precisions`` (every precision unless the counter's
     family keeps fewer), so a batch costs one script call per counter group."""
+    second = int(now)  # bucket_start(now, p) for whole p, without a float division each
     for precision in precisions:
-        per = buckets.setdefault(precision, defaultdict(int))
-        per[bucket_start(now, precision)] += count
+        per = buckets.get(precision)
+        if per is None:
+            per = buckets[precision] = defaultdict(int)
+        per[second - second % precision] += count
 
 
 def field_of(bucket: int, precision: int) -> int:

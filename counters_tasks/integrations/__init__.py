@@ -2,7 +2,8 @@
 ``VisitRecorder`` per process (docs/integrations.md, docs/guides/).
 
 - ``common``: the rules every middleware shares: skipped paths and responses, the client IP
-  (socket, or through trusted proxies), the session cookie, ranking bumps, ``shared_recorder()``;
+  (socket, or through trusted proxies), the session cookie, ranking bumps (the process's recorder is
+  ``recorder.shared_recorder()``);
 - ``wsgi``: ``CountersMiddleware`` for any WSGI app (Flask, ...);
 - ``asgi``: ``CountersASGIMiddleware`` for any ASGI app (Starlette, FastAPI, ...);
 - ``django``: ``CountersMiddleware`` for Django's ``MIDDLEWARE`` setting (imports Django only
