@@ -1,0 +1,134 @@
+"""Redis commands a visit costs, by the Lua script that sends them: a profile to read before and
+after changing a script.
+
+Watches a private Redis server (or ``COUNTERS_BENCH_REDIS_URL``) with ``MONITOR`` while it applies visits (each with a
+ranking bump of its path) two ways: as one ``record_visits`` batch (what a ``VisitRecorder``
+batch, or a batch of buffered ``.delay()`` calls, costs a worker) and one message a visit
+(``record_visit`` + ``incr_ranking``, each with its own message id: what ``.delay()`` without
+``COUNTERS_DELAY_BUFFER`` costs). Commands run inside a script are counted under its name;
+the top-level calls under ``(top)``. Checks that every visit was applied.
+
+    python -m bench.commands [--visits 500] [--shape uniform]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+import threading
+import uuid
+from importlib import resources
+
+import redis
+
+from bench._common import bench_redis
+from bench.traffic import SHAPES
+
+END = "bench-commands-end"
+
+
+def script_names(conn: redis.Redis) -> dict[str, str]:
+    """sha -> name of every script of the package (``store/lua/*.lua``)."""
+    from counters_tasks.store.scripts import script
+
+    lua = resources.files("counters_tasks.store").joinpath("lua")
+    names = [entry.name.removesuffix(".lua") for entry in lua.iterdir() if entry.name.endswith(".lua")]
+    return {script(conn, name).sha: name for name in names}
+
+
+def watched(url: str, work) -> list[dict]:
+    """The commands the server ran while ``work()`` ran (MONITOR, read by a thread until an
+    ECHO of END sent after the work)."""
+    seen: list[dict] = []
+    ready = threading.Event()
+
+    def read() -> None:
+        with redis.Redis.from_url(url).monitor() as monitor:
+            ready.set()
+            for command in monitor.listen():
+                if END in command["command"]:
+                    return
+                seen.append(command)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    if not ready.wait(10):
+        raise TimeoutError("MONITOR did not start")
+    marker = redis.Redis.from_url(url)
+    marker.ping()  # MONITOR is on once its reply came: a command after this is seen
+    work()
+    marker.echo(END)
+    reader.join(30)
+    if reader.is_alive():
+        raise TimeoutError("MONITOR did not see the end marker")
+    return seen
+
+
+def by_script(seen: list[dict], shas: dict[str, str]) -> dict[str, collections.Counter]:
+    per: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    current = "(top)"
+    for command in seen:
+        words = command["command"].split()
+        name = words[0].upper()
+        if command.get("client_type") == "lua":
+            per[current][name] += 1
+            continue
+        current = shas.get(words[1], words[1][:8]) if name in ("EVALSHA", "EVAL") and len(words) > 1 else "(top)"
+        per["(top)"][name] += 1
+    return per
+
+
+def report(title: str, per: dict[str, collections.Counter], visits: int) -> float:
+    print(f"\n{title}")
+    total = 0
+    for name, counts in sorted(per.items(), key=lambda item: -sum(item[1].values())):
+        calls = sum(counts.values())
+        total += calls
+        shown = ", ".join(f"{command} {n / visits:.2f}" for command, n in counts.most_common(8))
+        print(f"  {name:<16} {calls / visits:6.2f} a visit: {shown}")
+    print(f"  {'total':<16} {total / visits:6.2f} a visit")
+    return total / visits
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--visits", type=int, default=500)
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="uniform")
+    args = parser.parse_args()
+    with bench_redis() as url:
+        from counters_tasks import ranking, sitestats, visits
+
+        conn = redis.Redis.from_url(url)
+        shas = script_names(conn)
+        stream = SHAPES[args.shape](args.visits, 3)
+        items = [{"ip": ip, "path": path, "session_id": sid, "ts": ts} for ip, path, sid, ts in stream]
+        events = [{"board": "pages", "member": item["path"], "ts": item["ts"]} for item in items]
+        visits.record_visits(conn, items[:20], message_id="warm-up")  # scripts loaded, the day's figure fixed
+        conn.flushdb()
+
+        def batch() -> None:
+            visits.record_visits(conn, items, message_id="batch")
+            ranking.incr_events(conn, events, message_id="events")
+
+        batch_cost = report(f"one batch of {len(items)} visits ({args.shape})",
+                            by_script(watched(url, batch), shas), len(items))
+        assert sitestats.site_visit_info(conn).pv == len(items), "the batch was not applied whole"
+        conn.flushdb()
+        board = ranking.Ranking(conn, "pages")
+
+        def one_by_one() -> None:
+            for item in items:
+                visits.record_visit(conn, item["ip"], item["path"], item["session_id"], item["ts"],
+                                    message_id=str(uuid.uuid4()))
+                board.incr_many([(item["path"], 1, item["ts"])], message_id=str(uuid.uuid4()))
+
+        message_cost = report("one message a visit (record_visit + incr_ranking, each with its id)",
+                              by_script(watched(url, one_by_one), shas), len(items))
+        assert sitestats.site_visit_info(conn).pv == len(items), "a visit was not applied"
+    print(f"\ncommands per visit: batch {batch_cost:.1f}, per-visit messages {message_cost:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
