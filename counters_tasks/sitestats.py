@@ -123,8 +123,14 @@ def check_view(ip: Any, path: Any, now: Any = None) -> tuple[str, str, date]:
 
 def prepare_view(ip: Any, path: Any, now: Any = None) -> SiteView:
     """Validate one page view (raises InvalidInput; writes nothing), with its visitor id."""
-    clean_ip, clean_path, day = check_view(ip, path, now)
-    return SiteView(visitor_id(clean_ip), clean_path, day)
+    return view_on(ip, path, local_day(check_event_time(now, "now")))
+
+
+def view_on(ip: Any, path: Any, day: date) -> SiteView:
+    """One page view on ``day`` (the local day of a time already checked: a caller that also
+    needs the day computes it once), its path and IP validated (raises InvalidInput)."""
+    clean_path = check_path(path)
+    return SiteView(visitor_id(ip), clean_path, day)
 
 
 def queue_views(conn: Any, pipe: Any, views: Iterable[SiteView], message_id: str | None) -> list[tuple[date, int]]:

@@ -14,13 +14,14 @@ redelivered batch, cut the same way, is applied once.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
 from . import counters, refusals, sitestats, throughput, uniques
+from .core.days import local_day
 from .core.settings import get_settings
 from .core.validation import check_event_time, check_message_id
 from .errors import InvalidInput, MalformedMessage
@@ -61,8 +62,9 @@ def check_visit(ip: Any, path: Any, session_id: Any = None, ts: Any = None) -> N
 def prepare_visit(ip: Any, path: Any, session_id: Any = None, ts: Any = None) -> Visit:
     """Validate one visit, given as ``record_visit`` takes it (raises InvalidInput; writes nothing)."""
     ts = check_event_time(ts)
-    view = sitestats.prepare_view(ip, path, ts)
-    session = uniques.prepare_id(session_id, ts) if session_id is not None else None
+    day = local_day(ts)  # the time checked and its day computed once, for every part of the visit
+    view = sitestats.view_on(ip, path, day)
+    session = (day, uniques.session_number(session_id)) if session_id is not None else None
     return Visit(view, ts, session)
 
 
@@ -120,13 +122,16 @@ class _Group:
 
 def _plan(visits: Sequence[Visit], message_id: str | None) -> _Group:
     sessions: dict[date, list[int]] = defaultdict(list)
-    per_counter: dict[str, counters.Buckets] = {}
-    precisions = hits_precisions()
+    per_second: Counter[tuple[str, int]] = Counter()  # (path, whole second) -> views: visits come in bursts
     for visit in visits:
         if visit.session is not None:
             sessions[visit.session[0]].append(visit.session[1])
-        for name, kept in zip(hits_names(visit.view.path), precisions, strict=True):
-            counters.add_to_buckets(per_counter.setdefault(name, {}), visit.ts, 1, kept)
+        per_second[visit.view.path, int(visit.ts)] += 1
+    per_counter: dict[str, counters.Buckets] = {}
+    precisions = hits_precisions()
+    for (path, second), views in per_second.items():  # each (path, second) folded once, not each view
+        for name, kept in zip(hits_names(path), precisions, strict=True):
+            counters.add_to_buckets(per_counter.setdefault(name, {}), second, views, kept)
     calls = []
     for day, numbers in sessions.items():  # a day's ids in calls of UNIQUES_PER_CALL (each deduped)
         parts = [numbers[first:first + UNIQUES_PER_CALL] for first in range(0, len(numbers), UNIQUES_PER_CALL)]

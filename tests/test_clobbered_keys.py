@@ -92,6 +92,42 @@ def test_a_clobbered_key_fails_its_call_whole_and_the_retry_applies_the_message_
     assert figures(raw_conn) == expected_figures()
 
 
+def paths_of_one_group(count: int) -> list[str]:
+    """``count`` paths whose all-time hashes share one tag group (one ``path_all`` call)."""
+    by_group: dict[str, list[str]] = {}
+    for n in range(100_000):
+        path = f"/group/{n}"
+        found = by_group.setdefault(keys.path_tag(path), [])
+        found.append(path)
+        if len(found) == count:
+            return found
+    raise AssertionError("no tag group got enough paths")  # pragma: no cover
+
+
+@pytest.mark.parametrize("mode", ["exact", "hll"])
+def test_a_clobbered_path_after_others_in_its_call_takes_theirs_back_exactly(raw_conn, monkeypatch, mode):
+    """``path_all`` checks a path's hash by its first write (no TYPE first, issue 21): meeting a
+    clobbered one after paths it already wrote, it takes their views and new visitors back, so
+    they read byte for byte as before and the retry counts the message once."""
+    use_settings(monkeypatch, COUNTERS_UV_MODE=mode)
+    seen_before, other, clobbered = paths_of_one_group(3)
+    sitestats.record_visit(raw_conn, "192.0.2.1", seen_before, NOW - 5, message_id="earlier")
+    before = {path: raw_conn.hgetall(keys.path_totals(path)) for path in (seen_before, other)}
+    assert before[seen_before] and not before[other]
+    raw_conn.rpush(keys.path_totals(clobbered), "written by hand")
+    batch = [{"ip": "192.0.2.1", "path": seen_before, "ts": NOW}, {"ip": "192.0.2.2", "path": seen_before, "ts": NOW},
+             {"ip": "192.0.2.3", "path": other, "ts": NOW}, {"ip": "192.0.2.4", "path": clobbered, "ts": NOW}]
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        visits.record_visits(raw_conn, batch, message_id="batch-p")
+    assert {path: raw_conn.hgetall(keys.path_totals(path)) for path in (seen_before, other)} == before
+    assert not raw_conn.keys(keys.path_seen("*", tag=keys.path_tag(other)))  # no marker for the call
+    raw_conn.delete(keys.path_totals(clobbered))
+    for _ in range(2):  # the redelivery, then once more: counted once
+        visits.record_visits(raw_conn, batch, message_id="batch-p")
+    assert [sitestats.site_visit_info(raw_conn, None, path)[1:] for path in (seen_before, other, clobbered)] == \
+        [(3, 2), (1, 1), (1, 1)]
+
+
 @pytest.mark.parametrize("kind", ["slot", "top", "slot index"])
 def test_a_clobbered_ranking_key_fails_the_call_before_any_write(raw_conn, kind):
     board = ranking.Ranking(raw_conn, "posts")

@@ -44,7 +44,7 @@ def commands_per_visit(conn, batch: list[dict]) -> float:
     return calls / len(batch)
 
 
-@pytest.mark.parametrize("precisions, budget", [("", 24.5), ("60,3600,86400", 21.0)])
+@pytest.mark.parametrize("precisions, budget", [("", 23.5), ("60,3600,86400", 20.0)])
 def test_a_batch_costs_at_most_its_budget_of_commands_a_visit(raw_conn, monkeypatch, precisions, budget, capsys):
     use_settings(monkeypatch, COUNTERS_PATH_HITS_PRECISIONS=precisions)
     visits.record_visits(raw_conn, uniform_batch(0)[:20], message_id="warm-up")  # scripts loaded, day fixed
