@@ -291,6 +291,8 @@ def run_shape(stream: list, variants: list[str], conn: redis.Redis, meters: Mete
             bench_record.record(ip, path, session, ts)
         calls = n / (time.perf_counter() - start)
         bench_record.close(timeout=120)
+        # applied before anything else is measured (the next shape's runs share the worker)
+        wait_until(lambda: sitestats.site_visit_info(conn).pv >= 2 * n, timeout=1800)
         print(f"VisitRecorder.record alone: {calls:,.0f} calls/s in the producer")
     print("all counts exact for every path")
     if "1" in results:

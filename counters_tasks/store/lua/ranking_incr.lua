@@ -65,16 +65,23 @@ if not meta[8] or tonumber(meta[8]) < clock then
 end
 local window = tonumber(ARGV[2]) / tonumber(ARGV[3])
 local wm = tonumber(meta[3])
+local wm_text = nil  -- the watermark to write, when an event moved it
 local rot = tonumber(meta[4])
 local late = 0
 local touched = {}
+-- First every event in order, deciding whether it is late (the watermark moves as it would one
+-- by one), its amount summed per (slot, member) and per member for the top: a member seen
+-- several times costs one HINCRBY a slot and one ZINCRBY, not two commands an event (the end
+-- state is the same: additions commute). Once a member's amounts could add up past 2**53 (a Lua
+-- number's exact range), its further events are not summed but go one by one, as text.
+local EXACT = 9007199254740991
+local sums, bound, one_by_one = {}, {}, {}
 local events = tonumber(ARGV[7 + k])
 local i = 8 + k
 for _ = 1, events do
   local s = tonumber(ARGV[i])
   local slot = tonumber(ARGV[6 + s])
-  local member, amount, minus = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  i = i + 4
+  local member, amount = ARGV[i + 1], ARGV[i + 2]
   local reference = wm
   if reference and clock < reference then
     reference = clock
@@ -84,15 +91,50 @@ for _ = 1, events do
   else
     if not wm or slot > wm then
       wm = slot
-      redis.call('HSET', KEYS[1], 'wm', ARGV[6 + s])
+      wm_text = ARGV[6 + s]
     end
     touched[s] = true
-    if redis.call('HINCRBY', KEYS[3 + s], member, amount) == 0 then
-      redis.call('HDEL', KEYS[3 + s], member)
+    local per = sums[s]
+    if not per then
+      per = {}
+      sums[s] = per
     end
-    if tonumber(redis.call('ZINCRBY', KEYS[2], minus, member)) == 0 then
-      redis.call('ZREM', KEYS[2], member)
+    local magnitude = (bound[member] or 0) + math.abs(tonumber(amount))
+    bound[member] = magnitude
+    if magnitude > EXACT then
+      one_by_one[#one_by_one + 1] = {s, member, amount, ARGV[i + 3]}
+    else
+      per[member] = (per[member] or 0) + tonumber(amount)
     end
+  end
+  i = i + 4
+end
+if wm_text then
+  redis.call('HSET', KEYS[1], 'wm', wm_text)
+end
+local top = {}  -- member -> what its top score moves by (the negated sum over slots)
+for s, per in pairs(sums) do
+  for member, sum in pairs(per) do
+    if sum ~= 0 then
+      if redis.call('HINCRBY', KEYS[3 + s], member, string.format('%.0f', sum)) == 0 then
+        redis.call('HDEL', KEYS[3 + s], member)
+      end
+      top[member] = (top[member] or 0) - sum
+    end
+  end
+end
+for member, move in pairs(top) do
+  if move ~= 0 and tonumber(redis.call('ZINCRBY', KEYS[2], string.format('%.0f', move), member)) == 0 then
+    redis.call('ZREM', KEYS[2], member)
+  end
+end
+for _, event in ipairs(one_by_one) do
+  local key = KEYS[3 + event[1]]
+  if redis.call('HINCRBY', key, event[2], event[3]) == 0 then
+    redis.call('HDEL', key, event[2])
+  end
+  if tonumber(redis.call('ZINCRBY', KEYS[2], event[4], event[2])) == 0 then
+    redis.call('ZREM', KEYS[2], event[2])
   end
 end
 -- the slot index follows the slot hashes this call touched (once per slot, not per event)
