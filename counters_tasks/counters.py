@@ -79,7 +79,7 @@ def bucket_pairs(precision: int, per: dict[int, int]) -> list[tuple[int, int, in
     return [(bucket // precision * 10 + index, amount, bucket + window) for bucket, amount in per.items() if amount]
 
 
-FIELDS_PER_CALL = 500
+FIELDS_PER_CALL = 250
 """Buckets one ``counter_update`` call adds to at most (a batch spread over a day touches
 thousands of one-second buckets of ``hits``: several calls of ~1 ms rather than one long one)."""
 
@@ -197,7 +197,7 @@ def get_series(conn: Any, name: str, precision: int, start: float, end: float,
 
 CLEAN_COUNTERS_PER_CALL = 200
 """Counters one cleaner call takes from a group at most."""
-CLEAN_FIELDS_PER_CALL = 1_000
+CLEAN_FIELDS_PER_CALL = 500
 """Hash fields one cleaner call examines at most (a back-filled counter takes several calls)."""
 
 

@@ -49,7 +49,7 @@ MAX_PERIOD_HOURS = 24 * 3660  # ten years
 MAX_PAGE = 10**9
 SLOT_TTL_GRACE = 2 * 86400
 """Seconds a slot hash outlives its window (so it expires only if beat is down for two days)."""
-ROTATE_BUDGET = 250
+ROTATE_BUDGET = 125
 """Members one rotation call subtracts at most (a big slot takes several short calls)."""
 CORRECT_AT_MOST = 1_000
 """Members of expired, not yet rotated slots that a read corrects for; past that it rotates first."""

@@ -52,9 +52,10 @@ class VisitRecorder:
     """Thread-safe, fork-safe batching producer of ``counters_tasks.record_visits`` messages.
 
     ``flush_on_sigterm`` (default True): the first recorder made in the main thread installs a
-    SIGTERM handler that closes every live recorder (5 s at most) and then does what was there
-    before: calls the app's own handler, or dies of SIGTERM as the default would. An ignored
-    SIGTERM stays ignored.
+    SIGTERM handler that flushes every live recorder (5 s at most) and then does what was there
+    before: calls the app's own handler (the recorders stay open for the requests a draining
+    server still finishes; closed at exit), or closes them and dies of SIGTERM as the default
+    would. An ignored SIGTERM stays ignored.
     """
 
     def __init__(self, app: Any = None, *, max_batch: int = 500, max_delay: float = 0.2, max_buffer: int = 100_000,
@@ -299,13 +300,24 @@ def _flush_at_exit() -> None:
             log.exception("VisitRecorder: flush at exit failed")
 
 
+def _flush_live() -> None:
+    """Send what every live recorder holds (5 s at most each), leaving them open."""
+    for recorder in list(_live):
+        try:
+            recorder.flush(timeout=5.0)
+        except Exception:  # a signal handler: report, do not raise
+            log.exception("VisitRecorder: flush on SIGTERM failed")
+
+
 _sigterm_installed = False
 
 
 def _install_sigterm_flush() -> None:
-    """Close every live recorder on SIGTERM (atexit does not run then), then do what SIGTERM did
-    before: the app's own handler, or the default (the process dies of SIGTERM). Only from the
-    main thread (Python's rule for signal handlers), once, and never over an ignored SIGTERM."""
+    """On SIGTERM, send what every live recorder holds, then do what SIGTERM did before: the
+    app's own handler (the recorders stay open for the requests it still finishes; the exit
+    closes them), or the default (they are closed: atexit does not run when the process dies of
+    SIGTERM). Only from the main thread (Python's rule for signal handlers), once, and never over
+    an ignored SIGTERM."""
     global _sigterm_installed
     if _sigterm_installed or threading.current_thread() is not threading.main_thread():
         return
@@ -314,10 +326,13 @@ def _install_sigterm_flush() -> None:
         return
 
     def on_sigterm(signum: int, frame: Any) -> None:
-        _flush_at_exit()
         if callable(previous):
+            # the app's own handler decides: a server (uvicorn, gunicorn's workers) drains the
+            # requests in flight first, whose visits come after this; flushed now, closed at exit
+            _flush_live()
             previous(signum, frame)
         else:  # SIG_DFL: die of the signal, as without this handler
+            _flush_at_exit()
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
 

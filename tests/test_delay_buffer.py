@@ -78,8 +78,11 @@ def test_an_app_counting_with_delay_sends_batches_that_a_worker_applies_exactly(
     conn = make_client(redis_url)
     try:
         expected = {f"{prefix}/{k}": len(range(k, n, 7)) for k in range(7)}
-        wait_until(lambda: sum(sitestats.site_visit_info(conn, None, path).pv for path in expected) == n,
-                   timeout=30, what="the worker applying the batches")
+        def applied() -> bool:  # the visits' and the rankings' batches are separate messages
+            visits_done = sum(sitestats.site_visit_info(conn, None, path).pv for path in expected) == n
+            return visits_done and sum(dict(Ranking(conn, board).top(limit=10, withscores=True)).values()) == n
+
+        wait_until(applied, timeout=30, what="the worker applying the batches")
         assert {path: sitestats.site_visit_info(conn, None, path).pv for path in expected} == expected
         assert dict(Ranking(conn, board).top(limit=10, withscores=True)) == expected
     finally:

@@ -144,3 +144,38 @@ def test_an_apps_own_sigterm_handler_still_runs_after_the_flush(redis_url, broke
     finally:
         app.kill()
     assert broker_visits(broker) == 100
+
+
+DRAINING_APP = textwrap.dedent("""
+    import os, signal, sys
+    from counters_tasks import VisitRecorder
+
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: stopping.append(signum))  # as uvicorn's: drain, then exit
+    recorder = VisitRecorder(max_delay=60)  # installs its handler over the app's
+    recorder.record("192.0.2.1", "/before-the-signal")
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert stopping, "the app's own handler ran"
+    # a request in flight when the signal came: the server still finishes it, and its visit
+    recorder.record("192.0.2.2", "/in-flight")
+    recorder.skipped("middleware", "crawler")
+    print("drained", flush=True)
+""")  # and exits normally: the exit flushes
+
+
+@pytest.mark.processes
+def test_a_request_finished_after_sigterm_by_a_draining_server_is_still_sent(redis_url, broker):
+    """uvicorn (and gunicorn's workers) handle SIGTERM by draining the requests in flight, whose
+    visits reach the recorder after the signal; the recorder's own SIGTERM handler flushes then,
+    and must not close it (a closed recorder refused those visits: issue 21's routes test lost a
+    skip that way under load)."""
+    app = subprocess.run([sys.executable, "-c", DRAINING_APP], cwd=REPO, env=celery_env(redis_url),
+                         capture_output=True, text=True, timeout=60)
+    assert app.returncode == 0, app.stderr
+    assert app.stdout.strip() == "drained"
+    sent: dict[str, list] = {}
+    for raw in broker.lrange("visits", 0, -1):
+        message = json.loads(raw)
+        sent.setdefault(message["headers"]["task"], []).extend(json.loads(base64.b64decode(message["body"]))[0][0])
+    assert sorted(visit["path"] for visit in sent["counters_tasks.record_visits"]) == ["/before-the-signal", "/in-flight"]
+    assert sent["counters_tasks.count_skips"] == [{"route": "middleware", "reason": "crawler", "count": 1}]

@@ -37,13 +37,13 @@ end
 -- another type, so such a call undoes what it added (exact: integers) and fails whole, before
 -- its marker and due entries. (Reading every field first to check would cost an HMGET as big as
 -- the call; a TYPE per counter, a command per counter.)
-local added = {}
+local added = {}  -- flat: per addition, its counter's number and the ARGV index of its field
 
 local function undo_all(reply)  -- take back every addition, and fail with reply
-  for u = #added, 1, -1 do
-    local undo = added[u]
-    if redis.call('HINCRBY', undo[1], undo[2], string.format('%.0f', -tonumber(undo[3]))) == 0 then
-      redis.call('HDEL', undo[1], undo[2])
+  for u = #added - 1, 1, -2 do
+    local key, field = KEYS[2 * added[u] - 1], ARGV[added[u + 1]]
+    if redis.call('HINCRBY', key, field, string.format('%.0f', -tonumber(ARGV[added[u + 1] + 1]))) == 0 then
+      redis.call('HDEL', key, field)
     end
   end
   return reply
@@ -67,7 +67,8 @@ for c = 1, ncounters do
     elseif total == tonumber(ARGV[i + 1]) then  -- kept buckets are never 0: this one is new
       fresh[c] = true
     end
-    added[#added + 1] = {key, ARGV[i], ARGV[i + 1]}
+    added[#added + 1] = c
+    added[#added + 1] = i
     i = i + 2
   end
 end
