@@ -4,7 +4,7 @@ BIN := $(VENV)/bin
 VISITS ?= 5000
 PYTEST_ARGS ?=
 
-.PHONY: install run demo test test-cluster test-oldest test-oldest-redis test-redis-server test-rabbitmq constraints lint bench screenshots
+.PHONY: install run demo test test-long test-cluster test-oldest test-oldest-redis test-redis-server test-rabbitmq constraints lint bench screenshots
 
 install:
 	@VENV=$(VENV) scripts/bootstrap.sh
@@ -16,8 +16,14 @@ demo: install
 	$(BIN)/counters-tasks demo --visits $(VISITS)
 
 test: install
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not long" $(PYTEST_ARGS)
 	$(BIN)/ruff check .
+
+# The long runs of real processes (marker long: workers SIGKILLed, Redis down under load, the
+# benchmarks' smoke runs, a fresh venv, make run/demo, every README command): CI runs them after
+# make test, which stays under 10 minutes on a 2-core machine.
+test-long: install
+	$(BIN)/python -m pytest -m long $(PYTEST_ARGS)
 
 # A private 3-master Redis Cluster on loopback ports: the data modules' tests, the worker on the
 # cluster, scale-out checks and a failover; torn down afterwards.

@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.procs import REPO
 
-pytestmark = pytest.mark.processes
+pytestmark = [pytest.mark.processes, pytest.mark.long]
 
 SMOKE = {
     "counters.py": (["--updates", "300"], "ratio counters-tasks / seed"),

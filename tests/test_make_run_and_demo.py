@@ -19,7 +19,7 @@ from counters_tasks.local.redis_server import free_port
 from counters_tasks.local.waiting import wait_until
 from tests.support.procs import REPO
 
-pytestmark = pytest.mark.processes
+pytestmark = [pytest.mark.processes, pytest.mark.long]
 
 
 def user_env(tmp_path, **extra) -> dict[str, str]:

@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.procs import REPO
 
-pytestmark = pytest.mark.processes
+pytestmark = [pytest.mark.processes, pytest.mark.long]
 
 SHOW_CONFIG = (
     "import json; from counters_tasks.app import app; c = app.conf; "

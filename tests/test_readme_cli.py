@@ -24,7 +24,7 @@ from counters_tasks.local.waiting import wait_until
 from tests.support import demo_data
 from tests.support.procs import REPO, celery_env
 
-pytestmark = pytest.mark.processes
+pytestmark = [pytest.mark.processes, pytest.mark.long]
 
 README = (REPO / "README.md").read_text()
 CLI_DOC = (REPO / "docs" / "cli.md").read_text().split("## Importing access logs", 1)[0]

@@ -14,7 +14,7 @@ from counters_tasks.local.waiting import wait_until
 from tests.support.faults import BATCH, VisitModel, broker_idle, messages, observed, site_pv
 from tests.support.procs import celery_env, start_worker
 
-pytestmark = pytest.mark.processes
+pytestmark = [pytest.mark.processes, pytest.mark.long]
 
 VISITS = int(os.environ.get("FAULTS_VISITS", 20_000))
 FAST_WORKER = ("-O", "fair")
