@@ -53,7 +53,7 @@ ROTATE_BUDGET = 125
 """Members one rotation call subtracts at most (a big slot takes several short calls)."""
 CORRECT_AT_MOST = 1_000
 """Members of expired, not yet rotated slots that a read corrects for; past that it rotates first."""
-REBUILD_BUDGET = 500
+REBUILD_BUDGET = 250
 """Slot reads one rebuild step makes at most (a member costs one read per live slot)."""
 DELETE_BUDGET = 500
 """Slot hashes one deletion step unlinks at most."""
