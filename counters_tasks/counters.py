@@ -72,13 +72,6 @@ def leaves_window_at(bucket: int, precision: int) -> int:
     return bucket + SAMPLE_COUNT * precision
 
 
-def bucket_pairs(precision: int, per: dict[int, int]) -> list[tuple[int, int, int]]:
-    """``(field, amount, leaves the window at)`` of one precision's non-zero buckets
-    (``field_of`` and ``leaves_window_at`` inlined: a batch makes thousands of them)."""
-    index, window = PRECISION_INDEX[precision], SAMPLE_COUNT * precision
-    return [(bucket // precision * 10 + index, amount, bucket + window) for bucket, amount in per.items() if amount]
-
-
 FIELDS_PER_CALL = 250
 """Buckets one ``counter_update`` call adds to at most (a batch spread over a day touches
 thousands of one-second buckets of ``hits``: several calls of ~1 ms rather than one long one)."""
@@ -93,7 +86,7 @@ def queue_counter_writes(conn: Any, pipe: Any, per_counter: dict[str, Buckets], 
     by_group: dict[str, list[tuple[str, list[tuple[int, int, int]]]]] = defaultdict(list)
     for name, buckets in per_counter.items():
         # (field, amount, when the bucket leaves the window)
-        pairs = [pair for precision, per in buckets.items() for pair in bucket_pairs(precision, per)]
+        pairs = [(field_of(b, p), n, leaves_window_at(b, p)) for p, per in buckets.items() for b, n in per.items() if n]
         group = keys.counter_tag(name)
         for first in range(0, max(1, len(pairs)), FIELDS_PER_CALL):
             by_group[group].append((name, pairs[first:first + FIELDS_PER_CALL]))

@@ -292,21 +292,17 @@ def _reset_after_fork() -> None:
         recorder._after_fork_in_child()
 
 
-def _flush_at_exit() -> None:
+def _flush_every_recorder(close: bool = True) -> None:
+    """Send what every live recorder holds (5 s at most each), and close it unless ``close`` is
+    False (SIGTERM handled by the app, which may still record)."""
     for recorder in list(_live):
         try:
-            recorder.close(timeout=5.0)
-        except Exception:  # exiting anyway: report, do not raise
-            log.exception("VisitRecorder: flush at exit failed")
-
-
-def _flush_live() -> None:
-    """Send what every live recorder holds (5 s at most each), leaving them open."""
-    for recorder in list(_live):
-        try:
-            recorder.flush(timeout=5.0)
-        except Exception:  # a signal handler: report, do not raise
-            log.exception("VisitRecorder: flush on SIGTERM failed")
+            if close:
+                recorder.close(timeout=5.0)
+            else:
+                recorder.flush(timeout=5.0)
+        except Exception:  # exiting, or in a signal handler: report, do not raise
+            log.exception("VisitRecorder: flush at exit or on SIGTERM failed")
 
 
 _sigterm_installed = False
@@ -329,10 +325,10 @@ def _install_sigterm_flush() -> None:
         if callable(previous):
             # the app's own handler decides: a server (uvicorn, gunicorn's workers) drains the
             # requests in flight first, whose visits come after this; flushed now, closed at exit
-            _flush_live()
+            _flush_every_recorder(close=False)
             previous(signum, frame)
         else:  # SIG_DFL: die of the signal, as without this handler
-            _flush_at_exit()
+            _flush_every_recorder()
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
 
@@ -341,7 +337,7 @@ def _install_sigterm_flush() -> None:
 
 
 os.register_at_fork(after_in_child=_reset_after_fork)
-atexit.register(_flush_at_exit)
+atexit.register(_flush_every_recorder)
 
 
 _shared: VisitRecorder | None = None

@@ -68,7 +68,6 @@ local wm = tonumber(meta[3])
 local wm_text = nil  -- the watermark to write, when an event moved it
 local rot = tonumber(meta[4])
 local late = 0
-local touched = {}
 -- First every event in order, deciding whether it is late (the watermark moves as it would one
 -- by one), its amount summed per (slot, member) and per member for the top: a member seen
 -- several times costs one HINCRBY a slot and one ZINCRBY, not two commands an event (the end
@@ -93,7 +92,6 @@ for _ = 1, events do
       wm = slot
       wm_text = ARGV[6 + s]
     end
-    touched[s] = true
     local per = sums[s]
     if not per then
       per = {}
@@ -137,8 +135,9 @@ for _, event in ipairs(one_by_one) do
     redis.call('ZREM', KEYS[2], event[2])
   end
 end
--- the slot index follows the slot hashes this call touched (once per slot, not per event)
-for s in pairs(touched) do
+-- the slot index follows the slot hashes this call touched (once per slot, not per event: a
+-- slot of a non-late event has its table in sums)
+for s in pairs(sums) do
   if redis.call('EXISTS', KEYS[3 + s]) == 1 then
     redis.call('ZADD', KEYS[3], ARGV[6 + s], ARGV[6 + s])
     redis.call('EXPIRE', KEYS[3 + s], ARGV[4])
