@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -38,6 +39,10 @@ def _guarded_popen_init(self: subprocess.Popen, *args: Any, **kwargs: Any) -> No
 
 def pytest_configure(config: pytest.Config) -> None:
     subprocess.Popen.__init__ = _guarded_popen_init  # type: ignore[method-assign]
+    # never a local stack's state: `make run` in this checkout leaves ./.counters-tasks/env, which
+    # the CLI and the settings read when COUNTERS_REDIS_URL is unset (tests that unset it, and
+    # every process they start, would then reach that stack's Redis); tests that want a home set one
+    os.environ["COUNTERS_HOME"] = tempfile.mkdtemp(prefix="counters-tests-home-")
 
 
 @pytest.hookimpl(hookwrapper=True)
