@@ -19,7 +19,7 @@ from counters_tasks.core.days import local_day
 from counters_tasks.local.waiting import wait_until
 from counters_tasks.store import keys
 from tests.support.procs import REPO, celery_env, purge_broker, start_worker
-from tests.support.servers import use_settings
+from tests.support.servers import dump_all, use_settings
 
 NOW = time.time() - 60
 DAY = local_day(NOW)
@@ -106,9 +106,9 @@ def paths_of_one_group(count: int) -> list[str]:
 
 @pytest.mark.parametrize("mode", ["exact", "hll"])
 def test_a_clobbered_path_after_others_in_its_call_takes_theirs_back_exactly(raw_conn, monkeypatch, mode):
-    """``path_all`` checks a path's hash by its first write (no TYPE first, issue 21): meeting a
-    clobbered one after paths it already wrote, it takes their views and new visitors back, so
-    they read byte for byte as before and the retry counts the message once."""
+    """``path_all`` checks a path's hash by its read (an HMGET, no TYPE first, issue 21); meeting a
+    clobbered one after paths it has already planned, it has written none of them, so they read
+    byte for byte as before and the retry counts the message once."""
     use_settings(monkeypatch, COUNTERS_UV_MODE=mode)
     seen_before, other, clobbered = paths_of_one_group(3)
     sitestats.record_visit(raw_conn, "192.0.2.1", seen_before, NOW - 5, message_id="earlier")
@@ -126,6 +126,35 @@ def test_a_clobbered_path_after_others_in_its_call_takes_theirs_back_exactly(raw
         visits.record_visits(raw_conn, batch, message_id="batch-p")
     assert [sitestats.site_visit_info(raw_conn, None, path)[1:] for path in (seen_before, other, clobbered)] == \
         [(3, 2), (1, 1), (1, 1)]
+
+
+
+@pytest.mark.parametrize("held", ["abc", "1.5", "nan"])
+def test_a_path_total_that_is_not_an_integer_fails_the_call_whole(raw_conn, held):
+    """Exact mode sums a path's pv and uv in Lua (issue 21): a total changed by hand to what
+    HINCRBY would refuse fails the call with nothing written, and the repaired retry counts once."""
+    first, second = paths_of_one_group(2)
+    sitestats.record_visit(raw_conn, "192.0.2.1", second, NOW - 5, message_id="earlier")
+    raw_conn.hset(keys.path_totals(second), "pv", held)
+    before = dump_all(raw_conn)
+    batch = [{"ip": "192.0.2.2", "path": first, "ts": NOW}, {"ip": "192.0.2.3", "path": second, "ts": NOW}]
+    with pytest.raises(redis.ResponseError, match="not an integer"):
+        visits.record_visits(raw_conn, batch, message_id="batch-n")
+    group = f"{{{keys.path_tag(first)}}}".encode()  # the call's keys and its marker: untouched
+    assert {key: value for key, value in dump_all(raw_conn).items() if group in key} == \
+        {key: value for key, value in before.items() if group in key}
+    raw_conn.hset(keys.path_totals(second), "pv", 1)
+    for _ in range(2):
+        visits.record_visits(raw_conn, batch, message_id="batch-n")
+    assert [sitestats.site_visit_info(raw_conn, None, path)[1:] for path in (first, second)] == [(1, 1), (2, 2)]
+
+
+def test_a_path_total_past_two_to_the_53_stays_exact(raw_conn):
+    path = "/big"
+    sitestats.record_visit(raw_conn, "192.0.2.1", path, NOW - 5)
+    raw_conn.hset(keys.path_totals(path), "pv", 2**60)
+    visits.record_visits(raw_conn, [{"ip": f"192.0.2.{n}", "path": path, "ts": NOW} for n in (1, 2, 3)])
+    assert sitestats.site_visit_info(raw_conn, None, path)[1:] == (2**60 + 3, 3)
 
 
 @pytest.mark.parametrize("kind", ["slot", "top", "slot index"])

@@ -195,3 +195,20 @@ def test_a_ranking_slot_about_to_overflow_fails_the_call_whole(raw_conn):
                                                                    message_id=mid),
                              keys.ranking_slot("big", board.slot_of(NOW)))
     assert "overflow" in error
+
+
+def test_a_ranking_slot_member_that_is_not_an_integer_fails_the_call_whole(raw_conn):
+    """``ranking_incr`` sums a slot's members in Lua (one HSET a slot, issue 21): a member changed
+    by hand to what HINCRBY would refuse fails the call before any write, with no marker."""
+    board = ranking.Ranking(raw_conn, "hand")
+    board.incr_many([("a", 1, NOW), ("b", 1, NOW)])
+    slot = keys.ranking_slot("hand", board.slot_of(NOW))
+    raw_conn.hset(slot, "b", "1.5")
+    before = dump_all(raw_conn)
+    with pytest.raises(redis.ResponseError, match="not an integer"):
+        board.incr_many([("a", 2, NOW), ("b", 2, NOW)], message_id="hand-1")
+    assert dump_all(raw_conn) == before
+    raw_conn.hset(slot, "b", 1)
+    for _ in range(2):
+        board.incr_many([("a", 2, NOW), ("b", 2, NOW)], message_id="hand-1")
+    assert board.top(withscores=True, now=NOW) == [("a", 3), ("b", 3)]

@@ -7,8 +7,10 @@ import threading
 from collections import defaultdict
 
 import pytest
+import redis
 
 from counters_tasks import counters
+from counters_tasks.core.validation import MAX_AMOUNT
 from counters_tasks.counters import PRECISIONS, SAMPLE_COUNT
 from counters_tasks.errors import InvalidInput
 from counters_tasks.store import keys
@@ -155,6 +157,49 @@ def test_message_id_applies_once(conn):
     counters.update_counter(conn, "m", 5, now=T0, message_id="task-1")
     counters.update_counter(conn, "m", 5, now=T0, message_id="task-2")
     assert counters.get_counter(conn, "m", 60, now=T0) == [(bucket(T0, 60), 10)]
+
+
+
+def test_totals_past_two_to_the_53_stay_exact_and_a_correction_empties_them(conn):
+    """A counter's buckets are summed in Lua (one HMGET and one HSET a counter, issue 21), where
+    numbers are doubles: exact only within 2**53. Totals beyond it must still count every unit,
+    as HINCRBY did, and a correction of the whole amount must remove the bucket."""
+    big = MAX_AMOUNT
+    for _ in range(3):
+        counters.update_counter(conn, "bytes", big, now=T0)
+    for step in (1, 2, -1, 7):
+        counters.update_counter(conn, "bytes", step, now=T0)
+    exact = 3 * big + 9  # 27,021,597,764,222,985: far past 2**53, odd (a double cannot hold it)
+    for p in PRECISIONS:
+        assert counters.get_counter(conn, "bytes", p, now=T0) == [(bucket(T0, p), exact)]
+    counters.update_counter(conn, "bytes", -9, now=T0)
+    for _ in range(3):
+        counters.update_counter(conn, "bytes", -big, now=T0)
+    assert all(counters.get_counter(conn, "bytes", p, now=T0) == [] for p in PRECISIONS)
+    assert counters.known_counters(conn) == []
+
+
+@pytest.mark.parametrize("held", ["abc", "1.5", "inf", "nan"])
+def test_a_bucket_that_is_not_an_integer_fails_the_call_whole(raw_conn, held):
+    """A bucket changed by hand to something HINCRBY would refuse: the call writes nothing (no
+    other counter's bucket, no dedupe marker), so the repaired retry applies the message once."""
+    counters.write_counters(raw_conn, {"a": {60: {T0 - T0 % 60: 1}}, "b": {60: {T0 - T0 % 60: 1}}})
+    field = counters.field_of(T0 - T0 % 60, 60)
+    raw_conn.hset(keys.counter_hash("b"), field, held)
+    before = dump_all(raw_conn)
+    same_group = keys.counter_tag("a") == keys.counter_tag("b")
+    with pytest.raises(redis.ResponseError, match="not an integer"):
+        counters.write_counters(raw_conn, {"a": {60: {T0 - T0 % 60: 2}}, "b": {60: {T0 - T0 % 60: 2}}},
+                                message_id="fix-me")
+    if same_group:
+        assert dump_all(raw_conn) == before
+    else:  # one call a group: the other group's call applied (its own marker), this one nothing
+        assert raw_conn.hget(keys.counter_hash("b"), field) == held.encode()
+    raw_conn.hset(keys.counter_hash("b"), field, 1)
+    for _ in range(2):
+        counters.write_counters(raw_conn, {"a": {60: {T0 - T0 % 60: 2}}, "b": {60: {T0 - T0 % 60: 2}}},
+                                message_id="fix-me")
+    assert [counters.get_counter(raw_conn, name, 60, now=T0) for name in "ab"] == [[(bucket(T0, 60), 3)]] * 2
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ from .client import as_str, is_cluster
 _scripts: weakref.WeakKeyDictionary[Any, dict[str, Script]] = weakref.WeakKeyDictionary()
 
 
-LIBRARIES = ("wrong_type", "overflow", "page_sketch")
+LIBRARIES = ("wrong_type", "hash_total", "page_sketch")
 """Functions of ``lua/lib/<name>.lua`` that a script gets prepended when it calls them."""
 
 

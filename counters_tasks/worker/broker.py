@@ -23,6 +23,7 @@ from time import monotonic
 from typing import Any
 
 from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import loads
 
@@ -59,8 +60,34 @@ class QueueWait:
         return WAIT + self.queue
 
 
+def recorded_tag(message: dict[str, Any]) -> str | None:
+    """The delivery tag under which ``broker_take`` recorded a message it took (a string tag and
+    a ``delivery_info`` object, as the script checks), else None."""
+    properties = message["properties"]
+    tag = properties.get("delivery_tag")
+    return tag if isinstance(tag, str) and isinstance(properties.get("delivery_info"), dict) else None
+
+
+class QoS(kombu_redis.QoS):
+    """kombu's acknowledgement emulation, without recording again a message the take recorded:
+    kombu's ``append`` writes every delivered message to the unacked hash and index (a
+    ``MULTI`` / ``EXEC`` with the message encoded once more), which ``broker_take`` has already
+    done in the same step as the pop; it was a sixth of the worker's main process with one
+    message a visit (issue 21). A message delivered any other way (``basic_get``, a key prefix)
+    is recorded by kombu as before."""
+
+    def append(self, message: Any, delivery_tag: Any) -> None:
+        if delivery_tag is not None and delivery_tag == self.channel._recorded_by_take:
+            virtual.QoS.append(self, message, delivery_tag)  # the in-memory part only
+        else:
+            super().append(message, delivery_tag)
+
+
 class Channel(kombu_redis.Channel):
     """Takes messages atomically (pop + record as unacknowledged), waits without taking."""
+
+    QoS = QoS
+    _recorded_by_take: Any = None  # delivery tag of the message being delivered, recorded by the take
 
     _waiting = False  # the command in flight is the wait (BLMOVE), not the take
     _wait_turn = 0  # which queue the next wait is on
@@ -254,8 +281,12 @@ class Channel(kombu_redis.Channel):
                                                        item, reason, checked)
                     raise kombu_redis.Empty()
                 message = loads(bytes_to_str(item))  # kombu's JSON (its own types)
+                self._recorded_by_take = recorded_tag(message)
             self._queue_cycle.rotate(dest)
-            self.connection._deliver(message, dest)
+            try:
+                self.connection._deliver(message, dest)
+            finally:
+                self._recorded_by_take = None
             return True
         finally:
             self._in_poll = None

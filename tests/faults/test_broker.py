@@ -86,3 +86,38 @@ def test_a_queue_consumed_without_acks_leaves_nothing_to_restore(broker_server):
         raw = redis.Redis.from_url(url)
         assert got == [{"pong": 1}]  # delivered as it is: control messages are not tasks
         assert raw.hlen("unacked") == 0 and raw.zcard("unacked_index") == 0 and raw.llen("ct:dead") == 0
+
+
+def test_a_taken_message_is_recorded_once_and_one_got_otherwise_still_is(broker_server):
+    """kombu's QoS.append wrote every delivered message to the unacked hash again (a MULTI / EXEC
+    with the message re-encoded) after the take had recorded it: a sixth of the worker's main
+    process with one message a visit (issue 21). Taken messages are now recorded by the take
+    alone, in what kombu restores; a message got with ``basic_get`` (no take) is still recorded."""
+    url = broker_server.url.replace("/0", "/1")
+    raw = redis.Redis.from_url(url)
+    exchange = Exchange("visits", "direct")
+    queue = Queue("visits", exchange, "visits")
+    with Connection(url, transport="counters_tasks.worker.broker:Transport") as conn:
+        producer = conn.Producer()
+        for n in range(20):
+            producer.publish([[n], {}, {}], exchange=exchange, routing_key="visits", declare=[queue],
+                             headers={"task": "counters_tasks.update_counter"})
+        raw.config_resetstat()
+        got = []
+        with conn.Consumer(queue, callbacks=[lambda body, message: got.append(message)]):
+            while len(got) < 20:
+                conn.drain_events(timeout=5)
+        stats = raw.info("commandstats")
+        # one record a message, written by its take (20 before this change: 40 of each)
+        assert (stats["cmdstat_hset"]["calls"], stats["cmdstat_zadd"]["calls"]) == (20, 20)
+        assert raw.hlen("unacked") == 20
+        for message in got:  # each record is kombu's, and restores the message
+            stored, ex, rk = json.loads(as_str(raw.hget("unacked", message.delivery_tag)))
+            assert (stored["properties"]["delivery_tag"], ex, rk) == (message.delivery_tag, "visits", "visits")
+        got[0].channel.qos.restore_by_tag(got[0].delivery_tag)
+        assert raw.llen("visits") == 1
+        for message in got[1:]:
+            message.ack()
+        assert raw.hlen("unacked") == 0
+        one = conn.default_channel.basic_get("visits", no_ack=False)  # kombu's own path: RPOP, then its record
+        assert one is not None and raw.hexists("unacked", one.delivery_tag)

@@ -5,102 +5,142 @@
 -- ARGV: marker TTL in seconds (0 = no dedupe), the number of counters, then per counter (KEYS
 --       order): its member in the due index, its subset number, the earliest time one of these
 --       buckets leaves the window, n, then n pairs of field (bucket_start / precision * 10 +
---       precision index), amount.
+--       precision index), amount (each field once).
 -- A bucket brought back to zero by a correction is removed (only non-zero buckets are kept); a
 -- counter left with no bucket leaves the due index, any other gets the earlier of its score
 -- and these buckets' (ZADD LT), and so does its subset in the summary, so the cleaner finds it
 -- when its first sample is due. (Subsets keep each due ZSET small enough to stay a listpack.)
--- The summary and the marker are type-checked before the first write (wrong_type); a counter's
--- HASH by its first HINCRBY and its due ZSET by its ZADD (or a ZSCORE before a removal): one of
--- another type, or a bucket that would pass the 64-bit range, fails the call whole, its
--- additions undone, before the marker. A counter's due entry is written only when one of its
--- buckets is new (an existing bucket's leave time is never before its due score), and it
--- leaves the index only when a correction emptied its HASH.
+-- A counter costs one HMGET and one HSET however many buckets it adds to (not an HINCRBY a
+-- bucket): the new totals are summed here (hash_total: exact, and what HINCRBY would refuse
+-- refused before the first write).
+-- The marker is set first (SET NX: one command says whether this message was applied here; a
+-- TYPE only when it was or the key is not a marker) and taken back on a refusal. Everything
+-- that can fail comes before the first bucket is written: a counter's HASH is checked by its
+-- HMGET, its stored totals must be integers, a total must stay inside 9.2e18; a due ZSET of an
+-- emptied counter by a ZSCORE, the others and the summary by their ZADD. A refusal fails the
+-- call with no bucket written and no marker (a due score written before it is only early: the
+-- cleaner visits that counter once for nothing).
 -- Returns 1, or 0 when this message was already applied here (nothing written).
 local ttl = tonumber(ARGV[1])
 local ncounters = tonumber(ARGV[2])
 local summary = KEYS[2 * ncounters + 1]
-local refused = wrong_type({summary, 'zset'})
-if refused then
-  return refused
-end
-if ttl > 0 then  -- the marker's TYPE says both whether it is there and whether it is a marker
-  local marker = KEYS[2 * ncounters + 2]
-  local found = redis.call('TYPE', marker)['ok']
-  if found == 'string' then
+local marker = KEYS[2 * ncounters + 2]
+if ttl > 0 and not redis.call('SET', marker, '1', 'NX', 'EX', ttl) then
+  if redis.call('TYPE', marker)['ok'] == 'string' then
     return 0
-  elseif found ~= 'none' then
-    return wrong_type({marker, 'string'})
   end
+  return wrong_type({marker, 'string'})
 end
--- Every bucket first: HINCRBY refuses a field that would leave the 64-bit range, or a key of
--- another type, so such a call undoes what it added (exact: integers) and fails whole, before
--- its marker and due entries. (Reading every field first to check would cost an HMGET as big as
--- the call; a TYPE per counter, a command per counter.)
-local added = {}  -- flat: per addition, its counter's number and the ARGV index of its field
 
-local function undo_all(reply)  -- take back every addition, and fail with reply
-  for u = #added - 1, 1, -2 do
-    local key, field = KEYS[2 * added[u] - 1], ARGV[added[u + 1]]
-    if redis.call('HINCRBY', key, field, string.format('%.0f', -tonumber(ARGV[added[u + 1] + 1]))) == 0 then
-      redis.call('HDEL', key, field)
-    end
+local function refuse(reply)  -- nothing but the marker (and early due scores) written: take it back
+  if ttl > 0 then
+    redis.call('DEL', marker)
   end
   return reply
 end
 
-local fresh, emptied = {}, {}  -- per counter: a bucket of it is new; a correction emptied one
+-- reads: each counter's buckets, and what to write to them
+local plans = {}  -- per counter: {sets (flat field, total), dels, bigs (flat field, amount)}
+local fresh, emptied = {}, {}  -- per counter: a bucket of it is new; a correction empties one
 local i = 3
 for c = 1, ncounters do
   local key = KEYS[2 * c - 1]
   local n = tonumber(ARGV[i + 3])
-  i = i + 4
-  for _ = 1, n do
-    local total = redis.pcall('HINCRBY', key, ARGV[i], ARGV[i + 1])
-    if type(total) == 'table' and total['err'] then
-      return undo_all(wrong_type({key, 'hash'}) or
-        redis.error_reply('ERR ' .. key .. ' field ' .. ARGV[i] .. ': ' .. total['err'] .. ': nothing was written'))
+  local first = i + 4
+  local sets, dels, bigs = {}, {}, {}
+  if n > 0 then
+    local fields = {}
+    for a = 1, n do
+      fields[a] = ARGV[first + 2 * a - 2]
     end
-    if total == 0 then
-      redis.call('HDEL', key, ARGV[i])
-      emptied[c] = true
-    elseif total == tonumber(ARGV[i + 1]) then  -- kept buckets are never 0: this one is new
-      fresh[c] = true
+    local held, refused = wrong_type_read('hash', 'HMGET', key, unpack(fields))
+    if refused then
+      return refuse(refused)
     end
-    added[#added + 1] = c
-    added[#added + 1] = i
-    i = i + 2
+    for a = 1, n do
+      local field, amount = fields[a], ARGV[first + 2 * a - 1]
+      local total, how = hash_total(key, field, held[a], tonumber(amount))
+      if not total then
+        return refuse(how)
+      elseif how == 'add' then  -- never 0, never a new bucket
+        bigs[#bigs + 1] = field
+        bigs[#bigs + 1] = amount
+      elseif total == 0 then
+        if held[a] then
+          dels[#dels + 1] = field
+          emptied[c] = true
+        end
+      else
+        sets[#sets + 1] = field
+        sets[#sets + 1] = hash_total_text(total)
+        if not held[a] then
+          fresh[c] = true
+        end
+      end
+    end
   end
+  plans[c] = {sets, dels, bigs}
+  i = first + 2 * n
 end
--- Then the due entries, each due ZSET checked by its own command: one of another type fails the
--- call with every bucket taken back (a due score written before it is only early: the cleaner
--- visits that counter once for nothing). Removals go last, once every key is known good.
-local gone = {}
+
+-- the due entries: an emptied counter's due ZSET checked by a read, every other by its ZADD
+local subsets, subsets_due = {}, {}  -- the subsets whose summary entry may move, and to when
 i = 3
 for c = 1, ncounters do
-  local key, due = KEYS[2 * c - 1], KEYS[2 * c]
-  local member, subset, first_due, n = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
-  i = i + 4 + 2 * n
-  if emptied[c] and redis.call('EXISTS', key) == 0 then
-    local _, refused_due = wrong_type_read('zset', 'ZSCORE', due, member)
-    if refused_due then
-      return undo_all(refused_due)
+  local due, member, subset, first_due = KEYS[2 * c], ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  i = i + 4 + 2 * tonumber(ARGV[i + 3])
+  if emptied[c] then
+    local _, refused = wrong_type_read('zset', 'ZSCORE', due, member)
+    if refused then
+      return refuse(refused)
     end
-    gone[#gone + 1] = {due, member}
-  elseif fresh[c] or emptied[c] then
+  end
+  if fresh[c] or emptied[c] then
     local changed = redis.pcall('ZADD', due, 'LT', 'CH', first_due, member)
     if type(changed) == 'table' and changed['err'] then
-      return undo_all(wrong_type({due, 'zset'}) or redis.error_reply(changed['err']))
+      return refuse(wrong_type({due, 'zset'}) or redis.error_reply(changed['err']))
     end
-    if changed == 1 then  -- new, or due earlier
-      redis.call('ZADD', summary, 'LT', first_due, subset)
+    if changed == 1 then  -- new, or due earlier: its subset's summary entry too (one ZADD below)
+      local earliest = subsets_due[subset]
+      if not earliest then
+        subsets[#subsets + 1] = subset
+      end
+      if not earliest or tonumber(first_due) < earliest then
+        subsets_due[subset] = tonumber(first_due)
+      end
     end
   end
 end
-for _, entry in ipairs(gone) do
-  redis.call('ZREM', entry[1], entry[2])
+if #subsets > 0 then
+  local entries = {}
+  for _, subset in ipairs(subsets) do
+    entries[#entries + 1] = string.format('%.0f', subsets_due[subset])
+    entries[#entries + 1] = subset
+  end
+  local moved = redis.pcall('ZADD', summary, 'LT', unpack(entries))
+  if type(moved) == 'table' and moved['err'] then
+    return refuse(wrong_type({summary, 'zset'}) or redis.error_reply(moved['err']))
+  end
 end
-if ttl > 0 then
-  redis.call('SET', KEYS[2 * ncounters + 2], '1', 'EX', ttl)
+
+-- writes: nothing below can fail (types and totals checked above)
+for c = 1, ncounters do
+  local key, plan = KEYS[2 * c - 1], plans[c]
+  if #plan[1] > 0 then
+    redis.call('HSET', key, unpack(plan[1]))
+  end
+  if #plan[2] > 0 then
+    redis.call('HDEL', key, unpack(plan[2]))
+  end
+  for b = 1, #plan[3], 2 do
+    redis.call('HINCRBY', key, plan[3][b], plan[3][b + 1])
+  end
+end
+i = 3
+for c = 1, ncounters do
+  if emptied[c] and redis.call('EXISTS', KEYS[2 * c - 1]) == 0 then
+    redis.call('ZREM', KEYS[2 * c], ARGV[i])
+  end
+  i = i + 4 + 2 * tonumber(ARGV[i + 3])
 end
 return 1

@@ -5,99 +5,128 @@
 -- ARGV: marker TTL in seconds (0 = no dedupe), mode ('exact' or 'hll'), kept (seconds after
 --       the latest view the path's keys live, 0 = for ever), k, then per path: n, then n
 --       visitor ids (one per view; an id may repeat).
--- The marker's TYPE says both whether this message was applied here and whether the marker is
--- a string. In exact mode a path's HASH is checked by its first write (HINCRBY pv): one of
--- another type fails the call whole, after the paths before it are taken back exactly (their
--- pv and uv less what this call added, the visitor fields it created removed), before the
--- marker. In hll mode every key's type is checked before the first write (wrong_type), and a
+-- The marker is set first (SET NX: one command says whether this message was applied here; a
+-- TYPE only when it was or the key is not a marker) and taken back on a refusal.
+-- In exact mode a path costs one HMGET (pv, uv and its visitors' fields: the type check and the
+-- read) and one HSET (the new totals and visitor fields) however many views it has; every path
+-- is read before the first write, so a hash of another type, or a total that is not an integer,
+-- fails the call with nothing written (hash_total). In hll mode every key's type is checked before the first write (wrong_type), and a
 -- failing HINCRBY (a pv past the 64-bit range) takes back the pv of the paths before it.
 -- Returns 0, or -1 when this message was already applied here.
 local ttl = tonumber(ARGV[1])
 local hll = ARGV[2] == 'hll'
 local per = hll and 2 or 1
 local npaths = tonumber(ARGV[4])
-if ttl > 0 then
-  local marker = KEYS[#KEYS]
-  local found = redis.call('TYPE', marker)['ok']
-  if found == 'string' then
+local kept = tonumber(ARGV[3])
+local marker = KEYS[#KEYS]
+if ttl > 0 and not redis.call('SET', marker, '1', 'NX', 'EX', ttl) then
+  if redis.call('TYPE', marker)['ok'] == 'string' then
     return -1
-  elseif found ~= 'none' then
-    return wrong_type({marker, 'string'})
   end
-end
-if hll then
-  local types = {}
-  for p = 1, npaths do
-    types[#types + 1] = KEYS[(p - 1) * per + 1]
-    types[#types + 1] = 'hash'
-    types[#types + 1] = KEYS[(p - 1) * per + 2]
-    types[#types + 1] = 'string'
-  end
-  local refused = wrong_type(types)
-  if refused then
-    return refused
-  end
+  return wrong_type({marker, 'string'})
 end
 
-local added = {}  -- per path written: {hash, views, the visitor fields it created}
-
-local function take_back(key, field, amount)
-  if redis.call('HINCRBY', key, field, -amount) == 0 then
-    redis.call('HDEL', key, field)  -- pv and uv are never 0 once written: the field is new
-  end
-end
-
-local function undo_all(reply)  -- take back every path written, and fail with reply
-  for u = #added, 1, -1 do
-    local undo = added[u]
-    take_back(undo[1], 'pv', undo[2])
-    if #undo[3] > 0 then
-      redis.call('HDEL', undo[1], unpack(undo[3]))
-      take_back(undo[1], 'uv', #undo[3])
-    end
+local function refuse(reply)  -- nothing but the marker written: take it back
+  if ttl > 0 then
+    redis.call('DEL', marker)
   end
   return reply
 end
 
-local kept = tonumber(ARGV[3])
+if not hll then
+  local plans = {}  -- per path: {fields and values to set, {field, amount} to HINCRBY}
+  local i = 5
+  for p = 1, npaths do
+    local totals = KEYS[p]
+    local n = tonumber(ARGV[i])
+    local ids, in_call = {}, {}
+    for a = i + 1, i + n do
+      if not in_call[ARGV[a]] then
+        in_call[ARGV[a]] = true
+        ids[#ids + 1] = ARGV[a]
+      end
+    end
+    local held, refused = wrong_type_read('hash', 'HMGET', totals, 'pv', 'uv', unpack(ids))
+    if refused then
+      return refuse(refused)
+    end
+    local sets, bigs = {}, {}
+    for f = 3, #ids + 2 do
+      if not held[f] then
+        sets[#sets + 1] = ids[f - 2]
+        sets[#sets + 1] = ''
+      end
+    end
+    for f, adding in ipairs({n, #sets / 2}) do
+      local name = f == 1 and 'pv' or 'uv'
+      local total, how = hash_total(totals, name, held[f], adding)
+      if not total then
+        return refuse(how)
+      elseif how == 'add' then
+        bigs[#bigs + 1] = {name, adding}
+      elseif adding > 0 then
+        sets[#sets + 1] = name
+        sets[#sets + 1] = hash_total_text(total)
+      end
+    end
+    plans[p] = {sets, bigs}
+    i = i + n + 1
+  end
+  for p = 1, npaths do  -- writes: nothing below can fail (types and totals checked above)
+    if #plans[p][1] > 0 then
+      redis.call('HSET', KEYS[p], unpack(plans[p][1]))
+    end
+    for _, big in ipairs(plans[p][2]) do
+      redis.call('HINCRBY', KEYS[p], big[1], big[2])
+    end
+    if kept > 0 then
+      redis.call('EXPIRE', KEYS[p], kept)
+    end
+  end
+  return 0
+end
+
+local types = {}
+for p = 1, npaths do
+  types[#types + 1] = KEYS[(p - 1) * per + 1]
+  types[#types + 1] = 'hash'
+  types[#types + 1] = KEYS[(p - 1) * per + 2]
+  types[#types + 1] = 'string'
+end
+local refused = wrong_type(types)
+if refused then
+  return refuse(refused)
+end
+
+local added = {}  -- per path written: {hash, views}
+
+local function undo_all(reply)  -- take back the views of every path written, and fail with reply
+  for u = #added, 1, -1 do
+    if redis.call('HINCRBY', added[u][1], 'pv', -added[u][2]) == 0 then
+      redis.call('HDEL', added[u][1], 'pv')  -- pv is never 0 once written: the field is new
+    end
+  end
+  return refuse(reply)
+end
+
 local i = 5
 for p = 1, npaths do
-  local totals = KEYS[(p - 1) * per + 1]
+  local totals, visitors = KEYS[(p - 1) * per + 1], KEYS[(p - 1) * per + 2]
   local n = tonumber(ARGV[i])
   local first, last = i + 1, i + n
   local views = redis.pcall('HINCRBY', totals, 'pv', n)
   if type(views) == 'table' and views['err'] then
-    return undo_all(wrong_type({totals, 'hash'}) or
-      redis.error_reply('ERR ' .. totals .. ' pv: ' .. views['err'] .. ': nothing was written'))
+    return undo_all(redis.error_reply('ERR ' .. totals .. ' pv: ' .. views['err'] .. ': nothing was written'))
   end
-  if hll then
-    local visitors = KEYS[(p - 1) * per + 2]
-    for from = first, last, 1000 do
-      redis.call('PFADD', visitors, unpack(ARGV, from, math.min(from + 999, last)))
-    end
-    redis.call('HSET', totals, 'uv', redis.call('PFCOUNT', visitors))
-    if kept > 0 then
-      redis.call('EXPIRE', visitors, kept)
-    end
-    added[#added + 1] = {totals, n, {}}  -- an HLL's additions need no taking back: a retry adds the same ids
-  else
-    local created = {}
-    for a = first, last do
-      if redis.call('HSETNX', totals, ARGV[a], '') == 1 then
-        created[#created + 1] = ARGV[a]
-      end
-    end
-    if #created > 0 then
-      redis.call('HINCRBY', totals, 'uv', #created)
-    end
-    added[#added + 1] = {totals, n, created}
+  for from = first, last, 1000 do
+    redis.call('PFADD', visitors, unpack(ARGV, from, math.min(from + 999, last)))
   end
+  redis.call('HSET', totals, 'uv', redis.call('PFCOUNT', visitors))
   if kept > 0 then
+    redis.call('EXPIRE', visitors, kept)
     redis.call('EXPIRE', totals, kept)
   end
+  added[#added + 1] = {totals, n}  -- an HLL's additions need no taking back: a retry adds the same ids
   i = last + 1
-end
-if ttl > 0 then
-  redis.call('SET', KEYS[#KEYS], '1', 'EX', ttl)
 end
 return 0

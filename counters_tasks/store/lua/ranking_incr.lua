@@ -14,7 +14,7 @@
 -- zero totals absent; an index entry exists exactly when its slot hash does.
 -- The board's meta keeps the writer's clock slot of its latest write (lw): idle boards expire.
 -- Every key's type is checked before the first write (wrong_type; the meta HASH by HMGET), and
--- that no slot field would pass the 64-bit range (overflow).
+-- that no slot field would pass the 64-bit range (by the read of the slots' members).
 -- Returns {status, 1 when the board is not yet confirmed in the registry (meta.reg unset) else 0,
 -- events ignored as late}; status 1 applied, 0 already applied (same message), 2 every event
 -- late, -1 the board exists with other settings, -5 the board is being rebuilt or deleted (the
@@ -48,10 +48,28 @@ for e = 8 + k, 7 + k + 4 * tonumber(ARGV[7 + k]), 4 do  -- late events add nothi
   per_slot[s] = per_slot[s] or {}
   per_slot[s][member] = (per_slot[s][member] or 0) + tonumber(ARGV[e + 2])
 end
+-- every slot's members read once (one HMGET a slot per 1,000): the overflow check, then the
+-- totals the writes below start from
+local held = {}  -- slot index -> member -> its stored total (a number; 0 when absent)
 for s, sums in pairs(per_slot) do
-  refused = overflow(KEYS[3 + s], sums)
-  if refused then
-    return refused
+  local fields, adds = {}, {}
+  for member, sum in pairs(sums) do
+    fields[#fields + 1] = member
+    adds[#adds + 1] = sum
+  end
+  local of_slot = {}
+  held[s] = of_slot
+  for first = 1, #fields, 1000 do
+    local last = math.min(first + 999, #fields)
+    local values = redis.call('HMGET', KEYS[3 + s], unpack(fields, first, last))
+    for f = first, last do
+      local held_value = values[f - first + 1]
+      local total, refused_total = hash_total(KEYS[3 + s], fields[f], held_value, adds[f])
+      if not total then
+        return refused_total
+      end
+      of_slot[fields[f]] = total - adds[f]  -- what is stored, as a number
+    end
   end
 end
 if ttl > 0 then
@@ -110,20 +128,56 @@ end
 if wm_text then
   redis.call('HSET', KEYS[1], 'wm', wm_text)
 end
-local top = {}  -- member -> what its top score moves by (the negated sum over slots)
+-- A slot's new totals go in one HSET (and its emptied members in one HDEL), summed here from
+-- the totals read above (hash_total); the top's in one ZMSCORE and one ZADD (scores are doubles in Redis too: the same sums
+-- ZINCRBY would make), its zeros in one ZREM.
+local top, movers = {}, {}  -- member -> what its top score moves by (the negated sum over slots)
 for s, per in pairs(sums) do
+  local sets, dels = {}, {}
   for member, sum in pairs(per) do
     if sum ~= 0 then
-      if redis.call('HINCRBY', KEYS[3 + s], member, string.format('%.0f', sum)) == 0 then
-        redis.call('HDEL', KEYS[3 + s], member)
+      local before = held[s][member]
+      local total, how = hash_total(KEYS[3 + s], member, before ~= 0 and before, sum)
+      if how == 'add' then  -- past 2**53 (never 0)
+        redis.call('HINCRBY', KEYS[3 + s], member, string.format('%.0f', sum))
+      elseif total == 0 then
+        dels[#dels + 1] = member
+      else
+        sets[#sets + 1] = member
+        sets[#sets + 1] = hash_total_text(total)
+      end
+      held[s][member] = total
+      if not top[member] then
+        movers[#movers + 1] = member
       end
       top[member] = (top[member] or 0) - sum
     end
   end
+  for first = 1, #sets, 2000 do
+    redis.call('HSET', KEYS[3 + s], unpack(sets, first, math.min(first + 1999, #sets)))
+  end
+  for first = 1, #dels, 1000 do
+    redis.call('HDEL', KEYS[3 + s], unpack(dels, first, math.min(first + 999, #dels)))
+  end
 end
-for member, move in pairs(top) do
-  if move ~= 0 and tonumber(redis.call('ZINCRBY', KEYS[2], string.format('%.0f', move), member)) == 0 then
-    redis.call('ZREM', KEYS[2], member)
+for first = 1, #movers, 1000 do
+  local part = {unpack(movers, first, math.min(first + 999, #movers))}
+  local scores = redis.call('ZMSCORE', KEYS[2], unpack(part))
+  local adds, zeros = {}, {}
+  for m = 1, #part do
+    local score = (tonumber(scores[m]) or 0) + top[part[m]]
+    if score == 0 then
+      zeros[#zeros + 1] = part[m]
+    else
+      adds[#adds + 1] = score
+      adds[#adds + 1] = part[m]
+    end
+  end
+  if #adds > 0 then
+    redis.call('ZADD', KEYS[2], unpack(adds))
+  end
+  if #zeros > 0 then
+    redis.call('ZREM', KEYS[2], unpack(zeros))
   end
 end
 for _, event in ipairs(one_by_one) do

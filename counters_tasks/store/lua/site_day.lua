@@ -5,7 +5,8 @@
 --       (epoch s, from the day), visitors kept (s, from now), totals expire-at (from the day),
 --       totals kept (s, from now), the most paths the pages HASH tracks, n, then the n views'
 --       visitor ids, then m, then per path: the path, its digest, k, then the k visitors of its
---       views in their pairs form (11 characters; the n views grouped by path).
+--       views in their pairs form (11 characters; the n views grouped by path; each path
+--       once, at most a few thousand a call: one HMGET and one HSET take them all).
 -- The pages HASH maps a path to "<pv> <uv> <sketch>" (the sketch: its visitors of the day, for
 -- its UV over a range; page_sketch.lua); once it tracks the most paths, views of other paths
 -- count under the field "" (shown as "(other)", no sketch). A path's UV is kept exact by the
@@ -72,16 +73,25 @@ for from = 1, #ids, 1000 do
   redis.call('PFADD', range_hll, unpack(ids, from, math.min(from + 999, #ids)))
 end
 
--- the paths: which are tracked (HLEN read once, counted on as new paths join), and their
--- views' pair members, looked up with one SMISMEMBER and added with one SADD per 1,000
+-- the paths: their values read with one HMGET, which are tracked (HLEN read once, counted on
+-- as new paths join), and their views' pair members, looked up with one SMISMEMBER and added
+-- with one SADD per 1,000
 local entries, members = {}, {}
 local tracked = nil
+local npaths = tonumber(ARGV[9 + n])
+local names = {}
 local i = 10 + n
-for _ = 1, tonumber(ARGV[9 + n]) do
+for p = 1, npaths do
+  names[p] = ARGV[i]
+  i = i + 3 + tonumber(ARGV[i + 2])
+end
+local values = npaths > 0 and redis.call('HMGET', pages, unpack(names)) or {}
+i = 10 + n
+for p = 1, npaths do
   local path, digest, k = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
   local first, last = i + 3, i + 2 + k
   i = last + 1
-  local value = redis.call('HGET', pages, path)
+  local value = values[p]
   if not value then
     tracked = tracked or redis.call('HLEN', pages)
     if tracked >= max_paths then
@@ -125,6 +135,7 @@ local function format(pv, uv, sketch)
 end
 
 local other = nil  -- {pv, uv} of the overflow field "", read once
+local updates = {}  -- field, value, ...: written with one HSET
 for _, entry in ipairs(entries) do
   local path, value, first, last, offset = entry[1], entry[2], entry[3], entry[4], entry[5]
   local pv, uv, sketch
@@ -153,11 +164,16 @@ for _, entry in ipairs(entries) do
   if path == '' then
     other = {pv, uv}
   else
-    redis.call('HSET', pages, path, format(pv, uv, sketch))
+    updates[#updates + 1] = path
+    updates[#updates + 1] = format(pv, uv, sketch)
   end
 end
 if other then
-  redis.call('HSET', pages, '', format(other[1], other[2], ''))
+  updates[#updates + 1] = ''
+  updates[#updates + 1] = format(other[1], other[2], '')
+end
+if #updates > 0 then
+  redis.call('HSET', pages, unpack(updates))
 end
 if open and redis.call('EXISTS', pairs) == 1 then
   redis.call('EXPIREAT', pairs, open_until)
