@@ -84,6 +84,7 @@ from kombu.utils.uuid import uuid
 
 from ..core.privacy import masked_reprs
 from ..core.settings import get_settings
+from .broker import acks_together
 
 log = logging.getLogger(__name__)
 
@@ -298,8 +299,9 @@ class Batcher:
             failures = dict.fromkeys(range(len(requests)), returned["error"])
         else:
             failures = failures_of(returned.get("result"))
-        for request in requests:
-            request.acknowledge()
+        with acks_together([request.message for request in requests]):
+            for request in requests:
+                request.acknowledge()
         for position, request in enumerate(requests):
             if position in failures:
                 request.send_event("task-failed", exception=failures[position], traceback=returned.get("traceback"))

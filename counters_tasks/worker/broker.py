@@ -18,6 +18,8 @@ publishing) is kombu's. ``worker.celery_defaults`` selects this transport for ``
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from time import monotonic
 from typing import Any
@@ -76,11 +78,48 @@ class QoS(kombu_redis.QoS):
     message a visit (issue 21). A message delivered any other way (``basic_get``, a key prefix)
     is recorded by kombu as before."""
 
+    _acks: list[Any] | None = None  # inside acks_together: the tags acknowledged so far
+
     def append(self, message: Any, delivery_tag: Any) -> None:
         if delivery_tag is not None and delivery_tag == self.channel._recorded_by_take:
             virtual.QoS.append(self, message, delivery_tag)  # the in-memory part only
         else:
             super().append(message, delivery_tag)
+
+    def ack(self, delivery_tag: Any) -> None:
+        if self._acks is None:
+            super().ack(delivery_tag)
+        else:  # removed from the unacked records when acks_together ends
+            self._acks.append(delivery_tag)
+            virtual.QoS.ack(self, delivery_tag)
+
+    @contextmanager
+    def acks_together(self) -> Iterator[None]:
+        """Acknowledgements made inside leave the broker's unacked records in one round trip at
+        the end (kombu's ``ack`` sends a ``MULTI`` / ``EXEC`` a message: a sixth of the worker's
+        main process with one message a visit). Should that round trip fail, the records stay and
+        the messages come back after the visibility timeout, as after a failed ``ack``; their
+        events are applied at most once (dedupe)."""
+        self._acks = []
+        try:
+            yield
+        finally:
+            tags, self._acks = self._acks, None
+            if tags:
+                with self.pipe_or_acquire() as pipe:
+                    pipe.zrem(self.unacked_index_key, *tags).hdel(self.unacked_key, *tags).execute()
+
+
+@contextmanager
+def acks_together(messages: list[Any]) -> Iterator[None]:
+    """Acknowledge ``messages`` (kombu messages) inside in as few round trips as their channels
+    allow: one per channel of this transport (``QoS.acks_together``), one a message elsewhere
+    (another broker, or a transport without it)."""
+    with ExitStack() as stack:
+        for qos in {id(q): q for q in (getattr(getattr(m, "channel", None), "qos", None) for m in messages)}.values():
+            if isinstance(qos, QoS):
+                stack.enter_context(qos.acks_together())
+        yield
 
 
 class Channel(kombu_redis.Channel):

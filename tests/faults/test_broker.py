@@ -121,3 +121,32 @@ def test_a_taken_message_is_recorded_once_and_one_got_otherwise_still_is(broker_
         assert raw.hlen("unacked") == 0
         one = conn.default_channel.basic_get("visits", no_ack=False)  # kombu's own path: RPOP, then its record
         assert one is not None and raw.hexists("unacked", one.delivery_tag)
+
+
+def test_acks_made_together_leave_the_broker_in_one_round_trip(broker_server):
+    """kombu acknowledges a message with a MULTI / EXEC of its own; a worker batch's messages are
+    acknowledged together (``acks_together``): one ZREM and one HDEL for all of them."""
+    from counters_tasks.worker.broker import acks_together
+
+    url = broker_server.url.replace("/0", "/1")
+    raw = redis.Redis.from_url(url)
+    exchange = Exchange("visits", "direct")
+    queue = Queue("visits", exchange, "visits")
+    with Connection(url, transport="counters_tasks.worker.broker:Transport") as conn:
+        producer = conn.Producer()
+        for n in range(20):
+            producer.publish([[n], {}, {}], exchange=exchange, routing_key="visits", declare=[queue],
+                             headers={"task": "counters_tasks.update_counter"})
+        got = []
+        with conn.Consumer(queue, callbacks=[lambda body, message: got.append(message)]):
+            while len(got) < 20:
+                conn.drain_events(timeout=5)
+        raw.config_resetstat()
+        with acks_together(got):
+            for message in got:
+                message.ack()
+            assert raw.hlen("unacked") == 20  # not yet: at the end, together
+        stats = raw.info("commandstats")
+        assert (stats["cmdstat_zrem"]["calls"], stats["cmdstat_hdel"]["calls"]) == (1, 1)
+        assert raw.hlen("unacked") == 0 and raw.zcard("unacked_index") == 0
+        assert all(message.acknowledged for message in got)
