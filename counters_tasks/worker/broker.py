@@ -319,7 +319,7 @@ class Channel(kombu_redis.Channel):
                         dead_letters.set_aside_message(client, (self.unacked_key, self.unacked_index_key), dest,
                                                        item, reason, checked)
                     raise kombu_redis.Empty()
-                message = loads(bytes_to_str(item))  # kombu's JSON (its own types)
+                message = checked  # decoded once, by kombu's JSON (its own types)
                 self._recorded_by_take = recorded_tag(message)
             self._queue_cycle.rotate(dest)
             try:

@@ -30,6 +30,7 @@ import time
 from typing import Any
 
 import redis
+from kombu.utils.json import loads as kombu_loads
 
 from ..core.settings import get_settings, is_redis_url
 from ..core.validation import finite_number
@@ -61,10 +62,14 @@ def store_client() -> Any:
 
 def message_problem(item: bytes | str) -> tuple[str | None, dict[str, Any] | None]:
     """``(reason, message)``: why a raw broker item cannot be handed to Celery (None when it can),
-    and the decoded kombu message when it got that far."""
+    and the decoded kombu message when it got that far: decoded as kombu decodes it (its JSON
+    with its own types), so the worker hands over this very dict. A message that is JSON but
+    that kombu's decoder refuses (a ``__type__`` object it cannot rebuild) is ``not_json`` too:
+    handed to kombu it raised in the worker's loop, which took it again and again while the
+    messages behind it waited."""
     try:
-        message = json.loads(item)
-    except (ValueError, UnicodeDecodeError):
+        message = kombu_loads(item)
+    except Exception:  # noqa: BLE001  not JSON, not UTF-8, or kombu's type hook refused a value
         return "not_json", None
     if not isinstance(message, dict) or not all(isinstance(message.get(k), want) for k, want in
                                                 (("headers", dict), ("properties", dict), ("body", str))):

@@ -51,11 +51,13 @@ def test_poison_messages_are_set_aside_and_the_worker_goes_on(fault_env, counter
     counter = template(broker_conn, publisher, tasks.update_counter, ("poison", 1, now))
     no_task = json.loads(json.dumps(counter))
     del no_task["headers"]["task"]
+    kombu_type = json.loads(json.dumps(counter))  # JSON, but not what kombu's decoder accepts
+    kombu_type["headers"]["sent_at"] = {"__type__": "datetime", "__value__": "not a date"}
     huge = [{"ip": "192.0.2.9", "path": "/" + "x" * 1000, "ts": now}] * 40_000  # ~40 MB
     big = template(broker_conn, publisher, tasks.record_visits, ([],))
     poison = {
         "bad_body": [with_body(visit, {"a": 1}), with_body(counter, {"a": 1}), with_body(counter, [1, 2])],
-        "not_json": ["{this is not json"],
+        "not_json": ["{this is not json", json.dumps(kombu_type)],
         "no_task": [json.dumps(no_task)],
         "oversize": [with_body(big, [[huge], {}, {}])],
     }
