@@ -50,3 +50,9 @@ def rates(count: int, contenders: dict[str, Callable[[], None]], rounds: int = 3
 
 def client(url: str) -> redis.Redis:
     return redis.Redis.from_url(url)
+
+
+def redis_cpu(conn: redis.Redis) -> float:
+    """CPU seconds the server has used (user + system)."""
+    info = conn.info("cpu")
+    return info["used_cpu_user"] + info["used_cpu_sys"]

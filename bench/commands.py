@@ -8,7 +8,9 @@ batch, or a batch of buffered ``.delay()`` calls, costs a worker) and one messag
 ``COUNTERS_DELAY_BUFFER`` costs). Commands run inside a script are counted under its name;
 the top-level calls under ``(top)``. Checks that every visit was applied.
 
-    python -m bench.commands [--visits 500] [--shape uniform]
+Then, unwatched, the server's CPU a visit over ``--cpu-batches`` batches of a day filling up.
+
+    python -m bench.commands [--visits 500] [--shape uniform] [--cpu-batches 20]
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from importlib import resources
 
 import redis
 
-from bench._common import bench_redis
+from bench._common import bench_redis, redis_cpu
 from bench.traffic import SHAPES
 
 END = "bench-commands-end"
@@ -95,6 +97,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--visits", type=int, default=500)
     parser.add_argument("--shape", choices=sorted(SHAPES), default="uniform")
+    parser.add_argument("--cpu-batches", type=int, default=20,
+                        help="batches of --visits visits for the Redis CPU a visit (no MONITOR)")
     args = parser.parse_args()
     with bench_redis() as url:
         from counters_tasks import ranking, sitestats, visits
@@ -126,8 +130,35 @@ def main() -> int:
         message_cost = report("one message a visit (record_visit + incr_ranking, each with its id)",
                               by_script(watched(url, one_by_one), shas), len(items))
         assert sitestats.site_visit_info(conn).pv == len(items), "a visit was not applied"
+        cpu_us, cpu_commands = batch_redis_cpu(conn, args.shape, len(items), args.cpu_batches)
     print(f"\ncommands per visit: batch {batch_cost:.1f}, per-visit messages {message_cost:.1f}")
+    print(f"Redis CPU a visit, without MONITOR, {args.cpu_batches} batches of {len(items)} ({args.shape}, a day "
+          f"filling up): {cpu_us:.1f} us, {cpu_commands:.1f} commands a visit")
     return 0
+
+
+def batch_redis_cpu(conn: redis.Redis, shape: str, size: int, batches: int) -> tuple[float, float]:
+    """The server's CPU (us) and commands a visit over ``batches`` batches of ``size`` visits of
+    one stream (each with its ranking bump), unwatched (MONITOR costs the server more than the
+    work): what a change to a script costs Redis, beside the commands it sends."""
+    from counters_tasks import ranking, sitestats, visits
+
+    conn.flushdb()
+    stream = SHAPES[shape](size * (batches + 1), 5)
+    items = [{"ip": ip, "path": path, "session_id": sid, "ts": ts} for ip, path, sid, ts in stream]
+    visits.record_visits(conn, items[:size], message_id="cpu-warm-up")
+    measured = items[size:]
+    conn.config_resetstat()
+    before = redis_cpu(conn)
+    for first in range(0, len(measured), size):
+        part = measured[first:first + size]
+        visits.record_visits(conn, part, message_id=f"cpu-{first}")
+        ranking.incr_events(conn, [{"board": "cpu", "member": v["path"], "ts": v["ts"]} for v in part],
+                            message_id=f"cpu-r-{first}")
+    used = redis_cpu(conn) - before
+    calls = sum(v["calls"] for k, v in conn.info("commandstats").items() if k != "cmdstat_info")
+    assert sitestats.site_visit_info(conn).pv == len(items), "a batch was not applied whole"
+    return used / len(measured) * 1e6, calls / len(measured)
 
 
 if __name__ == "__main__":

@@ -39,14 +39,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 import redis  # noqa: E402
 
+from bench._common import redis_cpu  # noqa: E402
 from bench.traffic import SHAPES  # noqa: E402
 from counters_tasks.local.redis_server import RedisServer  # noqa: E402
-
-
-def redis_cpu(conn: redis.Redis) -> float:
-    """CPU seconds the server has used (user + system)."""
-    info = conn.info("cpu")
-    return info["used_cpu_user"] + info["used_cpu_sys"]
 
 
 def tree_cpu(pid: int) -> float:
