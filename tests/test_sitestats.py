@@ -363,3 +363,21 @@ def test_bad_queries_are_refused(conn, day, path):
 def test_unknown_day_and_path_are_zero(conn):
     assert sitestats.site_visit_info(conn) == SiteCount(None, 0, 0)
     assert sitestats.site_visit_info(conn, date(2020, 1, 1), "/nothing") == SiteCount(date(2020, 1, 1), 0, 0)
+
+
+@pytest.mark.parametrize("mode", ["exact", "hll"])
+def test_one_call_of_more_views_of_a_path_than_lua_can_unpack(raw_conn, monkeypatch, mode):
+    """``path_all`` reads a path's visitors with HMGET (issue 21); 9,000 distinct visitors of one
+    path in one call (what ``bench/uniques_memory.py`` sends) passed Lua's unpack limit (~8,000
+    values: "too many results to unpack") until the reads and writes went 1,000 at a time."""
+    from counters_tasks.core.days import today
+    from counters_tasks.store.scripts import execute_in_order
+
+    use_settings(monkeypatch, COUNTERS_UV_MODE=mode)
+    day = today()
+    views = [sitestats.SiteView(str(n * 7919 - 2**62), "/many", day) for n in range(9000)]
+    execute_in_order(raw_conn, lambda pipe: sitestats.queue_views(raw_conn, pipe, views, None))
+    execute_in_order(raw_conn, lambda pipe: sitestats.queue_views(raw_conn, pipe, views[:10], None))
+    pv, uv = sitestats.site_visit_info(raw_conn, None, "/many")[1:]
+    assert pv == 9010
+    assert uv == 9000 if mode == "exact" else abs(uv - 9000) < 9000 * 0.05

@@ -53,9 +53,9 @@ for c = 1, ncounters do
     for a = 1, n do
       fields[a] = ARGV[first + 2 * a - 2]
     end
-    local held, refused = wrong_type_read('hash', 'HMGET', key, unpack(fields))
-    if refused then
-      return refuse(refused)
+    local held, failed = hash_total_read(key, fields)
+    if not held then
+      return refuse(wrong_type({key, 'hash'}) or redis.error_reply(failed['err']))
     end
     for a = 1, n do
       local field, amount = fields[a], ARGV[first + 2 * a - 1]
@@ -126,12 +126,8 @@ end
 -- writes: nothing below can fail (types and totals checked above)
 for c = 1, ncounters do
   local key, plan = KEYS[2 * c - 1], plans[c]
-  if #plan[1] > 0 then
-    redis.call('HSET', key, unpack(plan[1]))
-  end
-  if #plan[2] > 0 then
-    redis.call('HDEL', key, unpack(plan[2]))
-  end
+  hash_total_send('HSET', key, plan[1], 2000)
+  hash_total_send('HDEL', key, plan[2], 1000)
   for b = 1, #plan[3], 2 do
     redis.call('HINCRBY', key, plan[3][b], plan[3][b + 1])
   end

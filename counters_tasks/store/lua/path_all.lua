@@ -39,21 +39,21 @@ if not hll then
   for p = 1, npaths do
     local totals = KEYS[p]
     local n = tonumber(ARGV[i])
-    local ids, in_call = {}, {}
+    local fields, in_call = {'pv', 'uv'}, {}  -- then the call's visitors, each once
     for a = i + 1, i + n do
       if not in_call[ARGV[a]] then
         in_call[ARGV[a]] = true
-        ids[#ids + 1] = ARGV[a]
+        fields[#fields + 1] = ARGV[a]
       end
     end
-    local held, refused = wrong_type_read('hash', 'HMGET', totals, 'pv', 'uv', unpack(ids))
-    if refused then
-      return refuse(refused)
+    local held, failed = hash_total_read(totals, fields)
+    if not held then
+      return refuse(wrong_type({totals, 'hash'}) or redis.error_reply(failed['err']))
     end
     local sets, bigs = {}, {}
-    for f = 3, #ids + 2 do
+    for f = 3, #fields do
       if not held[f] then
-        sets[#sets + 1] = ids[f - 2]
+        sets[#sets + 1] = fields[f]
         sets[#sets + 1] = ''
       end
     end
@@ -73,9 +73,7 @@ if not hll then
     i = i + n + 1
   end
   for p = 1, npaths do  -- writes: nothing below can fail (types and totals checked above)
-    if #plans[p][1] > 0 then
-      redis.call('HSET', KEYS[p], unpack(plans[p][1]))
-    end
+    hash_total_send('HSET', KEYS[p], plans[p][1], 2000)
     for _, big in ipairs(plans[p][2]) do
       redis.call('HINCRBY', KEYS[p], big[1], big[2])
     end

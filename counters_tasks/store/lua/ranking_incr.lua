@@ -59,17 +59,13 @@ for s, sums in pairs(per_slot) do
   end
   local of_slot = {}
   held[s] = of_slot
-  for first = 1, #fields, 1000 do
-    local last = math.min(first + 999, #fields)
-    local values = redis.call('HMGET', KEYS[3 + s], unpack(fields, first, last))
-    for f = first, last do
-      local held_value = values[f - first + 1]
-      local total, refused_total = hash_total(KEYS[3 + s], fields[f], held_value, adds[f])
-      if not total then
-        return refused_total
-      end
-      of_slot[fields[f]] = total - adds[f]  -- what is stored, as a number
+  local values = hash_total_read(KEYS[3 + s], fields)  -- (its type was checked above)
+  for f = 1, #fields do
+    local total, refused_total = hash_total(KEYS[3 + s], fields[f], values[f], adds[f])
+    if not total then
+      return refused_total
     end
+    of_slot[fields[f]] = total - adds[f]  -- what is stored, as a number
   end
 end
 if ttl > 0 then
@@ -153,12 +149,8 @@ for s, per in pairs(sums) do
       top[member] = (top[member] or 0) - sum
     end
   end
-  for first = 1, #sets, 2000 do
-    redis.call('HSET', KEYS[3 + s], unpack(sets, first, math.min(first + 1999, #sets)))
-  end
-  for first = 1, #dels, 1000 do
-    redis.call('HDEL', KEYS[3 + s], unpack(dels, first, math.min(first + 999, #dels)))
-  end
+  hash_total_send('HSET', KEYS[3 + s], sets, 2000)
+  hash_total_send('HDEL', KEYS[3 + s], dels, 1000)
 end
 for first = 1, #movers, 1000 do
   local part = {unpack(movers, first, math.min(first + 999, #movers))}

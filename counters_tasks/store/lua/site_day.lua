@@ -6,7 +6,7 @@
 --       totals kept (s, from now), the most paths the pages HASH tracks, n, then the n views'
 --       visitor ids, then m, then per path: the path, its digest, k, then the k visitors of its
 --       views in their pairs form (11 characters; the n views grouped by path; each path
---       once, at most a few thousand a call: one HMGET and one HSET take them all).
+--       once: one HMGET and one HSET a 1,000 paths take them).
 -- The pages HASH maps a path to "<pv> <uv> <sketch>" (the sketch: its visitors of the day, for
 -- its UV over a range; page_sketch.lua); once it tracks the most paths, views of other paths
 -- count under the field "" (shown as "(other)", no sketch). A path's UV is kept exact by the
@@ -85,7 +85,7 @@ for p = 1, npaths do
   names[p] = ARGV[i]
   i = i + 3 + tonumber(ARGV[i + 2])
 end
-local values = npaths > 0 and redis.call('HMGET', pages, unpack(names)) or {}
+local values = hash_total_read(pages, names)  -- (its type was checked above)
 i = 10 + n
 for p = 1, npaths do
   local path, digest, k = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
@@ -172,9 +172,7 @@ if other then
   updates[#updates + 1] = ''
   updates[#updates + 1] = format(other[1], other[2], '')
 end
-if #updates > 0 then
-  redis.call('HSET', pages, unpack(updates))
-end
+hash_total_send('HSET', pages, updates, 2000)
 if open and redis.call('EXISTS', pairs) == 1 then
   redis.call('EXPIREAT', pairs, open_until)
 end

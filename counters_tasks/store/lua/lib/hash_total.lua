@@ -39,3 +39,31 @@ local function hash_total_text(total)
   end
   return string.format('%.0f', total)
 end
+
+
+-- hash_total_read(key, fields): HMGET key fields, 1,000 fields a command (Lua's unpack takes at
+-- most ~8,000 values): the values in the order of fields (false when absent), or nil and the
+-- error reply of the first command (a key of another type: nothing read).
+local function hash_total_read(key, fields)
+  local values = redis.pcall('HMGET', key, unpack(fields, 1, math.min(#fields, 1000)))
+  if values['err'] then
+    return nil, values
+  end
+  for first = 1001, #fields, 1000 do
+    local last = math.min(first + 999, #fields)
+    local more = redis.call('HMGET', key, unpack(fields, first, last))
+    for f = first, last do
+      values[f] = more[f - first + 1]
+    end
+  end
+  return values
+end
+
+
+-- hash_total_send(command, key, list, step): command key <list>, step items a command (even for
+-- HSET's field-value pairs), for lists of any length.
+local function hash_total_send(command, key, list, step)
+  for first = 1, #list, step do
+    redis.call(command, key, unpack(list, first, math.min(first + step - 1, #list)))
+  end
+end
