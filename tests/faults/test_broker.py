@@ -88,6 +88,25 @@ def test_a_queue_consumed_without_acks_leaves_nothing_to_restore(broker_server):
         assert raw.hlen("unacked") == 0 and raw.zcard("unacked_index") == 0 and raw.llen("ct:dead") == 0
 
 
+VISITS = Queue("visits", Exchange("visits", "direct"), "visits")
+
+
+def publish_tasks(conn: Connection, count: int) -> None:
+    """``count`` task messages on the visits queue."""
+    producer = conn.Producer()
+    for n in range(count):
+        producer.publish([[n], {}, {}], exchange=VISITS.exchange, routing_key="visits", declare=[VISITS],
+                         headers={"task": "counters_tasks.update_counter"})
+
+
+def consume(conn: Connection, count: int) -> list:
+    """The next ``count`` messages of the visits queue, taken and not acknowledged."""
+    got: list = []
+    with conn.Consumer(VISITS, callbacks=[lambda body, message: got.append(message)]):
+        while len(got) < count:
+            conn.drain_events(timeout=5)
+    return got
+
 def test_a_taken_message_is_recorded_once_and_one_got_otherwise_still_is(broker_server):
     """kombu's QoS.append wrote every delivered message to the unacked hash again (a MULTI / EXEC
     with the message re-encoded) after the take had recorded it: a sixth of the worker's main
@@ -95,18 +114,10 @@ def test_a_taken_message_is_recorded_once_and_one_got_otherwise_still_is(broker_
     alone, in what kombu restores; a message got with ``basic_get`` (no take) is still recorded."""
     url = broker_server.url.replace("/0", "/1")
     raw = redis.Redis.from_url(url)
-    exchange = Exchange("visits", "direct")
-    queue = Queue("visits", exchange, "visits")
     with Connection(url, transport="counters_tasks.worker.broker:Transport") as conn:
-        producer = conn.Producer()
-        for n in range(20):
-            producer.publish([[n], {}, {}], exchange=exchange, routing_key="visits", declare=[queue],
-                             headers={"task": "counters_tasks.update_counter"})
+        publish_tasks(conn, 20)
         raw.config_resetstat()
-        got = []
-        with conn.Consumer(queue, callbacks=[lambda body, message: got.append(message)]):
-            while len(got) < 20:
-                conn.drain_events(timeout=5)
+        got = consume(conn, 20)
         stats = raw.info("commandstats")
         # one record a message, written by its take (20 before this change: 40 of each)
         assert (stats["cmdstat_hset"]["calls"], stats["cmdstat_zadd"]["calls"]) == (20, 20)
@@ -130,17 +141,9 @@ def test_acks_made_together_leave_the_broker_in_one_round_trip(broker_server):
 
     url = broker_server.url.replace("/0", "/1")
     raw = redis.Redis.from_url(url)
-    exchange = Exchange("visits", "direct")
-    queue = Queue("visits", exchange, "visits")
     with Connection(url, transport="counters_tasks.worker.broker:Transport") as conn:
-        producer = conn.Producer()
-        for n in range(20):
-            producer.publish([[n], {}, {}], exchange=exchange, routing_key="visits", declare=[queue],
-                             headers={"task": "counters_tasks.update_counter"})
-        got = []
-        with conn.Consumer(queue, callbacks=[lambda body, message: got.append(message)]):
-            while len(got) < 20:
-                conn.drain_events(timeout=5)
+        publish_tasks(conn, 20)
+        got = consume(conn, 20)
         raw.config_resetstat()
         with acks_together(got):
             for message in got:

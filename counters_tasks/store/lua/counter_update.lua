@@ -47,35 +47,32 @@ for c = 1, ncounters do
   local key = KEYS[2 * c - 1]
   local n = tonumber(ARGV[i + 3])
   local first = i + 4
-  local sets, dels, bigs = {}, {}, {}
-  if n > 0 then
-    local fields = {}
-    for a = 1, n do
-      fields[a] = ARGV[first + 2 * a - 2]
-    end
-    local held, failed = hash_total_read(key, fields)
-    if not held then
-      return refuse(wrong_type({key, 'hash'}) or redis.error_reply(failed['err']))
-    end
-    for a = 1, n do
-      local field, amount = fields[a], ARGV[first + 2 * a - 1]
-      local total, how = hash_total(key, field, held[a], tonumber(amount))
-      if not total then
-        return refuse(how)
-      elseif how == 'add' then  -- never 0, never a new bucket
-        bigs[#bigs + 1] = field
-        bigs[#bigs + 1] = amount
-      elseif total == 0 then
-        if held[a] then
-          dels[#dels + 1] = field
-          emptied[c] = true
-        end
-      else
-        sets[#sets + 1] = field
-        sets[#sets + 1] = hash_total_text(total)
-        if not held[a] then
-          fresh[c] = true
-        end
+  local sets, dels, bigs, fields = {}, {}, {}, {}
+  for a = 1, n do
+    fields[a] = ARGV[first + 2 * a - 2]
+  end
+  local held, failed = hash_total_read(key, fields)
+  if not held then
+    return refuse(wrong_type({key, 'hash'}) or redis.error_reply(failed['err']))
+  end
+  for a = 1, n do
+    local field, amount = fields[a], ARGV[first + 2 * a - 1]
+    local total, how = hash_total(key, field, held[a], tonumber(amount))
+    if not total then
+      return refuse(how)
+    elseif how == 'add' then  -- never 0, never a new bucket
+      bigs[#bigs + 1] = field
+      bigs[#bigs + 1] = amount
+    elseif total == 0 then
+      if held[a] then
+        dels[#dels + 1] = field
+        emptied[c] = true
+      end
+    else
+      sets[#sets + 1] = field
+      sets[#sets + 1] = hash_total_text(total)
+      if not held[a] then
+        fresh[c] = true
       end
     end
   end

@@ -50,7 +50,7 @@ for e = 8 + k, 7 + k + 4 * tonumber(ARGV[7 + k]), 4 do  -- late events add nothi
 end
 -- every slot's members read once (one HMGET a slot per 1,000): the overflow check, then the
 -- totals the writes below start from
-local held = {}  -- slot index -> member -> its stored total (a number; 0 when absent)
+local held = {}  -- slot index -> member -> its stored value (false when absent)
 for s, sums in pairs(per_slot) do
   local fields, adds = {}, {}
   for member, sum in pairs(sums) do
@@ -65,7 +65,7 @@ for s, sums in pairs(per_slot) do
     if not total then
       return refused_total
     end
-    of_slot[fields[f]] = total - adds[f]  -- what is stored, as a number
+    of_slot[fields[f]] = values[f]
   end
 end
 if ttl > 0 then
@@ -132,8 +132,7 @@ for s, per in pairs(sums) do
   local sets, dels = {}, {}
   for member, sum in pairs(per) do
     if sum ~= 0 then
-      local before = held[s][member]
-      local total, how = hash_total(KEYS[3 + s], member, before ~= 0 and before, sum)
+      local total, how = hash_total(KEYS[3 + s], member, held[s][member], sum)
       if how == 'add' then  -- past 2**53 (never 0)
         redis.call('HINCRBY', KEYS[3 + s], member, string.format('%.0f', sum))
       elseif total == 0 then
@@ -142,7 +141,6 @@ for s, per in pairs(sums) do
         sets[#sets + 1] = member
         sets[#sets + 1] = hash_total_text(total)
       end
-      held[s][member] = total
       if not top[member] then
         movers[#movers + 1] = member
       end

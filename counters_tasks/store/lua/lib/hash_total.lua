@@ -43,8 +43,11 @@ end
 
 -- hash_total_read(key, fields): HMGET key fields, 1,000 fields a command (Lua's unpack takes at
 -- most ~8,000 values): the values in the order of fields (false when absent), or nil and the
--- error reply of the first command (a key of another type: nothing read).
+-- error reply of the first command (a key of another type: nothing read). No fields: no command.
 local function hash_total_read(key, fields)
+  if #fields == 0 then
+    return {}
+  end
   local values = redis.pcall('HMGET', key, unpack(fields, 1, math.min(#fields, 1000)))
   if values['err'] then
     return nil, values
