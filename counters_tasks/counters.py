@@ -72,7 +72,7 @@ def leaves_window_at(bucket: int, precision: int) -> int:
     return bucket + SAMPLE_COUNT * precision
 
 
-FIELDS_PER_CALL = 250
+FIELDS_PER_CALL = 125
 """Buckets one ``counter_update`` call adds to at most (a batch spread over a day touches
 thousands of one-second buckets of ``hits``: several calls of ~1 ms rather than one long one)."""
 
@@ -190,7 +190,7 @@ def get_series(conn: Any, name: str, precision: int, start: float, end: float,
 
 CLEAN_COUNTERS_PER_CALL = 200
 """Counters one cleaner call takes from a group at most."""
-CLEAN_FIELDS_PER_CALL = 500
+CLEAN_FIELDS_PER_CALL = 250
 """Hash fields one cleaner call examines at most (a back-filled counter takes several calls)."""
 
 

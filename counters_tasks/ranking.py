@@ -49,15 +49,15 @@ MAX_PERIOD_HOURS = 24 * 3660  # ten years
 MAX_PAGE = 10**9
 SLOT_TTL_GRACE = 2 * 86400
 """Seconds a slot hash outlives its window (so it expires only if beat is down for two days)."""
-ROTATE_BUDGET = 125
+ROTATE_BUDGET = 40
 """Members one rotation call subtracts at most (a big slot takes several short calls)."""
-CORRECT_AT_MOST = 1_000
+CORRECT_AT_MOST = 500
 """Members of expired, not yet rotated slots that a read corrects for; past that it rotates first."""
-REBUILD_BUDGET = 250
+REBUILD_BUDGET = 100
 """Slot reads one rebuild step makes at most (a member costs one read per live slot)."""
 DELETE_BUDGET = 500
 """Slot hashes one deletion step unlinks at most."""
-PAGE_PER_CALL = 1_000
+PAGE_PER_CALL = 500
 """Members one ``top`` read returns at most; a bigger page is read in several calls."""
 BUSY = -5
 """What a ranking script answers while the board is being rebuilt or deleted."""

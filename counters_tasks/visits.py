@@ -32,7 +32,7 @@ from .store.scripts import execute_in_order
 CHUNK = 500
 """Visits per group of a batch: one Lua call per slot per chunk, each under 5 ms (SLOWLOG)."""
 
-UNIQUES_PER_CALL = 120
+UNIQUES_PER_CALL = 64
 """Session ids per Lua call: a new day's ids each create a shard, the costly case."""
 
 MAX_BATCH = 20_000

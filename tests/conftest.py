@@ -22,7 +22,7 @@ import pytest
 from counters_tasks import uniques
 from counters_tasks.core.settings import reset_settings
 from counters_tasks.local.redis_server import RedisServer
-from tests.support.servers import TEST_SECRET, TEST_TAG_KEY, flush, make_client
+from tests.support.servers import TEST_SECRET, TEST_TAG_KEY, flush, is_cluster_run, make_client, slow_calls
 
 _POPEN_INIT = subprocess.Popen.__init__
 _running: dict[str, Any] = {"item": None, "shared_server": False}
@@ -111,6 +111,19 @@ def raw_conn(redis_url: str):
     flush(client)
     yield client
     client.close()
+
+
+@pytest.fixture
+def slowlog(raw_conn):
+    """SLOWLOG set to log calls over 5 ms (the budget every bounded call keeps) and emptied;
+    yields a reader of the package's own entries (``slow_calls``). One server's log: a cluster
+    run skips."""
+    if is_cluster_run():
+        pytest.skip("SLOWLOG of one server")
+    raw_conn.config_set("slowlog-log-slower-than", 5000)
+    raw_conn.slowlog_reset()
+    yield lambda: slow_calls(raw_conn)
+    raw_conn.config_set("slowlog-log-slower-than", 10000)
 
 
 @pytest.fixture

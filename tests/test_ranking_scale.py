@@ -14,7 +14,7 @@ from counters_tasks import ranking
 from counters_tasks.local.waiting import wait_until
 from counters_tasks.store import keys
 from counters_tasks.store.scripts import run_script
-from tests.support.servers import is_cluster_run, slow_calls, use_settings
+from tests.support.servers import is_cluster_run, use_settings
 
 MEMBERS = 50_000
 SLOTS = 24
@@ -49,16 +49,6 @@ def build_board(conn, name: str, now: float, members: int = MEMBERS) -> Counter:
 
 def ranked(totals: Counter) -> list[tuple[str, int]]:
     return sorted(((m, t) for m, t in totals.items() if t > 0), key=lambda p: (-p[1], p[0]))
-
-
-@pytest.fixture
-def slowlog(raw_conn):
-    if is_cluster_run():
-        pytest.skip("SLOWLOG of one server")
-    raw_conn.config_set("slowlog-log-slower-than", 5000)
-    raw_conn.slowlog_reset()
-    yield lambda: slow_calls(raw_conn)
-    raw_conn.config_set("slowlog-log-slower-than", 10000)
 
 
 def big_board_work(raw_conn, slowlog) -> list:

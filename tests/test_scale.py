@@ -14,7 +14,7 @@ from counters_tasks import counters, uniques, visits
 from counters_tasks.core.days import local_day
 from counters_tasks.local.waiting import wait_until
 from counters_tasks.store import keys
-from tests.support.servers import is_cluster_run, slow_calls, use_settings
+from tests.support.servers import is_cluster_run, use_settings
 
 pytestmark = pytest.mark.skipif(is_cluster_run(), reason="figures of one server (used_memory, SLOWLOG, commandstats)")
 
@@ -102,14 +102,6 @@ def test_an_idle_cleaner_pass_costs_the_same_for_100_or_50000_counters(raw_conn)
         lots, _ = cleaner_pass(raw_conn, now)
         print(f"[scale] measured again: {lots} us at 50,100 ({lots / few:.2f}x)")
     assert lots < 4 * few  # 500x the counters, nothing due: about the same Redis time
-
-
-@pytest.fixture
-def slowlog(raw_conn):
-    raw_conn.config_set("slowlog-log-slower-than", 5000)
-    raw_conn.slowlog_reset()
-    yield lambda: slow_calls(raw_conn)
-    raw_conn.config_set("slowlog-log-slower-than", 10000)
 
 
 def clean_backfilled(raw_conn, slowlog) -> list:
