@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections import defaultdict
 
 import pytest
@@ -120,6 +121,32 @@ def test_cleaner_takes_each_sample_when_it_leaves_the_window(conn):
     assert counters.get_counter(conn, "k", 3600, now=first + 60) == [(bucket(T0, 3600), 1)]
     # nothing due: a pass removes nothing, whatever the precisions
     assert counters.clean_counters(conn, now=first + 120) == 0
+
+
+def test_a_counter_with_more_live_samples_than_a_call_examines_is_cleaned_and_the_pass_ends(conn):
+    """A busy counter keeps up to 840 samples in its windows (120 at each of 7 precisions), more
+    than one cleaner call examines (CLEAN_FIELDS_PER_CALL): it is cleaned a page at a time. Once
+    its scan was done it stayed due, so every call scanned it again and the pass never ended
+    (``bench/longhaul.py`` hung in CI with 250 fields a call; with 500, any counter past 500
+    live samples, a busy one after a day, would have hung the cleaner)."""
+    now = float(int(time.time()))
+    buckets = {p: {counters.bucket_start(now - k * p, p): 1 for k in range(130)} for p in counters.PRECISIONS}
+    counters.write_counters(conn, {"busy": buckets})
+    assert sum(map(len, buckets.values())) > 3 * counters.CLEAN_FIELDS_PER_CALL
+    left = sum(1 for p, per in buckets.items() for b in per if b + counters.SAMPLE_COUNT * p <= now)
+    passes: list[int] = []
+    cleaner = threading.Thread(target=lambda: passes.append(counters.clean_counters(conn, now)), daemon=True)
+    cleaner.start()
+    cleaner.join(30)
+    assert passes == [left], "the cleaner's pass did not end"
+    for p, per in buckets.items():
+        kept = sorted((b, n) for b, n in per.items() if b + counters.SAMPLE_COUNT * p > now)
+        assert counters.get_counter(conn, "busy", p, now) == kept
+    assert conn.hlen(keys.counter_hash("busy")) == sum(map(len, buckets.values())) - left
+    assert counters.clean_counters(conn, now) == 0  # nothing due until its next sample leaves
+    later = now + 7
+    assert counters.clean_counters(conn, later) == sum(
+        1 for p, per in buckets.items() for b in per if now < b + counters.SAMPLE_COUNT * p <= later)
 
 
 def test_cleaner_never_drops_a_counter_written_during_cleaning(conn):

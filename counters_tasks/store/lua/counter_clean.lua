@@ -1,7 +1,7 @@
 -- Drop the samples that left the window from the counters of one tag group that have any due.
 -- KEYS: the group's due summary ZSET (subset number -> the earliest due time in that subset),
---       the group's scan HASH (member -> HSCAN cursor of a big counter being cleaned a page at
---       a time).
+--       the group's scan HASH (member -> '<HSCAN cursor> <earliest due time kept so far>' of
+--       a big counter being cleaned a page at a time).
 -- ARGV: now, the head of the group's counter hash names (the hash of a member is head ..
 --       member), the head of its subset due ZSETs (head .. subset number; member = a counter's
 --       escaped name, score = when its first sample leaves the window), the most counters to
@@ -10,9 +10,11 @@
 --       precision * 10 + index). Every key built here carries the group's hash tag.
 -- A sample (bucket b of precision p) leaves the window when now >= b + 120 p. A counter whose
 -- fields fit the budget is cleaned whole and re-scored with its next due time, or leaves the
--- index when nothing is left; a bigger one (back-filled samples) is cleaned a page (HSCAN) at a
--- time, its cursor kept between calls and its score kept (still due) until a full scan is
--- done, so no call runs long and each field is examined once a scan. A subset's summary score
+-- index when nothing is left; a bigger one (back-filled samples, or a busy counter: up to 840
+-- live samples) is cleaned a page (HSCAN) at a time, its cursor and the earliest due time of
+-- the samples kept so far stored between calls, its score kept (still due) until the scan is
+-- done and then set to that earliest time, so no call runs long, each field is examined once a
+-- scan, and a counter is scanned again only when a sample of it is due. A subset's summary score
 -- is set again to its earliest member's once its due members are done.
 -- The group's keys are type-checked before the first write, each due subset and counter hash
 -- before it is touched (wrong_type): a key changed by hand fails the call naming it; what was
@@ -89,20 +91,35 @@ for _, subset in ipairs(due_subsets) do
         redis.call('ZREM', due_key, member)
       end
     else
-      local cursor = redis.call('HGET', KEYS[2], member) or '0'
+      -- the scan's cursor and the earliest due time of the samples it kept so far ('<cursor> <due>')
+      local kept = redis.call('HGET', KEYS[2], member) or '0'
+      local cursor, earliest = string.match(kept, '^(%S+) ?(%S*)$')
+      earliest = tonumber(earliest)
       local page = redis.call('HSCAN', key, cursor, 'COUNT', budget)
       local fields = {}
       for f = 1, #page[2], 2 do
         fields[#fields + 1] = page[2][f]
       end
-      removed = removed + clean(key, fields)
-      if page[1] == '0' then
-        redis.call('HDEL', KEYS[2], member)
+      local gone, next_due = clean(key, fields)
+      removed = removed + gone
+      if next_due and (not earliest or next_due < earliest) then
+        earliest = next_due
+      end
+      if page[1] ~= '0' then
+        redis.call('HSET', KEYS[2], member, page[1] .. ' ' .. (earliest and string.format('%.0f', earliest) or ''))
+        more = 1
       else
-        redis.call('HSET', KEYS[2], member, page[1])
+        -- the scan is done: the counter's next due time is its earliest kept sample's (a counter
+        -- left due would be scanned again by every call, forever, when it keeps more live
+        -- samples than a call examines: up to 840, 120 at each precision)
+        redis.call('HDEL', KEYS[2], member)
+        if earliest then
+          redis.call('ZADD', due_key, 'XX', earliest, member)
+        else
+          redis.call('ZREM', due_key, member)
+        end
       end
       budget = 0
-      more = 1
     end
   end
   local first = redis.call('ZRANGE', due_key, 0, 0, 'WITHSCORES')
