@@ -27,7 +27,6 @@ from typing import Any
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 from kombu.utils.encoding import bytes_to_str
-from kombu.utils.json import loads
 
 from ..core.settings import get_settings
 from ..store import keys as store_keys
@@ -309,17 +308,18 @@ class Channel(kombu_redis.Channel):
             if len(reply) > 2:  # set aside unread by the take itself (larger than COUNTERS_MAX_MESSAGE_BYTES)
                 log.warning("a message from %s was set aside: %s", dest, bytes_to_str(reply[2]))
                 raise kombu_redis.Empty()
-            if dest in self._no_ack_queues:  # control messages, not tasks: delivered as they are
-                message = loads(bytes_to_str(item))
-                self._forget_unacked(((message or {}).get("properties") or {}).get("delivery_tag"))
+            control = dest in self._no_ack_queues  # control messages, not tasks: delivered as they are
+            check = dead_letters.envelope_problem if control else dead_letters.message_problem
+            reason, checked = check(item)
+            if reason is not None:  # kombu or Celery would raise on it in the loop, or restore it forever
+                with self.conn_or_acquire() as client:
+                    dead_letters.set_aside_message(client, (self.unacked_key, self.unacked_index_key), dest,
+                                                   item, reason, checked)
+                raise kombu_redis.Empty()
+            message = checked  # decoded once, by kombu's JSON (its own types)
+            if control:
+                self._forget_unacked(message["properties"].get("delivery_tag"))
             else:
-                reason, checked = dead_letters.message_problem(item)
-                if reason is not None:  # Celery would crash on it, or restore it forever
-                    with self.conn_or_acquire() as client:
-                        dead_letters.set_aside_message(client, (self.unacked_key, self.unacked_index_key), dest,
-                                                       item, reason, checked)
-                    raise kombu_redis.Empty()
-                message = checked  # decoded once, by kombu's JSON (its own types)
                 self._recorded_by_take = recorded_tag(message)
             self._queue_cycle.rotate(dest)
             try:

@@ -60,13 +60,10 @@ def store_client() -> Any:
     return _client[2]
 
 
-def message_problem(item: bytes | str) -> tuple[str | None, dict[str, Any] | None]:
-    """``(reason, message)``: why a raw broker item cannot be handed to Celery (None when it can),
-    and the decoded kombu message when it got that far: decoded as kombu decodes it (its JSON
-    with its own types), so the worker hands over this very dict. A message that is JSON but
-    that kombu's decoder refuses (a ``__type__`` object it cannot rebuild) is ``not_json`` too:
-    handed to kombu it raised in the worker's loop, which took it again and again while the
-    messages behind it waited."""
+def envelope_problem(item: bytes | str) -> tuple[str | None, dict[str, Any] | None]:
+    """``(reason, message)`` for any kombu message, a task or a control message (a ``celery
+    inspect`` reply): ``not_json`` or ``not_a_message`` with None, else None and the message
+    decoded as kombu decodes it, which kombu can deliver."""
     try:
         message = kombu_loads(item)
     except Exception:  # noqa: BLE001  not JSON, not UTF-8, or kombu's type hook refused a value
@@ -74,6 +71,19 @@ def message_problem(item: bytes | str) -> tuple[str | None, dict[str, Any] | Non
     if not isinstance(message, dict) or not all(isinstance(message.get(k), want) for k, want in
                                                 (("headers", dict), ("properties", dict), ("body", str))):
         return "not_a_message", None
+    return None, message
+
+
+def message_problem(item: bytes | str) -> tuple[str | None, dict[str, Any] | None]:
+    """``(reason, message)``: why a raw broker item cannot be handed to Celery (None when it can),
+    and the decoded kombu message when it got that far: decoded as kombu decodes it (its JSON
+    with its own types), so the worker hands over this very dict. A message that is JSON but
+    that kombu's decoder refuses (a ``__type__`` object it cannot rebuild) is ``not_json`` too:
+    handed to kombu it raised in the worker's loop, which took it again and again while the
+    messages behind it waited."""
+    reason, message = envelope_problem(item)
+    if message is None:
+        return reason, None
     if not isinstance(message["headers"].get("task"), str):  # protocol 2: the task name is a header
         return "no_task", message
     if message.get("content-type") != "application/json":

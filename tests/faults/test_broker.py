@@ -4,6 +4,7 @@ very format kombu restores; waiting takes nothing."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import redis
@@ -86,6 +87,38 @@ def test_a_queue_consumed_without_acks_leaves_nothing_to_restore(broker_server):
         raw = redis.Redis.from_url(url)
         assert got == [{"pong": 1}]  # delivered as it is: control messages are not tasks
         assert raw.hlen("unacked") == 0 and raw.zcard("unacked_index") == 0 and raw.llen("ct:dead") == 0
+
+
+@pytest.mark.parametrize(("junk", "reason"), [
+    (b"not json", "not_json"),
+    (b'{"no": "envelope"}', "not_a_message"),
+    (b'{"headers": {}, "properties": {}, "body": {"__type__": "datetime", "__value__": "no"}}', "not_json"),  # kombu refuses it
+])
+def test_junk_on_a_control_queue_is_set_aside_and_the_reply_behind_it_delivered(broker_server, junk, reason):
+    """A reply queue (``celery inspect``, ``health``'s ping) is read without acknowledgements and
+    was decoded with no check: an item that is not a kombu message raised in the poller (what a
+    stock kombu does too), in the waiting CLI or health check. Now it is set aside like a task
+    message of that kind (counted by reason) and the reply behind it is delivered."""
+    url = broker_server.url.replace("/0", "/1")
+    exchange = Exchange("replies", "direct")
+    queue = Queue("y.reply.celery.pidbox", exchange, "r")
+    raw = redis.Redis.from_url(url)
+    with Connection(url, transport="counters_tasks.worker.broker:Transport") as conn:
+        conn.Producer().publish({"pong": 1}, exchange=exchange, routing_key="r", declare=[queue])
+        raw.rpush("y.reply.celery.pidbox", junk)  # taken first: kombu pushes left, the take pops right
+        got = []
+        with conn.Consumer(queue, no_ack=True, callbacks=[lambda body, message: got.append(body)]):
+            deadline = time.monotonic() + 10
+            while not got and time.monotonic() < deadline:
+                try:
+                    conn.drain_events(timeout=1)
+                except TimeoutError:
+                    pass
+        assert got == [{"pong": 1}]
+        [record] = [json.loads(item) for item in raw.lrange("ct:dead", 0, -1)]
+        assert record["queue"] == "y.reply.celery.pidbox" and record["payload"] == junk.decode()
+        assert record["reason"] == reason and raw.hget("ct:dead:reasons", reason) == b"1"
+        assert raw.hlen("unacked") == 0 and raw.llen("y.reply.celery.pidbox") == 0
 
 
 VISITS = Queue("visits", Exchange("visits", "direct"), "visits")
