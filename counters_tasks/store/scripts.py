@@ -20,8 +20,9 @@ from .client import as_str, is_cluster
 _scripts: weakref.WeakKeyDictionary[Any, dict[str, Script]] = weakref.WeakKeyDictionary()
 
 
-LIBRARIES = ("wrong_type", "hash_total", "page_sketch")
-"""Functions of ``lua/lib/<name>.lua`` that a script gets prepended when it calls them."""
+LIBRARIES = ("wrong_type", "dedupe_marker", "hash_total", "page_sketch")
+"""Functions of ``lua/lib/<name>.lua`` that a script gets prepended when it (or a library it
+gets) calls them, in this order: a library only calls those before it."""
 
 
 @functools.cache
@@ -30,8 +31,12 @@ def lua_source(name: str) -> str:
     calls (``LIBRARIES``; scripts cannot load one another)."""
     lua = resources.files(__package__).joinpath("lua")
     body = lua.joinpath(f"{name}.lua").read_text()
-    used = [lib for lib in LIBRARIES if re.search(rf"\b{lib}\w*\(", body)]  # a library's functions share its name
-    return "".join(lua.joinpath("lib", f"{lib}.lua").read_text() for lib in used) + body
+    texts = {lib: lua.joinpath("lib", f"{lib}.lua").read_text() for lib in LIBRARIES}
+    used: list[str] = []
+    for lib in reversed(LIBRARIES):  # a library's functions share its name; it calls only those before it
+        if re.search(rf"\b{lib}\w*\(", body + "".join(texts[u] for u in used)):
+            used.append(lib)
+    return "".join(texts[lib] for lib in reversed(used)) + body
 
 
 def script(conn: Any, name: str) -> Script:

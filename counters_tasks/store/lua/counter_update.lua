@@ -25,18 +25,13 @@ local ttl = tonumber(ARGV[1])
 local ncounters = tonumber(ARGV[2])
 local summary = KEYS[2 * ncounters + 1]
 local marker = KEYS[2 * ncounters + 2]
-if ttl > 0 and not redis.call('SET', marker, '1', 'NX', 'EX', ttl) then
-  if redis.call('TYPE', marker)['ok'] == 'string' then
-    return 0
-  end
-  return wrong_type({marker, 'string'})
+local claimed, refused_marker = dedupe_marker_claim(marker, ttl)
+if not claimed then
+  return refused_marker or 0
 end
 
 local function refuse(reply)  -- nothing but the marker (and early due scores) written: take it back
-  if ttl > 0 then
-    redis.call('DEL', marker)
-  end
-  return reply
+  return dedupe_marker_release(marker, ttl, reply)
 end
 
 -- reads: each counter's buckets, and what to write to them

@@ -19,18 +19,13 @@ local per = hll and 2 or 1
 local npaths = tonumber(ARGV[4])
 local kept = tonumber(ARGV[3])
 local marker = KEYS[#KEYS]
-if ttl > 0 and not redis.call('SET', marker, '1', 'NX', 'EX', ttl) then
-  if redis.call('TYPE', marker)['ok'] == 'string' then
-    return -1
-  end
-  return wrong_type({marker, 'string'})
+local claimed, refused_marker = dedupe_marker_claim(marker, ttl)
+if not claimed then
+  return refused_marker or -1
 end
 
 local function refuse(reply)  -- nothing but the marker written: take it back
-  if ttl > 0 then
-    redis.call('DEL', marker)
-  end
-  return reply
+  return dedupe_marker_release(marker, ttl, reply)
 end
 
 if not hll then
