@@ -113,6 +113,18 @@ class RankingEvent:
     slot: int
 
 
+def event_entry(event: RankingEvent) -> list[Any]:
+    """A prepared event as JSON-able data (a worker batch's journal), ``event_from_entry``'s input."""
+    board = event.board
+    return [board.name, board.period_hours, board.interval_hours, event.member, event.amount, event.slot]
+
+
+def event_from_entry(entry: list[Any]) -> RankingEvent:
+    """The prepared event ``event_entry`` made ``entry`` of."""
+    name, period_hours, interval_hours, member, amount, slot = entry
+    return RankingEvent(Board(name, period_hours, interval_hours), member, amount, slot)
+
+
 def prepare_event(board: Any, member: Any, amount: Any = 1, ts: Any = None, period_hours: Any = 24,
                   interval_hours: Any = 1) -> RankingEvent:
     """Validate one event, given as ``incr_ranking`` takes it (raises InvalidInput; writes nothing).

@@ -50,6 +50,19 @@ class Visit:
     session: tuple[date, int] | None
 
 
+def visit_entry(visit: Visit) -> list[Any]:
+    """A prepared visit as JSON-able data (a worker batch's journal), ``visit_from_entry``'s input."""
+    return [visit.view.visitor, visit.view.path, visit.view.day.isoformat(), visit.ts,
+            None if visit.session is None else [visit.session[0].isoformat(), visit.session[1]]]
+
+
+def visit_from_entry(entry: list[Any]) -> Visit:
+    """The prepared visit ``visit_entry`` made ``entry`` of (the same visit: the same writes)."""
+    visitor, path, day, ts, session = entry
+    view = sitestats.SiteView(visitor, path, date.fromisoformat(day))
+    return Visit(view, ts, None if session is None else (date.fromisoformat(session[0]), session[1]))
+
+
 def check_visit(ip: Any, path: Any, session_id: Any = None, ts: Any = None) -> None:
     """Validate one visit as ``prepare_visit`` does, without making the visitor id (the HMAC under
     COUNTERS_SECRET, which only workers hold): what the app-side producer checks."""

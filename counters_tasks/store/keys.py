@@ -97,6 +97,29 @@ def chunk_ids(message_id: str | None, count: int, separator: str = "#") -> list[
     return [None if message_id is None else f"{message_id}{separator}{n}" for n in range(count)]
 
 
+# --- worker batches of per-event messages ---------------------------------------------------
+
+CLAIM_GROUPS_CLUSTER = 16
+"""Claim groups on Redis Cluster (one on a single server): a worker batch is claimed, and applied,
+as one sub-batch per group its message ids hash into, each sub-batch in one slot."""
+
+
+def claim_group(message_id: str, groups: int) -> int:
+    """The claim group of a message id (0 when there is one group)."""
+    return 0 if groups == 1 else int.from_bytes(digest("claim", message_id, 4), "big") % groups
+
+
+def message_claim(message_id: str, group: int) -> str:
+    """STRING: the id of the worker batch that applies this per-event message (a TTL)."""
+    return f"{prefix()}claim:{{m{group}}}:{escape(message_id)}"
+
+
+def batch_journal(batch_id: str, group: int) -> str:
+    """STRING: the entries (JSON) a worker batch claimed, written with its claims, deleted once it
+    is applied (a TTL otherwise)."""
+    return f"{prefix()}journal:{{m{group}}}:{escape(batch_id)}"
+
+
 # --- multi-precision counters -------------------------------------------------------------
 
 def counter_tag(name: str) -> str:

@@ -6,6 +6,9 @@
   replacing celery-batches): acknowledged after the batch, a task event for every message, and
   ``MaskedRequest``, which shows task arguments with IP addresses masked;
 - ``batching``: what a batch of per-visit messages does: applied together, refused one by one;
+- ``claims``: how such a batch is applied as one group and each message still at most once
+  (claimed for the batch with its entries journaled, so whoever meets a message of a batch
+  interrupted half way finishes the batch);
 - ``broker``: the Redis broker transport that never loses a message a killed worker was taking,
   and sets aside what it cannot hand to Celery;
 - ``dead_letters``: messages set aside (undecodable, malformed, oversize, or failing for good),

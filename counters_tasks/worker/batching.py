@@ -2,14 +2,19 @@
 of them does (the buffering, acknowledgement and task events are ``worker.batches``).
 
 Apps that call ``.delay()`` once per page view get most of the gain of batches: the worker
-buffers up to ``COUNTERS_WORKER_BATCH`` messages (or ``COUNTERS_WORKER_BATCH_MS``) and applies
-them in one pipeline, each message still at most once under its own task id.
+buffers up to ``COUNTERS_WORKER_BATCH`` messages (or ``COUNTERS_WORKER_BATCH_MS``), claims them
+for a batch and applies that as one group, as a ``record_visits`` chunk (``worker.claims``: each
+message at most once, the batch finished by whichever of its messages comes back first if the
+worker died half way).
 
 Acks: the messages of a batch are acknowledged together after ``apply_batch`` returns
 (``acks_late``). So it must not return before the events are in Redis: on a Redis connection or
 timeout error (or BUSY, READONLY, OOM...) it waits and tries again (the messages stay
-unacknowledged meanwhile, and the per-message dedupe makes any redelivery harmless); on any
+unacknowledged meanwhile, and the claims make any redelivery harmless); on any
 other error its messages go one by one, and one that keeps failing is set aside (dead-lettered).
+(A message alone applies the whole batch it was claimed by, so a write that keeps failing sets
+aside every message of that batch; requeued from the dead letters once the cause is mended, the
+first of them applies the batch and the others find it applied.)
 A message with bad input is refused (logged, counted, acknowledged, nothing written for it);
 the others of its batch are applied. The result names the messages not applied (refused or set
 aside) by their position in the batch, so each message is reported on its own (task events).
@@ -29,7 +34,9 @@ from ..core.settings import get_settings
 from ..core.validation import check_message_id
 from ..errors import InvalidInput, MalformedMessage, SetAside
 from ..store.client import is_transient
-from ..visits import Visit, prepare_visit, write_groups
+from ..store.keys import chunk_ids
+from ..visits import CHUNK, Visit, prepare_visit, visit_entry, visit_from_entry, write_groups
+from . import claims
 from .batches import FAILED
 
 log = logging.getLogger(__name__)
@@ -52,17 +59,46 @@ Refusal = tuple[int, InvalidInput]
 
 
 def write_visits(conn: Any, items: list[tuple[Visit, str]], tally: throughput.Tally) -> list[Refusal]:
-    """Each message's visit as its own group (deduped under its message id), one round trip."""
-    write_groups(conn, [([visit], message_id) for visit, message_id in items], tally)
+    """The messages' visits claimed for a batch and applied as one group (``claims``: each message
+    at most once, in chunks of CHUNK visits under ids made from the batch id), with any earlier
+    batch a message was claimed by; one round trip to claim, one to apply."""
+    found, applied_before = claims.batches(conn, "visit", [(message_id, visit_entry(visit)) for visit, message_id in items])
+    tally.add(0, applied_before)
+    groups: list[tuple[list[Visit], str | None]] = []
+    for batch_id, entries in found:
+        visits = [visit_from_entry(item) for _message_id, item in entries]
+        starts = range(0, len(visits), CHUNK)
+        groups += [(visits[first:first + CHUNK], chunk_id)
+                   for first, chunk_id in zip(starts, chunk_ids(batch_id, len(starts)), strict=True)]
+    write_groups(conn, groups, tally)
+    claims.done(conn, [batch_id for batch_id, _entries in found])
     return []
 
 
 def write_ranking_events(conn: Any, items: list[tuple[ranking.RankingEvent, str]],
                          tally: throughput.Tally) -> list[Refusal]:
-    """One script call per message, all in one pipeline; a message whose board exists with other
-    settings is refused there (nothing written for it)."""
-    results = ranking.write_events(conn, [([event], message_id) for event, message_id in items], tally)
-    return [(index, result) for index, result in enumerate(results) if isinstance(result, InvalidInput)]
+    """The messages' events claimed for a batch and applied as one (``claims``), with any earlier
+    batch a message was claimed by: a call per board and EVENTS_PER_CALL events, each under its
+    own id made from the batch id. A message whose board exists with other settings is refused
+    (nothing written for it)."""
+    found, applied_before = claims.batches(conn, "ranking", [(message_id, ranking.event_entry(event))
+                                                             for event, message_id in items])
+    tally.add(0, applied_before)
+    calls: list[tuple[list[ranking.RankingEvent], str | None]] = []
+    senders: list[list[str]] = []  # the message ids of each call's events
+    for batch_id, entries in found:
+        per_call: dict[tuple[int, ranking.Board], list[tuple[str, ranking.RankingEvent]]] = {}
+        for n, (message_id, item) in enumerate(entries):
+            event = ranking.event_from_entry(item)
+            per_call.setdefault((n // ranking.EVENTS_PER_CALL, event.board), []).append((message_id, event))
+        for call, call_id in zip(per_call.values(), chunk_ids(batch_id, len(per_call)), strict=True):
+            calls.append(([event for _m, event in call], call_id))
+            senders.append([message_id for message_id, _e in call])
+    results = ranking.write_events(conn, calls, tally)
+    claims.done(conn, [batch_id for batch_id, _entries in found])
+    refused = {message_id: result for ids, result in zip(senders, results, strict=True)
+               if isinstance(result, InvalidInput) for message_id in ids}
+    return [(index, refused[message_id]) for index, (_event, message_id) in enumerate(items) if message_id in refused]
 
 
 KINDS = {

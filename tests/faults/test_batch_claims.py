@@ -1,0 +1,141 @@
+"""Per-event messages applied by the worker in batches (``worker.claims``): a batch costs what a
+``record_visits`` chunk costs, and each message still counts exactly once whatever happens to
+the worker between claiming a batch and applying it, and however its messages come back."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from counters_tasks import ranking, refusals, throughput, visits
+from counters_tasks.store import keys
+from counters_tasks.worker import batching, claims
+from counters_tasks.worker.batches import FAILED, SimpleRequest
+from tests.support.servers import dump_all, is_cluster_run
+from tests.support.visit_model import model_of, random_visits
+
+pytestmark = pytest.mark.cluster
+
+VISIT_TASK, RANKING_TASK = "counters_tasks.record_visit", "counters_tasks.incr_ranking"
+
+
+def visit_requests(batch: list[dict], first: int = 0) -> list[SimpleRequest]:
+    return [SimpleRequest(f"v{first + n}", VISIT_TASK, [v["ip"], v["path"], v.get("session_id"), v["ts"]], {})
+            for n, v in enumerate(batch)]
+
+
+def visit_items(batch: list[dict], first: int = 0) -> list[tuple[visits.Visit, str]]:
+    return [(visits.prepare_visit(v["ip"], v["path"], v.get("session_id"), v["ts"]), f"v{first + n}")
+            for n, v in enumerate(batch)]
+
+
+def commands(conn) -> int:
+    return sum(v["calls"] for k, v in conn.info("commandstats").items()
+               if not k.startswith(("cmdstat_info", "cmdstat_config")))
+
+
+@pytest.mark.skipif(is_cluster_run(), reason="commandstats of one server")
+def test_a_worker_batch_of_per_visit_messages_costs_about_a_record_visits_chunk(raw_conn):
+    """Issue 21: one ``record_visit`` and one ``incr_ranking`` message a visit cost 84-86 Redis
+    commands a visit, each message applied under its own markers; the goal is 20 at most."""
+    batch = random_visits(200, seed=21)
+    now = time.time()
+    events = [SimpleRequest(f"r{n}", RANKING_TASK, ["posts", f"/post/{n % 40}"], {"ts": now}) for n in range(200)]
+    raw_conn.config_resetstat()
+    assert batching.apply_batch(raw_conn, "record_visit", visit_requests(batch))["applied"] == 200
+    assert batching.apply_batch(raw_conn, "incr_ranking", events)["applied"] == 200
+    used = commands(raw_conn) / len(batch)
+    print(f"\n[claims] a worker batch of 200 visits + 200 ranking events: {used:.1f} Redis commands a visit")
+    assert used <= 20
+    assert model_of(batch).mismatches(raw_conn) == []
+    assert ranking.Ranking(raw_conn, "posts").top(0, 3, withscores=True, now=now) == [
+        ("/post/0", 5), ("/post/1", 5), ("/post/10", 5)]
+    assert not list(raw_conn.scan_iter(match=b"*journal*"))  # applied in full: the journals are gone
+
+
+def killed_after(monkeypatch, calls: int) -> None:
+    """The next batch's apply dies (as a SIGKILLed worker) after its first ``calls`` commands
+    reached Redis: the rest of its pipeline is never sent."""
+    real = visits.execute_in_order
+
+    def dying(conn, *stages):
+        pipe = conn.pipeline(transaction=False)
+        for stage in stages:
+            stage(pipe)
+        pipe.command_stack = pipe.command_stack[:calls]
+        pipe.execute()
+        monkeypatch.setattr(visits, "execute_in_order", real)
+        raise SystemExit("killed")
+
+    monkeypatch.setattr(visits, "execute_in_order", dying)
+
+
+@pytest.mark.skipif(is_cluster_run(), reason="a pipeline of one server cut by hand")
+@pytest.mark.parametrize("calls", [0, 1, 5, 12])
+def test_a_batch_killed_half_way_is_finished_by_any_of_its_messages_coming_back(raw_conn, monkeypatch, calls):
+    batch = random_visits(60, seed=22, paths=25)
+    visits.record_visits(raw_conn, random_visits(5, seed=1), message_id="warm")  # the scripts loaded
+    raw_conn.flushdb()
+    tally = throughput.Tally()
+    killed_after(monkeypatch, calls)
+    with pytest.raises(SystemExit):
+        batching.write_visits(raw_conn, visit_items(batch[:40]), tally)
+    assert list(raw_conn.scan_iter(match=b"*journal*"))  # the claimed batch waits in its journal
+    # its messages come back in other batches: two of them with new messages, then all of them
+    batching.write_visits(raw_conn, visit_items(batch[10:12], 10) + visit_items(batch[40:], 40), tally)
+    assert model_of(batch).mismatches(raw_conn) == []
+    assert not list(raw_conn.scan_iter(match=b"*journal*"))
+    for first in range(0, 40, 7):
+        batching.write_visits(raw_conn, visit_items(batch[first:first + 7], first), tally)
+    assert model_of(batch).mismatches(raw_conn) == []
+
+
+def test_messages_applied_before_count_nothing_again(raw_conn):
+    batch = random_visits(30, seed=23)
+    tally = throughput.Tally()
+    batching.write_visits(raw_conn, visit_items(batch), tally)
+    once = dump_all(raw_conn)
+    batching.write_visits(raw_conn, visit_items(batch) + visit_items(batch[:5]), tally)  # twice in one batch too
+    after = dump_all(raw_conn)
+    assert {k: v for k, v in after.items() if b"claim" not in k} == {k: v for k, v in once.items() if b"claim" not in k}
+    assert model_of(batch).mismatches(raw_conn) == []
+
+
+def test_a_message_whose_journal_is_gone_was_applied(raw_conn):
+    """A journal goes only once its batch was applied in full: a claim without one is a message
+    applied (acknowledged, nothing written)."""
+    new, earlier = claims.claim(raw_conn, "visit", [(f"v{n}", ["never read"]) for n in range(3)])
+    assert earlier == [] and sorted(m for _b, entries in new for m, _i in entries) == ["v0", "v1", "v2"]
+    claims.done(raw_conn, [batch_id for batch_id, _entries in new])
+    batching.write_visits(raw_conn, visit_items(random_visits(3, seed=24)), throughput.Tally())
+    assert all(b"claim" in key for key in dump_all(raw_conn))
+
+
+def test_a_ranking_event_of_a_board_with_other_settings_is_refused_alone(raw_conn):
+    now = time.time()
+    ranking.Ranking(raw_conn, "fixed").incr("seed", 1, now=now)  # (24, 1)
+    requests = [SimpleRequest("a", RANKING_TASK, ["fixed", "x"], {"ts": now}),
+                SimpleRequest("b", RANKING_TASK, ["fixed", "y"], {"ts": now, "period_hours": 48}),
+                SimpleRequest("c", RANKING_TASK, ["fresh", "x"], {"ts": now}),
+                SimpleRequest("d", RANKING_TASK, ["fresh", "z"], {"ts": now, "period_hours": 48, "interval_hours": 2})]
+    outcome = batching.apply_batch(raw_conn, "incr_ranking", requests)
+    assert outcome["applied"] == 2 and sorted(outcome[FAILED]) == [1, 3]
+    for _delivery in range(2):  # then redelivered (an acknowledgement lost): nothing written twice
+        assert ranking.Ranking(raw_conn, "fixed").top(withscores=True, now=now) == [("seed", 1), ("x", 1)]
+        assert ranking.Ranking(raw_conn, "fresh").top(withscores=True, now=now) == [("x", 1)]
+        assert refusals.counts(raw_conn)["board_settings"] == 2
+        batching.apply_batch(raw_conn, "incr_ranking", requests)
+
+
+def test_claims_and_journals_share_the_slot_of_their_group(raw_conn):
+    """On one server one claim group; on a cluster CLAIM_GROUPS_CLUSTER, each its own slot."""
+    groups = claims.claim_groups(raw_conn)
+    assert groups == (keys.CLAIM_GROUPS_CLUSTER if is_cluster_run() else 1)
+    new, _earlier = claims.claim(raw_conn, "visit", [(f"id{n}", n) for n in range(64)])
+    assert (len(new) == 1) if groups == 1 else (1 < len(new) <= groups)
+    assert sorted(item for _b, entries in new for _m, item in entries) == list(range(64))
+    for batch_id, entries in new:
+        group = claims.batch_group(batch_id)
+        assert all(keys.claim_group(m, groups) == group for m, _i in entries)
+        assert f"{{m{group}}}" in keys.batch_journal(batch_id, group)
