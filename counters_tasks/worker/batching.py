@@ -63,7 +63,6 @@ def write_visits(conn: Any, items: list[tuple[Visit, str]], tally: throughput.Ta
     at most once, in chunks of CHUNK visits under ids made from the batch id), with any earlier
     batch a message was claimed by; one round trip to claim, one to apply."""
     found, applied_before = claims.batches(conn, "visit", [(message_id, visit_entry(visit)) for visit, message_id in items])
-    tally.add(0, applied_before)
     groups: list[tuple[list[Visit], str | None]] = []
     for batch_id, entries in found:
         visits = [visit_from_entry(item) for _message_id, item in entries]
@@ -72,6 +71,7 @@ def write_visits(conn: Any, items: list[tuple[Visit, str]], tally: throughput.Ta
                    for first, chunk_id in zip(starts, chunk_ids(batch_id, len(starts)), strict=True)]
     write_groups(conn, groups, tally)
     claims.done(conn, [batch_id for batch_id, _entries in found])
+    tally.add(0, applied_before)  # once written: a write tried again counts them once
     return []
 
 
@@ -83,7 +83,6 @@ def write_ranking_events(conn: Any, items: list[tuple[ranking.RankingEvent, str]
     (nothing written for it)."""
     found, applied_before = claims.batches(conn, "ranking", [(message_id, ranking.event_entry(event))
                                                              for event, message_id in items])
-    tally.add(0, applied_before)
     calls: list[tuple[list[ranking.RankingEvent], str | None]] = []
     senders: list[list[str]] = []  # the message ids of each call's events
     for batch_id, entries in found:
@@ -96,6 +95,7 @@ def write_ranking_events(conn: Any, items: list[tuple[ranking.RankingEvent, str]
             senders.append([message_id for message_id, _e in call])
     results = ranking.write_events(conn, calls, tally)
     claims.done(conn, [batch_id for batch_id, _entries in found])
+    tally.add(0, applied_before)  # once written: a write tried again counts them once
     refused = {message_id: result for ids, result in zip(senders, results, strict=True)
                if isinstance(result, InvalidInput) for message_id in ids}
     return [(index, refused[message_id]) for index, (_event, message_id) in enumerate(items) if message_id in refused]
