@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from .core.settings import COUNTER_PRECISIONS, get_settings
+from .core.sites import check_site
 from .core.validation import check_amount, check_event_time, check_int, check_message_id, check_now, check_text
 from .errors import InvalidInput
 from .store import keys
@@ -129,28 +130,34 @@ def write_counters(conn: Any, per_counter: dict[str, Buckets], message_id: str |
         execute_in_order(conn, lambda pipe: queue_counter_writes(conn, pipe, per_counter, message_id))
 
 
-def update_counter(conn: Any, name: str, count: int = 1, now: float | None = None, *, message_id: str | None = None) -> None:
+def update_counter(conn: Any, name: str, count: int = 1, now: float | None = None, *, message_id: str | None = None,
+                   site: str | None = None) -> None:
     """Add ``count`` to counter ``name`` at every precision, atomically, in one round trip.
 
     With ``message_id``, a second call with the same id (a redelivered task) changes nothing.
+    ``site``: the site whose counter it is (a site of ``COUNTERS_SITES``; None: the default one).
     """
     check_text(name, "name")
     check_amount(count, "count")
     now = check_event_time(now, "now")
     check_message_id(message_id)
+    scope = check_site(site)
     buckets: Buckets = {p: {bucket_start(now, p): count} for p in PRECISIONS}
-    write_counters(conn, {name: buckets}, message_id)
+    write_counters(conn, {keys.scoped(scope, name): buckets}, message_id)
 
 
-def get_counter(conn: Any, name: str, precision: int, now: float | None = None) -> list[tuple[int, int]]:
-    """``(bucket_start, total)`` pairs, oldest first, within the retention window, non-zero only."""
+def get_counter(conn: Any, name: str, precision: int, now: float | None = None, *,
+                site: str | None = None) -> list[tuple[int, int]]:
+    """``(bucket_start, total)`` pairs, oldest first, within the retention window, non-zero only.
+    ``site``: as in ``update_counter``."""
     check_text(name, "name")
     check_precision(precision)
     now = check_now(now)
+    scope = check_site(site)
     keys.use(conn)
     cutoff = now - SAMPLE_COUNT * precision
     samples = []
-    for field, total in conn.hgetall(keys.counter_hash(name)).items():
+    for field, total in conn.hgetall(keys.counter_hash(keys.scoped(scope, name))).items():
         p, bucket = bucket_of(field)
         if p == precision and bucket > cutoff and int(total):
             samples.append((bucket, int(total)))
@@ -162,7 +169,7 @@ MAX_SERIES_POINTS = 10_000
 
 
 def get_series(conn: Any, name: str, precision: int, start: float, end: float,
-               now: float | None = None) -> list[tuple[int, int]]:
+               now: float | None = None, *, site: str | None = None) -> list[tuple[int, int]]:
     """Every bucket of ``precision`` from the one holding ``start`` to the one holding ``end``,
     as ``(bucket_start, total)`` oldest first, 0 where there is no data (like RedisTimeSeries's
     ``EMPTY``): what a chart needs. Clipped to the retention window of ``now`` (the buckets
@@ -184,7 +191,7 @@ def get_series(conn: Any, name: str, precision: int, start: float, end: float,
     points = (last - first) // precision + 1
     if points > MAX_SERIES_POINTS:
         raise InvalidInput(f"the range holds {points} buckets of {precision}s; at most {MAX_SERIES_POINTS}")
-    found = dict(get_counter(conn, name, precision, now))
+    found = dict(get_counter(conn, name, precision, now, site=site))
     return [(b, found.get(b, 0)) for b in range(first, last + 1, precision)]
 
 
@@ -198,32 +205,39 @@ def _precision_args() -> list[int]:
     return [SAMPLE_COUNT, *PRECISIONS]
 
 
-def group_names(conn: Any, group: str) -> list[str]:
-    """The counters of one tag group that hold samples, sorted (one ZRANGE of its due index)."""
+def group_names(conn: Any, group: str, site: str = "") -> list[str]:
+    """The counters of site ``site`` (a scope) in one tag group that hold samples, sorted (one
+    ZRANGE of each of its due ZSETs). Every site's counters share the groups, so the cleaner's
+    pass costs the same however many sites there are."""
     keys.use(conn)
     pipe = read_pipeline(conn)
     for subset in range(keys.DUE_SUBSETS):
         pipe.zrange(keys.counter_due_subset(group, subset), 0, -1)
-    return sorted(unquote(as_str(member)) for members in pipe.execute() for member in members)
+    names = (keys.unscoped(site, unquote(as_str(member))) for members in pipe.execute() for member in members)
+    return sorted(name for name in names if name is not None)
 
 
-def known_counters(conn: Any) -> list[str]:
+def known_counters(conn: Any, *, site: str | None = None) -> list[str]:
     """Names of the counters that hold samples, sorted. A counter leaves when its last sample
     goes: at once when corrections bring it to zero, at the cleaner's next pass when its samples
-    leave the window. Read group by group; ``counter_page`` gives them a page at a time."""
+    leave the window. Read group by group; ``counter_page`` gives them a page at a time.
+    ``site``: whose counters (None: the default site's)."""
+    scope = check_site(site)
     names: list[str] = []
     for group in keys.counter_groups():
-        names += group_names(conn, group)
+        names += group_names(conn, group, scope)
     return sorted(names)
 
 
 MAX_PAGE = 1000
 
 
-def counter_page(conn: Any, cursor: str = "0", limit: int = 100) -> tuple[list[str], str | None]:
+def counter_page(conn: Any, cursor: str = "0", limit: int = 100, *,
+                 site: str | None = None) -> tuple[list[str], str | None]:
     """A page of ``known_counters``: ``(names, next cursor or None at the end)``. Names come
     group by group (sorted within a group); the cursor is ``"<group>.<offset>"`` (start: "0")."""
     check_int(limit, "limit", 1, MAX_PAGE)
+    scope = check_site(site)
     group_index, _, offset_text = str(cursor).partition(".")
     try:
         group_index, offset = int(group_index), int(offset_text or 0)
@@ -234,7 +248,7 @@ def counter_page(conn: Any, cursor: str = "0", limit: int = 100) -> tuple[list[s
         raise InvalidInput(f"cursor must be a cursor from a previous page, got {cursor!r}")
     page: list[str] = []
     while group_index < len(groups) and len(page) < limit:
-        names = group_names(conn, groups[group_index])[offset:]
+        names = group_names(conn, groups[group_index], scope)[offset:]
         taken = names[:limit - len(page)]
         page += taken
         if len(taken) < len(names):

@@ -36,6 +36,7 @@ from redis.exceptions import ResponseError
 
 from . import refusals, throughput
 from .core.settings import get_settings
+from .core.sites import check_site
 from .core.validation import check_amount, check_event_time, check_int, check_message_id, check_now, check_text
 from .errors import BoardSettingsConflict, InvalidInput, MalformedMessage
 from .store import keys, registry
@@ -96,11 +97,13 @@ class Board:
         return slot_of(ts, self.interval_hours)
 
 
-def check_board(name: Any, period_hours: Any = 24, interval_hours: Any = 1) -> Board:
-    """A valid board name and settings (raises InvalidInput; reads and writes nothing)."""
+def check_board(name: Any, period_hours: Any = 24, interval_hours: Any = 1, site: Any = None) -> Board:
+    """A valid board name and settings (raises InvalidInput; reads and writes nothing). The
+    board's ``name`` is scoped to its site (``store.keys.scoped``: the name itself for the
+    default site), which is how its keys and the registry know it."""
     check_text(name, "board")
     period_hours, interval_hours = check_board_settings(period_hours, interval_hours)
-    return Board(name, period_hours, interval_hours)
+    return Board(keys.scoped(check_site(site), name), period_hours, interval_hours)
 
 
 @dataclass(frozen=True)
@@ -126,10 +129,10 @@ def event_from_entry(entry: list[Any]) -> RankingEvent:
 
 
 def prepare_event(board: Any, member: Any, amount: Any = 1, ts: Any = None, period_hours: Any = 24,
-                  interval_hours: Any = 1) -> RankingEvent:
+                  interval_hours: Any = 1, site: Any = None) -> RankingEvent:
     """Validate one event, given as ``incr_ranking`` takes it (raises InvalidInput; writes nothing).
     Whether the board's stored settings agree is known only when it is written (``write_events``)."""
-    target = check_board(board, period_hours, interval_hours)
+    target = check_board(board, period_hours, interval_hours, site)
     check_text(member, "member")
     check_amount(amount, "amount")
     return RankingEvent(target, member, amount, target.slot_of(check_event_time(ts)))
@@ -222,10 +225,12 @@ class Ranking:
     a call with other settings for the same name raises InvalidInput and writes nothing.
     """
 
-    def __init__(self, conn: Any, name: str, period_hours: int = 24, interval_hours: int = 1) -> None:
+    def __init__(self, conn: Any, name: str, period_hours: int = 24, interval_hours: int = 1, *,
+                 site: str | None = None) -> None:
         self.conn = conn
-        self.board = check_board(name, period_hours, interval_hours)
+        self.board = check_board(name, period_hours, interval_hours, site)
         self.name = name
+        self.site = site
         self.period_hours, self.interval_hours = self.board.period_hours, self.board.interval_hours
         self.slots_in_window = self.board.slots_in_window
 
@@ -233,7 +238,7 @@ class Ranking:
         """The board's keys and slot-key parts, made with the deployment's tag key of now (a
         long-lived board object follows a tag key put back after a loss)."""
         keys.use(self.conn)
-        return _board_keys(self.name)
+        return _board_keys(self.board.name)
 
     def __repr__(self) -> str:
         return f"Ranking({self.name!r}, period_hours={self.period_hours}, interval_hours={self.interval_hours})"
@@ -304,7 +309,7 @@ class Ranking:
             if reply == -1:
                 raise settings_mismatch(self.conn, self.board)
             if reply == BUSY:
-                finish_maintenance(self.conn, self.name)
+                finish_maintenance(self.conn, self.board.name)
             elif reply == -2:  # a slot hash expired under its safety-net TTL: recover, then read again
                 self.rebuild()
             elif int(reply[0]) == 3 and may_rotate and not rotated:  # beat is late: do its work, read again
@@ -365,18 +370,18 @@ class Ranking:
         never written is left alone (nothing is written).
         """
         now = check_now(now)
-        return _rotate(self.conn, self.name, self.slot_of(now), self.period_hours, self.interval_hours)
+        return _rotate(self.conn, self.board.name, self.slot_of(now), self.period_hours, self.interval_hours)
 
     def rebuild(self) -> int:
         """Recompute the totals from the live slot hashes (recovery); returns the members listed."""
-        return rebuild(self.conn, self.name)
+        return _rebuild(self.conn, self.board.name)
 
     def stats(self) -> dict[str, int | None]:
         """Operator figures: late events ignored, watermark and rotation slots, rebuilds, sizes."""
         pipe = self.conn.pipeline(transaction=False)
-        pipe.hmget(keys.ranking_meta(self.name), "period", "interval", "wm", "rot", "late", "rebuilds")
-        pipe.zcard(keys.ranking_slots(self.name))
-        pipe.zcard(keys.ranking_top(self.name))
+        pipe.hmget(keys.ranking_meta(self.board.name), "period", "interval", "wm", "rot", "late", "rebuilds")
+        pipe.zcard(keys.ranking_slots(self.board.name))
+        pipe.zcard(keys.ranking_top(self.board.name))
         (period, interval, wm, rot, late, rebuilds), slots, members = pipe.execute()
         if period is not None and (int(period), int(interval)) != (self.period_hours, self.interval_hours):
             raise settings_mismatch(self.conn, self.board)
@@ -419,7 +424,7 @@ def _rotate(conn: Any, name: str, now_slot: int, period_hours: int | str = "", i
             if rebuilt:
                 raise RuntimeError(f"ranking {name!r}: slots lost during rebuild")
             dropped += int(reply[1])
-            rebuild(conn, name)
+            _rebuild(conn, name)
             rebuilt = True
             continue
         dropped += int(reply[0])
@@ -434,14 +439,20 @@ def _work_keys(name: str) -> tuple[list[str], tuple[str, str]]:
     return [*board, keys.ranking_rebuild_top(name, tag=tag), keys.ranking_rebuild_done(name, tag=tag)], parts
 
 
-def rebuild(conn: Any, name: str) -> int:
+def rebuild(conn: Any, name: str, *, site: str | None = None) -> int:
     """Recompute board ``name``'s totals from its live slot hashes; returns the members listed.
 
     For recovery (e.g. after a slot hash expired under its safety-net TTL, or a manual repair).
     In bounded steps (REBUILD_BUDGET slot reads each), so Redis serves other clients in between;
-    meanwhile the board's writes, reads and rotations finish the rebuild first.
+    meanwhile the board's writes, reads and rotations finish the rebuild first. ``site``: whose
+    board (None: the default site's).
     """
     check_text(name, "board")
+    return _rebuild(conn, keys.scoped(check_site(site), name))
+
+
+def _rebuild(conn: Any, name: str) -> int:
+    """``rebuild`` of the board of scoped name ``name``."""
     keys.use(conn, write=True)
     board, parts = _work_keys(name)
     while True:
@@ -450,12 +461,18 @@ def rebuild(conn: Any, name: str) -> int:
             return int(listed)
 
 
-def delete_board(conn: Any, name: str) -> bool:
-    """Delete board ``name`` and every key of it, in bounded steps; False when there was none.
+def delete_board(conn: Any, name: str, *, site: str | None = None) -> bool:
+    """Delete board ``name`` (of ``site``; None: the default site) and every key of it, in
+    bounded steps; False when there was none.
 
     Its writes, reads and rotations meanwhile finish the deletion first; a write after it starts
     a new board (with the settings it is given)."""
     check_text(name, "board")
+    return _delete_board(conn, keys.scoped(check_site(site), name))
+
+
+def _delete_board(conn: Any, name: str) -> bool:
+    """``delete_board`` of the board of scoped name ``name``."""
     keys.use(conn, write=True)
     existed = bool(conn.exists(keys.ranking_meta(name)))
     board, parts = _work_keys(name)
@@ -472,9 +489,9 @@ def finish_maintenance(conn: Any, name: str) -> None:
     """Finish a rebuild or deletion of board ``name`` that another client started (or left)."""
     deleting, rebuilding = conn.hmget(keys.ranking_meta(name), "del", "rb")
     if deleting is not None:
-        delete_board(conn, name)
+        _delete_board(conn, name)
     elif rebuilding is not None:
-        rebuild(conn, name)
+        _rebuild(conn, name)
 
 
 def board_settings(conn: Any, name: str) -> tuple[int, int] | None:
@@ -484,9 +501,12 @@ def board_settings(conn: Any, name: str) -> tuple[int, int] | None:
     return None if period is None else (int(period), int(interval))
 
 
-def known_boards(conn: Any) -> list[str]:
-    """Names of every board ever written, sorted (from the registry, never KEYS or SCAN)."""
-    return registry.all_names(conn, keys.board_registries())
+def known_boards(conn: Any, *, site: str | None = None) -> list[str]:
+    """Names of every board of ``site`` (None: the default site) ever written, sorted (from the
+    registry, never KEYS or SCAN)."""
+    scope = check_site(site)
+    names = (keys.unscoped(scope, name) for name in registry.all_names(conn, keys.board_registries()))
+    return sorted(name for name in names if name is not None)
 
 
 def idle_for(period_hours: int) -> float | None:
@@ -515,7 +535,7 @@ def rotate_all(conn: Any, now: float | None = None) -> int:
             written = None if last_write is None else (int(last_write) + 1) * int(interval) * 3600  # end of that slot
             if idle is not None and written is not None and written < now - idle:
                 log.info("ranking %r has had no write for %.0f days: deleted", name, (now - written) / 86400)
-                delete_board(conn, name)
+                _delete_board(conn, name)
                 continue
             try:
                 dropped += _rotate(conn, name, slot_of(now, int(interval)))
@@ -529,7 +549,7 @@ def rotate_all(conn: Any, now: float | None = None) -> int:
     return dropped
 
 
-RANKING_EVENT_FIELDS = frozenset({"board", "member", "amount", "ts", "period_hours", "interval_hours"})
+RANKING_EVENT_FIELDS = frozenset({"board", "member", "amount", "ts", "period_hours", "interval_hours", "site"})
 EVENTS_PER_CALL = 100
 """Ranking events per Lua call of a batch, so no call runs long: a slot hash of up to 512 members
 is a listpack (Redis 7's default ``hash-max-listpack-entries``), where each member's lookup scans

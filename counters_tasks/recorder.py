@@ -36,7 +36,7 @@ from typing import Any
 from . import tasks  # noqa: F401  (registers the tasks an eager recorder applies)
 from .app import app as default_app
 from .core.privacy import masked_reprs
-from .core.settings import get_settings
+from .core.settings import DEFAULT_SITE, get_settings
 from .ranking import prepare_event
 from .visits import check_visit
 from .worker.batches import WorkerBatches
@@ -95,25 +95,31 @@ class VisitRecorder:
         """The Celery app batches are sent with (``counters_tasks.app`` unless one was given)."""
         return self._app if self._app is not None else default_app
 
-    def record(self, ip: str, path: str, session_id: str | None = None, ts: float | None = None) -> None:
-        """Queue one visit (validated now: bad input raises InvalidInput here, not in a worker)."""
+    def record(self, ip: str, path: str, session_id: str | None = None, ts: float | None = None,
+               site: str | None = None) -> None:
+        """Queue one visit (validated now: bad input raises InvalidInput here, not in a worker).
+        ``site``: a site of ``COUNTERS_SITES`` (None: the default site)."""
         if ts is None:
             ts = time.time()
-        check_visit(ip, path, session_id, ts)
+        check_visit(ip, path, session_id, ts, site)
         visit: dict[str, Any] = {"ip": ip, "path": path, "ts": ts}
         if session_id is not None:
             visit["session_id"] = session_id
+        if site is not None and site != DEFAULT_SITE:
+            visit["site"] = site
         self._add(VISITS_TASK, visit)
 
     def incr_ranking(self, board: str, member: str, amount: int = 1, ts: float | None = None,
-                     period_hours: int = 24, interval_hours: int = 1) -> None:
+                     period_hours: int = 24, interval_hours: int = 1, site: str | None = None) -> None:
         """Queue one ranking event (as ``incr_ranking`` would apply it), validated now."""
         if ts is None:
             ts = time.time()
-        prepare_event(board, member, amount, ts, period_hours, interval_hours)
+        prepare_event(board, member, amount, ts, period_hours, interval_hours, site)
         event: dict[str, Any] = {"board": board, "member": member, "amount": amount, "ts": ts}
         if (period_hours, interval_hours) != (24, 1):
             event.update(period_hours=period_hours, interval_hours=interval_hours)
+        if site is not None and site != DEFAULT_SITE:
+            event["site"] = site
         self._add(RANKINGS_TASK, event)
 
     def skipped(self, route: str, reason: str, count: int = 1) -> None:

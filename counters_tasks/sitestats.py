@@ -41,6 +41,7 @@ from . import refusals
 from .core import days
 from .core.days import local_day
 from .core.settings import get_settings
+from .core.sites import check_site, zone_of
 from .core.validation import (
     check_day,
     check_day_range,
@@ -70,6 +71,7 @@ class SiteView:
     visitor: str
     path: str
     day: date
+    site: str = ""  # the scope of the view's site (core.sites): "" for the default site
 
 
 normalize_ip = check_ip
@@ -94,10 +96,10 @@ def _visitor_id(secret: str, ip: str) -> str:
     return str(int.from_bytes(mac[:8], "big", signed=True))
 
 
-def visitors_expire_at(day: date) -> int:
+def visitors_expire_at(day: date, site: str = "") -> int:
     """The day-based end of a day's visitor sets: its end plus COUNTERS_DAY_GRACE_DAYS. A day
     first written later (a back-fill) keeps them that long after its first write instead."""
-    return days.kept_until(day, get_settings().day_grace_days)
+    return days.kept_until(day, get_settings().day_grace_days, zone_of(site))
 
 
 def totals_days() -> int:
@@ -106,31 +108,34 @@ def totals_days() -> int:
     return max(settings.day_totals_days, settings.day_grace_days)
 
 
-def totals_expire_at(day: date) -> int:
+def totals_expire_at(day: date, site: str = "") -> int:
     """The day-based end of a day's PV/UV totals: COUNTERS_DAY_TOTALS_DAYS after its end, or
     that long after its latest write when later."""
-    return days.kept_until(day, totals_days())
+    return days.kept_until(day, totals_days(), zone_of(site))
 
 
-def check_view(ip: Any, path: Any, now: Any = None) -> tuple[str, str, date]:
+def check_view(ip: Any, path: Any, now: Any = None, site: Any = None) -> tuple[str, str, date]:
     """Validate one page view without making its visitor id (so without COUNTERS_SECRET: what a
-    web process needs): the canonical IP, the normalized path and the local day. Any past day
-    is accepted (a day's fate, open or closed, is decided by Redis when the view is written)."""
+    web process needs): the canonical IP, the normalized path and the site's local day. Any past
+    day is accepted (a day's fate, open or closed, is decided by Redis when the view is written)."""
     clean_path = check_path(path)
     clean_ip = check_ip(ip)
-    return clean_ip, clean_path, local_day(check_event_time(now, "now"))
+    scope = check_site(site)
+    return clean_ip, clean_path, local_day(check_event_time(now, "now"), zone_of(scope))
 
 
-def prepare_view(ip: Any, path: Any, now: Any = None) -> SiteView:
+def prepare_view(ip: Any, path: Any, now: Any = None, site: Any = None) -> SiteView:
     """Validate one page view (raises InvalidInput; writes nothing), with its visitor id."""
-    return view_on(ip, path, local_day(check_event_time(now, "now")))
+    scope = check_site(site)
+    return view_on(ip, path, local_day(check_event_time(now, "now"), zone_of(scope)), scope)
 
 
-def view_on(ip: Any, path: Any, day: date) -> SiteView:
-    """One page view on ``day`` (the local day of a time already checked: a caller that also
-    needs the day computes it once), its path and IP validated (raises InvalidInput)."""
+def view_on(ip: Any, path: Any, day: date, site: str = "") -> SiteView:
+    """One page view on ``day`` of site ``site`` (a checked scope; ``day`` the site's local day of
+    a time already checked: a caller that also needs the day computes it once), its path and IP
+    validated (raises InvalidInput)."""
     clean_path = check_path(path)
-    return SiteView(visitor_id(ip), clean_path, day)
+    return SiteView(visitor_id(ip), clean_path, day, site)
 
 
 def queue_views(conn: Any, pipe: Any, views: Iterable[SiteView], message_id: str | None) -> list[tuple[date, int]]:
@@ -144,25 +149,27 @@ def queue_views(conn: Any, pipe: Any, views: Iterable[SiteView], message_id: str
     settings = get_settings()
     mode = settings.uv_mode
     ttl = settings.dedupe_ttl if message_id is not None else 0
-    by_day: dict[date, list[SiteView]] = defaultdict(list)
-    by_shard: dict[int, list[str]] = defaultdict(list)
+    by_day: dict[tuple[str, date], list[SiteView]] = defaultdict(list)
+    by_shard: dict[tuple[str, int], list[str]] = defaultdict(list)
     by_group: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     for view in views:
-        by_day[view.day].append(view)
-        by_shard[keys.site_shard_of(view.visitor)].append(view.visitor)
-        by_group[keys.path_tag(view.path)][view.path].append(view.visitor)
+        by_day[view.site, view.day].append(view)
+        by_shard[view.site, keys.site_shard_of(view.visitor)].append(view.visitor)
+        name = keys.scoped(view.site, view.path)
+        by_group[keys.path_tag(name)][name].append(view.visitor)
 
-    day_calls = [(day, part, part_id) for day, day_views in by_day.items()
+    day_calls = [(site, day, part, part_id) for (site, day), day_views in by_day.items()
                  for part, part_id in zip(*_parts(day_views, message_id), strict=True)]
-    for day, day_views, part_id in day_calls:
-        tag = keys.site_day_tag(day)
-        script_keys = [keys.site_day_totals(day, tag=tag), keys.site_day_visitors(day, mode, tag=tag),
-                       keys.site_day_range_hll(day, tag=tag), keys.site_day_pages(day, tag=tag),
-                       keys.site_day_pairs(day, tag=tag)]
+    for site, day, day_views, part_id in day_calls:
+        tag = keys.site_day_tag(day, site)
+        script_keys = [keys.site_day_totals(day, tag=tag, site=site), keys.site_day_visitors(day, mode, tag=tag, site=site),
+                       keys.site_day_range_hll(day, tag=tag, site=site), keys.site_day_pages(day, tag=tag, site=site),
+                       keys.site_day_pairs(day, tag=tag, site=site)]
         if ttl:
             script_keys.append(keys.site_seen(part_id, tag=tag))
-        args: list[Any] = [ttl, mode, visitors_expire_at(day), days.kept_from_now(settings.day_grace_days),
-                           totals_expire_at(day), days.kept_from_now(totals_days()), settings.max_day_paths, len(day_views)]
+        args: list[Any] = [ttl, mode, visitors_expire_at(day, site), days.kept_from_now(settings.day_grace_days),
+                           totals_expire_at(day, site), days.kept_from_now(totals_days()), settings.max_day_paths,
+                           len(day_views)]
         args += [view.visitor for view in day_views]
         per_path: dict[str, list[str]] = defaultdict(list)
         for view in day_views:
@@ -171,10 +178,10 @@ def queue_views(conn: Any, pipe: Any, views: Iterable[SiteView], message_id: str
         for path, ids in per_path.items():
             args += [path, keys.path_digest(path), len(ids), *ids]
         run_script(conn, "site_day", script_keys, args, client=pipe)
-    for shard, ids in by_shard.items():
-        script_keys = [keys.site_all_totals(shard), keys.site_all_visitors(shard, mode)]
+    for (site, shard), ids in by_shard.items():
+        script_keys = [keys.site_all_totals(shard, site), keys.site_all_visitors(shard, mode, site)]
         if ttl:
-            script_keys.append(keys.site_seen(message_id, tag=keys.site_shard_tag(shard)))
+            script_keys.append(keys.site_seen(message_id, tag=keys.site_shard_tag(shard, site)))
         run_script(conn, "site_all", script_keys, [ttl, mode, len(ids), *ids], client=pipe)
     kept = settings.path_keep_days * days.DAY
     for tag, per_path in by_group.items():
@@ -188,7 +195,7 @@ def queue_views(conn: Any, pipe: Any, views: Iterable[SiteView], message_id: str
         if ttl:
             script_keys.append(keys.path_seen(message_id, tag=tag))
         run_script(conn, "path_all", script_keys, args, client=pipe)
-    return [(day, len(day_views)) for day, day_views, _id in day_calls]
+    return [(day, len(day_views)) for _site, day, day_views, _id in day_calls]
 
 
 DAY_VIEWS_PER_CALL = 150
@@ -230,16 +237,18 @@ def applied_views(calls: Iterable[tuple[date, int]], replies: Iterable[Any]) -> 
     return applied, duplicates
 
 
-def record_visit(conn: Any, ip: str, path: str, now: float | None = None, *, message_id: str | None = None) -> None:
+def record_visit(conn: Any, ip: str, path: str, now: float | None = None, *, message_id: str | None = None,
+                 site: str | None = None) -> None:
     """One page view of ``path`` by visitor ``ip``: site and path, all-time and per-day PV/UV.
 
     Atomic per slot, one round trip; with ``message_id`` a redelivered message changes nothing.
     Any past day is accepted: a day never counted is opened by its first view and is then
     exact. A view of a closed day (one counted before, whose visitor sets expired) counts in PV
     and the all-time figures but not in that day's UV, and is reported as ``closed_day``.
+    ``site``: a site of ``COUNTERS_SITES`` (None: the default site); its day is in its zone.
     """
     check_message_id(message_id)
-    view = prepare_view(ip, path, now)
+    view = prepare_view(ip, path, now, site)
     [replies] = execute_in_order(conn, lambda pipe: queue_views(conn, pipe, [view], message_id))
     refusals.record_partial(conn, "record_visit", message_id, closed_views(replies[:1]))
 
@@ -263,26 +272,29 @@ def _page_value(value: Any) -> tuple[int, int, str]:
     return int(pv), int(uv), sketch
 
 
-def site_visit_info(conn: Any, day: date | None = None, path: str | None = None) -> SiteCount:
+def site_visit_info(conn: Any, day: date | None = None, path: str | None = None, *,
+                    site: str | None = None) -> SiteCount:
     """PV and UV of the site (``path`` None) or a path, on a local ``day`` or all time (None).
+    ``site``: which site (None: the default one; its days are in its own zone).
 
     A path's figures of a day are 0 when the path was not among the day's first
     COUNTERS_MAX_DAY_PATHS paths (its views count under ``OTHER``, see ``top_pages``)."""
+    scope = check_site(site)
     keys.use(conn)
     if day is not None:
         check_day(day)
     if path is not None:
         path = normalize_path(path)
     if path is not None and day is not None:
-        return SiteCount(day, *_page_figures(conn.hget(keys.site_day_pages(day), path)))
+        return SiteCount(day, *_page_figures(conn.hget(keys.site_day_pages(day, site=scope), path)))
     if path is not None:
-        pairs = [conn.hmget(keys.path_totals(path), "pv", "uv")]
+        pairs = [conn.hmget(keys.path_totals(keys.scoped(scope, path)), "pv", "uv")]
     elif day is not None:
-        pairs = [conn.hmget(keys.site_day_totals(day), "pv", "uv")]
+        pairs = [conn.hmget(keys.site_day_totals(day, site=scope), "pv", "uv")]
     else:
         pipe = read_pipeline(conn)
         for shard in range(keys.SITE_SHARDS):
-            pipe.hmget(keys.site_all_totals(shard), "pv", "uv")
+            pipe.hmget(keys.site_all_totals(shard, scope), "pv", "uv")
         pairs = pipe.execute()
     pv = sum(int(p or 0) for p, _ in pairs)
     uv = sum(int(u or 0) for _, u in pairs)
@@ -303,7 +315,8 @@ class SiteRange(NamedTuple):
     days: list[SiteCount]
 
 
-def site_visit_range(conn: Any, start: date, end: date, path: str | None = None) -> SiteRange:
+def site_visit_range(conn: Any, start: date, end: date, path: str | None = None, *,
+                     site: str | None = None) -> SiteRange:
     """PV and UV of the site (or ``path``) over the local days ``start``..``end`` (at most 400).
 
     PV is the sum of the days. UV of one day is that day's figure (exact in the default mode);
@@ -312,8 +325,10 @@ def site_visit_range(conn: Any, start: date, end: date, path: str | None = None)
     the union of its days' sketches (``store.page_sketch``, kept in the day's pages HASH): exact
     while each day of the range had at most 42 visitors of the path, else estimated
     (``uv_approximate``, 6.5% standard error). A day counted before sketches were kept (before
-    0.5) adds its own UV as a floor, and the figure is marked approximate.
+    0.5) adds its own UV as a floor, and the figure is marked approximate. ``site``: as in
+    ``site_visit_info``.
     """
+    scope = check_site(site)
     keys.use(conn)
     check_day_range(start, end)
     if path is not None:
@@ -322,9 +337,9 @@ def site_visit_range(conn: Any, start: date, end: date, path: str | None = None)
     pipe = read_pipeline(conn)
     for day in span:
         if path is not None:
-            pipe.hget(keys.site_day_pages(day), path)
+            pipe.hget(keys.site_day_pages(day, site=scope), path)
         else:
-            pipe.hmget(keys.site_day_totals(day), "pv", "uv")
+            pipe.hmget(keys.site_day_totals(day, site=scope), "pv", "uv")
     replies = pipe.execute()
     if path is not None:
         per_day = [SiteCount(day, *_page_figures(value)) for day, value in zip(span, replies, strict=True)]
@@ -338,9 +353,9 @@ def site_visit_range(conn: Any, start: date, end: date, path: str | None = None)
         uv, approximate = _path_range_uv(per_day, replies)
         return SiteRange(start, end, path, pv, uv, approximate, per_day)
     if not is_cluster(conn):
-        uv = int(conn.pfcount(*(keys.site_day_range_hll(day) for day in span)))
+        uv = int(conn.pfcount(*(keys.site_day_range_hll(day, site=scope) for day in span)))
     else:  # one slot per day: merge the HLLs here, read-only
-        uv = union_count(conn.execute_command("GET", keys.site_day_range_hll(day), **{NEVER_DECODE: True})
+        uv = union_count(conn.execute_command("GET", keys.site_day_range_hll(day, site=scope), **{NEVER_DECODE: True})
                          for day in span)
     return SiteRange(start, end, path, pv, uv, True, per_day)
 
@@ -361,17 +376,18 @@ PAGES_PER_CALL = 1000
 """Fields one HSCAN call of ``top_pages`` asks for, so no read runs long."""
 
 
-def top_pages(conn: Any, start: date, end: date, limit: int = 10) -> list[tuple[str, int]]:
+def top_pages(conn: Any, start: date, end: date, limit: int = 10, *, site: str | None = None) -> list[tuple[str, int]]:
     """``(path, page views)`` over the local days ``start``..``end``, most viewed first, ties by
     path. Exact: each day's pages HASH (one slot per day, at most COUNTERS_MAX_DAY_PATHS paths
     plus ``OTHER``) is read in HSCAN pages and summed here, so the work is bounded by the days
-    and that cap, never by the paths ever seen."""
+    and that cap, never by the paths ever seen. ``site``: as in ``site_visit_info``."""
+    scope = check_site(site)
     keys.use(conn)
     check_day_range(start, end)
     check_int(limit, "limit", 1, 10_000)
     totals: Counter[str] = Counter()
     for day in days.days_between(start, end):
-        for field, value in conn.hscan_iter(keys.site_day_pages(day), count=PAGES_PER_CALL):
+        for field, value in conn.hscan_iter(keys.site_day_pages(day, site=scope), count=PAGES_PER_CALL):
             totals[as_str(field) or OTHER] += _page_figures(value)[0]
     ranked = sorted(((p, n) for p, n in totals.items() if n > 0), key=lambda item: (-item[1], item[0]))
     return ranked[:limit]

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import refusals
-from .core.pageviews import APP, REASONS
+from .core.pageviews import APP, HOST, REASONS
 from .core.validation import check_int, check_message_id
 from .errors import InvalidInput
 from .store import keys
@@ -29,7 +29,7 @@ ROUTES = (MIDDLEWARE, IMPORT)
 IMPORT_REASONS = ("blank", "malformed", "already_imported")
 """The importer's reasons besides the page view rule's."""
 
-KNOWN_REASONS = frozenset((*REASONS, APP, *IMPORT_REASONS))
+KNOWN_REASONS = frozenset((*REASONS, APP, HOST, *IMPORT_REASONS))
 
 MAX_REASONS = 64
 """Most (route, reason) entries one message carries."""

@@ -101,8 +101,9 @@ class MaintenanceTask(Task):
 
 @app.task(name="counters_tasks.update_counter", base=CountingTask, bind=True)
 @counting
-def update_counter(self: CountingTask, name: str, count: int = 1, ts: float | None = None) -> None:
-    counters.update_counter(get_redis(), name, count, ts, message_id=self.message_id)
+def update_counter(self: CountingTask, name: str, count: int = 1, ts: float | None = None,
+                   site: str | None = None) -> None:
+    counters.update_counter(get_redis(), name, count, ts, message_id=self.message_id, site=site)
 
 
 @app.task(name="counters_tasks.clean_counters", base=MaintenanceTask, bind=True)
@@ -114,7 +115,7 @@ def clean_counters(self: MaintenanceTask) -> Any:
 @app.task(name="counters_tasks.incr_ranking", base=WorkerBatches, bind=True)
 def incr_ranking(self: WorkerBatches, requests: list[Any]) -> dict[str, Any]:
     """Called as ``incr_ranking.delay(board, member, amount=1, ts=None, period_hours=24,
-    interval_hours=1)``; the worker applies such messages in batches (``worker.batches``, ``batching``)."""
+    interval_hours=1, site=None)``; the worker applies such messages in batches (``worker.batches``, ``batching``)."""
     return batching.apply_batch(get_redis(), "incr_ranking", requests, give_up=set_aside_request)
 
 
@@ -135,7 +136,7 @@ def rotate_rankings(self: MaintenanceTask) -> Any:
 
 @app.task(name="counters_tasks.record_visit", base=WorkerBatches, bind=True)
 def record_visit(self: WorkerBatches, requests: list[Any]) -> dict[str, Any]:
-    """Called as ``record_visit.delay(ip, path, session_id=None, ts=None)``; the worker applies
+    """Called as ``record_visit.delay(ip, path, session_id=None, ts=None, site=None)``; the worker applies
     such messages in batches (``worker.batches``, ``batching``)."""
     return batching.apply_batch(get_redis(), "record_visit", requests, give_up=set_aside_request)
 
@@ -157,8 +158,8 @@ def count_skips(self: CountingTask, items: list[dict[str, Any]]) -> int:
 
 @app.task(name="counters_tasks.count_unique", base=CountingTask, bind=True)
 @counting
-def count_unique(self: CountingTask, session_id: str, ts: float | None = None) -> bool:
-    return uniques.count_visit(get_redis(), session_id, ts, message_id=self.message_id)
+def count_unique(self: CountingTask, session_id: str, ts: float | None = None, site: str | None = None) -> bool:
+    return uniques.count_visit(get_redis(), session_id, ts, message_id=self.message_id, site=site)
 
 
 @app.task(name="counters_tasks.precompute_expected", base=MaintenanceTask, bind=True)

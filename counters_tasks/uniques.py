@@ -15,11 +15,13 @@ from collections import defaultdict
 from collections.abc import Iterable
 from datetime import date, datetime, timedelta
 from typing import Any, NamedTuple
+from zoneinfo import ZoneInfo
 
 from . import refusals
 from .core import days
 from .core.days import local_day
 from .core.settings import get_settings
+from .core.sites import check_site, site_names, zone_of
 from .core.validation import check_day, check_day_range, check_event_time, check_message_id, check_now, check_session_id
 from .store import keys
 from .store.client import as_str, read_pipeline
@@ -69,50 +71,52 @@ def count_days() -> int:
     return max(settings.uniques_count_days, settings.uniques_shard_days)
 
 
-def shards_expire_at(day: date) -> int:
+def shards_expire_at(day: date, site: str = "") -> int:
     """The day-based end of a day's shards: COUNTERS_UNIQUES_SHARD_DAYS after its end. A day
     first written later (a back-fill) keeps them that long after its first write instead."""
-    return days.kept_until(day, shard_days())
+    return days.kept_until(day, shard_days(), zone_of(site))
 
 
-def count_expire_at(day: date) -> int:
+def count_expire_at(day: date, site: str = "") -> int:
     """The day-based end of a day's count: COUNTERS_UNIQUES_COUNT_DAYS after its end, or that
     long after its latest write when later."""
-    return days.kept_until(day, count_days())
+    return days.kept_until(day, count_days(), zone_of(site))
 
 
-def _fix_expected(conn: Any, day: date) -> int:
-    previous = conn.get(keys.uniques_count(day - timedelta(days=1)))
+def _fix_expected(conn: Any, day: date, site: str) -> int:
+    previous = conn.get(keys.uniques_count(day - timedelta(days=1), site=site))
     figure = expected_from_count(int(previous) if previous is not None else None)
-    fixed = int(run_script(conn, "unique_expected", [keys.uniques_expected(day)],
-                           [figure, count_expire_at(day), days.kept_from_now(count_days())]))
-    _remember(day, fixed)
+    fixed = int(run_script(conn, "unique_expected", [keys.uniques_expected(day, site=site)],
+                           [figure, count_expire_at(day, site), days.kept_from_now(count_days())]))
+    _remember(day, site, fixed)
     return fixed
 
 
-def _remember(day: date, figure: int) -> None:
+def _remember(day: date, site: str, figure: int) -> None:
     if len(_expected_cache) > 64:
         _expected_cache.clear()
-    _expected_cache[keys.uniques_expected(day)] = figure
+    _expected_cache[keys.uniques_expected(day, site=site)] = figure
 
 
-def precompute_expected(conn: Any, day: date) -> int:
-    """Fix (first writer wins) and return ``day``'s expected-uniques figure."""
+def precompute_expected(conn: Any, day: date, *, site: str | None = None) -> int:
+    """Fix (first writer wins) and return ``day``'s expected-uniques figure (of ``site``: None
+    for the default site)."""
+    scope = check_site(site)
     keys.use(conn, write=True)
-    return _fix_expected(conn, check_day(day))
+    return _fix_expected(conn, check_day(day), scope)
 
 
-def expected_for(conn: Any, day: date) -> int:
+def expected_for(conn: Any, day: date, site: str = "") -> int:
     """The day's fixed figure: from this process's memory, else Redis, else fixed now."""
     keys.use(conn)
-    cached = _expected_cache.get(keys.uniques_expected(day))
+    cached = _expected_cache.get(keys.uniques_expected(day, site=site))
     if cached is not None:
         return cached
-    stored = conn.get(keys.uniques_expected(day))
+    stored = conn.get(keys.uniques_expected(day, site=site))
     if stored is not None:
-        _remember(day, int(stored))
+        _remember(day, site, int(stored))
         return int(stored)
-    return _fix_expected(conn, day)
+    return _fix_expected(conn, day, site)
 
 
 def forget_expected() -> None:
@@ -120,24 +124,26 @@ def forget_expected() -> None:
     _expected_cache.clear()
 
 
-def queue_ids(conn: Any, pipe: Any, day: date, numbers: Iterable[int], expected: int, message_id: str | None) -> None:
-    """Queue the one script call that adds ``numbers`` to ``day``'s shards laid out for ``expected``."""
+def queue_ids(conn: Any, pipe: Any, day: date, numbers: Iterable[int], expected: int, message_id: str | None,
+              site: str = "") -> None:
+    """Queue the one script call that adds ``numbers`` to ``day``'s shards (of site ``site``, a
+    scope) laid out for ``expected``."""
     keys.use(conn, write=True)
-    tag = keys.uniques_tag(day)
+    tag = keys.uniques_tag(day, site)
     per_shard: dict[int, list[int]] = defaultdict(list)
     for number in numbers:
         per_shard[shard_of(number, expected)].append(number)
-    script_keys = [keys.uniques_expected(day, tag=tag), keys.uniques_count(day, tag=tag),
-                   keys.uniques_open(day, tag=tag), keys.uniques_overflow(day, tag=tag),
-                   keys.uniques_levels(day, tag=tag)]
+    script_keys = [keys.uniques_expected(day, tag=tag, site=site), keys.uniques_count(day, tag=tag, site=site),
+                   keys.uniques_open(day, tag=tag, site=site), keys.uniques_overflow(day, tag=tag, site=site),
+                   keys.uniques_levels(day, tag=tag, site=site)]
     ttl = get_settings().dedupe_ttl if message_id is not None else 0
-    args: list[Any] = [ttl, expected, shards_expire_at(day), days.kept_from_now(shard_days()), count_expire_at(day),
-                       days.kept_from_now(count_days()), len(per_shard)]
+    args: list[Any] = [ttl, expected, shards_expire_at(day, site), days.kept_from_now(shard_days()),
+                       count_expire_at(day, site), days.kept_from_now(count_days()), len(per_shard)]
     for shard, members in sorted(per_shard.items()):
-        script_keys.append(keys.uniques_shard(day, shard, tag=tag))
+        script_keys.append(keys.uniques_shard(day, shard, tag=tag, site=site))
         args += [shard, len(members), *members]
     if ttl:
-        script_keys.append(keys.uniques_seen(day, message_id, tag=tag))
+        script_keys.append(keys.uniques_seen(day, message_id, tag=tag, site=site))
     run_script(conn, "unique_visit", script_keys, args, client=pipe)
 
 
@@ -145,7 +151,8 @@ CLOSED = -1
 """What ``apply_ids`` returns for ids of a closed day (counted nowhere: they cannot be deduplicated)."""
 
 
-def apply_ids(conn: Any, day: date, numbers: list[int], message_id: str | None, reply: Any = None) -> int:
+def apply_ids(conn: Any, day: date, numbers: list[int], message_id: str | None, reply: Any = None,
+              site: str = "") -> int:
     """Add ids to a day, in one script call; ``reply`` is that call's reply when already sent in a
     pipeline. A reply saying the day's figure is not the one used (first use of the day, another
     writer fixed it, or data flushed) makes it re-read or fix the figure and send again.
@@ -155,58 +162,71 @@ def apply_ids(conn: Any, day: date, numbers: list[int], message_id: str | None, 
     """
     for _ in range(3):
         if reply is None:
-            expected = expected_for(conn, day)
+            expected = expected_for(conn, day, site)
             # execute_in_order loads the script on a NOSCRIPT reply (a server that never saw it)
-            [[reply]] = execute_in_order(conn, lambda pipe, e=expected: queue_ids(conn, pipe, day, numbers, e, message_id))
+            [[reply]] = execute_in_order(conn, lambda pipe, e=expected: queue_ids(conn, pipe, day, numbers, e, message_id,
+                                                                                  site))
         result = int(reply)
         if result == -2:
             return CLOSED
         if result != -1:
             return result
-        _expected_cache.pop(keys.uniques_expected(day), None)
+        _expected_cache.pop(keys.uniques_expected(day, site=site), None)
         reply = None
     raise RuntimeError(f"the expected figure of {day.isoformat()} keeps changing")  # pragma: no cover
 
 
-def prepare_id(session_id: Any, now: Any = None) -> tuple[date, int]:
-    """Validate one sighting (raises InvalidInput; writes nothing): its local day and integer id."""
+def prepare_id(session_id: Any, now: Any = None, site: Any = None) -> tuple[date, int]:
+    """Validate one sighting (raises InvalidInput; writes nothing): its site's local day and
+    integer id."""
     number = session_number(session_id)
-    return local_day(check_event_time(now, "now")), number
+    return local_day(check_event_time(now, "now"), zone_of(check_site(site))), number
 
 
-def count_visit(conn: Any, session_id: str, now: float | None = None, *, message_id: str | None = None) -> bool:
+def count_visit(conn: Any, session_id: str, now: float | None = None, *, message_id: str | None = None,
+                site: str | None = None) -> bool:
     """Mark the session as seen on ``now``'s local day; True when it is new for that day.
 
     Any past day is accepted: a day never counted is opened by its first id. A day whose shards
     have expired is closed: the id is not counted (False) and is reported as ``closed_day``.
     With ``message_id``, a second call with the same id (a redelivered task) changes nothing.
+    ``site``: a site of ``COUNTERS_SITES`` (None: the default site); its day is in its zone.
     """
     check_message_id(message_id)
-    day, number = prepare_id(session_id, now)
-    new = apply_ids(conn, day, [number], message_id)
+    scope = check_site(site)
+    day, number = prepare_id(session_id, now, scope)
+    new = apply_ids(conn, day, [number], message_id, site=scope)
     if new == CLOSED:
         refusals.record_partial(conn, "count_unique", message_id, 1)
     return new > 0
 
 
-def unique_visitors(conn: Any, day: date) -> int:
-    """Exact number of distinct session ids seen on ``day``."""
+def unique_visitors(conn: Any, day: date, *, site: str | None = None) -> int:
+    """Exact number of distinct session ids seen on ``day`` (of ``site``: None for the default)."""
+    scope = check_site(site)
     keys.use(conn)
-    value = conn.get(keys.uniques_count(check_day(day)))
+    value = conn.get(keys.uniques_count(check_day(day), site=scope))
     return int(as_str(value)) if value is not None else 0
 
 
 def precompute_due(conn: Any, now: float | None = None) -> dict[str, int]:
     """The beat job (hourly): fix today's figure when missing, and tomorrow's from local 23:00 on.
 
-    Returns the figures fixed (or found), by ISO day.
+    Each site's days are in its own zone, so each site's "23:00" comes at its own hour. Returns
+    the figures fixed (or found), by ISO day, prefixed ``<site>:`` for a site other than the
+    default one.
     """
     now = check_now(now)
-    today = local_day(now)
-    done = {today.isoformat(): precompute_expected(conn, today)}
-    if datetime.fromtimestamp(now, get_settings().zone).hour >= 23:
-        tomorrow = today + timedelta(days=1)
-        done[tomorrow.isoformat()] = precompute_expected(conn, tomorrow)
+    done = {}
+    for name in site_names():
+        scope = check_site(name)
+        zone = zone_of(scope)
+        label = f"{scope}:" if scope else ""
+        today = local_day(now, zone)
+        done[f"{label}{today.isoformat()}"] = precompute_expected(conn, today, site=scope)
+        if datetime.fromtimestamp(now, ZoneInfo(zone)).hour >= 23:
+            tomorrow = today + timedelta(days=1)
+            done[f"{label}{tomorrow.isoformat()}"] = precompute_expected(conn, tomorrow, site=scope)
     return done
 
 
@@ -221,17 +241,17 @@ class UniquesRange(NamedTuple):
     missing_days: list[date]
 
 
-def day_sets(conn: Any, day: date, expected: int) -> list[str]:
+def day_sets(conn: Any, day: date, expected: int, site: str = "") -> list[str]:
     """Every set that may hold ``day``'s ids: its shards, their levels (``unique_visit.lua``) and
     the overflow chains of the layout of 0.1."""
-    tag = keys.uniques_tag(day)
+    tag = keys.uniques_tag(day, site)
     pipe = read_pipeline(conn)
-    pipe.hgetall(keys.uniques_levels(day, tag=tag))
-    pipe.hgetall(keys.uniques_overflow(day, tag=tag))
+    pipe.hgetall(keys.uniques_levels(day, tag=tag, site=site))
+    pipe.hgetall(keys.uniques_overflow(day, tag=tag, site=site))
     levels, legacy = ({int(as_str(s)): int(as_str(n)) for s, n in found.items()} for found in pipe.execute())
     sets = []
     for shard in range(shard_count(expected)):
-        base = keys.uniques_shard(day, shard, tag=tag)
+        base = keys.uniques_shard(day, shard, tag=tag, site=site)
         sets.append(base)
         sets += [f"{base}:{k}" for k in range(1, legacy.get(shard, 0) + 1)]
         sets += [keys.uniques_level_set(base, level, index)
@@ -239,19 +259,21 @@ def day_sets(conn: Any, day: date, expected: int) -> list[str]:
     return sets
 
 
-def unique_visitors_range(conn: Any, start: date, end: date) -> UniquesRange:
+def unique_visitors_range(conn: Any, start: date, end: date, *, site: str | None = None) -> UniquesRange:
     """Exact number of distinct session ids seen over the local days ``start``..``end``.
 
     Each day's shards (one slot per day, at most 512 ids a set) are read with SMEMBERS in one
     pipeline and unioned here, in memory (8 bytes an id in Redis, more in Python: ~100 MB per million distinct ids).
+    ``site``: as in ``unique_visitors``.
     """
+    scope = check_site(site)
     keys.use(conn)
     check_day_range(start, end)
     span = days.days_between(start, end)
     pipe = read_pipeline(conn)
     for day in span:
-        pipe.get(keys.uniques_count(day))
-        pipe.get(keys.uniques_expected(day))
+        pipe.get(keys.uniques_count(day, site=scope))
+        pipe.get(keys.uniques_expected(day, site=scope))
     replies = pipe.execute()
     counts = [int(as_str(c)) if c is not None else 0 for c in replies[0::2]]
     union: set[int] = set()
@@ -262,7 +284,7 @@ def unique_visitors_range(conn: Any, start: date, end: date) -> UniquesRange:
         found = False
         if expected is not None:
             pipe = read_pipeline(conn)
-            for key in day_sets(conn, day, int(as_str(expected))):
+            for key in day_sets(conn, day, int(as_str(expected)), scope):
                 pipe.smembers(key)
             for members in pipe.execute():
                 found = found or bool(members)

@@ -23,6 +23,7 @@ from typing import Any
 from . import counters, refusals, sitestats, throughput, uniques
 from .core.days import local_day
 from .core.settings import get_settings
+from .core.sites import check_site, zone_of
 from .core.validation import check_event_time, check_message_id
 from .errors import InvalidInput, MalformedMessage
 from .store import keys
@@ -38,12 +39,13 @@ UNIQUES_PER_CALL = 64
 MAX_BATCH = 20_000
 """The most visits one ``record_visits`` message may carry."""
 
-VISIT_FIELDS = frozenset({"ip", "path", "session_id", "ts"})
+VISIT_FIELDS = frozenset({"ip", "path", "session_id", "ts", "site"})
 
 
 @dataclass(frozen=True)
 class Visit:
-    """One validated visit: the page view, its time, and the session's (day, id) when given."""
+    """One validated visit: the page view (with its site), its time, and the session's (day, id)
+    when given (the day of the view's site)."""
 
     view: sitestats.SiteView
     ts: float
@@ -52,31 +54,34 @@ class Visit:
 
 def visit_entry(visit: Visit) -> list[Any]:
     """A prepared visit as JSON-able data (a worker batch's journal), ``visit_from_entry``'s input."""
-    return [visit.view.visitor, visit.view.path, visit.view.day.isoformat(), visit.ts,
-            None if visit.session is None else [visit.session[0].isoformat(), visit.session[1]]]
+    entry = [visit.view.visitor, visit.view.path, visit.view.day.isoformat(), visit.ts,
+             None if visit.session is None else [visit.session[0].isoformat(), visit.session[1]]]
+    return [*entry, visit.view.site] if visit.view.site else entry
 
 
 def visit_from_entry(entry: list[Any]) -> Visit:
     """The prepared visit ``visit_entry`` made ``entry`` of (the same visit: the same writes)."""
-    visitor, path, day, ts, session = entry
-    view = sitestats.SiteView(visitor, path, date.fromisoformat(day))
+    visitor, path, day, ts, session, *site = entry
+    view = sitestats.SiteView(visitor, path, date.fromisoformat(day), site[0] if site else "")
     return Visit(view, ts, None if session is None else (date.fromisoformat(session[0]), session[1]))
 
 
-def check_visit(ip: Any, path: Any, session_id: Any = None, ts: Any = None) -> None:
+def check_visit(ip: Any, path: Any, session_id: Any = None, ts: Any = None, site: Any = None) -> None:
     """Validate one visit as ``prepare_visit`` does, without making the visitor id (the HMAC under
     COUNTERS_SECRET, which only workers hold): what the app-side producer checks."""
     ts = check_event_time(ts)
-    sitestats.check_view(ip, path, ts)
+    sitestats.check_view(ip, path, ts, site)
     if session_id is not None:
-        uniques.prepare_id(session_id, ts)
+        uniques.session_number(session_id)
 
 
-def prepare_visit(ip: Any, path: Any, session_id: Any = None, ts: Any = None) -> Visit:
-    """Validate one visit, given as ``record_visit`` takes it (raises InvalidInput; writes nothing)."""
+def prepare_visit(ip: Any, path: Any, session_id: Any = None, ts: Any = None, site: Any = None) -> Visit:
+    """Validate one visit, given as ``record_visit`` takes it (raises InvalidInput; writes nothing).
+    ``site``: a site of ``COUNTERS_SITES`` (None: the default site), whose zone makes the day."""
     ts = check_event_time(ts)
-    day = local_day(ts)  # the time checked and its day computed once, for every part of the visit
-    view = sitestats.view_on(ip, path, day)
+    scope = check_site(site)
+    day = local_day(ts, zone_of(scope))  # the time checked and its day computed once, for every part of the visit
+    view = sitestats.view_on(ip, path, day, scope)
     session = (day, uniques.session_number(session_id)) if session_id is not None else None
     return Visit(view, ts, session)
 
@@ -107,12 +112,12 @@ def prepare_item(visit: Any) -> Visit:
         raise MalformedMessage(f"unknown keys: {', '.join(sorted(map(str, unknown)))[:200]}")
     if "ip" not in visit or "path" not in visit:
         raise MalformedMessage("needs ip and path")
-    return prepare_visit(visit["ip"], visit["path"], visit.get("session_id"), visit.get("ts"))
+    return prepare_visit(visit["ip"], visit["path"], visit.get("session_id"), visit.get("ts"), visit.get("site"))
 
 
-def hits_names(path: str) -> tuple[str, str]:
-    """The counters a view of ``path`` adds to."""
-    return "hits", f"hits:{path}"
+def hits_names(path: str, site: str = "") -> tuple[str, str]:
+    """The counters a view of ``path`` adds to (scoped names: ``store.keys.scoped``)."""
+    return keys.scoped(site, "hits"), keys.scoped(site, f"hits:{path}")
 
 
 def hits_precisions() -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -126,7 +131,7 @@ def hits_precisions() -> tuple[tuple[int, ...], tuple[int, ...]]:
 class _Group:
     visits: Sequence[Visit]
     message_id: str | None
-    sessions: list[tuple[date, list[int], str | None]]  # (day, ids, the call's message id)
+    sessions: list[tuple[str, date, list[int], str | None]]  # (site, day, ids, the call's message id)
     per_counter: dict[str, counters.Buckets]
     day_calls: list[tuple[date, int]] = field(default_factory=list)  # (day, views) of each site_day call
     session_replies: slice = field(default_factory=lambda: slice(0))
@@ -134,21 +139,22 @@ class _Group:
 
 
 def _plan(visits: Sequence[Visit], message_id: str | None) -> _Group:
-    sessions: dict[date, list[int]] = defaultdict(list)
-    per_second: Counter[tuple[str, int]] = Counter()  # (path, whole second) -> views: visits come in bursts
+    sessions: dict[tuple[str, date], list[int]] = defaultdict(list)
+    per_second: Counter[tuple[str, str, int]] = Counter()  # (site, path, whole second) -> views: visits come in bursts
     for visit in visits:
         if visit.session is not None:
-            sessions[visit.session[0]].append(visit.session[1])
-        per_second[visit.view.path, int(visit.ts)] += 1
+            sessions[visit.view.site, visit.session[0]].append(visit.session[1])
+        per_second[visit.view.site, visit.view.path, int(visit.ts)] += 1
     per_counter: dict[str, counters.Buckets] = {}
     precisions = hits_precisions()
-    for (path, second), views in per_second.items():  # each (path, second) folded once, not each view
-        for name, kept in zip(hits_names(path), precisions, strict=True):
+    for (site, path, second), views in per_second.items():  # each (path, second) folded once, not each view
+        for name, kept in zip(hits_names(path, site), precisions, strict=True):
             counters.add_to_buckets(per_counter.setdefault(name, {}), second, views, kept)
     calls = []
-    for day, numbers in sessions.items():  # a day's ids in calls of UNIQUES_PER_CALL (each deduped)
+    for (site, day), numbers in sessions.items():  # a day's ids in calls of UNIQUES_PER_CALL (each deduped)
         parts = [numbers[first:first + UNIQUES_PER_CALL] for first in range(0, len(numbers), UNIQUES_PER_CALL)]
-        calls += [(day, part, call_id) for part, call_id in zip(parts, chunk_ids(message_id, len(parts), "/"), strict=True)]
+        ids = chunk_ids(message_id, len(parts), "/")
+        calls += [(site, day, part, call_id) for part, call_id in zip(parts, ids, strict=True)]
     return _Group(visits, message_id, calls, per_counter)
 
 
@@ -161,13 +167,14 @@ def write_groups(conn: Any, groups: Sequence[tuple[Sequence[Visit], str | None]]
     plans = [_plan(visits, message_id) for visits, message_id in groups if visits]
     if not plans:
         return
-    expected = {day: uniques.expected_for(conn, day) for plan in plans for day, _ids, _id in plan.sessions}
+    expected = {(site, day): uniques.expected_for(conn, day, site)
+                for plan in plans for site, day, _ids, _id in plan.sessions}
 
     def data(pipe: Any) -> None:
         for plan in plans:
             start = len(pipe)
-            for day, numbers, call_id in plan.sessions:
-                uniques.queue_ids(conn, pipe, day, numbers, expected[day], call_id)
+            for site, day, numbers, call_id in plan.sessions:
+                uniques.queue_ids(conn, pipe, day, numbers, expected[site, day], call_id, site)
             plan.session_replies = slice(start, len(pipe))
             start = len(pipe)
             plan.day_calls = sitestats.queue_views(conn, pipe, [visit.view for visit in plan.visits], plan.message_id)
@@ -180,8 +187,8 @@ def write_groups(conn: Any, groups: Sequence[tuple[Sequence[Visit], str | None]]
             tally.add(*sitestats.applied_views(plan.day_calls, replies[plan.day_replies]),
                       max(visit.ts for visit in plan.visits))
         closed = sitestats.closed_views(replies[plan.day_replies])
-        for (day, numbers, call_id), reply in zip(plan.sessions, replies[plan.session_replies], strict=True):
-            if uniques.apply_ids(conn, day, numbers, call_id, reply) == uniques.CLOSED:  # re-sends if the figure moved
+        for (site, day, numbers, call_id), reply in zip(plan.sessions, replies[plan.session_replies], strict=True):
+            if uniques.apply_ids(conn, day, numbers, call_id, reply, site) == uniques.CLOSED:  # re-sends if the figure moved
                 closed += len(numbers)
         refusals.record_partial(conn, "record_visits", plan.message_id, closed)
 
@@ -192,14 +199,15 @@ def write_visits(conn: Any, visits: Sequence[Visit], message_id: str | None) -> 
 
 
 def record_visit(conn: Any, ip: str, path: str, session_id: str | None = None, now: float | None = None, *,
-                 message_id: str | None = None) -> None:
-    """One visit: site PV/UV, counters ``hits`` and ``hits:<path>``, and the session's daily unique."""
+                 message_id: str | None = None, site: str | None = None) -> None:
+    """One visit: site PV/UV, counters ``hits`` and ``hits:<path>``, and the session's daily unique,
+    of ``site`` (a site of ``COUNTERS_SITES``; None: the default site)."""
     check_message_id(message_id)
-    write_visits(conn, [prepare_visit(ip, path, session_id, now)], message_id)
+    write_visits(conn, [prepare_visit(ip, path, session_id, now, site)], message_id)
 
 
 def record_visits(conn: Any, visits: list[dict[str, Any]], *, message_id: str | None = None) -> int:
-    """Many visits (dicts with keys ip, path, session_id, ts) as ``record_visit`` each, in chunks,
+    """Many visits (dicts with keys ip, path, session_id, ts, site) as ``record_visit`` each, in chunks,
     at most once per ``message_id`` (the batch id). Every item is validated before anything is
     written; a bad item is refused on its own (logged and counted, ``refusals``) and the others
     are applied. Returns the number of visits applied.

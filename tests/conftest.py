@@ -80,7 +80,7 @@ def counters_env(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[No
     # generated one) never leaves two processes with different keys; tests/test_tag_key.py
     # covers the generated key
     monkeypatch.setenv("COUNTERS_TAG_KEY", TEST_TAG_KEY)
-    for name in ("COUNTERS_KEY_PREFIX", "COUNTERS_TIMEZONE", "COUNTERS_UV_MODE"):
+    for name in ("COUNTERS_KEY_PREFIX", "COUNTERS_TIMEZONE", "COUNTERS_UV_MODE", "COUNTERS_SITES"):
         monkeypatch.delenv(name, raising=False)
     reset_settings()
     yield

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from counters_tasks import counters
+from counters_tasks import counters, visits
 from counters_tasks.core.days import local_day
+from counters_tasks.core.settings import reset_settings
 from counters_tasks.local.waiting import wait_until
 from tests.support import demo_data
 from tests.support.browser import Browser, ensure_chromium
@@ -261,3 +262,29 @@ def test_sigterm_stops_a_server_whose_handlers_are_stuck(tmp_path):
         for conn in held:
             conn.close()
         silent.close()
+
+
+def test_the_dashboard_switches_between_sites(raw_conn, redis_url, broker_url, browser, tmp_path, monkeypatch):
+    from tests.test_sites import EVENING, SITES
+
+    sites = json.dumps(SITES)
+    monkeypatch.setenv("COUNTERS_SITES", sites)
+    reset_settings()
+    for site, ip in (("blog", "198.51.100.7"), ("blog", "198.51.100.8"), ("shop", "198.51.100.7")):
+        visits.record_visit(raw_conn, ip, "/a", None, EVENING, site=site)
+    env = celery_env(redis_url, CELERY_BROKER_URL=broker_url, COUNTERS_SITES=sites)
+    with serving(env, tmp_path / "serve.log", lambda base: "sites" in get_json(base + "/api/config")) as base:
+        browser.navigate(base + "/")
+        browser.wait_until("Number(document.getElementById('visitors').dataset.loaded) >= 1", what="the default site")
+        assert browser.evaluate("[...document.getElementById('site').options].map(o => o.value).join()") == \
+            "default,blog,shop"
+        assert browser.evaluate("document.getElementById('pv-total').textContent") == "0"
+        browser.evaluate("(() => { const s = document.getElementById('site'); s.value = 'blog';"
+                         " s.dispatchEvent(new Event('change')); return true; })()")
+        browser.wait_until("location.search === '?site=blog' && "
+                           "Number(document.getElementById('visitors').dataset.loaded) >= 1 && "
+                           "document.getElementById('pv-total').textContent === '2'", what="the blog's figures")
+        assert browser.evaluate("document.getElementById('uv-total').textContent") == "2"
+        assert browser.evaluate("document.getElementById('timezone').textContent") == "days in Asia/Tokyo"
+        assert browser.evaluate("document.getElementById('to').value") == local_day(time.time(), "Asia/Tokyo").isoformat()
+        assert browser.evaluate("document.getElementById('site').value") == "blog"

@@ -5,9 +5,10 @@ arguments are shown without raw visitor IPs.
 - ``validation``: input checks and bounds (names, IPs, times, message ids);
 - ``paths``: a page's one canonical name, whatever route its view came by;
 - ``pageviews``: the page view rule (what a page view is, and the crawler list) every route applies;
-- ``days``: local days, their boundaries and retention;
+- ``sites``: which site a visit, counter or board belongs to, its time zone and Host names;
+- ``days``: local days (in a site's zone), their boundaries and retention;
 - ``privacy``: the text form of task arguments (Flower, task events) with IP addresses masked.
 
 Modules here import nothing of the package but ``counters_tasks.errors`` (and each other:
-``days`` uses ``settings`` and ``validation``, ``validation`` uses ``paths``). Every other layer builds on them.
+``days`` uses ``settings`` and ``validation``, ``validation`` uses ``paths``, ``sites`` uses ``settings``). Every other layer builds on them.
 """

@@ -1,4 +1,5 @@
-"""What "a day" is: a local date in ``COUNTERS_TIMEZONE``, taken from the event's own time.
+"""What "a day" is: a local date in the site's zone (``COUNTERS_TIMEZONE``, or the site's own in
+``COUNTERS_SITES``: ``zone`` below, None for ``COUNTERS_TIMEZONE``), taken from the event's own time.
 
 Site PV/UV, daily uniques and dashboards all use these helpers, so an event queued at 23:59
 and processed after midnight still counts for the day it happened, and DST days (23 or 25
@@ -22,9 +23,9 @@ __all__ = ["DAY", "check_day", "day_end", "day_start", "days_between", "kept_fro
 DAY = 86400
 
 
-def local_day(ts: float) -> date:
-    """The local date (``COUNTERS_TIMEZONE``) of epoch seconds ``ts``."""
-    return _local_day(int(ts // 1), get_settings().timezone)
+def local_day(ts: float, zone: str | None = None) -> date:
+    """The local date in ``zone`` (default ``COUNTERS_TIMEZONE``) of epoch seconds ``ts``."""
+    return _local_day(int(ts // 1), zone or get_settings().timezone)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -39,14 +40,14 @@ def _local_day(second: int, timezone: str) -> date:
     return day
 
 
-def today() -> date:
+def today(zone: str | None = None) -> date:
     """The local date now."""
-    return local_day(time.time())
+    return local_day(time.time(), zone)
 
 
-def day_start(day: date) -> int:
+def day_start(day: date, zone: str | None = None) -> int:
     """Epoch seconds of the local midnight that starts ``day``."""
-    return _day_start(day, get_settings().timezone)
+    return _day_start(day, zone or get_settings().timezone)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -54,9 +55,9 @@ def _day_start(day: date, timezone: str) -> int:
     return int(datetime(day.year, day.month, day.day, tzinfo=ZoneInfo(timezone)).timestamp())
 
 
-def day_end(day: date) -> int:
+def day_end(day: date, zone: str | None = None) -> int:
     """Epoch seconds of the local midnight that ends ``day`` (23, 24 or 25 hours after its start)."""
-    return day_start(day + timedelta(days=1))
+    return day_start(day + timedelta(days=1), zone)
 
 
 def days_between(start: date, end: date) -> list[date]:
@@ -70,6 +71,6 @@ def kept_from_now(days_after: int) -> int:
     return max(1, days_after) * DAY
 
 
-def kept_until(day: date, days_after: int) -> int:
+def kept_until(day: date, days_after: int, zone: str | None = None) -> int:
     """Epoch seconds ``days_after`` days after the end of ``day``: when data of that day expires."""
-    return day_end(day) + days_after * DAY
+    return day_end(day, zone) + days_after * DAY

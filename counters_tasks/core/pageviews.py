@@ -42,6 +42,10 @@ REASONS = (METHOD, STATIC, STATUS, NOT_PAGE, CRAWLER)
 APP = "app"
 """Why the middleware did not count a request the app left out (``skip()``, a ``should_count`` callable)."""
 
+HOST = "host"
+"""Why a request was not counted for any site: its Host is not in the allowlist of ``COUNTERS_SITES``
+(``core.sites.site_for_host``) or the app's ``site`` callable named none (or an unknown site)."""
+
 METHODS: tuple[str, ...] = ("GET",)
 """Methods of a page view (rule 1)."""
 

@@ -7,6 +7,7 @@ This is the one module of the package that reads environment variables: every ot
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -17,6 +18,16 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from ..errors import ConfigurationError
 
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
+
+MAX_SITES = 1000
+"""The most sites ``COUNTERS_SITES`` may name (docs/sites.md): each is a few keys a day and one
+beat call an hour, and the dashboard lists them all."""
+
+SITE_NAME = re.compile(r"[a-z0-9](?:[a-z0-9_-]{0,30}[a-z0-9])?")
+"""A site's name: 1 to 32 lower-case letters, digits, ``-`` and ``_`` (not at either end)."""
+
+DEFAULT_SITE = "default"
+"""The name of the site a visit, counter or board belongs to when none is given."""
 
 DEFAULT_DEDUPE_TTL = 900
 """15 minutes: 11 times the longest redelivery window (79 s), and markers cost memory per
@@ -33,6 +44,16 @@ DEFAULT_VISIBILITY_TIMEOUT = 45
 """Seconds before the broker hands an unacknowledged message to another worker: with the
 restore sweep (every ``restore_interval``) a message of a dead worker runs again within a minute.
 Safe this short because every counting write is deduplicated by its message id."""
+
+
+@dataclass(frozen=True)
+class SiteConfig:
+    """One site of ``COUNTERS_SITES``: its name, the Host names the middleware counts for it, and
+    the time zone its days are taken in."""
+
+    name: str
+    hosts: tuple[str, ...]
+    timezone: str
 
 
 @dataclass(frozen=True)
@@ -102,6 +123,8 @@ class Settings:
     flower_port: int = 5555
     redis_port: int = 6379  # the port the local stack's private Redis takes (another one when taken, loudly)
     redis_server: str = ""  # the server binary local Redis processes run: a path, "embedded", or "" (see local/)
+    # sites besides the default one (docs/sites.md), and the default site's hosts
+    sites: tuple[SiteConfig, ...] = ()
 
     @property
     def restore_interval(self) -> int:
@@ -213,6 +236,65 @@ def _tag_key(env: dict) -> str | None:
     return raw
 
 
+def _zone(name: str, raw: object) -> str:
+    if not isinstance(raw, str) or not raw:
+        raise ConfigurationError(f"{name} must be an IANA time zone name, got {raw!r}")
+    try:
+        ZoneInfo(raw)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ConfigurationError(f"{name} is not a known IANA zone: {raw!r}") from None
+    return raw
+
+
+def _host(name: str, raw: object) -> str:
+    host = raw.strip().lower().rstrip(".") if isinstance(raw, str) else ""
+    if not re.fullmatch(r"[a-z0-9.-]{1,253}(:[0-9]{1,5})?|\[[0-9a-f:.]+\](:[0-9]{1,5})?", host):
+        raise ConfigurationError(f"{name}: {raw!r} is not a host name (letters, digits, dots, dashes, an optional port)")
+    return host
+
+
+def _sites(env: dict, timezone: str) -> tuple[SiteConfig, ...]:
+    """``COUNTERS_SITES``: JSON ``{"<site>": {"hosts": [...], "timezone": "<zone>"}}``, or
+    ``@<file>`` holding it. The default site may be listed for its hosts; its zone is
+    ``COUNTERS_TIMEZONE``."""
+    raw = (env.get("COUNTERS_SITES") or "").strip()
+    if not raw:
+        return ()
+    if raw.startswith("@"):
+        try:
+            raw = Path(raw[1:]).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigurationError(f"COUNTERS_SITES names a file that cannot be read: {exc}") from None
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise ConfigurationError(f"COUNTERS_SITES is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigurationError('COUNTERS_SITES must be a JSON object {"<site>": {"hosts": [...], "timezone": "..."}}')
+    if len(data) > MAX_SITES:
+        raise ConfigurationError(f"COUNTERS_SITES names {len(data)} sites: at most {MAX_SITES} (docs/sites.md)")
+    sites, owner = [], {}
+    for site, spec in data.items():
+        where = f"COUNTERS_SITES[{site!r}]"
+        if not SITE_NAME.fullmatch(site):
+            raise ConfigurationError(f"{where}: a site name is 1 to 32 of a-z, 0-9, '-' and '_'")
+        spec = {} if spec is None else spec
+        if not isinstance(spec, dict) or set(spec) - {"hosts", "timezone"}:
+            raise ConfigurationError(f'{where} must be an object with "hosts" and "timezone" (both optional)')
+        hosts = spec.get("hosts", [])
+        if not isinstance(hosts, list):
+            raise ConfigurationError(f"{where}.hosts must be a list of host names")
+        zone = _zone(f"{where}.timezone", spec["timezone"]) if "timezone" in spec else timezone
+        if site == DEFAULT_SITE and zone != timezone:
+            raise ConfigurationError(f"{where}.timezone: the default site's days are in COUNTERS_TIMEZONE ({timezone})")
+        clean = tuple(_host(f"{where}.hosts", host) for host in hosts)
+        for host in clean:
+            if owner.setdefault(host, site) != site:
+                raise ConfigurationError(f"COUNTERS_SITES: host {host} is given to both {owner[host]} and {site}")
+        sites.append(SiteConfig(site, clean, zone))
+    return tuple(sites)
+
+
 def load_settings(env: dict | None = None) -> Settings:
     """Build settings from ``env`` (default: ``os.environ``), checking every value."""
     env = os.environ if env is None else env
@@ -283,6 +365,7 @@ def load_settings(env: dict | None = None) -> Settings:
         flower_port=_int(env, "FLOWER_PORT", 5555, minimum=1),
         redis_port=_int(env, "COUNTERS_REDIS_PORT", 6379, minimum=1),
         redis_server=env.get("COUNTERS_REDIS_SERVER", "").strip(),
+        sites=_sites(env, timezone),
     )
     check_dedupe_window(settings)
     return settings

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from ..core import pageviews
 from ..core.paths import encode_decoded_path, encode_target_bytes
+from ..core.sites import check_site, site_for_host
 from ..core.validation import check_ip, check_path, check_session_id
 from ..errors import InvalidInput
 from ..recorder import renew_shared_recorder, shared_recorder
@@ -37,6 +38,7 @@ DEFAULT_SKIP_EXTENSIONS = pageviews.SKIP_EXTENSIONS
 DEFAULT_CONTENT_TYPES = pageviews.PAGE_MEDIA_TYPES
 
 SKIPPED_BY_APP = pageviews.APP
+HOST = pageviews.HOST
 
 COOKIE_MAX_AGE = 365 * 24 * 3600
 
@@ -84,12 +86,14 @@ def request_path(raw_target: bytes | None, decoded_path: str) -> str:
 
 
 class Recorder(Protocol):
-    """What the middleware needs of a recorder: ``VisitRecorder`` (or a stand-in in an app's tests)."""
+    """What the middleware needs of a recorder: ``VisitRecorder`` (or a stand-in in an app's tests).
+    ``site=`` is passed only for a site other than the default one."""
 
-    def record(self, ip: str, path: str, session_id: str | None = None, ts: float | None = None) -> None: ...
+    def record(self, ip: str, path: str, session_id: str | None = None, ts: float | None = None,
+               **site: str) -> None: ...
 
     def incr_ranking(self, board: str, member: str, amount: int = 1, ts: float | None = None,
-                     period_hours: int = 24, interval_hours: int = 1) -> None: ...
+                     period_hours: int = 24, interval_hours: int = 1, **site: str) -> None: ...
 
 
 def client_ip(remote_addr: str | None, headers: Mapping[str, str], trusted_proxies: int = 0,
@@ -204,7 +208,9 @@ class Options:
     See docs/integrations.md for the table. ``should_count(info, status, headers)`` replaces the
     page view rule (method, path, status, content type, crawlers) entirely (``Counting.default_should_count`` is
     there to call from it). ``session_id(info)`` replaces the cookie: it returns the session id
-    (a UUID or 15+ hex digits) or None for a visit without one.
+    (a UUID or 15+ hex digits) or None for a visit without one. ``site(info)`` replaces the Host
+    allowlist of ``COUNTERS_SITES`` (``core.sites.site_for_host``): it returns the name of the site
+    the request counts for (one of ``COUNTERS_SITES``, or ``default``), or None to count it for none.
     """
 
     recorder: Recorder | Callable[[], Recorder] | None = None
@@ -223,6 +229,7 @@ class Options:
     cookie_secure: bool = False
     cookie_domain: str | None = None
     cookie_path: str = "/"
+    site: Callable[[RequestInfo], str | None] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.trusted_proxies, bool) or not isinstance(self.trusted_proxies, int) \
@@ -317,6 +324,8 @@ class InFlight:
     counters: RequestCounters
     ts: float
     new_cookie: str | None = None
+    site: str = ""
+    """The scope of the site it counts for (``core.sites``: "" for the default site)."""
     counted: bool = False
     reason: str | None = None
     """Why it is not a page view (``core.pageviews.REASONS`` or ``app``): the method or the path
@@ -412,7 +421,12 @@ class Counting:
         callable, or the cookie; a new id when the cookie is absent or not a valid id), and the
         reason it cannot be a page view whatever its answer, when there is one (``request_may_count``)."""
         visit = InFlight(info, RequestCounters(), time.time())
-        if self.options.should_count is None:
+        site = self.site_of(info)
+        if site is None:
+            visit.reason = HOST
+        else:
+            visit.site = site
+        if visit.reason is None and self.options.should_count is None:
             visit.reason = self.rule.request_reason(info.method, info.path)
         if self.options.session_id is not None:
             try:
@@ -426,11 +440,28 @@ class Counting:
                 visit.counters.session_id = visit.new_cookie
         return visit
 
+    def site_of(self, info: RequestInfo) -> str | None:
+        """The scope of the site a request counts for, or None for none: the app's ``site``
+        callable when given (a name it returns is checked: an unknown one counts for none), else
+        the Host header through the allowlist of ``COUNTERS_SITES``, never a client-chosen name."""
+        if self.options.site is None:
+            return site_for_host(info.headers.get("host"))
+        try:
+            name = self.options.site(info)
+            return None if name is None else check_site(name)
+        except InvalidInput as exc:
+            log.debug("counters middleware: the site callable named no known site: %s", exc)
+        except Exception:  # the app's callable: its failure must not fail the request
+            log.exception("counters middleware: the site callable failed")
+        return None
+
     def response(self, visit: InFlight, status: int, headers: Headers) -> str | None:
         """Status and headers known: decide whether the request is a page view; the Set-Cookie
         header value to add (a page view of a browser without the cookie), or None."""
         try:
-            if visit.counters.skipped:
+            if visit.reason == HOST:
+                pass
+            elif visit.counters.skipped:
                 visit.reason = SKIPPED_BY_APP
             elif self.options.should_count is not None:
                 visit.reason = None if self.options.should_count(visit.info, status, headers) else SKIPPED_BY_APP
@@ -455,9 +486,12 @@ class Counting:
             self._record(visit)
         else:
             self.skipped(visit)
+        if visit.reason == HOST:
+            return  # no site: its bumps are no site's either
+        site = {"site": visit.site} if visit.site else {}  # a stand-in recorder of a one-site app need not take it
         for board, member, amount, ts, period_hours, interval_hours in visit.counters.bumps:
             self._hand_over("ranking bump", ("bumps", "bumps_refused"), "incr_ranking", board, member, amount, ts=ts,
-                            period_hours=period_hours, interval_hours=interval_hours)
+                            period_hours=period_hours, interval_hours=interval_hours, **site)
 
     def skipped(self, visit: InFlight) -> None:
         """Count a request that is not a page view, by its reason: here (``stats``) and, through
@@ -477,8 +511,9 @@ class Counting:
             self.stats.add("no_client_ip")
             log.debug("counters middleware: no client address for %s", visit.info.path)
             return
+        site = {"site": visit.site} if visit.site else {}
         self._hand_over("visit", ("counted", "refused"), "record", ip, visit.info.path,
-                        session_id=visit.counters.session_id, ts=visit.ts)
+                        session_id=visit.counters.session_id, ts=visit.ts, **site)
 
     def _hand_over(self, what: str, outcomes: tuple[str, str], method: str, *args: Any, **kwargs: Any) -> None:
         """One call of the recorder, counted in ``stats`` under ``outcomes`` (taken, refused) or

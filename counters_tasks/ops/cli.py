@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import csv
 import functools
+import io
 import json
 import logging
 import sys
@@ -74,9 +76,45 @@ def _console() -> Any:
     return Console(highlight=False, soft_wrap=True)
 
 
-def _emit(payload: dict, as_json: bool, render: Callable[[Any, dict], None]) -> None:
-    if as_json:
+OUTPUTS = ("table", "csv", "json")
+"""What ``--format`` / ``--output`` choose: the rich table (default), CSV, or the JSON of ``--json``."""
+
+Rows = tuple[tuple[str, ...], list[dict[str, Any]]]
+"""A command's table as data: its CSV column names, and one dict a row keyed by them. One function
+a command makes them (``counter_rows``, ...); its renderer draws them and ``--format csv`` writes
+them, so the terminal and the CSV show the same figures."""
+
+
+def _csv_cell(value: Any) -> Any:
+    """A value as a CSV cell: ``true``/``false`` for a bool, empty for None, else as it is (an
+    int is written as plain digits: no thousands separators, no colour, no markup)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else value
+
+
+def write_csv(columns: tuple[str, ...], rows: list[dict[str, Any]]) -> None:
+    """The one CSV writer of the commands: to stdout, a header row of ``columns`` then a row a
+    dict, RFC 4180 (``csv``'s excel dialect: CRLF line ends, a field with a comma, a quote or a
+    line break quoted, quotes doubled), so any text survives ``csv.reader``."""
+    buffer = io.StringIO(newline="")
+    writer = csv.writer(buffer, lineterminator="\r\n")
+    writer.writerow(columns)
+    writer.writerows([_csv_cell(row[name]) for name in columns] for row in rows)
+    click.echo(buffer.getvalue(), nl=False)
+
+
+def _emit(payload: dict, output: str | bool, render: Callable[[Any, dict], None],
+          rows: Callable[[dict], Rows] | None = None) -> None:
+    """Print a command's answer as ``output`` says: ``json`` (the payload), ``csv`` (``rows`` of
+    it, ``write_csv``) or ``table`` (``render``, which draws the same ``rows``). A bool is the
+    ``as_json`` of a command with ``json_option`` only (True: json, False: table)."""
+    if isinstance(output, bool):
+        output = "json" if output else "table"
+    if output == "json":
         click.echo(json.dumps(payload, indent=2, ensure_ascii=False, default=str))
+    elif output == "csv" and rows is not None:
+        write_csv(*rows(payload))
     else:
         render(_console(), payload)
 
@@ -94,6 +132,30 @@ def _query(make: Callable[[Any], dict]) -> dict:
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="print the answer as JSON")
+"""``--json`` alone, for a command without a table (its answer is a sentence or a token)."""
+
+
+def output_options(columns: tuple[str, ...], csv_note: str = "", names: tuple[str, ...] = ("--format", "--output"),
+                   ) -> Callable[[Callable], Callable]:
+    """A query command's ``--format``/``--output`` [table|csv|json] (one option, two names; default
+    table) and ``--json`` (short for json), passed to it as ``output``. ``import``, whose ``--format``
+    is the log's format, takes ``names=("--output",)``. The help names the CSV ``columns``."""
+    name = names[0]
+
+    def decorate(command: Callable) -> Callable:
+        @functools.wraps(command)
+        def run(*args: Any, output: str | None, as_json: bool, **kwargs: Any) -> Any:
+            if as_json and output not in (None, "json"):
+                raise click.UsageError(f"--json is short for {name} json: give one or the other")
+            return command(*args, output="json" if as_json else output or "table", **kwargs)
+
+        run = click.option(*names, "output", type=click.Choice(OUTPUTS), default=None,
+                           help=f"table (default), csv (RFC 4180 with a header row, for spreadsheets and "
+                                f"scripts; columns: {','.join(columns)}{'; ' + csv_note if csv_note else ''}) "
+                                f"or json" + ("; --output is the same option" if "--output" in names[1:] else ""))(run)
+        return click.option("--json", "as_json", is_flag=True, help=f"print the answer as JSON (= {name} json)")(run)
+
+    return decorate
 
 
 STACK_COMMANDS = ("run", "demo")
@@ -154,11 +216,23 @@ def _time_label(ts: int, precision: int) -> str:
     return when.strftime("%Y-%m-%d" if precision >= 86400 else "%m-%d %H:%M" if precision >= 3600 else "%H:%M:%S")
 
 
+COUNTER_COLUMNS = ("bucket_start_epoch", "bucket_start_iso", "total")
+
+
+def counter_rows(data: dict) -> Rows:
+    """One row a bucket, oldest first: its start (epoch seconds, and ISO 8601 in COUNTERS_TIMEZONE)
+    and its total."""
+    zone = get_settings().zone
+    return COUNTER_COLUMNS, [{"bucket_start_epoch": int(bucket),
+                              "bucket_start_iso": datetime.fromtimestamp(bucket, zone).isoformat(), "total": total}
+                             for bucket, total in data["points"]]
+
+
 def _render_counter(console: Any, data: dict) -> None:
     from rich.table import Table
 
-    points = data["points"]
-    values = [t for _, t in points]
+    _, points = counter_rows(data)
+    values = [row["total"] for row in points]
     console.print(f"[bold]{data['name']}[/bold]  every {data['precision']}s, last {len(points)} buckets, "
                   f"total {data['total']}, max {max(values, default=0)}")
     console.print(sparkline(values))
@@ -167,19 +241,35 @@ def _render_counter(console: Any, data: dict) -> None:
     table.add_column("total", justify="right")
     table.add_column("")
     high = max((abs(v) for v in values), default=0) or 1
-    for bucket, total in points:  # every bucket asked for (--last), oldest first
-        table.add_row(_time_label(bucket, data["precision"]), str(total), "█" * round(30 * abs(total) / high))
+    for row in points:  # every bucket asked for (--last), oldest first
+        total = row["total"]
+        table.add_row(_time_label(row["bucket_start_epoch"], data["precision"]), str(total),
+                      "█" * round(30 * abs(total) / high))
     console.print(table)
+
+
+site_option = click.option("--site", "-s", default=None, metavar="SITE",
+                           help="which site of COUNTERS_SITES (default: the default site)")
 
 
 @cli.command("counter")
 @click.argument("name")
+@site_option
 @click.option("--precision", "-p", type=int, default=60, show_default=True, help="bucket size in seconds")
 @click.option("--last", "-n", type=int, default=30, show_default=True, help="how many buckets, up to 120")
-@json_option
-def counter_command(name: str, precision: int, last: int, as_json: bool) -> None:
+@output_options(COUNTER_COLUMNS, "epoch seconds, and ISO 8601 in COUNTERS_TIMEZONE")
+def counter_command(name: str, site: str | None, precision: int, last: int, output: str) -> None:
     """A counter's latest buckets (zero-filled) with a terminal chart."""
-    _emit(_query(lambda conn: views.counter_view(conn, name, precision, last)), as_json, _render_counter)
+    _emit(_query(lambda conn: views.counter_view(conn, name, precision, last, site=site)), output, _render_counter,
+          counter_rows)
+
+
+IMPORT_COLUMNS = ("day", "counted")
+
+
+def import_rows(data: dict) -> Rows:
+    """One row a day the import counted page views on (its table): the day and how many."""
+    return IMPORT_COLUMNS, [{"day": day, "counted": n} for day, n in data["days"].items()]
 
 
 def _render_import(console: Any, data: dict) -> None:
@@ -194,8 +284,8 @@ def _render_import(console: Any, data: dict) -> None:
     if data["malformed_lines"]:
         more = " ..." if data["skipped"]["malformed"] > len(data["malformed_lines"]) else ""
         console.print("  unreadable lines: " + ", ".join(map(str, data["malformed_lines"])) + more, markup=False)
-    for day, n in data["days"].items():
-        console.print(f"  {day}  {n:>9} counted")
+    for row in import_rows(data)[1]:
+        console.print(f"  {row['day']}  {row['counted']:>9} counted")
 
 
 @contextmanager
@@ -223,10 +313,16 @@ def import_progress(source: importer.Input, console: Any = None) -> Iterator[Cal
 @click.option("--format", "fmt", type=click.Choice(importer.FORMATS),
               help="the input's format (default: detected from its first line)")
 @click.option("--all", "include_all", is_flag=True, help="also count crawlers and static files")
-@json_option
-def import_command(file: str, fmt: str | None, include_all: bool, as_json: bool) -> None:
+@click.option("--site", "-s", default=None, metavar="SITE",
+              help="the site of COUNTERS_SITES every line counts for (default: the default site)")
+@output_options(IMPORT_COLUMNS, "one row a day; lines read and skipped are in json", names=("--output",))
+def import_command(file: str, fmt: str | None, include_all: bool, site: str | None, output: str) -> None:
     """Count the page views of an access log (combined or common format, .gz too, - for stdin) or
-    of JSON lines (ip, path, ts, session_id) at their own times; importing again counts nothing twice."""
+    of JSON lines (ip, path, ts, session_id) at their own times; importing again counts nothing twice.
+
+    Here --format is the input's format: the answer's is --output (table, csv or json). The CSV is
+    the summary's table, one row a day (day,counted); the lines read, skipped (by reason) and the
+    unreadable line numbers are in --output json."""
     refusals_log = logging.getLogger("counters_tasks.refusals")  # the summary counts refusals by reason
     if not any(isinstance(handler, logging.NullHandler) for handler in refusals_log.handlers):
         refusals_log.addHandler(logging.NullHandler())
@@ -237,7 +333,9 @@ def import_command(file: str, fmt: str | None, include_all: bool, as_json: bool)
     try:
         with import_progress(source) as progress:
             summary = importer.import_lines(get_redis(), importer.read_lines(source.stream), fmt,
-                                            include_all=include_all, name=source.name, progress=progress)
+                                            include_all=include_all, name=source.name, progress=progress, site=site)
+    except InvalidInput as exc:  # an unknown site: nothing was read or written
+        raise click.UsageError(str(exc)) from None
     except ConfigurationError as exc:
         raise Failed(str(exc)) from None
     except redis.RedisError as exc:
@@ -247,22 +345,43 @@ def import_command(file: str, fmt: str | None, include_all: bool, as_json: bool)
         raise Failed(f"{file}: cannot read on: {exc} (importing it again counts nothing twice)") from None
     finally:
         source.close()
-    _emit(summary.as_dict(), as_json, _render_import)
+    _emit(summary.as_dict(), output, _render_import, import_rows)
+
+
+COUNTERS_COLUMNS = ("counter",)
+
+
+def counters_rows(data: dict) -> Rows:
+    """One row a counter name of the page."""
+    return COUNTERS_COLUMNS, [{"counter": name} for name in data["counters"]]
 
 
 @cli.command("counters")
+@site_option
 @click.option("--cursor", default=None, help="where to go on: the `next` of the page before")
 @click.option("--limit", type=int, default=100, show_default=True, help="names a page, up to 1000")
-@json_option
-def counters_command(cursor: str | None, limit: int, as_json: bool) -> None:
+@output_options(COUNTERS_COLUMNS, "the next page's cursor goes to stderr")
+def counters_command(site: str | None, cursor: str | None, limit: int, output: str) -> None:
     """The names of the counters that have data, a page at a time."""
     def render(console: Any, data: dict) -> None:
-        for name in data["counters"]:
-            console.print(name, markup=False)
+        for row in counters_rows(data)[1]:
+            console.print(row["counter"], markup=False)
         if data["next"] is not None:
             console.print(f"(more: counters-tasks counters --cursor {data['next']})", style="dim")
 
-    _emit(_query(lambda conn: views.counters_list(conn, cursor, limit)), as_json, render)
+    data = _query(lambda conn: views.counters_list(conn, cursor, limit, site=site))
+    _emit(data, output, render, counters_rows)
+    if output == "csv" and data["next"] is not None:  # stdout stays one CSV
+        click.echo(f"(more: counters-tasks counters --cursor {data['next']} --format csv)", err=True)
+
+
+BOARD_COLUMNS = ("rank", "member", "total")
+
+
+def board_rows(data: dict) -> Rows:
+    """One row a member, best first: its rank (from 1), name and total over the window."""
+    return BOARD_COLUMNS, [{"rank": rank, "member": member, "total": total}
+                           for rank, (member, total) in enumerate(data["top"], 1)]
 
 
 def _render_board(console: Any, data: dict) -> None:
@@ -273,28 +392,39 @@ def _render_board(console: Any, data: dict) -> None:
     table.add_column("#", justify="right")
     table.add_column("member")
     table.add_column("total", justify="right")
-    for rank, (member, total) in enumerate(data["top"], 1):
-        table.add_row(str(rank), member, str(total))
+    for row in board_rows(data)[1]:
+        table.add_row(str(row["rank"]), row["member"], str(row["total"]))
     console.print(table)
 
 
 @cli.command("top")
 @click.argument("board")
+@site_option
 @click.option("--limit", "-n", type=int, default=10, show_default=True)
-@json_option
-def top_command(board: str, limit: int, as_json: bool) -> None:
+@output_options(BOARD_COLUMNS)
+def top_command(board: str, site: str | None, limit: int, output: str) -> None:
     """A sliding-window ranking's top members."""
-    _emit(_query(lambda conn: views.board_view(conn, board, limit)), as_json, _render_board)
+    _emit(_query(lambda conn: views.board_view(conn, board, limit, site=site)), output, _render_board, board_rows)
+
+
+DELETE_BOARD_COLUMNS = ("board", "deleted")
+
+
+def delete_board_rows(data: dict) -> Rows:
+    """One row: the board, and whether it was there to delete (true/false)."""
+    return DELETE_BOARD_COLUMNS, [{"board": data["board"], "deleted": data["deleted"]}]
 
 
 @cli.command("delete-board")
 @click.argument("board")
-@json_option
-def delete_board_command(board: str, as_json: bool) -> None:
+@site_option
+@output_options(DELETE_BOARD_COLUMNS)
+def delete_board_command(board: str, site: str | None, output: str) -> None:
     """Delete a ranking board and all its data (exit 1 when there is no such board)."""
-    data = _query(lambda conn: views.delete_board_view(conn, board))
-    _emit(data, as_json, lambda console, d: console.print(
-        f"board {d['board']!r} deleted" if d["deleted"] else f"no board named {d['board']!r}", markup=False))
+    data = _query(lambda conn: views.delete_board_view(conn, board, site=site))
+    _emit(data, output, lambda console, d: console.print(
+        f"board {d['board']!r} deleted" if d["deleted"] else f"no board named {d['board']!r}", markup=False),
+        delete_board_rows)
     if not data["deleted"]:
         raise SystemExit(EXIT_FAILED)
 
@@ -312,6 +442,14 @@ def with_range(command: Callable) -> Callable:
     return command
 
 
+STATS_COLUMNS = ("day", "pv", "uv")
+
+
+def stats_rows(data: dict) -> Rows:
+    """One row a day of the range: the day (ISO 8601), its page views and unique visitors."""
+    return STATS_COLUMNS, [{"day": d["day"], "pv": d["pv"], "uv": d["uv"]} for d in data["days"]]
+
+
 def _render_stats(console: Any, data: dict) -> None:
     from rich.table import Table
 
@@ -322,19 +460,30 @@ def _render_stats(console: Any, data: dict) -> None:
     table = Table(box=None, pad_edge=False)
     for name, justify in (("day", "left"), ("PV", "right"), ("UV", "right"), ("", "left")):
         table.add_column(name, justify=justify)
-    high = max((d["pv"] for d in data["days"]), default=0) or 1
-    for d in data["days"]:
+    _, days = stats_rows(data)
+    high = max((d["pv"] for d in days), default=0) or 1
+    for d in days:
         table.add_row(d["day"], str(d["pv"]), str(d["uv"]), "█" * round(30 * d["pv"] / high))
     console.print(table)
 
 
 @cli.command("stats")
 @with_range
+@site_option
 @click.option("--path", "-p", help="one path instead of the whole site")
-@json_option
-def stats_command(day: str | None, start: str | None, end: str | None, path: str | None, as_json: bool) -> None:
+@output_options(STATS_COLUMNS, "one row a day; the range's PV and UV are in json")
+def stats_command(day: str | None, start: str | None, end: str | None, site: str | None, path: str | None,
+                  output: str) -> None:
     """Page views and unique visitors per day and over a range (site or one path)."""
-    _emit(_query(lambda conn: views.stats_view(conn, day, start, end, path)), as_json, _render_stats)
+    _emit(_query(lambda conn: views.stats_view(conn, day, start, end, path, site=site)), output, _render_stats, stats_rows)
+
+
+PAGES_COLUMNS = ("rank", "path", "pv")
+
+
+def pages_rows(data: dict) -> Rows:
+    """One row a path, most viewed first: its rank (from 1), the path and its page views."""
+    return PAGES_COLUMNS, [{"rank": rank, "path": path, "pv": pv} for rank, (path, pv) in enumerate(data["pages"], 1)]
 
 
 def _render_pages(console: Any, data: dict) -> None:
@@ -344,8 +493,8 @@ def _render_pages(console: Any, data: dict) -> None:
     table.add_column("#", justify="right")
     table.add_column("path")
     table.add_column("PV", justify="right")
-    for rank, (path, pv) in enumerate(data["pages"], 1):
-        table.add_row(str(rank), path, str(pv))
+    for row in pages_rows(data)[1]:
+        table.add_row(str(row["rank"]), row["path"], str(row["pv"]))
     console.print(table)
 
 
@@ -353,18 +502,31 @@ def _render_pages(console: Any, data: dict) -> None:
 @click.option("--from", "start", help="first day (default: the last day)")
 @click.option("--to", "end", help="last day (default today)")
 @click.option("--limit", "-n", type=int, default=10, show_default=True)
-@json_option
-def top_pages_command(start: str | None, end: str | None, limit: int, as_json: bool) -> None:
+@site_option
+@output_options(PAGES_COLUMNS)
+def top_pages_command(start: str | None, end: str | None, limit: int, site: str | None, output: str) -> None:
     """Paths by page views over a range of days."""
-    _emit(_query(lambda conn: views.top_pages_view(conn, start, end, limit)), as_json, _render_pages)
+    _emit(_query(lambda conn: views.top_pages_view(conn, start, end, limit, site=site)), output, _render_pages, pages_rows)
+
+
+UNIQUES_COLUMNS = ("day", "visitors", "visitor_ids_expired")
+
+
+def uniques_rows(data: dict) -> Rows:
+    """One row a day: the day, its distinct session ids, and whether its per-visitor data has
+    expired (then the day is not in the range's total)."""
+    missing = set(data["missing_days"])
+    return UNIQUES_COLUMNS, [{"day": d["day"], "visitors": d["visitors"], "visitor_ids_expired": d["day"] in missing}
+                             for d in data["days"]]
 
 
 def _render_uniques(console: Any, data: dict) -> None:
     console.print(f"[bold]unique visitors[/bold] {data['from']} .. {data['to']}: {data['visitors']}")
-    values = [d["visitors"] for d in data["days"]]
+    _, days = uniques_rows(data)
+    values = [d["visitors"] for d in days]
     if len(values) > 1:
         console.print(sparkline(values))
-    for d in data["days"]:
+    for d in days:
         console.print(f"  {d['day']}  {d['visitors']:>9}")
     if data["missing_days"]:
         console.print(f"  (per-visitor data expired for {', '.join(data['missing_days'])}: not in the total)")
@@ -372,10 +534,11 @@ def _render_uniques(console: Any, data: dict) -> None:
 
 @cli.command("uniques")
 @with_range
-@json_option
-def uniques_command(day: str | None, start: str | None, end: str | None, as_json: bool) -> None:
+@site_option
+@output_options(UNIQUES_COLUMNS, "one row a day; the range's union is in json")
+def uniques_command(day: str | None, start: str | None, end: str | None, site: str | None, output: str) -> None:
     """Distinct session ids per day and over a range (an exact union)."""
-    _emit(_query(lambda conn: views.uniques_view(conn, day, start, end)), as_json, _render_uniques)
+    _emit(_query(lambda conn: views.uniques_view(conn, day, start, end, site=site)), output, _render_uniques, uniques_rows)
 
 
 def _ago(seconds: float | None) -> str:
@@ -396,26 +559,33 @@ def _deployment_detail(info: dict) -> str:
     return "; ".join(parts)
 
 
-def _render_health(console: Any, data: dict) -> None:
-    def line(ok: bool, what: str, detail: str) -> None:
-        console.print(f"{'[green]ok  [/green]' if ok else '[red]FAIL[/red]'} {what:<8} {detail}")
+HEALTH_COLUMNS = ("check", "ok", "detail")
 
-    redis_ = data["redis"]
-    line(redis_["ok"], "redis", f"{redis_.get('latency_ms', 0):.1f} ms" if redis_["ok"] else redis_["error"])
-    servers = data["servers"]
-    line(servers["ok"], "server", "; ".join(servers["errors"]) or ", ".join(
-        f"{s['software']} {s['version']} ({s['maxmemory_policy']})" for s in servers["servers"]))
-    for warning in servers["warnings"]:
-        console.print(f"[yellow]warn[/yellow] server   {warning}")
-    line(data["deployment"]["ok"], "data", _deployment_detail(data["deployment"]))
-    workers = data["workers"]
-    line(workers["ok"], "workers", ", ".join(workers["names"]) or workers.get("error", "no worker answered"))
-    beat = data["beat"]
-    line(beat["ok"], "beat", beat.get("error") or f"clean_counters last started {_ago(beat['last_run_age_seconds'])}"
-         f" (limit {beat['max_age_seconds']:.0f}s)")
-    queues = data["queues"]
-    line(queues["ok"], "queues", "  ".join(f"{q}={queues[q]}" for q in ("visits", "maintenance")) if queues["ok"]
-         else queues["error"])
+
+def health_rows(data: dict) -> Rows:
+    """One row a check the verdict rests on (redis, server, data, workers, beat, queues): its
+    name, whether it passed, and the detail the terminal shows."""
+    redis_, servers, workers, beat, queues = (data[k] for k in ("redis", "servers", "workers", "beat", "queues"))
+    checks = [
+        ("redis", redis_["ok"], f"{redis_.get('latency_ms', 0):.1f} ms" if redis_["ok"] else redis_["error"]),
+        ("server", servers["ok"], "; ".join(servers["errors"]) or ", ".join(
+            f"{s['software']} {s['version']} ({s['maxmemory_policy']})" for s in servers["servers"])),
+        ("data", data["deployment"]["ok"], _deployment_detail(data["deployment"])),
+        ("workers", workers["ok"], ", ".join(workers["names"]) or workers.get("error", "no worker answered")),
+        ("beat", beat["ok"], beat.get("error") or f"clean_counters last started {_ago(beat['last_run_age_seconds'])}"
+         f" (limit {beat['max_age_seconds']:.0f}s)"),
+        ("queues", queues["ok"], "  ".join(f"{q}={queues[q]}" for q in ("visits", "maintenance")) if queues["ok"]
+         else queues["error"]),
+    ]
+    return HEALTH_COLUMNS, [{"check": check, "ok": ok, "detail": detail} for check, ok, detail in checks]
+
+
+def _render_health(console: Any, data: dict) -> None:
+    for row in health_rows(data)[1]:
+        console.print(f"{'[green]ok  [/green]' if row['ok'] else '[red]FAIL[/red]'} {row['check']:<8} {row['detail']}")
+        if row["check"] == "server":
+            for warning in data["servers"]["warnings"]:
+                console.print(f"[yellow]warn[/yellow] server   {warning}")
     for job, info in data["jobs"].items():
         took = "" if info["last_duration"] is None else f", took {info['last_duration'] * 1000:.1f} ms"
         result = "" if info["last_result"] is None else f", result {info['last_result']}"
@@ -432,14 +602,15 @@ def _render_health(console: Any, data: dict) -> None:
 @click.option("--timeout", type=float, default=1.0, show_default=True, help="seconds to wait for workers' pings")
 @click.option("--beat-max-age", type=float, default=180.0, show_default=True,
               help="beat counts as alive when its every-minute job started within this many seconds")
-@json_option
-def health_command(timeout: float, beat_max_age: float, as_json: bool) -> int:
+@output_options(HEALTH_COLUMNS, "one row a check (redis, server, data, workers, beat, queues); the server's "
+                "warnings, the jobs' last runs, refusals and dead letters are in json")
+def health_command(timeout: float, beat_max_age: float, output: str) -> int:
     """Redis, workers, beat, queue lengths, last maintenance runs; exit 1 when unhealthy."""
     try:
         report = health.report(timeout, beat_max_age)
     except ConfigurationError as exc:
         raise Failed(str(exc)) from None
-    _emit(report, as_json, _render_health)
+    _emit(report, output, _render_health, health_rows)
     return EXIT_OK if report["ok"] else EXIT_FAILED
 
 
@@ -466,23 +637,38 @@ def _broker(action: Callable[[Any], Any]) -> Any:
         raise Failed(f"dead letters at {where}: {type(exc).__name__}: {exc}") from None
 
 
+DEAD_LETTER_COLUMNS = ("index", "at_epoch", "at_iso", "reason", "task", "id", "queue")
+
+
+def dead_letter_rows(data: dict) -> Rows:
+    """One row a record, newest first: its index (for requeue and drop), when it was set aside
+    (epoch seconds, and ISO 8601 in COUNTERS_TIMEZONE), why, and its task, id and queue."""
+    zone = get_settings().zone
+    return DEAD_LETTER_COLUMNS, [
+        {"index": record["index"], "at_epoch": int(record["at"]),
+         "at_iso": datetime.fromtimestamp(int(record["at"]), zone).isoformat(), "reason": record["reason"],
+         "task": record.get("task"), "id": record.get("id"), "queue": record.get("queue")}
+        for record in data["records"]]
+
+
 def _render_dead_letters(console: Any, data: dict) -> None:
     console.print(f"[bold]{data['count']} dead letters[/bold]"
                   + (" (ever, by reason: " + ", ".join(f"{r}={n}" for r, n in data["by_reason"].items()) + ")"
                      if data["by_reason"] else ""))
-    for record in data["records"]:
-        when = datetime.fromtimestamp(record["at"], get_settings().zone).strftime("%Y-%m-%d %H:%M:%S")
-        console.print(f"  #{record['index']:<4} {when}  {record['reason']:<14} {record.get('task') or '-'} "
-                      f"{record.get('id') or '-'} from {record.get('queue') or '-'}", markup=False)
+    for row in dead_letter_rows(data)[1]:
+        when = datetime.fromtimestamp(row["at_epoch"], get_settings().zone).strftime("%Y-%m-%d %H:%M:%S")
+        console.print(f"  #{row['index']:<4} {when}  {row['reason']:<14} {row['task'] or '-'} "
+                      f"{row['id'] or '-'} from {row['queue'] or '-'}", markup=False)
 
 
 @dead_letters_group.command("list")
 @click.option("--limit", "-n", type=click.IntRange(1, 10_000), default=20, show_default=True)
-@json_option
-def dead_letters_list(limit: int, as_json: bool) -> None:
+@output_options(DEAD_LETTER_COLUMNS, "epoch seconds, and ISO 8601 in COUNTERS_TIMEZONE; the counts by reason "
+                "are in json")
+def dead_letters_list(limit: int, output: str) -> None:
     """The newest set-aside messages (index 0 = newest), with why and when."""
     data = _broker(lambda client: {**dead_letters.summary(client), "records": dead_letters.listing(client, limit)})
-    _emit(data, as_json, _render_dead_letters)
+    _emit(data, output, _render_dead_letters, dead_letter_rows)
 
 
 def which_records(command: Callable) -> Callable:
@@ -509,6 +695,66 @@ def dead_letters_requeue(index: int | None) -> None:
 def dead_letters_drop(index: int | None) -> None:
     """Delete set-aside messages for good."""
     click.echo(f"dropped {_broker(lambda client: dead_letters.drop(client, index))}")
+
+
+@cli.group("tokens")
+def tokens_group() -> None:
+    """Read-only tokens for the dashboard's JSON API and /metrics (Authorization: Bearer <token>)."""
+
+
+def _token_query(make: Callable[[Any], dict]) -> dict:
+    try:
+        return _query(make)
+    except views.TooManyTokens as exc:
+        raise Failed(str(exc)) from None
+
+
+def _when(ts: int | None) -> str:
+    return "-" if ts is None else datetime.fromtimestamp(ts, get_settings().zone).strftime("%Y-%m-%d %H:%M:%S")
+
+
+@tokens_group.command("create")
+@click.argument("name")
+@json_option
+def tokens_create(name: str, as_json: bool) -> None:
+    """Make a token named NAME and print it, this once (only its SHA-256 is kept)."""
+    data = _token_query(lambda conn: views.create_token(conn, name))
+    if as_json:
+        _emit(data, True, lambda _console, _data: None)
+        return
+    click.echo(data["token"])  # alone on stdout: TOKEN=$(counters-tasks tokens create NAME) works
+    click.echo(f"token {name!r} created: it is shown only now, store it (revoke: counters-tasks tokens revoke "
+               f"{name})", err=True)
+
+
+@tokens_group.command("list")
+@json_option
+def tokens_list_command(as_json: bool) -> None:
+    """The tokens: name, when made, scope; never a token."""
+    def render(console: Any, data: dict) -> None:
+        from rich.table import Table
+        from rich.text import Text
+
+        table = Table(title=f"{len(data['tokens'])} tokens (at most {data['max']})", title_justify="left")
+        for column in ("name", "created", "scope", "site"):
+            table.add_column(column)
+        for token in data["tokens"]:
+            table.add_row(Text(token["name"]), _when(token["created"]), str(token["scope"]), token["site"] or "all")
+        console.print(table)
+
+    _emit(_token_query(views.tokens_list), as_json, render)
+
+
+@tokens_group.command("revoke")
+@click.argument("name")
+@json_option
+def tokens_revoke(name: str, as_json: bool) -> None:
+    """Delete the token named NAME: refused from the dashboard's next request (exit 1 when none)."""
+    data = _token_query(lambda conn: views.revoke_token(conn, name))
+    _emit(data, as_json, lambda console, d: console.print(
+        f"token {d['name']!r} revoked" if d["revoked"] else f"no token named {d['name']!r}", markup=False))
+    if not data["revoked"]:
+        raise SystemExit(EXIT_FAILED)
 
 
 @cli.command("serve")

@@ -41,11 +41,13 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone, tzinfo
 from typing import IO, Any, BinaryIO, NamedTuple
+from zoneinfo import ZoneInfo
 
 from .. import skips, visits
 from ..core import pageviews
 from ..core.days import DAY
 from ..core.settings import get_settings
+from ..core.sites import check_site, zone_of
 from ..core.validation import check_ip, page_name
 from ..errors import ConfigurationError, InvalidInput
 from ..store import keys
@@ -479,11 +481,14 @@ def first_line_format(lines: Iterator[bytes | None]) -> tuple[str, list[bytes | 
 
 
 def import_lines(conn: Any, lines: Iterable[bytes | None], fmt: str | None = None, *, include_all: bool = False,
-                 name: str = "-", progress: Callable[[int], None] | None = None) -> Summary:
+                 name: str = "-", progress: Callable[[int], None] | None = None, site: str | None = None) -> Summary:
     """Import the lines of one input (``fmt`` None: detected from its first non-empty line) and
-    return the summary. Needs COUNTERS_SECRET and Redis (checked first); a line never stops it."""
+    return the summary. Needs COUNTERS_SECRET and Redis (checked first); a line never stops it.
+    ``site``: the site of ``COUNTERS_SITES`` every line counts for (None: the default site);
+    a JSON line's time without an offset is in that site's zone."""
     secret = require_secret()
-    zone = get_settings().zone
+    scope = check_site(site)
+    zone = ZoneInfo(zone_of(scope))
     conn.ping()
     iterator = iter(lines)
     head: list[bytes | None] = []
@@ -500,6 +505,8 @@ def import_lines(conn: Any, lines: Iterable[bytes | None], fmt: str | None = Non
         if isinstance(outcome, str):
             summary.skip(outcome)
         else:
+            if scope:  # part of the visit's content, so of its ledger entry: another site's import is another
+                outcome["site"] = scope
             chunk.append(outcome)
             if len(chunk) == CHUNK:
                 importer.apply(chunk)

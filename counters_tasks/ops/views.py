@@ -1,35 +1,42 @@
 """JSON-ready answers for the operator views: the ``counters-tasks`` query commands (``--json``)
 and the dashboard's endpoints return exactly these dicts, so the terminal, the browser and
 scripts always agree. Arguments arrive as text (command line, query string) and are parsed
-here; bad ones raise ``InvalidInput`` before Redis is asked anything.
+here; bad ones raise ``InvalidInput`` before Redis is asked anything. At the end: the read-only
+tokens of the dashboard's JSON API (``counters-tasks tokens``, checked by ``web.TokenAuth``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import secrets
 import time
 from datetime import date, timedelta
 from typing import Any
 
 from .. import counters, ranking, sitestats, uniques
 from ..core.days import today
-from ..core.settings import get_settings
+from ..core.sites import check_site, site_name, site_names, zone_of
 from ..core.validation import MAX_RANGE_DAYS, check_day_range, check_int, check_text
 from ..counters import SAMPLE_COUNT, bucket_start
 from ..errors import InvalidInput
+from ..store import keys
+from ..store.client import as_str
 
 MAX_LIMIT = 1000
 
 
-def parse_day(text: Any, what: str = "day") -> date:
-    """An ISO date (``YYYY-MM-DD``), or ``today`` / ``yesterday`` in ``COUNTERS_TIMEZONE``."""
+def parse_day(text: Any, what: str = "day", site: str = "") -> date:
+    """An ISO date (``YYYY-MM-DD``), or ``today`` / ``yesterday`` in the zone of site ``site`` (a
+    scope: ``COUNTERS_TIMEZONE`` for the default site)."""
     if isinstance(text, date):
         return text
     if not isinstance(text, str):
         raise InvalidInput(f"{what} must be a date YYYY-MM-DD")
     if text == "today":
-        return today()
+        return today(zone_of(site))
     if text == "yesterday":
-        return today() - timedelta(days=1)
+        return today(zone_of(site)) - timedelta(days=1)
     try:
         return date.fromisoformat(text)
     except ValueError:
@@ -46,92 +53,193 @@ def parse_int(text: Any, what: str, minimum: int | None = None, maximum: int | N
     return check_int(text, what, minimum, maximum)
 
 
-def day_range(day: Any = None, start: Any = None, end: Any = None) -> tuple[date, date]:
+def day_range(day: Any = None, start: Any = None, end: Any = None, site: str = "") -> tuple[date, date]:
     """``(first, last)`` days from ``day`` alone, or ``start``/``end`` (either may be missing:
-    the other end, or today); at most MAX_RANGE_DAYS days, ``first <= last``."""
+    the other end, or today in the site's zone); at most MAX_RANGE_DAYS days, ``first <= last``."""
+    now = today(zone_of(site))
     if day is not None:
         if start is not None or end is not None:
             raise InvalidInput("give either a day or a from/to range, not both")
-        first = last = parse_day(day)
+        first = last = parse_day(day, "day", site)
     else:
-        last = parse_day(end, "to") if end is not None else None
-        first = parse_day(start, "from") if start is not None else None
+        last = parse_day(end, "to", site) if end is not None else None
+        first = parse_day(start, "from", site) if start is not None else None
         if first is None and last is None:
-            first = last = today()
+            first = last = now
         first = first or last
-        last = last or (today() if first <= today() else first)
+        last = last or (now if first <= now else first)
     return check_day_range(first, last, names=("from", "to"))
 
 
-def config_view(_conn: Any = None) -> dict[str, Any]:
-    """What the dashboard needs to pick default dates: today in ``COUNTERS_TIMEZONE``, and the zone."""
-    return {"today": today().isoformat(), "timezone": get_settings().timezone, "max_range_days": MAX_RANGE_DAYS}
+def config_view(_conn: Any = None, site: Any = None) -> dict[str, Any]:
+    """What the dashboard needs to pick default dates: today in the site's zone, the zone, and
+    every site of the deployment (the default one first)."""
+    scope = check_site(site)
+    zone = zone_of(scope)
+    return {"today": today(zone).isoformat(), "timezone": zone, "max_range_days": MAX_RANGE_DAYS,
+            "site": site_name(scope), "sites": site_names()}
 
 
-def counters_list(conn: Any, cursor: Any = None, limit: Any = None) -> dict[str, Any]:
+def counters_list(conn: Any, cursor: Any = None, limit: Any = None, site: Any = None) -> dict[str, Any]:
     """A page of the counters that hold samples (at most ``limit``, default 100, up to 1000),
     from ``cursor`` (the ``next`` of the page before; None at the end)."""
     limit = 100 if limit is None else parse_int(limit, "limit", 1, counters.MAX_PAGE)
-    names, following = counters.counter_page(conn, "0" if cursor is None else str(cursor), limit)
+    names, following = counters.counter_page(conn, "0" if cursor is None else str(cursor), limit, site=site)
     return {"counters": names, "next": following, "precisions": list(counters.PRECISIONS)}
 
 
-def counter_view(conn: Any, name: Any, precision: Any = 60, last: Any = None, now: float | None = None) -> dict[str, Any]:
+def counter_view(conn: Any, name: Any, precision: Any = 60, last: Any = None, now: float | None = None,
+                 site: Any = None) -> dict[str, Any]:
     """The last ``last`` buckets (default and at most SAMPLE_COUNT) of a counter, zero-filled."""
     check_text(name, "name")
     precision = counters.check_precision(parse_int(precision, "precision"))
     last = SAMPLE_COUNT if last is None else parse_int(last, "last", 1, SAMPLE_COUNT)
     now = time.time() if now is None else now
     end = bucket_start(now, precision)
-    points = counters.get_series(conn, name, precision, end - (last - 1) * precision, now, now=now)
+    points = counters.get_series(conn, name, precision, end - (last - 1) * precision, now, now=now, site=site)
     return {"name": name, "precision": precision, "now": now, "points": [list(p) for p in points],
             "total": sum(t for _, t in points)}
 
 
-def boards_list(conn: Any) -> dict[str, Any]:
-    return {"boards": ranking.known_boards(conn)}
+def boards_list(conn: Any, site: Any = None) -> dict[str, Any]:
+    return {"boards": ranking.known_boards(conn, site=site)}
 
 
-def board_view(conn: Any, board: Any, limit: Any = 10, now: float | None = None) -> dict[str, Any]:
+def board_view(conn: Any, board: Any, limit: Any = 10, now: float | None = None, site: Any = None) -> dict[str, Any]:
     """A ranking's top members with their totals, with the board's own (stored) settings."""
     check_text(board, "board")
     limit = parse_int(limit, "limit", 1, MAX_LIMIT)
-    stored = ranking.board_settings(conn, board)
+    stored = ranking.board_settings(conn, keys.scoped(check_site(site), board))
     if stored is None:
-        raise InvalidInput(f"no board named {board!r} (boards: {', '.join(ranking.known_boards(conn)) or 'none'})")
+        known = ", ".join(ranking.known_boards(conn, site=site)) or "none"
+        raise InvalidInput(f"no board named {board!r} (boards: {known})")
     period, interval = stored
-    top = ranking.Ranking(conn, board, period, interval).top(0, limit, withscores=True, now=now)
+    top = ranking.Ranking(conn, board, period, interval, site=site).top(0, limit, withscores=True, now=now)
     return {"board": board, "period_hours": period, "interval_hours": interval,
             "top": [[member, total] for member, total in top]}
 
 
-def delete_board_view(conn: Any, board: Any) -> dict[str, Any]:
+def delete_board_view(conn: Any, board: Any, site: Any = None) -> dict[str, Any]:
     """Delete a board (``ranking.delete_board``): whether there was one."""
     check_text(board, "board")
-    return {"board": board, "deleted": ranking.delete_board(conn, board)}
+    return {"board": board, "deleted": ranking.delete_board(conn, board, site=site)}
 
 
-def stats_view(conn: Any, day: Any = None, start: Any = None, end: Any = None, path: Any = None) -> dict[str, Any]:
+def stats_view(conn: Any, day: Any = None, start: Any = None, end: Any = None, path: Any = None,
+               site: Any = None) -> dict[str, Any]:
     """Site (or one path's) PV/UV per day over a range, with the range's PV sum and true UV."""
-    first, last = day_range(day, start, end)
-    result = sitestats.site_visit_range(conn, first, last, path)
+    first, last = day_range(day, start, end, check_site(site))
+    result = sitestats.site_visit_range(conn, first, last, path, site=site)
     return {"from": first.isoformat(), "to": last.isoformat(), "path": result.path, "pv": result.pv,
             "uv": result.uv, "uv_approximate": result.uv_approximate,
             "days": [{"day": d.day.isoformat(), "pv": d.pv, "uv": d.uv} for d in result.days]}
 
 
-def top_pages_view(conn: Any, start: Any = None, end: Any = None, limit: Any = 10) -> dict[str, Any]:
+def top_pages_view(conn: Any, start: Any = None, end: Any = None, limit: Any = 10, site: Any = None) -> dict[str, Any]:
     """Paths by page views summed over a range (ties by path)."""
-    first, last = day_range(None, start, end)
+    first, last = day_range(None, start, end, check_site(site))
     limit = parse_int(limit, "limit", 1, MAX_LIMIT)
-    pages = sitestats.top_pages(conn, first, last, limit)
+    pages = sitestats.top_pages(conn, first, last, limit, site=site)
     return {"from": first.isoformat(), "to": last.isoformat(), "pages": [[p, n] for p, n in pages]}
 
 
-def uniques_view(conn: Any, day: Any = None, start: Any = None, end: Any = None) -> dict[str, Any]:
+def uniques_view(conn: Any, day: Any = None, start: Any = None, end: Any = None, site: Any = None) -> dict[str, Any]:
     """Distinct session ids per day and over the whole range (an exact union of the days)."""
-    first, last = day_range(day, start, end)
-    result = uniques.unique_visitors_range(conn, first, last)
+    first, last = day_range(day, start, end, check_site(site))
+    result = uniques.unique_visitors_range(conn, first, last, site=site)
     return {"from": first.isoformat(), "to": last.isoformat(), "visitors": result.visitors,
             "days": [{"day": d.isoformat(), "visitors": n} for d, n in result.days],
             "missing_days": [d.isoformat() for d in result.missing_days]}
+
+
+# --- read-only tokens of the dashboard's JSON API (``counters-tasks tokens``) ---------------
+# A token is "ctk_" + 32 random bytes (urlsafe base64); only its SHA-256 is kept, as a field of
+# one HASH (``keys.api_tokens``). A hash of 256 random bits needs no salt or slow KDF: nothing
+# guessable is hashed, and a request's token is found by its hash (one HGET), so no comparison
+# of secrets runs over the stored ones.
+
+TOKEN_PREFIX = "ctk_"
+TOKEN_MAX_LENGTH = 100
+"""A presented token longer than this is refused without asking Redis (a real one is 47 characters)."""
+MAX_TOKENS = 1000
+"""Tokens at most; ``tokens create`` past it is refused (revoke unused ones)."""
+TOKEN_SCOPE = "read"
+"""The one scope there is: GET of the JSON API and ``/metrics``."""
+
+
+class TooManyTokens(Exception):
+    """``create_token`` with MAX_TOKENS tokens already stored."""
+
+
+def token_hash(token: str) -> str:
+    """What is stored of a token: its SHA-256, hex."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _token_record(value: Any) -> dict[str, Any]:
+    """A stored record, or {} for one that is not a JSON object (changed by hand: it allows nothing)."""
+    try:
+        record = json.loads(value)
+    except ValueError:
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _token_records(pipe: Any) -> dict[str, dict[str, Any]]:
+    return {as_str(field): _token_record(value) for field, value in pipe.hgetall(keys.api_tokens()).items()}
+
+
+def create_token(conn: Any, name: Any, now: float | None = None) -> dict[str, Any]:
+    """A new token named ``name`` (unique): its record and, this once, the token itself."""
+    check_text(name, "name", 100)
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    record = {"name": name, "created": int(time.time() if now is None else now), "scope": TOKEN_SCOPE,
+              "site": None}  # None: every site (a token limited to one site is for later)
+
+    def add(pipe: Any) -> None:  # WATCHed: two creates at once cannot both take a name or the last place
+        stored = _token_records(pipe).values()
+        if any(r.get("name") == name for r in stored):
+            raise InvalidInput(f"a token named {name!r} exists already (revoke it first)")
+        if len(stored) >= MAX_TOKENS:
+            raise TooManyTokens(f"{MAX_TOKENS} tokens exist already, the most there may be: "
+                                f"revoke unused ones (counters-tasks tokens list / revoke NAME)")
+        pipe.multi()
+        pipe.hset(keys.api_tokens(), token_hash(token), json.dumps(record))
+
+    conn.transaction(add, keys.api_tokens())
+    return {**record, "token": token}
+
+
+def tokens_list(conn: Any) -> dict[str, Any]:
+    """The tokens' records (name, created, scope, site), oldest first: never a token or its hash."""
+    records = sorted(_token_records(conn).values(), key=lambda r: (r.get("created", 0), r.get("name", "")))
+    return {"tokens": [{k: r.get(k) for k in ("name", "created", "scope", "site")} for r in records],
+            "max": MAX_TOKENS}
+
+
+def revoke_token(conn: Any, name: Any) -> dict[str, Any]:
+    """Delete the token named ``name``: whether there was one. The dashboard refuses it from its next request."""
+    check_text(name, "name", 100)
+    found: list[str] = []
+
+    def remove(pipe: Any) -> None:
+        found[:] = [field for field, r in _token_records(pipe).items() if r.get("name") == name]
+        pipe.multi()
+        if found:
+            pipe.hdel(keys.api_tokens(), *found)
+
+    conn.transaction(remove, keys.api_tokens())
+    return {"name": name, "revoked": bool(found)}
+
+
+def token_allows_read(conn: Any, token: str) -> bool:
+    """Whether ``token`` is a stored read token for every site: one HGET (no cache, so a revoked
+    token is refused from the next request). Redis errors propagate (the dashboard answers 503)."""
+    if not token.startswith(TOKEN_PREFIX) or len(token) > TOKEN_MAX_LENGTH:
+        return False
+    stored = conn.hget(keys.api_tokens(), token_hash(token))
+    if stored is None:
+        return False
+    record = _token_record(stored)
+    # a token limited to one site (a later change) is refused here rather than read every site
+    return record.get("scope") == TOKEN_SCOPE and record.get("site") is None

@@ -6,6 +6,8 @@ Optional basic auth: ``COUNTERS_DASHBOARD_AUTH=user:password`` (read when the ap
 it covers every route, ``/metrics`` (Prometheus, ``ops.metrics``) too: a scrape job gives the
 same ``basic_auth``. Without it, only requests whose Host is a loopback name or one of
 ``COUNTERS_DASHBOARD_HOSTS`` are answered (a page of another site cannot reach it by DNS rebinding).
+A read-only token (``counters-tasks tokens create``) sent as ``Authorization: Bearer <token>``
+opens the JSON API's GET routes and ``/metrics`` without the password (``TokenAuth``).
 Handlers are plain functions, so Starlette runs the blocking Redis calls in its thread pool,
 bounded by ``THREADS``; ``serve`` bounds the requests in hand (``RequestLimit``), the connections
 and their time to send a request (``ops.connections``) and the shutdown (``run``).
@@ -76,6 +78,51 @@ class BasicAuth:
             response = Response("authentication required", status_code=401,
                                 headers={"WWW-Authenticate": 'Basic realm="counters-tasks", charset="UTF-8"'})
             await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+TOKEN_METHODS = ("GET", "HEAD")
+"""What a token may do: read (Starlette answers HEAD on every GET route)."""
+
+
+def bearer_token(scope: Scope) -> str | None:
+    """The token of the request's ``Authorization: Bearer <token>``, else None."""
+    for name, value in scope.get("headers", []):
+        if name == b"authorization":
+            return value[7:].strip().decode("latin-1") if value[:7].lower() == b"bearer " else None
+    return None
+
+
+class TokenAuth:
+    """A request that presents a bearer token on one of ``paths`` with a GET (or HEAD) goes to
+    ``app`` (past ``guarded``'s basic auth) when the token is stored (``views.token_allows_read``:
+    one HGET a request, no cache, so a revoked token is refused from the next request), is
+    answered 401 (``WWW-Authenticate: Bearer``) when it is not, and 503 when Redis cannot say.
+    Every other request goes to ``guarded`` as before: the token opens nothing else (the page,
+    its static files, another method), and without basic auth the API is as open as without it."""
+
+    def __init__(self, app: ASGIApp, guarded: ASGIApp, paths: frozenset[str], connection: Callable[[], Any]) -> None:
+        self.app, self.guarded, self.paths, self.connection = app, guarded, paths, connection
+
+    def _allowed(self, token: str) -> bool:
+        return views.token_allows_read(self.connection(), token)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        token = bearer_token(scope) if scope["type"] == "http" else None
+        if token is None or scope["method"] not in TOKEN_METHODS or scope["path"] not in self.paths:
+            await self.guarded(scope, receive, send)
+            return
+        try:
+            allowed = await anyio.to_thread.run_sync(self._allowed, token)
+        except redis.RedisError as exc:  # neither allowed nor a server error: try again later
+            await JSONResponse({"error": f"Redis: {type(exc).__name__}: {exc}"}, status_code=503,
+                               headers={"Cache-Control": "no-store"})(scope, receive, send)
+            return
+        if not allowed:
+            await JSONResponse({"error": "invalid or revoked token"}, status_code=401, headers={
+                "WWW-Authenticate": 'Bearer realm="counters-tasks", error="invalid_token"',
+                "Cache-Control": "no-store"})(scope, receive, send)
             return
         await self.app(scope, receive, send)
 
@@ -206,21 +253,21 @@ def create_app(conn: Any = None, auth: tuple[str, str] | None | bool = True,
 
     routes = [
         Route("/", index),
-        Route("/api/stats", endpoint(views.stats_view, "day", "from", "to", "path")),
-        Route("/api/top-pages", endpoint(views.top_pages_view, "from", "to", "limit")),
-        Route("/api/uniques", endpoint(views.uniques_view, "day", "from", "to")),
-        Route("/api/config", endpoint(views.config_view)),
-        Route("/api/counters", endpoint(views.counters_list, "cursor", "limit")),
-        Route("/api/counter", endpoint(views.counter_view, "name!", "precision", "last")),
-        Route("/api/boards", endpoint(views.boards_list)),
-        Route("/api/top", endpoint(views.board_view, "board!", "limit")),
+        Route("/api/stats", endpoint(views.stats_view, "day", "from", "to", "path", "site")),
+        Route("/api/top-pages", endpoint(views.top_pages_view, "from", "to", "limit", "site")),
+        Route("/api/uniques", endpoint(views.uniques_view, "day", "from", "to", "site")),
+        Route("/api/config", endpoint(views.config_view, "site")),
+        Route("/api/counters", endpoint(views.counters_list, "cursor", "limit", "site")),
+        Route("/api/counter", endpoint(views.counter_view, "name!", "precision", "last", "site")),
+        Route("/api/boards", endpoint(views.boards_list, "site")),
+        Route("/api/top", endpoint(views.board_view, "board!", "limit", "site")),
         Route("/api/health", endpoint(get_health)),
         Route("/metrics", metrics.endpoint(connection)),
         Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
     ]
     app: ASGIApp = Starlette(routes=routes, lifespan=_bounded_threads)
-    if auth:
-        app = BasicAuth(app, *auth)
+    token_paths = frozenset(r.path for r in routes if r.path.startswith("/api/") or r.path == "/metrics")
+    app = TokenAuth(app, BasicAuth(app, *auth) if auth else app, token_paths, connection)
     if hosts or not auth:
         app = TrustedHostMiddleware(app, allowed_hosts=[*hosts, *([] if auth else LOOPBACK_HOSTS)])
     return SecurityHeaders(RequestLimit(app))

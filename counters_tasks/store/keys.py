@@ -97,6 +97,28 @@ def chunk_ids(message_id: str | None, count: int, separator: str = "#") -> list[
     return [None if message_id is None else f"{message_id}{separator}{n}" for n in range(count)]
 
 
+# --- sites ------------------------------------------------------------------------------------
+
+SITE_SEPARATOR = "\x1f"
+"""Between a site's name and a user string in a scoped name: a control character, which no name,
+path or board may hold (``core.validation``), so a scoped name never equals a user's own."""
+
+
+def scoped(site: str, text: str) -> str:
+    """``text`` (a counter name, path, board, day) of site ``site`` (a scope, ``core.sites``):
+    ``text`` itself for the default site (the keys of a one-site deployment), else
+    ``<site>\x1f<text>`` (``<site>%1F<text>`` in a key): its own keys, hashed into their own tags."""
+    return f"{site}{SITE_SEPARATOR}{text}" if site else text
+
+
+def unscoped(site: str, name: str) -> str | None:
+    """The user string of a scoped name when it belongs to site ``site``, else None."""
+    if not site:
+        return None if SITE_SEPARATOR in name else name
+    head = f"{site}{SITE_SEPARATOR}"
+    return name[len(head):] if name.startswith(head) else None
+
+
 # --- worker batches of per-event messages ---------------------------------------------------
 
 CLAIM_GROUPS_CLUSTER = 16
@@ -340,54 +362,60 @@ def _uv_kind(mode: str) -> str:
     return "hll" if mode == "hll" else "vis"
 
 
-def site_day_tag(day: date) -> str:
-    return hash_tag("site-day", day.isoformat())
+def day_label(day: date, site: str = "") -> str:
+    """How a site's day appears in its keys (and is hashed into their tag): ``YYYY-MM-DD``, after
+    ``<site>%1F`` for a site other than the default one."""
+    return escape(scoped(site, day.isoformat()))
 
 
-def site_day_totals(day: date, *, tag: str | None = None) -> str:
+def site_day_tag(day: date, site: str = "") -> str:
+    return hash_tag("site-day", scoped(site, day.isoformat()))
+
+
+def site_day_totals(day: date, *, tag: str | None = None, site: str = "") -> str:
     """HASH pv, uv, open_until of the whole site on one local day (kept COUNTERS_DAY_TOTALS_DAYS)."""
-    return f"{prefix()}site:{{{tag or site_day_tag(day)}}}:day:{day.isoformat()}"
+    return f"{prefix()}site:{{{tag or site_day_tag(day, site)}}}:day:{day_label(day, site)}"
 
 
-def site_day_visitors(day: date, mode: str, *, tag: str | None = None) -> str:
+def site_day_visitors(day: date, mode: str, *, tag: str | None = None, site: str = "") -> str:
     """SET of visitor ids (or HLL in ``hll`` mode) of one day (until the day's open_until)."""
-    return f"{prefix()}site:{{{tag or site_day_tag(day)}}}:{_uv_kind(mode)}:{day.isoformat()}"
+    return f"{prefix()}site:{{{tag or site_day_tag(day, site)}}}:{_uv_kind(mode)}:{day_label(day, site)}"
 
 
-def site_day_range_hll(day: date, *, tag: str | None = None) -> str:
+def site_day_range_hll(day: date, *, tag: str | None = None, site: str = "") -> str:
     """HLL of the site's visitor ids on one day, in every UV mode: range UV is the union of days
     (kept as long as the day's totals)."""
-    return f"{prefix()}site:{{{tag or site_day_tag(day)}}}:rhll:{day.isoformat()}"
+    return f"{prefix()}site:{{{tag or site_day_tag(day, site)}}}:rhll:{day_label(day, site)}"
 
 
-def site_day_pages(day: date, *, tag: str | None = None) -> str:
+def site_day_pages(day: date, *, tag: str | None = None, site: str = "") -> str:
     """HASH path -> "<pv> <uv>" on one day, at most COUNTERS_MAX_DAY_PATHS paths, the rest
     under the field "" ("(other)"); kept as long as the totals."""
-    return f"{prefix()}site:{{{tag or site_day_tag(day)}}}:pages:{day.isoformat()}"
+    return f"{prefix()}site:{{{tag or site_day_tag(day, site)}}}:pages:{day_label(day, site)}"
 
 
-def site_day_pairs(day: date, *, tag: str | None = None) -> str:
+def site_day_pairs(day: date, *, tag: str | None = None, site: str = "") -> str:
     """SET of "<visitor><path digest>" (11 + 8 characters) seen on one day: each path's exact daily UV
     (until the day's open_until)."""
-    return f"{prefix()}site:{{{tag or site_day_tag(day)}}}:pairs:{day.isoformat()}"
+    return f"{prefix()}site:{{{tag or site_day_tag(day, site)}}}:pairs:{day_label(day, site)}"
 
 
 def site_shard_of(visitor: str) -> int:
     return int(visitor) % SITE_SHARDS
 
 
-def site_shard_tag(shard: int) -> str:
-    return hash_tag("site-all", str(shard))
+def site_shard_tag(shard: int, site: str = "") -> str:
+    return hash_tag("site-all", scoped(site, str(shard)))
 
 
-def site_all_totals(shard: int) -> str:
+def site_all_totals(shard: int, site: str = "") -> str:
     """HASH pv, uv of one shard of the site's all-time totals (sum over shards = the site's)."""
-    return f"{prefix()}site:{{{site_shard_tag(shard)}}}:all:{shard}"
+    return f"{prefix()}site:{{{site_shard_tag(shard, site)}}}:all:{escape(scoped(site, str(shard)))}"
 
 
-def site_all_visitors(shard: int, mode: str) -> str:
+def site_all_visitors(shard: int, mode: str, site: str = "") -> str:
     """SET (or HLL) of every visitor id ever seen whose id falls in this shard; never expires."""
-    return f"{prefix()}site:{{{site_shard_tag(shard)}}}:{_uv_kind(mode)}:all:{shard}"
+    return f"{prefix()}site:{{{site_shard_tag(shard, site)}}}:{_uv_kind(mode)}:all:{escape(scoped(site, str(shard)))}"
 
 
 def site_seen(message_id: str, *, tag: str) -> str:
@@ -430,24 +458,24 @@ def path_seen(message_id: str, *, tag: str) -> str:
 # One slot per day (tag of the day): the count, the expected figure and every shard of that day,
 # so SADD and INCR run in one Lua call.
 
-def uniques_tag(day: date) -> str:
-    return hash_tag("uniques", day.isoformat())
+def uniques_tag(day: date, site: str = "") -> str:
+    return hash_tag("uniques", scoped(site, day.isoformat()))
 
 
-def uniques_count(day: date, *, tag: str | None = None) -> str:
+def uniques_count(day: date, *, tag: str | None = None, site: str = "") -> str:
     """STRING: exact number of distinct session ids seen on ``day``."""
-    return f"{prefix()}uniq:{{{tag or uniques_tag(day)}}}:count:{day.isoformat()}"
+    return f"{prefix()}uniq:{{{tag or uniques_tag(day, site)}}}:count:{day_label(day, site)}"
 
 
-def uniques_expected(day: date, *, tag: str | None = None) -> str:
+def uniques_expected(day: date, *, tag: str | None = None, site: str = "") -> str:
     """STRING: the day's expected-uniques figure, fixed once (first writer wins)."""
-    return f"{prefix()}uniq:{{{tag or uniques_tag(day)}}}:expected:{day.isoformat()}"
+    return f"{prefix()}uniq:{{{tag or uniques_tag(day, site)}}}:expected:{day_label(day, site)}"
 
 
-def uniques_shard(day: date, shard: int, *, tag: str | None = None) -> str:
+def uniques_shard(day: date, shard: int, *, tag: str | None = None, site: str = "") -> str:
     """SET of at most 512 integer ids (so an intset); a full shard continues in levels of sets
     (``uniques_level_set``, made inside ``unique_visit.lua``)."""
-    return f"{prefix()}uniq:{{{tag or uniques_tag(day)}}}:shard:{day.isoformat()}:{shard}"
+    return f"{prefix()}uniq:{{{tag or uniques_tag(day, site)}}}:shard:{day_label(day, site)}:{shard}"
 
 
 def uniques_level_set(shard_key: str, level: int, index: int) -> str:
@@ -455,23 +483,32 @@ def uniques_level_set(shard_key: str, level: int, index: int) -> str:
     return f"{shard_key}:L{level}:{index}"
 
 
-def uniques_levels(day: date, *, tag: str | None = None) -> str:
+def uniques_levels(day: date, *, tag: str | None = None, site: str = "") -> str:
     """HASH shard number -> the deepest level of sets that shard of ``day`` uses (absent: none)."""
-    return f"{prefix()}uniq:{{{tag or uniques_tag(day)}}}:levels:{day.isoformat()}"
+    return f"{prefix()}uniq:{{{tag or uniques_tag(day, site)}}}:levels:{day_label(day, site)}"
 
 
-def uniques_overflow(day: date, *, tag: str | None = None) -> str:
+def uniques_overflow(day: date, *, tag: str | None = None, site: str = "") -> str:
     """HASH shard number -> how many overflow sets ``<shard key>:<k>`` that shard of ``day`` has:
     the layout of 0.1, still read (never written) until those days expire."""
-    return f"{prefix()}uniq:{{{tag or uniques_tag(day)}}}:overflow:{day.isoformat()}"
+    return f"{prefix()}uniq:{{{tag or uniques_tag(day, site)}}}:overflow:{day_label(day, site)}"
 
 
-def uniques_open(day: date, *, tag: str | None = None) -> str:
+def uniques_open(day: date, *, tag: str | None = None, site: str = "") -> str:
     """STRING: the epoch second the day's shards go, living until then; a day with a count but
     without it is closed."""
-    return f"{prefix()}uniq:{{{tag or uniques_tag(day)}}}:open:{day.isoformat()}"
+    return f"{prefix()}uniq:{{{tag or uniques_tag(day, site)}}}:open:{day_label(day, site)}"
 
 
-def uniques_seen(day: date, message_id: str, *, tag: str | None = None) -> str:
+def uniques_seen(day: date, message_id: str, *, tag: str | None = None, site: str = "") -> str:
     """STRING marker: this message was already applied to this day's uniques (dedupe, TTL)."""
-    return f"{prefix()}uniq:{{{tag or uniques_tag(day)}}}:seen:{escape(message_id)}"
+    return f"{prefix()}uniq:{{{tag or uniques_tag(day, site)}}}:seen:{escape(message_id)}"
+
+
+# --- dashboard API tokens ---------------------------------------------------------------
+
+def api_tokens() -> str:
+    """HASH of the dashboard's read-only API tokens: SHA-256 (hex) of a token -> JSON ``{name,
+    created, scope, site}``; never a token itself (``ops.views``: created, listed, revoked by
+    ``counters-tasks tokens``, one HGET per request that presents one)."""
+    return f"{prefix()}tokens:{{tokens}}"

@@ -37,13 +37,14 @@ def celery_env(redis_url: str, **extra: str) -> dict[str, str]:
     return env
 
 
-def start_serve(env: dict[str, str], log: Path) -> tuple[subprocess.Popen, str]:
-    """``python -m counters_tasks.ops.cli serve`` on a free port, without dashboard auth, as a
-    user starts it (in its own process group, its output in ``log``); (process, base URL)."""
+def start_serve(env: dict[str, str], log: Path, auth: bool = False) -> tuple[subprocess.Popen, str]:
+    """``python -m counters_tasks.ops.cli serve`` on a free port, without dashboard auth unless
+    ``auth`` (then with ``env``'s), as a user starts it (in its own process group, its output in
+    ``log``); (process, base URL)."""
     from counters_tasks.local.redis_server import free_port
 
     port = free_port()
-    env = {k: v for k, v in env.items() if k != "COUNTERS_DASHBOARD_AUTH"}
+    env = {k: v for k, v in env.items() if auth or k != "COUNTERS_DASHBOARD_AUTH"}
     with open(log, "wb") as log_file:
         process = subprocess.Popen([sys.executable, "-m", "counters_tasks.ops.cli", "serve", "--port", str(port)],
                                    cwd=REPO, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
@@ -51,10 +52,10 @@ def start_serve(env: dict[str, str], log: Path) -> tuple[subprocess.Popen, str]:
 
 
 @contextlib.contextmanager
-def serving(env: dict[str, str], log: Path, answers: Callable[[str], object]) -> Iterator[str]:
+def serving(env: dict[str, str], log: Path, answers: Callable[[str], object], auth: bool = False) -> Iterator[str]:
     """``start_serve``, then its base URL once ``answers(base)`` is true (a connection refused
     meanwhile is waited out, a server that exited fails with its log); terminated on exit."""
-    process, base = start_serve(env, log)
+    process, base = start_serve(env, log, auth)
 
     def up() -> bool:
         try:

@@ -9,8 +9,12 @@
   var REFRESH = isFinite(asked) ? Math.min(600000, Math.max(250, asked)) : 5000;
   var $ = function (id) { return document.getElementById(id); };
 
+  // ?site=<name>: the site every figure is read for (the header's switch sets it); none: the default site
+  var SITE = params.get("site") || "";
+
   function api(path, query) {
     var q = new URLSearchParams();
+    if (SITE && path !== "health") q.set("site", SITE);
     for (var k in query || {}) if (query[k] !== "" && query[k] != null) q.set(k, query[k]);
     return fetch("api/" + path + (q.toString() ? "?" + q : ""), {cache: "no-store"}).then(function (r) {
       return r.json().catch(function () { return {}; }).then(function (body) {
@@ -213,11 +217,27 @@
   }
 
   function init() {
-    // "today" is the server's (COUNTERS_TIMEZONE), not the browser's
+    // "today" is the site's (its zone, COUNTERS_TIMEZONE by default), not the browser's
     api("config").then(start, function () { start({today: new Date().toISOString().slice(0, 10)}); });
   }
 
+  function siteSwitch(config) {
+    var sites = config.sites || [];
+    if (sites.length < 2) return;  // one site: no switch
+    var select = $("site");
+    fillSelect(select, sites, config.site);
+    select.parentNode.hidden = false;
+    select.addEventListener("change", function () {  // a new page: every panel, its dates and its "today" follow the site
+      var next = new URLSearchParams(location.search);
+      next.set("site", select.value);
+      ["from", "to", "counter", "board"].forEach(function (k) { next.delete(k); });
+      location.search = next.toString();
+    });
+  }
+
   function start(config) {
+    siteSwitch(config);
+    $("timezone").textContent = config.timezone ? "days in " + config.timezone : "";
     $("from").value = params.get("from") || daysBefore(config.today, 6);
     $("to").value = params.get("to") || config.today;
     $("path").value = params.get("path") || "";
