@@ -9,6 +9,10 @@ moment) and a second pass at the same ``now`` (nothing due: its cost must not gr
 counters). Every ``--every`` days it prints: distinct paths, counters, Redis ``used_memory``,
 the Redis time (``INFO commandstats``, all commands) of both cleaner passes.
 
+The traffic is spread over ``--sites`` sites (``COUNTERS_SITES``, the default one included, in
+different time zones), each view with a referrer (full URLs, which the package reduces to their
+domain) and one in five with campaign tags (issue 22): the sources' tables are in the figures.
+
 Then, on the loaded server: memory per distinct path (20,000 new paths viewed once by known
 visitors: ``used_memory`` after minus before, divided), memory per new visitor (20,000 new
 visitors viewing known paths), keys without a TTL, and the slowest command in SLOWLOG
@@ -16,12 +20,13 @@ visitors viewing known paths), keys without a TTL, and the slowest command in SL
 sample of days against its own model, the per-path target (700 bytes) and that the idle
 cleaner pass stays flat (at most 3x the first checkpoint's while the counters grow 10x+).
 
-    python -m bench.longhaul [--days 90] [--paths 1000000] [--visitors 20000] [--visits-per-day 3000]
+    python -m bench.longhaul [--days 90] [--paths 1000000] [--visitors 20000] [--visits-per-day 3000] [--sites 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import sys
@@ -32,16 +37,40 @@ from bench._common import bench_redis, client
 from counters_tasks import counters, sitestats, visits
 from counters_tasks.core.days import day_end, local_day
 from counters_tasks.core.settings import reset_settings
+from counters_tasks.core.sites import check_site, zone_of
+
+
+def sites_zone(site: str | None) -> str:
+    return zone_of(check_site(site))
 
 CHUNK = 500
 POPULAR = [f"/popular/{i}" for i in range(200)]
 PATH_TARGET = 700
 """Bytes of Redis memory a distinct path may cost in the default mode (issue 13)."""
+COMMANDS_TARGET = 13.0
+"""Redis commands a visit of a batch of 500 may cost (issue 21's goal, with sources and sites: issue 22)."""
+REFERRERS = [None, "https://www.google.com/search?q=words", "https://news.ycombinator.com/item?id=1",
+             "https://t.co/abc", "https://duckduckgo.com/?q=x", "https://www.reddit.com/r/python/"]
+ZONES = ["Asia/Tokyo", "Europe/Lisbon", "America/New_York", "Australia/Sydney"]
+
+
+def source_of(rng: random.Random, sites: list[str | None], ip: str) -> dict:
+    """A view's site (each visitor's own: a visitor of several sites is a visitor of each, which
+    the per-visitor figure measures), referrer and (one in five) campaign tags."""
+    found: dict = {"site": sites[sum(map(int, ip.split("."))) % len(sites)], "referrer": rng.choice(REFERRERS)}
+    if rng.random() < 0.2:
+        found["utm"] = {"source": rng.choice(["newsletter", "feed"]), "campaign": f"c{rng.randrange(5)}"}
+    return found
 
 
 def redis_usec(conn) -> int:
     """Microseconds Redis has spent in commands so far (every command, INFO commandstats)."""
     return sum(int(stats["usec"]) for name, stats in conn.info("commandstats").items())
+
+
+def command_calls(conn) -> int:
+    """Commands Redis has run so far (INFO commandstats, calls inside Lua included), INFO's own left out."""
+    return sum(int(v["calls"]) for k, v in conn.info("commandstats").items() if k != "cmdstat_info")
 
 
 def write(conn, batch: list[dict]) -> None:
@@ -93,7 +122,12 @@ def main() -> None:
     parser.add_argument("--visits-per-day", type=int, default=3_000)
     parser.add_argument("--every", type=int, default=10, help="print a row every N days")
     parser.add_argument("--probe", type=int, default=20_000, help="new paths (and visitors) of the memory probes")
+    parser.add_argument("--sites", type=int, default=3, help="sites of the traffic, the default one included")
     args = parser.parse_args()
+    names = [f"site{n}" for n in range(1, args.sites)]
+    os.environ["COUNTERS_SITES"] = json.dumps({name: {"timezone": ZONES[n % len(ZONES)]} for n, name in enumerate(names)})
+    reset_settings()
+    sites: list[str | None] = [None, *names]
     rng = random.Random(13)
     ips = [f"10.{i // 65536 % 256}.{i // 256 % 256}.{i % 256}" for i in range(args.visitors)]
     with bench_redis() as url:
@@ -112,17 +146,18 @@ def main() -> None:
         for d in range(args.days):
             day_first = first_ts + d * 86400
             share = args.paths * (d + 1) // args.days - args.paths * d // args.days
-            batch = [{"ip": rng.choice(ips), "path": rng.choice(POPULAR), "ts": day_first + rng.uniform(0, 86000)}
-                     for _ in range(args.visits_per_day)]
+            batch = [{"ip": (ip := rng.choice(ips)), "path": rng.choice(POPULAR), "ts": day_first + rng.uniform(0, 86000),
+                      **source_of(rng, sites, ip)} for _ in range(args.visits_per_day)]
             for _ in range(share):
-                batch.append({"ip": rng.choice(ips), "path": f"/u/{new_path:x}/{rng.getrandbits(32):08x}",
-                              "ts": day_first + rng.uniform(0, 86000)})
+                batch.append({"ip": (ip := rng.choice(ips)), "path": f"/u/{new_path:x}/{rng.getrandbits(32):08x}",
+                              "ts": day_first + rng.uniform(0, 86000), **source_of(rng, sites, ip)})
                 new_path += 1
             batch.sort(key=lambda v: v["ts"])
             write(conn, batch)
             total += len(batch)
-            day = local_day(day_first)
-            pv_model[day] = pv_model.get(day, 0) + len(batch)
+            for visit in batch:  # each site's day in its own zone
+                key = (visit["site"], local_day(visit["ts"], sites_zone(visit["site"])))
+                pv_model[key] = pv_model.get(key, 0) + 1
             end = day_first + 86399
             removed, busy = timed_pass(conn, end)
             _removed, idle = timed_pass(conn, end)
@@ -133,27 +168,45 @@ def main() -> None:
                 print(f"{d + 1:>4} {new_path + len(POPULAR):>9,} {known:>9,} {used:>9.1f} {busy:>10,} {idle:>13,} {removed:>9,}")
                 sys.stdout.flush()
         # checks of the data against the model
-        assert sitestats.site_visit_info(conn).pv == total, "all-time PV"
-        for day in list(pv_model)[:: max(1, len(pv_model) // 10)]:
-            assert sitestats.site_visit_info(conn, day).pv == pv_model[day], day
-        print(f"all-time PV {total:,} and sampled days' PV exact")
+        assert sum(sitestats.site_visit_info(conn, site=site).pv for site in sites) == total, "all-time PV"
+        for site, day in list(pv_model)[:: max(1, len(pv_model) // 10)]:
+            assert sitestats.site_visit_info(conn, day, site=site).pv == pv_model[site, day], (site, day)
+            referred = sum(s.pv for s in sitestats.top_sources(conn, day, day, limit=1000, site=site))
+            assert referred == pv_model[site, day], (site, day, "the referrers add up to the day's views")
+        print(f"all-time PV {total:,} over {len(sites)} sites, sampled days' PV and their sources exact")
 
         # memory probes on the loaded server: every probe path tracked by the day (the costlier case)
-        os.environ["COUNTERS_MAX_DAY_PATHS"] = str(10 * args.probe)
+        os.environ["COUNTERS_MAX_DAY_PATHS"] = str(30 * args.probe)
         reset_settings()
         now = time.time()
-        probe_paths = [{"ip": rng.choice(ips), "path": f"/probe/{i:x}/{rng.getrandbits(32):08x}", "ts": now}
-                       for i in range(args.probe)]
-        per_path = memory_delta(conn, probe_paths)
-        probe_visitors = [{"ip": f"172.16.{i // 256 % 256}.{i % 256}", "path": rng.choice(POPULAR), "ts": now}
-                          for i in range(args.probe)]
+        # Three probes back to back, their paths' mean taken: hash tables (the keyspace's, a day's pages
+        # and pairs, the due indexes) double when full, and a probe that crosses one pays the whole new
+        # table (512 KB at 65,536 keys) for what later paths fill: one probe's figure swings by a
+        # hundred bytes a path or more, three probes' together amortize it (each probe's is printed).
+        # (Commands are counted from INFO commandstats before and after, not by CONFIG RESETSTAT: that
+        # frees each command's latency histogram, which the next call of it allocates again, ~20 KB.)
+        # today's own keys first (each site's day: totals, visitor sets, HyperLogLogs, pages and
+        # sources tables): a day's fixed cost, not a path's
+        write(conn, [{"ip": (ip := rng.choice(ips)), "path": rng.choice(POPULAR), "ts": now, **source_of(rng, sites, ip)}
+                     for _ in range(1000)])
+        per_paths = []
+        for probe in range(3):
+            probe_paths = [{"ip": (ip := rng.choice(ips)), "path": f"/probe/{probe * args.probe + i:x}/{rng.getrandbits(32):08x}",
+                            "ts": now, **source_of(rng, sites, ip)} for i in range(args.probe)]
+            calls = command_calls(conn)
+            per_paths.append(memory_delta(conn, probe_paths))
+            per_visit = (command_calls(conn) - calls) / args.probe
+        per_path = sum(per_paths) / len(per_paths)
+        probe_visitors = [{"ip": (ip := f"172.16.{i // 256 % 256}.{i % 256}"), "path": rng.choice(POPULAR), "ts": now,
+                           **source_of(rng, sites, ip)} for i in range(args.probe)]
         per_visitor = memory_delta(conn, probe_visitors)
         slow = [entry for entry in conn.slowlog_get(1_000_000) if entry["command"].startswith(b"EVALSHA")]
         slowest = max(slow, key=lambda entry: entry["duration"], default=None)  # the package's calls
         persistent = keys_without_ttl(conn)
-        print(f"memory per distinct path: {per_path:,.0f} B (a view of each of {args.probe:,} new paths; target "
-              f"{PATH_TARGET} B)")
+        print(f"memory per distinct path: {per_path:,.0f} B (a view of each of 3 x {args.probe:,} new paths, the mean of "
+              f"{', '.join(f'{p:,.0f}' for p in per_paths)}; target {PATH_TARGET} B)")
         print(f"memory per new visitor:   {per_visitor:,.0f} B (each viewing a known path once)")
+        print(f"commands a visit:         {per_visit:.1f} (the path probe's batches of {CHUNK}; target {COMMANDS_TARGET})")
         print(f"keys without a TTL: {sum(persistent.values()):,}  " + ", ".join(f"{k} {n:,}" for k, n in persistent.most_common()))
         if slowest is None:
             print("slowest script call: none over 1 ms in SLOWLOG")
@@ -168,6 +221,8 @@ def main() -> None:
         failures = []
         if per_path > PATH_TARGET:
             failures.append(f"memory per path {per_path:.0f} B > {PATH_TARGET} B")
+        if per_visit > COMMANDS_TARGET:
+            failures.append(f"{per_visit:.1f} commands a visit > {COMMANDS_TARGET}")
         if growth >= 10 and last_idle > 3 * max(first_idle, 1000):
             failures.append("the idle cleaner pass grows with the counters")
         if failures:

@@ -4,8 +4,8 @@ The package, by layer (each imports only the layers listed before it):
 
 - ``errors`` and ``core/``: exceptions, settings from the environment, input checks, local days;
 - ``store/``: the Redis client and pool, Lua scripts (``store/lua/``), the key schema;
-- the data modules: ``counters``, ``sitestats``, ``uniques``, ``ranking``, and ``visits`` (what
-  one page view counts, in all of them); ``refusals`` and ``throughput`` (what was refused, and
+- the data modules: ``counters``, ``sitestats``, ``uniques``, ``ranking``, ``live`` (visitors
+  right now), and ``visits`` (what one page view counts, in all of them); ``refusals`` and ``throughput`` (what was refused, and
   applied, counted in Redis for the health report and the metrics);
 - ``worker/``: the Celery side: the package's Celery defaults, worker-side batches, the broker
   transport, the beat jobs' lock and records;

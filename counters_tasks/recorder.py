@@ -37,6 +37,7 @@ from . import tasks  # noqa: F401  (registers the tasks an eager recorder applie
 from .app import app as default_app
 from .core.privacy import masked_reprs
 from .core.settings import DEFAULT_SITE, get_settings
+from .core.sources import check_campaign, referrer_domain
 from .ranking import prepare_event
 from .visits import check_visit
 from .worker.batches import WorkerBatches
@@ -96,17 +97,24 @@ class VisitRecorder:
         return self._app if self._app is not None else default_app
 
     def record(self, ip: str, path: str, session_id: str | None = None, ts: float | None = None,
-               site: str | None = None) -> None:
+               site: str | None = None, referrer: str | None = None, utm: dict[str, str] | None = None) -> None:
         """Queue one visit (validated now: bad input raises InvalidInput here, not in a worker).
-        ``site``: a site of ``COUNTERS_SITES`` (None: the default site)."""
+        ``site``: a site of ``COUNTERS_SITES`` (None: the default site); ``referrer`` (its
+        Referer URL, reduced here to its domain: a full URL never reaches the broker) and ``utm``
+        (its campaign tags): its source (``core.sources``)."""
         if ts is None:
             ts = time.time()
-        check_visit(ip, path, session_id, ts, site)
+        check_visit(ip, path, session_id, ts, site, referrer, utm)
         visit: dict[str, Any] = {"ip": ip, "path": path, "ts": ts}
         if session_id is not None:
             visit["session_id"] = session_id
         if site is not None and site != DEFAULT_SITE:
             visit["site"] = site
+        if referrer is not None:
+            visit["referrer"] = referrer_domain(referrer)
+        campaign = check_campaign(utm)
+        if campaign:
+            visit["utm"] = campaign
         self._add(VISITS_TASK, visit)
 
     def incr_ranking(self, board: str, member: str, amount: int = 1, ts: float | None = None,

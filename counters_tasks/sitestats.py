@@ -37,11 +37,12 @@ from typing import Any, NamedTuple
 
 from redis.client import NEVER_DECODE
 
-from . import refusals
+from . import live, refusals
 from .core import days
 from .core.days import local_day
 from .core.settings import get_settings
-from .core.sites import check_site, zone_of
+from .core.sites import check_site, hosts_of, zone_of
+from .core.sources import DIRECT, check_campaign, referrer_domain
 from .core.validation import (
     check_day,
     check_day_range,
@@ -51,7 +52,7 @@ from .core.validation import (
     check_message_id,
     check_path,
 )
-from .errors import ConfigurationError
+from .errors import ConfigurationError, InvalidInput
 from .store import keys, page_sketch
 from .store.client import as_str, is_cluster, read_pipeline
 from .store.hll import union_count
@@ -72,6 +73,8 @@ class SiteView:
     path: str
     day: date
     site: str = ""  # the scope of the view's site (core.sites): "" for the default site
+    referrer: str = DIRECT  # its referring domain, reduced (core.sources)
+    campaign: tuple[tuple[str, str], ...] = ()  # (kind letter, tag) of its UTM tags: keys.SOURCE_KINDS
 
 
 normalize_ip = check_ip
@@ -114,28 +117,35 @@ def totals_expire_at(day: date, site: str = "") -> int:
     return days.kept_until(day, totals_days(), zone_of(site))
 
 
-def check_view(ip: Any, path: Any, now: Any = None, site: Any = None) -> tuple[str, str, date]:
+def check_view(ip: Any, path: Any, now: Any = None, site: Any = None, referrer: Any = None,
+               utm: Any = None) -> tuple[str, str, date]:
     """Validate one page view without making its visitor id (so without COUNTERS_SECRET: what a
     web process needs): the canonical IP, the normalized path and the site's local day. Any past
     day is accepted (a day's fate, open or closed, is decided by Redis when the view is written)."""
     clean_path = check_path(path)
     clean_ip = check_ip(ip)
     scope = check_site(site)
+    referrer_domain(referrer)
+    check_campaign(utm)
     return clean_ip, clean_path, local_day(check_event_time(now, "now"), zone_of(scope))
 
 
-def prepare_view(ip: Any, path: Any, now: Any = None, site: Any = None) -> SiteView:
+def prepare_view(ip: Any, path: Any, now: Any = None, site: Any = None, referrer: Any = None,
+                 utm: Any = None) -> SiteView:
     """Validate one page view (raises InvalidInput; writes nothing), with its visitor id."""
     scope = check_site(site)
-    return view_on(ip, path, local_day(check_event_time(now, "now"), zone_of(scope)), scope)
+    return view_on(ip, path, local_day(check_event_time(now, "now"), zone_of(scope)), scope, referrer, utm)
 
 
-def view_on(ip: Any, path: Any, day: date, site: str = "") -> SiteView:
+def view_on(ip: Any, path: Any, day: date, site: str = "", referrer: Any = None, utm: Any = None) -> SiteView:
     """One page view on ``day`` of site ``site`` (a checked scope; ``day`` the site's local day of
     a time already checked: a caller that also needs the day computes it once), its path and IP
-    validated (raises InvalidInput)."""
+    validated, its source reduced (``core.sources``: ``referrer`` a URL or a domain, ``utm`` the
+    campaign's tags) (raises InvalidInput)."""
     clean_path = check_path(path)
-    return SiteView(visitor_id(ip), clean_path, day, site)
+    source = referrer_domain(referrer, hosts_of(site))
+    campaign = tuple((keys.SOURCE_KINDS[f"utm_{key}"], tag) for key, tag in check_campaign(utm).items())
+    return SiteView(visitor_id(ip), clean_path, day, site, source, campaign)
 
 
 def queue_views(conn: Any, pipe: Any, views: Iterable[SiteView], message_id: str | None) -> list[tuple[date, int]]:
@@ -150,11 +160,11 @@ def queue_views(conn: Any, pipe: Any, views: Iterable[SiteView], message_id: str
     mode = settings.uv_mode
     ttl = settings.dedupe_ttl if message_id is not None else 0
     by_day: dict[tuple[str, date], list[SiteView]] = defaultdict(list)
-    by_shard: dict[tuple[str, int], list[str]] = defaultdict(list)
+    by_shard: dict[int, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     by_group: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     for view in views:
         by_day[view.site, view.day].append(view)
-        by_shard[view.site, keys.site_shard_of(view.visitor)].append(view.visitor)
+        by_shard[keys.site_shard_of(view.visitor)][view.site].append(view.visitor)
         name = keys.scoped(view.site, view.path)
         by_group[keys.path_tag(name)][name].append(view.visitor)
 
@@ -163,26 +173,34 @@ def queue_views(conn: Any, pipe: Any, views: Iterable[SiteView], message_id: str
     for site, day, day_views, part_id in day_calls:
         tag = keys.site_day_tag(day, site)
         script_keys = [keys.site_day_totals(day, tag=tag, site=site), keys.site_day_visitors(day, mode, tag=tag, site=site),
-                       keys.site_day_range_hll(day, tag=tag, site=site), keys.site_day_pages(day, tag=tag, site=site),
-                       keys.site_day_pairs(day, tag=tag, site=site)]
+                       keys.site_day_range_hll(day, tag=tag, site=site), keys.site_day_pairs(day, tag=tag, site=site)]
+        args: list[Any] = [ttl, mode, visitors_expire_at(day, site), days.kept_from_now(settings.day_grace_days),
+                           totals_expire_at(day, site), days.kept_from_now(totals_days()), len(day_views)]
+        args += [view.visitor for view in day_views]
+        tables = _day_tables(day_views)
+        script_keys.append(keys.site_day_pages(day, tag=tag, site=site))  # the tables: the pages, then the sources
+        script_keys += [keys.site_day_sources(day, kind, tag=tag, site=site) for kind in list(tables)[1:]]
+        args.append(len(tables))
+        for kind, entries in tables.items():
+            if kind == "":  # the pages: each path's UV exact through the pairs SET
+                args += [settings.max_day_paths, "pairs", len(entries)]
+                for path, ids in entries.items():
+                    args += [path, keys.path_digest(path), len(ids), *ids]
+            else:  # a kind of source: each source's UV from its sketch
+                args += [settings.max_day_sources, "sketch", len(entries)]
+                for source, ids in entries.items():
+                    args += [source, len(ids), *ids]
         if ttl:
             script_keys.append(keys.site_seen(part_id, tag=tag))
-        args: list[Any] = [ttl, mode, visitors_expire_at(day, site), days.kept_from_now(settings.day_grace_days),
-                           totals_expire_at(day, site), days.kept_from_now(totals_days()), settings.max_day_paths,
-                           len(day_views)]
-        args += [view.visitor for view in day_views]
-        per_path: dict[str, list[str]] = defaultdict(list)
-        for view in day_views:
-            per_path[view.path].append(pair_visitor(view.visitor))
-        args.append(len(per_path))
-        for path, ids in per_path.items():
-            args += [path, keys.path_digest(path), len(ids), *ids]
         run_script(conn, "site_day", script_keys, args, client=pipe)
-    for (site, shard), ids in by_shard.items():
-        script_keys = [keys.site_all_totals(shard, site), keys.site_all_visitors(shard, mode, site)]
+    for shard, per_site in by_shard.items():  # a shard's slot is every site's: one call for all of them
+        script_keys, args = [], [ttl, mode]
+        for site, ids in per_site.items():
+            script_keys += [keys.site_all_totals(shard, site), keys.site_all_visitors(shard, mode, site)]
+            args += [len(ids), *ids]
         if ttl:
-            script_keys.append(keys.site_seen(message_id, tag=keys.site_shard_tag(shard, site)))
-        run_script(conn, "site_all", script_keys, [ttl, mode, len(ids), *ids], client=pipe)
+            script_keys.append(keys.site_seen(message_id, tag=keys.site_shard_tag(shard)))
+        run_script(conn, "site_all", script_keys, args, client=pipe)
     kept = settings.path_keep_days * days.DAY
     for tag, per_path in by_group.items():
         script_keys = []
@@ -196,6 +214,19 @@ def queue_views(conn: Any, pipe: Any, views: Iterable[SiteView], message_id: str
             script_keys.append(keys.path_seen(message_id, tag=tag))
         run_script(conn, "path_all", script_keys, args, client=pipe)
     return [(day, len(day_views)) for _site, day, day_views, _id in day_calls]
+
+
+def _day_tables(views: list[SiteView]) -> dict[str, dict[str, list[str]]]:
+    """The entries of one ``site_day`` call, by table: "" the pages (path -> its views' visitors
+    in pairs form), then each kind of source (``keys.SOURCE_KINDS`` letter) its views have."""
+    tables: dict[str, dict[str, list[str]]] = {"": defaultdict(list), "r": defaultdict(list)}
+    for view in views:
+        member = pair_visitor(view.visitor)
+        tables[""][view.path].append(member)
+        tables["r"][view.referrer].append(member)
+        for kind, tag in view.campaign:
+            tables.setdefault(kind, defaultdict(list))[tag].append(member)
+    return tables
 
 
 DAY_VIEWS_PER_CALL = 150
@@ -238,7 +269,7 @@ def applied_views(calls: Iterable[tuple[date, int]], replies: Iterable[Any]) -> 
 
 
 def record_visit(conn: Any, ip: str, path: str, now: float | None = None, *, message_id: str | None = None,
-                 site: str | None = None) -> None:
+                 site: str | None = None, referrer: str | None = None, utm: dict[str, str] | None = None) -> None:
     """One page view of ``path`` by visitor ``ip``: site and path, all-time and per-day PV/UV.
 
     Atomic per slot, one round trip; with ``message_id`` a redelivered message changes nothing.
@@ -246,10 +277,18 @@ def record_visit(conn: Any, ip: str, path: str, now: float | None = None, *, mes
     exact. A view of a closed day (one counted before, whose visitor sets expired) counts in PV
     and the all-time figures but not in that day's UV, and is reported as ``closed_day``.
     ``site``: a site of ``COUNTERS_SITES`` (None: the default site); its day is in its zone.
+    ``referrer`` (the Referer URL, or a domain) and ``utm`` (``{"source", "medium", "campaign"}``)
+    are the view's source (``core.sources``; none: ``(direct)``), counted in the day's sources.
     """
     check_message_id(message_id)
-    view = prepare_view(ip, path, now, site)
-    [replies] = execute_in_order(conn, lambda pipe: queue_views(conn, pipe, [view], message_id))
+    ts = check_event_time(now, "now")
+    view = prepare_view(ip, path, ts, site, referrer, utm)
+
+    def data(pipe: Any) -> None:
+        queue_views(conn, pipe, [view], message_id)
+        live.queue_sightings(pipe, [(view.site, ts, view.visitor)])
+
+    [replies] = execute_in_order(conn, data)
     refusals.record_partial(conn, "record_visit", message_id, closed_views(replies[:1]))
 
 
@@ -391,3 +430,53 @@ def top_pages(conn: Any, start: date, end: date, limit: int = 10, *, site: str |
             totals[as_str(field) or OTHER] += _page_figures(value)[0]
     ranked = sorted(((p, n) for p, n in totals.items() if n > 0), key=lambda item: (-item[1], item[0]))
     return ranked[:limit]
+
+
+class SourceCount(NamedTuple):
+    """One source of a site's page views over a range (``top_sources``): its page views, and its
+    distinct visitors: the union of its days' sketches (``store.page_sketch``), exact while each
+    day had at most 42 visitors of it, else an estimate (``uv_approximate``, ~6.5%)."""
+
+    source: str
+    pv: int
+    uv: int
+    uv_approximate: bool
+
+
+SOURCES_LIMIT = 1000
+"""The most sources one ``top_sources`` call lists."""
+
+
+def top_sources(conn: Any, start: date, end: date, kind: str = "referrer", limit: int = 10, *,
+                site: str | None = None) -> list[SourceCount]:
+    """The sources of ``kind`` (``referrer``: referring domains, with ``(direct)`` and
+    ``(internal)``; ``utm_source``, ``utm_medium``, ``utm_campaign``) of the site's page views
+    over the local days ``start``..``end``, most views first (ties by name), ``(other)`` for the
+    views of the sources past COUNTERS_MAX_DAY_SOURCES on a day. Bounded like ``top_pages``: each
+    day's table is read in HSCAN pages (at most the cap of fields), then the listed sources'
+    sketches of each day with one HMGET for their UV over the range."""
+    scope = check_site(site)
+    keys.use(conn)
+    check_day_range(start, end)
+    check_int(limit, "limit", 1, SOURCES_LIMIT)
+    letter = keys.SOURCE_KINDS.get(kind) if isinstance(kind, str) else None
+    if letter is None:
+        raise InvalidInput(f"kind must be one of {', '.join(keys.SOURCE_KINDS)}, got {kind!r}")
+    span = days.days_between(start, end)
+    tables = [keys.site_day_sources(day, letter, site=scope) for day in span]
+    views: Counter[str] = Counter()
+    for table in tables:
+        for field, value in conn.hscan_iter(table, count=PAGES_PER_CALL):
+            views[as_str(field)] += _page_figures(value)[0]
+    ranked = sorted(((s, n) for s, n in views.items() if n > 0), key=lambda item: (-item[1], item[0] or OTHER))[:limit]
+    if not ranked:
+        return []
+    pipe = read_pipeline(conn)
+    for table in tables:
+        pipe.hmget(table, [source for source, _n in ranked])
+    per_day = pipe.execute()
+    out = []
+    for n, (source, pv) in enumerate(ranked):
+        uv, approximate = page_sketch.union_count(_page_value(day_values[n])[2] for day_values in per_day)
+        out.append(SourceCount(source or OTHER, pv, uv, approximate))
+    return out

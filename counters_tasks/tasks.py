@@ -136,7 +136,8 @@ def rotate_rankings(self: MaintenanceTask) -> Any:
 
 @app.task(name="counters_tasks.record_visit", base=WorkerBatches, bind=True)
 def record_visit(self: WorkerBatches, requests: list[Any]) -> dict[str, Any]:
-    """Called as ``record_visit.delay(ip, path, session_id=None, ts=None, site=None)``; the worker applies
+    """Called as ``record_visit.delay(ip, path, session_id=None, ts=None, site=None, referrer=None,
+    utm=None)``; the worker applies
     such messages in batches (``worker.batches``, ``batching``)."""
     return batching.apply_batch(get_redis(), "record_visit", requests, give_up=set_aside_request)
 

@@ -1,4 +1,5 @@
-"""Visits, everything they count: site PV/UV, the ``hits`` counters, the daily unique visitor.
+"""Visits, everything they count: site PV/UV, the ``hits`` counters, the daily unique visitor, and
+the site's visitors right now (``live``).
 
 Every input is validated first (InvalidInput, nothing written), then all writes are queued on
 one pipeline: one Lua call per slot (uniques day, site day, visitor shard, path, each counter),
@@ -20,10 +21,11 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
-from . import counters, refusals, sitestats, throughput, uniques
+from . import counters, live, refusals, sitestats, throughput, uniques
 from .core.days import local_day
 from .core.settings import get_settings
 from .core.sites import check_site, zone_of
+from .core.sources import DIRECT
 from .core.validation import check_event_time, check_message_id
 from .errors import InvalidInput, MalformedMessage
 from .store import keys
@@ -39,7 +41,7 @@ UNIQUES_PER_CALL = 64
 MAX_BATCH = 20_000
 """The most visits one ``record_visits`` message may carry."""
 
-VISIT_FIELDS = frozenset({"ip", "path", "session_id", "ts", "site"})
+VISIT_FIELDS = frozenset({"ip", "path", "session_id", "ts", "site", "referrer", "utm"})
 
 
 @dataclass(frozen=True)
@@ -54,34 +56,43 @@ class Visit:
 
 def visit_entry(visit: Visit) -> list[Any]:
     """A prepared visit as JSON-able data (a worker batch's journal), ``visit_from_entry``'s input."""
-    entry = [visit.view.visitor, visit.view.path, visit.view.day.isoformat(), visit.ts,
-             None if visit.session is None else [visit.session[0].isoformat(), visit.session[1]]]
-    return [*entry, visit.view.site] if visit.view.site else entry
+    view = visit.view
+    entry = [view.visitor, view.path, view.day.isoformat(), visit.ts,
+             None if visit.session is None else [visit.session[0].isoformat(), visit.session[1]],
+             view.site, view.referrer, [list(tag) for tag in view.campaign]]
+    while len(entry) > 5 and entry[-1] in ("", DIRECT, []):  # what every view has by default, left out
+        entry.pop()
+    return entry
 
 
 def visit_from_entry(entry: list[Any]) -> Visit:
     """The prepared visit ``visit_entry`` made ``entry`` of (the same visit: the same writes)."""
-    visitor, path, day, ts, session, *site = entry
-    view = sitestats.SiteView(visitor, path, date.fromisoformat(day), site[0] if site else "")
+    visitor, path, day, ts, session, *rest = entry
+    site, referrer, campaign = [*rest, *["", DIRECT, []][len(rest):]]
+    view = sitestats.SiteView(visitor, path, date.fromisoformat(day), site, referrer,
+                              tuple((kind, tag) for kind, tag in campaign))
     return Visit(view, ts, None if session is None else (date.fromisoformat(session[0]), session[1]))
 
 
-def check_visit(ip: Any, path: Any, session_id: Any = None, ts: Any = None, site: Any = None) -> None:
+def check_visit(ip: Any, path: Any, session_id: Any = None, ts: Any = None, site: Any = None,
+                referrer: Any = None, utm: Any = None) -> None:
     """Validate one visit as ``prepare_visit`` does, without making the visitor id (the HMAC under
     COUNTERS_SECRET, which only workers hold): what the app-side producer checks."""
     ts = check_event_time(ts)
-    sitestats.check_view(ip, path, ts, site)
+    sitestats.check_view(ip, path, ts, site, referrer, utm)
     if session_id is not None:
         uniques.session_number(session_id)
 
 
-def prepare_visit(ip: Any, path: Any, session_id: Any = None, ts: Any = None, site: Any = None) -> Visit:
+def prepare_visit(ip: Any, path: Any, session_id: Any = None, ts: Any = None, site: Any = None,
+                  referrer: Any = None, utm: Any = None) -> Visit:
     """Validate one visit, given as ``record_visit`` takes it (raises InvalidInput; writes nothing).
-    ``site``: a site of ``COUNTERS_SITES`` (None: the default site), whose zone makes the day."""
+    ``site``: a site of ``COUNTERS_SITES`` (None: the default site), whose zone makes the day;
+    ``referrer`` and ``utm``: its source (``core.sources``)."""
     ts = check_event_time(ts)
     scope = check_site(site)
     day = local_day(ts, zone_of(scope))  # the time checked and its day computed once, for every part of the visit
-    view = sitestats.view_on(ip, path, day, scope)
+    view = sitestats.view_on(ip, path, day, scope, referrer, utm)
     session = (day, uniques.session_number(session_id)) if session_id is not None else None
     return Visit(view, ts, session)
 
@@ -112,7 +123,8 @@ def prepare_item(visit: Any) -> Visit:
         raise MalformedMessage(f"unknown keys: {', '.join(sorted(map(str, unknown)))[:200]}")
     if "ip" not in visit or "path" not in visit:
         raise MalformedMessage("needs ip and path")
-    return prepare_visit(visit["ip"], visit["path"], visit.get("session_id"), visit.get("ts"), visit.get("site"))
+    return prepare_visit(visit["ip"], visit["path"], visit.get("session_id"), visit.get("ts"), visit.get("site"),
+                         visit.get("referrer"), visit.get("utm"))
 
 
 def hits_names(path: str, site: str = "") -> tuple[str, str]:
@@ -180,6 +192,7 @@ def write_groups(conn: Any, groups: Sequence[tuple[Sequence[Visit], str | None]]
             plan.day_calls = sitestats.queue_views(conn, pipe, [visit.view for visit in plan.visits], plan.message_id)
             plan.day_replies = slice(start, start + len(plan.day_calls))
             counters.queue_counter_writes(conn, pipe, plan.per_counter, plan.message_id)
+        live.queue_sightings(pipe, ((v.view.site, v.ts, v.view.visitor) for plan in plans for v in plan.visits))
 
     [replies] = execute_in_order(conn, data)
     for plan in plans:
@@ -199,15 +212,17 @@ def write_visits(conn: Any, visits: Sequence[Visit], message_id: str | None) -> 
 
 
 def record_visit(conn: Any, ip: str, path: str, session_id: str | None = None, now: float | None = None, *,
-                 message_id: str | None = None, site: str | None = None) -> None:
+                 message_id: str | None = None, site: str | None = None, referrer: str | None = None,
+                 utm: dict[str, str] | None = None) -> None:
     """One visit: site PV/UV, counters ``hits`` and ``hits:<path>``, and the session's daily unique,
-    of ``site`` (a site of ``COUNTERS_SITES``; None: the default site)."""
+    of ``site`` (a site of ``COUNTERS_SITES``; None: the default site), with its source: the
+    ``referrer`` (a URL or a domain, reduced to its domain) and the ``utm`` campaign tags."""
     check_message_id(message_id)
-    write_visits(conn, [prepare_visit(ip, path, session_id, now, site)], message_id)
+    write_visits(conn, [prepare_visit(ip, path, session_id, now, site, referrer, utm)], message_id)
 
 
 def record_visits(conn: Any, visits: list[dict[str, Any]], *, message_id: str | None = None) -> int:
-    """Many visits (dicts with keys ip, path, session_id, ts, site) as ``record_visit`` each, in chunks,
+    """Many visits (dicts with keys ip, path, session_id, ts, site, referrer, utm) as ``record_visit`` each, in chunks,
     at most once per ``message_id`` (the batch id). Every item is validated before anything is
     written; a bad item is refused on its own (logged and counted, ``refusals``) and the others
     are applied. Returns the number of visits applied.

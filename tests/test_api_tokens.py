@@ -27,6 +27,7 @@ from counters_tasks.ops.web import create_app
 from counters_tasks.store import keys
 from tests.support.dashboard import TestClient
 from tests.support.procs import celery_env, serving
+from tests.support.servers import use_settings
 
 USER, PASSWORD = "ops", "s3cret"
 BASIC = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
@@ -211,12 +212,34 @@ def test_names_are_unique_and_the_number_of_tokens_is_capped(raw_conn):
     assert raw_conn.hlen(keys.api_tokens()) == views.MAX_TOKENS
 
 
-def test_a_token_for_one_site_or_another_scope_reads_nothing_yet(raw_conn):
-    """Room for site-scoped tokens: until sites are checked, such a token is refused, never read as all sites."""
-    for name, extra in (("site", {"site": "blog"}), ("scope", {"scope": "write"})):
-        token = views.create_token(raw_conn, name)["token"]
-        field = hashlib.sha256(token.encode()).hexdigest()
-        record = json.loads(raw_conn.hget(keys.api_tokens(), field))
-        assert views.token_allows_read(raw_conn, token)
-        raw_conn.hset(keys.api_tokens(), field, json.dumps({**record, **extra}))
-        assert not views.token_allows_read(raw_conn, token)
+def test_a_token_of_another_scope_reads_nothing(raw_conn):
+    """A record changed by hand to another scope is refused, never read as a read token."""
+    token = views.create_token(raw_conn, "scope")["token"]
+    field = hashlib.sha256(token.encode()).hexdigest()
+    record = json.loads(raw_conn.hget(keys.api_tokens(), field))
+    assert views.token_allows_read(raw_conn, token)
+    raw_conn.hset(keys.api_tokens(), field, json.dumps({**record, "scope": "write"}))
+    assert not views.token_allows_read(raw_conn, token) and views.token_sites(raw_conn, token) is None
+
+
+def test_a_token_for_one_site_reads_that_site_only(raw_conn, monkeypatch):
+    """``tokens create NAME --site blog``: the API's reads of the blog (``?site=blog``) and nothing
+    else: another site, the default one, ``/metrics`` and ``/api/health`` answer 403."""
+    use_settings(monkeypatch, COUNTERS_SITES='{"blog": {}, "shop": {}}')
+    visits.record_visit(raw_conn, "203.0.113.1", "/", site="blog")
+    code, out, err = tokens("create", "blog-reader", "--site", "blog")
+    assert code == 0, err
+    blog = out.strip()
+    assert tokens("create", "nope-reader", "--site", "nope")[0] == 2  # an unknown site: refused
+    client = TestClient(create_app(raw_conn, auth=(USER, PASSWORD)))
+    bearer = {"Authorization": f"Bearer {blog}"}
+    answer = client.get("/api/stats", params={"site": "blog"}, headers=bearer)
+    assert answer.status_code == 200 and answer.json()["pv"] == 1
+    for path, params in (("/api/stats", {"site": "shop"}), ("/api/stats", {}), ("/api/stats", {"site": "default"}),
+                         ("/metrics", {}), ("/api/health", {})):
+        refused = client.get(path, params=params, headers=bearer)
+        assert refused.status_code == 403 and "insufficient_scope" in refused.headers["www-authenticate"], path
+    every = create("every-site")
+    assert client.get("/api/stats", params={"site": "shop"}, headers={"Authorization": f"Bearer {every}"}).status_code == 200
+    listed = json.loads(tokens("list", "--json")[1])["tokens"]
+    assert {t["name"]: t["site"] for t in listed} == {"blog-reader": "blog", "every-site": None}

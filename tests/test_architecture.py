@@ -15,7 +15,7 @@ LAYERS = [
     ["errors"],
     ["core"],
     ["store"],
-    ["refusals", "skips", "throughput", "counters", "sitestats", "uniques", "ranking", "visits"],
+    ["refusals", "skips", "throughput", "live", "counters", "sitestats", "uniques", "ranking", "visits"],
     ["worker"],
     ["app", "tasks", "recorder", "__init__"],
     ["integrations"],

@@ -24,7 +24,7 @@ SMOKE = {
     "commands.py": (["--visits", "100", "--shape", "zipf"], "commands per visit: batch"),
     "markers.py": (["--visits", "500"], "marker"),
     "cluster.py": (["--visits", "500", "--procs", "1"], "cluster"),
-    "longhaul.py": (["--days", "3", "--paths", "20000", "--visits-per-day", "200", "--every", "1", "--probe", "2000"],
+    "longhaul.py": (["--days", "3", "--paths", "20000", "--visits-per-day", "200", "--every", "1", "--probe", "20000"],
                     "longhaul targets met"),
 }
 

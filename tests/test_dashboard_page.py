@@ -272,6 +272,7 @@ def test_the_dashboard_switches_between_sites(raw_conn, redis_url, broker_url, b
     reset_settings()
     for site, ip in (("blog", "198.51.100.7"), ("blog", "198.51.100.8"), ("shop", "198.51.100.7")):
         visits.record_visit(raw_conn, ip, "/a", None, EVENING, site=site)
+    visits.record_visit(raw_conn, "198.51.100.9", "/b", site="blog")  # now: the blog's one visitor right now
     env = celery_env(redis_url, CELERY_BROKER_URL=broker_url, COUNTERS_SITES=sites)
     with serving(env, tmp_path / "serve.log", lambda base: "sites" in get_json(base + "/api/config")) as base:
         browser.navigate(base + "/")
@@ -279,12 +280,14 @@ def test_the_dashboard_switches_between_sites(raw_conn, redis_url, broker_url, b
         assert browser.evaluate("[...document.getElementById('site').options].map(o => o.value).join()") == \
             "default,blog,shop"
         assert browser.evaluate("document.getElementById('pv-total').textContent") == "0"
+        browser.wait_until("document.getElementById('now-total').textContent === '0'", what="nobody right now")
         browser.evaluate("(() => { const s = document.getElementById('site'); s.value = 'blog';"
                          " s.dispatchEvent(new Event('change')); return true; })()")
         browser.wait_until("location.search === '?site=blog' && "
                            "Number(document.getElementById('visitors').dataset.loaded) >= 1 && "
-                           "document.getElementById('pv-total').textContent === '2'", what="the blog's figures")
-        assert browser.evaluate("document.getElementById('uv-total').textContent") == "2"
+                           "document.getElementById('pv-total').textContent === '3'", what="the blog's figures")
+        assert browser.evaluate("document.getElementById('uv-total').textContent") == "3"
+        browser.wait_until("document.getElementById('now-total').textContent === '1'", what="the blog's visitor now")
         assert browser.evaluate("document.getElementById('timezone').textContent") == "days in Asia/Tokyo"
         assert browser.evaluate("document.getElementById('to').value") == local_day(time.time(), "Asia/Tokyo").isoformat()
         assert browser.evaluate("document.getElementById('site').value") == "blog"

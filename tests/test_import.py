@@ -31,6 +31,7 @@ from counters_tasks.ops import importer
 from counters_tasks.ops.cli import cli, import_progress
 from counters_tasks.store import keys
 from tests.support.procs import REPO, celery_env
+from tests.support.servers import use_settings
 
 MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
 BROWSERS = [
@@ -462,18 +463,26 @@ def readme_import_commands() -> list[str]:
             if "counters-tasks import" in line]
 
 
+SITES = json.dumps({"shop": {"hosts": ["shop.example.pt"]}, "default": {"hosts": ["www.example.com"]}})
+
+
 @pytest.mark.processes
-def test_readme_import_commands_run(raw_conn, redis_url, tmp_path):
+def test_readme_import_commands_run(raw_conn, redis_url, tmp_path, monkeypatch):
     """Every command of docs/cli.md's "Importing access logs", as a shell runs it, over generated logs."""
     commands = readme_import_commands()
     assert len(commands) >= 4
+    use_settings(monkeypatch, COUNTERS_SITES=SITES)
     rng = random.Random(12)
     lines, expected = make_log(rng, 300, time.time())
     write(tmp_path / "access.log", lines)
     write(tmp_path / "access.log.2.gz", make_log(rng, 300, time.time())[0], compress=True)
     write(tmp_path / "access.log.3.gz", make_log(rng, 300, time.time())[0], compress=True)
+    write(tmp_path / "shop-access.log", make_log(rng, 100, time.time(), extras=False)[0])
+    hosts = [b"shop.example.pt", b"www.example.com", b"www.example.com:443", b"unknown.example"]
+    write(tmp_path / "all.log", [rng.choice(hosts) + b" " + line for line in make_log(rng, 100, time.time(), extras=False)[0]])
     (tmp_path / "visits.jsonl").write_text(json.dumps({"ip": "203.0.113.9", "path": "/", "ts": time.time() - 5}) + "\n")
-    env = celery_env(redis_url, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    env = celery_env(redis_url, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+                     COUNTERS_SITES=SITES)
     counted = 0
     for command in commands:
         result = subprocess.run(["bash", "-c", f"set -o pipefail; {command}"], cwd=tmp_path, env=env,
@@ -484,7 +493,9 @@ def test_readme_import_commands_run(raw_conn, redis_url, tmp_path):
             counted += json.loads(result.stdout)["counted"]
         else:
             counted += int(re.search(r"lines read, (\d+) counted", result.stdout)[1])
-    assert counted == sitestats.site_visit_info(raw_conn).pv > len(expected.views)
+    total = sum(sitestats.site_visit_info(raw_conn, site=site).pv for site in ("default", "shop"))
+    assert counted == total > len(expected.views)
+    assert sitestats.site_visit_info(raw_conn, site="shop").pv > 0
 
 
 def test_a_line_cut_short_is_read_with_what_it_kept(raw_conn, tmp_path):

@@ -290,10 +290,10 @@ def test_a_scrape_reads_a_fixed_number_of_keys(conn, broker, monkeypatch):
 
     monkeypatch.setattr(redis.client.Pipeline, "execute", spy)
     scrape_app(conn)
-    assert sorted(set(sent)) == ["GET", "HGETALL", "HLEN", "LINDEX", "LLEN", "ZRANGE"]
-    # throughput, refusals, skips, the tag key and the deployment's marker; 2 queues x 4 lists; 4 heads;
-    # unacked x2; dead x2
-    assert len(sent) == 5 + 8 + 4 + 1 + 1 + 1 + 1
+    assert sorted(set(sent)) == ["GET", "HGETALL", "HLEN", "LINDEX", "LLEN", "PFCOUNT", "ZRANGE"]
+    # throughput, refusals, skips, the tag key and the deployment's marker; visitors now (one site);
+    # 2 queues x 4 lists; 4 heads; unacked x2; dead x2
+    assert len(sent) == 5 + 1 + 8 + 4 + 1 + 1 + 1 + 1
     assert value(samples(TestClient(create_app(conn, auth=None)).get("/metrics").text),
                  "counters_visits_applied_total") == 300
 

@@ -10,12 +10,13 @@ import re
 import time
 from collections import defaultdict
 from datetime import date, datetime, timezone
+from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 import redis
 from click.testing import CliRunner
 
-from counters_tasks import InvalidInput, counters, ranking, sitestats, uniques, visits
+from counters_tasks import InvalidInput, counters, live, ranking, sitestats, uniques, visits
 from counters_tasks.core import sites
 from counters_tasks.core.days import local_day
 from counters_tasks.core.settings import MAX_SITES, load_settings, reset_settings
@@ -90,6 +91,7 @@ def test_a_site_name_is_checked_against_the_configuration(two_sites):
 
 # -- each site apart -------------------------------------------------------------------------
 
+@pytest.mark.cluster
 def test_each_site_counts_apart_and_the_default_site_keeps_the_keys_of_one_site(raw_conn, monkeypatch):
     now = time.time() - 60
     visits.record_visit(raw_conn, "198.51.100.7", "/a", "5f0c4c1e-5a2b-4c6d-8e9f-0a1b2c3d4e5f", now)
@@ -135,6 +137,7 @@ def test_each_site_counts_apart_and_the_default_site_keeps_the_keys_of_one_site(
     assert counters.known_counters(raw_conn, site="blog") == counters.known_counters(raw_conn) == []
 
 
+@pytest.mark.cluster
 def test_an_unknown_site_is_refused_before_anything_is_written_and_alone_in_a_batch(raw_conn, two_sites):
     for call in (lambda: visits.record_visit(raw_conn, "198.51.100.7", "/a", site="nope"),
                  lambda: sitestats.record_visit(raw_conn, "198.51.100.7", "/a", site="Blog"),
@@ -152,6 +155,7 @@ def test_an_unknown_site_is_refused_before_anything_is_written_and_alone_in_a_ba
     assert int(raw_conn.hget(keys.refusal_counts(), "bad_input")) == 1
 
 
+@pytest.mark.cluster
 def test_a_site_counts_its_days_in_its_own_zone(raw_conn, two_sites):
     for site in ("default", "blog", "shop"):
         visits.record_visit(raw_conn, "198.51.100.7", "/a", "5f0c4c1e5a2b4c6d8e9f0a1b2c3d4e5f", EVENING, site=site)
@@ -244,17 +248,35 @@ FORGED = ["evil.example", "blog.example.com.evil.example", "127.0.0.1"]
 ACCESS_FORMAT = ('%({host}i)s %({x-forwarded-for}i)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s"')
 
 
+REFERRERS = ["", "https://www.google.com/search?q=private+words", "https://news.ycombinator.com/item?id=1",
+             "https://{host}/post/1"]
+CAMPAIGNS = ["", "?utm_source=news&utm_medium=email", "?utm_campaign=launch&x=1", "", "?utm_source=feed"]
+
+
 class Model:
-    """The test's own count of what it sent: per (site, local day) page views and visitors, per path."""
+    """The test's own count of what it sent: per (site, local day) page views and visitors, per
+    path, and per source (kind, source) with plain urllib, not the package's rule."""
 
     def __init__(self) -> None:
         self.views: dict[tuple[str, date, str], int] = defaultdict(int)
         self.who: dict[tuple[str, date, str], set[str]] = defaultdict(set)
+        self.sources: dict[tuple[str, date, str, str], set[str]] = defaultdict(set)
+        self.source_views: dict[tuple[str, date, str, str], int] = defaultdict(int)
 
-    def add(self, site: str, ts: float, path: str, ip: str) -> None:
+    def add(self, site: str, ts: float, path: str, ip: str, referrer: str = "", query: str = "") -> None:
         day = local_day(ts, ZONES[site])
         self.views[site, day, path] += 1
         self.who[site, day, path].add(ip)
+        host = urlsplit(referrer).hostname if referrer else None
+        own = {h for h, s in HOSTS.items() if s == site}
+        found = [("referrer", "(direct)" if host is None else "(internal)" if host in own else host.removeprefix("www."))]
+        found += [(key, value) for key, value in parse_qsl(query.lstrip("?")) if key.startswith("utm_")]
+        for kind, source in found:
+            self.source_views[site, day, kind, source] += 1
+            self.sources[site, day, kind, source].add(ip)
+
+    def source_figures(self) -> dict:
+        return {key: (n, len(self.sources[key])) for key, n in self.source_views.items()}
 
     def figures(self) -> dict:
         out: dict = {}
@@ -270,6 +292,14 @@ class Model:
 def read_figures(conn, wanted: dict) -> dict:
     return {(site, day, path): tuple(sitestats.site_visit_info(conn, day, path, site=site))[1:]
             for site, day, path in wanted}
+
+
+def read_sources(conn, wanted: dict) -> dict:
+    out = {}
+    for site, day, kind in {(s, d, k) for s, d, k, _source in wanted}:
+        for found in sitestats.top_sources(conn, day, day, kind, 100, site=site):
+            out[site, day, kind, found.source] = (found.pv, found.uv)
+    return out
 
 
 def prefixed(monkeypatch, prefix: str) -> None:
@@ -296,10 +326,12 @@ def test_two_sites_behind_one_worker_pool_through_the_middleware_and_the_same_lo
         for n in range(60):
             host = list(HOSTS)[n % 3]
             path, ip = f"/post/{n % 7}", VISITORS[n % len(VISITORS)]
+            referrer, query = REFERRERS[n % len(REFERRERS)].format(host=host), CAMPAIGNS[n % len(CAMPAIGNS)]
             sent = time.time()
-            status, _h, _b = server.get(path, {"Host": host, "X-Forwarded-For": ip})
+            status, _h, _b = server.get(path + query, {"Host": host, "X-Forwarded-For": ip} |
+                                        ({"Referer": referrer} if referrer else {}))
             assert status == 200
-            model.add(HOSTS[host], sent, path, ip)
+            model.add(HOSTS[host], sent, path, ip, referrer, query)
             if n % 5 == 0:
                 assert server.get(f"/like/p{n % 2}", {"Host": host, "X-Forwarded-For": ip}, method="POST")[0] == 200
                 likes[HOSTS[host], f"p{n % 2}"] += 1
@@ -315,10 +347,11 @@ def test_two_sites_behind_one_worker_pool_through_the_middleware_and_the_same_lo
         broker.close()
         assert worker.stop() == 0, worker.output()[-3000:]
 
-    expected = model.figures()
+    expected, expected_sources = model.figures(), model.source_figures()
     conn = redis.Redis.from_url(redis_url)
     try:
         assert read_figures(conn, expected) == expected
+        assert read_sources(conn, expected_sources) == expected_sources
         default_total = sitestats.site_visit_info(conn, site="default")
         assert default_total.pv == 0, "a forged Host counted for no site, the default one included"
         all_time = {site: sitestats.site_visit_info(conn, site=site).pv for site in ("blog", "shop")}
@@ -327,6 +360,7 @@ def test_two_sites_behind_one_worker_pool_through_the_middleware_and_the_same_lo
             board = ranking.Ranking(conn, "likes", site=site).top(withscores=True)
             assert sorted(board) == sorted((m, n) for (s, m), n in likes.items() if s == site), site
         assert ranking.known_boards(conn) == []
+        assert live.visitors_now_by_site(conn) == {"default": 0, "blog": 8, "shop": 8}  # right now, per site
         from counters_tasks import skips
         assert skips.counts(conn)[("middleware", "host")] >= len(FORGED) * 4 * 2  # the views and the likes
 
@@ -349,8 +383,21 @@ def test_two_sites_behind_one_worker_pool_through_the_middleware_and_the_same_lo
             assert json.loads(result.stdout)["counted"] == len(site_lines)
         imported = read_figures(conn, expected)
         assert imported == expected
+        assert read_sources(conn, expected_sources) == expected_sources
         again = importer.import_lines(conn, (line.encode() for line in per_site["shop"]), site="shop")
         assert again.counted == 0  # the ledger: the same lines for the same site count once
+
+        # the whole log at once, each line for the site its virtual host names (forged hosts skipped)
+        prefixed(monkeypatch, "vhost:")
+        log = tmp_path / "vhost.log"
+        log.write_text("\n".join(lines) + "\n")
+        result = CliRunner().invoke(cli, ["import", "--format", "vhost_combined", "--output", "json", str(log)],
+                                    catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        summary = json.loads(result.stdout)
+        assert (summary["counted"], summary["skipped"]["host"]) == (60, len(FORGED) * 4)
+        assert read_figures(conn, expected) == expected
+        assert read_sources(conn, expected_sources) == expected_sources
     finally:
         conn.close()
 

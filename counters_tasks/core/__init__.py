@@ -6,6 +6,7 @@ arguments are shown without raw visitor IPs.
 - ``paths``: a page's one canonical name, whatever route its view came by;
 - ``pageviews``: the page view rule (what a page view is, and the crawler list) every route applies;
 - ``sites``: which site a visit, counter or board belongs to, its time zone and Host names;
+- ``sources``: where a page view came from: its referrer reduced to a domain, its campaign tags;
 - ``days``: local days (in a site's zone), their boundaries and retention;
 - ``privacy``: the text form of task arguments (Flower, task events) with IP addresses masked.
 

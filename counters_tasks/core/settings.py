@@ -83,6 +83,8 @@ class Settings:
     # site PV/UV per path: distinct paths a day tracks (the rest count as "(other)"), and days a
     # path's all-time figures live after its latest view (0: for ever)
     max_day_paths: int = 10_000
+    # sources (referrers, campaign tags) a day tracks of each kind; the rest count as "(other)"
+    max_day_sources: int = 1_000
     # rankings: days without a write after which a board is deleted (at least its period; 0: never)
     board_idle_days: int = 30
     # the key of every hash tag, pinned (hex); None: generated once and kept in Redis
@@ -338,6 +340,7 @@ def load_settings(env: dict | None = None) -> Settings:
         uniques_shard_days=_int(env, "COUNTERS_UNIQUES_SHARD_DAYS", 7),
         uniques_count_days=_int(env, "COUNTERS_UNIQUES_COUNT_DAYS", 400),
         max_day_paths=_int(env, "COUNTERS_MAX_DAY_PATHS", 10_000),
+        max_day_sources=_int(env, "COUNTERS_MAX_DAY_SOURCES", 1_000),
         tag_key=_tag_key(env),
         allow_eviction=_flag(env, "COUNTERS_ALLOW_EVICTION"),
         board_idle_days=_int(env, "COUNTERS_BOARD_IDLE_DAYS", 30, minimum=0),

@@ -19,7 +19,7 @@ from typing import Any
 from ..errors import InvalidInput
 from .settings import DEFAULT_SITE, MAX_SITES, Settings, get_settings
 
-__all__ = ["DEFAULT_SITE", "MAX_SITES", "check_site", "site_for_host", "site_name", "site_names", "zone_of"]
+__all__ = ["DEFAULT_SITE", "MAX_SITES", "check_site", "hosts_of", "site_for_host", "site_name", "site_names", "zone_of"]
 
 
 def check_site(site: Any) -> str:
@@ -47,6 +47,11 @@ def site_names() -> list[str]:
 def zone_of(scope: str) -> str:
     """The IANA time zone whose days a site's figures are counted in."""
     return _zones(get_settings())[scope]
+
+
+def hosts_of(scope: str) -> frozenset[str]:
+    """The Host names ``COUNTERS_SITES`` lists for a site (a referrer on one of them is internal)."""
+    return _site_hosts(get_settings()).get(scope, frozenset())
 
 
 def site_for_host(host: Any) -> str | None:
@@ -79,6 +84,11 @@ def _zones(settings: Settings) -> dict[str, str]:
     for site in settings.sites[:MAX_SITES]:
         zones["" if site.name == DEFAULT_SITE else site.name] = site.timezone
     return zones
+
+
+@functools.lru_cache(maxsize=4)
+def _site_hosts(settings: Settings) -> dict[str, frozenset[str]]:
+    return {("" if site.name == DEFAULT_SITE else site.name): frozenset(site.hosts) for site in settings.sites}
 
 
 @functools.lru_cache(maxsize=4)

@@ -22,7 +22,8 @@ from typing import Any, Protocol
 
 from ..core import pageviews
 from ..core.paths import encode_decoded_path, encode_target_bytes
-from ..core.sites import check_site, site_for_host
+from ..core.sites import check_site, hosts_of, site_for_host
+from ..core.sources import DIRECT, campaign_of, referrer_domain
 from ..core.validation import check_ip, check_path, check_session_id
 from ..errors import InvalidInput
 from ..recorder import renew_shared_recorder, shared_recorder
@@ -55,7 +56,7 @@ class RequestInfo:
     ``headers``: lower-case names; a header sent several times is joined with ``", "`` (as WSGI
     servers do). ``remote_addr``: the peer of the socket (None on a Unix socket). ``raw``: the
     WSGI environ, ASGI scope or Django request, for an app's own ``session_id`` or
-    ``should_count`` callables.
+    ``should_count`` callables. ``query``: the query string as sent (for the campaign's UTM tags).
     """
 
     method: str
@@ -63,6 +64,7 @@ class RequestInfo:
     remote_addr: str | None
     headers: Mapping[str, str]
     raw: Any = None
+    query: str = ""
 
     def cookie(self, name: str) -> str | None:
         """The value of cookie ``name`` in the request's Cookie header (first one wins), or None."""
@@ -87,10 +89,11 @@ def request_path(raw_target: bytes | None, decoded_path: str) -> str:
 
 class Recorder(Protocol):
     """What the middleware needs of a recorder: ``VisitRecorder`` (or a stand-in in an app's tests).
-    ``site=`` is passed only for a site other than the default one."""
+    ``site=`` is passed only for a site other than the default one, ``referrer=`` and ``utm=`` only
+    for a view that has them."""
 
     def record(self, ip: str, path: str, session_id: str | None = None, ts: float | None = None,
-               **site: str) -> None: ...
+               **site_and_source: Any) -> None: ...
 
     def incr_ranking(self, board: str, member: str, amount: int = 1, ts: float | None = None,
                      period_hours: int = 24, interval_hours: int = 1, **site: str) -> None: ...
@@ -511,9 +514,26 @@ class Counting:
             self.stats.add("no_client_ip")
             log.debug("counters middleware: no client address for %s", visit.info.path)
             return
-        site = {"site": visit.site} if visit.site else {}
+        extra: dict[str, Any] = {"site": visit.site} if visit.site else {}  # what a one-site stand-in need not take
+        extra.update(self.source_of(visit))
         self._hand_over("visit", ("counted", "refused"), "record", ip, visit.info.path,
-                        session_id=visit.counters.session_id, ts=visit.ts, **site)
+                        session_id=visit.counters.session_id, ts=visit.ts, **extra)
+
+    def source_of(self, visit: InFlight) -> dict[str, Any]:
+        """The view's source as the recorder takes it (``core.sources``): ``referrer``, reduced to
+        its domain (``(internal)`` on the request's own Host or one of its site's), and ``utm``,
+        the campaign tags of the page's query string; each left out when there is none."""
+        info = visit.info
+        host = (info.headers.get("host") or "").strip().lower()
+        own = {host, host.rsplit(":", 1)[0] if not host.endswith("]") else host, *hosts_of(visit.site)}
+        found: dict[str, Any] = {}
+        referrer = referrer_domain(info.headers.get("referer"), own)
+        if referrer != DIRECT:
+            found["referrer"] = referrer
+        campaign = campaign_of(info.query)
+        if campaign:
+            found["utm"] = campaign
+        return found
 
     def _hand_over(self, what: str, outcomes: tuple[str, str], method: str, *args: Any, **kwargs: Any) -> None:
         """One call of the recorder, counted in ``stats`` under ``outcomes`` (taken, refused) or

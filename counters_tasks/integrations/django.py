@@ -32,7 +32,7 @@ def request_info(request: Any) -> RequestInfo:
         raw_bytes = scope["raw_path"]
     return RequestInfo(method=request.method or "GET", path=request_path(raw_bytes, request.path or "/"),
                        remote_addr=request.META.get("REMOTE_ADDR") or None, headers=_headers(request.META),
-                       raw=request)
+                       raw=request, query=request.META.get("QUERY_STRING") or "")
 
 
 def _headers(meta: Mapping[str, Any]) -> dict[str, str]:

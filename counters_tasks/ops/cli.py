@@ -24,6 +24,7 @@ from ..errors import ConfigurationError, InvalidInput
 from ..local.stack import Stack, load_stack_env
 from ..store import deployment
 from ..store.client import get_redis
+from ..store.keys import SOURCE_KINDS
 from ..worker import dead_letters
 from . import health, importer, views
 from .demo import run_demo
@@ -509,6 +510,47 @@ def top_pages_command(start: str | None, end: str | None, limit: int, site: str 
     _emit(_query(lambda conn: views.top_pages_view(conn, start, end, limit, site=site)), output, _render_pages, pages_rows)
 
 
+SOURCES_COLUMNS = ("rank", "source", "pv", "uv")
+
+
+def sources_rows(data: dict) -> Rows:
+    """One row a source, most viewed first: its rank (from 1), the source (a domain, ``(direct)``,
+    ``(internal)``, a campaign tag, ``(other)``), its page views and distinct visitors."""
+    return SOURCES_COLUMNS, [{"rank": rank, "source": s["source"], "pv": s["pv"], "uv": s["uv"]}
+                             for rank, s in enumerate(data["sources"], 1)]
+
+
+def _render_sources(console: Any, data: dict) -> None:
+    from rich.table import Table
+
+    approximate = any(s["uv_approximate"] for s in data["sources"])
+    table = Table(title=f"{data['kind']} {data['from']} .. {data['to']}", title_justify="left",
+                  caption="UV over several days: estimated (≈)" if approximate else None)
+    table.add_column("#", justify="right")
+    table.add_column(data["kind"])
+    table.add_column("PV", justify="right")
+    table.add_column("UV", justify="right")
+    for row, source in zip(sources_rows(data)[1], data["sources"], strict=True):
+        uv = ("≈" if source["uv_approximate"] else "") + str(row["uv"])
+        table.add_row(str(row["rank"]), row["source"], str(row["pv"]), uv)
+    console.print(table)
+
+
+@cli.command("sources")
+@click.option("--from", "start", help="first day (default: the last day)")
+@click.option("--to", "end", help="last day (default today)")
+@click.option("--kind", "-k", type=click.Choice(list(SOURCE_KINDS)), default="referrer", show_default=True,
+              help="referring domains, or one of the campaign's UTM tags")
+@click.option("--limit", "-n", type=int, default=10, show_default=True)
+@site_option
+@output_options(SOURCES_COLUMNS, "the UV of a source over several days may be an estimate (uv_approximate in json)")
+def sources_command(start: str | None, end: str | None, kind: str, limit: int, site: str | None, output: str) -> None:
+    """Where the page views came from over a range of days: referring domains ((direct) without a
+    referrer, (internal) from the site's own pages) or campaign tags."""
+    _emit(_query(lambda conn: views.sources_view(conn, start, end, kind, limit, site=site)), output, _render_sources,
+          sources_rows)
+
+
 UNIQUES_COLUMNS = ("day", "visitors", "visitor_ids_expired")
 
 
@@ -715,10 +757,12 @@ def _when(ts: int | None) -> str:
 
 @tokens_group.command("create")
 @click.argument("name")
+@click.option("--site", "-s", default=None, metavar="SITE",
+              help="the one site it reads (default: every site, and /metrics)")
 @json_option
-def tokens_create(name: str, as_json: bool) -> None:
+def tokens_create(name: str, site: str | None, as_json: bool) -> None:
     """Make a token named NAME and print it, this once (only its SHA-256 is kept)."""
-    data = _token_query(lambda conn: views.create_token(conn, name))
+    data = _token_query(lambda conn: views.create_token(conn, name, site=site))
     if as_json:
         _emit(data, True, lambda _console, _data: None)
         return

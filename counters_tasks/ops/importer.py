@@ -37,7 +37,7 @@ import re
 import stat
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone, tzinfo
 from typing import IO, Any, BinaryIO, NamedTuple
@@ -47,13 +47,16 @@ from .. import skips, visits
 from ..core import pageviews
 from ..core.days import DAY
 from ..core.settings import get_settings
-from ..core.sites import check_site, zone_of
+from ..core.sites import check_site, hosts_of, site_for_host, zone_of
+from ..core.sources import DIRECT, campaign_of, referrer_domain
 from ..core.validation import check_ip, page_name
 from ..errors import ConfigurationError, InvalidInput
 from ..store import keys
 
-FORMATS = ("combined", "common", "jsonl")
-"""The input formats: Apache/nginx combined and common log formats, JSON lines."""
+FORMATS = ("combined", "common", "jsonl", "vhost_combined")
+"""The input formats: Apache/nginx combined and common log formats, JSON lines, and the combined
+format after the virtual host (Apache's ``vhost_combined``, ``%v:%p %h ...``; nginx ``$host
+$remote_addr ...``): each line then counts for the site its host names (``COUNTERS_SITES``)."""
 
 CHUNK = visits.CHUNK
 """Page views per chunk: one ``record_visits`` call (one group, one message id) and one ledger entry."""
@@ -66,7 +69,8 @@ PROGRESS_EVERY = 5000
 
 MALFORMED, BLANK, ALREADY_IMPORTED = "malformed", "blank", "already_imported"
 METHOD, STATUS, STATIC, CRAWLER = pageviews.METHOD, pageviews.STATUS, pageviews.STATIC, pageviews.CRAWLER
-SKIP_REASONS = (BLANK, MALFORMED, METHOD, STATUS, STATIC, CRAWLER, ALREADY_IMPORTED)
+HOST = pageviews.HOST
+SKIP_REASONS = (BLANK, MALFORMED, METHOD, STATUS, STATIC, CRAWLER, HOST, ALREADY_IMPORTED)
 """Why a line is not counted (always listed in the summary): unreadable, the page view rule's
 reasons (``core.pageviews``; a log has no content type, so never ``not_page``), or imported
 before; besides these, ``refused:<reason>`` for a page view the API refused
@@ -105,6 +109,7 @@ class LogLine(NamedTuple):
     target: str | None
     status: int | None
     agent: str | None  # None in the common format
+    referer: str | None = None  # None in the common format
 
 
 # --- parsing and filtering (pure) ------------------------------------------------------------
@@ -155,12 +160,12 @@ def parse_log_line(text: str, fmt: str) -> LogLine | None:
     match = LOG_LINE.fullmatch(text)
     if match is None:
         return None
-    agent = None
+    agent = referer = None
     if fmt == "combined":
         rest = COMBINED_REST.fullmatch(match["rest"]) or CUT_COMBINED_REST.fullmatch(match["rest"])
         if rest is None:
             return None
-        agent = rest["agent"]
+        agent, referer = rest["agent"], rest["referer"] and unescape(rest["referer"])
     ts = parse_log_time(match["time"])
     status_text = match["status"]
     if ts is None or not (status_text == "-" or (status_text.isdigit() and len(status_text) == 3)):
@@ -168,7 +173,7 @@ def parse_log_line(text: str, fmt: str) -> LogLine | None:
     method, _, rest_of_request = match["request"].partition(" ")
     target = rest_of_request.split(" ")[0] if rest_of_request else None
     status = int(status_text) if status_text != "-" else None
-    return LogLine(match["ip"], ts, method, target and unescape(target), status, agent)
+    return LogLine(match["ip"], ts, method, target and unescape(target), status, agent, referer)
 
 
 def page_path(target: str) -> str | None:
@@ -192,10 +197,13 @@ def session_id_for(secret: str, ip: str, agent: str) -> str:
     return hmac.new(secret.encode("utf-8"), message, hashlib.sha256).hexdigest()[:32]
 
 
-def log_line_visit(text: str, fmt: str, secret: str, include_all: bool = False) -> dict[str, Any] | str:
+def log_line_visit(text: str, fmt: str, secret: str, include_all: bool = False,
+                   own_hosts: Collection[str] = ()) -> dict[str, Any] | str:
     """The visit of one access log line (``combined`` or ``common``), or why it is skipped:
     ``malformed``, or the page view rule's reason (``core.pageviews``: the user agent is known in
-    the combined format only; with ``include_all`` static files and crawlers count too)."""
+    the combined format only; with ``include_all`` static files and crawlers count too). Its
+    source (``core.sources``): the combined format's referer, reduced to its domain
+    (``(internal)`` on ``own_hosts``), and the campaign tags of the request's query string."""
     line = parse_log_line(text, fmt)
     if line is None:
         return MALFORMED
@@ -207,7 +215,14 @@ def log_line_visit(text: str, fmt: str, secret: str, include_all: bool = False) 
     if reason is not None:
         return reason
     session = session_id_for(secret, line.ip, line.agent or "")
-    return {"ip": line.ip, "path": path, "ts": line.ts, "session_id": session}
+    visit: dict[str, Any] = {"ip": line.ip, "path": path, "ts": line.ts, "session_id": session}
+    referrer = referrer_domain(line.referer, own_hosts)
+    if referrer != DIRECT:
+        visit["referrer"] = referrer
+    campaign = campaign_of(line.target.partition("?")[2]) if line.target else {}
+    if campaign:
+        visit["utm"] = campaign
+    return visit
 
 
 def json_time(value: Any, zone: tzinfo) -> float | int | None:
@@ -256,7 +271,8 @@ def json_line_visit(text: str, zone: tzinfo, include_all: bool = False) -> dict[
     return visit
 
 
-def line_visit(raw: bytes | None, fmt: str, secret: str, zone: tzinfo, include_all: bool = False) -> dict[str, Any] | str:
+def line_visit(raw: bytes | None, fmt: str, secret: str, zone: tzinfo, include_all: bool = False,
+               own_hosts: Collection[str] = ()) -> dict[str, Any] | str:
     """The visit of one line as read (``None``: a line over MAX_LINE), or why it is skipped:
     ``blank``, ``malformed`` (too long, not UTF-8, a NUL byte, or unparsable), and the reasons of
     ``log_line_visit`` / ``json_line_visit``."""
@@ -272,7 +288,24 @@ def line_visit(raw: bytes | None, fmt: str, secret: str, zone: tzinfo, include_a
         return MALFORMED
     if fmt == "jsonl":
         return json_line_visit(text, zone, include_all)
-    return log_line_visit(text, fmt, secret, include_all)
+    if fmt == "vhost_combined":
+        return vhost_line_visit(text, secret, include_all)
+    return log_line_visit(text, fmt, secret, include_all, own_hosts)
+
+
+def vhost_line_visit(text: str, secret: str, include_all: bool = False) -> dict[str, Any] | str:
+    """The visit of a combined line after its virtual host (``host[:port] <combined line>``), for
+    the site the host names through the allowlist of ``COUNTERS_SITES`` (``core.sites``, as the
+    middleware takes a request's Host), or why it is skipped: ``host`` for a host no site lists,
+    and the reasons of ``log_line_visit``."""
+    vhost, _, line = text.partition(" ")
+    site = site_for_host(vhost)
+    if site is None:
+        return HOST if parse_log_line(line, "combined") is not None else MALFORMED
+    outcome = log_line_visit(line, "combined", secret, include_all, {vhost.lower(), *hosts_of(site)})
+    if isinstance(outcome, dict) and site:
+        outcome["site"] = site
+    return outcome
 
 
 # --- reading ---------------------------------------------------------------------------------
@@ -355,9 +388,16 @@ def read_lines(stream: BinaryIO, max_line: int = MAX_LINE) -> Iterator[bytes | N
 
 # --- writing ---------------------------------------------------------------------------------
 
+SOURCE_FIELDS = frozenset({"referrer", "utm"})
+"""A visit's source: derived from the same line as the rest, so left out of what its ids hash (a log
+imported before sources were kept is not counted again; its days have no sources)."""
+
+
 def canonical(visit: dict[str, Any]) -> str:
-    """The canonical JSON of a visit dict (sorted keys, no spaces, ASCII): what its ids hash."""
-    return json.dumps(visit, sort_keys=True, separators=(",", ":"))
+    """The canonical JSON of a visit dict (sorted keys, no spaces, ASCII, without its source):
+    what its ids hash."""
+    return json.dumps({k: v for k, v in visit.items() if k not in SOURCE_FIELDS}, sort_keys=True,
+                      separators=(",", ":"))
 
 
 def content_digest(text: str) -> str:
@@ -488,7 +528,10 @@ def import_lines(conn: Any, lines: Iterable[bytes | None], fmt: str | None = Non
     a JSON line's time without an offset is in that site's zone."""
     secret = require_secret()
     scope = check_site(site)
+    if fmt == "vhost_combined" and scope:
+        raise InvalidInput("--site and the vhost_combined format both name the site: give one")
     zone = ZoneInfo(zone_of(scope))
+    own_hosts = hosts_of(scope)
     conn.ping()
     iterator = iter(lines)
     head: list[bytes | None] = []
@@ -501,7 +544,7 @@ def import_lines(conn: Any, lines: Iterable[bytes | None], fmt: str | None = Non
     chunk: list[dict[str, Any]] = []
     for raw in chain_lines(head, iterator):
         summary.lines += 1
-        outcome = line_visit(raw, fmt, secret, zone, include_all)
+        outcome = line_visit(raw, fmt, secret, zone, include_all, own_hosts)
         if isinstance(outcome, str):
             summary.skip(outcome)
         else:

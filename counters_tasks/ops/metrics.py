@@ -27,7 +27,7 @@ from prometheus_client.utils import floatToGoString
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .. import refusals, skips, throughput
+from .. import live, refusals, skips, throughput
 from ..app import SENT_AT_HEADER
 from ..app import app as default_app
 from ..core.settings import get_settings, is_redis_url
@@ -157,7 +157,12 @@ class CountersCollector(Collector):
                                    "yet) and this package's; they must be equal", labels=["side"])
         layout.add_metric(["redis"], held["layout"] or 0)
         layout.add_metric(["package"], held["package_layout"])
-        out += [duplicates, by_reason, not_views, sizes, layout, *self.server_metrics()]
+        visitors = GaugeMetricFamily("counters_visitors_now", f"Distinct visitors of each site in the last "
+                                     f"{live.WINDOW_MINUTES} minutes (the current one and those before it; "
+                                     f"HyperLogLog, ~0.81% error)", labels=["site"])
+        for site, count in live.visitors_now_by_site(self.conn(), now).items():
+            visitors.add_metric([site], count)
+        out += [duplicates, by_reason, not_views, sizes, layout, visitors, *self.server_metrics()]
         if held["lost_at"] is not None:
             out.append(GaugeMetricFamily("counters_data_loss_timestamp_seconds", "When a process found Redis had "
                                          "lost the deployment's data (restart without persistence, FLUSHALL, an "

@@ -14,7 +14,7 @@ import time
 from datetime import date, timedelta
 from typing import Any
 
-from .. import counters, ranking, sitestats, uniques
+from .. import counters, live, ranking, sitestats, uniques
 from ..core.days import today
 from ..core.sites import check_site, site_name, site_names, zone_of
 from ..core.validation import MAX_RANGE_DAYS, check_day_range, check_int, check_text
@@ -143,6 +143,27 @@ def top_pages_view(conn: Any, start: Any = None, end: Any = None, limit: Any = 1
     return {"from": first.isoformat(), "to": last.isoformat(), "pages": [[p, n] for p, n in pages]}
 
 
+def sources_view(conn: Any, start: Any = None, end: Any = None, kind: Any = None, limit: Any = 10,
+                 site: Any = None) -> dict[str, Any]:
+    """Where the site's page views came from over a range: referring domains (``kind``
+    ``referrer``, the default) or campaign tags (``utm_source``, ``utm_medium``, ``utm_campaign``),
+    most views first, with each source's distinct visitors."""
+    first, last = day_range(None, start, end, check_site(site))
+    limit = parse_int(limit, "limit", 1, sitestats.SOURCES_LIMIT)
+    kind = "referrer" if kind is None else kind
+    found = sitestats.top_sources(conn, first, last, kind, limit, site=site)
+    return {"from": first.isoformat(), "to": last.isoformat(), "kind": kind,
+            "sources": [{"source": s.source, "pv": s.pv, "uv": s.uv, "uv_approximate": s.uv_approximate}
+                        for s in found]}
+
+
+def now_view(conn: Any, site: Any = None, now: float | None = None) -> dict[str, Any]:
+    """Distinct visitors of the site right now: in the last ``live.WINDOW_MINUTES`` minutes."""
+    scope = check_site(site)
+    return {"site": site_name(scope), "visitors": live.visitors_now(conn, site=site, now=now),
+            "window_minutes": live.WINDOW_MINUTES}
+
+
 def uniques_view(conn: Any, day: Any = None, start: Any = None, end: Any = None, site: Any = None) -> dict[str, Any]:
     """Distinct session ids per day and over the whole range (an exact union of the days)."""
     first, last = day_range(day, start, end, check_site(site))
@@ -189,12 +210,14 @@ def _token_records(pipe: Any) -> dict[str, dict[str, Any]]:
     return {as_str(field): _token_record(value) for field, value in pipe.hgetall(keys.api_tokens()).items()}
 
 
-def create_token(conn: Any, name: Any, now: float | None = None) -> dict[str, Any]:
-    """A new token named ``name`` (unique): its record and, this once, the token itself."""
+def create_token(conn: Any, name: Any, now: float | None = None, site: Any = None) -> dict[str, Any]:
+    """A new token named ``name`` (unique): its record and, this once, the token itself. ``site``:
+    the one site it reads (None: every site, and ``/metrics``)."""
     check_text(name, "name", 100)
+    only = None if site is None else site_name(check_site(site))
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     record = {"name": name, "created": int(time.time() if now is None else now), "scope": TOKEN_SCOPE,
-              "site": None}  # None: every site (a token limited to one site is for later)
+              "site": only}
 
     def add(pipe: Any) -> None:  # WATCHed: two creates at once cannot both take a name or the last place
         stored = _token_records(pipe).values()
@@ -232,14 +255,26 @@ def revoke_token(conn: Any, name: Any) -> dict[str, Any]:
     return {"name": name, "revoked": bool(found)}
 
 
-def token_allows_read(conn: Any, token: str) -> bool:
-    """Whether ``token`` is a stored read token for every site: one HGET (no cache, so a revoked
-    token is refused from the next request). Redis errors propagate (the dashboard answers 503)."""
+def token_sites(conn: Any, token: str) -> set[str] | None:
+    """The sites ``token`` may read: None when it is no stored read token, an empty set for every
+    site (and ``/metrics``), else the one site it was made for. One HGET (no cache, so a revoked
+    token is refused from the next request); Redis errors propagate (the dashboard answers 503)."""
     if not token.startswith(TOKEN_PREFIX) or len(token) > TOKEN_MAX_LENGTH:
-        return False
+        return None
     stored = conn.hget(keys.api_tokens(), token_hash(token))
     if stored is None:
-        return False
+        return None
     record = _token_record(stored)
-    # a token limited to one site (a later change) is refused here rather than read every site
-    return record.get("scope") == TOKEN_SCOPE and record.get("site") is None
+    if record.get("scope") != TOKEN_SCOPE:
+        return None
+    site = record.get("site")
+    return set() if site is None else {site} if isinstance(site, str) else None
+
+
+def token_allows_read(conn: Any, token: str, site: str | None = None) -> bool:
+    """Whether ``token`` may read the figures of ``site`` (None: anything a read token may, the
+    deployment's ``/metrics`` included: only a token for every site)."""
+    sites = token_sites(conn, token)
+    if sites is None:
+        return False
+    return not sites or (site is not None and (site or "default") in sites)

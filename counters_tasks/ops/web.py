@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from importlib import resources
 from typing import Any
+from urllib.parse import parse_qs
 
 import anyio.to_thread
 import redis
@@ -86,6 +87,10 @@ TOKEN_METHODS = ("GET", "HEAD")
 """What a token may do: read (Starlette answers HEAD on every GET route)."""
 
 
+SITELESS_PATHS = frozenset({"/metrics", "/api/health"})
+"""What a token limited to one site may not read: the deployment's figures, not a site's."""
+
+
 def bearer_token(scope: Scope) -> str | None:
     """The token of the request's ``Authorization: Bearer <token>``, else None."""
     for name, value in scope.get("headers", []):
@@ -105,8 +110,17 @@ class TokenAuth:
     def __init__(self, app: ASGIApp, guarded: ASGIApp, paths: frozenset[str], connection: Callable[[], Any]) -> None:
         self.app, self.guarded, self.paths, self.connection = app, guarded, paths, connection
 
-    def _allowed(self, token: str) -> bool:
-        return views.token_allows_read(self.connection(), token)
+    def _sites(self, token: str) -> set[str] | None:
+        return views.token_sites(self.connection(), token)
+
+    @staticmethod
+    def _site_asked(scope: Scope) -> str | None:
+        """The site a request reads (its ``site`` parameter, else ``default``); None for what is
+        no site's: ``/metrics`` and ``/api/health``, the deployment's."""
+        if scope["path"] in SITELESS_PATHS:
+            return None
+        asked = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("site")
+        return asked[0] if asked and asked[0] else "default"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         token = bearer_token(scope) if scope["type"] == "http" else None
@@ -114,15 +128,20 @@ class TokenAuth:
             await self.guarded(scope, receive, send)
             return
         try:
-            allowed = await anyio.to_thread.run_sync(self._allowed, token)
+            sites = await anyio.to_thread.run_sync(self._sites, token)
         except redis.RedisError as exc:  # neither allowed nor a server error: try again later
             await JSONResponse({"error": f"Redis: {type(exc).__name__}: {exc}"}, status_code=503,
                                headers={"Cache-Control": "no-store"})(scope, receive, send)
             return
-        if not allowed:
+        if sites is None:
             await JSONResponse({"error": "invalid or revoked token"}, status_code=401, headers={
                 "WWW-Authenticate": 'Bearer realm="counters-tasks", error="invalid_token"',
                 "Cache-Control": "no-store"})(scope, receive, send)
+            return
+        if sites and self._site_asked(scope) not in sites:  # a token of one site, asked for another
+            await JSONResponse({"error": f"this token reads the site {', '.join(sorted(sites))} only"}, status_code=403,
+                               headers={"WWW-Authenticate": 'Bearer realm="counters-tasks", error="insufficient_scope"',
+                                        "Cache-Control": "no-store"})(scope, receive, send)
             return
         await self.app(scope, receive, send)
 
@@ -256,6 +275,8 @@ def create_app(conn: Any = None, auth: tuple[str, str] | None | bool = True,
         Route("/api/stats", endpoint(views.stats_view, "day", "from", "to", "path", "site")),
         Route("/api/top-pages", endpoint(views.top_pages_view, "from", "to", "limit", "site")),
         Route("/api/uniques", endpoint(views.uniques_view, "day", "from", "to", "site")),
+        Route("/api/now", endpoint(views.now_view, "site")),
+        Route("/api/sources", endpoint(views.sources_view, "from", "to", "kind", "limit", "site")),
         Route("/api/config", endpoint(views.config_view, "site")),
         Route("/api/counters", endpoint(views.counters_list, "cursor", "limit", "site")),
         Route("/api/counter", endpoint(views.counter_view, "name!", "precision", "last", "site")),

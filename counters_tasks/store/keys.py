@@ -400,22 +400,35 @@ def site_day_pairs(day: date, *, tag: str | None = None, site: str = "") -> str:
     return f"{prefix()}site:{{{tag or site_day_tag(day, site)}}}:pairs:{day_label(day, site)}"
 
 
+SOURCE_KINDS = {"referrer": "r", "utm_source": "s", "utm_medium": "m", "utm_campaign": "c"}
+"""The kinds of source a view has (``core.sources``), each a table of its own a day, by letter."""
+
+
+def site_day_sources(day: date, kind: str, *, tag: str | None = None, site: str = "") -> str:
+    """HASH source -> "<pv> <uv> <sketch>" of one kind (a letter of SOURCE_KINDS) on one day, at
+    most COUNTERS_MAX_DAY_SOURCES sources, the rest under the field "" ("(other)"); kept as long
+    as the day's totals (from its own latest write)."""
+    return f"{prefix()}site:{{{tag or site_day_tag(day, site)}}}:src{kind}:{day_label(day, site)}"
+
+
 def site_shard_of(visitor: str) -> int:
     return int(visitor) % SITE_SHARDS
 
 
-def site_shard_tag(shard: int, site: str = "") -> str:
-    return hash_tag("site-all", scoped(site, str(shard)))
+def site_shard_tag(shard: int) -> str:
+    """The slot of one shard of the all-time figures: the same for every site (a batch's views of
+    several sites make one call a shard), each site's keys in it named for the site."""
+    return hash_tag("site-all", str(shard))
 
 
 def site_all_totals(shard: int, site: str = "") -> str:
     """HASH pv, uv of one shard of the site's all-time totals (sum over shards = the site's)."""
-    return f"{prefix()}site:{{{site_shard_tag(shard, site)}}}:all:{escape(scoped(site, str(shard)))}"
+    return f"{prefix()}site:{{{site_shard_tag(shard)}}}:all:{escape(scoped(site, str(shard)))}"
 
 
 def site_all_visitors(shard: int, mode: str, site: str = "") -> str:
     """SET (or HLL) of every visitor id ever seen whose id falls in this shard; never expires."""
-    return f"{prefix()}site:{{{site_shard_tag(shard, site)}}}:{_uv_kind(mode)}:all:{escape(scoped(site, str(shard)))}"
+    return f"{prefix()}site:{{{site_shard_tag(shard)}}}:{_uv_kind(mode)}:all:{escape(scoped(site, str(shard)))}"
 
 
 def site_seen(message_id: str, *, tag: str) -> str:
@@ -452,6 +465,19 @@ def path_visitors(path: str, *, tag: str | None = None) -> str:
 def path_seen(message_id: str, *, tag: str) -> str:
     """STRING marker: this message was already applied to the paths of this tag group (dedupe, TTL)."""
     return f"{prefix()}path:{{{tag}}}:seen:{escape(message_id)}"
+
+
+# --- visitors right now (``counters_tasks.live``) -------------------------------------------
+
+def live_tag(site: str = "") -> str:
+    """One slot per site for its minutes, so ``PFCOUNT`` of a window is one command anywhere."""
+    return hash_tag("live", scoped(site, "now"))
+
+
+def live_minute(site: str, minute: int) -> str:
+    """HLL of the visitor ids of site ``site`` (a scope) seen in minute ``minute`` (epoch // 60),
+    kept a few minutes (``live.KEEP_SECONDS``)."""
+    return f"{prefix()}live:{{{live_tag(site)}}}:{escape(scoped(site, str(int(minute))))}"
 
 
 # --- daily unique visitors -------------------------------------------------------------

@@ -102,7 +102,8 @@ def write_ranking_events(conn: Any, items: list[tuple[ranking.RankingEvent, str]
 
 
 KINDS = {
-    "record_visit": (prepare_visit, "ip, path, session_id=None, ts=None, site=None", write_visits),
+    "record_visit": (prepare_visit, "ip, path, session_id=None, ts=None, site=None, referrer=None, utm=None",
+                     write_visits),
     "incr_ranking": (ranking.prepare_event, "board, member, amount=1, ts=None, period_hours=24, interval_hours=1, site=None",
                      write_ranking_events),
 }

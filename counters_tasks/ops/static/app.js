@@ -94,6 +94,26 @@
     }).catch(function (e) { failed("pages", e); });
   }
 
+  function loadSources() {
+    var q = range();
+    q.kind = $("source-kind").value;
+    q.limit = 10;
+    return api("sources", q).then(function (data) {
+      var body = $("sources-table");
+      body.textContent = "";
+      data.sources.forEach(function (s, i) {
+        var tr = document.createElement("tr");
+        cell(tr, String(i + 1));
+        cell(tr, s.source);
+        cell(tr, String(s.pv), "num");
+        cell(tr, (s.uv_approximate ? "≈" : "") + s.uv, "num");
+        body.appendChild(tr);
+      });
+      $("sources-error").textContent = "";
+      loaded("sources");
+    }).catch(function (e) { failed("sources", e); });
+  }
+
   function loadUniques() {
     return api("uniques", range()).then(function (data) {
       $("uniques-total").textContent = data.visitors;
@@ -198,6 +218,13 @@
     }).catch(function (e) { failed("health-panel", e); });
   }
 
+  function loadNow() {
+    return api("now").then(function (data) {
+      $("now-total").textContent = data.visitors;
+      loaded("now");
+    }).catch(function (e) { failed("now", e); });
+  }
+
   function ago(seconds) { return seconds == null ? "never" : Math.round(seconds) + " s ago"; }
 
   function fillSelect(select, values, wanted) {
@@ -241,8 +268,9 @@
     $("from").value = params.get("from") || daysBefore(config.today, 6);
     $("to").value = params.get("to") || config.today;
     $("path").value = params.get("path") || "";
-    var reloadRange = function () { loadVisitors(); loadPages(); loadUniques(); };
+    var reloadRange = function () { loadVisitors(); loadPages(); loadSources(); loadUniques(); };
     ["from", "to", "path"].forEach(function (id) { $(id).addEventListener("change", reloadRange); });
+    $("source-kind").addEventListener("change", loadSources);
     reloadRange();
     api("counters", {limit: 1000}).then(function (data) {  // the first page: the list is paged (data.next)
       var names = data.counters.slice().sort();
@@ -260,6 +288,8 @@
       var tick = function () { loadBoard().then(function () { setTimeout(tick, REFRESH); }); };
       tick();
     }).catch(function (e) { failed("rankings", e); });
+    var nowTick = function () { loadNow().then(function () { setTimeout(nowTick, REFRESH); }); };
+    nowTick();
     var healthTick = function () { loadHealth().then(function () { setTimeout(healthTick, Math.max(REFRESH, 2000)); }); };
     healthTick();
   }

@@ -7,6 +7,10 @@
 -- character each (~6.5% standard error): register = the id's first 8 bits, value = one plus
 -- the leading zeros of its other 28 bits.
 -- page_sketch_add(sketch, id): the sketch with a visitor new to the page that day added.
+-- page_sketch_with(sketch, id): the sketch with a visitor added who may be in it already (a
+-- source's sketch, kept without a pairs SET: an exact list is searched, registers take a max).
+-- page_sketch_count(sketch): its distinct visitors: exact for a list, else the HyperLogLog
+-- estimate (store/page_sketch.py's ``estimate``).
 local PAGE_SKETCH_B64 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_'
 local PAGE_SKETCH_VALUE = {}
 for n = 1, 64 do
@@ -69,4 +73,35 @@ local function page_sketch_add(sketch, id)
   end
   return string.sub(sketch, 1, register) .. string.sub(PAGE_SKETCH_B64, rank + 1, rank + 1) ..
          string.sub(sketch, register + 2)
+end
+
+
+local function page_sketch_with(sketch, id)
+  if string.sub(sketch, 1, 1) ~= '!' then
+    for at = 1, #sketch, 6 do
+      if string.sub(sketch, at, at + 5) == id then
+        return sketch
+      end
+    end
+  end
+  return page_sketch_add(sketch, id)
+end
+
+local function page_sketch_count(sketch)
+  if string.sub(sketch, 1, 1) ~= '!' then
+    return math.floor(#sketch / 6)
+  end
+  local m, sum, zeros = PAGE_SKETCH_REGISTERS, 0, 0
+  for n = 2, PAGE_SKETCH_REGISTERS + 1 do
+    local value = PAGE_SKETCH_VALUE[string.byte(sketch, n)] or 0
+    sum = sum + 2 ^ (-value)
+    if value == 0 then
+      zeros = zeros + 1
+    end
+  end
+  local raw = 0.7213 / (1 + 1.079 / m) * m * m / sum
+  if raw <= 2.5 * m and zeros > 0 then
+    return math.floor(m * math.log(m / zeros) + 0.5)
+  end
+  return math.floor(raw + 0.5)
 end

@@ -1,0 +1,108 @@
+"""Where a page view came from: its referring domain and its campaign (UTM) tags, reduced.
+
+One rule for every route (the middleware, the importer, the tasks, the module API), so a view has
+the same source whichever way it was counted:
+
+- the **referrer** is reduced to its host name, lower-cased, without a leading ``www.`` (no path,
+  no query string, no user or port is ever kept or sent on): ``https://www.google.com/search?q=x``
+  is ``google.com``; a referrer on one of the site's own hosts is ``(internal)``; no referrer
+  (or an empty one) is ``(direct)``; one with no host (``about:blank``, garbage) is
+  ``(unknown)``. Reducing a value already reduced gives it back, so a producer may reduce and the
+  worker check again.
+- the **campaign** is ``utm_source``, ``utm_medium`` and ``utm_campaign`` of the page's own query
+  string (first value of each; trimmed, at most ``MAX_TAG`` characters; a value with control
+  characters is dropped).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Mapping
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from ..errors import InvalidInput
+
+DIRECT, INTERNAL, UNKNOWN = "(direct)", "(internal)", "(unknown)"
+"""The referrers that are not a domain: none given, the site's own pages, no host in it."""
+
+UTM_KEYS = ("source", "medium", "campaign")
+"""The campaign tags kept, as ``utm_<key>`` in a page's query string."""
+
+MAX_TAG = 100
+"""The longest campaign tag kept (characters); a longer one is cut."""
+
+MAX_REFERRER = 2048
+"""The longest referrer URL read (characters); a longer one counts as ``(unknown)``."""
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_HOST = re.compile(r"[^\s/?#@:\[\]]{1,253}")
+
+
+def referrer_domain(referrer: Any, own_hosts: Collection[str] = ()) -> str:
+    """The source of a view whose Referer was ``referrer`` (a URL, a bare host, one of the
+    special values, or None), ``own_hosts`` being the site's own Host names (lower-case, as
+    ``COUNTERS_SITES`` keeps them, or the request's own Host)."""
+    if referrer is None:
+        return DIRECT
+    if not isinstance(referrer, str):
+        raise InvalidInput(f"referrer must be a str, got {type(referrer).__name__}")
+    text = referrer.strip()
+    if not text or text == "-":
+        return DIRECT
+    if text in (DIRECT, INTERNAL, UNKNOWN):
+        return text
+    if len(text) > MAX_REFERRER or _CONTROL.search(text):
+        return UNKNOWN
+    if "//" not in text:  # a bare host (what a producer already reduced), or a scheme without one
+        _name, colon, rest = text.partition(":")
+        if colon and not rest.split("/")[0].isdigit():
+            return UNKNOWN  # about:blank, mailto:..., data:...
+        text = "//" + text
+    try:
+        host = urlsplit(text).hostname
+    except ValueError:
+        return UNKNOWN
+    host = (host or "").rstrip(".")
+    if not host or not _HOST.fullmatch(host):
+        return UNKNOWN
+    if host in own_hosts or _strip_www(host) in {_strip_www(h.split(":")[0]) for h in own_hosts}:
+        return INTERNAL
+    return _strip_www(host)
+
+
+def _strip_www(host: str) -> str:
+    return host[4:] if host.startswith("www.") and host.count(".") > 1 else host
+
+
+def campaign_of(query: Any) -> dict[str, str]:
+    """The UTM tags of a page's query string (``a=1&utm_source=x``), as ``{"source": "x", ...}``
+    (only those present)."""
+    if not isinstance(query, str) or "utm_" not in query:
+        return {}
+    try:
+        found = parse_qs(query[:8192], keep_blank_values=False, max_num_fields=100)
+    except ValueError:
+        return {}
+    return check_campaign({key: values[0] for key in UTM_KEYS if (values := found.get(f"utm_{key}"))})
+
+
+def check_campaign(campaign: Any) -> dict[str, str]:
+    """A campaign given to the API (``{"source": ..., "medium": ..., "campaign": ...}``, each
+    optional), reduced as ``campaign_of`` reduces a query's; raises InvalidInput for another
+    shape."""
+    if campaign is None:
+        return {}
+    if not isinstance(campaign, Mapping) or set(campaign) - set(UTM_KEYS):
+        raise InvalidInput(f"utm must be a dict with keys among {', '.join(UTM_KEYS)}")
+    out = {}
+    for key in UTM_KEYS:
+        value = campaign.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise InvalidInput(f"utm {key} must be a str, got {type(value).__name__}")
+        value = value.strip()[:MAX_TAG]
+        if value and not _CONTROL.search(value):
+            out[key] = value
+    return out
