@@ -108,10 +108,25 @@ def _count_persistent(conn, batch: list, kinds: Counter) -> None:
             kinds[":".join(part for part in name.split(":")[:4] if "{" not in part and "/" not in part)] += 1
 
 
+def keyspace_tables(conn) -> tuple[int, int]:
+    """(bytes of the keyspace's own hash tables, the main and the expires one, entries and bucket
+    arrays, from MEMORY STATS; keys)."""
+    db = conn.memory_stats().get("db.0", {})
+    return int(db.get("overhead.hashtable.main", 0)) + int(db.get("overhead.hashtable.expires", 0)), conn.dbsize()
+
+
 def memory_delta(conn, batch: list[dict]) -> float:
+    """Bytes of ``used_memory`` a view of ``batch`` adds, per view. The keyspace's hash tables are
+    counted at what a key costs them on average before the batch, not at what they grew by: they
+    double when full, and a batch that crossed the doubling of a million-key table would charge
+    its 20,000 paths with 8 MB of buckets that the next million keys fill."""
     before = conn.info("memory")["used_memory"]
+    tables_before, keys_before = keyspace_tables(conn)
     write(conn, batch)
-    return (conn.info("memory")["used_memory"] - before) / len(batch)
+    after = conn.info("memory")["used_memory"]
+    tables_after, keys_after = keyspace_tables(conn)
+    share = tables_before / max(1, keys_before)
+    return (after - before - (tables_after - tables_before) + share * (keys_after - keys_before)) / len(batch)
 
 
 def main() -> None:
@@ -162,7 +177,7 @@ def main() -> None:
             removed, busy = timed_pass(conn, end)
             _removed, idle = timed_pass(conn, end)
             if (d + 1) % args.every == 0 or d == args.days - 1:
-                known = len(counters.known_counters(conn))
+                known = sum(len(counters.known_counters(conn, site=site)) for site in sites)
                 used = conn.info("memory")["used_memory"] / 1e6
                 rows.append((d + 1, new_path + len(POPULAR), known, used, busy, idle))
                 print(f"{d + 1:>4} {new_path + len(POPULAR):>9,} {known:>9,} {used:>9.1f} {busy:>10,} {idle:>13,} {removed:>9,}")
@@ -179,10 +194,10 @@ def main() -> None:
         os.environ["COUNTERS_MAX_DAY_PATHS"] = str(30 * args.probe)
         reset_settings()
         now = time.time()
-        # Three probes back to back, their paths' mean taken: hash tables (the keyspace's, a day's pages
-        # and pairs, the due indexes) double when full, and a probe that crosses one pays the whole new
-        # table (512 KB at 65,536 keys) for what later paths fill: one probe's figure swings by a
-        # hundred bytes a path or more, three probes' together amortize it (each probe's is printed).
+        # Three probes back to back, their paths' mean taken: a day's pages and pairs and the due
+        # indexes double their hash tables when full too (the keyspace's are amortized in
+        # memory_delta), so one probe's figure swings by tens of bytes a path; three together
+        # amortize it (each probe's is printed).
         # (Commands are counted from INFO commandstats before and after, not by CONFIG RESETSTAT: that
         # frees each command's latency histogram, which the next call of it allocates again, ~20 KB.)
         # today's own keys first (each site's day: totals, visitor sets, HyperLogLogs, pages and
