@@ -87,6 +87,21 @@ def campaign_of(query: Any) -> dict[str, str]:
     return check_campaign({key: values[0] for key in UTM_KEYS if (values := found.get(f"utm_{key}"))})
 
 
+def source_fields(referrer: Any, query: Any, own_hosts: Collection[str] = ()) -> dict[str, Any]:
+    """A view's source as a visit carries it (``record_visit``'s ``referrer=`` and ``utm=``): the
+    Referer reduced to its domain (``referrer_domain``) and the campaign tags of the page's query
+    string (``campaign_of``), each left out when there is none. What the middleware and the
+    importer send."""
+    found: dict[str, Any] = {}
+    domain = referrer_domain(referrer, own_hosts)
+    if domain != DIRECT:
+        found["referrer"] = domain
+    campaign = campaign_of(query)
+    if campaign:
+        found["utm"] = campaign
+    return found
+
+
 def check_campaign(campaign: Any) -> dict[str, str]:
     """A campaign given to the API (``{"source": ..., "medium": ..., "campaign": ...}``, each
     optional), reduced as ``campaign_of`` reduces a query's; raises InvalidInput for another

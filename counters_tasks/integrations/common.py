@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from ..core import pageviews
 from ..core.paths import encode_decoded_path, encode_target_bytes
 from ..core.sites import check_site, hosts_of, site_for_host
-from ..core.sources import DIRECT, campaign_of, referrer_domain
+from ..core.sources import source_fields
 from ..core.validation import check_ip, check_path, check_session_id
 from ..errors import InvalidInput
 from ..recorder import renew_shared_recorder, shared_recorder
@@ -524,16 +524,8 @@ class Counting:
         its domain (``(internal)`` on the request's own Host or one of its site's), and ``utm``,
         the campaign tags of the page's query string; each left out when there is none."""
         info = visit.info
-        host = (info.headers.get("host") or "").strip().lower()
-        own = {host, host.rsplit(":", 1)[0] if not host.endswith("]") else host, *hosts_of(visit.site)}
-        found: dict[str, Any] = {}
-        referrer = referrer_domain(info.headers.get("referer"), own)
-        if referrer != DIRECT:
-            found["referrer"] = referrer
-        campaign = campaign_of(info.query)
-        if campaign:
-            found["utm"] = campaign
-        return found
+        own = {(info.headers.get("host") or "").strip().lower(), *hosts_of(visit.site)}  # a port is ignored there
+        return source_fields(info.headers.get("referer"), info.query, own)
 
     def _hand_over(self, what: str, outcomes: tuple[str, str], method: str, *args: Any, **kwargs: Any) -> None:
         """One call of the recorder, counted in ``stats`` under ``outcomes`` (taken, refused) or

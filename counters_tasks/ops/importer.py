@@ -48,7 +48,7 @@ from ..core import pageviews
 from ..core.days import DAY
 from ..core.settings import get_settings
 from ..core.sites import check_site, hosts_of, site_for_host, zone_of
-from ..core.sources import DIRECT, campaign_of, referrer_domain
+from ..core.sources import source_fields
 from ..core.validation import check_ip, page_name
 from ..errors import ConfigurationError, InvalidInput
 from ..store import keys
@@ -215,14 +215,9 @@ def log_line_visit(text: str, fmt: str, secret: str, include_all: bool = False,
     if reason is not None:
         return reason
     session = session_id_for(secret, line.ip, line.agent or "")
-    visit: dict[str, Any] = {"ip": line.ip, "path": path, "ts": line.ts, "session_id": session}
-    referrer = referrer_domain(line.referer, own_hosts)
-    if referrer != DIRECT:
-        visit["referrer"] = referrer
-    campaign = campaign_of(line.target.partition("?")[2]) if line.target else {}
-    if campaign:
-        visit["utm"] = campaign
-    return visit
+    query = line.target.partition("?")[2] if line.target else ""
+    return {"ip": line.ip, "path": path, "ts": line.ts, "session_id": session,
+            **source_fields(line.referer, query, own_hosts)}
 
 
 def json_time(value: Any, zone: tzinfo) -> float | int | None:
