@@ -124,10 +124,12 @@ def write_counters(conn: Any, per_counter: dict[str, Buckets], message_id: str |
     """Apply already-validated counts to many counters: one script call per tag group, one round trip."""
     if not per_counter:
         return
+    used = keys.use(conn, write=True)
     if len({keys.counter_tag(name) for name in per_counter}) == 1:  # one call: no pipeline needed
         queue_counter_writes(conn, conn, per_counter, message_id)
     else:
         execute_in_order(conn, lambda pipe: queue_counter_writes(conn, pipe, per_counter, message_id))
+    keys.confirm_written(conn, used)
 
 
 def update_counter(conn: Any, name: str, count: int = 1, now: float | None = None, *, message_id: str | None = None,

@@ -49,6 +49,18 @@ REFUSAL_REASONS = tuple(cls.reason for cls in (InvalidInput, ClosedDay, FutureEv
 """Every reason a refusal is counted under."""
 
 
+class TransientError(CountersError):
+    """A failure after which the same write, made again later, can succeed (like Redis being
+    away): the tasks and the worker's batches retry it, never set it aside."""
+
+
+class TagKeyChanged(TransientError):
+    """A write was made with a tag key that is no longer the deployment's: Redis lost its data
+    and another process made a new tag key before this one put its own back, so the keys just
+    written are under a key no reader uses. The write is to be made again (it then goes under the
+    deployment's key, where its message id is new, so it counts once)."""
+
+
 class SetAside(CountersError):
     """A call that kept failing for a reason that is not Redis being away: it is kept in the dead
     letters (``counters-tasks dead-letters`` lists, requeues or drops it) and its message is

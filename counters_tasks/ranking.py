@@ -178,7 +178,7 @@ def write_events(conn: Any, calls: Sequence[tuple[Sequence[RankingEvent], str | 
     to other settings (then nothing of that call was written). Boards written for the first time
     are listed in the registry the rotation job walks. ``tally``, when given, gets the events
     applied now (late ones are not) and those skipped because their message was applied before."""
-    keys.use(conn, write=True)
+    used = keys.use(conn, write=True)
     calls = [(events, message_id) for events, message_id in calls]
     for events, _message_id in calls:
         if not events or any(event.board != events[0].board for event in events):
@@ -190,6 +190,7 @@ def write_events(conn: Any, calls: Sequence[tuple[Sequence[RankingEvent], str | 
             run_script(conn, "ranking_incr", script_keys, args, client=pipe)
 
     [replies] = execute_in_order(conn, lambda pipe: queue(pipe, calls)) if calls else [[]]
+    keys.confirm_written(conn, used)
     for _attempt in range(3):  # a board being rebuilt or deleted: finish that, then send again
         busy = [n for n, (status, _u, _l) in enumerate(replies) if int(status) == BUSY]
         if not busy:

@@ -283,12 +283,14 @@ def record_visit(conn: Any, ip: str, path: str, now: float | None = None, *, mes
     check_message_id(message_id)
     ts = check_event_time(now, "now")
     view = prepare_view(ip, path, ts, site, referrer, utm)
+    used = keys.use(conn, write=True)
 
     def data(pipe: Any) -> None:
         queue_views(conn, pipe, [view], message_id)
         live.queue_sightings(pipe, [(view.site, ts, view.visitor)])
 
     [replies] = execute_in_order(conn, data)
+    keys.confirm_written(conn, used)
     refusals.record_partial(conn, "record_visit", message_id, closed_views(replies[:1]))
 
 

@@ -195,7 +195,9 @@ def count_visit(conn: Any, session_id: str, now: float | None = None, *, message
     check_message_id(message_id)
     scope = check_site(site)
     day, number = prepare_id(session_id, now, scope)
+    used = keys.use(conn, write=True)
     new = apply_ids(conn, day, [number], message_id, site=scope)
+    keys.confirm_written(conn, used)
     if new == CLOSED:
         refusals.record_partial(conn, "count_unique", message_id, 1)
     return new > 0

@@ -175,7 +175,7 @@ def write_groups(conn: Any, groups: Sequence[tuple[Sequence[Visit], str | None]]
     """Apply groups of validated visits, each at most once per its message id, in one round trip
     (a second only to re-send a day whose uniques layout moved). ``tally``, when given, gets the
     visits applied now and those skipped as applied before (from the ``site_day`` replies)."""
-    keys.use(conn, write=True)
+    used = keys.use(conn, write=True)
     plans = [_plan(visits, message_id) for visits, message_id in groups if visits]
     if not plans:
         return
@@ -195,6 +195,7 @@ def write_groups(conn: Any, groups: Sequence[tuple[Sequence[Visit], str | None]]
         live.queue_sightings(pipe, ((v.view.site, v.ts, v.view.visitor) for plan in plans for v in plan.visits))
 
     [replies] = execute_in_order(conn, data)
+    keys.confirm_written(conn, used)  # raises TagKeyChanged (made again) when written where no one reads
     for plan in plans:
         if tally is not None:
             tally.add(*sitestats.applied_views(plan.day_calls, replies[plan.day_replies]),

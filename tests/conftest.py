@@ -84,6 +84,7 @@ def counters_env(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[No
         monkeypatch.delenv(name, raising=False)
     reset_settings()
     yield
+    monkeypatch.undo()  # this test's environment gone first: the settings read next are the session's
     reset_settings()
 
 

@@ -9,17 +9,20 @@ import logging
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 
-from counters_tasks import sitestats, tasks
+from counters_tasks import counters, ranking, sitestats, uniques, visits
 from counters_tasks.core.days import local_day
 from counters_tasks.core.settings import load_settings
+from counters_tasks.errors import TagKeyChanged
 from counters_tasks.local.redis_server import RedisServer
 from counters_tasks.local.waiting import wait_until
 from counters_tasks.store import deployment, keys
+from counters_tasks.store.client import is_transient
 from tests.support.procs import REPO, celery_env, start_worker
-from tests.support.servers import make_client, use_settings
+from tests.support.servers import flush, make_client, use_settings
 
 PATH = "/after-the-loss"
 
@@ -37,16 +40,21 @@ def page_views(env: dict[str, str], path: str) -> int:
 
 
 def send_visits(server: RedisServer, path: str, count: int, first_ip: int = 0) -> None:
-    """``count`` visits by ``.delay()``-like publishes to the broker of ``server`` (this process's
-    app may be bound to another broker already)."""
-    from counters_tasks.app import app
+    """``count`` visits by ``.delay()``-like publishes to the broker of ``server``, from an app of
+    their own (as a web process would). Neither this process's app nor the package's Celery
+    defaults (a module that reads the settings once) are configured for ``server`` here."""
+    from celery import Celery
 
+    broker = load_settings({"COUNTERS_REDIS_URL": server.url}).broker_url
+    sender = Celery("sender", broker=broker, amqp="counters_tasks.app:MaskingAMQP", set_as_current=False)
     now = time.time()
-    with app.connection_for_write(load_settings({"COUNTERS_REDIS_URL": server.url}).broker_url) as broker:
-        producer = app.amqp.Producer(broker)
-        for n in range(count):
-            tasks.record_visit.apply_async((f"198.51.100.{(first_ip + n) % 250 + 1}", path, None, now),
-                                           producer=producer)
+    try:
+        with sender.producer_or_acquire() as producer:
+            for n in range(count):
+                sender.send_task("counters_tasks.record_visit", (f"198.51.100.{(first_ip + n) % 250 + 1}", path, None, now),
+                                 queue="visits", serializer="json", producer=producer)
+    finally:
+        sender.close()
 
 
 @pytest.fixture(scope="module")
@@ -231,7 +239,9 @@ def test_processes_writing_together_on_an_empty_redis_end_on_one_key(own_redis):
 @pytest.mark.processes
 def test_a_new_writer_first_after_a_loss_and_the_running_worker_converge(own_redis, tmp_path):
     """After the loss a new process writes first (it makes a new key); the running worker, which
-    holds the old one, takes Redis's at its next check: every visit after lands under one key."""
+    holds the old one and has not checked since, writes under it at once: each such write is
+    confirmed, found under a key that lost, and made again under Redis's, so every visit after
+    the loss lands under one key."""
     env = celery_env(own_redis.url)
     env.pop("COUNTERS_TAG_KEY")
     worker = start_worker(env, tmp_path / "worker.log").wait_ready()
@@ -243,10 +253,70 @@ def test_a_new_writer_first_after_a_loss_and_the_running_worker_converge(own_red
         conn.flushall()
         [new] = set(writers(env, 2, PATH))
         assert new.encode() == conn.get(deployment.tag_key_name()) != old
-        time.sleep(deployment.CHECK_EVERY)  # the worker's next use of Redis checks the marker
-        send_visits(own_redis, PATH, 100, first_ip=2)
+        send_visits(own_redis, PATH, 100, first_ip=2)  # within CHECK_EVERY of the worker's last check
         wait_until(lambda: page_views(env, PATH) == 102, timeout=30, what="every visit under one key")
         assert conn.get(deployment.tag_key_name()) == new.encode()
-        assert "another deployment than before" in worker.output()
+        assert "another deployment than before" in worker.output() or "tag key changed" in worker.output()
     finally:
         worker.stop()
+
+
+@pytest.fixture
+def unpinned(redis_url, raw_conn, monkeypatch):
+    """The session's Redis, emptied, and this process with no pinned tag key: its URL."""
+    monkeypatch.delenv("COUNTERS_TAG_KEY")
+    use_settings(monkeypatch)
+    return redis_url
+
+
+NOW = time.time()
+WRITES_AND_FIGURES = {  # a write of visitor n, and the figure it adds 1 to
+    "sitestats.record_visit": (
+        lambda conn, n: sitestats.record_visit(conn, f"192.0.2.{n}", "/p", NOW, message_id=f"sv{n}"),
+        lambda conn: sitestats.site_visit_info(conn, local_day(NOW), "/p").pv),
+    "visits.record_visits": (
+        lambda conn, n: visits.record_visits(conn, [{"ip": f"192.0.2.{n}", "path": "/v", "ts": NOW}],
+                                             message_id=f"rv{n}"),
+        lambda conn: sitestats.site_visit_info(conn, local_day(NOW), "/v").pv),
+    "counters.update_counter": (
+        lambda conn, n: counters.update_counter(conn, "c", 1, NOW, message_id=f"uc{n}"),
+        lambda conn: counters.get_counter(conn, "c", 86400, NOW)[-1][1]),
+    "uniques.count_visit": (
+        lambda conn, n: uniques.count_visit(conn, str(uuid.UUID(int=n << 100)), NOW, message_id=f"cv{n}"),
+        lambda conn: uniques.unique_visitors(conn, local_day(NOW))),
+    "ranking.incr": (
+        lambda conn, n: ranking.Ranking(conn, "likes").incr("post", 1, NOW),
+        lambda conn: dict(ranking.Ranking(conn, "likes").top(0, 1, withscores=True, now=NOW))["post"]),
+}
+
+
+@pytest.mark.parametrize("kind", WRITES_AND_FIGURES)
+def test_a_write_under_a_tag_key_that_lost_is_made_again(unpinned, kind):
+    """Two processes (two clients, each with its own view of the deployment): the first writes,
+    Redis loses its data, the second (which never held a key) writes first and makes a new tag
+    key; the first then writes with the key it holds, before its next check. That write is
+    refused as ``TagKeyChanged`` (transient: the tasks make it again) and, made again, counts
+    under the new key: readers see both writes after the loss, once each."""
+    write, figure = WRITES_AND_FIGURES[kind]
+    holder, newcomer, reader = (make_client(unpinned) for _ in range(3))
+    write(holder, 1)
+    old = holder.get(deployment.tag_key_name())
+    flush(holder)
+    write(newcomer, 2)
+    assert newcomer.get(deployment.tag_key_name()) not in (None, old)
+    with pytest.raises(TagKeyChanged) as refused:  # within CHECK_EVERY of the holder's last check
+        write(holder, 3)
+    assert is_transient(refused.value)
+    write(holder, 3)  # what a task's retry does
+    assert figure(reader) == 2
+
+
+def test_a_write_after_the_tag_key_alone_went_puts_it_back_and_stands(unpinned):
+    """No other process made a key meanwhile: the holder's write stands (its key is put back),
+    nothing is made again, and the figure counts it once."""
+    holder, reader = make_client(unpinned), make_client(unpinned)
+    now = time.time()
+    sitestats.record_visit(holder, "192.0.2.1", "/q", now)
+    holder.delete(deployment.tag_key_name())
+    sitestats.record_visit(holder, "192.0.2.2", "/q", now)  # no TagKeyChanged: the key it used is back
+    assert sitestats.site_visit_info(reader, local_day(now), "/q").pv == 2

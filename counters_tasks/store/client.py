@@ -30,6 +30,7 @@ from redis.exceptions import (
 from redis.retry import Retry
 
 from ..core.settings import Settings, get_settings
+from ..errors import TransientError
 
 CLUSTER_RETRIES = 3
 """Extra tries of a command on a cluster after a connection error or CLUSTERDOWN (slot map refreshed)."""
@@ -48,8 +49,8 @@ TRANSIENT_REPLIES = ("BUSY", "LOADING", "READONLY", "OOM", "MASTERDOWN", "TRYAGA
 
 def is_transient(exc: BaseException) -> bool:
     """Whether the write that raised ``exc`` can succeed when tried again later: Redis away or
-    busy, not bad input or a bug."""
-    if isinstance(exc, TRANSIENT_ERRORS):
+    busy, a write made under a lost tag key (``TransientError``), not bad input or a bug."""
+    if isinstance(exc, (*TRANSIENT_ERRORS, TransientError)):
         return True
     return isinstance(exc, ResponseError) and str(exc).split(" ", 1)[0] in TRANSIENT_REPLIES
 

@@ -12,8 +12,10 @@ that made another would split the figures for good. So:
   ``CHECK_EVERY`` seconds, on its normal Redis use (two commands in one round trip). A writer
   that finds it gone puts back the tag key it holds (``SET NX``: whoever comes first, all end on
   one key) under a new ``id``, recording the loss; any process that finds another ``id`` than it
-  saw logs the loss at ERROR and takes Redis's tag key. ``health`` and ``/metrics`` report
-  ``lost_at`` (``status``).
+  saw logs the loss at ERROR and takes Redis's tag key. Every write is confirmed after it is
+  made (``confirm_written``, one GET): one made with a tag key that lost to another is made
+  again under the winner, so no write lands where readers do not look. ``health`` and
+  ``/metrics`` report ``lost_at`` (``status``).
 - ``layout`` is the version of the key layout (``LAYOUT``). A process whose layout differs
   refuses to read or write (``LayoutMismatch``) and the worker refuses to start;
   ``counters-tasks migrate`` (``migrate``) moves the data from one layout to the next.
@@ -36,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.settings import get_settings
-from ..errors import CountersError
+from ..errors import CountersError, TagKeyChanged
 from . import server
 from .client import as_str, read_pipeline
 
@@ -119,6 +121,26 @@ def tag_key_for(conn: Any, write: bool) -> bytes:
     if pinned:
         return pinned.encode()
     return held.tag_key if held.tag_key is not None else _throwaway_key()
+
+
+def confirm_written(conn: Any, used: bytes) -> None:
+    """After a write whose keys were made with tag key ``used``: return when it is still the
+    deployment's (one GET), else check the deployment now, putting ``used`` back if Redis has
+    none, and raise ``TagKeyChanged`` when another tag key won (the write is invisible and is to
+    be made again). Between two checks a process writes with the tag key it holds, so without
+    this a process that never held one could make a new key after a loss while another still
+    wrote under the old one, and split the figures."""
+    if get_settings().tag_key:
+        return
+    found = conn.get(tag_key_name())
+    if found is not None and as_str(found).encode() == used:
+        return
+    held = _state(conn)
+    with held.lock:
+        _check(conn, held, write=True)
+    if held.tag_key != used:
+        raise TagKeyChanged(f"a write was made with a tag key Redis no longer holds (its data was lost and "
+                            f"{tag_key_name()} made again by another process): it is to be made again")
 
 
 def _due(held: Held, write: bool) -> bool:

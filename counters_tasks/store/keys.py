@@ -6,7 +6,8 @@ with the deployment's tag key, so on Redis Cluster each call stays in one slot, 
 over slots, and no client can compute, let alone pick, the slot of a path it sends. The tag key
 is generated once per deployment by its first writer and kept in Redis (``tag_key_name``,
 ``store.deployment``; ``COUNTERS_TAG_KEY`` pins it), independent of ``COUNTERS_SECRET``, so rotating the secret moves no key. Entry points
-that are given a client call ``use(conn)`` (``use(conn, write=True)`` before writing) first. User strings that appear in a key at all appear percent-escaped after the tag, for
+that are given a client call ``use(conn)`` (``use(conn, write=True)`` before writing, and
+``confirm_written`` after) first. User strings that appear in a key at all appear percent-escaped after the tag, for
 readability only. ``docs/keys.md`` documents every key made here.
 """
 
@@ -22,7 +23,7 @@ from urllib.parse import quote
 
 from ..core.settings import get_settings
 from .client import get_redis
-from .deployment import marker_name, tag_key_for, tag_key_name  # noqa: F401  (key names made there)
+from .deployment import confirm_written, marker_name, tag_key_for, tag_key_name  # noqa: F401  (made there)
 
 TAG_GROUPS = 256
 """Counters, and apart from them paths, hash into this many tag groups. A batch then makes one
@@ -45,11 +46,14 @@ def escape(text: str) -> str:
 _current = threading.local()
 
 
-def use(conn: Any, write: bool = False) -> None:
+def use(conn: Any, write: bool = False) -> bytes:
     """Make the tag key of ``conn``'s deployment the one this thread's keys are made with
     (``deployment.tag_key_for``: read from Redis, checked every few seconds, made only by a
-    writer; ``COUNTERS_TAG_KEY`` when set). ``write``: the caller is about to write."""
-    _current.key = (prefix(), tag_key_for(conn, write))
+    writer; ``COUNTERS_TAG_KEY`` when set), and return it. ``write``: the caller is about to
+    write (then it calls ``confirm_written`` with the returned key once the write is made)."""
+    key = tag_key_for(conn, write)
+    _current.key = (prefix(), key)
+    return key
 
 
 def tag_key() -> bytes:
