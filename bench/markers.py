@@ -15,7 +15,7 @@ import time
 import uuid
 
 from bench._common import bench_redis, client  # noqa: E402
-from counters_tasks import visits  # noqa: E402
+from counters_tasks import sitestats, visits  # noqa: E402
 from counters_tasks.store import keys
 
 
@@ -43,11 +43,12 @@ def main() -> None:
             before = used(conn)
             if ids == "batch":
                 for first in range(0, n, 1000):
-                    visits.record_visits(conn, batch[first:first + 1000], message_id=str(uuid.uuid4()))
+                    visits.apply_visits(conn, batch[first:first + 1000], message_id=str(uuid.uuid4()))
             else:
                 for v in batch:
-                    visits.record_visit(conn, v["ip"], v["path"], v["session_id"], v["ts"],
+                    visits.apply_visit(conn, v["ip"], v["path"], v["session_id"], v["ts"],
                                         message_id=None if ids is None else str(uuid.uuid4()))
+            assert sitestats.site_visit_info(conn).pv == n, f"{label}: a visit was not counted"
             found = markers(conn)
             pipe = conn.pipeline(transaction=False)
             for key in found:
@@ -56,6 +57,7 @@ def main() -> None:
             results[label] = (used(conn) - before, len(found), usage)
             print(f"{label:<10} used_memory +{results[label][0]:>12,} B   markers {len(found):>8,}   "
                   f"their MEMORY USAGE {usage:,} B")
+        assert results["none"][1] == 0 and results["per visit"][1] >= n, "markers: none without ids, one a visit"
         base = results["none"][0]
         for label in ("per visit", "batches"):
             extra, count, usage = results[label][0] - base, results[label][1], results[label][2]

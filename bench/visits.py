@@ -1,4 +1,4 @@
-"""Visits per second: ``visits.record_visit`` against a Python port of the seed's per-visit commands.
+"""Visits per second: ``visits.apply_visit`` against a Python port of the seed's per-visit commands.
 
 The seed (001, ``savevisitinfo``) reads two per-IP counts in separate round trips, sometimes
 two more, then pipelines the rest. ``record_visit`` does more work per visit (site and path PV/UV
@@ -77,19 +77,21 @@ def measure(conn: redis.Redis, stream: list[tuple[str, str, str]]) -> tuple[floa
 
     day = today()
     conn.flushdb()
-    visits.record_visit(conn, "192.0.2.1", "/warmup", "0" * 32)  # scripts loaded, figure cached
+    visits.apply_visit(conn, "192.0.2.1", "/warmup", "0" * 32)  # scripts loaded, figure cached
     conn.flushdb()
     uniques.precompute_expected(conn, day)
     started = time.perf_counter()
     for ip, path, session in stream:
-        visits.record_visit(conn, ip, path, session)
+        visits.apply_visit(conn, ip, path, session)
     ours = len(stream) / (time.perf_counter() - started)
+    assert sitestats.site_visit_info(conn).pv == len(stream), "a visit was not counted"
 
     conn.flushdb()
     started = time.perf_counter()
     for ip, path, _session in stream:
         sitestats.record_visit(conn, ip, path)
     site_only = len(stream) / (time.perf_counter() - started)
+    assert sitestats.site_visit_info(conn).pv == len(stream), "a visit was not counted (site only)"
 
     conn.flushdb()
     seed_day = day.strftime("%Y%m%d")
@@ -106,7 +108,7 @@ def run(url: str, port: int | None, n: int, rtts: list[float]) -> None:
 
     stream = make_visits(n)
     print(f"one visit at a time, single thread; {len({v[0] for v in stream})} visitors, 50 paths")
-    print("record_visit = visits.record_visit (site+path PV/UV, hits counters, daily unique);")
+    print("record_visit = visits.apply_visit (site+path PV/UV, hits counters, daily unique);")
     print("site only = sitestats.record_visit (site+path PV/UV: the seed's features, exact)")
     print(f"{'round trip':>14} {'visits':>7} {'seed port/s':>12} {'record_visit/s':>15} {'ratio':>6}"
           f" {'site only/s':>12} {'ratio':>6}")

@@ -16,6 +16,7 @@ no ``ts`` (the metrics' lag).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any
 
@@ -28,7 +29,7 @@ from .core.privacy import masked_reprs
 from .core.settings import get_settings, is_redis_url
 from .errors import ConfigurationError
 from .store import deployment, server
-from .store.client import get_redis
+from .store.client import RedisClient, get_redis
 
 log = logging.getLogger(__name__)
 PACKAGE_DEFAULTS = "counters_tasks.worker.celery_defaults"
@@ -58,13 +59,33 @@ class MaskingAMQP(AMQP):
         return message
 
 
-app = Celery("counters_tasks", include=["counters_tasks.tasks"], amqp="counters_tasks.app:MaskingAMQP")
+_made: list[Celery] = []
+_making = threading.Lock()
 
 
-@app.on_configure.connect
-def _choose_configuration(sender: Celery, **_: Any) -> None:
+def package_app() -> Celery:
+    """The package's Celery app (``app``), made on first use: creating a Celery app loads parts of
+    Celery's worker side, which a web process that only counts through the middleware and
+    ``VisitRecorder`` then loads when it first sends, not when it imports the package."""
+    if not _made:
+        with _making:
+            if not _made:
+                made = Celery("counters_tasks", include=["counters_tasks.tasks"], amqp="counters_tasks.app:MaskingAMQP")
+                made.on_configure.connect(choose_configuration, weak=False)
+                _made.append(made)
+    return _made[0]
+
+
+def choose_configuration(sender: Celery, **_: Any) -> None:
     """When the configuration is first needed: the deployment's module, or the package's defaults."""
     sender.config_from_object(get_settings().celery_config_module or PACKAGE_DEFAULTS)
+
+
+def __getattr__(name: str) -> Any:
+    """``app``: the package's Celery app (``package_app``; ``counters_tasks.app:app``)."""
+    if name == "app":
+        return package_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @signals.worker_init.connect
@@ -112,7 +133,7 @@ def _check_servers(log_problems: bool) -> None:
             broker.close()
 
 
-def _check_server(conn: Any, role: str, log_problems: bool) -> None:
+def _check_server(conn: RedisClient, role: str, log_problems: bool) -> None:
     try:
         errors, warnings = server.start_check(conn, role)
     except server.ServerTooOld as exc:

@@ -13,6 +13,7 @@ cleaner last ran.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from typing import Any
 from urllib.parse import unquote
@@ -22,7 +23,7 @@ from .core.sites import check_site
 from .core.validation import check_amount, check_event_time, check_int, check_message_id, check_now, check_text
 from .errors import InvalidInput
 from .store import keys
-from .store.client import as_str, read_pipeline
+from .store.client import RedisClient, as_str, read_pipeline
 from .store.scripts import execute_in_order, run_script
 
 PRECISIONS = COUNTER_PRECISIONS
@@ -78,7 +79,7 @@ FIELDS_PER_CALL = 125
 thousands of one-second buckets of ``hits``: several calls of ~1 ms rather than one long one)."""
 
 
-def queue_counter_writes(conn: Any, pipe: Any, per_counter: dict[str, Buckets], message_id: str | None) -> int:
+def queue_counter_writes(conn: RedisClient, pipe: Any, per_counter: dict[str, Buckets], message_id: str | None) -> int:
     """Queue on ``pipe`` (or run, when ``pipe`` is ``conn``) the script calls adding
     ``per_counter``: per tag group, calls of at most FIELDS_PER_CALL buckets, each at most once
     per ``message_id`` (parts after the first under ``<id>/c<n>``, the same on every delivery of
@@ -113,14 +114,14 @@ def queue_counter_writes(conn: Any, pipe: Any, per_counter: dict[str, Buckets], 
                 for field, amount, _due in pairs:
                     args += [field, amount]
             script_keys.append(keys.counter_due(group))
-            if ttl:
+            if ttl and part_id is not None:  # (a part has an id when the message has one)
                 script_keys.append(keys.counter_seen(part_id, tag=group))
             run_script(conn, "counter_update", script_keys, args, client=pipe)
             calls += 1
     return calls
 
 
-def write_counters(conn: Any, per_counter: dict[str, Buckets], message_id: str | None = None) -> None:
+def write_counters(conn: RedisClient, per_counter: dict[str, Buckets], message_id: str | None = None) -> None:
     """Apply already-validated counts to many counters: one script call per tag group, one round trip."""
     if not per_counter:
         return
@@ -132,7 +133,7 @@ def write_counters(conn: Any, per_counter: dict[str, Buckets], message_id: str |
     keys.confirm_written(conn, used)
 
 
-def update_counter(conn: Any, name: str, count: int = 1, now: float | None = None, *, message_id: str | None = None,
+def update_counter(conn: RedisClient, name: str, count: int = 1, now: float | None = None, *, message_id: str | None = None,
                    site: str | None = None) -> None:
     """Add ``count`` to counter ``name`` at every precision, atomically, in one round trip.
 
@@ -148,7 +149,7 @@ def update_counter(conn: Any, name: str, count: int = 1, now: float | None = Non
     write_counters(conn, {keys.scoped(scope, name): buckets}, message_id)
 
 
-def get_counter(conn: Any, name: str, precision: int, now: float | None = None, *,
+def get_counter(conn: RedisClient, name: str, precision: int, now: float | None = None, *,
                 site: str | None = None) -> list[tuple[int, int]]:
     """``(bucket_start, total)`` pairs, oldest first, within the retention window, non-zero only.
     ``site``: as in ``update_counter``."""
@@ -170,7 +171,7 @@ MAX_SERIES_POINTS = 10_000
 """Most buckets one ``get_series`` call may return (the range is clipped to the retention first)."""
 
 
-def get_series(conn: Any, name: str, precision: int, start: float, end: float,
+def get_series(conn: RedisClient, name: str, precision: int, start: float, end: float,
                now: float | None = None, *, site: str | None = None) -> list[tuple[int, int]]:
     """Every bucket of ``precision`` from the one holding ``start`` to the one holding ``end``,
     as ``(bucket_start, total)`` oldest first, 0 where there is no data (like RedisTimeSeries's
@@ -207,7 +208,7 @@ def _precision_args() -> list[int]:
     return [SAMPLE_COUNT, *PRECISIONS]
 
 
-def group_names(conn: Any, group: str, site: str = "") -> list[str]:
+def group_names(conn: RedisClient, group: str, site: str = "") -> list[str]:
     """The counters of site ``site`` (a scope) in one tag group that hold samples, sorted (one
     ZRANGE of each of its due ZSETs). Every site's counters share the groups, so the cleaner's
     pass costs the same however many sites there are."""
@@ -219,7 +220,7 @@ def group_names(conn: Any, group: str, site: str = "") -> list[str]:
     return sorted(name for name in names if name is not None)
 
 
-def known_counters(conn: Any, *, site: str | None = None) -> list[str]:
+def known_counters(conn: RedisClient, *, site: str | None = None) -> list[str]:
     """Names of the counters that hold samples, sorted. A counter leaves when its last sample
     goes: at once when corrections bring it to zero, at the cleaner's next pass when its samples
     leave the window. Read group by group; ``counter_page`` gives them a page at a time.
@@ -234,15 +235,15 @@ def known_counters(conn: Any, *, site: str | None = None) -> list[str]:
 MAX_PAGE = 1000
 
 
-def counter_page(conn: Any, cursor: str = "0", limit: int = 100, *,
+def counter_page(conn: RedisClient, cursor: str = "0", limit: int = 100, *,
                  site: str | None = None) -> tuple[list[str], str | None]:
     """A page of ``known_counters``: ``(names, next cursor or None at the end)``. Names come
     group by group (sorted within a group); the cursor is ``"<group>.<offset>"`` (start: "0")."""
     check_int(limit, "limit", 1, MAX_PAGE)
     scope = check_site(site)
-    group_index, _, offset_text = str(cursor).partition(".")
+    group_text, _, offset_text = str(cursor).partition(".")
     try:
-        group_index, offset = int(group_index), int(offset_text or 0)
+        group_index, offset = int(group_text), int(offset_text or 0)
     except ValueError:
         raise InvalidInput(f"cursor must be a cursor from a previous page, got {cursor!r}") from None
     groups = keys.counter_groups()
@@ -259,7 +260,7 @@ def counter_page(conn: Any, cursor: str = "0", limit: int = 100, *,
     return page, (f"{group_index}.0" if group_index < len(groups) else None)
 
 
-def clean_counters(conn: Any, now: float | None = None) -> int:
+def clean_counters(conn: RedisClient, now: float | None = None) -> int:
     """One pass of the cleaner; returns the samples removed.
 
     Each tag group is asked, in one call, for its counters whose first sample has left the
@@ -283,7 +284,7 @@ def clean_counters(conn: Any, now: float | None = None) -> int:
     removed = 0
     pending = groups
     while pending:
-        [replies] = execute_in_order(conn, lambda pipe, batch=pending: queue(pipe, batch))
+        [replies] = execute_in_order(conn, functools.partial(queue, batch=pending))
         removed += sum(int(reply[0]) for reply in replies)
         pending = [group for group, reply in zip(pending, replies, strict=True) if int(reply[1])]
     return removed

@@ -19,7 +19,7 @@ from typing import Any
 from .core.sites import check_site, site_names
 from .core.validation import check_now
 from .store import keys
-from .store.client import is_cluster, read_pipeline
+from .store.client import RedisClient, is_cluster, read_pipeline
 
 WINDOW_MINUTES = 5
 """Minutes ``visitors_now`` unions: the current one and the four before it (4 to 5 minutes)."""
@@ -46,7 +46,7 @@ def queue_sightings(pipe: Any, sightings: Iterable[tuple[str, float, str]], now:
     return 2 * len(by_minute)
 
 
-def visitors_now(conn: Any, *, site: str | None = None, now: float | None = None) -> int:
+def visitors_now(conn: RedisClient, *, site: str | None = None, now: float | None = None) -> int:
     """Distinct visitors of ``site`` (None: the default site) in the current minute of ``now``
     and the ``WINDOW_MINUTES - 1`` before it: an estimate (HyperLogLog, ~0.81%)."""
     scope = check_site(site)
@@ -61,7 +61,7 @@ def window_keys(site: str, now: float) -> list[str]:
     return [keys.live_minute(site, m) for m in range(minute - WINDOW_MINUTES + 1, minute + 1)]
 
 
-def visitors_now_by_site(conn: Any, now: float | None = None) -> dict[str, int]:
+def visitors_now_by_site(conn: RedisClient, now: float | None = None) -> dict[str, int]:
     """``visitors_now`` of every site (the default one first): in one round trip on one server; a
     ``PFCOUNT`` a site on a cluster (redis-py's cluster pipeline refuses multi-key commands)."""
     now = check_now(now)

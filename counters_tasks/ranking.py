@@ -26,21 +26,22 @@ in-window event (an expired slot is always days out of the window).
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from redis.exceptions import ResponseError
 
-from . import refusals, throughput
+from . import throughput
 from .core.settings import get_settings
 from .core.sites import check_site
 from .core.validation import check_amount, check_event_time, check_int, check_message_id, check_now, check_text
-from .errors import BoardSettingsConflict, InvalidInput, MalformedMessage
+from .errors import BoardSettingsConflict, InvalidInput
 from .store import keys, registry
-from .store.client import as_str, is_transient
+from .store.client import RedisClient, as_str, is_transient
 from .store.scripts import execute_in_order, run_script
 
 log = logging.getLogger(__name__)
@@ -116,28 +117,6 @@ class RankingEvent:
     slot: int
 
 
-def event_entry(event: RankingEvent) -> list[Any]:
-    """A prepared event as JSON-able data (a worker batch's journal), ``event_from_entry``'s input."""
-    board = event.board
-    return [board.name, board.period_hours, board.interval_hours, event.member, event.amount, event.slot]
-
-
-def event_from_entry(entry: list[Any]) -> RankingEvent:
-    """The prepared event ``event_entry`` made ``entry`` of."""
-    name, period_hours, interval_hours, member, amount, slot = entry
-    return RankingEvent(Board(name, period_hours, interval_hours), member, amount, slot)
-
-
-def prepare_event(board: Any, member: Any, amount: Any = 1, ts: Any = None, period_hours: Any = 24,
-                  interval_hours: Any = 1, site: Any = None) -> RankingEvent:
-    """Validate one event, given as ``incr_ranking`` takes it (raises InvalidInput; writes nothing).
-    Whether the board's stored settings agree is known only when it is written (``write_events``)."""
-    target = check_board(board, period_hours, interval_hours, site)
-    check_text(member, "member")
-    check_amount(amount, "amount")
-    return RankingEvent(target, member, amount, target.slot_of(check_event_time(ts)))
-
-
 def _incr_call(board: Board, events: Sequence[RankingEvent], message_id: str | None) -> tuple[list, list]:
     """The keys and args of the one ``ranking_incr`` call applying ``events`` (all of ``board``), in order."""
     tag = keys.board_tag(board.name)
@@ -157,20 +136,20 @@ def _incr_call(board: Board, events: Sequence[RankingEvent], message_id: str | N
     return script_keys, args
 
 
-def register_board(conn: Any, name: str) -> None:
+def register_board(conn: RedisClient, name: str) -> None:
     """List the board in the registry, then mark it listed (a crash in between retries it)."""
     conn.zadd(keys.board_registry(keys.board_registry_shard_of(name)), {name: 0})
     conn.hset(keys.ranking_meta(name), "reg", 1)
 
 
-def settings_mismatch(conn: Any, board: Board) -> BoardSettingsConflict:
+def settings_mismatch(conn: RedisClient, board: Board) -> BoardSettingsConflict:
     """The error for events given other settings than the ones ``board.name`` is fixed to."""
     stored = board_settings(conn, board.name)
     return BoardSettingsConflict(f"board {board.name!r} is fixed to (period_hours, interval_hours) = {stored}, "
                         f"not ({board.period_hours}, {board.interval_hours})")
 
 
-def write_events(conn: Any, calls: Sequence[tuple[Sequence[RankingEvent], str | None]],
+def write_events(conn: RedisClient, calls: Sequence[tuple[Sequence[RankingEvent], str | None]],
                  tally: throughput.Tally | None = None) -> list[int | InvalidInput]:
     """Apply calls of prepared events, one Lua call each (every event of a call of one board), in
     one round trip; each call at most once per its message id. Returns, per call, the number of
@@ -198,7 +177,7 @@ def write_events(conn: Any, calls: Sequence[tuple[Sequence[RankingEvent], str | 
         for name in {calls[n][0][0].board.name for n in busy}:
             finish_maintenance(conn, name)
         again = [calls[n] for n in busy]
-        [resent] = execute_in_order(conn, lambda pipe, again=again: queue(pipe, again))
+        [resent] = execute_in_order(conn, functools.partial(queue, some=again))
         for n, reply in zip(busy, resent, strict=True):
             replies[n] = reply
     results: list[int | InvalidInput] = []
@@ -226,7 +205,7 @@ class Ranking:
     a call with other settings for the same name raises InvalidInput and writes nothing.
     """
 
-    def __init__(self, conn: Any, name: str, period_hours: int = 24, interval_hours: int = 1, *,
+    def __init__(self, conn: RedisClient, name: str, period_hours: int = 24, interval_hours: int = 1, *,
                  site: str | None = None) -> None:
         self.conn = conn
         self.board = check_board(name, period_hours, interval_hours, site)
@@ -351,7 +330,8 @@ class Ranking:
         totals: dict[str, int] = {}
         need = offset + limit + len(change)
         for start in range(0, need, PAGE_PER_CALL):
-            page = conn.zrange(board_keys[1], start, min(start + PAGE_PER_CALL, need) - 1, withscores=True)
+            page = cast(list[tuple[Any, float]],
+                        conn.zrange(board_keys[1], start, min(start + PAGE_PER_CALL, need) - 1, withscores=True))
             totals.update((as_str(m), -int(s)) for m, s in page)
             if len(page) < PAGE_PER_CALL:
                 break
@@ -407,7 +387,7 @@ def _board_keys(name: str, tag: str | None = None) -> tuple[list[str], tuple[str
     return board, keys.ranking_slot_parts(name, tag=tag)
 
 
-def _rotate(conn: Any, name: str, now_slot: int, period_hours: int | str = "", interval_hours: int | str = "") -> int:
+def _rotate(conn: RedisClient, name: str, now_slot: int, period_hours: int | str = "", interval_hours: int | str = "") -> int:
     """Rotate one board (settings checked unless given as ''), in as many short calls as needed."""
     keys.use(conn, write=True)
     board, parts = _board_keys(name)
@@ -440,7 +420,7 @@ def _work_keys(name: str) -> tuple[list[str], tuple[str, str]]:
     return [*board, keys.ranking_rebuild_top(name, tag=tag), keys.ranking_rebuild_done(name, tag=tag)], parts
 
 
-def rebuild(conn: Any, name: str, *, site: str | None = None) -> int:
+def rebuild(conn: RedisClient, name: str, *, site: str | None = None) -> int:
     """Recompute board ``name``'s totals from its live slot hashes; returns the members listed.
 
     For recovery (e.g. after a slot hash expired under its safety-net TTL, or a manual repair).
@@ -452,7 +432,7 @@ def rebuild(conn: Any, name: str, *, site: str | None = None) -> int:
     return _rebuild(conn, keys.scoped(check_site(site), name))
 
 
-def _rebuild(conn: Any, name: str) -> int:
+def _rebuild(conn: RedisClient, name: str) -> int:
     """``rebuild`` of the board of scoped name ``name``."""
     keys.use(conn, write=True)
     board, parts = _work_keys(name)
@@ -462,7 +442,7 @@ def _rebuild(conn: Any, name: str) -> int:
             return int(listed)
 
 
-def delete_board(conn: Any, name: str, *, site: str | None = None) -> bool:
+def delete_board(conn: RedisClient, name: str, *, site: str | None = None) -> bool:
     """Delete board ``name`` (of ``site``; None: the default site) and every key of it, in
     bounded steps; False when there was none.
 
@@ -472,7 +452,7 @@ def delete_board(conn: Any, name: str, *, site: str | None = None) -> bool:
     return _delete_board(conn, keys.scoped(check_site(site), name))
 
 
-def _delete_board(conn: Any, name: str) -> bool:
+def _delete_board(conn: RedisClient, name: str) -> bool:
     """``delete_board`` of the board of scoped name ``name``."""
     keys.use(conn, write=True)
     existed = bool(conn.exists(keys.ranking_meta(name)))
@@ -486,7 +466,7 @@ def _delete_board(conn: Any, name: str) -> bool:
     return existed
 
 
-def finish_maintenance(conn: Any, name: str) -> None:
+def finish_maintenance(conn: RedisClient, name: str) -> None:
     """Finish a rebuild or deletion of board ``name`` that another client started (or left)."""
     deleting, rebuilding = conn.hmget(keys.ranking_meta(name), "del", "rb")
     if deleting is not None:
@@ -495,14 +475,14 @@ def finish_maintenance(conn: Any, name: str) -> None:
         _rebuild(conn, name)
 
 
-def board_settings(conn: Any, name: str) -> tuple[int, int] | None:
+def board_settings(conn: RedisClient, name: str) -> tuple[int, int] | None:
     """The fixed ``(period_hours, interval_hours)`` of board ``name``, or None before its first write."""
     keys.use(conn)
     period, interval = conn.hmget(keys.ranking_meta(name), "period", "interval")
-    return None if period is None else (int(period), int(interval))
+    return None if period is None or interval is None else (int(period), int(interval))
 
 
-def known_boards(conn: Any, *, site: str | None = None) -> list[str]:
+def known_boards(conn: RedisClient, *, site: str | None = None) -> list[str]:
     """Names of every board of ``site`` (None: the default site) ever written, sorted (from the
     registry, never KEYS or SCAN)."""
     scope = check_site(site)
@@ -517,7 +497,7 @@ def idle_for(period_hours: int) -> float | None:
     return None if days == 0 else max(days * 86400, period_hours * 3600)
 
 
-def rotate_all(conn: Any, now: float | None = None) -> int:
+def rotate_all(conn: RedisClient, now: float | None = None) -> int:
     """Rotate every registered board with its own settings, and delete the boards idle for
     ``idle_for`` their period (no write for that long as of ``now``); returns the slots dropped.
 
@@ -530,7 +510,7 @@ def rotate_all(conn: Any, now: float | None = None) -> int:
     for _shard_key, names in registry.walk(conn, keys.board_registries(), get_settings().cleaner_batch):
         for name in names:
             period, interval, last_write = conn.hmget(keys.ranking_meta(name), "period", "interval", "lw")
-            if period is None:
+            if period is None or interval is None:
                 continue
             idle = idle_for(int(period))
             written = None if last_write is None else (int(last_write) + 1) * int(interval) * 3600  # end of that slot
@@ -548,80 +528,3 @@ def rotate_all(conn: Any, now: float | None = None) -> int:
     if failed:
         raise RuntimeError(f"rotation failed for {len(failed)} board(s): {failed[:10]!r}")
     return dropped
-
-
-RANKING_EVENT_FIELDS = frozenset({"board", "member", "amount", "ts", "period_hours", "interval_hours", "site"})
-EVENTS_PER_CALL = 100
-"""Ranking events per Lua call of a batch, so no call runs long: a slot hash of up to 512 members
-is a listpack (Redis 7's default ``hash-max-listpack-entries``), where each member's lookup scans
-it; 500 events of new members into a new hour took 5-12 ms on a 2-core machine, 200 up to 6.5 ms
-(issue 21, ``tests/test_ranking_scale.py``)."""
-MAX_EVENTS = 20_000
-"""The most events one ``incr_rankings`` message may carry."""
-
-
-def prepare_item(event: Any) -> RankingEvent:
-    """Validate one item of an ``incr_rankings`` payload (a dict of ``incr_ranking``'s arguments)."""
-    if not isinstance(event, dict):
-        raise MalformedMessage(f"must be a dict, got {type(event).__name__}")
-    if set(event) - RANKING_EVENT_FIELDS or "board" not in event or "member" not in event:
-        raise MalformedMessage(f"needs board and member, and only {sorted(RANKING_EVENT_FIELDS)}")
-    return prepare_event(**event)
-
-
-def prepare_events(conn: Any, events: Any) -> tuple[list[tuple[int, RankingEvent]], list[tuple[int, InvalidInput]]]:
-    """Validate an ``incr_rankings`` payload item by item, against each board's stored settings
-    (and the first settings a board is given in the batch): ``(accepted (index, event) pairs,
-    refused (index, error) pairs)``. A payload that is not a list, or holds more than MAX_EVENTS
-    items, is refused whole (MalformedMessage)."""
-    if not isinstance(events, list):
-        raise MalformedMessage(f"events must be a list, got {type(events).__name__}")
-    if len(events) > MAX_EVENTS:
-        raise MalformedMessage(f"a batch holds at most {MAX_EVENTS} events, got {len(events)}")
-    prepared: list[tuple[int, RankingEvent]] = []
-    refused: list[tuple[int, InvalidInput]] = []
-    for n, event in enumerate(events):
-        try:
-            prepared.append((n, prepare_item(event)))
-        except InvalidInput as exc:
-            refused.append((n, type(exc)(f"event {n}: {exc}")))
-    stored = {name: board_settings(conn, name) for name in dict.fromkeys(e.board.name for _n, e in prepared)}
-    fixed: dict[str, Board] = {}
-    accepted = []
-    for n, event in prepared:
-        board = event.board
-        settings = stored.get(board.name)
-        first = fixed.setdefault(board.name, board if settings is None else Board(board.name, *settings))
-        if first != board:
-            refused.append((n, BoardSettingsConflict(
-                f"event {n}: board {board.name!r} is fixed to (period_hours, interval_hours) = "
-                f"{(first.period_hours, first.interval_hours)}, not {(board.period_hours, board.interval_hours)}")))
-        else:
-            accepted.append((n, event))
-    refused.sort(key=lambda pair: pair[0])
-    return accepted, refused
-
-
-def incr_events(conn: Any, events: list[dict[str, Any]], *, message_id: str | None = None) -> int:
-    """Many ranking events in one round trip, at most once per ``message_id`` (the batch id).
-    Every item is validated before anything is written; a bad item is refused on its own (logged
-    and counted, ``refusals``) and the others are applied. Returns the events applied or late.
-
-    The events at positions ``n*EVENTS_PER_CALL ..`` make calls (one per board) deduplicated
-    under ``<batch id>#<n>`` and the board, so a redelivery maps every id to the same events."""
-    check_message_id(message_id)
-    accepted, refused = prepare_events(conn, events)  # a payload refused whole raises (the task counts it)
-    calls: dict[tuple[int, Board], list[tuple[int, RankingEvent]]] = {}
-    for n, event in accepted:
-        calls.setdefault((n // EVENTS_PER_CALL, event.board), []).append((n, event))
-    ids = keys.chunk_ids(message_id, -(-len(events) // EVENTS_PER_CALL))
-    planned = list(calls.values())
-    tally = throughput.Tally()
-    results = write_events(conn, [([event for _n, event in call], ids[part]) for (part, _board), call in calls.items()],
-                           tally)
-    for call, result in zip(planned, results, strict=True):
-        if isinstance(result, InvalidInput):  # the board was fixed by another writer meanwhile
-            refused += [(n, result) for n, _event in call]
-    refusals.record(conn, "incr_rankings", message_id, refused)
-    throughput.count(conn, "ranking", tally, batch=("incr_rankings", len(events)))
-    return sum(len(call) for call, result in zip(planned, results, strict=True) if not isinstance(result, InvalidInput))

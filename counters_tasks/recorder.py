@@ -33,14 +33,12 @@ import weakref
 from collections import Counter, deque
 from typing import Any
 
-from . import tasks  # noqa: F401  (registers the tasks an eager recorder applies)
-from .app import app as default_app
+from .app import package_app
 from .core.privacy import masked_reprs
 from .core.settings import DEFAULT_SITE, get_settings
 from .core.sources import check_campaign, referrer_domain
-from .ranking import prepare_event
+from .ranking_events import prepare_event
 from .visits import check_visit
-from .worker.batches import WorkerBatches
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +92,14 @@ class VisitRecorder:
     @property
     def app(self) -> Any:
         """The Celery app batches are sent with (``counters_tasks.app`` unless one was given)."""
-        return self._app if self._app is not None else default_app
+        return self._app if self._app is not None else package_app()
+
+    def eager_task(self, name: str) -> Any:
+        """Task ``name`` of the app, for eager mode (an app's tests), its task modules imported
+        through the app's loader (the package's tasks for the package's app): the recorder
+        itself never imports the worker's side."""
+        self.app.loader.import_default_modules()
+        return self.app.tasks[name]
 
     def record(self, ip: str, path: str, session_id: str | None = None, ts: float | None = None,
                site: str | None = None, referrer: str | None = None, utm: dict[str, str] | None = None) -> None:
@@ -136,7 +141,7 @@ class VisitRecorder:
         batches (at most one a ``max_delay``); kept in memory until then, a few bytes a reason.
         Skips are not visits: they take no room in the buffer and are not in ``stats()``."""
         if self.app.conf.task_always_eager:
-            self.app.tasks[SKIPS_TASK].apply(args=[[{"route": route, "reason": reason, "count": count}]],
+            self.eager_task(SKIPS_TASK).apply(args=[[{"route": route, "reason": reason, "count": count}]],
                                              task_id=str(uuid.uuid4()), throw=None)
             return
         with self._lock:
@@ -180,7 +185,7 @@ class VisitRecorder:
             if self._closed:
                 raise RuntimeError("this VisitRecorder is closed")
             self._stats["recorded"] += 1
-        self.app.tasks[task].apply(args=[[item]], task_id=str(uuid.uuid4()), throw=None)
+        self.eager_task(task).apply(args=[[item]], task_id=str(uuid.uuid4()), throw=None)
         with self._lock:
             self._stats["sent"] += 1
             self._stats["batches"] += 1
@@ -404,7 +409,7 @@ def buffer_delay(task: Any, args: Any, kwargs: Any, options: dict[str, Any]) -> 
     crash of the app's process can lose is what the recorder holds: at most those 0.2 s of calls,
     more while the broker is unreachable (docs/producer.md). The result's id names no message."""
     if (not get_settings().delay_buffer or options or task.name not in BUFFERED_CALLS
-            or task.app is not default_app or task.app.conf.task_always_eager):
+            or task.app is not package_app() or task.app.conf.task_always_eager):
         return None
     recorder = shared_recorder()
     method = getattr(recorder, BUFFERED_CALLS[task.name])
@@ -415,5 +420,3 @@ def buffer_delay(task: Any, args: Any, kwargs: Any, options: dict[str, Any]) -> 
         method(*(args or ()), **(kwargs or {}))
     return task.AsyncResult(str(uuid.uuid4()))
 
-
-WorkerBatches.buffer_call = staticmethod(buffer_delay)

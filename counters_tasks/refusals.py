@@ -17,7 +17,7 @@ from typing import Any
 from .core.settings import get_settings
 from .errors import REFUSAL_REASONS, ClosedDay, InvalidInput
 from .store import keys
-from .store.client import as_str
+from .store.client import RedisClient, as_str
 from .store.scripts import run_script
 
 log = logging.getLogger(__name__)
@@ -26,7 +26,7 @@ LOGGED_PER_MESSAGE = 20
 """Refusals of one message logged one by one; the rest are summed up in one line."""
 
 
-def record(conn: Any, kind: str, message_id: str | None, refused: Sequence[tuple[int | None, InvalidInput]]) -> None:
+def record(conn: RedisClient, kind: str, message_id: str | None, refused: Sequence[tuple[int | None, InvalidInput]]) -> None:
     """Log and count the ``(item index or None for the whole message, error)`` refusals of one
     message of ``kind`` (a task name); counted once per ``message_id``."""
     if not refused:
@@ -39,7 +39,7 @@ def record(conn: Any, kind: str, message_id: str | None, refused: Sequence[tuple
     _count(conn, message_id, Counter(error.reason for _index, error in refused))
 
 
-def record_partial(conn: Any, kind: str, message_id: str | None, count: int) -> None:
+def record_partial(conn: RedisClient, kind: str, message_id: str | None, count: int) -> None:
     """Log and count ``count`` items of one message of ``kind`` that were counted only in part,
     because their day is closed (its per-visitor sets expired): a page view still counts in
     PV, all-time figures and counters but not in that day's unique visitors; a session id is
@@ -51,12 +51,12 @@ def record_partial(conn: Any, kind: str, message_id: str | None, count: int) -> 
     _count(conn, None if message_id is None else f"{message_id}/closed", Counter({ClosedDay.reason: count}))
 
 
-def _count(conn: Any, marker_id: str | None, by_reason: Counter[str]) -> None:
+def _count(conn: RedisClient, marker_id: str | None, by_reason: Counter[str]) -> None:
     """Add ``by_reason`` to the counts, once per ``marker_id`` (none: every time)."""
     add_counts(conn, keys.refusal_counts(), None if marker_id is None else keys.refusal_seen(marker_id), by_reason)
 
 
-def add_counts(conn: Any, counts_key: str, marker_key: str | None, by_field: Mapping[str, int]) -> bool:
+def add_counts(conn: RedisClient, counts_key: str, marker_key: str | None, by_field: Mapping[str, int]) -> bool:
     """Add ``by_field`` to the HASH ``counts_key`` (the ``refusal_count`` script), once per
     ``marker_key`` (a dedupe marker in the hash's slot, kept COUNTERS_DEDUPE_TTL; None: every
     time). Serves the refusals here and the skipped requests of ``skips``. Returns False when
@@ -68,7 +68,7 @@ def add_counts(conn: Any, counts_key: str, marker_key: str | None, by_field: Map
     return bool(int(run_script(conn, "refusal_count", script_keys, args)))
 
 
-def counts(conn: Any) -> dict[str, int]:
+def counts(conn: RedisClient) -> dict[str, int]:
     """Items refused so far, by reason (every reason listed, 0 when none)."""
     return parse_counts(conn.hgetall(keys.refusal_counts()))
 

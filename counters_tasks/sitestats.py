@@ -54,7 +54,7 @@ from .core.validation import (
 )
 from .errors import ConfigurationError, InvalidInput
 from .store import keys, page_sketch
-from .store.client import as_str, is_cluster, read_pipeline
+from .store.client import RedisClient, as_str, is_cluster, read_pipeline
 from .store.hll import union_count
 from .store.scripts import execute_in_order, run_script
 
@@ -148,7 +148,7 @@ def view_on(ip: Any, path: Any, day: date, site: str = "", referrer: Any = None,
     return SiteView(visitor_id(ip), clean_path, day, site, source, campaign)
 
 
-def queue_views(conn: Any, pipe: Any, views: Iterable[SiteView], message_id: str | None) -> list[tuple[date, int]]:
+def queue_views(conn: RedisClient, pipe: Any, views: Iterable[SiteView], message_id: str | None) -> list[tuple[date, int]]:
     """Queue on ``pipe`` one script call per slot (day, visitor shard, path group) for ``views``.
 
     Returns the day and number of views of each ``site_day`` call (DAY_VIEWS_PER_CALL views at
@@ -190,7 +190,7 @@ def queue_views(conn: Any, pipe: Any, views: Iterable[SiteView], message_id: str
                 args += [settings.max_day_sources, "sketch", len(entries)]
                 for source, ids in entries.items():
                     args += [source, len(ids), *ids]
-        if ttl:
+        if ttl and part_id is not None:
             script_keys.append(keys.site_seen(part_id, tag=tag))
         run_script(conn, "site_day", script_keys, args, client=pipe)
     for shard, per_site in by_shard.items():  # a shard's slot is every site's: one call for all of them
@@ -198,7 +198,7 @@ def queue_views(conn: Any, pipe: Any, views: Iterable[SiteView], message_id: str
         for site, ids in per_site.items():
             script_keys += [keys.site_all_totals(shard, site), keys.site_all_visitors(shard, mode, site)]
             args += [len(ids), *ids]
-        if ttl:
+        if ttl and message_id is not None:
             script_keys.append(keys.site_seen(message_id, tag=keys.site_shard_tag(shard)))
         run_script(conn, "site_all", script_keys, args, client=pipe)
     kept = settings.path_keep_days * days.DAY
@@ -210,7 +210,7 @@ def queue_views(conn: Any, pipe: Any, views: Iterable[SiteView], message_id: str
             if mode == "hll":
                 script_keys.append(keys.path_visitors(path, tag=tag))
             args += [len(ids), *ids]
-        if ttl:
+        if ttl and message_id is not None:
             script_keys.append(keys.path_seen(message_id, tag=tag))
         run_script(conn, "path_all", script_keys, args, client=pipe)
     return [(day, len(day_views)) for _site, day, day_views, _id in day_calls]
@@ -268,7 +268,7 @@ def applied_views(calls: Iterable[tuple[date, int]], replies: Iterable[Any]) -> 
     return applied, duplicates
 
 
-def record_visit(conn: Any, ip: str, path: str, now: float | None = None, *, message_id: str | None = None,
+def record_visit(conn: RedisClient, ip: str, path: str, now: float | None = None, *, message_id: str | None = None,
                  site: str | None = None, referrer: str | None = None, utm: dict[str, str] | None = None) -> None:
     """One page view of ``path`` by visitor ``ip``: site and path, all-time and per-day PV/UV.
 
@@ -313,7 +313,7 @@ def _page_value(value: Any) -> tuple[int, int, str]:
     return int(pv), int(uv), sketch
 
 
-def site_visit_info(conn: Any, day: date | None = None, path: str | None = None, *,
+def site_visit_info(conn: RedisClient, day: date | None = None, path: str | None = None, *,
                     site: str | None = None) -> SiteCount:
     """PV and UV of the site (``path`` None) or a path, on a local ``day`` or all time (None).
     ``site``: which site (None: the default one; its days are in its own zone).
@@ -356,7 +356,7 @@ class SiteRange(NamedTuple):
     days: list[SiteCount]
 
 
-def site_visit_range(conn: Any, start: date, end: date, path: str | None = None, *,
+def site_visit_range(conn: RedisClient, start: date, end: date, path: str | None = None, *,
                      site: str | None = None) -> SiteRange:
     """PV and UV of the site (or ``path``) over the local days ``start``..``end`` (at most 400).
 
@@ -417,7 +417,7 @@ PAGES_PER_CALL = 1000
 """Fields one HSCAN call of ``top_pages`` asks for, so no read runs long."""
 
 
-def top_pages(conn: Any, start: date, end: date, limit: int = 10, *, site: str | None = None) -> list[tuple[str, int]]:
+def top_pages(conn: RedisClient, start: date, end: date, limit: int = 10, *, site: str | None = None) -> list[tuple[str, int]]:
     """``(path, page views)`` over the local days ``start``..``end``, most viewed first, ties by
     path. Exact: each day's pages HASH (one slot per day, at most COUNTERS_MAX_DAY_PATHS paths
     plus ``OTHER``) is read in HSCAN pages and summed here, so the work is bounded by the days
@@ -449,7 +449,7 @@ SOURCES_LIMIT = 1000
 """The most sources one ``top_sources`` call lists."""
 
 
-def top_sources(conn: Any, start: date, end: date, kind: str = "referrer", limit: int = 10, *,
+def top_sources(conn: RedisClient, start: date, end: date, kind: str = "referrer", limit: int = 10, *,
                 site: str | None = None) -> list[SourceCount]:
     """The sources of ``kind`` (``referrer``: referring domains, with ``(direct)`` and
     ``(internal)``; ``utm_source``, ``utm_medium``, ``utm_campaign``) of the site's page views

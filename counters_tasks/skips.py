@@ -20,7 +20,7 @@ from .core.pageviews import APP, HOST, REASONS
 from .core.validation import check_int, check_message_id
 from .errors import InvalidInput
 from .store import keys
-from .store.client import as_str
+from .store.client import RedisClient, as_str
 
 MIDDLEWARE, IMPORT = "middleware", "import"
 ROUTES = (MIDDLEWARE, IMPORT)
@@ -63,7 +63,7 @@ def check_item(item: Any) -> tuple[str, int]:
     return f"{item['route']}:{item['reason']}", check_int(item["count"], "count", 1, 2**31)
 
 
-def record(conn: Any, items: Any, message_id: str | None = None) -> int:
+def record(conn: RedisClient, items: Any, message_id: str | None = None) -> int:
     """Add one message's skip counts (``check_counts``), once per ``message_id``; a bad item is
     refused on its own (logged and counted, ``refusals``) and the others are added. Returns how
     many requests they count (0 for a redelivered message)."""
@@ -83,7 +83,7 @@ def as_items(route: str, counts: Mapping[str, int]) -> list[dict[str, Any]]:
             if n > 0 and reason in KNOWN_REASONS]
 
 
-def counts(conn: Any) -> dict[tuple[str, str], int]:
+def counts(conn: RedisClient) -> dict[tuple[str, str], int]:
     """Requests skipped so far by (route, reason)."""
     return parse_counts(conn.hgetall(keys.skip_counts()))
 

@@ -1,102 +1,24 @@
-"""Celery tasks: thin wrappers that validate, call the module, and nothing more.
+"""The Celery tasks, one line of work each: validate, call the module, nothing more. Their
+delivery rules are their bases' (``worker.task_bases``); the per-event tasks are applied by the
+worker in batches (``worker.batch_consumer``, ``worker.batch_apply``).
 
-Counting tasks pass their message id (the task id) down to the Lua calls, so a message
-delivered twice is applied once. Bad input raises InvalidInput, which is never retried;
-Redis connection and timeout errors are retried with backoff and jitter.
+Importing this module also connects the app side's ``.delay()`` buffer
+(``recorder.buffer_delay``, COUNTERS_DELAY_BUFFER) to the per-event tasks' base.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from typing import Any
 
-from celery import Task
-from celery.exceptions import Retry
-from celery.utils.time import get_exponential_backoff_interval
-
-from . import counters, ranking, refusals, skips, uniques
+from . import counters, ranking, ranking_events, recorder, skips, uniques
 from .app import app
-from .core.settings import RETRY_BACKOFF_MAX, get_settings
-from .errors import InvalidInput, SetAside
-from .store.client import get_redis, is_transient
-from .visits import record_visits as apply_visit_batch
-from .worker import batching, dead_letters
-from .worker.batches import MaskedRequest, WorkerBatches
+from .store.client import get_redis
+from .visits import apply_visits
+from .worker import batch_apply, dead_letters
 from .worker.maintenance import run_exclusive
+from .worker.task_bases import CountingTask, MaintenanceTask, WorkerBatches, counting, set_aside_request
 
-
-class CountingTask(Task):
-    """Applied at most once per message; acknowledged only after it ran or was deliberately
-    refused. Bad input (InvalidInput) fails at once, without retry; a Redis error after which the
-    write can succeed (Redis away, BUSY, READONLY, OOM, LOADING, a failover) is retried with
-    backoff for as long as it lasts; any other error is retried COUNTERS_MAX_ATTEMPTS times,
-    then the message is set aside (dead-lettered), never dropped. Its task events show its
-    arguments with IP addresses masked (``MaskedRequest``)."""
-
-    Request = MaskedRequest
-    acks_late = True
-    reject_on_worker_lost = True
-    max_retries = None  # retries are bounded by ``counting`` (never for Redis being away)
-    throws = (InvalidInput, SetAside)  # expected failures: logged without a traceback
-    ignore_result = True
-
-    @property
-    def message_id(self) -> str | None:
-        return self.request.id
-
-    def set_aside(self, exc: BaseException, attempts: int) -> None:
-        """Keep this call in the dead letters (it is then acknowledged, not lost)."""
-        dead_letters.set_aside_call(self.name, self.request.id, list(self.request.args or ()),
-                                    dict(self.request.kwargs or {}),
-                                    (self.request.delivery_info or {}).get("routing_key"), exc, attempts)
-
-
-
-def counting(body: Callable[..., Any]) -> Callable[..., Any]:
-    """The delivery rules of a counting task, around its body (the way Celery's own autoretry
-    wraps ``run``): bad input is counted and fails at once; a Redis error that passes is retried
-    with backoff for as long as it lasts; any other error is retried COUNTERS_MAX_ATTEMPTS times,
-    then the call is set aside in the dead letters and its message acknowledged, reported
-    failed (``SetAside``)."""
-    @functools.wraps(body)
-    def run(self: CountingTask, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return body(self, *args, **kwargs)
-        except InvalidInput as refused:  # the whole message (a batch counts its refused items itself)
-            refusals.record(get_redis(), self.name, self.message_id, [(None, refused)])
-            raise
-        except Retry:
-            raise
-        except Exception as exc:
-            if self.request.is_eager or self.request.called_directly:
-                raise
-            attempt = self.request.retries + 1
-            if not is_transient(exc) and attempt >= get_settings().max_attempts:
-                self.set_aside(exc, attempt)
-                raise SetAside(attempt, exc) from exc  # acknowledged (acks_late acks a failure), reported failed
-            countdown = get_exponential_backoff_interval(1, self.request.retries, RETRY_BACKOFF_MAX, full_jitter=True)
-            raise self.retry(exc=exc, countdown=countdown) from exc
-
-    return run
-
-
-def set_aside_request(kind: str, request: Any, exc: BaseException) -> None:
-    """Keep a message of a worker-side batch that kept failing in the dead letters."""
-    dead_letters.set_aside_call(f"counters_tasks.{kind}", request.id, list(request.args or ()),
-                                dict(request.kwargs or {}), (request.delivery_info or {}).get("routing_key"), exc,
-                                get_settings().max_attempts)
-
-
-class MaintenanceTask(Task):
-    """A beat job: one run at a time (Redis lock), bounded by a time limit."""
-
-    acks_late = False
-    autoretry_for = ()
-    ignore_result = True
-    soft_time_limit = 240
-    time_limit = 270
-    lock_seconds = 300
+WorkerBatches.buffer_call = staticmethod(recorder.buffer_delay)
 
 
 @app.task(name="counters_tasks.update_counter", base=CountingTask, bind=True)
@@ -115,15 +37,15 @@ def clean_counters(self: MaintenanceTask) -> Any:
 @app.task(name="counters_tasks.incr_ranking", base=WorkerBatches, bind=True)
 def incr_ranking(self: WorkerBatches, requests: list[Any]) -> dict[str, Any]:
     """Called as ``incr_ranking.delay(board, member, amount=1, ts=None, period_hours=24,
-    interval_hours=1, site=None)``; the worker applies such messages in batches (``worker.batches``, ``batching``)."""
-    return batching.apply_batch(get_redis(), "incr_ranking", requests, give_up=set_aside_request)
+    interval_hours=1, site=None)``; the worker applies such messages in batches (``worker.batch_apply``)."""
+    return batch_apply.apply_batch(get_redis(), "incr_ranking", requests, give_up=set_aside_request)
 
 
 @app.task(name="counters_tasks.incr_rankings", base=CountingTask, bind=True)
 @counting
 def incr_rankings(self: CountingTask, events: list[dict[str, Any]]) -> int:
     """Many ranking events in one message (``VisitRecorder.incr_ranking`` sends these)."""
-    return ranking.incr_events(get_redis(), events, message_id=self.message_id)
+    return ranking_events.incr_events(get_redis(), events, message_id=self.message_id)
 
 
 @app.task(name="counters_tasks.rotate_rankings", base=MaintenanceTask, bind=True)
@@ -138,15 +60,15 @@ def rotate_rankings(self: MaintenanceTask) -> Any:
 def record_visit(self: WorkerBatches, requests: list[Any]) -> dict[str, Any]:
     """Called as ``record_visit.delay(ip, path, session_id=None, ts=None, site=None, referrer=None,
     utm=None)``; the worker applies
-    such messages in batches (``worker.batches``, ``batching``)."""
-    return batching.apply_batch(get_redis(), "record_visit", requests, give_up=set_aside_request)
+    such messages in batches (``worker.batch_apply``)."""
+    return batch_apply.apply_batch(get_redis(), "record_visit", requests, give_up=set_aside_request)
 
 
 @app.task(name="counters_tasks.record_visits", base=CountingTask, bind=True)
 @counting
 def record_visits(self: CountingTask, visits: list[dict[str, Any]]) -> int:
     """Many visits in one message (``VisitRecorder`` sends these); the task id is the batch id."""
-    return apply_visit_batch(get_redis(), visits, message_id=self.message_id)
+    return apply_visits(get_redis(), visits, message_id=self.message_id)
 
 
 @app.task(name="counters_tasks.count_skips", base=CountingTask, bind=True)

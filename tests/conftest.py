@@ -3,10 +3,10 @@
 Set COUNTERS_TEST_REDIS_URL to run the suite against an existing server (or, with
 COUNTERS_REDIS_CLUSTER=1, a cluster) instead; it is flushed between tests.
 
-Markers (pyproject.toml): ``processes`` for tests that start processes (worker, beat, servers of
-their own, a browser, ``make``): ``pytest -m "not processes"`` is the fast inner loop, and a test
-without the marker that starts one fails; ``cluster`` for the tests ``make test-cluster`` runs
-again on a Redis Cluster.
+Markers (pyproject.toml; what each selects and which make target runs it: docs/development.md):
+``processes`` for tests that start processes (worker, beat, servers of their own, a browser,
+``make``): ``pytest -m "not processes"`` is the fast inner loop, and a test without the marker
+that starts one fails; ``cluster`` for the tests ``make test-cluster`` runs again on a Redis Cluster.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def counters_env(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[No
     monkeypatch.setenv("COUNTERS_REDIS_URL", redis_url)
     monkeypatch.setenv("COUNTERS_SECRET", TEST_SECRET)
     # the hash-tag key pinned, so that flushing the test Redis between tests (which drops the
-    # generated one) never leaves two processes with different keys; tests/test_tag_key.py
+    # generated one) never leaves two processes with different keys; tests/store/test_keys.py
     # covers the generated key
     monkeypatch.setenv("COUNTERS_TAG_KEY", TEST_TAG_KEY)
     for name in ("COUNTERS_KEY_PREFIX", "COUNTERS_TIMEZONE", "COUNTERS_UV_MODE", "COUNTERS_SITES"):

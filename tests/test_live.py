@@ -24,9 +24,9 @@ def test_distinct_visitors_of_the_last_minutes_per_site(raw_conn, monkeypatch):
     batch = [{"ip": f"198.51.100.{n % 3}", "path": f"/{n}", "ts": now - 30} for n in range(7)]
     batch += [{"ip": "198.51.100.9", "path": "/", "ts": now - 10, "site": "blog"}]
     batch += [{"ip": "198.51.100.77", "path": "/", "ts": now - 3600}]  # an hour ago: not now
-    visits.record_visits(raw_conn, batch, message_id="b1")
-    visits.record_visits(raw_conn, batch, message_id="b1")  # redelivered: nothing changes
-    visits.record_visits(raw_conn, batch[:2], message_id="b2")  # the same visitors again: still distinct
+    visits.apply_visits(raw_conn, batch, message_id="b1")
+    visits.apply_visits(raw_conn, batch, message_id="b1")  # redelivered: nothing changes
+    visits.apply_visits(raw_conn, batch[:2], message_id="b2")  # the same visitors again: still distinct
     sitestats.record_visit(raw_conn, "198.51.100.50", "/", now - 5)  # the PV/UV-only route counts too
     assert live.visitors_now(raw_conn) == 4
     assert live.visitors_now(raw_conn, site="blog") == 1
@@ -38,7 +38,7 @@ def test_distinct_visitors_of_the_last_minutes_per_site(raw_conn, monkeypatch):
 
 @pytest.mark.cluster
 def test_old_views_write_no_keys_of_now(raw_conn):
-    visits.record_visits(raw_conn, [{"ip": "198.51.100.1", "path": "/", "ts": 1_430_000_000 + n} for n in range(50)],
+    visits.apply_visits(raw_conn, [{"ip": "198.51.100.1", "path": "/", "ts": 1_430_000_000 + n} for n in range(50)],
                          message_id="import")
     assert not [k for k in raw_conn.scan_iter(match="*live:*")]
     assert live.visitors_now(raw_conn) == 0
@@ -46,8 +46,8 @@ def test_old_views_write_no_keys_of_now(raw_conn):
 
 def test_now_on_the_api_and_in_metrics(raw_conn, monkeypatch):
     use_settings(monkeypatch, COUNTERS_SITES=json.dumps(SITES))
-    visits.record_visit(raw_conn, "198.51.100.1", "/", site="blog")
-    visits.record_visit(raw_conn, "198.51.100.2", "/", site="blog")
+    visits.apply_visit(raw_conn, "198.51.100.1", "/", site="blog")
+    visits.apply_visit(raw_conn, "198.51.100.2", "/", site="blog")
     client = TestClient(create_app(raw_conn, auth=False))
     assert client.get("/api/now", params={"site": "blog"}).json() == {"site": "blog", "visitors": 2,
                                                                        "window_minutes": live.WINDOW_MINUTES}

@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from counters_tasks import ranking
+from counters_tasks import ranking, ranking_events
 from counters_tasks.local.waiting import wait_until
 from counters_tasks.store import keys
 from counters_tasks.store.scripts import run_script
@@ -97,12 +97,12 @@ def fresh_batch_work(raw_conn, slowlog) -> list:
     the slot hash and a new member of the top. Checked exact; the SLOWLOG entries over 5 ms."""
     raw_conn.flushdb()
     now = time.time()
-    ranking.incr_events(raw_conn, [{"board": "fresh", "member": "warm", "ts": now}], message_id="warm")
+    ranking_events.incr_events(raw_conn, [{"board": "fresh", "member": "warm", "ts": now}], message_id="warm")
     raw_conn.slowlog_reset()
     expected = Counter({"warm": 1})
     for batch in range(3):
         events = [{"board": "fresh", "member": f"/post/{batch}/{n}", "amount": n % 3 + 1, "ts": now} for n in range(2_000)]
-        ranking.incr_events(raw_conn, events, message_id=f"fresh-{batch}")
+        ranking_events.incr_events(raw_conn, events, message_id=f"fresh-{batch}")
         expected.update({event["member"]: event["amount"] for event in events})
     assert ranking.Ranking(raw_conn, "fresh").top(0, 50, withscores=True, now=now) == ranked(expected)[:50]
     return slowlog()

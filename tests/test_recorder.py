@@ -21,6 +21,8 @@ from counters_tasks.local.waiting import wait_until
 from tests.support.procs import REPO, celery_env, purge_broker
 from tests.support.servers import use_settings
 
+pytestmark = pytest.mark.workers
+
 APP = textwrap.dedent("""
     import sys, time
     from counters_tasks import VisitRecorder

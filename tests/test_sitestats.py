@@ -78,7 +78,7 @@ def test_random_stream_matches_exact_model(conn, monkeypatch):
         session = rng.choice(sessions + [None] * 20)
         shown = rng.choice([session, session.upper().replace("-", "")]) if session else None
         suffix = rng.choice(["", "", "?utm=x", "#top", "?a=1#b"])
-        visits.record_visit(conn, rng.choice(visitors[who]), path + suffix, shown, ts,
+        visits.apply_visit(conn, rng.choice(visitors[who]), path + suffix, shown, ts,
                             message_id=rng.choice([None, f"m{step}"]))
         model.visit(who, path, ts, session)
         if step % 500 == 0:
@@ -116,7 +116,7 @@ def test_same_visitor_from_many_threads_counts_once(raw_conn):
         barrier.wait()
         for j in range(24):
             ip = "2001:db8::1" if (i + j) % 2 else "2001:0DB8:0000::0001"
-            visits.record_visit(raw_conn, ip, f"/t/{j % 2}", session, now)
+            visits.apply_visit(raw_conn, ip, f"/t/{j % 2}", session, now)
 
     assert run_threads(work, 8) == []
     assert sitestats.site_visit_info(raw_conn) == SiteCount(None, 192, 1)
@@ -153,10 +153,10 @@ def test_no_raw_ip_anywhere_in_redis(raw_conn, monkeypatch):
     ips = ["203.0.113.45", "::ffff:198.51.100.9", "2001:db8:85a3::8a2e:370:7334", "fe80::1%eth0", "10.1.2.3"]
     now = time.time()
     for i, ip in enumerate(ips):
-        visits.record_visit(raw_conn, ip, f"/x/{i}", str(uuid.uuid4()), now, message_id=f"task-{i}")
+        visits.apply_visit(raw_conn, ip, f"/x/{i}", str(uuid.uuid4()), now, message_id=f"task-{i}")
     use_settings(monkeypatch, COUNTERS_UV_MODE="hll")
     for ip in ips:
-        visits.record_visit(raw_conn, ip, "/hll", None, now)
+        visits.apply_visit(raw_conn, ip, "/hll", None, now)
     forms = set()
     for ip in ips:
         address = ipaddress.ip_address(ip.split("%")[0])
@@ -182,7 +182,7 @@ def test_missing_secret_is_a_configuration_error_and_writes_nothing(raw_conn, mo
     monkeypatch.delenv("COUNTERS_SECRET")
     reset_settings()
     with pytest.raises(ConfigurationError):
-        visits.record_visit(raw_conn, "192.0.2.1", "/", None, time.time())
+        visits.apply_visit(raw_conn, "192.0.2.1", "/", None, time.time())
     assert dump_all(raw_conn) == {}
 
 
@@ -268,8 +268,8 @@ def test_event_a_minute_before_local_midnight_counts_for_its_own_day(conn, monke
     day = _recent_dst_day("Europe/Berlin")
     ts = days.day_end(day) - 60
     assert datetime.fromtimestamp(ts, ZoneInfo("Europe/Berlin")).strftime("%H:%M") == "23:59"
-    visits.record_visit(conn, "192.0.2.1", "/late", str(uuid.uuid4()), ts)
-    visits.record_visit(conn, "192.0.2.1", "/late", str(uuid.uuid4()), ts + 120)  # 00:01 next day
+    visits.apply_visit(conn, "192.0.2.1", "/late", str(uuid.uuid4()), ts)
+    visits.apply_visit(conn, "192.0.2.1", "/late", str(uuid.uuid4()), ts + 120)  # 00:01 next day
     nxt = day + timedelta(days=1)
     assert sitestats.site_visit_info(conn, day) == SiteCount(day, 1, 1)
     assert sitestats.site_visit_info(conn, nxt) == SiteCount(nxt, 1, 1)

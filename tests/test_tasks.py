@@ -6,6 +6,8 @@ import pytest
 
 from counters_tasks import counters, tasks
 from counters_tasks.errors import InvalidInput
+from counters_tasks.store.client import is_transient
+from counters_tasks.worker import task_bases
 from counters_tasks.worker.maintenance import SKIPPED, job_status
 from tests.support.servers import dump_all
 
@@ -40,8 +42,8 @@ def test_bad_input_fails_without_retry_or_write(eager_app, raw_conn, args):
 
 
 def test_invalid_input_is_never_retried():
-    assert not tasks.is_transient(InvalidInput("bad"))
-    assert InvalidInput in tasks.CountingTask.throws
+    assert not is_transient(InvalidInput("bad"))
+    assert InvalidInput in task_bases.CountingTask.throws
 
 
 def test_clean_counters_task_runs_and_records_status(eager_app, raw_conn):

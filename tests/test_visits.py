@@ -1,4 +1,4 @@
-"""visits.record_visit (the composition) and the Celery tasks of site PV/UV and daily uniques, eagerly."""
+"""visits.apply_visit (the composition) and the Celery tasks of site PV/UV and daily uniques, eagerly."""
 
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ def test_record_visit_counts_everything(conn):
     now = time.time()
     today = days.local_day(now)
     session = str(uuid.uuid4())
-    visits.record_visit(conn, "192.0.2.1", "/a?x=1", session, now)
-    visits.record_visit(conn, "192.0.2.2", "/a", None, now)
-    visits.record_visit(conn, "192.0.2.1", "/b#f", session, now)
+    visits.apply_visit(conn, "192.0.2.1", "/a?x=1", session, now)
+    visits.apply_visit(conn, "192.0.2.2", "/a", None, now)
+    visits.apply_visit(conn, "192.0.2.1", "/b#f", session, now)
     assert sitestats.site_visit_info(conn, today) == SiteCount(today, 3, 2)
     assert sitestats.site_visit_info(conn, today, "/a") == SiteCount(today, 2, 2)
     assert uniques.unique_visitors(conn, today) == 1
@@ -42,7 +42,7 @@ def test_record_visit_is_one_round_trip(raw_conn, monkeypatch):
     """After the day's figure is known and the counters are registered: one pipeline, no other
     command (no SCRIPT EXISTS)."""
     now = time.time()
-    visits.record_visit(raw_conn, "192.0.2.1", "/warm", str(uuid.uuid4()), now)
+    visits.apply_visit(raw_conn, "192.0.2.1", "/warm", str(uuid.uuid4()), now)
     calls = []
     for cls, name in ((redis.Redis, "execute_command"), (redis.client.Pipeline, "execute"),
                       (redis.client.Pipeline, "immediate_execute_command")):
@@ -53,7 +53,7 @@ def test_record_visit_is_one_round_trip(raw_conn, monkeypatch):
             return _real(self, *args, **kwargs)
 
         monkeypatch.setattr(cls, name, spy)
-    visits.record_visit(raw_conn, "192.0.2.2", "/warm", str(uuid.uuid4()), now)
+    visits.apply_visit(raw_conn, "192.0.2.2", "/warm", str(uuid.uuid4()), now)
     assert calls == ["execute"]
 
 
@@ -61,9 +61,9 @@ def test_scripts_missing_on_the_server_are_sent_again_once(raw_conn):
     """After SCRIPT FLUSH (or a restart) the NOSCRIPT calls are re-sent; nothing counts twice."""
     now = time.time()
     today = days.local_day(now)
-    visits.record_visit(raw_conn, "192.0.2.1", "/s", str(uuid.uuid4()), now)
+    visits.apply_visit(raw_conn, "192.0.2.1", "/s", str(uuid.uuid4()), now)
     raw_conn.script_flush()
-    visits.record_visit(raw_conn, "192.0.2.2", "/s", str(uuid.uuid4()), now)
+    visits.apply_visit(raw_conn, "192.0.2.2", "/s", str(uuid.uuid4()), now)
     assert sitestats.site_visit_info(raw_conn, today, "/s") == SiteCount(today, 2, 2)
     assert uniques.unique_visitors(raw_conn, today) == 2
     assert counters.get_counter(raw_conn, "hits", 86400, now) == [(counters.bucket_start(now, 86400), 2)]
@@ -78,11 +78,11 @@ BAD = [
 
 @pytest.mark.parametrize("kwargs", BAD)
 def test_bad_visit_refused_before_any_write(raw_conn, kwargs):
-    visits.record_visit(raw_conn, "192.0.2.1", "/seed", str(uuid.uuid4()))
+    visits.apply_visit(raw_conn, "192.0.2.1", "/seed", str(uuid.uuid4()))
     before = dump_all(raw_conn)
     args = {"ip": "192.0.2.5", "path": "/ok", "session_id": str(uuid.uuid4()), "ts": time.time()} | kwargs
     with pytest.raises(InvalidInput):
-        visits.record_visit(raw_conn, args["ip"], args["path"], args["session_id"], args["ts"])
+        visits.apply_visit(raw_conn, args["ip"], args["path"], args["session_id"], args["ts"])
     assert dump_all(raw_conn) == before
 
 

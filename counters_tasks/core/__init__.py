@@ -11,5 +11,6 @@ arguments are shown without raw visitor IPs.
 - ``privacy``: the text form of task arguments (Flower, task events) with IP addresses masked.
 
 Modules here import nothing of the package but ``counters_tasks.errors`` (and each other:
-``days`` uses ``settings`` and ``validation``, ``validation`` uses ``paths``, ``sites`` uses ``settings``). Every other layer builds on them.
+``days`` uses ``settings`` and ``validation``, ``validation`` uses ``paths``, ``sites`` uses ``settings``). Every other layer builds on them
+(the layers: docs/architecture.md).
 """

@@ -102,7 +102,7 @@ class PageViewRule:
 
     def request_reason(self, method: str, path: str) -> str | None:
         """The reason known before the answer (rules 1 and 2), or None."""
-        if method.upper() not in self.methods:  # type: ignore[operator]
+        if method.upper() not in self.methods:
             return METHOD
         if self.is_static(path):
             return STATIC

@@ -10,8 +10,10 @@ import functools
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import overload
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -156,7 +158,7 @@ def url_with_db(url: str, db: int) -> str:
     return urlunsplit(parts._replace(path=f"/{db}"))
 
 
-def _int(env: dict, name: str, default: int, minimum: int = 1) -> int:
+def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
     raw = env.get(name)
     if raw in (None, ""):
         return default
@@ -169,7 +171,11 @@ def _int(env: dict, name: str, default: int, minimum: int = 1) -> int:
     return value
 
 
-def _float(env: dict, name: str, default: float | None, minimum: float = 0.0) -> float | None:
+@overload
+def _float(env: Mapping[str, str], name: str, default: float, minimum: float = 0.0) -> float: ...
+@overload
+def _float(env: Mapping[str, str], name: str, default: None, minimum: float = 0.0) -> float | None: ...
+def _float(env: Mapping[str, str], name: str, default: float | None, minimum: float = 0.0) -> float | None:
     raw = env.get(name)
     if raw in (None, ""):
         return default
@@ -182,7 +188,7 @@ def _float(env: dict, name: str, default: float | None, minimum: float = 0.0) ->
     return value
 
 
-def _user_password(env: dict, name: str) -> tuple[str, str] | None:
+def _user_password(env: Mapping[str, str], name: str) -> tuple[str, str] | None:
     raw = env.get(name) or ""
     if not raw:
         return None
@@ -192,7 +198,7 @@ def _user_password(env: dict, name: str) -> tuple[str, str] | None:
     return user, password
 
 
-def _precisions(env: dict, name: str) -> tuple[int, ...]:
+def _precisions(env: Mapping[str, str], name: str) -> tuple[int, ...]:
     raw = (env.get(name) or "").strip()
     if not raw:
         return COUNTER_PRECISIONS
@@ -205,11 +211,11 @@ def _precisions(env: dict, name: str) -> tuple[int, ...]:
     return tuple(sorted(chosen))
 
 
-def _flag(env: dict, name: str) -> bool:
+def _flag(env: Mapping[str, str], name: str) -> bool:
     return env.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def _choice(env: dict, name: str, choices: tuple[str, ...]) -> str | None:
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str | None:
     raw = (env.get(name) or "").strip().lower()
     if not raw:
         return None
@@ -218,7 +224,7 @@ def _choice(env: dict, name: str, choices: tuple[str, ...]) -> str | None:
     return raw
 
 
-def _pattern(env: dict, name: str) -> str | None:
+def _pattern(env: Mapping[str, str], name: str) -> str | None:
     raw = env.get(name) or ""
     if not raw:
         return None
@@ -229,7 +235,7 @@ def _pattern(env: dict, name: str) -> str | None:
     return raw
 
 
-def _tag_key(env: dict) -> str | None:
+def _tag_key(env: Mapping[str, str]) -> str | None:
     raw = (env.get("COUNTERS_TAG_KEY") or "").strip().lower()
     if not raw:
         return None
@@ -255,7 +261,7 @@ def _host(name: str, raw: object) -> str:
     return host
 
 
-def _sites(env: dict, timezone: str) -> tuple[SiteConfig, ...]:
+def _sites(env: Mapping[str, str], timezone: str) -> tuple[SiteConfig, ...]:
     """``COUNTERS_SITES``: JSON ``{"<site>": {"hosts": [...], "timezone": "<zone>"}}``, or
     ``@<file>`` holding it. The default site may be listed for its hosts; its zone is
     ``COUNTERS_TIMEZONE``."""
@@ -275,7 +281,8 @@ def _sites(env: dict, timezone: str) -> tuple[SiteConfig, ...]:
         raise ConfigurationError('COUNTERS_SITES must be a JSON object {"<site>": {"hosts": [...], "timezone": "..."}}')
     if len(data) > MAX_SITES:
         raise ConfigurationError(f"COUNTERS_SITES names {len(data)} sites: at most {MAX_SITES} (docs/sites.md)")
-    sites, owner = [], {}
+    sites: list[SiteConfig] = []
+    owner: dict[str, str] = {}
     for site, spec in data.items():
         where = f"COUNTERS_SITES[{site!r}]"
         if not SITE_NAME.fullmatch(site):
@@ -297,7 +304,7 @@ def _sites(env: dict, timezone: str) -> tuple[SiteConfig, ...]:
     return tuple(sites)
 
 
-def load_settings(env: dict | None = None) -> Settings:
+def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     """Build settings from ``env`` (default: ``os.environ``), checking every value."""
     env = os.environ if env is None else env
     redis_url = env.get("COUNTERS_REDIS_URL") or DEFAULT_REDIS_URL

@@ -1,9 +1,10 @@
 """Drop-in request integrations: middleware that record each page view through one
 ``VisitRecorder`` per process (docs/integrations.md, docs/guides/).
 
-- ``common``: the rules every middleware shares: skipped paths and responses, the client IP
-  (socket, or through trusted proxies), the session cookie, ranking bumps (the process's recorder is
-  ``recorder.shared_recorder()``);
+- ``common``: the rules every middleware shares: skipped paths and responses, the session
+  cookie, ranking bumps (the process's recorder is ``recorder.shared_recorder()``);
+- ``client_ip``: the client address rule ``common`` applies: the socket peer, or the address
+  ``trusted_proxies`` hops from the right of ``X-Forwarded-For`` / ``Forwarded``;
 - ``wsgi``: ``CountersMiddleware`` for any WSGI app (Flask, ...);
 - ``asgi``: ``CountersASGIMiddleware`` for any ASGI app (Starlette, FastAPI, ...);
 - ``django``: ``CountersMiddleware`` for Django's ``MIDDLEWARE`` setting (imports Django only

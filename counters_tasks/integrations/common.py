@@ -4,9 +4,10 @@ the session cookie for the daily uniques, ranking bumps, and the one recorder pe
 The WSGI, ASGI and Django middleware only translate their framework's request and response into
 ``RequestInfo`` and a status with headers, and call ``Counting``: so the rules (the page view
 rule of ``core.pageviews``, the page's name of ``core.paths``, which the importer applies too;
-the trusted-proxy rule, the cookie) are written once and tested once. Nothing here talks to
-Redis or the broker: a counted request costs ``VisitRecorder.record()``'s in-memory append, and
-a skipped one a count by reason (sent with the recorder's batches, shown in ``/metrics``).
+the trusted-proxy rule of ``integrations.client_ip``, the cookie) are written once and tested
+once. Nothing here talks to Redis or the broker: a counted request costs
+``VisitRecorder.record()``'s in-memory append, and a skipped one a count by reason (sent with
+the recorder's batches, shown in ``/metrics``).
 """
 
 from __future__ import annotations
@@ -18,16 +19,17 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from ..core import pageviews
 from ..core.paths import encode_decoded_path, encode_target_bytes
 from ..core.sites import check_site, hosts_of, site_for_host
 from ..core.sources import source_fields
-from ..core.validation import check_ip, check_path, check_session_id
+from ..core.validation import check_path, check_session_id
 from ..errors import InvalidInput
-from ..recorder import renew_shared_recorder, shared_recorder
+from ..recorder import VisitRecorder, renew_shared_recorder, shared_recorder
 from ..skips import MIDDLEWARE
+from .client_ip import client_ip
 
 log = logging.getLogger(__name__)
 
@@ -93,99 +95,10 @@ class Recorder(Protocol):
     for a view that has them."""
 
     def record(self, ip: str, path: str, session_id: str | None = None, ts: float | None = None,
-               **site_and_source: Any) -> None: ...
+               site: str | None = None, referrer: str | None = None, utm: dict[str, str] | None = None) -> None: ...
 
     def incr_ranking(self, board: str, member: str, amount: int = 1, ts: float | None = None,
-                     period_hours: int = 24, interval_hours: int = 1, **site: str) -> None: ...
-
-
-def client_ip(remote_addr: str | None, headers: Mapping[str, str], trusted_proxies: int = 0,
-              proxy_header: str = "x-forwarded-for") -> str | None:
-    """The client's address: the socket peer, or the one ``trusted_proxies`` hops from the right of
-    the proxy header's list (the socket peer being the last hop).
-
-    Only a proxy you run appends to ``X-Forwarded-For`` / ``Forwarded`` truthfully; a client can
-    write anything to the left of it. So with ``trusted_proxies=0`` (the default) the headers are
-    ignored, and with N trusted proxies the address N hops from the right is taken: the one the
-    outermost trusted proxy saw. A header that is malformed, names too few hops, or whose chosen
-    entry is not an IP address (``unknown``, an obfuscated ``_name``) gives the socket peer; this
-    never raises. Returns the canonical text (``core.validation.check_ip``), or None when even the
-    socket peer is no IP address (a Unix socket).
-    """
-    socket_ip = _valid_ip(remote_addr)
-    if trusted_proxies <= 0:
-        return socket_ip
-    value = headers.get(proxy_header.lower())
-    if not value:
-        return socket_ip
-    hops = _forwarded_for(value) if proxy_header.lower() == "forwarded" else _x_forwarded_for(value)
-    if hops is None or len(hops) < trusted_proxies:
-        return socket_ip
-    return _valid_ip(_strip_port(hops[-trusted_proxies])) or socket_ip
-
-
-def _valid_ip(text: str | None) -> str | None:
-    if not text:
-        return None
-    try:
-        return check_ip(text)
-    except InvalidInput:
-        return None
-
-
-def _x_forwarded_for(value: str) -> list[str] | None:
-    hops = [hop.strip() for hop in value.split(",")]
-    return None if any(not hop for hop in hops) else hops
-
-
-def _forwarded_for(value: str) -> list[str] | None:
-    """The ``for=`` of each element of an RFC 7239 ``Forwarded`` header (None when malformed)."""
-    hops = []
-    for element in _split_outside_quotes(value, ","):
-        found = None
-        for pair in _split_outside_quotes(element, ";"):
-            name, sep, item = pair.strip().partition("=")
-            if not sep:
-                return None
-            if name.strip().lower() == "for":
-                item = item.strip()
-                if item.startswith('"'):
-                    if len(item) < 2 or not item.endswith('"'):
-                        return None
-                    item = item[1:-1].replace('\\"', '"')
-                found = item
-        if found is None:
-            return None
-        hops.append(found)
-    return hops
-
-
-def _split_outside_quotes(text: str, separator: str) -> list[str]:
-    parts, current, quoted, escaped = [], [], False, False
-    for char in text:
-        if escaped:
-            escaped = False
-        elif char == "\\" and quoted:
-            escaped = True
-        elif char == '"':
-            quoted = not quoted
-        elif char == separator and not quoted:
-            parts.append("".join(current))
-            current = []
-            continue
-        current.append(char)
-    parts.append("".join(current))
-    return parts
-
-
-def _strip_port(hop: str) -> str:
-    """``[2001:db8::1]:443`` -> ``2001:db8::1``; ``192.0.2.1:80`` -> ``192.0.2.1``; else as is."""
-    if hop.startswith("["):
-        end = hop.find("]")
-        return hop[1:end] if end > 0 else hop
-    if hop.count(":") == 1:
-        return hop.split(":", 1)[0]
-    return hop
+                     period_hours: int = 24, interval_hours: int = 1, site: str | None = None) -> None: ...
 
 
 def new_session_id() -> str:
@@ -551,5 +464,5 @@ class Counting:
             if self.options.recorder is not None:
                 raise
             with self._recorder_lock:
-                self._recorder = renew_shared_recorder(recorder)
+                self._recorder = renew_shared_recorder(cast(VisitRecorder, recorder))  # the shared one
             getattr(self._recorder, method)(*args, **kwargs)

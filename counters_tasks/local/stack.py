@@ -25,6 +25,7 @@ import redis
 
 from ..app import app
 from ..core.settings import get_settings, reset_settings
+from ..store.client import as_str
 from ..store.deployment import tag_key_name
 from .redis_server import RedisServer, free_port, port_is_free
 from .waiting import wait_until
@@ -97,7 +98,7 @@ class Stack:
         """The tag key the stack's Redis holds already (made before it was pinned), else a new one."""
         client = redis.Redis.from_url(self.env["COUNTERS_REDIS_URL"], socket_timeout=5, decode_responses=True)
         try:
-            return client.get(tag_key_name()) or secrets.token_hex(16)
+            return as_str(client.get(tag_key_name()) or secrets.token_hex(16))
         finally:
             client.close()
 
@@ -232,7 +233,7 @@ def describe_listener(port: int) -> dict[str, str]:
     try:
         info = client.info("server")
         try:
-            folder = client.config_get("dir").get("dir", "")
+            folder = client.config_get("dir").get("dir") or ""
         except redis.RedisError:
             folder = ""
         name = info.get("server_name", "redis")

@@ -14,6 +14,7 @@ import sys
 import time
 import uuid
 from collections import Counter
+from typing import cast
 
 from .. import counters, ranking, sitestats, uniques
 from ..core import days
@@ -37,6 +38,12 @@ def _hits(conn, name: str) -> int:
     return sum(total for _bucket, total in counters.get_counter(conn, name, 86400))
 
 
+def _top(board: ranking.Ranking, limit: int) -> list[tuple[str, int]]:
+    """``board``'s first members with their totals (``Ranking.top`` with ``withscores``, typed
+    with both of its shapes)."""
+    return cast("list[tuple[str, int]]", board.top(limit=limit, withscores=True))
+
+
 def run_demo(visits: int, concurrency: int = 2, seed: int = 1, timeout: float = 300) -> int:
     """Returns 0 when every figure the demo can check is exact, 1 otherwise."""
     stack = Stack(flower=False, concurrency=concurrency)
@@ -49,7 +56,7 @@ def run_demo(visits: int, concurrency: int = 2, seed: int = 1, timeout: float = 
         sessions = [str(uuid.uuid4()) for _ in range(300)]
         board = ranking.Ranking(conn, BOARD)
         before_hits = {path: _hits(conn, f"hits:{path}") for path in DEMO_PATHS}
-        before_top = dict(board.top(limit=100, withscores=True))
+        before_top = dict(_top(board, 100))
         before_pv = sitestats.site_visit_info(conn).pv
         before_page_pv = {path: sitestats.site_visit_info(conn, None, path).pv for path in DEMO_PATHS}
         sent: Counter[str] = Counter()
@@ -70,7 +77,7 @@ def run_demo(visits: int, concurrency: int = 2, seed: int = 1, timeout: float = 
         while True:
             applied = sitestats.site_visit_info(conn).pv - before_pv
             progress(min(applied, visits), visits, "counted")
-            top_now = dict(board.top(limit=100, withscores=True))
+            top_now = dict(_top(board, 100))
             if applied >= visits and sum(top_now.values()) - sum(before_top.values()) >= visits:
                 break
             stack.check_alive()
@@ -97,7 +104,7 @@ def run_demo(visits: int, concurrency: int = 2, seed: int = 1, timeout: float = 
                   f"{' '.join(map(str, series))}")
         print(f"site today (all runs): {site.pv} page views, {site.uv} unique visitors; "
               f"unique sessions today: {uniques.unique_visitors(conn, today)}")
-        print(f"top pages ({BOARD}, last 24 h): {', '.join(m for m, _ in board.top(limit=3, withscores=True))}")
+        print(f"top pages ({BOARD}, last 24 h): {', '.join(m for m, _ in _top(board, 3))}")
         print(f"known counters: {len(counters.known_counters(conn))}; "
               f"this burst exact (sent = hits = rank = PV, per path): {'yes' if exact else 'NO'}")
         return 0 if exact else 1

@@ -17,7 +17,7 @@ from .. import refusals
 from ..app import app as default_app
 from ..core.settings import get_settings, is_redis_url
 from ..store import deployment, server
-from ..store.client import as_str, get_redis
+from ..store.client import RedisClient, as_str, get_redis
 from ..worker import dead_letters
 from ..worker.maintenance import job_status
 
@@ -59,7 +59,7 @@ def queue_length(broker: Any, queue: str) -> int:
     return sum(int(n) for n in pipe.execute())
 
 
-def _job(conn: Any, job: str, now: float) -> dict[str, Any]:
+def _job(conn: RedisClient, job: str, now: float) -> dict[str, Any]:
     raw = job_status(conn, job)
     started = float(raw["last_started"]) if "last_started" in raw else None
     return {
@@ -71,7 +71,7 @@ def _job(conn: Any, job: str, now: float) -> dict[str, Any]:
     }
 
 
-def _server_report(conn: Any, role: str) -> dict[str, Any]:
+def _server_report(conn: RedisClient, role: str) -> dict[str, Any]:
     """``store.server.report``; a server whose INFO cannot be read (an ACL without it) gets a warning."""
     try:
         return server.report(conn, role)
@@ -91,7 +91,7 @@ def _add_server(into: dict[str, Any], more: dict[str, Any]) -> None:
         into[part] = into[part] + more[part]
 
 
-def check(conn: Any, broker: Any = None, app: Any = None, ping_timeout: float = 1.0,
+def check(conn: RedisClient, broker: Any = None, app: Any = None, ping_timeout: float = 1.0,
           beat_max_age: float = 180.0, now: float | None = None, other_broker: bool = False) -> dict[str, Any]:
     """The health report: ``ok`` is true when Redis answers, is new enough and never evicts
     (``store.server``; the broker too when it is a Redis), holds this package's key layout and

@@ -12,7 +12,7 @@ import json
 import secrets
 import time
 from datetime import date, timedelta
-from typing import Any
+from typing import Any, cast
 
 from .. import counters, live, ranking, sitestats, uniques
 from ..core.days import today
@@ -21,7 +21,7 @@ from ..core.validation import MAX_RANGE_DAYS, check_day_range, check_int, check_
 from ..counters import SAMPLE_COUNT, bucket_start
 from ..errors import InvalidInput
 from ..store import keys
-from ..store.client import as_str
+from ..store.client import RedisClient, as_str
 
 MAX_LIMIT = 1000
 
@@ -62,16 +62,14 @@ def day_range(day: Any = None, start: Any = None, end: Any = None, site: str = "
             raise InvalidInput("give either a day or a from/to range, not both")
         first = last = parse_day(day, "day", site)
     else:
-        last = parse_day(end, "to", site) if end is not None else None
-        first = parse_day(start, "from", site) if start is not None else None
-        if first is None and last is None:
-            first = last = now
-        first = first or last
-        last = last or (now if first <= now else first)
+        last_given = parse_day(end, "to", site) if end is not None else None
+        first_given = parse_day(start, "from", site) if start is not None else None
+        first = first_given or last_given or now
+        last = last_given or (now if first <= now else first)
     return check_day_range(first, last, names=("from", "to"))
 
 
-def config_view(_conn: Any = None, site: Any = None) -> dict[str, Any]:
+def config_view(_conn: RedisClient | None = None, site: Any = None) -> dict[str, Any]:
     """What the dashboard needs to pick default dates: today in the site's zone, the zone, and
     every site of the deployment (the default one first)."""
     scope = check_site(site)
@@ -80,7 +78,7 @@ def config_view(_conn: Any = None, site: Any = None) -> dict[str, Any]:
             "site": site_name(scope), "sites": site_names()}
 
 
-def counters_list(conn: Any, cursor: Any = None, limit: Any = None, site: Any = None) -> dict[str, Any]:
+def counters_list(conn: RedisClient, cursor: Any = None, limit: Any = None, site: Any = None) -> dict[str, Any]:
     """A page of the counters that hold samples (at most ``limit``, default 100, up to 1000),
     from ``cursor`` (the ``next`` of the page before; None at the end)."""
     limit = 100 if limit is None else parse_int(limit, "limit", 1, counters.MAX_PAGE)
@@ -88,7 +86,7 @@ def counters_list(conn: Any, cursor: Any = None, limit: Any = None, site: Any = 
     return {"counters": names, "next": following, "precisions": list(counters.PRECISIONS)}
 
 
-def counter_view(conn: Any, name: Any, precision: Any = 60, last: Any = None, now: float | None = None,
+def counter_view(conn: RedisClient, name: Any, precision: Any = 60, last: Any = None, now: float | None = None,
                  site: Any = None) -> dict[str, Any]:
     """The last ``last`` buckets (default and at most SAMPLE_COUNT) of a counter, zero-filled."""
     check_text(name, "name")
@@ -101,11 +99,11 @@ def counter_view(conn: Any, name: Any, precision: Any = 60, last: Any = None, no
             "total": sum(t for _, t in points)}
 
 
-def boards_list(conn: Any, site: Any = None) -> dict[str, Any]:
+def boards_list(conn: RedisClient, site: Any = None) -> dict[str, Any]:
     return {"boards": ranking.known_boards(conn, site=site)}
 
 
-def board_view(conn: Any, board: Any, limit: Any = 10, now: float | None = None, site: Any = None) -> dict[str, Any]:
+def board_view(conn: RedisClient, board: Any, limit: Any = 10, now: float | None = None, site: Any = None) -> dict[str, Any]:
     """A ranking's top members with their totals, with the board's own (stored) settings."""
     check_text(board, "board")
     limit = parse_int(limit, "limit", 1, MAX_LIMIT)
@@ -114,28 +112,30 @@ def board_view(conn: Any, board: Any, limit: Any = 10, now: float | None = None,
         known = ", ".join(ranking.known_boards(conn, site=site)) or "none"
         raise InvalidInput(f"no board named {board!r} (boards: {known})")
     period, interval = stored
-    top = ranking.Ranking(conn, board, period, interval, site=site).top(0, limit, withscores=True, now=now)
+    # (member, total) pairs with withscores=True (Ranking.top is typed with both shapes)
+    top = cast("list[tuple[str, int]]",
+               ranking.Ranking(conn, board, period, interval, site=site).top(0, limit, withscores=True, now=now))
     return {"board": board, "period_hours": period, "interval_hours": interval,
             "top": [[member, total] for member, total in top]}
 
 
-def delete_board_view(conn: Any, board: Any, site: Any = None) -> dict[str, Any]:
+def delete_board_view(conn: RedisClient, board: Any, site: Any = None) -> dict[str, Any]:
     """Delete a board (``ranking.delete_board``): whether there was one."""
     check_text(board, "board")
     return {"board": board, "deleted": ranking.delete_board(conn, board, site=site)}
 
 
-def stats_view(conn: Any, day: Any = None, start: Any = None, end: Any = None, path: Any = None,
+def stats_view(conn: RedisClient, day: Any = None, start: Any = None, end: Any = None, path: Any = None,
                site: Any = None) -> dict[str, Any]:
     """Site (or one path's) PV/UV per day over a range, with the range's PV sum and true UV."""
     first, last = day_range(day, start, end, check_site(site))
     result = sitestats.site_visit_range(conn, first, last, path, site=site)
     return {"from": first.isoformat(), "to": last.isoformat(), "path": result.path, "pv": result.pv,
             "uv": result.uv, "uv_approximate": result.uv_approximate,
-            "days": [{"day": d.day.isoformat(), "pv": d.pv, "uv": d.uv} for d in result.days]}
+            "days": [{"day": d.day and d.day.isoformat(), "pv": d.pv, "uv": d.uv} for d in result.days]}
 
 
-def top_pages_view(conn: Any, start: Any = None, end: Any = None, limit: Any = 10, site: Any = None) -> dict[str, Any]:
+def top_pages_view(conn: RedisClient, start: Any = None, end: Any = None, limit: Any = 10, site: Any = None) -> dict[str, Any]:
     """Paths by page views summed over a range (ties by path)."""
     first, last = day_range(None, start, end, check_site(site))
     limit = parse_int(limit, "limit", 1, MAX_LIMIT)
@@ -143,7 +143,7 @@ def top_pages_view(conn: Any, start: Any = None, end: Any = None, limit: Any = 1
     return {"from": first.isoformat(), "to": last.isoformat(), "pages": [[p, n] for p, n in pages]}
 
 
-def sources_view(conn: Any, start: Any = None, end: Any = None, kind: Any = None, limit: Any = 10,
+def sources_view(conn: RedisClient, start: Any = None, end: Any = None, kind: Any = None, limit: Any = 10,
                  site: Any = None) -> dict[str, Any]:
     """Where the site's page views came from over a range: referring domains (``kind``
     ``referrer``, the default) or campaign tags (``utm_source``, ``utm_medium``, ``utm_campaign``),
@@ -157,14 +157,14 @@ def sources_view(conn: Any, start: Any = None, end: Any = None, kind: Any = None
                         for s in found]}
 
 
-def now_view(conn: Any, site: Any = None, now: float | None = None) -> dict[str, Any]:
+def now_view(conn: RedisClient, site: Any = None, now: float | None = None) -> dict[str, Any]:
     """Distinct visitors of the site right now: in the last ``live.WINDOW_MINUTES`` minutes."""
     scope = check_site(site)
     return {"site": site_name(scope), "visitors": live.visitors_now(conn, site=site, now=now),
             "window_minutes": live.WINDOW_MINUTES}
 
 
-def uniques_view(conn: Any, day: Any = None, start: Any = None, end: Any = None, site: Any = None) -> dict[str, Any]:
+def uniques_view(conn: RedisClient, day: Any = None, start: Any = None, end: Any = None, site: Any = None) -> dict[str, Any]:
     """Distinct session ids per day and over the whole range (an exact union of the days)."""
     first, last = day_range(day, start, end, check_site(site))
     result = uniques.unique_visitors_range(conn, first, last, site=site)
@@ -210,7 +210,7 @@ def _token_records(pipe: Any) -> dict[str, dict[str, Any]]:
     return {as_str(field): _token_record(value) for field, value in pipe.hgetall(keys.api_tokens()).items()}
 
 
-def create_token(conn: Any, name: Any, now: float | None = None, site: Any = None) -> dict[str, Any]:
+def create_token(conn: RedisClient, name: Any, now: float | None = None, site: Any = None) -> dict[str, Any]:
     """A new token named ``name`` (unique): its record and, this once, the token itself. ``site``:
     the one site it reads (None: every site, and ``/metrics``)."""
     check_text(name, "name", 100)
@@ -233,14 +233,14 @@ def create_token(conn: Any, name: Any, now: float | None = None, site: Any = Non
     return {**record, "token": token}
 
 
-def tokens_list(conn: Any) -> dict[str, Any]:
+def tokens_list(conn: RedisClient) -> dict[str, Any]:
     """The tokens' records (name, created, scope, site), oldest first: never a token or its hash."""
     records = sorted(_token_records(conn).values(), key=lambda r: (r.get("created", 0), r.get("name", "")))
     return {"tokens": [{k: r.get(k) for k in ("name", "created", "scope", "site")} for r in records],
             "max": MAX_TOKENS}
 
 
-def revoke_token(conn: Any, name: Any) -> dict[str, Any]:
+def revoke_token(conn: RedisClient, name: Any) -> dict[str, Any]:
     """Delete the token named ``name``: whether there was one. The dashboard refuses it from its next request."""
     check_text(name, "name", 100)
     found: list[str] = []
@@ -255,7 +255,7 @@ def revoke_token(conn: Any, name: Any) -> dict[str, Any]:
     return {"name": name, "revoked": bool(found)}
 
 
-def token_sites(conn: Any, token: str) -> set[str] | None:
+def token_sites(conn: RedisClient, token: str) -> set[str] | None:
     """The sites ``token`` may read: None when it is no stored read token, an empty set for every
     site (and ``/metrics``), else the one site it was made for. One HGET (no cache, so a revoked
     token is refused from the next request); Redis errors propagate (the dashboard answers 503)."""
@@ -271,7 +271,7 @@ def token_sites(conn: Any, token: str) -> set[str] | None:
     return set() if site is None else {site} if isinstance(site, str) else None
 
 
-def token_allows_read(conn: Any, token: str, site: str | None = None) -> bool:
+def token_allows_read(conn: RedisClient, token: str, site: str | None = None) -> bool:
     """Whether ``token`` may read the figures of ``site`` (None: anything a read token may, the
     deployment's ``/metrics`` included: only a token for every site)."""
     sites = token_sites(conn, token)

@@ -34,11 +34,11 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..core.settings import get_settings
 from ..errors import InvalidInput
-from ..store.client import get_redis
+from ..store.client import RedisClient, get_redis
 from ..store.deployment import LayoutMismatch
 from . import health, metrics, views
 from .connections import GuardedH11Protocol
@@ -50,7 +50,7 @@ THREADS = 8
 MAX_REQUESTS = 64
 """Requests in hand at most; past it the server answers 503 at once. Connections waiting to
 send a request do not count (``ops.connections`` bounds those)."""
-SHUTDOWN_GRACE = 5.0
+SHUTDOWN_GRACE = 5
 """Seconds requests still running get after SIGTERM before the server exits anyway."""
 ARGUMENT = {"from": "start", "to": "end"}
 """Query parameters whose view argument has another name (``from`` is a Python keyword)."""
@@ -168,7 +168,7 @@ class SecurityHeaders:
             await self.app(scope, receive, send)
             return
 
-        async def with_headers(message: dict) -> None:
+        async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
             await send(message)
@@ -198,7 +198,7 @@ class RequestLimit:
             self.in_hand -= 1
 
 
-def _default_health(_conn: Any) -> dict:
+def _default_health(_conn: RedisClient) -> dict:
     return health.report(ping_timeout=1.0, beat_max_age=180.0)
 
 
@@ -219,7 +219,7 @@ class SharedHealth:
         last = self.last
         return last[1] if last is not None and time.monotonic() - last[0] < self.fresh_for else None
 
-    def __call__(self, conn: Any) -> dict:
+    def __call__(self, conn: RedisClient) -> dict:
         report = self._fresh()
         if report is not None:
             return report
@@ -235,7 +235,7 @@ class SharedHealth:
             self.lock.release()
 
 
-def create_app(conn: Any = None, auth: tuple[str, str] | None | bool = True,
+def create_app(conn: RedisClient | None = None, auth: tuple[str, str] | None | bool = True,
                health: Callable[[Any], dict] | None = None, hosts: tuple[str, ...] | None = None) -> ASGIApp:
     """The dashboard app over ``conn`` (default: the configured Redis). ``auth``: True reads
     ``COUNTERS_DASHBOARD_AUTH``; a ``(user, password)`` pair; or None/False for none. ``hosts``:
@@ -270,7 +270,7 @@ def create_app(conn: Any = None, auth: tuple[str, str] | None | bool = True,
     def index(_request: Request) -> Response:
         return FileResponse(str(STATIC.joinpath("index.html")), headers={"Cache-Control": "no-store"})
 
-    routes = [
+    routes: list[Route | Mount] = [
         Route("/", index),
         Route("/api/stats", endpoint(views.stats_view, "day", "from", "to", "path", "site")),
         Route("/api/top-pages", endpoint(views.top_pages_view, "from", "to", "limit", "site")),

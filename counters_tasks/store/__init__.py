@@ -15,5 +15,5 @@
 - ``hll``: a client-side union of HyperLogLogs that live in different cluster slots.
 
 It imports only ``counters_tasks.core`` and ``counters_tasks.errors``; the data modules above it
-decide what to write, this layer how.
+decide what to write, this layer how (the layers: docs/architecture.md).
 """

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import redis
 from redis.backoff import ExponentialWithJitterBackoff
@@ -29,8 +29,16 @@ from redis.exceptions import (
 )
 from redis.retry import Retry
 
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs  # typing.TypeIs from Python 3.13
+
 from ..core.settings import Settings, get_settings
 from ..errors import TransientError
+
+RedisClient: TypeAlias = "redis.Redis | RedisCluster"
+"""A client of the counters' Redis: ``redis.Redis`` on one server, ``RedisCluster`` on a cluster
+(what ``get_redis`` returns). A string alias: annotations under ``from __future__ import
+annotations`` may name it at run time on any supported Python."""
 
 CLUSTER_RETRIES = 3
 """Extra tries of a command on a cluster after a connection error or CLUSTERDOWN (slot map refreshed)."""
@@ -55,12 +63,12 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, ResponseError) and str(exc).split(" ", 1)[0] in TRANSIENT_REPLIES
 
 _lock = threading.Lock()
-_client: Any = None
+_client: RedisClient | None = None
 _client_pid: int | None = None
 _client_settings: Settings | None = None
 
 
-def make_client(settings: Settings) -> Any:
+def make_client(settings: Settings) -> RedisClient:
     """A new client for ``settings`` (``redis.Redis`` on a blocking pool, or ``RedisCluster``)."""
     options: dict[str, Any] = {
         "socket_timeout": settings.socket_timeout,
@@ -82,7 +90,7 @@ def make_client(settings: Settings) -> Any:
     return redis.Redis(connection_pool=pool)
 
 
-def get_redis() -> Any:
+def get_redis() -> RedisClient:
     """The process-wide client for the counters data (``redis.Redis`` or ``RedisCluster``)."""
     global _client, _client_pid, _client_settings
     pid = os.getpid()
@@ -112,11 +120,12 @@ def _close_own_client() -> None:
             pass
 
 
-def is_cluster(conn: Any) -> bool:
+def is_cluster(conn: RedisClient) -> TypeIs[RedisCluster]:
+    """Whether ``conn`` is a cluster client (for the type checker: narrows ``conn`` both ways)."""
     return isinstance(conn, RedisCluster)
 
 
-def read_pipeline(conn: Any) -> Any:
+def read_pipeline(conn: RedisClient) -> Any:
     """A pipeline for reads that may span slots: a cluster pipeline sends to every node at once;
     on one server a plain (non-transactional) pipeline."""
     return conn.pipeline() if is_cluster(conn) else conn.pipeline(transaction=False)

@@ -35,12 +35,15 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core.settings import get_settings
 from ..errors import CountersError, TagKeyChanged
 from . import server
-from .client import as_str, read_pipeline
+from .client import RedisClient, as_str, read_pipeline
+
+if TYPE_CHECKING:
+    from redis.typing import EncodableT, FieldT
 
 LAYOUT = 1
 """The key layout this package reads and writes (docs/keys.md). 1: the layout of 0.1 (tag-keyed
@@ -93,7 +96,7 @@ _held: weakref.WeakKeyDictionary[Any, Held] = weakref.WeakKeyDictionary()
 _unreferenceable: dict[int, Held] = {}
 
 
-def _state(conn: Any) -> Held:
+def _state(conn: RedisClient) -> Held:
     prefix = get_settings().key_prefix
     try:
         held = _held.get(conn)
@@ -108,7 +111,7 @@ def _state(conn: Any) -> Held:
     return held
 
 
-def tag_key_for(conn: Any, write: bool) -> bytes:
+def tag_key_for(conn: RedisClient, write: bool) -> bytes:
     """The tag key to make ``conn``'s deployment's keys with, checking the marker when due
     (see the module docstring). ``write``: the caller is about to write, so it may make the
     tag key and the marker, put them back after a loss, and record the loss."""
@@ -123,7 +126,7 @@ def tag_key_for(conn: Any, write: bool) -> bytes:
     return held.tag_key if held.tag_key is not None else _throwaway_key()
 
 
-def confirm_written(conn: Any, used: bytes) -> None:
+def confirm_written(conn: RedisClient, used: bytes) -> None:
     """After a write whose keys were made with tag key ``used``: return when it is still the
     deployment's (one GET), else check the deployment now, putting ``used`` back if Redis has
     none, and raise ``TagKeyChanged`` when another tag key won (the write is invisible and is to
@@ -164,13 +167,13 @@ def parse(tag: Any, marker: Any) -> tuple[bytes | None, dict[str, str]]:
     return (None if tag is None else as_str(tag).encode()), {as_str(k): as_str(v) for k, v in marker.items()}
 
 
-def _read(conn: Any) -> tuple[bytes | None, dict[str, str]]:
+def _read(conn: RedisClient) -> tuple[bytes | None, dict[str, str]]:
     pipe = read_pipeline(conn)
     queue_read(pipe)
     return parse(*pipe.execute())
 
 
-def _check(conn: Any, held: Held, write: bool) -> None:
+def _check(conn: RedisClient, held: Held, write: bool) -> None:
     if write and not held.server_checked:  # once per client: never a half-applied write on Redis 6.0
         server.refuse_too_old(conn)
         held.server_checked = True
@@ -198,7 +201,7 @@ def _check(conn: Any, held: Held, write: bool) -> None:
     held.checked_at = time.monotonic() if held.tag_key is not None or pinned else float("-inf")
 
 
-def _make(conn: Any, held: Held, tag: bytes | None, marker: dict[str, str]) -> tuple[bytes | None, dict[str, str]]:
+def _make(conn: RedisClient, held: Held, tag: bytes | None, marker: dict[str, str]) -> tuple[bytes | None, dict[str, str]]:
     """Make, or put back, the tag key (the one this process holds, else a new one) and the
     marker: SET NX and HSETNX, so concurrent writers end on one of each."""
     if tag is None and not get_settings().tag_key:
@@ -208,7 +211,7 @@ def _make(conn: Any, held: Held, tag: bytes | None, marker: dict[str, str]) -> t
         conn.set(tag_key_name(), held.tag_key or secrets.token_hex(16).encode(), nx=True)
     name = marker_name()
     if not marker.get("id") and conn.hsetnx(name, "id", secrets.token_hex(8)):
-        fields: dict[str, Any] = {"layout": LAYOUT, "created": repr(time.time()), "created_by": process_name()}
+        fields: dict[FieldT, EncodableT] = {"layout": LAYOUT, "created": repr(time.time()), "created_by": process_name()}
         if held.deployment_id is not None:  # this process saw the deployment before: its data went
             fields.update(lost_at=repr(time.time()), lost_by=process_name(), previous=held.deployment_id)
             log.error("counters-tasks: Redis lost the deployment's data (its marker %s is gone); figures "
@@ -217,7 +220,7 @@ def _make(conn: Any, held: Held, tag: bytes | None, marker: dict[str, str]) -> t
     return _read(conn)
 
 
-def _record_loss(conn: Any, previous: str) -> None:
+def _record_loss(conn: RedisClient, previous: str) -> None:
     conn.hset(marker_name(), mapping={"lost_at": repr(time.time()), "lost_by": process_name(), "previous": previous})
 
 
@@ -235,7 +238,7 @@ def layout_message(found: int) -> str:
             f"{LAYOUT}: stop the workers and run `counters-tasks migrate`")
 
 
-def ensure(conn: Any) -> dict[str, str]:
+def ensure(conn: RedisClient) -> dict[str, str]:
     """Check the deployment at once as a writer (making its marker if new): what a worker does
     when it starts. Raises ``LayoutMismatch``; returns the marker."""
     held = _state(conn)
@@ -244,7 +247,7 @@ def ensure(conn: Any) -> dict[str, str]:
     return _read(conn)[1]
 
 
-def status(conn: Any, now: float | None = None) -> dict[str, Any]:
+def status(conn: RedisClient, now: float | None = None) -> dict[str, Any]:
     """The deployment as health and ``/metrics`` report it (``describe``), read now."""
     return describe(*_read(conn), now=now)
 
@@ -270,7 +273,7 @@ def describe(tag: bytes | None, marker: dict[str, str], now: float | None = None
     }
 
 
-def migrate(conn: Any) -> str:
+def migrate(conn: RedisClient) -> str:
     """Move the deployment's data to this package's layout, step by step (``MIGRATIONS``).
     Returns what was done; raises ``LayoutMismatch`` when Redis is newer than the package or a
     step is missing. Run it with the workers stopped."""

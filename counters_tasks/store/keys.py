@@ -18,11 +18,10 @@ import functools
 import hashlib
 import threading
 from datetime import date
-from typing import Any
 from urllib.parse import quote
 
 from ..core.settings import get_settings
-from .client import get_redis
+from .client import RedisClient, get_redis
 from .deployment import confirm_written, marker_name, tag_key_for, tag_key_name  # noqa: F401  (made there)
 
 TAG_GROUPS = 256
@@ -46,7 +45,7 @@ def escape(text: str) -> str:
 _current = threading.local()
 
 
-def use(conn: Any, write: bool = False) -> bytes:
+def use(conn: RedisClient, write: bool = False) -> bytes:
     """Make the tag key of ``conn``'s deployment the one this thread's keys are made with
     (``deployment.tag_key_for``: read from Redis, checked every few seconds, made only by a
     writer; ``COUNTERS_TAG_KEY`` when set), and return it. ``write``: the caller is about to

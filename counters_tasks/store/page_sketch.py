@@ -54,7 +54,7 @@ def union_count(sketches: Iterable[str]) -> tuple[int, bool]:
         exact, registers = parse(sketch)
         if exact is not None:
             ids |= exact
-        else:
+        elif registers is not None:  # parse gives one or the other
             merged = registers if merged is None else bytearray(map(max, merged, registers))
     if merged is None:
         return len(ids), False

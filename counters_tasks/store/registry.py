@@ -5,12 +5,11 @@ cluster slot, walked with ZSCAN a page at a time (never KEYS or SCAN).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
 
-from .client import as_str
+from .client import RedisClient, as_str
 
 
-def walk(conn: Any, registries: Iterable[str], page_size: int) -> Iterator[tuple[str, list[str]]]:
+def walk(conn: RedisClient, registries: Iterable[str], page_size: int) -> Iterator[tuple[str, list[str]]]:
     """``(registry key, names)`` pages of every registry in turn, about ``page_size`` names a page."""
     for registry in registries:
         cursor = 0
@@ -23,7 +22,7 @@ def walk(conn: Any, registries: Iterable[str], page_size: int) -> Iterator[tuple
                 break
 
 
-def all_names(conn: Any, registries: Iterable[str]) -> list[str]:
+def all_names(conn: RedisClient, registries: Iterable[str]) -> list[str]:
     """Every name in the registries, sorted."""
     names: set[str] = set()
     for registry in registries:

@@ -15,7 +15,7 @@ from redis.cluster import ClusterPipeline
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
-from .client import as_str, is_cluster
+from .client import RedisClient, as_str, is_cluster
 
 _scripts: weakref.WeakKeyDictionary[Any, dict[str, Script]] = weakref.WeakKeyDictionary()
 
@@ -31,7 +31,7 @@ def lua_source(name: str) -> str:
     calls (``LIBRARIES``; scripts cannot load one another)."""
     lua = resources.files(__package__).joinpath("lua")
     body = lua.joinpath(f"{name}.lua").read_text()
-    texts = {lib: lua.joinpath("lib", f"{lib}.lua").read_text() for lib in LIBRARIES}
+    texts = {lib: lua.joinpath("lib").joinpath(f"{lib}.lua").read_text() for lib in LIBRARIES}
     used: list[str] = []
     for lib in reversed(LIBRARIES):  # a library's functions share its name; it calls only those before it
         if re.search(rf"\b{lib}\w*\(", body + "".join(texts[u] for u in used)):
@@ -39,7 +39,7 @@ def lua_source(name: str) -> str:
     return "".join(texts[lib] for lib in reversed(used)) + body
 
 
-def script(conn: Any, name: str) -> Script:
+def script(conn: RedisClient, name: str) -> Script:
     """The Lua script ``lua/<name>.lua`` registered once for ``conn``."""
     per_client = _scripts.get(conn)
     if per_client is None:
@@ -50,7 +50,7 @@ def script(conn: Any, name: str) -> Script:
     return found
 
 
-def run_script(conn: Any, name: str, keys: list, args: list, client: Any = None) -> Any:
+def run_script(conn: RedisClient, name: str, keys: list, args: list, client: Any = None) -> Any:
     """Run script ``name`` on ``client`` (default ``conn``; may be a pipeline of ``conn``).
 
     Queued on a pipeline it goes as a bare EVALSHA (no SCRIPT EXISTS round trip first);
@@ -69,7 +69,7 @@ def run_script(conn: Any, name: str, keys: list, args: list, client: Any = None)
     return client.evalsha(registered.sha, len(keys), *keys, *args)
 
 
-def _execute(conn: Any, pipe: Any) -> list[Any]:
+def _execute(conn: RedisClient, pipe: Any) -> list[Any]:
     """Execute ``pipe``; commands refused with NOSCRIPT (never run) run again once loaded."""
     stack = [args for args, _options in pipe.command_stack]
     replies = pipe.execute(raise_on_error=False)
@@ -89,7 +89,7 @@ def _execute(conn: Any, pipe: Any) -> list[Any]:
     return replies
 
 
-def execute_in_order(conn: Any, *stages: Callable[[Any], Any]) -> list[list[Any]]:
+def execute_in_order(conn: RedisClient, *stages: Callable[[Any], Any]) -> list[list[Any]]:
     """Run stages of queued commands, each stage after the one before has been applied.
 
     ``stages`` are callables that queue commands on a pipeline. On one server a single

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..core.settings import get_settings
 from ..errors import CountersError
-from .client import as_str, is_cluster
+from .client import RedisClient, as_str, is_cluster
 
 MIN_VERSION = (6, 2, 0)
 NEEDED_FOR = "ZADD LT and SET EXAT in the Lua scripts, BLMOVE in the worker's broker transport"
@@ -69,7 +69,7 @@ def _facts(where: str, server: dict, memory: dict) -> ServerFacts:
                        policy=as_str(memory.get("maxmemory_policy", "unknown")))
 
 
-def facts(conn: Any) -> list[ServerFacts]:
+def facts(conn: RedisClient) -> list[ServerFacts]:
     """The facts of the server behind ``conn``, or of every primary of a cluster."""
     if is_cluster(conn):
         servers = conn.info("server", target_nodes=conn.PRIMARIES)
@@ -104,7 +104,7 @@ def too_old_message(server: ServerFacts, role: str = "Redis") -> str:
             f"needs Redis {minimum} or newer ({NEEDED_FOR}): upgrade the server")
 
 
-def report(conn: Any, role: str = "Redis") -> dict[str, Any]:
+def report(conn: RedisClient, role: str = "Redis") -> dict[str, Any]:
     """The check as health shows it: ``ok`` (no error), the servers, the errors and warnings."""
     found = facts(conn)
     errors, warnings = problems(found, role)
@@ -113,7 +113,7 @@ def report(conn: Any, role: str = "Redis") -> dict[str, Any]:
                          "maxmemory": s.maxmemory, "maxmemory_policy": s.policy} for s in found]}
 
 
-def start_check(conn: Any, role: str = "Redis") -> tuple[list[str], list[str]]:
+def start_check(conn: RedisClient, role: str = "Redis") -> tuple[list[str], list[str]]:
     """What a worker and beat do at start: raise ``ServerTooOld`` when a server of ``conn`` is
     older than MIN_VERSION; else (errors to log at ERROR, warnings) as ``problems``."""
     found = facts(conn)
@@ -121,7 +121,7 @@ def start_check(conn: Any, role: str = "Redis") -> tuple[list[str], list[str]]:
     return problems(found, role)
 
 
-def refuse_too_old(conn: Any, role: str = "Redis") -> None:
+def refuse_too_old(conn: RedisClient, role: str = "Redis") -> None:
     """Raise ``ServerTooOld`` when a server of ``conn`` is older than MIN_VERSION: what a
     process does before its first write through a client (``deployment``)."""
     _refuse(facts(conn), role)

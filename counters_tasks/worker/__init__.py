@@ -2,10 +2,13 @@
 
 - ``celery_defaults``: the package's Celery configuration (queues, routes, JSON only, the beat
   schedule, reliability options), built from ``core.settings``;
-- ``batches``: the task base whose messages the worker buffers and applies in batches (our own,
-  replacing celery-batches): acknowledged after the batch, a task event for every message, and
-  ``MaskedRequest``, which shows task arguments with IP addresses masked;
-- ``batching``: what a batch of per-visit messages does: applied together, refused one by one;
+- ``task_bases``: the bases of the package's tasks: ``CountingTask`` and ``counting`` (the
+  delivery rules of a counting task), ``MaintenanceTask`` (a beat job), ``WorkerBatches`` (a task
+  whose messages the worker buffers and applies in batches);
+- ``batch_consumer``: how the worker's main process buffers those messages and runs them as
+  batches (our own, replacing celery-batches): acknowledged after the batch, a task event for
+  every message, and ``MaskedRequest``, which shows task arguments with IP addresses masked;
+- ``batch_apply``: what a batch of per-event messages does: applied together, refused one by one;
 - ``claims``: how such a batch is applied as one group and each message still at most once
   (claimed for the batch with its entries journaled, so whoever meets a message of a batch
   interrupted half way finishes the batch);

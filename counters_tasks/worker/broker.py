@@ -17,6 +17,7 @@ publishing) is kombu's. ``worker.celery_defaults`` selects this transport for ``
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -128,6 +129,10 @@ class Channel(kombu_redis.Channel):
     _recorded_by_take: Any = None  # delivery tag of the message being delivered, recorded by the take
 
     _waiting = False  # the command in flight is the wait (BLMOVE), not the take
+    # kombu's own, declared None there: what this channel stores in them
+    _brpop_sent_at: Any = None  # a monotonic time
+    _in_poll: Any = None
+    _queue_cycle: Any
     _wait_turn = 0  # which queue the next wait is on
     _sync_client: Any = None  # the one client of the channel's pool (_create_client)
 
@@ -229,7 +234,7 @@ class Channel(kombu_redis.Channel):
             wait = self._queue_waits.get(queue)
             if wait is None:
                 wait = self._queue_waits[queue] = QueueWait(queue, self._create_client(asynchronous=True))
-                self.handlers[wait.event_type] = lambda wait=wait: self._queue_wait_read(wait)
+                self.handlers[wait.event_type] = functools.partial(self._queue_wait_read, wait)
             connection = getattr(wait.client, "connection", None)
             if wait.armed and connection is not None and connection._sock is not None:
                 continue  # still waiting (a connection dropped meanwhile is connected and armed again)
@@ -316,6 +321,7 @@ class Channel(kombu_redis.Channel):
                     dead_letters.set_aside_message(client, (self.unacked_key, self.unacked_index_key), dest,
                                                    item, reason, checked)
                 raise kombu_redis.Empty()
+            assert checked is not None  # no reason to refuse it: decoded
             message = checked  # decoded once, by kombu's JSON (its own types)
             if control:
                 self._forget_unacked(message["properties"].get("delivery_tag"))
@@ -349,4 +355,4 @@ class Transport(kombu_redis.Transport):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.cycle = Poller()
+        self.cycle: Any = Poller()

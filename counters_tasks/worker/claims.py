@@ -34,14 +34,14 @@ from typing import Any
 
 from ..core.settings import get_settings
 from ..store import keys
-from ..store.client import as_str, is_cluster, read_pipeline
+from ..store.client import RedisClient, as_str, is_cluster, read_pipeline
 from ..store.scripts import execute_in_order, run_script
 
 Entry = tuple[str, Any]
 """(message id, the prepared item as JSON-able data)."""
 
 
-def claim_groups(conn: Any) -> int:
+def claim_groups(conn: RedisClient) -> int:
     return keys.CLAIM_GROUPS_CLUSTER if is_cluster(conn) else 1
 
 
@@ -50,7 +50,7 @@ def batch_group(batch_id: str) -> int:
     return int(batch_id.split(".")[1])
 
 
-def claim(conn: Any, kind: str, entries: list[Entry]) -> tuple[list[tuple[str, list[Entry]]], list[str]]:
+def claim(conn: RedisClient, kind: str, entries: list[Entry]) -> tuple[list[tuple[str, list[Entry]]], list[str]]:
     """Claim the messages of ``entries`` for new batches of ``kind`` (one a claim group; a message
     id met twice counts once), journaling what each claimed: ``(the new batches as (batch id,
     entries claimed), the earlier batches that hold the others)``. One round trip."""
@@ -79,7 +79,7 @@ def claim(conn: Any, kind: str, entries: list[Entry]) -> tuple[list[tuple[str, l
     return new, list(earlier)
 
 
-def journaled(conn: Any, batch_ids: list[str]) -> list[tuple[str, list[Entry]]]:
+def journaled(conn: RedisClient, batch_ids: list[str]) -> list[tuple[str, list[Entry]]]:
     """The earlier batches still journaled, as ``(batch id, its entries)``; one round trip (a
     batch without a journal was applied in full)."""
     if not batch_ids:
@@ -91,7 +91,7 @@ def journaled(conn: Any, batch_ids: list[str]) -> list[tuple[str, list[Entry]]]:
             for batch_id, text in zip(batch_ids, pipe.execute(), strict=True) if text is not None]
 
 
-def batches(conn: Any, kind: str, entries: list[Entry]) -> tuple[list[tuple[str, list[Entry]]], int]:
+def batches(conn: RedisClient, kind: str, entries: list[Entry]) -> tuple[list[tuple[str, list[Entry]]], int]:
     """``claim`` ``entries``, then every batch to apply, as ``(batch id, its entries)``: the new
     ones and each earlier one still journaled; and how many of ``entries`` were applied before
     (their batch's journal is gone: duplicates, for the metrics)."""
@@ -101,7 +101,7 @@ def batches(conn: Any, kind: str, entries: list[Entry]) -> tuple[list[tuple[str,
     return new + found, len({message_id for message_id, _item in entries} - pending)
 
 
-def done(conn: Any, batch_ids: list[str]) -> None:
+def done(conn: RedisClient, batch_ids: list[str]) -> None:
     """Forget the journals of batches applied in full (one DEL a key: they may be in several slots)."""
     if not batch_ids:
         return

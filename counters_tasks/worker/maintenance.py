@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from ..store import keys
-from ..store.client import as_str
+from ..store.client import RedisClient, as_str
 
 T = TypeVar("T")
 
 SKIPPED = "skipped"
 
 
-def run_exclusive(conn: Any, job: str, work: Callable[[], T], lock_seconds: float) -> T | str:
+def run_exclusive(conn: RedisClient, job: str, work: Callable[[], T], lock_seconds: float) -> T | str:
     """Run ``work`` unless another run of ``job`` holds the lock; returns its result or SKIPPED.
 
     The lock expires after ``lock_seconds`` so a crashed run never blocks the job for good;
@@ -40,6 +40,6 @@ def run_exclusive(conn: Any, job: str, work: Callable[[], T], lock_seconds: floa
             pass
 
 
-def job_status(conn: Any, job: str) -> dict[str, str]:
+def job_status(conn: RedisClient, job: str) -> dict[str, str]:
     """What is known of the last run of ``job``."""
     return {as_str(k): as_str(v) for k, v in conn.hgetall(keys.job_stats(job)).items()}

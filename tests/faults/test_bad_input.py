@@ -69,7 +69,7 @@ def seed(conn) -> None:
     flush(conn)
     ranking.Ranking(conn, "board").incr("m", 1, NOW)
     counters.update_counter(conn, "name", 1, NOW)
-    visits.record_visit(conn, "10.0.0.1", "/seed", str(uuid.UUID(int=1)), NOW)
+    visits.apply_visit(conn, "10.0.0.1", "/seed", str(uuid.UUID(int=1)), NOW)
 
 
 @pytest.mark.parametrize("name", list(CALLS))

@@ -10,9 +10,9 @@ import uuid
 import pytest
 import redis
 
-from counters_tasks import counters, ranking, sitestats, tasks, uniques, visits
+from counters_tasks import counters, ranking, ranking_events, sitestats, tasks, uniques, visits
 from counters_tasks.core.days import local_day
-from counters_tasks.worker.batches import WorkerBatches
+from counters_tasks.worker.task_bases import WorkerBatches
 from tests.support.faults import wait_idle
 from tests.support.procs import celery_env, start_worker
 from tests.support.servers import dump_all, is_cluster_run
@@ -124,14 +124,14 @@ class LosesConnection(redis.Redis):
 
 TS = float(int(time.time()))
 WRITES = {
-    "record_visit": lambda c, mid: visits.record_visit(c, "10.0.0.9", "/partial", SESSION, TS, message_id=mid),
+    "record_visit": lambda c, mid: visits.apply_visit(c, "10.0.0.9", "/partial", SESSION, TS, message_id=mid),
     "update_counter": lambda c, mid: counters.update_counter(c, "partial", 5, TS, message_id=mid),
     "count_unique": lambda c, mid: uniques.count_visit(c, OTHER_SESSION, TS, message_id=mid),
     "incr_ranking": lambda c, mid: ranking.Ranking(c, "partial").incr("m", 4, TS, message_id=mid),
-    "record_visits": lambda c, mid: visits.record_visits(
+    "record_visits": lambda c, mid: visits.apply_visits(
         c, [{"ip": f"10.0.1.{n % 7}", "path": f"/b/{n % 5}", "session_id": f"{n % 3:015x}", "ts": TS} for n in range(600)],
         message_id=mid),
-    "incr_rankings": lambda c, mid: ranking.incr_events(
+    "incr_rankings": lambda c, mid: ranking_events.incr_events(
         c, [{"board": f"partial-{n % 2}", "member": f"m{n % 9}", "amount": n, "ts": TS} for n in range(1200)], message_id=mid),
 }
 

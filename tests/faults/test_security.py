@@ -23,7 +23,7 @@ from counters_tasks.store.client import get_redis
 from tests.support.procs import celery_env, start_worker
 from tests.support.servers import dump_all
 
-pytestmark = pytest.mark.processes
+pytestmark = [pytest.mark.processes, pytest.mark.server_build]
 
 
 def publish_pickled_task(broker_url: str, task_name: str, args: tuple) -> str:
@@ -68,7 +68,7 @@ def test_sitestats_refuses_without_secret(raw_conn, eager_app, monkeypatch):
     monkeypatch.delenv("COUNTERS_SECRET")
     reset_settings()
     for write in (lambda: sitestats.record_visit(raw_conn, "10.0.0.1", "/"),
-                  lambda: visits.record_visit(raw_conn, "10.0.0.1", "/", "6f1c2b1e98a44c51"),
+                  lambda: visits.apply_visit(raw_conn, "10.0.0.1", "/", "6f1c2b1e98a44c51"),
                   lambda: tasks.record_visit.apply(("10.0.0.1", "/")).get()):
         with pytest.raises(ConfigurationError, match="COUNTERS_SECRET"):
             write()
@@ -88,7 +88,7 @@ def write_everywhere(conn, text: str, ts: float) -> None:
         lambda: counters.update_counter(conn, text, 1, ts, message_id=text),
         lambda: ranking.Ranking(conn, text).incr(text, 1, ts, message_id=text),
         lambda: sitestats.record_visit(conn, "10.0.0.1", "/" + text, ts, message_id=text),
-        lambda: visits.record_visit(conn, "10.0.0.2", text, "6f1c2b1e98a44c51", ts, message_id=text[:200]),
+        lambda: visits.apply_visit(conn, "10.0.0.2", text, "6f1c2b1e98a44c51", ts, message_id=text[:200]),
         lambda: uniques.count_visit(conn, text, ts, message_id=text),
     ]
     for attempt in attempts:

@@ -63,7 +63,7 @@ class Browser:
     """One headless Chromium process and a DevTools session on its first page."""
 
     def __init__(self, binary: str, profile: Path, width: int = 1400, height: int = 1100) -> None:
-        import websocket  # websocket-client, from the test extra
+        import websocket  # websocket-client, from the dev group
 
         self.profile = profile
         profile.mkdir(parents=True, exist_ok=True)

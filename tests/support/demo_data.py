@@ -24,7 +24,7 @@ def seed(conn, now: float | None = None, seed: int = 3, visit_count: int = 800) 
         ip, session = rng.choice(people)
         path = rng.choices(PATHS, weights=[8, 3, 4, 3, 2, 1])[0]
         ts = now - (rng.uniform(0, 3600) if i % 2 else rng.uniform(0, 1.5 * 86400))
-        visits.record_visit(conn, ip, path, session, now=ts)
+        visits.apply_visit(conn, ip, path, session, now=ts)
         if i % 9 == 0:
             counters.update_counter(conn, "signups", 1, now=now - rng.uniform(0, 3600))
     board = ranking.Ranking(conn, "posts")

@@ -1,5 +1,5 @@
 """A minimal Django site set up as docs/guides/django.md says, for gunicorn in
-tests/test_middleware_django.py (``DJANGO_SETTINGS_MODULE`` is this module; gunicorn serves
+tests/integrations/test_django.py (``DJANGO_SETTINGS_MODULE`` is this module; gunicorn serves
 ``application``). One reverse proxy is trusted; the recorder is named by a dotted path, made at
 import (in gunicorn's master with ``--preload``), its ``max_delay`` from ``COUNTERS_TEST_MAX_DELAY``.
 

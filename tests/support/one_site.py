@@ -1,4 +1,4 @@
-"""One small site served three ways, for tests/test_routes_agree.py: Flask (WSGI, under
+"""One small site served three ways, for tests/system/test_routes_agree.py: Flask (WSGI, under
 gunicorn), Starlette (ASGI, under uvicorn) and Django (WSGI, under gunicorn), each behind the
 package's middleware for its kind, trusting one proxy (the test sends ``X-Forwarded-For``).
 Each answers as such an app does, with its framework's own handling:

@@ -1,4 +1,4 @@
-"""A Flask app serving two sites from one process, for tests/test_sites.py: the package's WSGI
+"""A Flask app serving two sites from one process, for tests/core/test_sites.py: the package's WSGI
 middleware trusting one proxy (the test sends ``X-Forwarded-For``) and taking each request's site
 from its Host header through the allowlist of ``COUNTERS_SITES`` (set by the test).
 

@@ -1,4 +1,4 @@
-"""The web apps tests/test_middleware.py runs under real servers: a Flask app (WSGI, for gunicorn)
+"""The web apps tests/integrations/test_middleware.py runs under real servers: a Flask app (WSGI, for gunicorn)
 and a plain ASGI app (for uvicorn), each serving the same routes twice over: under ``/direct/``
 through middleware that trusts no proxy, under ``/proxied/`` through middleware that trusts one.
 

@@ -1,0 +1,138 @@
+"""The read commands: the figures as the dashboard shows them, from ``ops.views``
+(``counter``, ``counters``, ``top``, ``stats``, ``top-pages``, ``sources``, ``uniques``). Each runs
+its view through ``common.query`` and prints it through ``render.emit``; none writes to Redis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from ...store.keys import SOURCE_KINDS
+from .. import views
+from .common import output_options, query, site_option
+from .render import (
+    BOARD_COLUMNS,
+    COUNTER_COLUMNS,
+    COUNTERS_COLUMNS,
+    PAGES_COLUMNS,
+    SOURCES_COLUMNS,
+    STATS_COLUMNS,
+    UNIQUES_COLUMNS,
+    board_rows,
+    counter_rows,
+    counters_rows,
+    emit,
+    pages_rows,
+    render_board,
+    render_counter,
+    render_pages,
+    render_sources,
+    render_stats,
+    render_uniques,
+    sources_rows,
+    stats_rows,
+    uniques_rows,
+)
+
+
+@click.command("counter")
+@click.argument("name")
+@site_option
+@click.option("--precision", "-p", type=int, default=60, show_default=True, help="bucket size in seconds")
+@click.option("--last", "-n", type=int, default=30, show_default=True, help="how many buckets, up to 120")
+@output_options(COUNTER_COLUMNS, "epoch seconds, and ISO 8601 in COUNTERS_TIMEZONE")
+def counter_command(name: str, site: str | None, precision: int, last: int, output: str) -> None:
+    """A counter's latest buckets (zero-filled) with a terminal chart."""
+    emit(query(lambda conn: views.counter_view(conn, name, precision, last, site=site)), output, render_counter,
+         counter_rows)
+
+
+@click.command("counters")
+@site_option
+@click.option("--cursor", default=None, help="where to go on: the `next` of the page before")
+@click.option("--limit", type=int, default=100, show_default=True, help="names a page, up to 1000")
+@output_options(COUNTERS_COLUMNS, "the next page's cursor goes to stderr")
+def counters_command(site: str | None, cursor: str | None, limit: int, output: str) -> None:
+    """The names of the counters that have data, a page at a time."""
+    def render(console: Any, data: dict) -> None:
+        for row in counters_rows(data)[1]:
+            console.print(row["counter"], markup=False)
+        if data["next"] is not None:
+            console.print(f"(more: counters-tasks counters --cursor {data['next']})", style="dim")
+
+    data = query(lambda conn: views.counters_list(conn, cursor, limit, site=site))
+    emit(data, output, render, counters_rows)
+    if output == "csv" and data["next"] is not None:  # stdout stays one CSV
+        click.echo(f"(more: counters-tasks counters --cursor {data['next']} --format csv)", err=True)
+
+
+@click.command("top")
+@click.argument("board")
+@site_option
+@click.option("--limit", "-n", type=int, default=10, show_default=True)
+@output_options(BOARD_COLUMNS)
+def top_command(board: str, site: str | None, limit: int, output: str) -> None:
+    """A sliding-window ranking's top members."""
+    emit(query(lambda conn: views.board_view(conn, board, limit, site=site)), output, render_board, board_rows)
+
+
+range_options = [
+    click.option("--day", "-d", help="one day: YYYY-MM-DD, today or yesterday (default today)"),
+    click.option("--from", "start", help="first day of a range"),
+    click.option("--to", "end", help="last day of a range (default today)"),
+]
+
+
+def with_range(command: Callable) -> Callable:
+    for option in reversed(range_options):
+        command = option(command)
+    return command
+
+
+@click.command("stats")
+@with_range
+@site_option
+@click.option("--path", "-p", help="one path instead of the whole site")
+@output_options(STATS_COLUMNS, "one row a day; the range's PV and UV are in json")
+def stats_command(day: str | None, start: str | None, end: str | None, site: str | None, path: str | None,
+                  output: str) -> None:
+    """Page views and unique visitors per day and over a range (site or one path)."""
+    emit(query(lambda conn: views.stats_view(conn, day, start, end, path, site=site)), output, render_stats, stats_rows)
+
+
+@click.command("top-pages")
+@click.option("--from", "start", help="first day (default: the last day)")
+@click.option("--to", "end", help="last day (default today)")
+@click.option("--limit", "-n", type=int, default=10, show_default=True)
+@site_option
+@output_options(PAGES_COLUMNS)
+def top_pages_command(start: str | None, end: str | None, limit: int, site: str | None, output: str) -> None:
+    """Paths by page views over a range of days."""
+    emit(query(lambda conn: views.top_pages_view(conn, start, end, limit, site=site)), output, render_pages, pages_rows)
+
+
+@click.command("sources")
+@click.option("--from", "start", help="first day (default: the last day)")
+@click.option("--to", "end", help="last day (default today)")
+@click.option("--kind", "-k", type=click.Choice(list(SOURCE_KINDS)), default="referrer", show_default=True,
+              help="referring domains, or one of the campaign's UTM tags")
+@click.option("--limit", "-n", type=int, default=10, show_default=True)
+@site_option
+@output_options(SOURCES_COLUMNS, "the UV of a source over several days may be an estimate (uv_approximate in json)")
+def sources_command(start: str | None, end: str | None, kind: str, limit: int, site: str | None, output: str) -> None:
+    """Where the page views came from over a range of days: referring domains ((direct) without a
+    referrer, (internal) from the site's own pages) or campaign tags."""
+    emit(query(lambda conn: views.sources_view(conn, start, end, kind, limit, site=site)), output, render_sources,
+         sources_rows)
+
+
+@click.command("uniques")
+@with_range
+@site_option
+@output_options(UNIQUES_COLUMNS, "one row a day; the range's union is in json")
+def uniques_command(day: str | None, start: str | None, end: str | None, site: str | None, output: str) -> None:
+    """Distinct session ids per day and over a range (an exact union)."""
+    emit(query(lambda conn: views.uniques_view(conn, day, start, end, site=site)), output, render_uniques, uniques_rows)

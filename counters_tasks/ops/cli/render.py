@@ -1,0 +1,360 @@
+"""How the commands show their answers: one renderer and one rows function a command.
+
+A command's table as data is its ``*_rows`` function (``counter_rows``, ...: the CSV columns
+``*_COLUMNS`` and one dict a row); its ``render_*`` draws the same rows with rich, and
+``write_csv`` writes them for ``--format csv``, so the terminal and the CSV show the same
+figures. ``emit`` prints an answer as ``--format`` says: the JSON of the payload, the CSV of its
+rows, or the table. Nothing here talks to Redis: a renderer gets the view's JSON-ready dict.
+rich is imported only when a table is drawn (a core-only install can still write JSON and CSV).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+import click
+
+from ...core.settings import get_settings
+from ...store import deployment
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True)
+
+
+OUTPUTS = ("table", "csv", "json")
+"""What ``--format`` / ``--output`` choose: the rich table (default), CSV, or the JSON of ``--json``."""
+
+Rows = tuple[tuple[str, ...], list[dict[str, Any]]]
+"""A command's table as data: its CSV column names, and one dict a row keyed by them. One function
+a command makes them (``counter_rows``, ...); its renderer draws them and ``--format csv`` writes
+them, so the terminal and the CSV show the same figures."""
+
+
+def _csv_cell(value: Any) -> Any:
+    """A value as a CSV cell: ``true``/``false`` for a bool, empty for None, else as it is (an
+    int is written as plain digits: no thousands separators, no colour, no markup)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else value
+
+
+def write_csv(columns: tuple[str, ...], rows: list[dict[str, Any]]) -> None:
+    """The one CSV writer of the commands: to stdout, a header row of ``columns`` then a row a
+    dict, RFC 4180 (``csv``'s excel dialect: CRLF line ends, a field with a comma, a quote or a
+    line break quoted, quotes doubled), so any text survives ``csv.reader``."""
+    buffer = io.StringIO(newline="")
+    writer = csv.writer(buffer, lineterminator="\r\n")
+    writer.writerow(columns)
+    writer.writerows([_csv_cell(row[name]) for name in columns] for row in rows)
+    click.echo(buffer.getvalue(), nl=False)
+
+
+def emit(payload: dict, output: str | bool, render: Callable[[Any, dict], None],
+         rows: Callable[[dict], Rows] | None = None) -> None:
+    """Print a command's answer as ``output`` says: ``json`` (the payload), ``csv`` (``rows`` of
+    it, ``write_csv``) or ``table`` (``render``, which draws the same ``rows``). A bool is the
+    ``as_json`` of a command with ``json_option`` only (True: json, False: table)."""
+    if isinstance(output, bool):
+        output = "json" if output else "table"
+    if output == "json":
+        click.echo(json.dumps(payload, indent=2, ensure_ascii=False, default=str))
+    elif output == "csv" and rows is not None:
+        write_csv(*rows(payload))
+    else:
+        render(_console(), payload)
+
+
+SPARKS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: list[int]) -> str:
+    """One character per value, scaled between the smallest and largest."""
+    if not values:
+        return ""
+    low, high = min(min(values), 0), max(values)
+    span = (high - low) or 1
+    return "".join(SPARKS[min(len(SPARKS) - 1, int((v - low) * (len(SPARKS) - 1) / span + 0.5))] for v in values)
+
+
+def _time_label(ts: int, precision: int) -> str:
+    when = datetime.fromtimestamp(ts, get_settings().zone)
+    return when.strftime("%Y-%m-%d" if precision >= 86400 else "%m-%d %H:%M" if precision >= 3600 else "%H:%M:%S")
+
+
+COUNTER_COLUMNS = ("bucket_start_epoch", "bucket_start_iso", "total")
+
+
+def counter_rows(data: dict) -> Rows:
+    """One row a bucket, oldest first: its start (epoch seconds, and ISO 8601 in COUNTERS_TIMEZONE)
+    and its total."""
+    zone = get_settings().zone
+    return COUNTER_COLUMNS, [{"bucket_start_epoch": int(bucket),
+                              "bucket_start_iso": datetime.fromtimestamp(bucket, zone).isoformat(), "total": total}
+                             for bucket, total in data["points"]]
+
+
+def render_counter(console: Any, data: dict) -> None:
+    from rich.table import Table
+
+    _, points = counter_rows(data)
+    values = [row["total"] for row in points]
+    console.print(f"[bold]{data['name']}[/bold]  every {data['precision']}s, last {len(points)} buckets, "
+                  f"total {data['total']}, max {max(values, default=0)}")
+    console.print(sparkline(values))
+    table = Table(box=None, show_header=True, pad_edge=False)
+    table.add_column("bucket")
+    table.add_column("total", justify="right")
+    table.add_column("")
+    high = max((abs(v) for v in values), default=0) or 1
+    for row in points:  # every bucket asked for (--last), oldest first
+        total = row["total"]
+        table.add_row(_time_label(row["bucket_start_epoch"], data["precision"]), str(total),
+                      "█" * round(30 * abs(total) / high))
+    console.print(table)
+
+
+IMPORT_COLUMNS = ("day", "counted")
+
+
+def import_rows(data: dict) -> Rows:
+    """One row a day the import counted page views on (its table): the day and how many."""
+    return IMPORT_COLUMNS, [{"day": day, "counted": n} for day, n in data["days"].items()]
+
+
+def render_import(console: Any, data: dict) -> None:
+    from rich.text import Text
+
+    console.print(Text.assemble((data["file"], "bold"), f" ({data['format']}{', --all' if data['all'] else ''}): "
+                                f"{data['lines']} lines read, {data['counted']} counted, "
+                                f"{data['skipped_total']} skipped"))
+    reasons = [f"{reason} {n}" for reason, n in data["skipped"].items() if n]
+    if reasons:
+        console.print("  skipped: " + ", ".join(reasons), markup=False)
+    if data["malformed_lines"]:
+        more = " ..." if data["skipped"]["malformed"] > len(data["malformed_lines"]) else ""
+        console.print("  unreadable lines: " + ", ".join(map(str, data["malformed_lines"])) + more, markup=False)
+    for row in import_rows(data)[1]:
+        console.print(f"  {row['day']}  {row['counted']:>9} counted")
+
+
+COUNTERS_COLUMNS = ("counter",)
+
+
+def counters_rows(data: dict) -> Rows:
+    """One row a counter name of the page."""
+    return COUNTERS_COLUMNS, [{"counter": name} for name in data["counters"]]
+
+
+BOARD_COLUMNS = ("rank", "member", "total")
+
+
+def board_rows(data: dict) -> Rows:
+    """One row a member, best first: its rank (from 1), name and total over the window."""
+    return BOARD_COLUMNS, [{"rank": rank, "member": member, "total": total}
+                           for rank, (member, total) in enumerate(data["top"], 1)]
+
+
+def render_board(console: Any, data: dict) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{data['board']} (last {data['period_hours']} h, every {data['interval_hours']} h)",
+                  title_justify="left")
+    table.add_column("#", justify="right")
+    table.add_column("member")
+    table.add_column("total", justify="right")
+    for row in board_rows(data)[1]:
+        table.add_row(str(row["rank"]), row["member"], str(row["total"]))
+    console.print(table)
+
+
+DELETE_BOARD_COLUMNS = ("board", "deleted")
+
+
+def delete_board_rows(data: dict) -> Rows:
+    """One row: the board, and whether it was there to delete (true/false)."""
+    return DELETE_BOARD_COLUMNS, [{"board": data["board"], "deleted": data["deleted"]}]
+
+
+STATS_COLUMNS = ("day", "pv", "uv")
+
+
+def stats_rows(data: dict) -> Rows:
+    """One row a day of the range: the day (ISO 8601), its page views and unique visitors."""
+    return STATS_COLUMNS, [{"day": d["day"], "pv": d["pv"], "uv": d["uv"]} for d in data["days"]]
+
+
+def render_stats(console: Any, data: dict) -> None:
+    from rich.table import Table
+
+    where = data["path"] or "whole site"
+    uv = f"{'~' if data['uv_approximate'] else ''}{data['uv']}"
+    note = ("  (UV over several days: an estimate of the union, docs/api.md)" if data["uv_approximate"] else "")
+    console.print(f"[bold]{where}[/bold] {data['from']} .. {data['to']}: PV {data['pv']}, UV {uv}{note}")
+    table = Table(box=None, pad_edge=False)
+    table.add_column("day", justify="left")
+    table.add_column("PV", justify="right")
+    table.add_column("UV", justify="right")
+    table.add_column("", justify="left")
+    _, days = stats_rows(data)
+    high = max((d["pv"] for d in days), default=0) or 1
+    for d in days:
+        table.add_row(d["day"], str(d["pv"]), str(d["uv"]), "█" * round(30 * d["pv"] / high))
+    console.print(table)
+
+
+PAGES_COLUMNS = ("rank", "path", "pv")
+
+
+def pages_rows(data: dict) -> Rows:
+    """One row a path, most viewed first: its rank (from 1), the path and its page views."""
+    return PAGES_COLUMNS, [{"rank": rank, "path": path, "pv": pv} for rank, (path, pv) in enumerate(data["pages"], 1)]
+
+
+def render_pages(console: Any, data: dict) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"top pages {data['from']} .. {data['to']}", title_justify="left")
+    table.add_column("#", justify="right")
+    table.add_column("path")
+    table.add_column("PV", justify="right")
+    for row in pages_rows(data)[1]:
+        table.add_row(str(row["rank"]), row["path"], str(row["pv"]))
+    console.print(table)
+
+
+SOURCES_COLUMNS = ("rank", "source", "pv", "uv")
+
+
+def sources_rows(data: dict) -> Rows:
+    """One row a source, most viewed first: its rank (from 1), the source (a domain, ``(direct)``,
+    ``(internal)``, a campaign tag, ``(other)``), its page views and distinct visitors."""
+    return SOURCES_COLUMNS, [{"rank": rank, "source": s["source"], "pv": s["pv"], "uv": s["uv"]}
+                             for rank, s in enumerate(data["sources"], 1)]
+
+
+def render_sources(console: Any, data: dict) -> None:
+    from rich.table import Table
+
+    approximate = any(s["uv_approximate"] for s in data["sources"])
+    table = Table(title=f"{data['kind']} {data['from']} .. {data['to']}", title_justify="left",
+                  caption="UV over several days: estimated (≈)" if approximate else None)
+    table.add_column("#", justify="right")
+    table.add_column(data["kind"])
+    table.add_column("PV", justify="right")
+    table.add_column("UV", justify="right")
+    for row, source in zip(sources_rows(data)[1], data["sources"], strict=True):
+        uv = ("≈" if source["uv_approximate"] else "") + str(row["uv"])
+        table.add_row(str(row["rank"]), row["source"], str(row["pv"]), uv)
+    console.print(table)
+
+
+UNIQUES_COLUMNS = ("day", "visitors", "visitor_ids_expired")
+
+
+def uniques_rows(data: dict) -> Rows:
+    """One row a day: the day, its distinct session ids, and whether its per-visitor data has
+    expired (then the day is not in the range's total)."""
+    missing = set(data["missing_days"])
+    return UNIQUES_COLUMNS, [{"day": d["day"], "visitors": d["visitors"], "visitor_ids_expired": d["day"] in missing}
+                             for d in data["days"]]
+
+
+def render_uniques(console: Any, data: dict) -> None:
+    console.print(f"[bold]unique visitors[/bold] {data['from']} .. {data['to']}: {data['visitors']}")
+    _, days = uniques_rows(data)
+    values = [d["visitors"] for d in days]
+    if len(values) > 1:
+        console.print(sparkline(values))
+    for d in days:
+        console.print(f"  {d['day']}  {d['visitors']:>9}")
+    if data["missing_days"]:
+        console.print(f"  (per-visitor data expired for {', '.join(data['missing_days'])}: not in the total)")
+
+
+def _ago(seconds: float | None) -> str:
+    return "never" if seconds is None else f"{seconds:.0f}s ago"
+
+
+def _deployment_detail(info: dict) -> str:
+    """The deployment line of ``health``: its key layout and the last data loss."""
+    if "error" in info:
+        return info["error"]
+    if not info["layout_ok"]:
+        return deployment.layout_message(info["layout"])
+    parts = [f"key layout {info['layout'] or info['package_layout']}" + ("" if info["layout"] else " (new)")]
+    if info["lost_at"] is not None:
+        when = datetime.fromtimestamp(info["lost_at"], timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        parts.append(f"Redis LOST ITS DATA at {when} (seen by {info['lost_by']}): figures before then are gone"
+                     if info["recent_loss"] else f"last data loss {when}")
+    return "; ".join(parts)
+
+
+HEALTH_COLUMNS = ("check", "ok", "detail")
+
+
+def health_rows(data: dict) -> Rows:
+    """One row a check the verdict rests on (redis, server, data, workers, beat, queues): its
+    name, whether it passed, and the detail the terminal shows."""
+    redis_, servers, workers, beat, queues = (data[k] for k in ("redis", "servers", "workers", "beat", "queues"))
+    checks = [
+        ("redis", redis_["ok"], f"{redis_.get('latency_ms', 0):.1f} ms" if redis_["ok"] else redis_["error"]),
+        ("server", servers["ok"], "; ".join(servers["errors"]) or ", ".join(
+            f"{s['software']} {s['version']} ({s['maxmemory_policy']})" for s in servers["servers"])),
+        ("data", data["deployment"]["ok"], _deployment_detail(data["deployment"])),
+        ("workers", workers["ok"], ", ".join(workers["names"]) or workers.get("error", "no worker answered")),
+        ("beat", beat["ok"], beat.get("error") or f"clean_counters last started {_ago(beat['last_run_age_seconds'])}"
+         f" (limit {beat['max_age_seconds']:.0f}s)"),
+        ("queues", queues["ok"], "  ".join(f"{q}={queues[q]}" for q in ("visits", "maintenance")) if queues["ok"]
+         else queues["error"]),
+    ]
+    return HEALTH_COLUMNS, [{"check": check, "ok": ok, "detail": detail} for check, ok, detail in checks]
+
+
+def render_health(console: Any, data: dict) -> None:
+    for row in health_rows(data)[1]:
+        console.print(f"{'[green]ok  [/green]' if row['ok'] else '[red]FAIL[/red]'} {row['check']:<8} {row['detail']}")
+        if row["check"] == "server":
+            for warning in data["servers"]["warnings"]:
+                console.print(f"[yellow]warn[/yellow] server   {warning}")
+    for job, info in data["jobs"].items():
+        took = "" if info["last_duration"] is None else f", took {info['last_duration'] * 1000:.1f} ms"
+        result = "" if info["last_result"] is None else f", result {info['last_result']}"
+        console.print(f"     job      {job}: {_ago(info['age_seconds'])}{took}{result}, skipped {info['skipped']}")
+    if data["refused"]:
+        console.print("     refused  " + "  ".join(f"{reason}={n}" for reason, n in data["refused"].items()))
+    if "dead_letters" in data:
+        dead = data["dead_letters"]
+        console.print(f"     dead     {dead['count']} set aside (counters-tasks dead-letters list)")
+    console.print("healthy" if data["ok"] else "UNHEALTHY")
+
+
+DEAD_LETTER_COLUMNS = ("index", "at_epoch", "at_iso", "reason", "task", "id", "queue")
+
+
+def dead_letter_rows(data: dict) -> Rows:
+    """One row a record, newest first: its index (for requeue and drop), when it was set aside
+    (epoch seconds, and ISO 8601 in COUNTERS_TIMEZONE), why, and its task, id and queue."""
+    zone = get_settings().zone
+    return DEAD_LETTER_COLUMNS, [
+        {"index": record["index"], "at_epoch": int(record["at"]),
+         "at_iso": datetime.fromtimestamp(int(record["at"]), zone).isoformat(), "reason": record["reason"],
+         "task": record.get("task"), "id": record.get("id"), "queue": record.get("queue")}
+        for record in data["records"]]
+
+
+def render_dead_letters(console: Any, data: dict) -> None:
+    console.print(f"[bold]{data['count']} dead letters[/bold]"
+                  + (" (ever, by reason: " + ", ".join(f"{r}={n}" for r, n in data["by_reason"].items()) + ")"
+                     if data["by_reason"] else ""))
+    for row in dead_letter_rows(data)[1]:
+        when = datetime.fromtimestamp(row["at_epoch"], get_settings().zone).strftime("%Y-%m-%d %H:%M:%S")
+        console.print(f"  #{row['index']:<4} {when}  {row['reason']:<14} {row['task'] or '-'} "
+                      f"{row['id'] or '-'} from {row['queue'] or '-'}", markup=False)

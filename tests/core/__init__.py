@@ -1,0 +1,1 @@
+"""counters_tasks.core: settings, paths, sources, sites, validation."""

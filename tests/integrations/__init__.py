@@ -1,0 +1,1 @@
+"""counters_tasks.integrations: the middleware."""

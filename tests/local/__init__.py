@@ -1,0 +1,1 @@
+"""counters_tasks.local: the local servers."""

@@ -1,0 +1,274 @@
+"""``--format [table|csv|json]`` (and its other name ``--output``; ``import`` has only ``--output``)
+of the query commands, run in-process through the real entry point (``cli.main``, under click's
+CliRunner isolation) against the test Redis. The data is written through the package's API and
+the expected figures are counted here, independently of the code that prints them; the CSV is
+read back with ``csv.DictReader``."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import time
+from collections import Counter
+from datetime import datetime
+
+import pytest
+from click.testing import CliRunner
+
+from counters_tasks import counters, ranking, visits
+from counters_tasks.core.days import local_day
+from counters_tasks.core.settings import reset_settings
+from counters_tasks.local.redis_server import free_port
+from counters_tasks.ops import cli
+
+ODD_PATH = '/a,b"c'             # a comma and a quote: RFC 4180 quotes it and doubles the quote
+ODD_NAME = 'launch, "beta" week'
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    """``counters-tasks ARGS`` as the console script runs it: (exit code, stdout, stderr)."""
+    with CliRunner().isolation(env={"COLUMNS": "100"}) as (out, err, _):
+        try:
+            code = cli.main(list(args))
+        except SystemExit as exc:  # what a command raises to end with a code (delete-board)
+            code = exc.code
+    return code, out.getvalue().decode(), err.getvalue().decode()
+
+
+def csv_rows(text: str) -> tuple[list[str], list[dict[str, str]]]:
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    rows = list(reader)
+    return list(reader.fieldnames or []), rows
+
+
+def export(*args: str) -> tuple[list[str], list[dict[str, str]]]:
+    code, out, err = run(*args, "--format", "csv")
+    assert code == 0, (args, out, err)
+    assert "\x1b" not in out and "[bold]" not in out  # no colour, no rich markup
+    return csv_rows(out)
+
+
+def test_counter_csv_has_one_row_a_bucket_with_the_totals_written(raw_conn):
+    now = time.time()
+    written = {0: 3, 1: 12345, 4: 7}  # buckets ago -> count (12345: no thousands separator)
+    expected: Counter[int] = Counter()
+    for ago, count in written.items():
+        ts = now - ago * 60
+        counters.update_counter(raw_conn, ODD_NAME, count, now=ts)
+        expected[int(ts) - int(ts) % 60] += count
+    header, rows = export("counter", ODD_NAME, "--precision", "60", "--last", "10")
+    assert header == ["bucket_start_epoch", "bucket_start_iso", "total"]
+    assert len(rows) == 10
+    starts = [int(r["bucket_start_epoch"]) for r in rows]
+    assert starts == sorted(starts) and {b - a for a, b in zip(starts, starts[1:], strict=False)} == {60}
+    for row in rows:
+        assert datetime.fromisoformat(row["bucket_start_iso"]).timestamp() == int(row["bucket_start_epoch"])
+        assert re.fullmatch(r"\d+", row["total"])
+    got = {int(r["bucket_start_epoch"]): int(r["total"]) for r in rows if r["total"] != "0"}
+    assert got == dict(expected)
+
+
+def test_top_csv_ranks_the_members_by_what_was_added(raw_conn):
+    now = time.time()
+    board = ranking.Ranking(raw_conn, "export-board")
+    added = {ODD_NAME: [5, 4], "post-2": [3], "post-3": [1, 1, 1, 1, 1, 1, 1, 1]}
+    for member, amounts in added.items():
+        for n, amount in enumerate(amounts):
+            board.incr(member, amount, now=now - 60 * n)
+    expected = {member: sum(amounts) for member, amounts in added.items()}
+    header, rows = export("top", "export-board", "--limit", "10")
+    assert header == ["rank", "member", "total"]
+    assert {r["member"]: int(r["total"]) for r in rows} == expected
+    assert [r["member"] for r in rows] == sorted(expected, key=lambda m: -expected[m])
+    assert [r["rank"] for r in rows] == ["1", "2", "3"]
+
+
+def seed_visits(conn) -> tuple[list[tuple[float, str, str, str]], str, str]:
+    """Visits over yesterday and today: ``(ts, ip, path, session)`` each, and the two days."""
+    now = time.time()
+    today, yesterday = local_day(now), local_day(now - 86400)
+    plan = [  # (day offset, ip, path, session)
+        (0, "192.0.2.1", "/", "1" * 32), (0, "192.0.2.1", ODD_PATH, "1" * 32), (0, "192.0.2.2", ODD_PATH, "2" * 32),
+        (0, "192.0.2.3", ODD_PATH, "3" * 32), (0, "192.0.2.3", "/pricing", "4" * 32),
+        (1, "192.0.2.1", "/", "1" * 32), (1, "192.0.2.5", "/", "5" * 32), (1, "192.0.2.5", ODD_PATH, "6" * 32),
+    ]
+    done = []
+    for offset, ip, path, session in plan:
+        ts = now - 86400 * offset
+        visits.apply_visit(conn, ip, path, session, now=ts)
+        done.append((ts, ip, path, session))
+    return done, yesterday.isoformat(), today.isoformat()
+
+
+def test_stats_top_pages_and_uniques_csv_equal_the_visits_written(raw_conn):
+    done, first, last = seed_visits(raw_conn)
+    day_of = {ts: local_day(ts).isoformat() for ts, *_ in done}
+    pv = Counter(day_of[ts] for ts, *_ in done)
+    ips = {day: {ip for ts, ip, *_ in done if day_of[ts] == day} for day in (first, last)}
+    sessions = {day: {s for ts, _ip, _p, s in done if day_of[ts] == day} for day in (first, last)}
+
+    header, rows = export("stats", "--from", first, "--to", last)
+    assert header == ["day", "pv", "uv"]
+    assert [(r["day"], int(r["pv"]), int(r["uv"])) for r in rows] == [
+        (day, pv[day], len(ips[day])) for day in (first, last)]
+
+    header, rows = export("stats", "--from", first, "--to", last, "--path", ODD_PATH)
+    odd = Counter(day_of[ts] for ts, _ip, path, _s in done if path == ODD_PATH)
+    assert [(r["day"], int(r["pv"])) for r in rows] == [(day, odd[day]) for day in (first, last)]
+
+    header, rows = export("top-pages", "--from", first, "--to", last, "--limit", "10")
+    assert header == ["rank", "path", "pv"]
+    by_path = Counter(path for _ts, _ip, path, _s in done)
+    assert {r["path"]: int(r["pv"]) for r in rows} == dict(by_path)  # the comma and quote round-trip
+    assert rows[0]["path"] == ODD_PATH and [int(r["rank"]) for r in rows] == list(range(1, len(by_path) + 1))
+
+    header, rows = export("uniques", "--from", first, "--to", last)
+    assert header == ["day", "visitors", "visitor_ids_expired"]
+    assert [(r["day"], int(r["visitors"]), r["visitor_ids_expired"]) for r in rows] == [
+        (day, len(sessions[day]), "false") for day in (first, last)]
+
+
+def test_a_path_with_a_comma_and_a_quote_is_quoted_as_rfc_4180_says(raw_conn):
+    visits.apply_visit(raw_conn, "192.0.2.9", ODD_PATH, "9" * 32)
+    code, out, _ = run("top-pages", "--format", "csv")
+    assert code == 0
+    assert out.split("\r\n")[:2] == ["rank,path,pv", '1,"/a,b""c",1']  # CRLF, quoted, quote doubled
+    assert next(csv.reader(io.StringIO(out.split("\r\n", 1)[1])))[1] == ODD_PATH
+
+
+def test_write_csv_round_trips_any_text(raw_conn):
+    values = ['plain', 'a,b', 'say "hi"', 'two\nlines', 'cr\r\nlf', '', ' spaced ', '=1+1']
+    with CliRunner().isolation() as (out, _err, _):
+        cli.write_csv(("n", "text", "flag", "none"),
+                      [{"n": n, "text": v, "flag": n % 2 == 0, "none": None} for n, v in enumerate(values)])
+    back = list(csv.reader(io.StringIO(out.getvalue().decode(), newline="")))
+    assert back[0] == ["n", "text", "flag", "none"]
+    assert back[1:] == [[str(n), v, "true" if n % 2 == 0 else "false", ""] for n, v in enumerate(values)]
+
+
+def test_counters_csv_pages_through_every_name_with_the_cursor_on_stderr(raw_conn):
+    names = {f"export-{n}" for n in range(7)} | {ODD_NAME}
+    for name in names:
+        counters.update_counter(raw_conn, name, 2)
+    seen: list[str] = []
+    args = ["counters", "--limit", "3", "--format", "csv"]
+    for _ in range(20):
+        code, out, err = run(*args)
+        assert code == 0, err
+        header, rows = csv_rows(out)
+        assert header == ["counter"]
+        seen += [r["counter"] for r in rows]
+        more = re.search(r"--cursor (\S+)", err)
+        if more is None:
+            break
+        args = ["counters", "--limit", "3", "--cursor", more[1], "--format", "csv"]
+    assert sorted(seen) == sorted(names)
+
+
+def test_delete_board_csv_and_its_exit_codes(raw_conn):
+    ranking.Ranking(raw_conn, "export-gone").incr("x", 1)
+    code, out, _ = run("delete-board", "export-gone", "--format", "csv")
+    assert code == 0 and csv_rows(out) == (["board", "deleted"], [{"board": "export-gone", "deleted": "true"}])
+    code, out, _ = run("delete-board", "export-gone", "--output", "csv")
+    assert code == 1 and csv_rows(out)[1] == [{"board": "export-gone", "deleted": "false"}]
+
+
+def test_health_csv_has_one_row_a_check_as_the_json_says(raw_conn):
+    code_json, out_json, _ = run("health", "--timeout", "0.2", "--json")
+    report = json.loads(out_json)
+    code, out, _ = run("health", "--timeout", "0.2", "--format", "csv")
+    assert code == code_json == 1  # no worker in this test: unhealthy either way
+    header, rows = csv_rows(out)
+    assert header == ["check", "ok", "detail"]
+    parts = {"redis": "redis", "server": "servers", "data": "deployment", "workers": "workers", "beat": "beat",
+             "queues": "queues"}
+    assert [r["check"] for r in rows] == list(parts)
+    assert {r["check"]: r["ok"] for r in rows} == {
+        check: "true" if report[part]["ok"] else "false" for check, part in parts.items()}
+    assert rows[0]["ok"] == "true" and rows[3]["ok"] == "false"
+
+
+def test_dead_letters_list_csv(raw_conn):
+    from counters_tasks.store import keys
+    from counters_tasks.worker import dead_letters
+
+    client = dead_letters.store_client()
+    client.delete(keys.dead_letters())
+    try:
+        before = time.time()
+        for n in range(3):
+            dead_letters.set_aside_call("counters.update_counter", f"id,{n}", [n], {}, "visits",
+                                        ValueError("bad"), 5)
+        header, rows = export("dead-letters", "list", "--limit", "10")
+        assert header == ["index", "at_epoch", "at_iso", "reason", "task", "id", "queue"]
+        assert [(r["index"], r["id"], r["reason"], r["task"], r["queue"]) for r in rows] == [
+            (str(n), f"id,{2 - n}", "failed", "counters.update_counter", "visits") for n in range(3)]
+        for row in rows:
+            assert int(before) <= int(row["at_epoch"]) <= time.time()
+            assert datetime.fromisoformat(row["at_iso"]).timestamp() == int(row["at_epoch"])
+    finally:
+        client.delete(keys.dead_letters())
+
+
+def test_import_output_csv_counts_each_day(raw_conn, tmp_path):
+    now = int(time.time())
+    lines = [(now, "192.0.2.1", "/", "a" * 32), (now, "192.0.2.2", ODD_PATH, "b" * 32),
+             (now - 86400, "192.0.2.3", "/", "c" * 32), (now - 86400, "192.0.2.3", ODD_PATH, "c" * 32),
+             (now - 2 * 86400, "192.0.2.4", "/x", "d" * 32)]
+    log = tmp_path / "visits.jsonl"
+    log.write_text("".join(json.dumps({"ip": ip, "path": path, "ts": ts, "session_id": s}) + "\n"
+                           for ts, ip, path, s in lines))
+    expected = Counter(local_day(ts).isoformat() for ts, *_ in lines)
+    code, out, err = run("import", str(log), "--format", "jsonl", "--output", "csv")
+    assert code == 0, err
+    header, rows = csv_rows(out)
+    assert header == ["day", "counted"]
+    assert {r["day"]: int(r["counted"]) for r in rows} == dict(expected) and len(expected) == 3
+    again_json = run("import", str(log), "--json")
+    again_output = run("import", str(log), "--output", "json")
+    assert again_json[0] == again_output[0] == 0
+    assert json.loads(again_json[1]) == json.loads(again_output[1])
+    assert json.loads(again_json[1])["lines"] == len(lines)
+    code, out, err = run("import", str(log), "--format", "csv")  # --format is the log's format here
+    assert code == 2 and not out and "csv" in err
+
+
+def test_format_json_equals_json_on_every_command(raw_conn):
+    seed_visits(raw_conn)
+    counters.update_counter(raw_conn, "hits-export", 4)
+    ranking.Ranking(raw_conn, "export-board").incr("m", 2)
+    for args in (["counter", "hits-export", "--precision", "86400", "--last", "2"], ["counters"],
+                 ["top", "export-board"], ["stats", "--from", "yesterday"], ["top-pages", "--from", "yesterday"],
+                 ["uniques", "--from", "yesterday"], ["dead-letters", "list"]):
+        answers = []
+        for chosen in (["--json"], ["--format", "json"], ["--output", "json"], ["--json", "--format", "json"]):
+            code, out, err = run(*args, *chosen)
+            assert code == 0, (args, err)
+            data = json.loads(out)
+            data.pop("now", None)  # the counter's answer carries the time of asking
+            answers.append(data)
+        assert answers[0] and all(a == answers[0] for a in answers), args
+    table = run("top", "export-board")
+    assert table[0] == 0 and "m" in table[1] and not table[1].startswith("rank,")
+
+
+@pytest.mark.parametrize("args", [
+    ["top", "export-board", "--json", "--format", "csv"],  # --json is --format json: not both
+    ["top", "export-board", "--format", "xml"],
+    ["top", "no-such-board", "--format", "csv"],            # the usual usage error, in CSV mode too
+    ["stats", "--day", "2026-13-01", "--output", "csv"],
+])
+def test_usage_errors_exit_2_with_nothing_on_stdout(raw_conn, args):
+    ranking.Ranking(raw_conn, "export-board").incr("m", 2)
+    code, out, err = run(*args)
+    assert code == 2 and not out and "Error" in err, (args, out, err)
+
+
+def test_unreachable_redis_exits_1_in_csv_mode(monkeypatch):
+    monkeypatch.setenv("COUNTERS_REDIS_URL", f"redis://127.0.0.1:{free_port()}/0")
+    reset_settings()
+    code, out, err = run("stats", "--format", "csv")
+    assert code == 1 and not out and "Redis at" in err
+

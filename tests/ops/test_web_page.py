@@ -1,0 +1,293 @@
+"""The dashboard served by the real app (``counters-tasks serve``) over the real Redis, loaded
+in headless Chromium: the numbers on the page equal the API's, the counter chart updates live."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import urllib.error
+import urllib.request
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import redis
+
+from counters_tasks import counters, visits
+from counters_tasks.core.days import local_day
+from counters_tasks.core.settings import reset_settings
+from counters_tasks.local.waiting import wait_until
+from tests.support import demo_data
+from tests.support.browser import Browser, ensure_chromium
+from tests.support.procs import REPO, celery_env, serving, start_beat, start_serve, start_worker
+
+pytestmark = pytest.mark.processes
+
+DOCS = REPO / "docs"
+
+
+def get_json(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.load(response)
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    try:
+        return ensure_chromium()
+    except RuntimeError as exc:
+        pytest.skip(f"chromium cannot be installed here: {exc}")
+
+
+@pytest.fixture
+def broker_url(redis_url):
+    url = redis_url.rsplit("/", 1)[0] + "/5"
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    yield url
+    client.flushdb()
+    client.close()
+
+
+@pytest.fixture
+def stack(redis_url, broker_url, tmp_path):
+    """A real worker and beat (the cleaner every half second), so the health panel has something to show."""
+    env = celery_env(redis_url, CELERY_BROKER_URL=broker_url, COUNTERS_CLEAN_EVERY="0.5")
+    worker = start_worker(env, tmp_path / "worker.log", concurrency=1)
+    beat = start_beat(env, tmp_path, tmp_path / "beat.log")
+    yield
+    beat.stop()
+    worker.stop()
+
+
+@pytest.fixture
+def server(redis_url, broker_url, tmp_path):
+    """``python -m counters_tasks.ops.cli serve`` on a free port, as a user starts it."""
+    with serving(celery_env(redis_url, CELERY_BROKER_URL=broker_url), tmp_path / "serve.log",
+                 lambda base: "counters" in get_json(base + "/api/counters")) as base:
+        yield base
+
+
+@pytest.fixture
+def browser(chromium, tmp_path):
+    b = Browser(chromium, tmp_path / "profile")
+    yield b
+    b.close()
+
+
+def dom_numbers(browser: Browser) -> dict:
+    return browser.evaluate("""(() => ({
+        counterTotal: document.getElementById('counter-total').textContent,
+        counterBars: [...document.querySelectorAll('#counter-chart rect[data-series]')]
+            .map(r => Number(r.dataset.value)),
+        board: [...document.querySelectorAll('#board-table tr')]
+            .map(tr => [tr.children[1].textContent, Number(tr.children[2].textContent)]),
+        pv: document.getElementById('pv-total').textContent,
+        uv: document.getElementById('uv-total').textContent,
+        pvBars: [...document.querySelectorAll('#visitors-chart rect[data-series="PV"]')].map(r => Number(r.dataset.value)),
+        uvDots: [...document.querySelectorAll('#visitors-chart circle[data-series="UV"]')].map(c => Number(c.dataset.value)),
+        pages: [...document.querySelectorAll('#pages-table tr')]
+            .map(tr => [tr.children[1].textContent, Number(tr.children[2].textContent)]),
+        uniques: document.getElementById('uniques-total').textContent,
+        uniqueBars: [...document.querySelectorAll('#uniques-chart rect[data-series]')].map(r => Number(r.dataset.value)),
+    }))()""")
+
+
+def test_dashboard_in_chromium_shows_the_apis_numbers_and_updates_live(raw_conn, stack, server, browser, tmp_path):
+    now = demo_data.seed(raw_conn)
+    today = local_day(now)
+    first = today - timedelta(days=2)
+    span = f"from={first.isoformat()}&to={today.isoformat()}"
+    browser.navigate(f"{server}/?counter=hits&precision=60&board=posts&refresh=300&{span}")
+    for section in ("visitors", "pages", "uniques", "counter", "rankings", "health-panel"):
+        browser.wait_until(f"Number(document.getElementById('{section}').dataset.loaded) >= 1", what=f"{section} to load")
+
+    def page_matches_api() -> dict | None:
+        api = get_json(f"{server}/api/counter?name=hits&precision=60")
+        shown = dom_numbers(browser)
+        same = shown["counterTotal"] == str(api["total"]) and shown["counterBars"] == [t for _, t in api["points"]]
+        return (api, shown) if same else None
+
+    api, shown = wait_until(page_matches_api, timeout=20, what="the counter chart to show the API's numbers")
+    assert api["total"] > 0 and len(shown["counterBars"]) == counters.SAMPLE_COUNT
+    board = get_json(f"{server}/api/top?board=posts&limit=10")
+    assert shown["board"] == board["top"]
+    # with no dates in the URL the page shows the last seven days up to the server's today
+    defaults = browser.evaluate("[document.getElementById('from').value, document.getElementById('to').value]")
+    assert defaults == [first.isoformat(), today.isoformat()]  # the URL's; now the page's own defaults:
+    browser.navigate(f"{server}/?counter=hits&board=posts")
+    week = [(today - timedelta(days=6)).isoformat(), today.isoformat()]
+    browser.wait_until(f"document.getElementById('from').value === '{week[0]}' && "
+                     f"document.getElementById('to').value === '{week[1]}'", what="the default range: the last 7 days")
+    browser.navigate(f"{server}/?counter=hits&precision=60&board=posts&refresh=300&{span}")
+    browser.wait_until("Number(document.getElementById('counter').dataset.loaded) >= 1", what="the page again") and len(board["top"]) == len(demo_data.POSTS)
+    stats = get_json(f"{server}/api/stats?{span}")
+    assert (shown["pv"], shown["uv"]) == (str(stats["pv"]), str(stats["uv"])) and stats["pv"] > 0
+    assert shown["pvBars"] == [d["pv"] for d in stats["days"]] and len(shown["pvBars"]) == 3
+    assert shown["uvDots"] == [d["uv"] for d in stats["days"]]
+    pages = get_json(f"{server}/api/top-pages?{span}&limit=10")
+    assert shown["pages"] == pages["pages"] and len(pages["pages"]) == len(demo_data.PATHS)
+    daily = get_json(f"{server}/api/uniques?{span}")
+    assert shown["uniques"] == str(daily["visitors"]) and daily["visitors"] > 0
+    assert shown["uniqueBars"] == [d["visitors"] for d in daily["days"]]
+    # one page over the three days: its unique visitors too (the union of its days; it was "n/a")
+    page = get_json(f"{server}/api/stats?{span}&path=/pricing")
+    assert page["uv"] > 0 and page["uv"] <= sum(d["uv"] for d in page["days"])
+    browser.navigate(f"{server}/?counter=hits&board=posts&refresh=300&{span}&path=/pricing")
+    browser.wait_until(f"document.getElementById('uv-total').textContent === '{page['uv']}' && "
+                       f"document.getElementById('pv-total').textContent === '{page['pv']}'",
+                       what="the page's PV and UV over the range")
+    # the health panel turns green once the worker answers pings and beat's cleaner has run
+    browser.wait_until("[...document.querySelectorAll('#health [data-check]')].length === 4 && "
+                     "[...document.querySelectorAll('#health [data-check]')].every(b => b.dataset.ok === '1')",
+                     timeout=40, what="every health check to pass in the page")
+    health = get_json(f"{server}/api/health")
+    assert health["ok"] and health["workers"]["names"] and health["jobs"]["clean_counters"]["last_duration"] is not None
+    dead_row = browser.evaluate("document.querySelector('#health-table tr[data-row=\"dead letters\"]').textContent")
+    assert f"{health['dead_letters']['count']} set aside" in dead_row
+    refused_row = browser.evaluate("document.querySelector('#health-table tr[data-row=\"refused\"]').textContent")
+    assert all(f"{reason} {count}" in refused_row for reason, count in health["refused"].items())
+    jobs = browser.evaluate("[...document.querySelectorAll('#jobs-table tr')].map(tr => tr.children[0].textContent)")
+    assert jobs == list(health["jobs"])
+
+    shot = browser.screenshot(tmp_path / "dashboard.png")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+    if os.environ.get("COUNTERS_UPDATE_DOCS") == "1":
+        shutil.copy(shot, Path(os.environ.get("COUNTERS_DOCS_DIR") or DOCS) / "dashboard.png")
+
+    # live: a new count appears without reloading the page
+    counters.update_counter(raw_conn, "hits", 1000)
+    def page_shows_the_new_count() -> dict | None:
+        found = page_matches_api()
+        return found if found and max(found[1]["counterBars"][-2:]) >= 1000 else None
+
+    # (the total itself may lose the oldest bucket meanwhile, as the 120-bucket window moves on)
+    _api, after = wait_until(page_shows_the_new_count, timeout=20, what="the live update")
+    assert int(after["counterTotal"]) == _api["total"] and max(after["counterBars"][-2:]) >= 1000
+
+
+
+def test_dashboard_page_needs_no_internet(server):
+    page = urllib.request.urlopen(server + "/", timeout=10).read().decode()
+    assert "http://" not in page and "https://" not in page  # every script and style is served locally
+    for asset in ("static/chart.js", "static/app.js", "static/style.css"):
+        assert urllib.request.urlopen(f"{server}/{asset}", timeout=10).status == 200
+    assert Path(REPO / "counters_tasks" / "ops" / "static" / "chart.js").exists()
+
+
+def test_a_bad_refresh_parameter_polls_at_the_default_pace(raw_conn, server, browser):
+    """``?refresh=abc`` once made the page poll in a tight loop (685 requests in 10 s)."""
+    demo_data.seed(raw_conn)
+    browser.navigate(f"{server}/?counter=hits&precision=60&refresh=abc")
+    browser.wait_until("Number(document.getElementById('counter').dataset.loaded) >= 1", what="the counter")
+    start = browser.evaluate("performance.now()")
+    browser.wait_until(f"performance.now() > {start + 3000}", timeout=10, what="3 seconds of the page")
+    loads = browser.evaluate("Number(document.getElementById('counter').dataset.loaded)")
+    assert loads <= 2, loads  # the default 5 s refresh: one load, maybe two; a tight loop makes hundreds
+
+
+def test_forty_health_requests_at_once_never_hang_the_server(raw_conn, stack, server):
+    """40 concurrent /api/health requests once deadlocked kombu's producer pool under the
+    workers' ping: every endpoint then timed out for good."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def health_status(_n: int) -> int:
+        with urllib.request.urlopen(server + "/api/health", timeout=30) as response:
+            return response.status
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(40) as pool:
+        statuses = list(pool.map(health_status, range(40)))
+    assert statuses == [200] * 40
+    assert time.monotonic() - started < 30
+    assert "counters" in get_json(server + "/api/counters")  # and the server still answers
+    assert get_json(server + "/api/health")["redis"]["ok"]
+
+
+def test_sigterm_stops_a_server_whose_handlers_are_stuck(tmp_path):
+    """A Redis that accepts connections and never answers (here with a 120 s client timeout, as a
+    user may set): handler threads block in their calls, and SIGTERM must still stop the server
+    within its shutdown grace (uvicorn alone waits for the stuck requests for good)."""
+    import signal
+    import socket
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from counters_tasks.ops.web import SHUTDOWN_GRACE
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(64)
+    held: list[socket.socket] = []
+
+    def hold_connections() -> None:
+        try:
+            for _ in range(64):
+                held.append(silent.accept()[0])
+        except OSError:  # the listening socket is closed when the test ends
+            pass
+
+    threading.Thread(target=hold_connections, daemon=True).start()
+    process, base = start_serve(celery_env(f"redis://127.0.0.1:{silent.getsockname()[1]}/0",
+                                           COUNTERS_REDIS_TIMEOUT="120"), tmp_path / "serve.log")
+
+    def status(path: str) -> int:
+        try:
+            with urllib.request.urlopen(base + path, timeout=150) as response:
+                return response.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+        except OSError:
+            return 0
+
+    pool = ThreadPoolExecutor(6)
+    try:
+        wait_until(lambda: status("/static/app.js") == 200, timeout=30, what="the server to answer")
+        stuck = [pool.submit(status, "/api/counters") for _ in range(6)]
+        wait_until(lambda: len(held) >= 1, timeout=30, what="a handler to block on the silent Redis")
+        signalled = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        # an orderly stop: 0, or dying of the SIGTERM uvicorn re-raises once it has shut down
+        assert process.wait(SHUTDOWN_GRACE + 10) in (0, -signal.SIGTERM)
+        assert time.monotonic() - signalled < SHUTDOWN_GRACE + 5
+        assert "Application shutdown complete" in (tmp_path / "serve.log").read_text()
+        assert all(f.result(timeout=10) != 200 for f in stuck)  # nothing pretended to answer
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        pool.shutdown(wait=False, cancel_futures=True)
+        for conn in held:
+            conn.close()
+        silent.close()
+
+
+def test_the_dashboard_switches_between_sites(raw_conn, redis_url, broker_url, browser, tmp_path, monkeypatch):
+    from tests.core.test_sites import EVENING, SITES
+
+    sites = json.dumps(SITES)
+    monkeypatch.setenv("COUNTERS_SITES", sites)
+    reset_settings()
+    for site, ip in (("blog", "198.51.100.7"), ("blog", "198.51.100.8"), ("shop", "198.51.100.7")):
+        visits.apply_visit(raw_conn, ip, "/a", None, EVENING, site=site)
+    visits.apply_visit(raw_conn, "198.51.100.9", "/b", site="blog")  # now: the blog's one visitor right now
+    env = celery_env(redis_url, CELERY_BROKER_URL=broker_url, COUNTERS_SITES=sites)
+    with serving(env, tmp_path / "serve.log", lambda base: "sites" in get_json(base + "/api/config")) as base:
+        browser.navigate(base + "/")
+        browser.wait_until("Number(document.getElementById('visitors').dataset.loaded) >= 1", what="the default site")
+        assert browser.evaluate("[...document.getElementById('site').options].map(o => o.value).join()") == \
+            "default,blog,shop"
+        assert browser.evaluate("document.getElementById('pv-total').textContent") == "0"
+        browser.wait_until("document.getElementById('now-total').textContent === '0'", what="nobody right now")
+        browser.evaluate("(() => { const s = document.getElementById('site'); s.value = 'blog';"
+                         " s.dispatchEvent(new Event('change')); return true; })()")
+        browser.wait_until("location.search === '?site=blog' && "
+                           "Number(document.getElementById('visitors').dataset.loaded) >= 1 && "
+                           "document.getElementById('pv-total').textContent === '3'", what="the blog's figures")
+        assert browser.evaluate("document.getElementById('uv-total').textContent") == "3"
+        browser.wait_until("document.getElementById('now-total').textContent === '1'", what="the blog's visitor now")
+        assert browser.evaluate("document.getElementById('timezone').textContent") == "days in Asia/Tokyo"
+        assert browser.evaluate("document.getElementById('to').value") == local_day(time.time(), "Asia/Tokyo").isoformat()
+        assert browser.evaluate("document.getElementById('site').value") == "blog"

@@ -1,0 +1,1 @@
+"""counters_tasks.store: client, keys, deployment, server checks, sketches."""

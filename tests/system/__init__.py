@@ -1,0 +1,1 @@
+"""The stack as a whole: real workers and beat, scale, cluster, RabbitMQ, history, the routes that must agree."""

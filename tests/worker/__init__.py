@@ -1,0 +1,1 @@
+"""counters_tasks.worker: batches, their consumer, dead letters."""
