@@ -25,7 +25,6 @@ except PackageNotFoundError:  # run from a source tree that was never installed
     __version__ = "0+unknown"
 
 
-
 def __getattr__(name: str) -> Any:
     """``app``: the package's Celery app (``celery -A counters_tasks`` finds it here), made when
     first asked for, so importing the package (a web process's middleware, ``store``) loads no

@@ -96,9 +96,10 @@ class VisitRecorder:
 
     def eager_task(self, name: str) -> Any:
         """Task ``name`` of the app, for eager mode (an app's tests), its task modules imported
-        through the app's loader (the package's tasks for the package's app): the recorder
-        itself never imports the worker's side."""
-        self.app.loader.import_default_modules()
+        through the app's loader the first time (the package's tasks for the package's app): the
+        recorder itself never imports the worker's side."""
+        if name not in self.app.tasks:
+            self.app.loader.import_default_modules()
         return self.app.tasks[name]
 
     def record(self, ip: str, path: str, session_id: str | None = None, ts: float | None = None,
