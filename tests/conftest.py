@@ -89,17 +89,6 @@ def counters_env(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[No
 
 
 @pytest.fixture(autouse=True)
-def app_config_from_the_session(counters_env) -> None:
-    """This process's Celery app reads its configuration once (the package's defaults module
-    reads the settings when first imported) and makes its producer pool once from
-    ``CELERY_BROKER_URL`` as it is then: let both happen with the session's settings, before any
-    test points the settings at a private or dead server (later tests publish through the app)."""
-    from counters_tasks.app import app
-
-    assert app.conf.broker_url and app.producer_pool
-
-
-@pytest.fixture(autouse=True)
 def _fresh_expected_figures():
     """No test sees another's remembered expected-uniques figures (a per-process cache)."""
     uniques.forget_expected()

@@ -15,6 +15,16 @@ from counters_tasks.core.settings import reset_settings
 from counters_tasks.local.redis_server import RedisServer
 
 
+@pytest.fixture(autouse=True)
+def app_config_from_the_session(counters_env) -> None:
+    """This process's Celery app reads celeryconfig once, and makes its producer pool once from
+    ``CELERY_BROKER_URL`` as it is then: let both happen with the session's settings, never with
+    a fault test's private servers (later tests publish through the app's pool)."""
+    from counters_tasks.app import app
+
+    assert app.conf.broker_url and app.producer_pool
+
+
 @pytest.fixture
 def broker_server(tmp_path) -> Iterator[RedisServer]:
     server = RedisServer(tmp_path / "broker").start()
