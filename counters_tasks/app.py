@@ -16,6 +16,7 @@ no ``ts`` (the metrics' lag).
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from typing import Any
@@ -26,7 +27,7 @@ from celery.app.amqp import AMQP
 from redis.exceptions import RedisError
 
 from .core.privacy import masked_reprs
-from .core.settings import get_settings, is_redis_url
+from .core.settings import get_settings, is_redis_url, redis_py_url
 from .errors import ConfigurationError
 from .store import deployment, server
 from .store.client import RedisClient, get_redis
@@ -81,6 +82,15 @@ def choose_configuration(sender: Celery, **_: Any) -> None:
     sender.config_from_object(get_settings().celery_config_module or PACKAGE_DEFAULTS)
 
 
+def configuration_source() -> str:
+    """Which Celery configuration this process loads: the module ``celery --config`` named
+    (``CELERY_CONFIG_MODULE``) or the package's defaults, with the file it was read from once
+    imported (a ``celeryconfig`` is whichever one the path finds first: this says which)."""
+    name = get_settings().celery_config_module or PACKAGE_DEFAULTS
+    where = getattr(sys.modules.get(name), "__file__", None)
+    return f"{name} ({where})" if where else name
+
+
 def __getattr__(name: str) -> Any:
     """``app``: the package's Celery app (``package_app``; ``counters_tasks.app:app``)."""
     if name == "app":
@@ -112,13 +122,15 @@ def _refuse_servers_too_old(**_: object) -> None:
 @signals.celeryd_after_setup.connect
 def _log_server_problems(**_: object) -> None:
     """An evicting memory policy: ERROR in the worker's log (WARNING with COUNTERS_ALLOW_EVICTION),
-    once its logging is set up."""
+    once its logging is set up; and which configuration the worker loaded."""
+    log.info("counters-tasks: Celery configuration %s", configuration_source())
     _check_servers(log_problems=True)
 
 
 @signals.beat_init.connect
 def _check_servers_for_beat(**_: object) -> None:
-    """Beat: both checks (its logging is set up by then)."""
+    """Beat: both checks (its logging is set up by then), and which configuration it loaded."""
+    log.info("counters-tasks: Celery configuration %s", configuration_source())
     _check_servers(log_problems=True)
 
 
@@ -126,7 +138,7 @@ def _check_servers(log_problems: bool) -> None:
     _check_server(get_redis(), "the counters' Redis", log_problems)
     broker_url = get_settings().broker_url
     if is_redis_url(broker_url):
-        broker = redis.Redis.from_url(broker_url, socket_timeout=5, socket_connect_timeout=5)
+        broker = redis.Redis.from_url(redis_py_url(broker_url), socket_timeout=5, socket_connect_timeout=5)
         try:
             _check_server(broker, "the broker's Redis", log_problems)
         finally:
@@ -155,7 +167,7 @@ def _refuse_to_start_on_another_layout(**_: object) -> None:
     that is away now is not a refusal: the tasks wait for it, and check on their first write."""
     try:
         deployment.ensure(get_redis())
-    except deployment.LayoutMismatch as exc:
+    except deployment.DeploymentMismatch as exc:
         raise SystemExit(f"counters-tasks: {exc}") from exc
     except RedisError as exc:
         log.warning("counters-tasks: the deployment's marker could not be checked at start (%s); the first "

@@ -78,7 +78,8 @@ class VisitRecorder:
         self._lock = threading.RLock()  # a SIGTERM handler may close the recorder inside record()
         self._wake = threading.Condition(self._lock)
         self._buffer: list[tuple[str, dict[str, Any]]] = []  # (task name, payload item)
-        self._skips: Counter[tuple[str, str]] = Counter()  # (route, reason) -> requests, until the next batch
+        self._skips: Counter[tuple[str, str, str | None]] = Counter()  # (route, reason, site) -> requests, until the next batch
+        self._skip_times: dict[tuple[str, str, str | None], float] = {}  # when each was first seen since then
         self._oldest = 0.0
         self._outbox: deque[tuple[str, str, list[dict[str, Any]]]] = deque()  # (task, batch id, items)
         self._in_outbox = 0
@@ -136,13 +137,16 @@ class VisitRecorder:
             event["site"] = site
         self._add(RANKINGS_TASK, event)
 
-    def skipped(self, route: str, reason: str, count: int = 1) -> None:
+    def skipped(self, route: str, reason: str, count: int = 1, site: str | None = None) -> None:
         """Count ``count`` requests that were not page views (``route``: ``middleware``; ``reason``:
-        ``core.pageviews``'s or ``app``), sent as one ``count_skips`` message with the next
-        batches (at most one a ``max_delay``); kept in memory until then, a few bytes a reason.
-        Skips are not visits: they take no room in the buffer and are not in ``stats()``."""
+        ``core.pageviews``'s or ``app``; ``site``: the site they were for, None for the default
+        one), sent as one ``count_skips`` message with the next batches (at most one a
+        ``max_delay``), each reason with the time it was first seen since the last batch (the
+        day it counts in); kept in memory until then, a few bytes a reason. Skips are not
+        visits: they take no room in the buffer and are not in ``stats()``."""
         if self.app.conf.task_always_eager:
-            self.eager_task(SKIPS_TASK).apply(args=[[{"route": route, "reason": reason, "count": count}]],
+            item = {"route": route, "reason": reason, "count": count, "ts": time.time()}
+            self.eager_task(SKIPS_TASK).apply(args=[[item | ({"site": site} if site else {})]],
                                              task_id=str(uuid.uuid4()), throw=None)
             return
         with self._lock:
@@ -151,7 +155,10 @@ class VisitRecorder:
             if not self._buffer and not self._skips:
                 self._oldest = time.monotonic()
                 self._wake.notify_all()
-            self._skips[(route, reason)] += count
+            where = (route, reason, site)
+            if where not in self._skips:
+                self._skip_times[where] = time.time()
+            self._skips[where] += count
             if self._thread is None:
                 self._start_thread()
 
@@ -245,9 +252,11 @@ class VisitRecorder:
                 self._outbox.append((task, str(uuid.uuid4()), batch))
                 self._in_outbox += len(batch)
         if self._skips:  # not visits: outside the buffer's and the stats' counts
-            skip_items = [{"route": route, "reason": reason, "count": n} for (route, reason), n in self._skips.items()]
+            skip_items = [{"route": route, "reason": reason, "count": n, "ts": self._skip_times[(route, reason, site)]}
+                          | ({"site": site} if site else {}) for (route, reason, site), n in self._skips.items()]
             self._outbox.append((SKIPS_TASK, str(uuid.uuid4()), skip_items))
             self._skips = Counter()
+            self._skip_times = {}
         self._oldest = time.monotonic()
 
     def _run(self) -> None:

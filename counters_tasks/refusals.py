@@ -59,7 +59,7 @@ def _count(conn: RedisClient, marker_id: str | None, by_reason: Counter[str]) ->
 def add_counts(conn: RedisClient, counts_key: str, marker_key: str | None, by_field: Mapping[str, int]) -> bool:
     """Add ``by_field`` to the HASH ``counts_key`` (the ``refusal_count`` script), once per
     ``marker_key`` (a dedupe marker in the hash's slot, kept COUNTERS_DEDUPE_TTL; None: every
-    time). Serves the refusals here and the skipped requests of ``skips``. Returns False when
+    time). Returns False when
     the marker says it was added before (a redelivery)."""
     args: list[Any] = [get_settings().dedupe_ttl if marker_key is not None else 0]
     for field, count in sorted(by_field.items()):

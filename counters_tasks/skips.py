@@ -7,20 +7,33 @@ figures leave out (``/metrics``: ``counters_skipped_total{route, reason}``).
   batch interval at most), added once per message id like the refusals.
 - ``import``: ``counters-tasks import`` adds the lines each import skipped (its summary's
   reasons; an import run again adds its skips again, as it reads them again).
+
+Each count goes to the all-time totals and, when it says when (``ts``) or by default at the
+time it is added, to its site's local day (``day_counts``), which ``stats``, the dashboard and
+``health`` show beside the day's page views: a site sees what it did not count where it reads
+what it did (a script's or a monitor's requests, which send no browser User-Agent, are the
+usual surprise). A line of an import that could not be read (``blank``, ``malformed``) has no
+time: it counts in the totals only.
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Mapping
+from datetime import date
 from typing import Any
 
 from . import refusals
+from .core.days import DAY, days_between, local_day
 from .core.pageviews import APP, HOST, REASONS
-from .core.validation import check_int, check_message_id
+from .core.settings import get_settings
+from .core.sites import check_site, zone_of
+from .core.validation import check_event_time, check_int, check_message_id
 from .errors import InvalidInput
 from .store import keys
-from .store.client import RedisClient, as_str
+from .store.client import RedisClient, as_str, read_pipeline
+from .store.scripts import run_script
 
 MIDDLEWARE, IMPORT = "middleware", "import"
 ROUTES = (MIDDLEWARE, IMPORT)
@@ -35,18 +48,25 @@ MAX_REASONS = 64
 """Most (route, reason) entries one message carries."""
 
 
-def check_counts(items: Any) -> tuple[Counter[str], list[tuple[int, InvalidInput]]]:
-    """A message's skip counts, ``[{"route": ..., "reason": ..., "count": n}, ...]``: the hash
-    fields to add (``"<route>:<reason>"``) and the items refused, ``(index, error)``, each on its
-    own. A payload that is not such a list is refused whole (InvalidInput). The reason of an
-    import's refused line (``refused:<why>``) is counted as refusals are, not here."""
+SkipField = tuple[str, date | None, str]
+"""Where one count goes: (scope of its site, its local day or None for the totals only,
+``"<route>:<reason>"``)."""
+
+
+def check_counts(items: Any, now: float | None = None) -> tuple[Counter[SkipField], list[tuple[int, InvalidInput]]]:
+    """A message's skip counts, ``[{"route": ..., "reason": ..., "count": n}, ...]``, each with
+    an optional ``ts`` (when, epoch seconds; ``None``: no day, the totals only; left out: ``now``)
+    and ``site``: what to add where, and the items refused, ``(index, error)``, each on its own.
+    A payload that is not such a list is refused whole (InvalidInput). The reason of an import's
+    refused line (``refused:<why>``) is counted as refusals are, not here."""
     if not isinstance(items, list) or not 0 < len(items) <= MAX_REASONS:
         raise InvalidInput(f"skip counts must be a list of 1 to {MAX_REASONS} entries")
-    fields: Counter[str] = Counter()
+    now = time.time() if now is None else now
+    fields: Counter[SkipField] = Counter()
     refused: list[tuple[int, InvalidInput]] = []
     for index, item in enumerate(items):
         try:
-            field, count = check_item(item)
+            field, count = check_item(item, now)
         except InvalidInput as error:
             refused.append((index, error))
             continue
@@ -54,32 +74,62 @@ def check_counts(items: Any) -> tuple[Counter[str], list[tuple[int, InvalidInput
     return fields, refused
 
 
-def check_item(item: Any) -> tuple[str, int]:
-    """One skip count: its hash field and its count (InvalidInput when it is not one)."""
-    if not isinstance(item, Mapping) or set(item) != {"route", "reason", "count"}:
-        raise InvalidInput("a skip count is {route, reason, count}")
+ITEM_FIELDS = frozenset(("route", "reason", "count"))
+ITEM_OPTIONAL = frozenset(("ts", "site"))
+
+
+def check_item(item: Any, now: float | None = None) -> tuple[SkipField, int]:
+    """One skip count: where it goes (``SkipField``) and its count (InvalidInput when it is not one)."""
+    if not isinstance(item, Mapping) or not ITEM_FIELDS <= set(item) <= ITEM_FIELDS | ITEM_OPTIONAL:
+        raise InvalidInput("a skip count is {route, reason, count} with an optional ts and site")
     if item["route"] not in ROUTES or item["reason"] not in KNOWN_REASONS:
         raise InvalidInput(f"unknown skip route or reason: {item['route']!r}, {item['reason']!r}")
-    return f"{item['route']}:{item['reason']}", check_int(item["count"], "count", 1, 2**31)
+    count = check_int(item["count"], "count", 1, 2**31)
+    scope = check_site(item.get("site"))
+    if "ts" in item and item["ts"] is None:
+        day = None
+    else:
+        day = local_day(check_event_time(item.get("ts", now if now is not None else time.time())), zone_of(scope))
+    return (scope, day, f"{item['route']}:{item['reason']}"), count
 
 
 def record(conn: RedisClient, items: Any, message_id: str | None = None) -> int:
-    """Add one message's skip counts (``check_counts``), once per ``message_id``; a bad item is
-    refused on its own (logged and counted, ``refusals``) and the others are added. Returns how
-    many requests they count (0 for a redelivered message)."""
+    """Add one message's skip counts (``check_counts``) to the totals and to each day, once per
+    ``message_id``; a bad item is refused on its own (logged and counted, ``refusals``) and the
+    others are added. Returns how many requests they count (0 for a redelivered message)."""
     check_message_id(message_id)
     fields, refused = check_counts(items)
     added = 0
-    if fields:
-        marker = None if message_id is None else keys.skip_seen(message_id)
-        added = sum(fields.values()) if refusals.add_counts(conn, keys.skip_counts(), marker, fields) else 0
+    if fields and _add(conn, fields, message_id):
+        added = sum(fields.values())
     refusals.record(conn, "count_skips", message_id, refused)
     return added
 
 
-def as_items(route: str, counts: Mapping[str, int]) -> list[dict[str, Any]]:
-    """``counts`` (reason -> n) as a message's items (the reasons ``record`` knows; zeros left out)."""
-    return [{"route": route, "reason": reason, "count": n} for reason, n in sorted(counts.items())
+def _add(conn: RedisClient, fields: Counter[SkipField], message_id: str | None) -> bool:
+    """One ``skip_count`` call: False when the message's skips were added before."""
+    script_keys = [keys.skip_seen(message_id or "-"), keys.skip_counts()]
+    index: dict[tuple[str, date], int] = {}
+    args: list[Any] = [get_settings().dedupe_ttl if message_id is not None else 0,
+                       max(1, get_settings().day_totals_days) * DAY]
+    for (scope, day, field), count in sorted(fields.items(), key=lambda entry: (entry[0][0], str(entry[0][1]),
+                                                                                 entry[0][2])):
+        where = 0
+        if day is not None:
+            if (scope, day) not in index:
+                script_keys.append(keys.skip_day_counts(day, scope))
+                index[(scope, day)] = len(script_keys)
+            where = index[(scope, day)]
+        args += [where, field, count]
+    return bool(int(run_script(conn, "skip_count", script_keys, args)))
+
+
+def as_items(route: str, counts: Mapping[str, int], ts: float | None = None, site: str | None = None,
+             ) -> list[dict[str, Any]]:
+    """``counts`` (reason -> n) as a message's items (the reasons ``record`` knows; zeros left
+    out), all of time ``ts`` (``None``: no day, the totals only) and ``site``."""
+    where: dict[str, Any] = {"ts": ts} | ({"site": site} if site else {})
+    return [{"route": route, "reason": reason, "count": n, **where} for reason, n in sorted(counts.items())
             if n > 0 and reason in KNOWN_REASONS]
 
 
@@ -94,4 +144,21 @@ def parse_counts(reply: Mapping[Any, Any]) -> dict[tuple[str, str], int]:
     for field, count in reply.items():
         route, _, reason = as_str(field).partition(":")
         found[(route, reason)] = int(count)
+    return found
+
+
+def day_counts(conn: RedisClient, first: date, last: date, site: Any = None) -> dict[date, dict[str, int]]:
+    """Requests of a site's days ``first`` to ``last`` that were not page views: for each day,
+    reason -> requests (every route added up; a day with none: ``{}``). One round trip."""
+    scope = check_site(site)
+    days = days_between(first, last)
+    pipe = read_pipeline(conn)
+    for day in days:
+        pipe.hgetall(keys.skip_day_counts(day, scope))
+    found: dict[date, dict[str, int]] = {}
+    for day, reply in zip(days, pipe.execute(), strict=True):
+        by_reason: Counter[str] = Counter()
+        for (_route, reason), count in parse_counts(reply).items():
+            by_reason[reason] += count
+        found[day] = dict(sorted(by_reason.items()))
     return found

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import overload
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ..errors import ConfigurationError
@@ -141,21 +141,106 @@ class Settings:
 
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
+"""What ``COUNTERS_REDIS_URL`` may be: the URLs redis-py opens (``unix://``: a unix socket)."""
+
+SOCKET_BROKER_SCHEME = "redis+socket"
+"""kombu's name of a Redis reached through a unix socket (redis-py's ``unix://``, which kombu does
+not know: "No such transport: unix"); its database is ``?virtual_host=N`` (kombu ignores ``db=``)."""
+
+REDACTED = "***"
+"""What ``redact_url`` shows instead of a password."""
 
 
 def is_redis_url(url: str) -> bool:
-    """Whether ``url`` names a Redis server (a broker may be RabbitMQ or another: ``amqp://``...)."""
-    return urlsplit(url).scheme in REDIS_SCHEMES
+    """Whether ``url`` names a Redis server, in redis-py's spelling or kombu's ``redis+socket://``
+    (a broker may be RabbitMQ or another: ``amqp://``...; kombu's ``sentinel://`` is not read as
+    a Redis here: docs/production.md, "URL forms tested")."""
+    return urlsplit(url).scheme in (*REDIS_SCHEMES, SOCKET_BROKER_SCHEME)
 
 
 def url_with_db(url: str, db: int) -> str:
-    """The same Redis server as ``url`` but database ``db`` (for the default broker)."""
+    """The same Redis server as ``url`` (redis-py's spelling) but database ``db`` (for the default broker)."""
     parts = urlsplit(url)
     if parts.scheme == "unix":
         query = dict(parse_qsl(parts.query))
         query["db"] = str(db)
         return f"unix://{parts.netloc}{parts.path}?{urlencode(query)}"
     return urlunsplit(parts._replace(path=f"/{db}"))
+
+
+def _moved_to_netloc(parts: SplitResult, query: list[tuple[str, str]]) -> tuple[str, list[tuple[str, str]]]:
+    """The user and password of a socket URL in front of its path (``user:password@``), taken
+    from the query when they are there: each library reads one place only (kombu the front,
+    redis-py both), and a password in the query would be dropped."""
+    given = dict(query)
+    if parts.netloc or not ("password" in given or "username" in given):
+        return parts.netloc, query
+    netloc = quote(given.get("username", ""), safe="")
+    if given.get("password"):
+        netloc += ":" + quote(given["password"], safe="")
+    return netloc + "@", [(k, v) for k, v in query if k not in ("username", "password")]
+
+
+def kombu_url(url: str) -> str:
+    """kombu's spelling of a broker URL: redis-py's ``unix:///path?db=N`` is
+    ``redis+socket:///path?virtual_host=N`` (a user and password in the query move in front of
+    the path, where kombu reads them); any other URL is returned as it is."""
+    parts = urlsplit(url)
+    if parts.scheme != "unix":
+        return url
+    netloc, query = _moved_to_netloc(parts, parse_qsl(parts.query, keep_blank_values=True))
+    query = [("virtual_host" if k == "db" else k, v) for k, v in query]
+    return _socket_url(SOCKET_BROKER_SCHEME, netloc, parts.path, query)
+
+
+def redis_py_url(url: str) -> str:
+    """redis-py's spelling of a Redis URL, for a client of the broker: kombu's
+    ``redis+socket:///path?virtual_host=N`` is ``unix:///path?db=N`` (database 0 without
+    ``virtual_host``, as kombu does); any other URL is returned as it is."""
+    parts = urlsplit(url)
+    if parts.scheme != SOCKET_BROKER_SCHEME:
+        return url
+    query = [("db" if k == "virtual_host" else k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)
+             if k != "db"]
+    return _socket_url("unix", parts.netloc, parts.path, query)
+
+
+def _socket_url(scheme: str, netloc: str, path: str, query: list[tuple[str, str]]) -> str:
+    """A socket URL with its ``//`` kept when there is no user part (``urlunsplit`` drops it)."""
+    return f"{scheme}://{netloc}{path}" + (f"?{urlencode(query)}" if query else "")
+
+
+FAILOVER_SEPARATOR = re.compile(r";(?=[A-Za-z][A-Za-z0-9+.-]*://)")
+"""Between the URLs of a kombu failover list (``redis://a;redis://b``), not a ``;`` of a password."""
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password shown as ``***``: all between ``user:`` and the last ``@``
+    (a ``requirepass`` password or an ACL user's, even one with ``/``, ``#`` or ``@`` left
+    unescaped), a lone user part (``redis://secret@host``, which some clients read as a
+    password) and any query value whose name says password, secret or token (``?password=``);
+    each URL of kombu's ``url;url`` failover lists. What error messages, log lines and pages
+    may show of a server's URL; text without ``://`` is returned as it is."""
+    urls = FAILOVER_SEPARATOR.split(url)
+    if len(urls) > 1:
+        return ";".join(redact_url(part) for part in urls)
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    at = rest.rfind("@")
+    if at >= 0:
+        user, colon, _ = rest[:at].partition(":")
+        rest = (f"{user}:{REDACTED}" if colon else REDACTED) + rest[at:]
+    before, mark, query = rest.partition("?")
+    if mark:
+        query = "&".join(_redacted_parameter(pair) for pair in query.split("&"))
+    return f"{scheme}://{before}{mark}{query}"
+
+
+def _redacted_parameter(pair: str) -> str:
+    name, eq, _ = pair.partition("=")
+    return f"{name}={REDACTED}" if eq and any(word in unquote(name).lower() for word in ("pass", "secret", "token")) \
+        else pair
 
 
 def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
@@ -304,12 +389,27 @@ def _sites(env: Mapping[str, str], timezone: str) -> tuple[SiteConfig, ...]:
     return tuple(sites)
 
 
+def _broker_url(env: Mapping[str, str], redis_url: str) -> str:
+    """``CELERY_BROKER_URL``, else database 1 of the counters' Redis; in kombu's spelling
+    (``kombu_url``: a unix socket is ``redis+socket://``)."""
+    url = kombu_url(env.get("CELERY_BROKER_URL") or url_with_db(redis_url, 1))
+    parts = urlsplit(url)
+    if parts.scheme.startswith("redis+") and parts.scheme != SOCKET_BROKER_SCHEME:
+        raise ConfigurationError(f"CELERY_BROKER_URL: kombu reads {parts.scheme}:// as a Redis at localhost:6379 "
+                                 f"(of its forms only redis+socket:// names a server; Sentinel is sentinel://), "
+                                 f"got {redact_url(url)!r}")
+    if parts.scheme == SOCKET_BROKER_SCHEME and "db" in dict(parse_qsl(parts.query)):
+        raise ConfigurationError(f"CELERY_BROKER_URL: a redis+socket:// broker's database is ?virtual_host=N "
+                                 f"(kombu ignores db= there and would use database 0), got {redact_url(url)!r}")
+    return url
+
+
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     """Build settings from ``env`` (default: ``os.environ``), checking every value."""
     env = os.environ if env is None else env
     redis_url = env.get("COUNTERS_REDIS_URL") or DEFAULT_REDIS_URL
-    if not is_redis_url(redis_url):
-        raise ConfigurationError(f"COUNTERS_REDIS_URL must be redis://, rediss:// or unix://, got {redis_url!r}")
+    if urlsplit(redis_url).scheme not in REDIS_SCHEMES:
+        raise ConfigurationError(f"COUNTERS_REDIS_URL must be redis://, rediss:// or unix://, got {redact_url(redis_url)!r}")
     cluster = _flag(env, "COUNTERS_REDIS_CLUSTER")
     prefix = env.get("COUNTERS_KEY_PREFIX", "ct:")
     if re.search(r"[{}\s\x00-\x1f\x7f]", prefix) or len(prefix) > 64:
@@ -329,7 +429,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     settings = Settings(
         redis_url=redis_url,
         redis_cluster=cluster,
-        broker_url=env.get("CELERY_BROKER_URL") or url_with_db(redis_url, 1),
+        broker_url=_broker_url(env, redis_url),
         key_prefix=prefix,
         timezone=timezone,
         secret=env.get("COUNTERS_SECRET") or None,

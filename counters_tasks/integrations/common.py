@@ -417,7 +417,9 @@ class Counting:
         try:
             count_skip = getattr(self.recorder, "skipped", None)  # a stand-in recorder may not count them
             if count_skip is not None:
-                count_skip(MIDDLEWARE, reason)
+                # the site it was for (none for a Host no site lists); a stand-in recorder need not take it
+                site = {"site": visit.site} if visit.site and visit.reason != HOST else {}
+                count_skip(MIDDLEWARE, reason, **site)
         except Exception:
             log.debug("counters middleware: a skip was not counted", exc_info=True)
 

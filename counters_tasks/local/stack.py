@@ -7,6 +7,12 @@ Redis's data (AOF on), the generated ``COUNTERS_SECRET``, tag key (``COUNTERS_TA
 stack. The private Redis takes port 6379 (``COUNTERS_REDIS_PORT``); when that is taken it says
 so loudly, by whom, and takes a free port, which ``env`` then names. Stop order (Ctrl-C or
 SIGTERM): Flower, beat, the worker (it finishes the batch in hand), then Redis.
+
+In a source checkout (``make run``) the worker, beat and Flower load its ``celeryconfig.py``, as
+docker-compose.yml's services do; installed, the package's defaults (``CELERY_CONFIG_MODULE``
+names another); the log says which. Flower's password is passed in its environment, never on a
+command line (``ps`` shows those to every user). ``ready`` means the worker answers and beat has
+started (``counters-tasks health`` passes from then on).
 """
 
 from __future__ import annotations
@@ -23,15 +29,30 @@ from pathlib import Path
 
 import redis
 
-from ..app import app
-from ..core.settings import get_settings, reset_settings
-from ..store.client import as_str
+from ..app import PACKAGE_DEFAULTS, app
+from ..core.settings import get_settings, redact_url, reset_settings
+from ..store.client import as_str, get_redis
 from ..store.deployment import tag_key_name
+from ..worker.maintenance import BEAT_STARTED, HEARTBEAT_JOB, job_status
 from .redis_server import RedisServer, free_port, port_is_free
 from .waiting import wait_until
 
 ENV_NAMES = ("COUNTERS_REDIS_URL", "COUNTERS_SECRET", "COUNTERS_TAG_KEY")
 """What the env file exports (besides PATH): what a shell needs to talk to this stack."""
+
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+"""The folder holding the imported package: a source checkout when it holds pyproject.toml."""
+CHECKOUT_CONFIG = "celeryconfig"
+"""The deployment's Celery configuration module of a checkout (what docker-compose.yml's services load)."""
+
+
+def checkout_config() -> Path | None:
+    """The checkout's ``celeryconfig.py`` when the package runs from a source checkout that has one
+    (``make run``), else None (an installed package: the package's defaults). Found next to the
+    package, never on the path or in the current folder, where an app's own ``celeryconfig`` may be."""
+    config = CHECKOUT / f"{CHECKOUT_CONFIG}.py"
+    return config if config.is_file() and (CHECKOUT / "pyproject.toml").is_file() else None
 
 
 def _read_or_create(path: Path, make: Callable[[], str]) -> str:
@@ -58,6 +79,9 @@ class Stack:
         self.children: list[tuple[str, subprocess.Popen]] = []
         self.env = dict(os.environ)
         self.flower_url: str | None = None
+        self.config_args: list[str] = []
+        self.cwd: Path | None = None
+        self.started_at = 0.0
 
     def start(self) -> Stack:
         self.home.mkdir(parents=True, exist_ok=True)
@@ -67,7 +91,7 @@ class Stack:
             self.env["COUNTERS_REDIS_URL"] = self.redis.url
             self.log(f"redis    private {Path(self.redis.command()[0]).name} at {self.redis.url} (data in {self.redis.data_dir})")
         else:
-            self.log(f"redis    using COUNTERS_REDIS_URL={self.env['COUNTERS_REDIS_URL']}")
+            self.log(f"redis    using COUNTERS_REDIS_URL={redact_url(self.env['COUNTERS_REDIS_URL'])}")
         if not self.settings.secret:
             self.env["COUNTERS_SECRET"] = _read_or_create(self.home / "secret", lambda: secrets.token_hex(32))
             self.log(f"secret   COUNTERS_SECRET from {self.home / 'secret'}")
@@ -79,6 +103,8 @@ class Stack:
         os.environ.update({k: self.env[k] for k in ENV_NAMES})
         reset_settings()
         self.write_env_file()
+        self.choose_config()
+        self.started_at = time.time()
         self._spawn("worker", ["worker", "-Q", "visits,maintenance", "-c", str(self.concurrency), "-n", "counters@%h",
                                "--loglevel", "INFO"])
         self._spawn("beat", ["beat", "--loglevel", "INFO", "-s", str(self.home / "celerybeat-schedule"),
@@ -89,10 +115,29 @@ class Stack:
             auth = self.settings.flower_auth or _read_or_create(
                 self.home / "flower-auth", lambda: "admin:" + secrets.token_urlsafe(12))
             port = self.settings.flower_port
-            self._spawn("flower", ["flower", "--address=127.0.0.1", f"--port={port}", f"--basic-auth={auth}"])
+            # the password in Flower's environment, which only this user can read, not on its command
+            # line, which any user of the machine sees in ps (Flower reads FLOWER_BASIC_AUTH itself)
+            self._spawn("flower", ["flower", "--address=127.0.0.1", f"--port={port}"],
+                        env={**self.env, "FLOWER_BASIC_AUTH": auth})
             self.flower_url = f"http://127.0.0.1:{port}"
             self.log(f"flower   {self.flower_url} (user {auth.split(':')[0]}, password in {self.home / 'flower-auth'})")
         return self
+
+    def choose_config(self) -> None:
+        """The Celery configuration of the worker, beat and Flower, said in the log: the module
+        ``CELERY_CONFIG_MODULE`` names; else in a checkout its ``celeryconfig.py``, as
+        docker-compose.yml's services load it (``celery --config celeryconfig``, run from the
+        checkout so that no other ``celeryconfig`` is found first); else the package's defaults.
+        Each process also logs the file it loaded (``counters_tasks.app``)."""
+        config = checkout_config()
+        if self.settings.celery_config_module:
+            self.log(f"config   CELERY_CONFIG_MODULE={self.settings.celery_config_module}")
+        elif config is not None:
+            self.config_args = ["--config", CHECKOUT_CONFIG]
+            self.cwd = config.parent
+            self.log(f"config   {config} (this checkout's, as docker-compose.yml loads it)")
+        else:
+            self.log(f"config   the package's defaults ({PACKAGE_DEFAULTS})")
 
     def _tag_key_in_redis(self) -> str:
         """The tag key the stack's Redis holds already (made before it was pinned), else a new one."""
@@ -139,17 +184,19 @@ class Stack:
         for line in lines:
             for hidden in ("COUNTERS_SECRET", "COUNTERS_TAG_KEY"):
                 line = line.replace(self.env[hidden], f"<{hidden.removeprefix('COUNTERS_').lower()}>")
-            self.log(f"         {line}")
+            url = self.env["COUNTERS_REDIS_URL"]
+            self.log(f"         {line.replace(url, redact_url(url))}")  # a password stays in the file only
         if not on_path and Path(bin_dir, "counters-tasks").exists():
             self.log(f"cli      {bin_dir}/counters-tasks (not on your PATH: source the env file, or "
                      f"source {bin_dir}/activate)")
 
-    def _spawn(self, name: str, args: list[str]) -> None:
+    def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
         log_path = self.home / "logs" / f"{name}.log"
         log_file = open(log_path, "ab")
         process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "counters_tasks", *args],
-            env=self.env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+            [sys.executable, "-m", "celery", "-A", "counters_tasks", *self.config_args, *args],
+            env=self.env if env is None else env, cwd=self.cwd, stdout=log_file, stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         log_file.close()
         self.children.append((name, process))
@@ -169,6 +216,21 @@ class Stack:
             return bool(app.control.ping(timeout=0.5))
 
         wait_until(answers, timeout, interval=0, what="the worker to answer a ping")
+
+    def wait_beat_started(self, timeout: float = 60.0) -> None:
+        """Wait until this stack's beat noted its start (``worker.maintenance.note_beat_started``):
+        from then on ``counters-tasks health`` counts it alive."""
+        def noted() -> bool:
+            self.check_alive()
+            started = job_status(get_redis(), HEARTBEAT_JOB).get(BEAT_STARTED)
+            return started is not None and float(started) >= self.started_at
+
+        wait_until(noted, timeout, interval=0.1, what="beat to start")
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Wait until the worker answers and beat has started: what ``ready`` promises."""
+        self.wait_worker_ready(timeout)
+        self.wait_beat_started(timeout)
 
     def stop(self) -> None:
         for _name, process in reversed(self.children):

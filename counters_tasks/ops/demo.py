@@ -14,13 +14,14 @@ import sys
 import time
 import uuid
 from collections import Counter
+from datetime import date
 from typing import cast
 
 from .. import counters, ranking, sitestats, uniques
 from ..core import days
 from ..local.stack import Stack
 from ..recorder import VisitRecorder
-from ..store.client import get_redis
+from ..store.client import RedisClient, get_redis
 
 DEMO_PATHS = ["/", "/about", "/blog", "/blog/redis-counters", "/pricing", "/docs", "/docs/api", "/contact"]
 BOARD = "demo:pages"
@@ -42,6 +43,19 @@ def _top(board: ranking.Ranking, limit: int) -> list[tuple[str, int]]:
     """``board``'s first members with their totals (``Ranking.top`` with ``withscores``, typed
     with both of its shapes)."""
     return cast("list[tuple[str, int]]", board.top(limit=limit, withscores=True))
+
+
+def day_summary(conn: RedisClient, day: date) -> list[str]:
+    """The report's lines on the site's ``day`` (every run of the stack in it): page views and the
+    two unique-visitor figures, each labelled with what it counts and why they differ (the
+    dashboard says the same: visitors by IP in its UV, sessions by cookie in its uniques)."""
+    site = sitestats.site_visit_info(conn, day)
+    sessions = uniques.unique_visitors(conn, day)
+    return [f"site today (all runs): {site.pv} page views, {site.uv} unique visitors (by IP), "
+            f"{sessions} unique sessions (by session cookie)",
+            "  (two ways to count people: one IP shared by several browsers is one visitor and several sessions,",
+            "  one browser on several networks one session and several visitors; the demo draws IPs and sessions",
+            "  independently, so the two differ)"]
 
 
 def run_demo(visits: int, concurrency: int = 2, seed: int = 1, timeout: float = 300) -> int:
@@ -86,11 +100,11 @@ def run_demo(visits: int, concurrency: int = 2, seed: int = 1, timeout: float = 
                 return 1
             time.sleep(0.2)
         today = days.today()
-        site = sitestats.site_visit_info(conn, today)
         print()
         print(f"This burst: {visits} visits sent, {applied} counted. Its figures below are what it changed in "
               f"Redis (after minus before);")
         print("'today' columns are the day's totals, with every earlier run of the stack in them.")
+        print("(UV: unique visitors, told apart by IP)")
         print(f"{'path':<24}{'sent':>7}{'hits':>7}{'rank':>7}{'PV':>7}  |{'PV today':>10}{'UV today':>10}   per minute")
         exact = applied == visits
         for path in sorted(DEMO_PATHS, key=lambda p: -sent[p]):
@@ -102,8 +116,7 @@ def run_demo(visits: int, concurrency: int = 2, seed: int = 1, timeout: float = 
             series = [t for _b, t in counters.get_counter(conn, f"hits:{path}", 60)][-10:]
             print(f"{path:<24}{sent[path]:>7}{hits:>7}{rank:>7}{page_pv:>7}  |{info.pv:>10}{info.uv:>10}   "
                   f"{' '.join(map(str, series))}")
-        print(f"site today (all runs): {site.pv} page views, {site.uv} unique visitors; "
-              f"unique sessions today: {uniques.unique_visitors(conn, today)}")
+        print("\n".join(day_summary(conn, today)))
         print(f"top pages ({BOARD}, last 24 h): {', '.join(m for m, _ in _top(board, 3))}")
         print(f"known counters: {len(counters.known_counters(conn))}; "
               f"this burst exact (sent = hits = rank = PV, per path): {'yes' if exact else 'NO'}")

@@ -13,18 +13,20 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .. import refusals
+from .. import refusals, sitestats, skips
 from ..app import app as default_app
-from ..core.settings import get_settings, is_redis_url
+from ..core.days import local_day
+from ..core.settings import get_settings, is_redis_url, redis_py_url
+from ..core.sites import DEFAULT_SITE, check_site, site_names, zone_of
 from ..store import deployment, server
 from ..store.client import RedisClient, as_str, get_redis
 from ..worker import dead_letters
-from ..worker.maintenance import job_status
+from ..worker.maintenance import BEAT_STARTED, HEARTBEAT_JOB, job_status
 
 QUEUES = ("visits", "maintenance")
 JOBS = ("clean_counters", "rotate_rankings", "precompute_expected", "expire_dead_letters")
-BEAT_JOB = "clean_counters"
-"""The job beat runs every minute: its last start tells whether beat is alive."""
+BEAT_JOB = HEARTBEAT_JOB
+"""The job beat runs every minute: its last start, or beat's own start, tells whether beat is alive."""
 PRIORITY_SEPARATOR = "\x06\x16"
 PRIORITY_STEPS = (3, 6, 9)  # kombu's Redis transport keeps priorities 1-9 in extra lists
 
@@ -71,6 +73,44 @@ def _job(conn: RedisClient, job: str, now: float) -> dict[str, Any]:
     }
 
 
+def beat_status(conn: RedisClient, job: dict[str, Any], now: float, max_age: float) -> dict[str, Any]:
+    """Beat is alive when its every-minute job (``job``: its ``_job`` report) started within
+    ``max_age`` seconds, or beat itself started within them (``worker.maintenance.note_beat_started``):
+    just after a start the job has not run yet (up to a minute), and that is no sign of a dead beat.
+    A beat that started longer ago and whose job has not run since is reported dead, as one whose
+    job stopped running."""
+    raw = job_status(conn, BEAT_JOB).get(BEAT_STARTED)
+    started_age = None if raw is None else round(now - float(raw), 3)
+    ages = [age for age in (job["age_seconds"], started_age) if age is not None]
+    return {"ok": bool(ages) and min(ages) <= max_age, "last_run_age_seconds": job["age_seconds"],
+            "started_age_seconds": started_age, "max_age_seconds": max_age}
+
+
+MOSTLY_SKIPPED = 0.5
+"""Share of a day's requests skipped (not page views) above which ``health`` warns."""
+
+
+def traffic(conn: RedisClient, now: float) -> dict[str, Any]:
+    """Today's page views and skipped requests of each site, with a warning for each site where
+    most of today's requests were not page views: a site whose visitors come through a script,
+    a proxy that drops the User-Agent or a monitor would otherwise read low figures with nothing
+    saying why. A warning, not a failure: ``ok`` stays true."""
+    sites, warnings, names = {}, [], site_names()
+    for site in names:
+        day = local_day(now, zone_of(check_site(site)))
+        pv = sitestats.site_visit_info(conn, day, site=site).pv
+        skipped = skips.day_counts(conn, day, day, site)[day]
+        total = sum(skipped.values())
+        sites[site] = {"day": day.isoformat(), "pv": pv, "skipped": skipped, "skipped_total": total}
+        if total and total > MOSTLY_SKIPPED * (total + pv):
+            reasons = ", ".join(f"{reason} {n}" for reason, n in sorted(skipped.items(), key=lambda kv: -kv[1]))
+            where = "" if names == [DEFAULT_SITE] else f" of site {site}"
+            warnings.append(f"{total} of today's {total + pv} requests{where} were not counted as page views "
+                            f"({reasons}): requests without a browser User-Agent (scripts, monitors) are "
+                            f"crawler; see README, 'What is counted'")
+    return {"ok": True, "sites": sites, "warnings": warnings}
+
+
 def _server_report(conn: RedisClient, role: str) -> dict[str, Any]:
     """``store.server.report``; a server whose INFO cannot be read (an ACL without it) gets a warning."""
     try:
@@ -96,9 +136,9 @@ def check(conn: RedisClient, broker: Any = None, app: Any = None, ping_timeout: 
     """The health report: ``ok`` is true when Redis answers, is new enough and never evicts
     (``store.server``; the broker too when it is a Redis), holds this package's key layout and
     lost no data within a day (``store.deployment``), a worker answers a ping and beat's
-    every-minute job started within ``beat_max_age`` seconds. ``broker`` (a Redis client of the
-    broker) and ``app`` (the Celery app) are optional: the checks that need them are skipped
-    and count as failed when missing. ``other_broker``: the broker is not a Redis (RabbitMQ...):
+    every-minute job, or beat itself, started within ``beat_max_age`` seconds (``beat_status``).
+    ``broker`` (a Redis client of the broker) and ``app`` (the Celery app) are optional: the checks
+    that need them are skipped and count as failed when missing. ``other_broker``: the broker is not a Redis (RabbitMQ...):
     the queues are read through the app's kombu connection and the dead letters from ``conn``."""
     now = time.time() if now is None else now
     report: dict[str, Any] = {"checked_at": now}
@@ -113,9 +153,10 @@ def check(conn: RedisClient, broker: Any = None, app: Any = None, ping_timeout: 
         report["servers"] = _server_report(conn, "the counters' Redis")
         report["jobs"] = {job: _job(conn, job, now) for job in JOBS}
         report["refused"] = refusals.counts(conn)
-        age = report["jobs"][BEAT_JOB]["age_seconds"]
-        report["beat"] = {"ok": age is not None and age <= beat_max_age, "last_run_age_seconds": age,
-                          "max_age_seconds": beat_max_age}
+        # today's figures, read only when this process can see them (the data check says why not)
+        report["traffic"] = (traffic(conn, now) if report["deployment"]["visible"] else
+                             {"ok": True, "sites": {}, "warnings": []})
+        report["beat"] = beat_status(conn, report["jobs"][BEAT_JOB], now, beat_max_age)
     else:
         report["deployment"] = {"ok": False, "error": "Redis is not reachable"}
         report["servers"] = {"ok": False, "errors": ["Redis is not reachable"], "warnings": [], "servers": []}
@@ -158,7 +199,7 @@ def broker_client(url: str, timeout: float = 2.0) -> Any:
     """A Redis client of the broker (for queue lengths), with short timeouts and no retries: a
     report says at once that the broker is away (redis-py's default retries with backoff took
     seconds: 10 tries in redis-py 8, 3 tries of up to 1, 2 and 4 s in 6.4)."""
-    return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
+    return redis.Redis.from_url(redis_py_url(url), socket_timeout=timeout, socket_connect_timeout=timeout,
                                 retry=Retry(NoBackoff(), 0))
 
 

@@ -162,7 +162,11 @@ class CountersCollector(Collector):
                                      f"HyperLogLog, ~0.81% error)", labels=["site"])
         for site, count in live.visitors_now_by_site(self.conn(), now).items():
             visitors.add_metric([site], count)
-        out += [duplicates, by_reason, not_views, sizes, layout, visitors, *self.server_metrics()]
+        visible = GaugeMetricFamily("counters_data_visible", "1 when this process reads the deployment's data "
+                                    "(0: its COUNTERS_TAG_KEY differs from Redis's, or Redis holds data and no tag "
+                                    "key: every figure read here would be zero; health says why)",
+                                    value=1 if held["visible"] else 0)
+        out += [duplicates, by_reason, not_views, sizes, layout, visible, visitors, *self.server_metrics()]
         if held["lost_at"] is not None:
             out.append(GaugeMetricFamily("counters_data_loss_timestamp_seconds", "When a process found Redis had "
                                          "lost the deployment's data (restart without persistence, FLUSHALL, an "

@@ -11,10 +11,11 @@ import hashlib
 import json
 import secrets
 import time
+from collections import Counter
 from datetime import date, timedelta
 from typing import Any, cast
 
-from .. import counters, live, ranking, sitestats, uniques
+from .. import counters, live, ranking, sitestats, skips, uniques
 from ..core.days import today
 from ..core.sites import check_site, site_name, site_names, zone_of
 from ..core.validation import MAX_RANGE_DAYS, check_day_range, check_int, check_text
@@ -127,12 +128,40 @@ def delete_board_view(conn: RedisClient, board: Any, site: Any = None) -> dict[s
 
 def stats_view(conn: RedisClient, day: Any = None, start: Any = None, end: Any = None, path: Any = None,
                site: Any = None) -> dict[str, Any]:
-    """Site (or one path's) PV/UV per day over a range, with the range's PV sum and true UV."""
+    """Site (or one path's) PV/UV per day over a range, with the range's PV sum and true UV
+    (distinct visitors by IP). ``uv_approximate`` only when the figure is an estimate: a range
+    whose visitors all came on one day (a new site, the dashboard's default week after a first
+    ``make demo``) has that day's own figure, exact as a day's is, not the union of the days'
+    HyperLogLogs (which is an estimate even when all but one are empty)."""
     first, last = day_range(day, start, end, check_site(site))
     result = sitestats.site_visit_range(conn, first, last, path, site=site)
-    return {"from": first.isoformat(), "to": last.isoformat(), "path": result.path, "pv": result.pv,
-            "uv": result.uv, "uv_approximate": result.uv_approximate,
+    uv, approximate = result.uv, result.uv_approximate
+    visited = [d.day for d in result.days if d.uv and d.day is not None]
+    if first != last and len(visited) <= 1:
+        if visited:  # the union of the days is that day's visitors: its own figure (sitestats says if exact)
+            one = sitestats.site_visit_range(conn, visited[0], visited[0], path, site=site)
+            uv, approximate = one.uv, one.uv_approximate
+        else:
+            uv, approximate = 0, False
+    view: dict[str, Any] = {"from": first.isoformat(), "to": last.isoformat(), "path": result.path, "pv": result.pv,
+            "uv": uv, "uv_approximate": approximate,
             "days": [{"day": d.day and d.day.isoformat(), "pv": d.pv, "uv": d.uv} for d in result.days]}
+    if path is None:  # what the site's figures leave out, beside them (a path has no skips of its own)
+        view.update(skipped_view(conn, first, last, site))
+        for entry, skipped in zip(view["days"], view.pop("skipped_days"), strict=True):
+            entry["skipped"] = skipped
+    return view
+
+
+def skipped_view(conn: RedisClient, first: date, last: date, site: Any = None) -> dict[str, Any]:
+    """The requests of a site's days that were not page views (``skips``): ``skipped`` (reason
+    -> requests over the range), ``skipped_total`` and ``skipped_days`` (requests a day, in order)."""
+    by_day = skips.day_counts(conn, first, last, site)
+    total: Counter[str] = Counter()
+    for counts in by_day.values():
+        total.update(counts)
+    return {"skipped": dict(sorted(total.items())), "skipped_total": sum(total.values()),
+            "skipped_days": [sum(counts.values()) for counts in by_day.values()]}
 
 
 def top_pages_view(conn: RedisClient, start: Any = None, end: Any = None, limit: Any = 10, site: Any = None) -> dict[str, Any]:

@@ -39,7 +39,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..core.settings import get_settings
 from ..errors import InvalidInput
 from ..store.client import RedisClient, get_redis
-from ..store.deployment import LayoutMismatch
+from ..store.deployment import DeploymentMismatch
 from . import health, metrics, views
 from .connections import GuardedH11Protocol
 
@@ -262,7 +262,7 @@ def create_app(conn: RedisClient | None = None, auth: tuple[str, str] | None | b
                 return JSONResponse({"error": str(exc)}, status_code=400)
             except redis.RedisError as exc:
                 return JSONResponse({"error": f"Redis: {type(exc).__name__}: {exc}"}, status_code=503)
-            except LayoutMismatch as exc:
+            except DeploymentMismatch as exc:
                 return JSONResponse({"error": str(exc)}, status_code=503)
 
         return handle

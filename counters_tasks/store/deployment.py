@@ -20,8 +20,13 @@ that made another would split the figures for good. So:
   refuses to read or write (``LayoutMismatch``) and the worker refuses to start;
   ``counters-tasks migrate`` (``migrate``) moves the data from one layout to the next.
 
-A pinned tag key (``COUNTERS_TAG_KEY``) is never read from Redis, but the marker is kept and
-checked all the same, so a loss is reported with it too.
+A pinned tag key (``COUNTERS_TAG_KEY``, what ``make run`` and compose set) is kept in Redis too:
+a writer with the pin makes ``ct:tagkey`` with it (and puts it back after a loss), so a process
+without the pin (a shell that did not source the stack's env, an app outside compose) reads the
+same figures. A pin that differs from the key in Redis is refused (``TagKeyMismatch``) for reads
+and writes alike: such a process would read zeros and write where no reader looks. The marker is
+kept and checked all the same, so a loss is reported with a pin too. ``describe`` says whether this
+process can see the deployment's data (``visible``), which ``health`` checks.
 """
 
 from __future__ import annotations
@@ -62,8 +67,17 @@ LOSS_REPORTED_FOR = 24 * 3600.0
 log = logging.getLogger(__name__)
 
 
-class LayoutMismatch(CountersError):
-    """Redis holds another key layout than this package's: nothing is read or written."""
+class DeploymentMismatch(CountersError):
+    """This process and the deployment in Redis disagree: nothing is read or written (the worker
+    refuses to start), so no figure is read as zero or written where no reader looks."""
+
+
+class LayoutMismatch(DeploymentMismatch):
+    """Redis holds another key layout than this package's."""
+
+
+class TagKeyMismatch(DeploymentMismatch):
+    """``COUNTERS_TAG_KEY`` is pinned here to another key than the deployment's in Redis."""
 
 
 def tag_key_name() -> str:
@@ -178,9 +192,13 @@ def _check(conn: RedisClient, held: Held, write: bool) -> None:
         server.refuse_too_old(conn)
         held.server_checked = True
     tag, marker = _read(conn)
-    pinned = bool(get_settings().tag_key)
-    if write and (not marker.get("id") or (tag is None and not pinned)):
+    if marker.get("id"):
+        _refuse_other_layout(marker)  # before anything is written
+    pinned = get_settings().tag_key
+    if write and (not marker.get("id") or tag is None):
         tag, marker = _make(conn, held, tag, marker)
+    if pinned and tag is not None and tag != pinned.encode():
+        raise TagKeyMismatch(tag_key_mismatch_message())
     elif not marker.get("id") and held.deployment_id is not None:
         log.error("counters-tasks: the deployment marker %s is gone from Redis (its data was lost?); "
                   "the next write puts it back", marker_name())
@@ -202,13 +220,15 @@ def _check(conn: RedisClient, held: Held, write: bool) -> None:
 
 
 def _make(conn: RedisClient, held: Held, tag: bytes | None, marker: dict[str, str]) -> tuple[bytes | None, dict[str, str]]:
-    """Make, or put back, the tag key (the one this process holds, else a new one) and the
-    marker: SET NX and HSETNX, so concurrent writers end on one of each."""
-    if tag is None and not get_settings().tag_key:
+    """Make, or put back, the tag key (the pinned one, else the one this process holds, else a
+    new one) and the marker: SET NX and HSETNX, so concurrent writers end on one of each."""
+    pinned = get_settings().tag_key
+    if tag is None:
         if held.tag_key is not None:
             log.error("counters-tasks: the tag key %s is gone from Redis; putting back the one this process "
                       "holds", tag_key_name())
-        conn.set(tag_key_name(), held.tag_key or secrets.token_hex(16).encode(), nx=True)
+        made = pinned.encode() if pinned else held.tag_key or secrets.token_hex(16).encode()
+        conn.set(tag_key_name(), made, nx=True)
     name = marker_name()
     if not marker.get("id") and conn.hsetnx(name, "id", secrets.token_hex(8)):
         fields: dict[FieldT, EncodableT] = {"layout": LAYOUT, "created": repr(time.time()), "created_by": process_name()}
@@ -228,6 +248,21 @@ def _refuse_other_layout(marker: dict[str, str]) -> None:
     layout = int(marker.get("layout") or LAYOUT)
     if layout != LAYOUT:
         raise LayoutMismatch(layout_message(layout))
+
+
+def tag_key_mismatch_message() -> str:
+    return (f"COUNTERS_TAG_KEY is set here to another tag key than the deployment's in Redis ({tag_key_name()}): "
+            f"this process would read zeros and write where no reader looks. Use the writers' value (the stack of "
+            f"`counters-tasks run` keeps it in .counters-tasks/tag-key) or unset COUNTERS_TAG_KEY here: without it, "
+            f"the key is read from Redis")
+
+
+def hidden_message() -> str:
+    return (f"Redis holds a deployment (its marker {marker_name()}) but no tag key ({tag_key_name()}), and "
+            f"COUNTERS_TAG_KEY is not set here: this process cannot see its data and reads zeros. Its writers pin "
+            f"COUNTERS_TAG_KEY (an older counters-tasks did not keep a pinned key in Redis, or the key was deleted): "
+            f"set the writers' COUNTERS_TAG_KEY here (`counters-tasks run` keeps it in .counters-tasks/tag-key), or "
+            f"let a writer of this version write once, which puts the key in Redis")
 
 
 def layout_message(found: int) -> str:
@@ -253,23 +288,39 @@ def status(conn: RedisClient, now: float | None = None) -> dict[str, Any]:
 
 
 def describe(tag: bytes | None, marker: dict[str, str], now: float | None = None) -> dict[str, Any]:
-    """``ok`` (the layout is this package's and no data loss within LOSS_REPORTED_FOR),
-    ``layout`` (None: no marker yet), ``lost_at`` (the last data loss detected, or None),
-    ``recent_loss``, ``layout_ok``, ``has_tag_key``."""
+    """``ok`` (the layout is this package's, this process can see the data, and no data loss
+    within LOSS_REPORTED_FOR), ``layout`` (None: no marker yet), ``lost_at`` (the last data loss
+    detected, or None), ``recent_loss``, ``layout_ok``, ``has_tag_key``, ``visible`` (this
+    process reads the data that is there: its pin, if any, is the deployment's key, and without
+    a pin Redis holds the key of a deployment that has a marker), ``problem`` (why not, or None)
+    and ``warning`` (a pinned key Redis does not hold: processes without the pin see nothing)."""
     now = time.time() if now is None else now
     lost_at = float(marker["lost_at"]) if marker.get("lost_at") else None
     layout = int(marker["layout"]) if marker.get("layout") else None
+    pinned = get_settings().tag_key
+    problem = warning = None
+    if pinned and tag is not None and tag != pinned.encode():
+        problem = tag_key_mismatch_message()
+    elif not pinned and tag is None and marker.get("id"):
+        problem = hidden_message()
+    elif pinned and tag is None and marker.get("id"):
+        warning = (f"Redis holds no tag key ({tag_key_name()}): processes without COUNTERS_TAG_KEY read zeros "
+                   f"until a writer of this version writes (it puts the key back)")
+    recent_loss = lost_at is not None and now - lost_at < LOSS_REPORTED_FOR
     return {
         "id": marker.get("id"),
         "layout": layout,
         "package_layout": LAYOUT,
         "layout_ok": layout in (None, LAYOUT),
         "created": float(marker["created"]) if marker.get("created") else None,
-        "has_tag_key": tag is not None or bool(get_settings().tag_key),
+        "has_tag_key": tag is not None or bool(pinned),
+        "visible": problem is None,
+        "problem": problem,
+        "warning": warning,
         "lost_at": lost_at,
         "lost_by": marker.get("lost_by"),
-        "recent_loss": lost_at is not None and now - lost_at < LOSS_REPORTED_FOR,
-        "ok": layout in (None, LAYOUT) and not (lost_at is not None and now - lost_at < LOSS_REPORTED_FOR),
+        "recent_loss": recent_loss,
+        "ok": layout in (None, LAYOUT) and problem is None and not recent_loss,
     }
 
 

@@ -246,6 +246,13 @@ def skip_counts() -> str:
     return f"{prefix()}skipped:{{skipped}}"
 
 
+def skip_day_counts(day: date, site: str = "") -> str:
+    """HASH "<route>:<reason>" -> requests of one site's local day that were not page views
+    (``skips``; kept COUNTERS_DAY_TOTALS_DAYS like the day's totals): in the ``{skipped}`` slot,
+    so one call adds a message's skips to every day it names and to the all-time counts."""
+    return f"{prefix()}skipped:{{skipped}}:day:{day_label(day, site)}"
+
+
 def skip_seen(message_id: str) -> str:
     """STRING marker: this message's skip counts were added (dedupe, with a TTL)."""
     return f"{prefix()}skipped:{{skipped}}:seen:{escape(message_id)}"

@@ -14,9 +14,12 @@
   interrupted half way finishes the batch);
 - ``broker``: the Redis broker transport that never loses a message a killed worker was taking,
   and sets aside what it cannot hand to Celery;
+- ``consumer``: the worker's consumer, which checks every task message before Celery handles it,
+  whatever the broker, and sets aside what Celery would raise on or drop;
 - ``dead_letters``: messages set aside (undecodable, malformed, oversize, or failing for good),
   with their reasons, for operators to list, requeue or drop;
-- ``maintenance``: the beat jobs' cluster-wide lock and their last-run records.
+- ``maintenance``: the beat jobs' cluster-wide lock and their last-run records, and beat's start;
+- ``results``: the app's result backend, which keeps none and says so when a result is asked for.
 
 It imports the data modules, ``store`` and ``core``; nothing here imports ``tasks``, ``app``,
 ``local`` or ``ops``.

@@ -179,7 +179,8 @@ class Batcher:
                                       self.eventer, app=app)
         self.buffer: list[Request] = []
         self.running = 0  # messages of batches sent to the pool, not acknowledged yet
-        self.due: Any = None  # the timer entry of the buffer's time limit
+        self.due: Any = None  # the timer entry of the buffer's time limit (never cancelled by itself)
+        self.due_count = 0  # time limits set so far: tells an entry whether it is still the current one
         self.last_flush = 0.0  # monotonic time of the last batch sent to the pool
         self.retired = False
         self.lock = threading.RLock()  # timers run in another thread with the threads and solo pools
@@ -234,8 +235,22 @@ class Batcher:
             held = len(self.buffer)
             if held < self.task.flush_every and not self.at_prefetch_limit(held) and not self.idle(held):
                 if self.due is None:
-                    self.due = self.timer.call_after(self.task.flush_interval, self.flush)
+                    self.due_count += 1
+                    self.due = self.timer.call_after(self.task.flush_interval, self.flush_when_due, (self.due_count,))
                 return
+        self.flush()
+
+    def flush_when_due(self, which: int) -> None:
+        """The buffer's time limit, run by its timer entry (the ``which``-th set): the entry is
+        running, so it is forgotten, never cancelled. Under the gevent pool a timer entry is a
+        greenlet, and cancelling it kills it: a flush that cancelled the entry running it died
+        there, before it applied anything, and with ``due`` still set no time limit was set
+        again, so the last messages of a stream waited for a full batch (issue 30). An entry
+        that a flush cancelled too late (it had started in the timer's thread) applies nothing."""
+        with self.lock:
+            if which != self.due_count or self.due is None:
+                return  # that time limit's buffer was applied already; a later one has its own entry
+            self.due = None
         self.flush()
 
     def idle(self, held: int) -> bool:

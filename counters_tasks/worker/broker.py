@@ -13,21 +13,32 @@ waits on the first queue, and a message arriving on another ends that wait at on
 or that is too large is set aside in the dead letters (``dead_letters``) instead of reaching
 Celery, which would crash on it or restore it forever. Everything else (acks, restore sweeps,
 publishing) is kombu's. ``worker.celery_defaults`` selects this transport for ``redis://`` and ``rediss://`` brokers.
+
+A worker's broker connection pools are sized for its concurrency (``size_broker_pools``, at the
+worker's start): kombu's Redis channel keeps at most ``max_connections`` (10) connections and
+raises ``MaxConnectionsError`` past them, and with the threads, gevent or eventlet pool each task
+that finishes acknowledges its message from its own thread or greenlet, holding one of them while
+Redis answers (issue 30: ``Couldn't ack`` under ``--pool gevent -c 50``).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import os
+import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from time import monotonic
 from typing import Any
 
+from celery import signals
+from kombu import Connection
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 from kombu.utils.encoding import bytes_to_str
+from kombu.utils.url import maybe_sanitize_url
 
 from ..core.settings import get_settings
 from ..store import keys as store_keys
@@ -45,6 +56,70 @@ timeout on its ``hz`` tick (100 ms by default), so a message can wait that long 
 
 WAIT = "WAIT "
 """Prefix of the poller's event type of a queue's own wait (``QueueWait``)."""
+
+
+POOL_MARGIN = 10
+"""Connections of a broker pool beyond the worker's concurrency: kombu's own ``max_connections``
+default, for what the worker's main process does with them besides acknowledging tasks (restore
+sweeps, control replies, waking its own wait, events)."""
+
+
+def _number(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def task_concurrency(conf: Any, options: dict[str, Any]) -> int:
+    """The most tasks a worker may run at once: the top of ``--autoscale`` when given, else ``-c``
+    or ``worker_concurrency`` (the CPU count when neither is a number, as Celery does)."""
+    autoscale = options.get("autoscale")
+    if autoscale:
+        bounds = autoscale if isinstance(autoscale, (list, tuple)) else str(autoscale).split(",")
+        top = max((_number(bound) or 0 for bound in bounds), default=0)
+        if top:
+            return top
+    return _number(options.get("concurrency")) or _number(conf.worker_concurrency) or os.cpu_count() or 2
+
+
+def redis_broker(conf: Any) -> bool:
+    """Whether the configured broker's transport is kombu's Redis one or derived from it (this
+    module's, Sentinel's): channels that keep a redis-py connection pool of ``max_connections``."""
+    connection = Connection(conf.broker_read_url or conf.broker_url, transport=conf.broker_transport)
+    try:
+        return issubclass(connection.get_transport_cls(), kombu_redis.Transport)
+    finally:
+        connection.release()
+
+
+@signals.celeryd_init.connect
+def size_broker_pools(conf: Any = None, options: dict[str, Any] | None = None, **_: Any) -> None:
+    """At a worker's start (``celeryd_init``: its configuration is final, its connections not
+    made yet), make its broker pools hold a connection for every task it may run at once, plus
+    ``POOL_MARGIN``, as Celery's ``broker_pool_limit`` and kombu's ``max_connections`` documents
+    advise for threads and green threads:
+
+    - ``broker_transport_options["max_connections"]``, the connection pool of each Redis channel:
+      a plain redis-py pool, which raises ``MaxConnectionsError`` when it is exhausted, so an
+      acknowledgement failed (``Couldn't ack``) and its message stayed unacknowledged until the
+      visibility timeout gave it back; unless the configuration names its own;
+    - ``broker_pool_limit``, Celery's pool of producer connections (tasks that publish, retries),
+      which makes publishers wait when it is exhausted; raised, never lowered (0 or None, no
+      pool, stays).
+
+    Connections are made only when used at once, so a larger limit costs nothing at rest. This
+    handler is connected when the worker imports its tasks (``tasks`` -> ``worker.task_bases``
+    -> ``worker.batch_consumer`` -> here), before Celery sends ``celeryd_init``."""
+    if conf is None:
+        return
+    needed = task_concurrency(conf, options or {}) + POOL_MARGIN
+    if redis_broker(conf):
+        transport_options = dict(conf.broker_transport_options or {})
+        if "max_connections" not in transport_options:
+            conf.broker_transport_options = {**transport_options, "max_connections": needed}
+    if conf.broker_pool_limit and conf.broker_pool_limit < needed:
+        conf.broker_pool_limit = needed
 
 
 @dataclass
@@ -78,7 +153,20 @@ class QoS(kombu_redis.QoS):
     message a visit (issue 21). A message delivered any other way (``basic_get``, a key prefix)
     is recorded by kombu as before."""
 
-    _acks: list[Any] | None = None  # inside acks_together: the tags acknowledged so far
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # inside acks_together: the tags acknowledged so far, per thread (a greenlet under gevent
+        # and eventlet, whose monkey-patching makes threading.local theirs): with the threads pool
+        # each batch is acknowledged from the thread that ran it, and two may overlap (issue 30)
+        self._together = threading.local()
+
+    @property
+    def _acks(self) -> list[Any] | None:
+        return getattr(self._together, "acks", None)
+
+    @_acks.setter
+    def _acks(self, tags: list[Any] | None) -> None:
+        self._together.acks = tags
 
     def append(self, message: Any, delivery_tag: Any) -> None:
         if delivery_tag is not None and delivery_tag == self.channel._recorded_by_take:
@@ -95,8 +183,8 @@ class QoS(kombu_redis.QoS):
 
     @contextmanager
     def acks_together(self) -> Iterator[None]:
-        """Acknowledgements made inside leave the broker's unacked records in one round trip at
-        the end (kombu's ``ack`` sends a ``MULTI`` / ``EXEC`` a message: a sixth of the worker's
+        """Acknowledgements made inside (by this thread) leave the broker's unacked records in one
+        round trip at the end (kombu's ``ack`` sends a ``MULTI`` / ``EXEC`` a message: a sixth of the worker's
         main process with one message a visit). Should that round trip fail, the records stay and
         the messages come back after the visibility timeout, as after a failed ``ack``; their
         events are applied at most once (dedupe)."""
@@ -356,3 +444,19 @@ class Transport(kombu_redis.Transport):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.cycle: Any = Poller()
+
+
+class SocketTransport(Transport):
+    """The same transport for a broker on a unix socket. kombu takes its own Redis transport for
+    any ``redis+socket://`` URL, whatever the configuration names, so ``worker.celery_defaults``
+    gives this one the URL without ``redis+`` (``socket:///path?virtual_host=N``): kept whole as
+    the host (``can_parse_url``), it is opened by kombu's Redis channel as the socket it names,
+    as kombu does for ``redis+socket://``."""
+
+    can_parse_url = True
+
+    def as_uri(self, uri: str, include_password: bool = False, mask: str = "**") -> str:
+        """The URL as kombu spells it (``redis+socket://``), for Celery's banner and for Flower,
+        which reads the broker's queues by it; the password masked unless asked for."""
+        uri = "redis+" + uri
+        return uri if include_password else maybe_sanitize_url(uri, mask)

@@ -11,7 +11,7 @@ from datetime import timedelta
 from celery.schedules import crontab
 from kombu import Queue
 
-from ..core.settings import get_settings
+from ..core.settings import SOCKET_BROKER_SCHEME, get_settings, redis_py_url
 
 _settings = get_settings()
 
@@ -34,11 +34,18 @@ broker_transport_options = {
 # this transport pops and records in one Lua call (counters_tasks/worker/broker.py).
 if _settings.broker_url.startswith(("redis://", "rediss://")):
     broker_transport = "counters_tasks.worker.broker:Transport"
+elif _settings.broker_url.startswith(SOCKET_BROKER_SCHEME + "://"):  # a unix socket: the same, see SocketTransport
+    broker_url = _settings.broker_url.removeprefix("redis+")
+    broker_transport = "counters_tasks.worker.broker:SocketTransport"
 # rediss://: verify the server's certificate (kombu's default for rediss without options is
 # CERT_NONE). ``ssl_*`` query parameters of the broker URL (e.g. ``?ssl_ca_certs=/ca.pem``)
 # take precedence, as they do for the counters client (redis-py reads the same parameters).
 if _settings.broker_url.startswith("rediss://"):
     broker_use_ssl = {"ssl_cert_reqs": ssl.CERT_REQUIRED}
+
+# Every task message is checked before Celery handles it, on any broker: a malformed one is set
+# aside in the dead letters, never able to stop the worker (counters_tasks/worker/consumer.py).
+worker_consumer = "counters_tasks.worker.consumer:Consumer"
 
 # JSON only: a pickled message is refused by the worker.
 task_serializer = "json"
@@ -47,9 +54,10 @@ accept_content = ["json"]
 result_accept_content = ["json"]
 event_serializer = "json"
 
-# Counting tasks return nothing worth storing.
+# Counting tasks return nothing worth storing: no result is kept, and an AsyncResult asked for a
+# state or value says so (worker/results.py; docs/tasks.md, "What .delay() returns").
 task_ignore_result = True
-result_backend = None
+result_backend = "counters_tasks.worker.results:NoResults"
 
 timezone = "UTC"
 enable_utc = True
@@ -118,7 +126,7 @@ beat_schedule = {
 # one tick. Without it, run exactly one beat (the default scheduler has no lock).
 if _settings.beat_scheduler == "redbeat":
     beat_scheduler = "redbeat.RedBeatScheduler"
-    redbeat_redis_url = broker_url
+    redbeat_redis_url = redis_py_url(_settings.broker_url)  # redbeat opens it with redis-py
     redbeat_key_prefix = "redbeat:"
     redbeat_redis_options: dict[str, object] = {}  # not the broker's transport options (redbeat's deprecated fallback)
     redbeat_lock_timeout = _settings.beat_lock_timeout

@@ -5,11 +5,22 @@ counters' Redis when the broker is not a Redis (RabbitMQ...: ``store_client``).
 Two kinds of record go to one capped list (``store.keys.dead_letters``), newest first:
 
 - a message the worker cannot decode or whose shape is wrong (not JSON, not a kombu message, no
-  task name, a body that is not Celery's ``[args, kwargs, embed]``, or larger than
-  ``COUNTERS_MAX_MESSAGE_BYTES``): taken by the broker transport and moved aside before Celery
-  sees it, with its raw payload (``payload``);
+  task name or id, a body that is not Celery's ``[args, kwargs, embed]``, or larger than
+  ``COUNTERS_MAX_MESSAGE_BYTES``): with a Redis broker, taken by the broker transport and moved
+  aside before Celery sees it, with its raw payload (``payload``; bytes that are not UTF-8
+  escaped, ``escaped``); with any other broker (RabbitMQ), the worker's consumer
+  (``worker.consumer``) checks each delivered message the same way (``task_problem``) and sets it
+  aside with its body (``body_only``), as it does a message of a task the worker does not know
+  (``unknown_task``);
 - a task call that kept failing for a reason that is not Redis being away
-  (``COUNTERS_MAX_ATTEMPTS`` tries): its task name, id, arguments (``args``, ``kwargs``).
+  (``COUNTERS_MAX_ATTEMPTS`` tries): its task name, id, arguments (``args``, ``kwargs``), error.
+
+A call's arguments hold raw visitor IPs; the broker's Redis holds them anyway (the queues), but
+the counters' Redis never holds a raw IP (docs/keys.md): a call or a message body kept there has
+every IP address of its arguments, body and error masked as Celery's output shows them
+(``core.privacy``), is marked ``masked`` when that changed it, and is then not sent again by
+``requeue`` (a masked IP is not a visitor: it would be refused as bad input); the operator reads
+and drops it.
 
 Each record says why (``reason``), when (``at``) and from which queue; the reasons are counted.
 Records older than ``COUNTERS_DEAD_LETTER_DAYS`` (14) are removed by the beat job
@@ -22,7 +33,6 @@ with them).
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 import logging
 import os
@@ -32,7 +42,8 @@ from typing import Any
 import redis
 from kombu.utils.json import loads as kombu_loads
 
-from ..core.settings import get_settings, is_redis_url
+from ..core.privacy import masked, masked_text
+from ..core.settings import get_settings, is_redis_url, redis_py_url
 from ..core.validation import finite_number
 from ..store import keys
 from ..store.client import as_str, get_redis
@@ -46,18 +57,30 @@ PAYLOAD_KEPT = 1 << 20
 _client: tuple[int, str, redis.Redis] | None = None
 
 
+def kept_with_the_counters() -> bool:
+    """Whether the dead letters live in the counters' Redis (the broker is not a Redis: RabbitMQ,
+    any other), where no raw IP may be kept."""
+    return not is_redis_url(get_settings().broker_url)
+
+
 def store_client() -> Any:
     """The Redis that keeps the dead letters, for this process: the broker's, when the broker is
     a Redis (short timeouts); else (RabbitMQ, any other broker) the counters' own."""
     global _client
     settings = get_settings()
-    if not is_redis_url(settings.broker_url):
+    if kept_with_the_counters():
         return get_redis()
-    url = settings.broker_url
+    url = redis_py_url(settings.broker_url)
     if _client is None or _client[0] != os.getpid() or _client[1] != url:
         timeout = settings.socket_timeout
         _client = (os.getpid(), url, redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout))
     return _client[2]
+
+
+def _is_message(message: Any) -> bool:
+    """Whether a decoded item has the shape of a kombu message (headers, properties, a body)."""
+    return isinstance(message, dict) and all(isinstance(message.get(k), want) for k, want in
+                                             (("headers", dict), ("properties", dict), ("body", (str, bytes))))
 
 
 def envelope_problem(item: bytes | str) -> tuple[str | None, dict[str, Any] | None]:
@@ -68,8 +91,7 @@ def envelope_problem(item: bytes | str) -> tuple[str | None, dict[str, Any] | No
         message = kombu_loads(item)
     except Exception:  # noqa: BLE001  not JSON, not UTF-8, or kombu's type hook refused a value
         return "not_json", None
-    if not isinstance(message, dict) or not all(isinstance(message.get(k), want) for k, want in
-                                                (("headers", dict), ("properties", dict), ("body", str))):
+    if not _is_message(message):
         return "not_a_message", None
     return None, message
 
@@ -80,36 +102,75 @@ def message_problem(item: bytes | str) -> tuple[str | None, dict[str, Any] | Non
     with its own types), so the worker hands over this very dict. A message that is JSON but
     that kombu's decoder refuses (a ``__type__`` object it cannot rebuild) is ``not_json`` too:
     handed to kombu it raised in the worker's loop, which took it again and again while the
-    messages behind it waited."""
+    messages behind it waited. The task message itself is checked by ``task_problem``."""
     reason, message = envelope_problem(item)
     if message is None:
         return reason, None
-    if not isinstance(message["headers"].get("task"), str):  # protocol 2: the task name is a header
-        return "no_task", message
+    return task_problem(message), message
+
+
+def task_problem(message: dict[str, Any]) -> str | None:
+    """Why a kombu message (decoded as ``envelope_problem`` decodes a raw item, or a delivered
+    one as ``delivered_message`` shows it) cannot be handed to Celery as a task, whatever the
+    broker; None when it can. Celery raises in the worker's loop on each of these (a missing
+    ``id`` header or a body that is not ``[args, kwargs, embed]`` made the main process exit)."""
+    if not _is_message(message):
+        return "not_a_message"
+    headers = message["headers"]
+    if not isinstance(headers.get("task"), str):  # protocol 2: the task name is a header
+        return "no_task"
+    if "id" not in headers:
+        return "no_id"
     if message.get("content-type") != "application/json":
-        return "not_json_content", message
-    if task_arguments(message) is None:
-        return "bad_body", message
-    return None, message
+        return "not_json_content"
+    try:
+        body = _body(message)
+    except ValueError:  # binascii.Error and UnicodeDecodeError too
+        return "not_json"
+    return "bad_body" if _arguments(body) is None else None
+
+
+def delivered_message(message: Any) -> dict[str, Any]:
+    """A message as kombu delivered it (a ``kombu.Message``, from any transport) as the dict that
+    ``task_problem`` reads: its body is already decoded from the transport's encoding."""
+    return {"headers": message.headers, "properties": {}, "body": message.body,
+            "content-type": message.content_type}
 
 
 def task_arguments(message: dict[str, Any]) -> tuple[list[Any], dict[str, Any]] | None:
     """``(args, kwargs)`` of a decoded kombu message whose body is Celery's ``[args, kwargs,
     embed]`` (base64 or not), or None when it is not."""
+    try:
+        return _arguments(_body(message))
+    except ValueError:
+        return None
+
+
+def _body(message: dict[str, Any]) -> Any:
+    """The JSON of a message's body (base64 or not); ValueError when it is not JSON."""
     body: str | bytes = message["body"]
     if message["properties"].get("body_encoding") == "base64":
-        try:
-            body = base64.b64decode(body, validate=True)
-        except (binascii.Error, ValueError):
-            return None
-    try:
-        decoded = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        return None
+        body = base64.b64decode(body, validate=True)
+    return json.loads(body)
+
+
+def _arguments(decoded: Any) -> tuple[list[Any], dict[str, Any]] | None:
     if not (isinstance(decoded, list) and len(decoded) == 3 and isinstance(decoded[0], list)
             and isinstance(decoded[1], dict) and isinstance(decoded[2], dict)):
         return None
     return decoded[0], decoded[1]
+
+
+def payload_text(item: bytes | str) -> tuple[str, bool]:
+    """A raw payload as text, and whether it had to be escaped: bytes that are not UTF-8 (a
+    foreign producer's) are kept as ``\\xNN`` escapes, so the record is JSON and can be listed,
+    but is not the message as it was (``requeue`` keeps it)."""
+    if isinstance(item, str):
+        return item, False
+    try:
+        return item.decode("utf-8"), False
+    except UnicodeDecodeError:
+        return item.decode("utf-8", "backslashreplace"), True
 
 
 def _record(reason: str, queue: str | None, task: str | None, task_id: Any, **extra: Any) -> str:
@@ -120,24 +181,59 @@ def _record(reason: str, queue: str | None, task: str | None, task_id: Any, **ex
 def set_aside_message(client: Any, unacked: tuple[str, str], queue: str, item: bytes | str, reason: str,
                       message: dict[str, Any] | None) -> None:
     """Move a raw message taken from ``queue`` aside (and out of the ``unacked`` hash and index)."""
-    text = as_str(item)
+    text, escaped = payload_text(item)
     headers = (message or {}).get("headers") or {}
     tag = ((message or {}).get("properties") or {}).get("delivery_tag")
     task = headers.get("task") if isinstance(headers.get("task"), str) else None
     record = _record(reason, queue, task, headers.get("id"), payload=text[:PAYLOAD_KEPT],
-                     truncated=len(text) > PAYLOAD_KEPT)
+                     truncated=len(text) > PAYLOAD_KEPT, **({"escaped": True} if escaped else {}))
     run_script(client, "dead_letter", [keys.dead_letters(), keys.dead_letter_reasons(), *unacked],
                [record, get_settings().dead_letter_max, reason, tag if isinstance(tag, str) else ""])
     log.warning("message %s (task %s) from %s set aside: %s", headers.get("id"), task, queue, reason)
 
 
+def set_aside_delivered(message: Any, reason: str) -> None:
+    """Set aside a task message as kombu delivered it (``worker.consumer``, any broker), for
+    ``reason`` (a ``task_problem``, or ``unknown_task``), before Celery handles it: its record
+    keeps the body (``body_only``: without its message it cannot be sent again, ``requeue``
+    keeps it). Kept in the counters' Redis (``kept_with_the_counters``), its body, task and id
+    have their IP addresses masked (``masked`` when that changed them). The caller acknowledges
+    the message once this returned."""
+    headers = message.headers if isinstance(message.headers, dict) else {}
+    text, escaped = payload_text(message.body if isinstance(message.body, (bytes, str)) else repr(message.body))
+    found_task, found_id = headers.get("task"), headers.get("id")
+    task: str = found_task if isinstance(found_task, str) else ""
+    task_id: str = found_id if isinstance(found_id, str) else repr(found_id)[:200]
+    extra: dict[str, Any] = {"escaped": True} if escaped else {}
+    if kept_with_the_counters():
+        shown = (masked_text(text), masked_text(task), masked_text(task_id))
+        if shown != (text, task, task_id):
+            (text, task, task_id), extra["masked"] = shown, True
+    queue = (message.delivery_info or {}).get("routing_key")
+    record = _record(reason, queue, task or None, task_id, payload=text[:PAYLOAD_KEPT],
+                     truncated=len(text) > PAYLOAD_KEPT, body_only=True, **extra)
+    run_script(store_client(), "dead_letter", [keys.dead_letters(), keys.dead_letter_reasons(), "", ""],
+               [record, get_settings().dead_letter_max, reason, ""])
+    log.warning("message %s (task %s) from %s set aside: %s", masked_text(task_id[:200]), masked_text(task[:200]),
+                queue, reason)
+
+
 def set_aside_call(task: str, task_id: Any, args: Any, kwargs: Any, queue: str | None, error: BaseException,
                    attempts: int) -> None:
     """Set aside a task call that kept failing (``attempts`` tries) for a reason that is not Redis
-    being away, so that its message can be acknowledged without being lost."""
+    being away, so that its message can be acknowledged without being lost. Kept in the counters'
+    Redis (``kept_with_the_counters``), its IP addresses are masked (``masked`` when that changed
+    its arguments: it cannot be sent again)."""
     reason = "failed"
-    record = _record(reason, queue, task, task_id, args=args, kwargs=kwargs, attempts=attempts,
-                     error=f"{type(error).__name__}: {error}"[:2000])
+    error_text = f"{type(error).__name__}: {error}"[:2000]
+    extra: dict[str, Any] = {}
+    if kept_with_the_counters():
+        shown_args, shown_kwargs = masked(args, whole=True), masked(kwargs, whole=True)
+        if (shown_args, shown_kwargs) != (args, kwargs):
+            args, kwargs, extra["masked"] = shown_args, shown_kwargs, True
+        error_text = masked_text(error_text)
+    record = _record(reason, queue, task, task_id, args=args, kwargs=kwargs, attempts=attempts, error=error_text,
+                     **extra)
     run_script(store_client(), "dead_letter", [keys.dead_letters(), keys.dead_letter_reasons(), "", ""],
                [record, get_settings().dead_letter_max, reason, ""])
     log.error("%s %s failed %d times (%r): set aside in the dead letters", task, task_id, attempts, error)
@@ -221,15 +317,17 @@ def drop(client: Any, index: int | None) -> int:
 
 def requeue(client: Any, app: Any, index: int | None) -> int:
     """Send the record at ``index`` (all for None) again: a raw message back to its queue as it
-    was, a failed task call as a new message with the same task id (so dedupe still holds)."""
+    was, a failed task call as a new message with the same task id (so dedupe still holds). A
+    truncated payload, or a call whose IPs were masked, cannot be: it stays. Returns how many
+    were sent."""
     done = 0
     for raw, record in _take(client, index):
-        if "payload" in record and not record.get("truncated"):
+        if "payload" in record and not any(record.get(k) for k in ("truncated", "escaped", "body_only")):
             client.lpush(record["queue"], record["payload"])
-        elif "args" in record:
+        elif "args" in record and not record.get("masked"):
             app.send_task(record["task"], args=record["args"], kwargs=record["kwargs"], task_id=record["id"],
                           queue=record.get("queue") or None)
-        else:  # a truncated payload cannot be sent again: keep it
+        else:  # a payload not as it came (truncated, escaped, a body alone) or masked arguments: keep it
             client.rpush(keys.dead_letters(), raw)
             continue
         done += 1

@@ -27,7 +27,7 @@ def test_take_records_what_kombu_restores(broker_server, monkeypatch):
     queue = Queue("visits", exchange, "visits")
     with Connection(url, transport="counters_tasks.worker.broker:Transport") as conn:
         conn.Producer().publish([[1], {}, {}], exchange=exchange, routing_key="visits", declare=[queue],
-                                headers={"task": "counters_tasks.update_counter"})  # a task message
+                                headers={"task": "counters_tasks.update_counter", "id": "t1"})  # a task message
         got = []
         with conn.Consumer(queue, callbacks=[lambda body, message: got.append((body, message))]):
             conn.drain_events(timeout=5)
@@ -129,7 +129,7 @@ def publish_tasks(conn: Connection, count: int) -> None:
     producer = conn.Producer()
     for n in range(count):
         producer.publish([[n], {}, {}], exchange=VISITS.exchange, routing_key="visits", declare=[VISITS],
-                         headers={"task": "counters_tasks.update_counter"})
+                         headers={"task": "counters_tasks.update_counter", "id": f"t{n}"})
 
 
 def consume(conn: Connection, count: int) -> list:

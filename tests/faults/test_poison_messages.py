@@ -1,6 +1,6 @@
 """A worker that cannot be stopped by a message: raw messages a foreign or broken producer could
-put on the queue (a body that is not ``[args, kwargs, embed]``, not JSON at all, no task name, a
-40 MB batch) sit among good ones. The worker must stay alive, apply every good message exactly,
+put on the queue (a body that is not ``[args, kwargs, embed]``, not JSON at all, not even UTF-8,
+no task name or id, a 40 MB batch) sit among good ones. The worker must stay alive, apply every good message exactly,
 set each bad one aside in the dead letters with its reason, never restore it, and let an
 operator list, requeue and drop them."""
 
@@ -51,14 +51,17 @@ def test_poison_messages_are_set_aside_and_the_worker_goes_on(fault_env, counter
     counter = template(broker_conn, publisher, tasks.update_counter, ("poison", 1, now))
     no_task = json.loads(json.dumps(counter))
     del no_task["headers"]["task"]
+    no_id = json.loads(json.dumps(visit))  # Celery's request read headers["id"]: a KeyError in the worker's loop
+    del no_id["headers"]["id"]
     kombu_type = json.loads(json.dumps(counter))  # JSON, but not what kombu's decoder accepts
     kombu_type["headers"]["sent_at"] = {"__type__": "datetime", "__value__": "not a date"}
     huge = [{"ip": "192.0.2.9", "path": "/" + "x" * 1000, "ts": now}] * 40_000  # ~40 MB
     big = template(broker_conn, publisher, tasks.record_visits, ([],))
     poison = {
         "bad_body": [with_body(visit, {"a": 1}), with_body(counter, {"a": 1}), with_body(counter, [1, 2])],
-        "not_json": ["{this is not json", json.dumps(kombu_type)],
+        "not_json": ["{this is not json", json.dumps(kombu_type), b"\xff\xfe{not UTF-8 " + visit["body"].encode()],
         "no_task": [json.dumps(no_task)],
+        "no_id": [json.dumps(no_id)],
         "oversize": [with_body(big, [[huge], {}, {}])],
     }
     good = [(f"10.1.{i // 256}.{i % 256}", f"/g{i % 5}") for i in range(1, 301)]
@@ -96,8 +99,11 @@ def test_poison_messages_are_set_aside_and_the_worker_goes_on(fault_env, counter
     assert cli(env, "drop", "--index", "0").stdout.strip() == "dropped 1"
     requeued = cli(env, "requeue", "--all")
     assert requeued.returncode == 0, requeued.stderr
-    kept = broker_conn.llen(keys.dead_letters())  # an oversize record keeps only the start of its payload
-    assert kept == expected_dead["oversize"] - (1 if listed["records"][0]["reason"] == "oversize" else 0)
+    kept = broker_conn.llen(keys.dead_letters())  # an oversize record keeps only the start of its payload,
+    # a record of bytes that are not UTF-8 shows them escaped: neither is the message as it was, so neither is sent
+    assert kept == sum(1 for r in listed["records"][1:] if r.get("truncated") or r.get("escaped"))
+    dropped = listed["records"][0]
+    assert kept == expected_dead["oversize"] + 5 - (1 if dropped.get("truncated") or dropped.get("escaped") else 0)
     assert broker_conn.llen("visits") == sum(expected_dead.values()) - 1 - kept
     assert cli(env, "drop", "--all").returncode == 0 and broker_conn.llen(keys.dead_letters()) == 0
 

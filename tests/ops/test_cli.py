@@ -55,7 +55,9 @@ def test_stats_top_pages_and_uniques_json_equal_the_api(raw_conn, redis_url):
         data = json.loads(run_cli(redis_url, "stats", *args, "--json").stdout)
         expected = sitestats.site_visit_range(raw_conn, first, today)
         assert (data["from"], data["to"], data["pv"], data["uv"]) == (first.isoformat(), today.isoformat(), expected.pv, expected.uv)
-        assert data["days"] == [{"day": d.day.isoformat(), "pv": d.pv, "uv": d.uv} for d in expected.days]
+        assert data["days"] == [{"day": d.day.isoformat(), "pv": d.pv, "uv": d.uv, "skipped": 0}
+                                for d in expected.days]  # the demo data skipped no request
+        assert data["skipped"] == {} and data["skipped_total"] == 0
         assert data["uv_approximate"] is (first != today) and expected.pv > 0
     data = json.loads(run_cli(redis_url, "stats", "--from", "yesterday", "--path", "/pricing?x=1", "--json").stdout)
     page = sitestats.site_visit_range(raw_conn, yesterday, today, "/pricing")
@@ -158,7 +160,8 @@ def test_health_without_workers_is_unhealthy_then_healthy_with_worker_and_beat(r
     try:
         def healthy():
             r = run_cli(redis_url, "health", "--json", CELERY_BROKER_URL=broker)
-            return r if r.returncode == 0 else None
+            # healthy, and beat's cleaner has run (beat counts as alive from its start on)
+            return r if r.returncode == 0 and json.loads(r.stdout)["beat"]["last_run_age_seconds"] is not None else None
 
         result = wait_until(healthy, timeout=60, interval=0.5, what="health to pass with a worker and beat")
         report = json.loads(result.stdout)

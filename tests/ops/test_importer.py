@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from counters_tasks import counters, sitestats, uniques
+from counters_tasks import counters, sitestats, skips, uniques
 from counters_tasks.core.settings import reset_settings
 from counters_tasks.local.redis_server import free_port
 from counters_tasks.ops import importer
@@ -73,15 +73,24 @@ class Expected:
 
     views: list[tuple[str, str, float, str | None]] = field(default_factory=list)
     skipped: Counter = field(default_factory=Counter)
+    skipped_on: Counter = field(default_factory=Counter)  # (UTC day, reason) of the lines with a time
     lines: int = 0
 
     def view(self, ip: str, path: str, ts: float, visitor: str | None) -> None:
         self.lines += 1
         self.views.append((ip, path.split("?")[0], ts, visitor))
 
-    def skip(self, reason: str) -> None:
+    def skip(self, reason: str, ts: float | None = None) -> None:
         self.lines += 1
         self.skipped[reason] += 1
+        if ts is not None:
+            self.skipped_on[(utc_day(ts), reason)] += 1
+
+    def skipped_days(self) -> dict[date, dict[str, int]]:
+        found: dict[date, dict[str, int]] = defaultdict(dict)
+        for (day, reason), n in self.skipped_on.items():
+            found[day][reason] = n
+        return found
 
     def pv(self) -> Counter:
         return Counter(utc_day(ts) for _ip, _path, ts, _v in self.views)
@@ -134,13 +143,13 @@ def make_log(rng: random.Random, count: int, now: float, fmt: str = "combined", 
         lines.append(log_line(ip, ts, method, target, status, shown_agent, offset).encode())
         visitor = f"{ip}|{shown_agent or ''}"
         if kind in ("post", "head"):
-            expected.skip("method")
+            expected.skip("method", ts)
         elif kind == "status":
-            expected.skip("status")
+            expected.skip("status", ts)
         elif kind == "static" and not include_all:
-            expected.skip("static")
+            expected.skip("static", ts)
         elif kind == "bot" and not include_all and fmt == "combined":
-            expected.skip("crawler")
+            expected.skip("crawler", ts)
         else:
             expected.view(ip, target, ts, visitor)
     if extras:
@@ -217,6 +226,9 @@ def test_combined_log_counts_page_views_at_their_times_and_once(raw_conn, tmp_pa
     assert summary["days"] == {day.isoformat(): n for day, n in sorted(expected.pv().items())}
     assert len(expected.views) > 2 * importer.CHUNK  # several chunks, the last one partial
     check_figures(raw_conn, expected)
+    # each skipped line counts in its own day (the unreadable ones, which have none, in the totals only)
+    days = sorted(expected.skipped_days())
+    assert len(days) == 2 and skips.day_counts(raw_conn, days[0], days[-1]) == expected.skipped_days()
     # the same lines again count nothing; nor once the messages' dedupe markers are gone (the ledger)
     again = run_import("--json", str(log))
     check_summary(again, expected, counted=0)

@@ -3,9 +3,14 @@ views the CLI prints, errors as 400/503, and optional basic auth."""
 
 from __future__ import annotations
 
+import time
+from datetime import timedelta
+
 import pytest
 import redis
 
+from counters_tasks import visits
+from counters_tasks.core.days import local_day
 from counters_tasks.core.settings import load_settings, reset_settings
 from counters_tasks.errors import ConfigurationError
 from counters_tasks.local.redis_server import free_port
@@ -141,3 +146,52 @@ def test_hosts_come_from_the_environment(conn, monkeypatch):
     finally:
         monkeypatch.delenv("COUNTERS_DASHBOARD_HOSTS")
         reset_settings()
+
+
+def _visitors_on(conn, day_ts: float, count: int, path: str = "/", first: int = 1) -> None:
+    """``count`` distinct visitors (IPs) with a view of ``path`` at ``day_ts``."""
+    for i in range(first, first + count):
+        visits.apply_visit(conn, f"198.51.100.{i % 250 + 1}" if i < 250 else f"2001:db8::{i:x}", path, None, day_ts)
+
+
+def test_a_range_with_visitors_on_one_day_only_has_that_days_exact_uv(conn):
+    """A week whose visitors all came today (a fresh ``make demo``, the dashboard's default
+    range) showed the HyperLogLog union of the days, marked "≈ estimate", where today's exact
+    figure is known: one day with visitors is that day's figure, exact (docs/api.md)."""
+    now = time.time()
+    today = local_day(now)
+    _visitors_on(conn, now, 400)
+    _visitors_on(conn, now, 60, path="/pricing")  # more than the 42 a path's day sketch keeps exactly
+    week = {"start": (today - timedelta(days=6)).isoformat(), "end": today.isoformat()}
+    site = views.stats_view(conn, **week)
+    assert (site["uv"], site["uv_approximate"]) == (400, False)
+    page = views.stats_view(conn, path="/pricing", **week)
+    assert (page["uv"], page["uv_approximate"]) == (60, False)
+    nobody = views.stats_view(conn, path="/nowhere", **week)
+    assert (nobody["pv"], nobody["uv"], nobody["uv_approximate"]) == (0, 0, False)
+    # the same through the dashboard's endpoint
+    client = TestClient(create_app(conn, auth=None, health=fake_health))
+    assert client.get("/api/stats", params={"from": week["start"], "to": week["end"]}).json() == site
+
+
+def test_a_range_with_visitors_on_several_days_is_still_marked_an_estimate(conn):
+    now = time.time()
+    today = local_day(now)
+    _visitors_on(conn, now, 100)
+    _visitors_on(conn, now - 86400, 100, first=51)  # 50 of them again, 50 new
+    _visitors_on(conn, now, 50, path="/pricing")
+    _visitors_on(conn, now - 86400, 50, path="/pricing")
+    week = {"start": (today - timedelta(days=6)).isoformat(), "end": today.isoformat()}
+    site = views.stats_view(conn, **week)
+    assert site["uv_approximate"] is True and abs(site["uv"] - 150) <= 6  # 0.81% standard error
+    assert views.stats_view(conn, path="/pricing", **week)["uv_approximate"] is True
+
+
+def test_one_day_in_hll_mode_is_still_marked_an_estimate(conn, monkeypatch):
+    use_settings(monkeypatch, COUNTERS_UV_MODE="hll")
+    now = time.time()
+    today = local_day(now)
+    _visitors_on(conn, now, 100)
+    assert views.stats_view(conn, day="today")["uv_approximate"] is True
+    week = views.stats_view(conn, start=(today - timedelta(days=6)).isoformat(), end=today.isoformat())
+    assert week["uv_approximate"] is True and abs(week["uv"] - 100) <= 4

@@ -9,16 +9,18 @@ import shutil
 import time
 import urllib.error
 import urllib.request
+import uuid
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import redis
 
-from counters_tasks import counters, visits
+from counters_tasks import counters, ranking, visits
 from counters_tasks.core.days import local_day
 from counters_tasks.core.settings import reset_settings
 from counters_tasks.local.waiting import wait_until
+from counters_tasks.store import deployment
 from tests.support import demo_data
 from tests.support.browser import Browser, ensure_chromium
 from tests.support.procs import REPO, celery_env, serving, start_beat, start_serve, start_worker
@@ -86,6 +88,7 @@ def dom_numbers(browser: Browser) -> dict:
             .map(tr => [tr.children[1].textContent, Number(tr.children[2].textContent)]),
         pv: document.getElementById('pv-total').textContent,
         uv: document.getElementById('uv-total').textContent,
+        uvNote: document.getElementById('uv-note').textContent,
         pvBars: [...document.querySelectorAll('#visitors-chart rect[data-series="PV"]')].map(r => Number(r.dataset.value)),
         uvDots: [...document.querySelectorAll('#visitors-chart circle[data-series="UV"]')].map(c => Number(c.dataset.value)),
         pages: [...document.querySelectorAll('#pages-table tr')]
@@ -122,9 +125,13 @@ def test_dashboard_in_chromium_shows_the_apis_numbers_and_updates_live(raw_conn,
     browser.wait_until(f"document.getElementById('from').value === '{week[0]}' && "
                      f"document.getElementById('to').value === '{week[1]}'", what="the default range: the last 7 days")
     browser.navigate(f"{server}/?counter=hits&precision=60&board=posts&refresh=300&{span}")
-    browser.wait_until("Number(document.getElementById('counter').dataset.loaded) >= 1", what="the page again") and len(board["top"]) == len(demo_data.POSTS)
+    browser.wait_until(f"document.getElementById('from').value === '{first.isoformat()}' && "
+                       "Number(document.getElementById('counter').dataset.loaded) >= 1", what="the page again")
+    assert len(board["top"]) == len(demo_data.POSTS)
     stats = get_json(f"{server}/api/stats?{span}")
     assert (shown["pv"], shown["uv"]) == (str(stats["pv"]), str(stats["uv"])) and stats["pv"] > 0
+    # visitors on two of the days: their union is a HyperLogLog estimate, and the page says so
+    assert stats["uv_approximate"] and "≈" in shown["uvNote"]
     assert shown["pvBars"] == [d["pv"] for d in stats["days"]] and len(shown["pvBars"]) == 3
     assert shown["uvDots"] == [d["uv"] for d in stats["days"]]
     pages = get_json(f"{server}/api/top-pages?{span}&limit=10")
@@ -140,9 +147,10 @@ def test_dashboard_in_chromium_shows_the_apis_numbers_and_updates_live(raw_conn,
                        f"document.getElementById('pv-total').textContent === '{page['pv']}'",
                        what="the page's PV and UV over the range")
     # the health panel turns green once the worker answers pings and beat's cleaner has run
-    browser.wait_until("[...document.querySelectorAll('#health [data-check]')].length === 4 && "
-                     "[...document.querySelectorAll('#health [data-check]')].every(b => b.dataset.ok === '1')",
-                     timeout=40, what="every health check to pass in the page")
+    browser.wait_until("['redis', 'workers', 'beat', 'queues'].every(c => "
+                       "document.querySelector(`#health [data-check=${c}]`)) && "
+                       "[...document.querySelectorAll('#health [data-check]')].every(b => b.dataset.ok === '1')",
+                       timeout=40, what="every health check to pass in the page")
     health = get_json(f"{server}/api/health")
     assert health["ok"] and health["workers"]["names"] and health["jobs"]["clean_counters"]["last_duration"] is not None
     dead_row = browser.evaluate("document.querySelector('#health-table tr[data-row=\"dead letters\"]').textContent")
@@ -152,6 +160,13 @@ def test_dashboard_in_chromium_shows_the_apis_numbers_and_updates_live(raw_conn,
     jobs = browser.evaluate("[...document.querySelectorAll('#jobs-table tr')].map(tr => tr.children[0].textContent)")
     assert jobs == list(health["jobs"])
 
+    # the screenshot (docs/dashboard.png): the whole site over the range, every card drawn
+    browser.navigate(f"{server}/?counter=hits&precision=60&board=posts&refresh=300&{span}&shot=1")
+    browser.wait_until("location.search.endsWith('shot=1') && "
+                       "['visitors', 'pages', 'sources', 'uniques', 'counter', 'rankings', 'health-panel', 'now']"
+                       ".every(s => Number(document.getElementById(s).dataset.loaded) >= 1) && "
+                       "[...document.querySelectorAll('#health [data-check]')].every(b => b.dataset.ok === '1')",
+                       timeout=40, what="every card of the page")
     shot = browser.screenshot(tmp_path / "dashboard.png")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
     if os.environ.get("COUNTERS_UPDATE_DOCS") == "1":
@@ -291,3 +306,104 @@ def test_the_dashboard_switches_between_sites(raw_conn, redis_url, broker_url, b
         assert browser.evaluate("document.getElementById('timezone').textContent") == "days in Asia/Tokyo"
         assert browser.evaluate("document.getElementById('to').value") == local_day(time.time(), "Asia/Tokyo").isoformat()
         assert browser.evaluate("document.getElementById('site').value") == "blog"
+
+
+def section_text(browser: Browser, section: str) -> str:
+    """What a section shows (its rendered text: hidden parts left out)."""
+    return str(browser.evaluate(f"document.getElementById('{section}').innerText"))
+
+
+def test_the_two_unique_visitor_figures_say_what_they_count_and_only_an_estimate_is_marked(raw_conn, server, browser):
+    """Issue 30: after a first ``make demo`` the page showed two unique-visitor figures (by IP, by
+    session) with nothing saying why they differ, and marked the week's UV "≈ estimate" though
+    every visitor came on one day, whose figure is exact."""
+    now = time.time()
+    today = local_day(now)
+    sessions = [str(uuid.uuid5(uuid.NAMESPACE_URL, f"session-{n}")) for n in range(40)]
+    for i in range(120):  # 120 IPs sharing 40 sessions, all today
+        visits.apply_visit(raw_conn, f"198.51.100.{i + 1}", "/", sessions[i % 40], now)
+    loaded = ("location.search.endsWith('{mark}') && "
+              "['visitors', 'uniques'].every(s => Number(document.getElementById(s).dataset.loaded) >= 1)")
+    browser.navigate(f"{server}/?refresh=300&n=1")  # the default range: the last seven days
+    browser.wait_until(loaded.format(mark="n=1"), what="the week's figures")
+    shown = browser.evaluate("[document.getElementById('uv-total').textContent, "
+                             "document.getElementById('uv-note').textContent, "
+                             "document.getElementById('uniques-total').textContent]")
+    assert shown == ["120", "", "40"]  # one day's exact figure: no "≈"
+    visitors, uniques = section_text(browser, "visitors"), section_text(browser, "uniques")
+    assert "visitors (by IP)" in visitors and "sessions (by cookie)" in uniques
+    # each says why the other figure differs, on the page and in the figures' tooltips
+    assert "one IP" in visitors and "session" in visitors and "IP" in uniques
+    uv_tip, uniques_tip = browser.evaluate("['uv-total', 'uniques-total'].map(id => document.getElementById(id).parentNode.title)")
+    assert "by IP" in uv_tip and "session ids" in uniques_tip and "cookie" in uniques_tip
+    # a true estimate is still marked: visitors on two days of the week
+    for i in range(30):
+        visits.apply_visit(raw_conn, f"203.0.113.{i + 1}", "/", None, now - 86400)
+    browser.navigate(f"{server}/?refresh=300&n=2")
+    browser.wait_until(loaded.format(mark="n=2"), what="the week's figures again")
+    stats = get_json(f"{server}/api/stats?from={(today - timedelta(days=6)).isoformat()}&to={today.isoformat()}")
+    assert stats["uv_approximate"]
+    assert browser.evaluate("document.getElementById('uv-total').textContent") == str(stats["uv"])
+    assert "≈" in browser.evaluate("document.getElementById('uv-note').textContent")
+    # and one day alone (today: 120 visitors, exact) is not
+    browser.navigate(f"{server}/?refresh=300&from={today.isoformat()}&to={today.isoformat()}&n=3")
+    browser.wait_until(loaded.format(mark="n=3"), what="today's figures")
+    assert browser.evaluate("[document.getElementById('uv-total').textContent, "
+                            "document.getElementById('uv-note').textContent]") == ["120", ""]
+
+
+def test_rankings_without_a_board_say_what_fills_one_until_the_first_arrives(raw_conn, server, browser):
+    """Issue 30: with no board the Rankings card was an empty box that looked broken; now it says
+    what a ranking is and the one line that fills one, and the first board replaces that by
+    itself (no reload)."""
+    browser.navigate(f"{server}/?refresh=300")
+    browser.wait_until("Number(document.getElementById('rankings').dataset.loaded) >= 1", what="the rankings card")
+    text = section_text(browser, "rankings")
+    assert "No rankings yet" in text and 'tasks.incr_ranking.delay("posts", "post-1", 1, time.time())' in text
+    assert browser.evaluate("document.getElementById('board-table').offsetParent") is None  # no empty table
+    ranking.Ranking(raw_conn, "posts").incr("post-1", 3)
+    browser.wait_until("document.querySelector('#board-table tr') !== null", what="the first board to show")
+    text = section_text(browser, "rankings")
+    assert "No rankings yet" not in text and "post-1" in text
+    assert browser.evaluate("[...document.querySelectorAll('#board-table tr')].map(tr => tr.innerText.split('\\t'))") \
+        == [["1", "post-1", "3"]]
+    ranking.delete_board(raw_conn, "posts")  # the last board gone: the card says so again
+    browser.wait_until("document.getElementById('rankings').innerText.includes('No rankings yet')",
+                       what="the empty state after the last board went")
+    assert browser.evaluate("document.getElementById('board-table').offsetParent") is None
+
+
+def test_skipped_requests_and_an_invisible_deployment_are_said_on_the_page(raw_conn, server, browser):
+    """Issue 30: scripted requests were skipped with nothing on the page saying so, and a
+    process that could not see the data showed zeros with every health badge green. Now the
+    skipped requests stand beside PV (by reason), and the health panel's ``data`` badge fails
+    when the server's process cannot see the deployment's data."""
+    from counters_tasks import skips
+
+    now = time.time()
+    today = local_day(now)
+    for n in range(3):
+        visits.apply_visit(raw_conn, f"198.51.100.{n + 1}", "/", None, now)
+    skips.record(raw_conn, [{"route": "middleware", "reason": "crawler", "count": 40, "ts": now},
+                            {"route": "middleware", "reason": "static", "count": 5, "ts": now}])
+    browser.navigate(f"{server}/?refresh=300&from={today.isoformat()}&to={today.isoformat()}")
+    browser.wait_until("Number(document.getElementById('visitors').dataset.loaded) >= 1", what="the day's figures")
+    shown = browser.evaluate("[document.getElementById('pv-total').textContent, "
+                             "document.getElementById('skipped-total').textContent, "
+                             "document.getElementById('skipped-reasons').textContent, "
+                             "document.getElementById('skipped').hidden, "
+                             "document.getElementById('skipped').classList.contains('warn')]")
+    assert shown == ["3", "45", " crawler 40, static 5", False, True]
+    # a path's figures have no skips of their own: the figure is not shown
+    browser.navigate(f"{server}/?refresh=300&from={today.isoformat()}&to={today.isoformat()}&path=/")
+    browser.wait_until("location.search.endsWith('path=/') && "
+                       "Number(document.getElementById('visitors').dataset.loaded) >= 1", what="the page's figures")
+    assert browser.evaluate("document.getElementById('skipped').hidden") is True
+
+    browser.wait_until("document.querySelector('#health [data-check=data]') !== null", what="the health badges")
+    assert browser.evaluate("document.querySelector('#health [data-check=data]').dataset.ok") == "1"
+    raw_conn.set(deployment.tag_key_name(), "0f" * 16)  # the data now under another key than the server's pin
+    browser.navigate(f"{server}/?refresh=300")
+    browser.wait_until("document.querySelector('#health [data-check=data]')?.dataset.ok === '0'", timeout=20,
+                       what="the data badge to fail")
+    assert "COUNTERS_TAG_KEY" in section_text(browser, "health-panel")

@@ -84,7 +84,7 @@ def test_a_token_reads_the_api_without_the_password(dashboard, raw_conn):
     status, headers, body = fetch(f"{dashboard}/api/stats?day={day}", token)
     assert status == 200, body
     stats = json.loads(body)
-    assert (stats["pv"], stats["uv"]) == (3, 2) and stats["days"] == [{"day": day, "pv": 3, "uv": 2}]
+    assert (stats["pv"], stats["uv"]) == (3, 2) and stats["days"] == [{"day": day, "pv": 3, "uv": 2, "skipped": 0}]
     assert headers["cache-control"] == "no-store" and headers["x-frame-options"] == "DENY"
     status, _, body = fetch(f"{dashboard}/api/top-pages?from={day}&to={day}", token)
     assert status == 200 and json.loads(body)["pages"] == [["/pricing", 2], ["/", 1]]
@@ -189,9 +189,11 @@ def test_tokens_list_never_shows_a_token(raw_conn):
     listed = json.loads(out)
     assert code == 0 and sorted(t["name"] for t in listed["tokens"]) == ["exporter", "grafana"]
     assert all(set(t) == {"name", "created", "scope", "site"} for t in listed["tokens"])
+    code, table, _ = tokens("list", "--format", "csv")
+    assert code == 0 and table.splitlines()[0] == "name,created_epoch,created_iso,scope,site" and "grafana" in table
     for token in made.values():
         digest = hashlib.sha256(token.encode()).hexdigest()
-        for shown in (text, out):
+        for shown in (text, out, table):
             assert token not in shown and token[4:20] not in shown and digest[:16] not in shown
 
 

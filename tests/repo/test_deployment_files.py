@@ -36,6 +36,7 @@ def test_compose_flower_auth_from_env_and_bound_to_loopback():
     flower = compose()["services"]["flower"]
     assert "FLOWER_BASIC_AUTH" in flower["environment"]
     assert flower["environment"]["FLOWER_BASIC_AUTH"].startswith("${FLOWER_BASIC_AUTH")
+    assert not any("basic-auth" in part or "basic_auth" in part for part in flower["command"])  # not on ps
     assert all(str(port).startswith("127.0.0.1:") for port in flower["ports"])
 
 

@@ -78,10 +78,21 @@ def test_make_run_starts_the_stack_and_stops_it_on_ctrl_c(tmp_path):
     output = lambda: (tmp_path / "run.log").read_text()  # noqa: E731
     try:
         wait_until(lambda: "ready" in output(), timeout=180, what="the stack to be ready")
+        # what a user does next: health passes at once (beat's every-minute job may not have run yet)
+        health = subprocess.run([sys.executable, "-m", "counters_tasks", "health"], cwd=REPO, env=user_env(tmp_path),
+                                capture_output=True, text=True, timeout=60)
+        assert health.returncode == 0 and "healthy" in health.stdout, health.stdout + health.stderr
         auth = (tmp_path / "home" / "flower-auth").read_text().strip()
         url = f"http://127.0.0.1:{flower_port}/api/workers"
         wait_until(lambda: _get(url, auth) == 200, timeout=60, what="Flower to answer")
         assert _get(url) == 401  # basic auth is on
+        secrets = [auth.split(":", 1)[1], (tmp_path / "home" / "secret").read_text().strip()]
+        for pid in (p for p in os.listdir("/proc") if p.isdigit()):  # what ps shows every user of the machine
+            try:
+                cmdline = open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace")
+            except OSError:
+                continue
+            assert not any(secret in cmdline for secret in secrets), (pid, cmdline)
         redis_url = private_redis_url(output())
         assert redis_url == "redis://127.0.0.1:6379/0", "6379 was free: the stack must take it"
         # a new shell: the env file's lines, as the README's snippets use them

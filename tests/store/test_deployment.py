@@ -322,3 +322,73 @@ def test_a_write_after_the_tag_key_alone_went_puts_it_back_and_stands(unpinned):
     holder.delete(deployment.tag_key_name())
     sitestats.record_visit(holder, "192.0.2.2", "/q", now)  # no TagKeyChanged: the key it used is back
     assert sitestats.site_visit_info(reader, local_day(now), "/q").pv == 2
+
+
+# --- a pinned tag key (what `make run` and compose set) and the processes that lack the pin ------
+
+OTHER_TAG_KEY = "0f" * 16
+
+
+@pytest.mark.processes
+def test_a_reader_without_the_pin_sees_what_a_pinned_worker_wrote(own_redis, tmp_path):
+    """The stack pins COUNTERS_TAG_KEY (``make run``'s env file, compose); a shell that did not
+    source it, the README's read snippet or an app outside compose reads without it. It must see
+    the same figures, and ``health`` must say the data is visible."""
+    pinned = celery_env(own_redis.url)
+    pinned["COUNTERS_TAG_KEY"] = OTHER_TAG_KEY
+    worker = start_worker(pinned, tmp_path / "worker.log").wait_ready()
+    try:
+        send_visits(own_redis, PATH, 12)
+        wait_until(lambda: page_views(pinned, PATH) == 12, timeout=30, what="the visits to count")
+    finally:
+        worker.stop()
+    bare = celery_env(own_redis.url)
+    bare.pop("COUNTERS_TAG_KEY")
+    assert page_views(bare, PATH) == 12
+    report = json.loads(cli(bare, "health", "--json", "--timeout", "1").stdout)
+    assert report["deployment"]["visible"] is True and report["deployment"]["ok"] is True
+
+
+def test_a_pinned_writer_keeps_its_key_in_redis(unpinned, monkeypatch):
+    monkeypatch.setenv("COUNTERS_TAG_KEY", OTHER_TAG_KEY)
+    use_settings(monkeypatch)
+    conn = make_client(unpinned)
+    sitestats.record_visit(conn, "192.0.2.1", "/pin", time.time())
+    assert conn.get(deployment.tag_key_name()) == OTHER_TAG_KEY.encode()
+
+
+def test_a_pin_that_differs_from_the_deployments_key_is_refused_loudly(unpinned, monkeypatch):
+    """The data was written under one key; a process pinned to another would read zeros and
+    write where no reader looks: it refuses both, with a message that says what to do."""
+    conn = make_client(unpinned)
+    sitestats.record_visit(conn, "192.0.2.1", "/pin", time.time())  # the deployment's own key
+    made = conn.get(deployment.tag_key_name())
+    monkeypatch.setenv("COUNTERS_TAG_KEY", OTHER_TAG_KEY)
+    use_settings(monkeypatch)
+    other = make_client(unpinned)
+    before = sorted(conn.scan_iter())
+    with pytest.raises(deployment.TagKeyMismatch, match="COUNTERS_TAG_KEY"):
+        sitestats.record_visit(other, "192.0.2.2", "/pin", time.time())
+    with pytest.raises(deployment.TagKeyMismatch):
+        sitestats.site_visit_info(other, None, "/pin")
+    assert sorted(conn.scan_iter()) == before and conn.get(deployment.tag_key_name()) == made
+    status = deployment.status(other)
+    assert status["ok"] is False and status["visible"] is False and "COUNTERS_TAG_KEY" in status["problem"]
+
+
+@pytest.mark.processes
+def test_health_fails_when_this_process_cannot_see_the_data(unpinned, monkeypatch):
+    """A deployment written before pinned keys were kept in Redis: a marker and data, no
+    ``ct:tagkey``. A process without the pin reads zeros: its ``health`` must fail and say why."""
+    monkeypatch.setenv("COUNTERS_TAG_KEY", OTHER_TAG_KEY)
+    use_settings(monkeypatch)
+    conn = make_client(unpinned)
+    sitestats.record_visit(conn, "192.0.2.1", "/old", time.time())
+    conn.delete(deployment.tag_key_name())  # as a pinned writer of before left it
+    env = celery_env(unpinned)
+    env.pop("COUNTERS_TAG_KEY")
+    out = cli(env, "health", "--json", "--timeout", "1")
+    report = json.loads(out.stdout)
+    assert out.returncode == 1 and report["deployment"]["ok"] is False and report["deployment"]["visible"] is False
+    assert "COUNTERS_TAG_KEY" in report["deployment"]["problem"]
+    assert "COUNTERS_TAG_KEY" in cli(env, "health", "--timeout", "1").stdout

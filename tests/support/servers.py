@@ -42,20 +42,21 @@ REFUSAL_KEYS = b":{refused}"
 """What the refusal counts' keys hold (``counters_tasks.refusals``): a refusal writes only those."""
 THROUGHPUT_KEYS = b":{throughput}"
 """The metrics' totals (``counters_tasks.throughput``): a refused batch is still a batch seen."""
-DEPLOYMENT_MARKER = b"deployment"
-"""The deployment's marker (``store.deployment``): written by a process's first write whatever it
-writes, and again after a flush (a test's own "data loss") once its check is due."""
+DEPLOYMENT_KEYS = (b":deployment", b":tagkey")
+"""The deployment's marker and tag key (``store.deployment``; a pinned key is kept in Redis too):
+written by a process's first write whatever it writes, and again after a flush (a test's own "data
+loss") once its check is due."""
 
 
 def dump_all(client) -> dict:
     """Every key with its type, value and TTL presence: to prove nothing was written. The
     refusal counts and the metrics' totals are left out (a refusal, and the batch it came in,
     are counted on purpose; tests read them through ``refusals.counts`` and ``throughput.totals``),
-    and so is the deployment's marker."""
+    and so are the deployment's marker and tag key."""
     out = {}
     for key in client.scan_iter(count=1000):
         name = key if isinstance(key, bytes) else key.encode()
-        if REFUSAL_KEYS not in name and THROUGHPUT_KEYS not in name and not name.endswith(b":" + DEPLOYMENT_MARKER):
+        if REFUSAL_KEYS not in name and THROUGHPUT_KEYS not in name and not name.endswith(DEPLOYMENT_KEYS):
             out[key] = (client.type(key), client.dump(key), client.ttl(key) > 0)
     return out
 

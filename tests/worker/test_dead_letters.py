@@ -1,7 +1,8 @@
 """The dead letters are not kept for good: a call set aside keeps its arguments (a visitor's IP
 among them) and an undecodable message its raw payload, so records older than
 ``COUNTERS_DEAD_LETTER_DAYS`` (14) are removed by the hourly beat job ``expire_dead_letters``,
-while younger ones, and all of them with the setting at 0, stay for the operator."""
+while younger ones, and all of them with the setting at 0, stay for the operator. Kept in the
+counters' Redis (a broker that is not a Redis), a call's IPs are masked there."""
 
 from __future__ import annotations
 
@@ -106,6 +107,49 @@ def test_a_record_pushed_meanwhile_is_never_taken_for_the_old_one(broker, monkey
         patch.setattr(redis.client.Pipeline, "lindex", lindex_then_push)
         assert dead_letters.expire(broker, now - 14 * DAY) == 0  # the read was spoilt: retried, now young at the end
     assert kept_ids(broker)[-1] == "young-meanwhile" and len(kept_ids(broker)) == 3
+
+
+VISITS = [{"ip": "198.51.100.23", "path": "/a", "ts": 1.0}, {"ip": "2001:db8:5:6::7", "path": "/b", "ts": 1.0},
+          {"ip": "::ffff:192.0.2.44", "path": "/c", "ts": 1.0}]
+"""A ``record_visits`` batch: an IPv4, an IPv6 and an IPv4-mapped IPv6 address."""
+RAW = ("198.51.100.23", "2001:db8:5:6::7", "192.0.2.44")
+
+
+def test_a_call_kept_in_the_counters_redis_keeps_no_raw_ip(raw_conn, monkeypatch):
+    """With a broker that is not a Redis the dead letters are in the counters' Redis: a call set
+    aside there keeps its arguments and error with every IP masked as task events show them, and
+    ``requeue`` keeps it (its masked IPs would be refused); a call without an IP is kept as it was."""
+    use_settings(monkeypatch, CELERY_BROKER_URL="amqp://guest:guest@127.0.0.1:5672//")
+    assert dead_letters.kept_with_the_counters()
+    dead_letters.set_aside_call("counters_tasks.record_visits", "batch-1", [VISITS], {}, "visits",
+                                RuntimeError("no route to 198.51.100.23:6379 nor [2001:db8:5:6::7]:80"), 5)
+    dead_letters.set_aside_call("counters_tasks.record_visit", "visit-1", ["198.51.100.23"],
+                                {"path": "/a", "ip_again": "2001:db8:5:6::7"}, "visits", RuntimeError("WRONGTYPE"), 5)
+    dead_letters.set_aside_call("counters_tasks.update_counter", "counter-1", ["signups", 1], {}, "visits",
+                                RuntimeError("WRONGTYPE"), 5)
+    stored = raw_conn.lrange(keys.dead_letters(), 0, -1)
+    assert len(stored) == 3 and not any(ip.encode() in raw for raw in stored for ip in RAW), stored
+    counter, visit, batch = (json.loads(raw) for raw in stored)
+    assert batch["args"] == [[{**VISITS[0], "ip": "198.51.100.x"}, {**VISITS[1], "ip": "2001:db8:5::/48"},
+                              {**VISITS[2], "ip": "192.0.2.x"}]] and batch["masked"] is True
+    assert batch["error"] == "RuntimeError: no route to 198.51.100.x:6379 nor [2001:db8:5::/48]:80"
+    assert visit["args"] == ["198.51.100.x"] and visit["kwargs"] == {"path": "/a", "ip_again": "2001:db8:5::/48"}
+    assert counter["args"] == ["signups", 1] and "masked" not in counter  # nothing changed: it can be sent again
+    assert dead_letters.drop(raw_conn, 0) == 1  # the counter's call (the RabbitMQ tests requeue such a call)
+    assert dead_letters.requeue(raw_conn, None, None) == 0  # no app: sending one would raise
+    assert raw_conn.llen(keys.dead_letters()) == 2 and dead_letters.drop(raw_conn, None) == 2
+
+
+def test_a_call_kept_on_the_brokers_redis_keeps_its_arguments_to_be_sent_again(raw_conn, broker):
+    """The broker's Redis holds the raw IPs in its queues anyway (docs/reliability.md, "Where raw
+    IPs live"): a call set aside there keeps its arguments as they were, so that requeue applies
+    it; the counters' Redis gets nothing."""
+    assert not dead_letters.kept_with_the_counters()
+    dead_letters.set_aside_call("counters_tasks.record_visits", "batch-1", [VISITS], {}, "visits",
+                                RuntimeError("WRONGTYPE"), 5)
+    [record] = [json.loads(raw) for raw in broker.lrange(keys.dead_letters(), 0, -1)]
+    assert record["args"] == [VISITS] and "masked" not in record
+    assert raw_conn.llen(keys.dead_letters()) == 0
 
 
 def test_the_beat_job_is_scheduled_hourly_on_the_maintenance_queue():

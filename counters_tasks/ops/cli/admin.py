@@ -12,14 +12,13 @@ import sys
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
 from typing import Any
 
 import click
 import redis
 
 from ...app import app as default_app
-from ...core.settings import get_settings, is_redis_url
+from ...core.settings import get_settings, is_redis_url, redact_url
 from ...errors import ConfigurationError, InvalidInput
 from ...local.stack import Stack
 from ...store import deployment
@@ -33,6 +32,7 @@ from .render import (
     DELETE_BOARD_COLUMNS,
     HEALTH_COLUMNS,
     IMPORT_COLUMNS,
+    TOKEN_COLUMNS,
     dead_letter_rows,
     delete_board_rows,
     emit,
@@ -41,6 +41,8 @@ from .render import (
     render_dead_letters,
     render_health,
     render_import,
+    render_tokens,
+    token_rows,
 )
 
 try:
@@ -59,7 +61,7 @@ def run_stack(concurrency: int, flower: bool) -> int:
     stack = Stack(flower=flower, concurrency=concurrency)
     try:
         stack.start()
-        stack.wait_worker_ready()
+        stack.wait_ready()
     except (RuntimeError, FileNotFoundError) as exc:  # what the stack could not start, said plainly
         stack.stop()
         raise Failed(str(exc)) from None
@@ -141,7 +143,7 @@ def import_command(file: str, fmt: str | None, include_all: bool, site: str | No
     except ConfigurationError as exc:
         raise Failed(str(exc)) from None
     except redis.RedisError as exc:
-        raise Failed(f"Redis at {get_settings().redis_url}: {type(exc).__name__}: {exc} "
+        raise Failed(f"Redis at {redact_url(get_settings().redis_url)}: {type(exc).__name__}: {exc} "
                      f"(importing the file again counts nothing twice)") from None
     except (OSError, EOFError, zlib.error) as exc:
         raise Failed(f"{file}: cannot read on: {exc} (importing it again counts nothing twice)") from None
@@ -167,7 +169,8 @@ def delete_board_command(board: str, site: str | None, output: str) -> None:
 @click.command("health")
 @click.option("--timeout", type=float, default=1.0, show_default=True, help="seconds to wait for workers' pings")
 @click.option("--beat-max-age", type=float, default=180.0, show_default=True,
-              help="beat counts as alive when its every-minute job started within this many seconds")
+              help="beat counts as alive when its every-minute job, or beat itself, started within this many "
+                   "seconds")
 @output_options(HEALTH_COLUMNS, "one row a check (redis, server, data, workers, beat, queues); the server's "
                 "warnings, the jobs' last runs, refusals and dead letters are in json")
 def health_command(timeout: float, beat_max_age: float, output: str) -> int:
@@ -200,7 +203,7 @@ def _broker(action: Callable[[Any], Any]) -> Any:
         raise Failed(str(exc)) from None
     except redis.RedisError as exc:
         where = get_settings().broker_url if is_redis_url(get_settings().broker_url) else get_settings().redis_url
-        raise Failed(f"dead letters at {where}: {type(exc).__name__}: {exc}") from None
+        raise Failed(f"dead letters at {redact_url(where)}: {type(exc).__name__}: {exc}") from None
 
 
 @dead_letters_group.command("list")
@@ -251,10 +254,6 @@ def _token_query(make: Callable[[Any], dict]) -> dict:
         raise Failed(str(exc)) from None
 
 
-def _when(ts: int | None) -> str:
-    return "-" if ts is None else datetime.fromtimestamp(ts, get_settings().zone).strftime("%Y-%m-%d %H:%M:%S")
-
-
 @tokens_group.command("create")
 @click.argument("name")
 @click.option("--site", "-s", default=None, metavar="SITE",
@@ -272,21 +271,11 @@ def tokens_create(name: str, site: str | None, as_json: bool) -> None:
 
 
 @tokens_group.command("list")
-@json_option
-def tokens_list_command(as_json: bool) -> None:
-    """The tokens: name, when made, scope; never a token."""
-    def render(console: Any, data: dict) -> None:
-        from rich.table import Table
-        from rich.text import Text
-
-        table = Table(title=f"{len(data['tokens'])} tokens (at most {data['max']})", title_justify="left")
-        for column in ("name", "created", "scope", "site"):
-            table.add_column(column)
-        for token in data["tokens"]:
-            table.add_row(Text(token["name"]), _when(token["created"]), str(token["scope"]), token["site"] or "all")
-        console.print(table)
-
-    emit(_token_query(views.tokens_list), as_json, render)
+@output_options(TOKEN_COLUMNS, "created as epoch seconds and ISO 8601 in COUNTERS_TIMEZONE; site empty for a token "
+                "of every site (and /metrics); never a token")
+def tokens_list_command(output: str) -> None:
+    """The tokens: name, when made, scope and site; never a token."""
+    emit(_token_query(views.tokens_list), output, render_tokens, token_rows)
 
 
 @tokens_group.command("revoke")

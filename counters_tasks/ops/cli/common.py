@@ -14,7 +14,7 @@ from typing import Any
 import click
 import redis
 
-from ...core.settings import get_settings
+from ...core.settings import get_settings, redact_url
 from ...errors import ConfigurationError, InvalidInput
 from ...store import deployment
 from ...store.client import get_redis
@@ -43,10 +43,10 @@ def query(make: Callable[[Any], dict]) -> dict:
         return make(get_redis())
     except InvalidInput as exc:
         raise click.UsageError(str(exc)) from None
-    except (ConfigurationError, deployment.LayoutMismatch) as exc:
+    except (ConfigurationError, deployment.DeploymentMismatch) as exc:
         raise Failed(str(exc)) from None
     except redis.RedisError as exc:
-        raise Failed(f"Redis at {get_settings().redis_url}: {type(exc).__name__}: {exc}") from None
+        raise Failed(f"Redis at {redact_url(get_settings().redis_url)}: {type(exc).__name__}: {exc}") from None
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="print the answer as JSON")

@@ -183,12 +183,26 @@ def delete_board_rows(data: dict) -> Rows:
     return DELETE_BOARD_COLUMNS, [{"board": data["board"], "deleted": data["deleted"]}]
 
 
-STATS_COLUMNS = ("day", "pv", "uv")
+STATS_COLUMNS = ("day", "pv", "uv", "skipped")
 
 
 def stats_rows(data: dict) -> Rows:
-    """One row a day of the range: the day (ISO 8601), its page views and unique visitors."""
-    return STATS_COLUMNS, [{"day": d["day"], "pv": d["pv"], "uv": d["uv"]} for d in data["days"]]
+    """One row a day of the range: the day (ISO 8601), its page views, unique visitors and the
+    requests that were not page views (``skipped``; empty for a path, which has none of its own)."""
+    return STATS_COLUMNS, [{"day": d["day"], "pv": d["pv"], "uv": d["uv"], "skipped": d.get("skipped", "")}
+                           for d in data["days"]]
+
+
+def skipped_line(data: dict) -> str | None:
+    """What a site's figures leave out, said beside them: ``skipped N (reason n, ...)``, or None
+    for a path's figures. Requests with no browser User-Agent (scripts, monitors) are ``crawler``."""
+    if "skipped" not in data:
+        return None
+    if not data["skipped_total"]:
+        return "skipped 0: every request counted was a page view"
+    reasons = ", ".join(f"{reason} {n}" for reason, n in sorted(data["skipped"].items(), key=lambda kv: -kv[1]))
+    return (f"skipped {data['skipped_total']} requests that were not page views ({reasons}; "
+            f"docs/api.md, the page view rule)")
 
 
 def render_stats(console: Any, data: dict) -> None:
@@ -198,15 +212,22 @@ def render_stats(console: Any, data: dict) -> None:
     uv = f"{'~' if data['uv_approximate'] else ''}{data['uv']}"
     note = ("  (UV over several days: an estimate of the union, docs/api.md)" if data["uv_approximate"] else "")
     console.print(f"[bold]{where}[/bold] {data['from']} .. {data['to']}: PV {data['pv']}, UV {uv}{note}")
+    skipped = skipped_line(data)
+    if skipped is not None:
+        console.print(skipped, markup=False, style="yellow" if data["skipped_total"] > data["pv"] else None)
     table = Table(box=None, pad_edge=False)
     table.add_column("day", justify="left")
     table.add_column("PV", justify="right")
     table.add_column("UV", justify="right")
+    if skipped is not None:
+        table.add_column("skipped", justify="right")
     table.add_column("", justify="left")
     _, days = stats_rows(data)
     high = max((d["pv"] for d in days), default=0) or 1
     for d in days:
-        table.add_row(d["day"], str(d["pv"]), str(d["uv"]), "█" * round(30 * d["pv"] / high))
+        bar = "█" * round(30 * d["pv"] / high)
+        cells = [d["day"], str(d["pv"]), str(d["uv"]), *([str(d["skipped"])] if skipped is not None else []), bar]
+        table.add_row(*cells)
     console.print(table)
 
 
@@ -289,12 +310,24 @@ def _deployment_detail(info: dict) -> str:
         return info["error"]
     if not info["layout_ok"]:
         return deployment.layout_message(info["layout"])
+    if info.get("problem"):
+        return info["problem"]
     parts = [f"key layout {info['layout'] or info['package_layout']}" + ("" if info["layout"] else " (new)")]
     if info["lost_at"] is not None:
         when = datetime.fromtimestamp(info["lost_at"], timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
         parts.append(f"Redis LOST ITS DATA at {when} (seen by {info['lost_by']}): figures before then are gone"
                      if info["recent_loss"] else f"last data loss {when}")
+    if info.get("warning"):
+        parts.append(info["warning"])
     return "; ".join(parts)
+
+
+def _beat_detail(beat: dict) -> str:
+    """The beat line of ``health``: its job's last start, and beat's own start when that is later
+    (just after a start, before the job first ran)."""
+    job, started = beat["last_run_age_seconds"], beat.get("started_age_seconds")
+    since = "" if started is None or (job is not None and job <= started) else f", beat started {_ago(started)}"
+    return f"clean_counters last started {_ago(job)}{since} (limit {beat['max_age_seconds']:.0f}s)"
 
 
 HEALTH_COLUMNS = ("check", "ok", "detail")
@@ -310,8 +343,7 @@ def health_rows(data: dict) -> Rows:
             f"{s['software']} {s['version']} ({s['maxmemory_policy']})" for s in servers["servers"])),
         ("data", data["deployment"]["ok"], _deployment_detail(data["deployment"])),
         ("workers", workers["ok"], ", ".join(workers["names"]) or workers.get("error", "no worker answered")),
-        ("beat", beat["ok"], beat.get("error") or f"clean_counters last started {_ago(beat['last_run_age_seconds'])}"
-         f" (limit {beat['max_age_seconds']:.0f}s)"),
+        ("beat", beat["ok"], beat.get("error") or _beat_detail(beat)),
         ("queues", queues["ok"], "  ".join(f"{q}={queues[q]}" for q in ("visits", "maintenance")) if queues["ok"]
          else queues["error"]),
     ]
@@ -324,6 +356,9 @@ def render_health(console: Any, data: dict) -> None:
         if row["check"] == "server":
             for warning in data["servers"]["warnings"]:
                 console.print(f"[yellow]warn[/yellow] server   {warning}")
+        if row["check"] == "data":
+            for warning in data.get("traffic", {}).get("warnings", []):
+                console.print(f"[yellow]warn[/yellow] skipped  {warning}", markup=False)
     for job, info in data["jobs"].items():
         took = "" if info["last_duration"] is None else f", took {info['last_duration'] * 1000:.1f} ms"
         result = "" if info["last_result"] is None else f", result {info['last_result']}"
@@ -358,3 +393,35 @@ def render_dead_letters(console: Any, data: dict) -> None:
         when = datetime.fromtimestamp(row["at_epoch"], get_settings().zone).strftime("%Y-%m-%d %H:%M:%S")
         console.print(f"  #{row['index']:<4} {when}  {row['reason']:<14} {row['task'] or '-'} "
                       f"{row['id'] or '-'} from {row['queue'] or '-'}", markup=False)
+
+
+TOKEN_COLUMNS = ("name", "created_epoch", "created_iso", "scope", "site")
+
+
+def token_rows(data: dict) -> Rows:
+    """One row a token, oldest first: its name, when it was made (epoch seconds, and ISO 8601 in
+    COUNTERS_TIMEZONE), its scope and the one site it reads (empty: every site, and /metrics).
+    Never the token or its hash: only its record is kept."""
+    zone = get_settings().zone
+
+    def when(ts: int | None) -> str | None:
+        return None if ts is None else datetime.fromtimestamp(int(ts), zone).isoformat()
+
+    return TOKEN_COLUMNS, [{"name": token["name"], "created_epoch": token["created"],
+                            "created_iso": when(token["created"]), "scope": token["scope"], "site": token["site"]}
+                           for token in data["tokens"]]
+
+
+def render_tokens(console: Any, data: dict) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    zone = get_settings().zone
+    table = Table(title=f"{len(data['tokens'])} tokens (at most {data['max']})", title_justify="left")
+    for column in ("name", "created", "scope", "site"):
+        table.add_column(column)
+    for row in token_rows(data)[1]:
+        created = ("-" if row["created_epoch"] is None
+                   else datetime.fromtimestamp(int(row["created_epoch"]), zone).strftime("%Y-%m-%d %H:%M:%S"))
+        table.add_row(Text(str(row["name"])), created, str(row["scope"]), Text(row["site"] or "all"))
+    console.print(table)

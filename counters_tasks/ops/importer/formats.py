@@ -42,6 +42,20 @@ reasons (``core.pageviews``; a log has no content type, so never ``not_page``), 
 before; besides these, ``refused:<reason>`` for a page view the API refused
 (``InvalidInput.reason``: ``bad_input``, ``closed_day``, ``future``...), listed when it happened."""
 
+class Skip(str):
+    """Why a line is not counted: the reason itself (a ``str``, equal to it), with the line's
+    time (``ts``, None when the line could not be read) and its site's scope where the line names
+    one (``vhost_combined``), so its skip counts in that site's day (``skips``)."""
+
+    ts: float | None
+    site: str
+
+    def __new__(cls, reason: str, ts: float | None = None, site: str = "") -> Skip:
+        made = super().__new__(cls, reason)
+        made.ts, made.site = ts, site
+        return made
+
+
 EVERY_PAGE = pageviews.PageViewRule(skip_prefixes=(), skip_extensions=(), skip_crawlers=False)
 """The rule of ``--all``: static files and crawlers counted too (method and status still apply)."""
 
@@ -174,7 +188,7 @@ def log_line_visit(text: str, fmt: str, secret: str, include_all: bool = False,
     rule = EVERY_PAGE if include_all else pageviews.DEFAULT_RULE
     reason = rule.skip_reason(line.method, path, line.status, user_agent=line.agent)
     if reason is not None:
-        return reason
+        return Skip(reason, line.ts)
     session = session_id_for(secret, line.ip, line.agent or "")
     query = line.target.partition("?")[2] if line.target else ""
     return {"ip": line.ip, "path": path, "ts": line.ts, "session_id": session,
@@ -220,7 +234,7 @@ def json_line_visit(text: str, zone: tzinfo, include_all: bool = False) -> dict[
         return MALFORMED
     clean = page_name(path) or path  # the API refuses what is not a path
     if not include_all and pageviews.DEFAULT_RULE.is_static(clean):
-        return STATIC
+        return Skip(STATIC, ts)
     visit: dict[str, Any] = {"ip": ip, "path": clean, "ts": ts}
     if session is not None:
         visit["session_id"] = session
@@ -257,10 +271,13 @@ def vhost_line_visit(text: str, secret: str, include_all: bool = False) -> dict[
     vhost, _, line = text.partition(" ")
     site = site_for_host(vhost)
     if site is None:
-        return HOST if parse_log_line(line, "combined") is not None else MALFORMED
+        parsed = parse_log_line(line, "combined")
+        return MALFORMED if parsed is None else Skip(HOST, parsed.ts)
     outcome = log_line_visit(line, "combined", secret, include_all, {vhost.lower(), *hosts_of(site)})
     if isinstance(outcome, dict) and site:
         outcome["site"] = site
+    elif isinstance(outcome, Skip) and site:
+        outcome = Skip(outcome, outcome.ts, site)
     return outcome
 
 

@@ -12,17 +12,18 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from ... import skips, visits
-from ...core.days import DAY
+from ...core.days import DAY, local_day
 from ...core.settings import get_settings
 from ...core.sites import check_site, hosts_of, zone_of
 from ...errors import ConfigurationError, InvalidInput
 from ...store import keys
 from ...store.client import RedisClient
-from .formats import ALREADY_IMPORTED, FORMATS, MALFORMED, SKIP_REASONS, first_line_format, line_visit
+from .formats import ALREADY_IMPORTED, FORMATS, MALFORMED, SKIP_REASONS, Skip, first_line_format, line_visit
 from .ledger import canonical, content_digest, visit_fields
 from .reading import chain_lines
 
@@ -49,11 +50,28 @@ class Summary:
     skipped: Counter[str] = field(default_factory=Counter)
     days: Counter[str] = field(default_factory=Counter)
     malformed_lines: list[int] = field(default_factory=list)
+    dated_skips: dict[tuple[str, str, date], list[float]] = field(default_factory=dict)
+    """(site scope, reason, local day) -> [lines, the first one's ts]: the skips of lines with a
+    time, counted in their site's day (``skips``); the others count in the totals only."""
 
     def skip(self, reason: str, count: int = 1) -> None:
         self.skipped[reason] += count
         if reason == MALFORMED and len(self.malformed_lines) < MALFORMED_LINES_SHOWN:
             self.malformed_lines.append(self.lines)
+        if isinstance(reason, Skip) and reason.ts is not None:
+            where = (reason.site, str(reason), local_day(reason.ts, zone_of(reason.site)))
+            found = self.dated_skips.setdefault(where, [0, reason.ts])
+            found[0] += count
+
+    def skip_items(self) -> list[dict[str, Any]]:
+        """The skips as ``count_skips`` items: each reason of each site's day with the time of its
+        first line, and what has no time (unread lines, chunks imported before) undated."""
+        undated = self.skipped.copy()
+        items = []
+        for (scope, reason, _day), (count, ts) in sorted(self.dated_skips.items()):
+            undated[reason] -= int(count)
+            items += skips.as_items(skips.IMPORT, {reason: int(count)}, ts=ts, site=scope)
+        return items + skips.as_items(skips.IMPORT, undated)
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON of ``--json``: ``lines == counted + skipped_total``."""
@@ -154,6 +172,8 @@ def import_lines(conn: RedisClient, lines: Iterable[bytes | None], fmt: str | No
         summary.lines += 1
         outcome = line_visit(raw, fmt, secret, zone, include_all, own_hosts)
         if isinstance(outcome, str):
+            if scope and isinstance(outcome, Skip):  # the import's site, as its page views'
+                outcome = Skip(outcome, outcome.ts, scope)
             summary.skip(outcome)
         else:
             if scope:  # part of the visit's content, so of its ledger entry: another site's import is another
@@ -170,7 +190,7 @@ def import_lines(conn: RedisClient, lines: Iterable[bytes | None], fmt: str | No
         importer.apply(chunk)
     if progress:
         progress(summary.lines)
-    skipped = skips.as_items(skips.IMPORT, summary.skipped)
-    if skipped:
-        skips.record(conn, skipped)
+    skipped = summary.skip_items()
+    for first in range(0, len(skipped), skips.MAX_REASONS):
+        skips.record(conn, skipped[first:first + skips.MAX_REASONS])
     return summary

@@ -74,7 +74,19 @@
     return api("stats", q).then(function (data) {
       $("pv-total").textContent = data.pv;
       $("uv-total").textContent = data.uv;
+      // "≈" only on a true estimate (views.stats_view: one day, or a range whose visitors all came
+      // on one day, has that day's figure, exact in the default mode)
       $("uv-note").textContent = data.uv_approximate ? " ≈ (an estimate of the union of the days)" : "";
+      // what the figures leave out, beside them: the site's requests that were not page views
+      // (a path's figures have none of their own)
+      $("skipped").hidden = data.skipped === undefined;
+      if (data.skipped !== undefined) {
+        $("skipped-total").textContent = data.skipped_total;
+        $("skipped-reasons").textContent = Object.keys(data.skipped)
+          .sort(function (a, b) { return data.skipped[b] - data.skipped[a]; })
+          .map(function (r) { return " " + r + " " + data.skipped[r]; }).join(",");
+        $("skipped").classList.toggle("warn", data.skipped_total > data.pv);
+      }
       Charts.render($("visitors-chart"), {
         labels: data.days.map(function (d) { return shortDay(d.day); }),
         series: [{name: "PV", kind: "bar", values: data.days.map(function (d) { return d.pv; })},
@@ -121,7 +133,7 @@
         "per-visitor data expired for " + data.missing_days.length + " day(s); the total covers the others" : "";
       Charts.render($("uniques-chart"), {
         labels: data.days.map(function (d) { return shortDay(d.day); }),
-        series: [{name: "unique visitors", kind: "bar", color: "#54a24b",
+        series: [{name: "sessions", kind: "bar", color: "#54a24b",
                   values: data.days.map(function (d) { return d.visitors; })}]});
       $("uniques-error").textContent = "";
       loaded("uniques");
@@ -146,20 +158,38 @@
       }).catch(function (e) { failed("counter", e); });
   }
 
+  function showBoards(any) {  // no board yet: say what fills one instead of an empty table
+    $("board-box").hidden = !any;
+    $("rankings-empty").hidden = any;
+  }
+
   function loadBoard() {
     var board = $("board").value;
-    if (!board) { loaded("rankings"); return Promise.resolve(); }
+    if (!board) {  // no board chosen: ask for the list again, so the first board shows up by itself
+      return api("boards").then(function (data) {
+        fillSelect($("board"), data.boards, params.get("board"));
+        if (data.boards.length) return loadBoard();
+        showBoards(false);
+        $("rankings-error").textContent = "";
+        loaded("rankings");
+      }).catch(function (e) { failed("rankings", e); });
+    }
     return api("top", {board: board, limit: 10}).then(function (data) {
+      showBoards(true);
       $("board-window").textContent = "last " + data.period_hours + " h, every " + data.interval_hours + " h";
       fillTable($("board-table"), data.top);
       $("rankings-error").textContent = "";
       loaded("rankings");
-    }).catch(function (e) { failed("rankings", e); });
+    }).catch(function (e) {
+      if (e.status === 400) $("board").textContent = "";  // the board is gone (deleted, idle): the list again next time
+      failed("rankings", e);
+    });
   }
 
   function loadHealth() {
     return api("health").then(function (data) {
-      var parts = ["redis", "workers", "beat", "queues"];
+      var parts = ["redis", "data", "workers", "beat", "queues"];
+      data.data = data.deployment;  // the deployment's check, named as the CLI's health names it
       var badges = $("health");
       badges.textContent = "";
       parts.forEach(function (part) {
@@ -174,8 +204,11 @@
       rows.textContent = "";
       var detail = {
         redis: data.redis.ok ? data.redis.latency_ms + " ms" : data.redis.error,
+        data: data.deployment.error || data.deployment.problem || data.deployment.warning ||
+          (data.deployment.recent_loss ? "Redis LOST ITS DATA: figures before then are gone" : "visible"),
         workers: (data.workers.names || []).join(", ") || data.workers.error || "no worker answered",
-        beat: data.beat.error || ("clean_counters last started " + ago(data.beat.last_run_age_seconds)),
+        beat: data.beat.error || ("clean_counters last started " + ago(data.beat.last_run_age_seconds) +
+          (data.beat.started_age_seconds == null ? "" : ", beat started " + ago(data.beat.started_age_seconds))),
         queues: data.queues.ok ? "visits " + data.queues.visits + ", maintenance " + data.queues.maintenance : data.queues.error
       };
       parts.forEach(function (part) {
@@ -282,12 +315,9 @@
       var tick = function () { loadCounter().then(function () { setTimeout(tick, REFRESH); }); };
       tick();
     }).catch(function (e) { failed("counter", e); });
-    api("boards").then(function (data) {
-      fillSelect($("board"), data.boards, params.get("board"));
-      $("board").addEventListener("change", loadBoard);
-      var tick = function () { loadBoard().then(function () { setTimeout(tick, REFRESH); }); };
-      tick();
-    }).catch(function (e) { failed("rankings", e); });
+    $("board").addEventListener("change", loadBoard);
+    var boardTick = function () { loadBoard().then(function () { setTimeout(boardTick, REFRESH); }); };
+    boardTick();  // the board list first (loadBoard asks for it while none is chosen)
     var nowTick = function () { loadNow().then(function () { setTimeout(nowTick, REFRESH); }); };
     nowTick();
     var healthTick = function () { loadHealth().then(function () { setTimeout(healthTick, Math.max(REFRESH, 2000)); }); };

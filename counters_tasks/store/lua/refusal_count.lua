@@ -1,5 +1,5 @@
--- Count the items of one message by reason, at most once per message: its refusals (refusals.py),
--- or the requests a web process skipped as not page views (skips.py).
+-- Count the items of one message refused, by reason, at most once per message (refusals.py; the
+-- skipped requests have skip_count.lua, which counts them by day too).
 -- KEYS: the counts HASH, then (when ARGV[1] > 0) the message's marker; one hash tag.
 -- ARGV: marker TTL in seconds (0 = no dedupe), then reason, count pairs.
 -- Returns 1 when counted, 0 when this message's items were counted before (a redelivery).
