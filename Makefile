@@ -7,7 +7,7 @@ VISITS ?= 5000
 PYTEST_ARGS ?=
 CONSTRAINTS_OUT ?= constraints/tested.txt
 
-.PHONY: install run demo test test-long test-cluster test-oldest test-oldest-redis test-redis-server test-rabbitmq constraints lint bench screenshots
+.PHONY: install run demo test test-reversed test-long test-cluster test-oldest test-oldest-redis test-redis-server test-rabbitmq constraints lint bench screenshots
 
 install:
 	@VENV=$(VENV) scripts/bootstrap.sh
@@ -20,7 +20,12 @@ demo: install
 
 # ruff and mypy (pyproject.toml's [tool.mypy]) first, then the suite but its long runs.
 test: install lint
-	$(BIN)/python -m pytest -m "not long" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not long" --durations=15 $(PYTEST_ARGS)
+
+# The fast loop (no processes) in reverse order: a test that only passes after another one is seen
+# (tests/conftest.py undoes what a test leaves in the process: the Celery app's broker, the shared recorder).
+test-reversed: install
+	$(BIN)/python -m pytest -q -m "not processes" --reverse $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check .

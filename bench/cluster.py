@@ -14,7 +14,11 @@ folders), then in the same run:
     python -m bench.cluster --visits 50000 --procs 1,2,4,8
     python -m bench.cluster --failover 12           # and a master killed under direct writes
 
-Figures depend on the host (this one: 2 cores, so 3 masters and the clients share them).
+Figures depend on the host (this one: 2 cores, so 3 masters and the clients share them). The
+results are checked before they are printed, and a wrong one exits non-zero: every visit of the
+spread load and of each ingest run counted (the site's PV), every counter and ranking bump
+stored, every master holding keys, every client process done; after a failover, nothing stored
+twice (a write retried with its message id).
 """
 
 from __future__ import annotations
@@ -33,6 +37,21 @@ from redis.cluster import RedisCluster  # noqa: E402
 from counters_tasks.core.settings import reset_settings  # noqa: E402
 from counters_tasks.local.redis_server import RedisServer  # noqa: E402
 from tests.support.cluster import RedisClusterProcesses  # noqa: E402
+
+
+def check(ok: bool, what: str) -> None:
+    """A result of the benchmark itself that must hold: exit non-zero naming it when it does not."""
+    if not ok:
+        raise SystemExit(f"bench.cluster: check failed: {what}")
+
+
+def site_pv(url: str, cluster: bool) -> int:
+    """The site's all-time page views on ``url``."""
+    from counters_tasks import sitestats
+    from counters_tasks.store.client import get_redis
+
+    use(url, cluster)
+    return sitestats.site_visit_info(get_redis()).pv
 
 
 def make_visits(n: int, seed: int, start: float) -> list[tuple[str, str, str, float]]:
@@ -88,10 +107,14 @@ def ingest(url: str, cluster: bool, procs: int, per_proc: int, batch: int) -> fl
     started = time.perf_counter()
     go.set()
     for _ in children:
-        out.get()
+        out.get(timeout=600)
     elapsed = time.perf_counter() - started
     for child in children:
         child.join()
+    check(all(child.exitcode == 0 for child in children), "every client process finished")
+    counted = site_pv(url, cluster)  # each client's warm-up visit and its own
+    check(counted == procs * (per_proc + 1), f"{procs} x ({per_proc} + 1) visits counted on "
+          f"{'the cluster' if cluster else 'one node'}: {counted}")
     return procs * per_proc / elapsed
 
 
@@ -119,6 +142,18 @@ def realistic_load(conn, visits_count: int) -> None:
     uniques.precompute_due(conn, now)
 
 
+def check_spread_load(conn, visits_count: int) -> None:
+    """What ``realistic_load`` wrote, read back: every visit, counter and ranking bump."""
+    from counters_tasks import counters, ranking, sitestats
+
+    now = time.time()
+    check(sitestats.site_visit_info(conn).pv == visits_count, f"{visits_count} visits counted")
+    signups = [sum(t for _b, t in counters.get_counter(conn, f"signups:{i}", 86400, now)) for i in range(500)]
+    check(signups == [1] * 500, "500 counters at 1")
+    boards = [dict(ranking.Ranking(conn, f"likes:{b}").top(0, 50, withscores=True, now=now)) for b in range(50)]
+    check(boards == [{f"post{m}": 1 for m in range(20)}] * 50, "50 boards of 20 members at 1")
+
+
 def cpu(client: redis.Redis) -> float:
     info = client.info("cpu")
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
@@ -141,6 +176,7 @@ def spread(cluster: RedisClusterProcesses, visits_count: int) -> None:
     started = time.perf_counter()
     realistic_load(conn, visits_count)
     elapsed = time.perf_counter() - started
+    check_spread_load(conn, visits_count)
     rows = []
     for name, client in clients.items():
         stats = client.info("stats")
@@ -148,6 +184,7 @@ def spread(cluster: RedisClusterProcesses, visits_count: int) -> None:
         scripts = sum(int(commands.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("eval", "evalsha"))
         rows.append((name, slots.get(name, 0), client.dbsize(), int(stats["total_commands_processed"]), scripts,
                      cpu(client) - cpu_before[name]))
+    check(all(r[2] > 0 for r in rows), f"every master holds keys: {[(r[0], r[2]) for r in rows]}")
     keys_total = sum(r[2] for r in rows) or 1
     cmds_total = sum(r[3] for r in rows) or 1
     scripts_total = sum(r[4] for r in rows) or 1
@@ -213,6 +250,8 @@ def failover(base: Path, seconds: float, threads: int) -> None:
             thread.join()
         stored = sum(t for name in names for _, t in counters.get_counter(conn, name, 86400, now))
         window = (max(failed_at) - killed) if failed_at else 0.0
+        check(sum(acked) > 0 and stored <= sum(acked) + threads,
+              f"nothing stored twice: {stored} stored for {sum(acked)} acknowledged")  # + a last try each thread
         print(f"\nfailover (3 masters + 3 replicas, node timeout 2 s, {threads} writer threads, direct calls):")
         print(f"  acknowledged {sum(acked)}, stored {stored}, lost {max(0, sum(acked) - stored)}"
               f" (stored but never acknowledged: {max(0, stored - sum(acked))});"

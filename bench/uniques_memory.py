@@ -1,4 +1,7 @@
-"""Memory of 1,000,000 daily unique visitors: sharded intsets vs one plain SET vs one HyperLogLog.
+"""Memory of 1,000,000 daily unique visitors: the package's sharded intsets against the reference
+design's (seed 002: the same 15-hex-digit ids, sharded by CRC32 into SETs sized for the intset
+encoding, ``bench/seed_tasks.py``'s port), and, for scale, one plain SET (what that sharding
+avoids) and one HyperLogLog.
 
 Also the all-time exact UV of ``sitestats`` (visitor ids ever seen, in 16 plain SETs), per
 visitor. Measured with Redis's own ``MEMORY USAGE`` (per key, all elements sampled) and the
@@ -7,12 +10,15 @@ visitor. Measured with Redis's own ``MEMORY USAGE`` (per key, all elements sampl
     python -m bench.uniques_memory              # starts a private redis-server
     python -m bench.uniques_memory --url redis://127.0.0.1:6379/15 --visitors 1000000
 
-The database it uses is flushed. Target: sharded <= 12 MB per million.
+The database it uses is flushed. Target: sharded <= 12 MB per million. Every layout's count is
+checked (the exact ones exact, the HyperLogLog within 5%) and every shard must be an intset; a
+wrong one exits non-zero.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import random
 import tempfile
@@ -26,6 +32,12 @@ from counters_tasks.core.settings import reset_settings  # noqa: E402
 from counters_tasks.local.redis_server import RedisServer  # noqa: E402
 
 BATCH = 20_000
+
+
+def check(ok: bool, what: str) -> None:
+    """A result of the benchmark itself that must hold: exit non-zero naming it when it does not."""
+    if not ok:
+        raise SystemExit(f"bench.uniques_memory: check failed: {what}")
 
 
 def used_memory(conn: redis.Redis) -> int:
@@ -49,7 +61,7 @@ def session_ids(n: int, seed: int = 2) -> list[str]:
     return [str(uuid.UUID(int=rng.getrandbits(128), version=4)) for _ in range(n)]
 
 
-def sharded(conn: redis.Redis, numbers: list[int], yesterday: int | None) -> None:
+def sharded(conn: redis.Redis, numbers: list[int], yesterday: int | None) -> int:
     """Load through the package: ``uniques.queue_ids`` in pipelines of BATCH ids."""
     from counters_tasks import uniques
     from counters_tasks.core.days import today
@@ -69,17 +81,54 @@ def sharded(conn: redis.Redis, numbers: list[int], yesterday: int | None) -> Non
         [[reply]] = execute_in_order(conn, lambda pipe, chunk=chunk: uniques.queue_ids(conn, pipe, day, chunk, expected, None))
         assert int(reply) >= 0
     took = time.perf_counter() - started
-    assert uniques.unique_visitors(conn, day) == len(set(numbers))
+    check(uniques.unique_visitors(conn, day) == len(set(numbers)), "the day's unique visitors are exact")
     shard_keys = [keys.uniques_shard(day, s) for s in range(uniques.shard_count(expected))]
     pipe = conn.pipeline(transaction=False)
     for key in shard_keys:
         pipe.object("encoding", key)
-    encodings = {e.decode() if isinstance(e, bytes) else str(e) for e in pipe.execute()}
+    encodings = {e.decode() if isinstance(e, bytes) else str(e) for e in pipe.execute() if e is not None}
+    check(encodings == {"intset"}, f"every shard is an intset (found {sorted(encodings)})")  # (few visitors: some none)
     by_keys = usage(conn, [*shard_keys, keys.uniques_count(day), keys.uniques_expected(day)])
     history = "no history" if yesterday is None else f"{yesterday:,} yesterday"
     report(f"sharded intsets (figure {expected:,}: {history})", len(numbers), by_keys, used_memory(conn) - base,
            len(shard_keys) + 2)
     print(f"    shard encodings {sorted(encodings)}, loaded in {took:.1f} s")
+    return by_keys
+
+
+def reference_sharded(conn: redis.Redis, numbers: list[int]) -> int:
+    """The reference design (seed 002's ``count_visit``, no history: its expected figure 2**21 for
+    1,000,000 visitors): each id SADDed to ``shard_key(day, 'x' + id, expected, 512)``, the day's
+    count INCRed for each new one (here once, by the number added: the same key). Returns its bytes."""
+    from bench.seed_tasks import DAILY_EXPECTED, SHARD_SIZE, shard_key
+
+    conn.flushdb()
+    base_key = "unique:bench-day"
+    expected = 2 ** int(math.ceil(math.log(DAILY_EXPECTED * 1.5, 2)))
+    conn.set(base_key + ":expected", expected)
+    base = used_memory(conn)
+    shards: set[str] = set()
+    added = 0
+    for start in range(0, len(numbers), BATCH):
+        pipe = conn.pipeline(transaction=False)
+        for number in numbers[start:start + BATCH]:
+            shard = shard_key(base_key, "x" + str(number), expected, SHARD_SIZE)
+            shards.add(shard)
+            pipe.sadd(shard, number)
+        added += sum(pipe.execute())
+    conn.incrby(base_key, added)
+    pipe = conn.pipeline(transaction=False)
+    for key in shards:
+        pipe.scard(key)
+        pipe.object("encoding", key)
+    replies = pipe.execute()
+    check(sum(replies[0::2]) == added == len(set(numbers)), "the reference's shards hold every distinct id once")
+    encodings = {e.decode() if isinstance(e, bytes) else str(e) for e in replies[1::2]}
+    check(encodings == {"intset"}, f"the reference's shards are intsets (found {sorted(encodings)})")
+    by_keys = usage(conn, [*shards, base_key, base_key + ":expected"])
+    report(f"the reference design (seed 002): sharded intsets (figure {expected:,}, no history)", len(numbers),
+           by_keys, used_memory(conn) - base, len(shards) + 2)
+    return by_keys
 
 
 def plain_set(conn: redis.Redis, numbers: list[int]) -> None:
@@ -87,8 +136,9 @@ def plain_set(conn: redis.Redis, numbers: list[int]) -> None:
     base = used_memory(conn)
     for start in range(0, len(numbers), BATCH):
         conn.sadd("bench:plain", *numbers[start:start + BATCH])
-    report("one plain SET of the same integer ids", len(numbers), usage(conn, ["bench:plain"]),
-           used_memory(conn) - base, 1)
+    check(conn.scard("bench:plain") == len(set(numbers)), "the plain SET holds every distinct id")
+    report("for scale: one plain SET of the same integer ids (what the sharding avoids)", len(numbers),
+           usage(conn, ["bench:plain"]), used_memory(conn) - base, 1)
 
 
 def one_hll(conn: redis.Redis, numbers: list[int]) -> None:
@@ -97,7 +147,9 @@ def one_hll(conn: redis.Redis, numbers: list[int]) -> None:
     for start in range(0, len(numbers), BATCH):
         conn.pfadd("bench:hll", *numbers[start:start + BATCH])
     estimate = conn.pfcount("bench:hll")
-    report(f"one HyperLogLog (PFCOUNT {estimate:,})", len(numbers), usage(conn, ["bench:hll"]),
+    distinct = len(set(numbers))
+    check(abs(estimate - distinct) <= 0.05 * distinct, f"the HyperLogLog's estimate {estimate:,} within 5% of {distinct:,}")
+    report(f"for scale: one HyperLogLog (PFCOUNT {estimate:,})", len(numbers), usage(conn, ["bench:hll"]),
            used_memory(conn) - base, 1)
 
 
@@ -131,8 +183,11 @@ def run(url: str, n: int, all_time: bool) -> None:
 
     numbers = [uniques.session_number(s) for s in session_ids(n)]
     started = time.perf_counter()
-    sharded(conn, numbers, None)
-    sharded(conn, numbers, n)
+    reference = reference_sharded(conn, numbers)
+    ours = sharded(conn, numbers, None)
+    print(f"    against the reference design: {ours / reference:.2f}x its bytes (MEMORY USAGE)")
+    ours = sharded(conn, numbers, n)
+    print(f"    against the reference design: {ours / reference:.2f}x its bytes (MEMORY USAGE)")
     plain_set(conn, numbers)
     one_hll(conn, numbers)
     if all_time:

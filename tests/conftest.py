@@ -22,6 +22,7 @@ import pytest
 from counters_tasks import uniques
 from counters_tasks.core.settings import reset_settings
 from counters_tasks.local.redis_server import RedisServer
+from tests.support.isolation import forget_app_configuration, renew_the_shared_recorder
 from tests.support.servers import TEST_SECRET, TEST_TAG_KEY, flush, is_cluster_run, make_client, slow_calls
 
 _POPEN_INIT = subprocess.Popen.__init__
@@ -86,6 +87,20 @@ def counters_env(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[No
     yield
     monkeypatch.undo()  # this test's environment gone first: the settings read next are the session's
     reset_settings()
+
+
+@pytest.fixture(autouse=True)
+def isolated_app_and_recorder(counters_env) -> Iterator[None]:
+    """Every test starts with the package's Celery app unconfigured, so that its first use reads
+    the settings of that test (a broker a test pointed the settings at never sticks in the app for
+    the tests after it, and the RabbitMQ tests, which set their broker before using the app, get
+    theirs), and with a new, open shared ``VisitRecorder``; after the test, the recorder it used is
+    closed (what it held sent to that test's broker, 2 s at most) and the app forgotten again
+    (``tests/support/isolation.py``)."""
+    forget_app_configuration()
+    yield
+    renew_the_shared_recorder()
+    forget_app_configuration()
 
 
 @pytest.fixture(autouse=True)

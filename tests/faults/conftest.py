@@ -16,10 +16,12 @@ from counters_tasks.local.redis_server import RedisServer
 
 
 @pytest.fixture(autouse=True)
-def app_config_from_the_session(counters_env) -> None:
-    """This process's Celery app reads celeryconfig once, and makes its producer pool once from
-    ``CELERY_BROKER_URL`` as it is then: let both happen with the session's settings, never with
-    a fault test's private servers (later tests publish through the app's pool)."""
+def app_config_from_the_session(counters_env, isolated_app_and_recorder) -> None:
+    """This process's Celery app reads its configuration, and makes its producer pool, at its first
+    use in a test, from ``CELERY_BROKER_URL`` as it is then: in a fault test, let both happen with
+    the session's settings before ``fault_env`` points them at the test's private servers, which
+    the test reaches through ``publisher`` and its workers' environment. (After the test,
+    ``isolated_app_and_recorder`` forgets that configuration again.)"""
     from counters_tasks.app import app
 
     assert app.conf.broker_url and app.producer_pool

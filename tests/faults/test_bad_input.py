@@ -13,9 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from counters_tasks import counters, ranking, refusals, tasks, visits
+from counters_tasks import counters, ranking, refusals, sitestats, tasks, uniques, visits
 from counters_tasks.errors import InvalidInput
 from tests.support.servers import dump_all, flush
+from tests.support.visit_model import local_date
 
 pytestmark = pytest.mark.processes
 
@@ -64,17 +65,72 @@ CALLS = {  # by task name: touching a task object here would load the Celery con
 }
 
 
+SEED_SESSION = str(uuid.UUID(int=1))
+
+
 def seed(conn) -> None:
     """Some data to keep intact: a board fixed to (24, 1), counters, a visit."""
     flush(conn)
     ranking.Ranking(conn, "board").incr("m", 1, NOW)
     counters.update_counter(conn, "name", 1, NOW)
-    visits.apply_visit(conn, "10.0.0.1", "/seed", str(uuid.UUID(int=1)), NOW)
+    visits.apply_visit(conn, "10.0.0.1", "/seed", SEED_SESSION, NOW)
+
+
+def score(conn, call: dict) -> int:
+    """The call's member's total on its board as the board shows it (0 when it does not show)."""
+    board = ranking.Ranking(conn, call["board"], call.get("period_hours", 24), call.get("interval_hours", 1))
+    return dict(board.top(0, 1000, withscores=True, now=time.time())).get(call["member"], 0)
+
+
+def figures(conn, name: str, call: dict, day, at: float) -> dict:
+    """What the task's contract says an applied call changes, read before and after it (``day``
+    and ``at``: the call's local day and time)."""
+    if name == "update_counter":  # the day buckets around the sample's own time (kept 120 days)
+        return {"counter": sum(total for _bucket, total in counters.get_counter(conn, call["name"], 86400, now=at))}
+    if name == "incr_ranking":
+        return {"score": score(conn, call)}
+    if name == "record_visit":
+        return {"pv": sitestats.site_visit_info(conn, day).pv}
+    if name == "count_unique":
+        return {"uniques": uniques.unique_visitors(conn, day)}
+    return {"refused": sum(refusals.counts(conn).values()), "data": dump_all(conn)}  # the batches
+
+
+def check_applied(name: str, call: dict, returned, before: dict, after: dict) -> None:
+    """An applied call did what its task says (``before``/``after``: ``figures``), in plain terms."""
+    if name == "update_counter":
+        assert after["counter"] == before["counter"] + call.get("count", 1), (call, before, after)
+    elif name == "incr_ranking":  # an event older than its board's window is late: ignored
+        shown = max(0, before["score"] + call.get("amount", 1))
+        ts = call.get("ts")
+        if ts is None or ts >= NOW - 3600:
+            assert after["score"] == shown, (call, before, after)
+        elif ts < NOW - 2 * 3600 * call.get("period_hours", 24):
+            assert after["score"] == before["score"], (call, before, after)
+        else:  # at the window's edge: either
+            assert after["score"] in (shown, before["score"]), (call, before, after)
+    elif name == "record_visit":
+        assert after["pv"] == before["pv"] + 1, (call, before, after)  # one page view more on its day
+    elif name == "count_unique":  # new unless it is the seed's session (flushed before every example)
+        number = int(call["session_id"].replace("-", "")[:15], 16)
+        assert returned is (number != int(SEED_SESSION.replace("-", "")[:15], 16)), (call, returned)
+        assert after["uniques"] == before["uniques"] + int(returned), (call, before, after)
+    else:  # a batch: each item applied or refused and counted, nothing lost
+        items = call["visits" if name == "record_visits" else "events"]
+        assert 0 <= returned <= len(items), (call, returned)
+        assert after["refused"] == before["refused"] + len(items) - returned, (call, returned, before, after)
+        if returned:
+            assert after["data"] != before["data"], f"{name} applied {returned} of {call!r} but wrote nothing"
 
 
 @pytest.mark.parametrize("name", list(CALLS))
 def test_every_task_applies_or_refuses_cleanly(name, eager_app, raw_conn):
+    """Every call either raised (InvalidInput counted under its reason; TypeError for a call that
+    does not fit the signature) with Redis unchanged, or returned having done what its task says:
+    a counter up by ``count``, a member's score up by ``amount``, a page view more, a unique
+    visitor more when the session is new, a batch's items each applied or counted as refused."""
     task = getattr(tasks, name)
+    outcomes: set[str] = set()
 
     @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                      HealthCheck.too_slow])
@@ -83,11 +139,29 @@ def test_every_task_applies_or_refuses_cleanly(name, eager_app, raw_conn):
         seed(raw_conn)
         before = dump_all(raw_conn)
         call = {k: v for k, v in kwargs.items() if v is not MISSING} | extra
+        sent_at = time.time()
+        ts = call.get("ts")
+        usable = isinstance(ts, (int, float)) and not isinstance(ts, bool) and math.isfinite(ts) and 0 < ts <= sent_at
+        at = ts if usable else sent_at  # an applied call's ts is a number (or none: now)
+        day = local_date(at)
+        try:  # junk arguments may not be readable: such a call is refused (checked below)
+            figures_before: dict | None = figures(raw_conn, name, call, day, at)
+        except (InvalidInput, TypeError, KeyError):
+            figures_before = None
         try:
-            task.apply(kwargs=call, task_id=str(uuid.uuid4()))
+            returned = task.apply(kwargs=call, task_id=str(uuid.uuid4())).get()
         except (InvalidInput, TypeError) as exc:
             assert dump_all(raw_conn) == before, f"{task.name} refused {call!r} but wrote"
             if isinstance(exc, InvalidInput):  # refused, and counted under its reason
                 assert refusals.counts(raw_conn)[exc.reason] >= 1
+                outcomes.add("refused")
+            else:
+                outcomes.add("does not fit")
+            return
+        assert extra == {}, f"{task.name} took the unknown arguments {extra!r}"
+        assert figures_before is not None, f"{task.name} applied {call!r}, whose figures could not be read"
+        check_applied(name, call, returned, figures_before, figures(raw_conn, name, call, day, at))
+        outcomes.add("applied")
 
     check()
+    assert "applied" in outcomes and "refused" in outcomes, outcomes  # both branches were checked
