@@ -5,15 +5,12 @@ every-minute job not run yet), without calling a beat alive for longer than ``--
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +19,7 @@ import redis
 
 from counters_tasks.local.redis_server import free_port
 from counters_tasks.local.waiting import wait_until
-from tests.support.procs import REPO, celery_env
+from tests.support.procs import REPO, celery_env, http_status
 from tests.support.servers import TEST_SECRET
 
 pytestmark = pytest.mark.processes
@@ -42,19 +39,6 @@ def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     """``counters-tasks ARGS`` in another shell of the same user."""
     return subprocess.run([sys.executable, "-m", "counters_tasks", *args], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=60)
-
-
-def status(url: str, auth: str | None = None) -> int:
-    request = urllib.request.Request(url)
-    if auth:
-        request.add_header("Authorization", "Basic " + base64.b64encode(auth.encode()).decode())
-    try:
-        with urllib.request.urlopen(request, timeout=2) as response:
-            return response.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except OSError:
-        return 0
 
 
 @pytest.mark.long  # the whole stack with Flower (~20 s); make test-long also runs `make run` itself
@@ -91,8 +75,8 @@ def test_the_stack_hides_its_secrets_loads_the_checkouts_config_and_is_healthy_w
         auth = (home / "flower-auth").read_text().strip()
         password = auth.split(":", 1)[1]
         api = f"http://127.0.0.1:{flower_port}/api/workers"
-        wait_until(lambda: status(api, auth) == 200, timeout=60, what="Flower to answer with its password")
-        assert status(api) == 401 and status(api, "admin:wrong") == 401
+        wait_until(lambda: http_status(api, auth) == 200, timeout=60, what="Flower to answer with its password")
+        assert http_status(api) == 401 and http_status(api, "admin:wrong") == 401
         seen = dict(every_cmdline())
         assert any(b"flower" in line for line in seen.values()), "Flower's process was not seen"
         for pid, line in seen.items():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import re
@@ -10,14 +9,12 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 
 from counters_tasks.local.redis_server import free_port
 from counters_tasks.local.waiting import wait_until
-from tests.support.procs import REPO
+from tests.support.procs import REPO, http_status
 
 pytestmark = [pytest.mark.processes, pytest.mark.long]
 
@@ -57,19 +54,6 @@ def test_make_demo_counts_exactly_and_exits_cleanly(tmp_path):
         assert f"{name:<8} stopped" in second
 
 
-def _get(url: str, auth: str | None = None) -> int:
-    request = urllib.request.Request(url)
-    if auth:
-        request.add_header("Authorization", "Basic " + base64.b64encode(auth.encode()).decode())
-    try:
-        with urllib.request.urlopen(request, timeout=2) as response:
-            return response.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except OSError:
-        return 0
-
-
 def test_make_run_starts_the_stack_and_stops_it_on_ctrl_c(tmp_path):
     flower_port = free_port()
     log = open(tmp_path / "run.log", "w+")
@@ -84,8 +68,8 @@ def test_make_run_starts_the_stack_and_stops_it_on_ctrl_c(tmp_path):
         assert health.returncode == 0 and "healthy" in health.stdout, health.stdout + health.stderr
         auth = (tmp_path / "home" / "flower-auth").read_text().strip()
         url = f"http://127.0.0.1:{flower_port}/api/workers"
-        wait_until(lambda: _get(url, auth) == 200, timeout=60, what="Flower to answer")
-        assert _get(url) == 401  # basic auth is on
+        wait_until(lambda: http_status(url, auth) == 200, timeout=60, what="Flower to answer")
+        assert http_status(url) == 401  # basic auth is on
         secrets = [auth.split(":", 1)[1], (tmp_path / "home" / "secret").read_text().strip()]
         for pid in (p for p in os.listdir("/proc") if p.isdigit()):  # what ps shows every user of the machine
             try:

@@ -37,6 +37,19 @@ def wait_idle(broker: redis.Redis, timeout: float = 60.0, settle: float = 1.0, q
     raise AssertionError(f"the broker is still busy after {timeout}s")
 
 
+def drain_and_stop(env: dict[str, str], worker, timeout: float = 30.0) -> None:
+    """Wait until the broker of ``env``'s settings is idle (every message taken and acknowledged,
+    so applied), then stop ``worker``, which must exit cleanly."""
+    from counters_tasks.core.settings import load_settings
+
+    broker = redis.Redis.from_url(load_settings(env).broker_url)
+    try:
+        wait_idle(broker, timeout=timeout)
+    finally:
+        broker.close()
+        assert worker.stop() == 0, worker.output()[-3000:]
+
+
 @dataclass
 class VisitModel:
     """The exact answer every total must give for a list of visits (one local day)."""

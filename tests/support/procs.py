@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import signal
@@ -22,6 +23,21 @@ scripts such as Python-urllib, which the test's HTTP client would be by default)
 BROWSER_HEADERS = {"User-Agent": BROWSER_AGENT, "Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def http_status(url: str, auth: str | None = None) -> int:
+    """The status of a GET of ``url`` (with basic auth ``user:password`` when given); 0 when
+    nothing answers (yet)."""
+    request = urllib.request.Request(url)
+    if auth:
+        request.add_header("Authorization", "Basic " + base64.b64encode(auth.encode()).decode())
+    try:
+        with urllib.request.urlopen(request, timeout=2) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return 0
 
 
 def celery_env(redis_url: str, **extra: str) -> dict[str, str]:

@@ -23,10 +23,10 @@ import redis
 
 from counters_tasks import sitestats, skips
 from counters_tasks.core.days import local_day
-from counters_tasks.core.settings import load_settings, reset_settings
+from counters_tasks.core.settings import reset_settings
 from counters_tasks.local.redis_server import free_port
 from counters_tasks.local.waiting import wait_until
-from tests.support.faults import wait_idle
+from tests.support.faults import drain_and_stop
 from tests.support.procs import Server, celery_env, purge_broker, start_worker
 
 pytestmark = pytest.mark.processes
@@ -166,12 +166,7 @@ def run_live(kind: str, redis_url: str, tmp_path: Path, access_log: Path) -> Non
     finally:
         code = server.stop()  # uvicorn raises the SIGTERM again once it has shut down cleanly
         assert code == 0 or (kind == "starlette" and code == -15), server.log.read_text()[-3000:]
-    broker = redis.Redis.from_url(load_settings(env).broker_url)
-    try:
-        wait_idle(broker, timeout=30)
-    finally:
-        broker.close()
-        assert worker.stop() == 0, worker.output()[-3000:]
+    drain_and_stop(env, worker)
 
 
 def test_live_and_imported_requests_give_the_same_figures(redis_url, tmp_path, monkeypatch):

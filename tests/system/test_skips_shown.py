@@ -14,13 +14,11 @@ import sys
 import time
 
 import pytest
-import redis
 
 from counters_tasks.core.days import local_day
-from counters_tasks.core.settings import load_settings
 from counters_tasks.local.redis_server import free_port
 from counters_tasks.local.waiting import wait_until
-from tests.support.faults import wait_idle
+from tests.support.faults import drain_and_stop
 from tests.support.procs import REPO, Server, celery_env, purge_broker, start_worker
 
 pytestmark = [pytest.mark.processes, pytest.mark.workers]
@@ -65,12 +63,7 @@ def scripted_site(raw_conn, redis_url, tmp_path):
             assert server.get(f"/page{n}")[0] == 200
     finally:
         assert server.stop() == 0, server.log.read_text()[-3000:]
-    broker = redis.Redis.from_url(load_settings(env).broker_url)
-    try:
-        wait_idle(broker, timeout=30)
-    finally:
-        broker.close()
-        assert worker.stop() == 0, worker.output()[-3000:]
+    drain_and_stop(env, worker)
     return env
 
 
