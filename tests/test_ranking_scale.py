@@ -90,11 +90,13 @@ def big_board_work(raw_conn, slowlog) -> list:
 
 @pytest.mark.budget
 def test_a_big_board_is_read_rebuilt_rotated_and_deleted_in_short_calls(raw_conn, slowlog):
-    """SLOWLOG is wall time: on a 2-core machine the tests' own process can take Redis's core
-    for a moment. A call that is slow by design is slow every time; so a second run decides."""
+    """SLOWLOG is wall time: on a 2-core machine the tests' own process (or another on the
+    machine) can take Redis's core for a moment. A call that is slow by design is slow every
+    time; so up to three runs decide (as tests/system/test_scale.py does)."""
     slow = big_board_work(raw_conn, slowlog)
-    if slow:
-        slow = big_board_work(raw_conn, slowlog)
+    for _ in range(2):
+        if slow:
+            slow = big_board_work(raw_conn, slowlog)
     assert slow == []
 
 
