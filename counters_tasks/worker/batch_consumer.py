@@ -89,13 +89,28 @@ log = logging.getLogger(__name__)
 
 class MaskedRequest(Request):
     """A worker's request whose argument texts (task events, logs, ``celery inspect``) are made
-    from its arguments with IP addresses masked, whatever the message's headers said."""
+    from its arguments with IP addresses masked, whatever the message's headers said.
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        shown_args, shown_kwargs = masked_reprs(self.args, self.kwargs)
-        self._argsrepr, self._kwargsrepr = shown_args, shown_kwargs
-        self.request_dict["argsrepr"], self.request_dict["kwargsrepr"] = shown_args, shown_kwargs
+    Celery's ``Request`` takes its argument texts from the message's ``argsrepr`` and
+    ``kwargsrepr`` headers (task message protocol 2), read from its public ``headers`` parameter:
+    the request is given the message's headers with those two made here from the arguments, read
+    from the body as Celery reads them (``body`` when decoded, else the message's payload, which
+    kombu decodes once). Nothing private of Celery is touched (checked in Celery 5.6.0 and 5.7.0);
+    should a release read them elsewhere, ``tests/worker/test_masked_requests.py`` fails (raw IPs
+    in a real worker's task events; marker ``workers``: ``make test-oldest`` and ``test-newest``).
+    A body that is not ``(args, kwargs, embed)`` is left to Celery, which refuses it as for any task
+    (the worker's consumer sets such messages aside before: ``worker.consumer``). Celery's own
+    callers (its strategy and ``Batcher``) pass everything after the message by keyword."""
+
+    def __init__(self, message: Any, *, body: Any = None, headers: Any = None, decoded: bool = False,
+                 **options: Any) -> None:
+        body = message.body if body is None else body
+        headers = message.headers if headers is None else headers
+        payload = body if decoded else message.payload
+        if isinstance(payload, (list, tuple)) and len(payload) == 3:
+            shown_args, shown_kwargs = masked_reprs(payload[0], payload[1])
+            headers = {**headers, "argsrepr": shown_args, "kwargsrepr": shown_kwargs}
+        super().__init__(message, body=body, headers=headers, decoded=decoded, **options)
 
     def info(self, safe: bool = False) -> dict[str, Any]:
         """What ``celery inspect active/reserved`` shows: never the raw arguments."""

@@ -13,6 +13,8 @@ waits on the first queue, and a message arriving on another ends that wait at on
 or that is too large is set aside in the dead letters (``dead_letters``) instead of reaching
 Celery, which would crash on it or restore it forever. Everything else (acks, restore sweeps,
 publishing) is kombu's. ``worker.celery_defaults`` selects this transport for ``redis://`` and ``rediss://`` brokers.
+It builds on kombu's Redis transport through ``worker.kombu_redis_adapter``, the one module that
+reaches kombu's private names (kombu has no public hook for the consume command or the poller).
 
 A worker's broker connection pools are sized for its concurrency (``size_broker_pools``, at the
 worker's start): kombu's Redis channel keeps at most ``max_connections`` (10) connections and
@@ -30,7 +32,6 @@ import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from time import monotonic
 from typing import Any
 
 from celery import signals
@@ -44,6 +45,8 @@ from ..core.settings import get_settings
 from ..store import keys as store_keys
 from ..store.scripts import lua_source
 from . import dead_letters
+from .kombu_redis_adapter import Channel as AdaptedChannel
+from .kombu_redis_adapter import register_wait, registered_event, socket_of, unregister_wait
 
 log = logging.getLogger(__name__)
 
@@ -210,19 +213,16 @@ def acks_together(messages: list[Any]) -> Iterator[None]:
         yield
 
 
-class Channel(kombu_redis.Channel):
-    """Takes messages atomically (pop + record as unacknowledged), waits without taking."""
+class Channel(AdaptedChannel):
+    """Takes messages atomically (pop + record as unacknowledged), waits without taking: kombu's
+    Redis channel with its consume command (``start_consume``, ``read_consume``) replaced."""
 
     QoS = QoS
     _recorded_by_take: Any = None  # delivery tag of the message being delivered, recorded by the take
 
     _waiting = False  # the command in flight is the wait (BLMOVE), not the take
-    # kombu's own, declared None there: what this channel stores in them
-    _brpop_sent_at: Any = None  # a monotonic time
-    _in_poll: Any = None
-    _queue_cycle: Any
     _wait_turn = 0  # which queue the next wait is on
-    _sync_client: Any = None  # the one client of the channel's pool (_create_client)
+    _sync_client: Any = None  # the one client of the channel's pool (create_client)
 
     _own_id: tuple[Any, int] | None = None  # (socket, CLIENT ID) of the channel's own connection
     _unblock_refused = False  # the broker refused CLIENT ID or CLIENT UNBLOCK: wait in slices
@@ -232,16 +232,16 @@ class Channel(kombu_redis.Channel):
         self._no_ack_queues: set[str] = set()
         self._queue_waits: dict[str, QueueWait] = {}
 
-    def _create_client(self, asynchronous: bool = False) -> Any:
+    def create_client(self, asynchronous: bool = False) -> Any:
         """kombu makes a new redis-py client for every publish (``conn_or_acquire``): its
         constructor alone was a fifth of a ``.delay()``'s cost. A client is its pool and its reply
         callbacks, safe to share between threads, so the channel keeps one per pool (a new one
         when kombu replaces the pool)."""
         if asynchronous:
-            return super()._create_client(asynchronous=True)
+            return super().create_client(asynchronous=True)
         client = self._sync_client
         if client is None or client.connection_pool is not self.pool:
-            client = self._sync_client = super()._create_client()
+            client = self._sync_client = super().create_client()
         return client
 
     def basic_consume(self, queue: str, no_ack: bool, *args: Any, **kwargs: Any) -> Any:
@@ -259,20 +259,22 @@ class Channel(kombu_redis.Channel):
                 client.pipeline().hdel(self.unacked_key, tag).zrem(self.unacked_index_key, tag).execute()
 
     def _queue_keys(self) -> list[str]:
-        queues = self._queue_cycle.consume(len(self.active_queues))
-        return [self._q_for_pri(queue, pri) for pri in self.priority_steps for queue in queues]
+        queues = self.queues_in_turn()
+        return [self.queue_key(queue, pri) for pri in self.priority_steps for queue in queues]
 
-    def _brpop_start(self, timeout=None):
+    def start_consume(self, timeout: Any = None) -> None:
+        """Send the take (``broker_take``), or after a take that found nothing the wait, on the
+        channel's connection; kombu's ``BRPOP`` with a key prefix (not used here)."""
         if self.global_keyprefix:  # not used here; kombu's own path handles prefixes
-            return super()._brpop_start(timeout)
+            super().start_consume(timeout)
+            return
         keys = self._queue_keys()
         if not keys:
             return
-        self._in_poll = self.client.connection
-        self._brpop_sent_at = monotonic()
+        self.consume_sent()
         if self._waiting:
             # each queue's own list (the first priority step), the worker's first queue first
-            queues = [self._q_for_pri(queue, self.priority_steps[0]) for queue in self.active_queues]
+            queues = [self.queue_key(queue, self.priority_steps[0]) for queue in self.active_queues]
             longest = timeout or self.brpop_timeout or 1
             if len(queues) == 1 or self._know_own_id():
                 self.client.connection.send_command("BLMOVE", queues[0], queues[0], "RIGHT", "RIGHT", longest)
@@ -296,12 +298,11 @@ class Channel(kombu_redis.Channel):
         if self._unblock_refused:
             return False
         connection = self.client.connection
-        if connection._sock is None:
-            connection.connect()
-        if self._own_id is None or self._own_id[0] is not connection._sock:
+        connection.connect()  # when not connected (redis-py's connect does nothing when it is)
+        if self._own_id is None or self._own_id[0] is not socket_of(connection):
             connection.send_command("CLIENT", "ID")
             try:
-                self._own_id = (connection._sock, int(connection.read_response()))
+                self._own_id = (socket_of(connection), int(connection.read_response()))
             except self.ResponseError as exc:
                 self._refuse_unblock(exc)
                 return False
@@ -321,13 +322,12 @@ class Channel(kombu_redis.Channel):
         for queue in queues:
             wait = self._queue_waits.get(queue)
             if wait is None:
-                wait = self._queue_waits[queue] = QueueWait(queue, self._create_client(asynchronous=True))
+                wait = self._queue_waits[queue] = QueueWait(queue, self.create_client(asynchronous=True))
                 self.handlers[wait.event_type] = functools.partial(self._queue_wait_read, wait)
             connection = getattr(wait.client, "connection", None)
-            if wait.armed and connection is not None and connection._sock is not None:
+            if wait.armed and connection is not None and socket_of(connection) is not None:
                 continue  # still waiting (a connection dropped meanwhile is connected and armed again)
-            if not cycle._client_registered(self, wait.client, wait.event_type):
-                cycle._register(self, wait.client, wait.event_type)
+            register_wait(cycle, self, wait.client, wait.event_type)
             wait.client.connection.send_command("BLMOVE", queue, queue, "RIGHT", "RIGHT", timeout)
             wait.armed = True
 
@@ -340,7 +340,7 @@ class Channel(kombu_redis.Channel):
         except self.connection_errors:
             wait.client.connection.disconnect()  # connected again at the next wait
             return
-        own_wait_in_flight = self._waiting and self._in_poll
+        own_wait_in_flight = self._waiting and self.consume_in_flight
         if reply is None:
             if own_wait_in_flight:
                 self._arm_queue_waits(list(self._queue_waits), self.brpop_timeout or 1)
@@ -353,26 +353,18 @@ class Channel(kombu_redis.Channel):
                 self._refuse_unblock(exc)
 
     def _drop_queue_wait(self, wait: QueueWait) -> None:
-        cycle = self.connection.cycle
-        sock = cycle._chan_to_sock.pop((self, wait.client, wait.event_type), None)
-        if sock is not None:
-            fd = sock.fileno()
-            if cycle._fd_to_chan.get(fd) == (self, wait.event_type):
-                del cycle._fd_to_chan[fd]
-            try:
-                cycle._unregister_from_poll(fd)
-            except (KeyError, ValueError, OSError):
-                pass
+        unregister_wait(self.connection.cycle, self, wait.client, wait.event_type)
         self.handlers.pop(wait.event_type, None)
         connection = getattr(wait.client, "connection", None)
         if connection is not None:
             connection.disconnect()
 
-    def _poll_error(self, type: str, **options: Any) -> Any:
+    def read_poll_error(self, type: str, **options: Any) -> Any:
+        """An error on a queue's own wait is read by that wait (which drops its connection)."""
         wait = self._queue_waits.get(type[len(WAIT):]) if type.startswith(WAIT) else None
         if wait is not None:
             return self._queue_wait_read(wait)
-        return super()._poll_error(type, **options)
+        return super().read_poll_error(type, **options)
 
     def close(self) -> None:
         for wait in list(self._queue_waits.values()):
@@ -380,9 +372,11 @@ class Channel(kombu_redis.Channel):
         self._queue_waits.clear()
         super().close()
 
-    def _brpop_read(self, **options):
+    def read_consume(self, **options: Any) -> Any:
+        """Read the take's reply (deliver the message it took, or set it aside) or the wait's
+        (take next); kombu's ``BRPOP`` read with a key prefix."""
         if self.global_keyprefix:
-            return super()._brpop_read(**options)
+            return super().read_consume(**options)
         waiting = self._waiting
         try:
             try:
@@ -415,15 +409,13 @@ class Channel(kombu_redis.Channel):
                 self._forget_unacked(message["properties"].get("delivery_tag"))
             else:
                 self._recorded_by_take = recorded_tag(message)
-            self._queue_cycle.rotate(dest)
             try:
-                self.connection._deliver(message, dest)
+                self.deliver(message, dest)
             finally:
                 self._recorded_by_take = None
             return True
         finally:
-            self._in_poll = None
-            self._flush_brpop_reauth()
+            self.reply_read()
 
 
 class Poller(kombu_redis.MultiChannelPoller):
@@ -431,7 +423,7 @@ class Poller(kombu_redis.MultiChannelPoller):
     takes no message, and left unread it would keep the socket readable and the loop spinning."""
 
     def on_readable(self, fileno: int) -> None:
-        chan_type = self._fd_to_chan.get(fileno)
+        chan_type = registered_event(self, fileno)
         if chan_type is not None and chan_type[1].startswith(WAIT):
             chan_type[0].handlers[chan_type[1]]()
             return

@@ -79,7 +79,7 @@ def test_ci_runs_lint_before_the_tests():
     assert "ruff check ." in recipe and "mypy" in recipe
 
 
-SELECTING = ("test-oldest", "test-oldest-redis", "test-redis-server", "test-rabbitmq")
+SELECTING = ("test-reversed", "test-oldest", "test-newest", "test-oldest-redis", "test-redis-server", "test-rabbitmq")
 
 
 @pytest.mark.parametrize("target", SELECTING)

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 import redis
+from celery.result import AsyncResult
 
 from counters_tasks import counters
 from counters_tasks.local.waiting import wait_until
@@ -23,7 +24,11 @@ from counters_tasks import tasks
 
 result = tasks.update_counter.delay("results-probe", 1)
 asked = {"id": result.id}
-for what, ask in (("state", lambda: result.state), ("ready", result.ready), ("get", lambda: result.get(timeout=1))):
+asks = [("state", lambda: result.state), ("ready", result.ready), ("get", lambda: result.get(timeout=1)),
+        ("forget", result.forget)]
+if hasattr(result, "exists"):  # Celery 5.7+
+    asks.append(("exists", result.exists))
+for what, ask in asks:
     try:
         asked[what] = ["answered", repr(ask())]
     except Exception as exc:
@@ -44,7 +49,8 @@ def test_delay_result_says_no_results_are_kept_and_the_figures_show_the_call_app
         asked = json.loads(sent.stdout.splitlines()[-1])
         assert len(asked["id"]) == 36  # the message's id
         assert asked["get"] == ["answered", "None"]  # Celery's rule for a task that ignores its result: at once
-        for what in ("state", "ready"):
+        asked_all = ("state", "ready", "forget") + (("exists",) if hasattr(AsyncResult, "exists") else ())
+        for what in asked_all:
             name, message, not_implemented = asked[what]
             assert name == "ResultsNotKept" and not_implemented, (what, asked[what])  # Celery's kind of error
             assert "keeps no task results" in message and "docs/tasks.md" in message, message
