@@ -15,6 +15,7 @@ from counters_tasks import sitestats, uniques
 from counters_tasks.core.days import local_day
 from counters_tasks.errors import InvalidInput
 from counters_tasks.store import keys, page_sketch
+from counters_tasks.visits import apply_visits
 from tests.support.servers import dump_all, expires_at
 from tests.support.visit_model import local_date
 
@@ -42,11 +43,13 @@ def model(visits):
 
 @pytest.fixture
 def stream(conn):
+    """The visits, written 500 at a time as a worker writes a batch (one ``sitestats.record_visit``
+    each wrote the same site and path figures in 1.5 s a test instead of 0.3 s)."""
     rng = random.Random(5)
     now = time.time()
     visits = random_visits(rng, 1500, now)
-    for ip, path, ts in visits:
-        sitestats.record_visit(conn, ip, path, now=ts)
+    for first in range(0, len(visits), 500):
+        apply_visits(conn, [{"ip": ip, "path": path, "ts": ts} for ip, path, ts in visits[first:first + 500]])
     return visits, now
 
 

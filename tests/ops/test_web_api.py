@@ -7,18 +7,16 @@ import time
 from datetime import timedelta
 
 import pytest
-import redis
 
 from counters_tasks import visits
 from counters_tasks.core.days import local_day
 from counters_tasks.core.settings import load_settings, reset_settings
 from counters_tasks.errors import ConfigurationError
-from counters_tasks.local.redis_server import free_port
 from counters_tasks.ops import views
 from counters_tasks.ops.web import create_app
 from tests.support import demo_data
 from tests.support.dashboard import TestClient
-from tests.support.servers import use_settings
+from tests.support.servers import dead_client, use_settings
 
 
 def fake_health(_conn):
@@ -60,8 +58,7 @@ def test_bad_queries_are_400_with_a_reason(client, url):
 
 
 def test_redis_down_is_503():
-    dead = redis.Redis(port=free_port(), socket_connect_timeout=0.5)
-    response = TestClient(create_app(dead, auth=None, health=fake_health)).get("/api/counters")
+    response = TestClient(create_app(dead_client(), auth=None, health=fake_health)).get("/api/counters")
     assert response.status_code == 503 and "Redis" in response.json()["error"]
 
 

@@ -15,19 +15,17 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
-import redis
 from click.testing import CliRunner
 
 from counters_tasks import visits
 from counters_tasks.core.days import local_day
-from counters_tasks.local.redis_server import free_port
 from counters_tasks.ops import views
 from counters_tasks.ops.cli import cli
 from counters_tasks.ops.web import create_app
 from counters_tasks.store import keys
 from tests.support.dashboard import TestClient
 from tests.support.procs import celery_env, serving
-from tests.support.servers import use_settings
+from tests.support.servers import dead_client, use_settings
 
 USER, PASSWORD = "ops", "s3cret"
 BASIC = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
@@ -150,7 +148,7 @@ def test_without_basic_auth_the_api_stays_open_but_a_bad_token_is_refused(conn):
 
 
 def test_redis_errors_while_checking_a_token_are_503(conn):
-    dead = redis.Redis(port=free_port(), socket_connect_timeout=0.5)
+    dead = dead_client()
     for auth in (None, (USER, PASSWORD)):
         response = TestClient(create_app(dead, auth=auth, health=fake_health)).get(
             "/api/counters", headers={"Authorization": "Bearer ctk_" + "a" * 43})

@@ -6,7 +6,9 @@ import os
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
+from redis.retry import Retry
 
 from counters_tasks.core.settings import reset_settings
 
@@ -22,6 +24,15 @@ def make_client(url: str, decode: bool = False):
     if is_cluster_run():
         return RedisCluster.from_url(url, decode_responses=decode)
     return redis.Redis.from_url(url, decode_responses=decode)
+
+
+def dead_client() -> redis.Redis:
+    """A client of a port nothing listens on, as a Redis that is down: its calls raise
+    ConnectionError at once. No retries: redis-py 8's default retries a refused connection 10
+    times with backoff (4 s a call), which proves nothing more about what the caller does then."""
+    from counters_tasks.local.redis_server import free_port
+
+    return redis.Redis(port=free_port(), socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0))
 
 
 def flush(client) -> None:

@@ -79,6 +79,7 @@ def cleaner_pass(conn, now: float) -> tuple[int, dict[str, int]]:
     return min(passes, key=lambda timed: timed[0])
 
 
+@pytest.mark.timing  # Redis's time for two passes compared: alone under xdist
 def test_an_idle_cleaner_pass_costs_the_same_for_100_or_50000_counters(raw_conn):
     """Nothing due: a pass sends the same commands whatever the number of counters (one script
     per tag group, one ZRANGEBYSCORE of its due summary), and takes about the same Redis time.
