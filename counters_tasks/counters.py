@@ -18,6 +18,7 @@ from collections import defaultdict
 from typing import Any
 from urllib.parse import unquote
 
+from .core.kind import Kind, register
 from .core.settings import COUNTER_PRECISIONS, get_settings
 from .core.sites import check_site
 from .core.validation import check_amount, check_event_time, check_int, check_message_id, check_now, check_text
@@ -131,6 +132,11 @@ def write_counters(conn: RedisClient, per_counter: dict[str, Buckets], message_i
     else:
         execute_in_order(conn, lambda pipe: queue_counter_writes(conn, pipe, per_counter, message_id))
     keys.confirm_written(conn, used)
+
+
+COUNTER_UPDATE = register(Kind(name="counter", fields=("name", "count", "ts", "site"), required=1,
+                               event_task="counters_tasks.update_counter"))
+"""An update of a named counter, one an ``update_counter`` message."""
 
 
 def update_counter(conn: RedisClient, name: str, count: int = 1, now: float | None = None, *, message_id: str | None = None,

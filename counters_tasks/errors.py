@@ -20,7 +20,7 @@ class InvalidInput(CountersError, ValueError):
 class ClosedDay(InvalidInput):
     """An event of a day whose per-visitor data has expired. Never raised for a visit (any past
     time is accepted); its reason names the visits counted without that day's unique visitors
-    (``refusals.record_partial``)."""
+    (``refusals.count_partial``)."""
 
     reason = "closed_day"
 

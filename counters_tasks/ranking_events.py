@@ -1,8 +1,9 @@
-"""Ranking events, the payload beside the board (``ranking``), as ``visits`` is for page views:
-one event validated (``prepare_event``, as ``incr_ranking`` takes it; ``prepare_event_item``, an
-item of an ``incr_rankings`` payload), a payload validated item by item against the boards'
-stored settings (``prepare_events``) and applied (``incr_events``), and an event's journal form
-(``event_entry``, for the worker's batch claims).
+"""Ranking events, the payload beside the board (``ranking``), as ``visits`` is for page views,
+declared as the kind ``RANKING`` (``core.kind``): one event validated (``prepare_event``, as
+``incr_ranking`` takes it; ``app_event`` in the app's process), a payload's events checked against
+the boards' stored settings (``screen_boards``) and applied (``incr_events``, through
+``payloads.apply_payload``), and an event's journal form (``event_entry``, for the worker's batch
+claims).
 
 Every item is validated before anything is written; a bad item is refused on its own (counted,
 ``refusals``) and the others are applied, in calls of EVENTS_PER_CALL events of one board, each at
@@ -11,13 +12,16 @@ most once per its id made from the message id.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from . import refusals, throughput
-from .core.validation import check_amount, check_event_time, check_message_id, check_text
-from .errors import BoardSettingsConflict, InvalidInput, MalformedMessage
+from . import throughput
+from .core.kind import Kind, register
+from .core.settings import DEFAULT_SITE
+from .core.validation import check_amount, check_event_time, check_text
+from .errors import BoardSettingsConflict, InvalidInput
+from .payloads import apply_payload
 from .ranking import Board, RankingEvent, board_settings, check_board, write_events
-from .store import keys
 from .store.client import RedisClient
 
 
@@ -43,7 +47,6 @@ def prepare_event(board: Any, member: Any, amount: Any = 1, ts: Any = None, peri
     return RankingEvent(target, member, amount, target.slot_of(check_event_time(ts)))
 
 
-RANKING_EVENT_FIELDS = frozenset({"board", "member", "amount", "ts", "period_hours", "interval_hours", "site"})
 EVENTS_PER_CALL = 100
 """Ranking events per Lua call of a batch, so no call runs long: a slot hash of up to 512 members
 is a listpack (Redis 7's default ``hash-max-listpack-entries``), where each member's lookup scans
@@ -53,34 +56,29 @@ MAX_EVENTS = 20_000
 """The most events one ``incr_rankings`` message may carry."""
 
 
-def prepare_event_item(event: Any) -> RankingEvent:
-    """Validate one item of an ``incr_rankings`` payload (a dict of ``incr_ranking``'s arguments)."""
-    if not isinstance(event, dict):
-        raise MalformedMessage(f"must be a dict, got {type(event).__name__}")
-    if set(event) - RANKING_EVENT_FIELDS or "board" not in event or "member" not in event:
-        raise MalformedMessage(f"needs board and member, and only {sorted(RANKING_EVENT_FIELDS)}")
-    return prepare_event(**event)
+def app_event(board: Any, member: Any, amount: Any = 1, ts: Any = None, period_hours: Any = 24,
+              interval_hours: Any = 1, site: Any = None) -> dict[str, Any]:
+    """One event checked in the app's process (``prepare_event``; ``ts`` None: now) and written as
+    an item of an ``incr_rankings`` message, the default settings and site left out."""
+    if ts is None:
+        ts = time.time()
+    prepare_event(board, member, amount, ts, period_hours, interval_hours, site)
+    event: dict[str, Any] = {"board": board, "member": member, "amount": amount, "ts": ts}
+    if (period_hours, interval_hours) != (24, 1):
+        event.update(period_hours=period_hours, interval_hours=interval_hours)
+    if site is not None and site != DEFAULT_SITE:
+        event["site"] = site
+    return event
 
 
-def prepare_events(conn: RedisClient, events: Any) -> tuple[list[tuple[int, RankingEvent]], list[tuple[int, InvalidInput]]]:
-    """Validate an ``incr_rankings`` payload item by item, against each board's stored settings
-    (and the first settings a board is given in the batch): ``(accepted (index, event) pairs,
-    refused (index, error) pairs)``. A payload that is not a list, or holds more than MAX_EVENTS
-    items, is refused whole (MalformedMessage)."""
-    if not isinstance(events, list):
-        raise MalformedMessage(f"events must be a list, got {type(events).__name__}")
-    if len(events) > MAX_EVENTS:
-        raise MalformedMessage(f"a batch holds at most {MAX_EVENTS} events, got {len(events)}")
-    prepared: list[tuple[int, RankingEvent]] = []
-    refused: list[tuple[int, InvalidInput]] = []
-    for n, event in enumerate(events):
-        try:
-            prepared.append((n, prepare_event_item(event)))
-        except InvalidInput as exc:
-            refused.append((n, type(exc)(f"event {n}: {exc}")))
+def screen_boards(conn: RedisClient, prepared: list[tuple[int, RankingEvent]]
+                  ) -> tuple[list[tuple[int, RankingEvent]], list[tuple[int, InvalidInput]]]:
+    """A payload's prepared events checked against each board's stored settings (and the first
+    settings a board is given in the payload): ``(accepted, refused)`` (index, ...) pairs."""
     stored = {name: board_settings(conn, name) for name in dict.fromkeys(e.board.name for _n, e in prepared)}
     fixed: dict[str, Board] = {}
     accepted = []
+    refused: list[tuple[int, InvalidInput]] = []
     for n, event in prepared:
         board = event.board
         settings = stored.get(board.name)
@@ -91,30 +89,32 @@ def prepare_events(conn: RedisClient, events: Any) -> tuple[list[tuple[int, Rank
                 f"{(first.period_hours, first.interval_hours)}, not {(board.period_hours, board.interval_hours)}")))
         else:
             accepted.append((n, event))
-    refused.sort(key=lambda pair: pair[0])
     return accepted, refused
 
 
+def write_calls(conn: RedisClient, calls: list[tuple[list[RankingEvent], str | None]],
+                tally: throughput.Tally) -> list[InvalidInput | None]:
+    """``ranking.write_events`` as the ranking kind writes: per call, None, or the InvalidInput
+    refusing it (its board fixed to other settings by another writer meanwhile)."""
+    return [result if isinstance(result, InvalidInput) else None for result in write_events(conn, calls, tally)]
+
+
 def incr_events(conn: RedisClient, events: list[dict[str, Any]], *, message_id: str | None = None) -> int:
-    """Many ranking events in one round trip, at most once per ``message_id`` (the batch id).
-    Every item is validated before anything is written; a bad item is refused on its own (logged
-    and counted, ``refusals``) and the others are applied. Returns the events applied or late.
+    """Many ranking events in one round trip, at most once per ``message_id`` (the batch id): the
+    ranking kind's payload (``payloads.apply_payload``). Every item is validated before anything is
+    written; a bad item is refused on its own (logged and counted, ``refusals``) and the others are
+    applied. Returns the events applied or late.
 
     The events at positions ``n*EVENTS_PER_CALL ..`` make calls (one per board) deduplicated
     under ``<batch id>#<n>`` and the board, so a redelivery maps every id to the same events."""
-    check_message_id(message_id)
-    accepted, refused = prepare_events(conn, events)  # a payload refused whole raises (the task counts it)
-    calls: dict[tuple[int, Board], list[tuple[int, RankingEvent]]] = {}
-    for n, event in accepted:
-        calls.setdefault((n // EVENTS_PER_CALL, event.board), []).append((n, event))
-    ids = keys.chunk_ids(message_id, -(-len(events) // EVENTS_PER_CALL))
-    planned = list(calls.values())
-    tally = throughput.Tally()
-    results = write_events(conn, [([event for _n, event in call], ids[part]) for (part, _board), call in calls.items()],
-                           tally)
-    for call, result in zip(planned, results, strict=True):
-        if isinstance(result, InvalidInput):  # the board was fixed by another writer meanwhile
-            refused += [(n, result) for n, _event in call]
-    refusals.record(conn, "incr_rankings", message_id, refused)
-    throughput.count(conn, "ranking", tally, batch=("incr_rankings", len(events)))
-    return sum(len(call) for call, result in zip(planned, results, strict=True) if not isinstance(result, InvalidInput))
+    return apply_payload(conn, RANKING, events, message_id=message_id)
+
+
+RANKING = register(Kind(
+    name="ranking", fields=("board", "member", "amount", "ts", "period_hours", "interval_hours", "site"), required=2,
+    event_task="counters_tasks.incr_ranking", worker_batches=True,
+    batch_task="counters_tasks.incr_rankings", items_argument="events", max_items=MAX_EVENTS,
+    prepare=prepare_event, app_item=app_event, to_entry=event_entry, from_entry=event_from_entry,
+    write=write_calls, per_call=EVENTS_PER_CALL, call_key=lambda event: event.board, screen=screen_boards,
+))
+"""A ranking bump: one event an ``incr_ranking`` message, many an ``incr_rankings`` one."""

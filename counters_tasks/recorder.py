@@ -31,20 +31,20 @@ import time
 import uuid
 import weakref
 from collections import Counter, deque
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 from .app import package_app
+from .core.kind import Kind, by_task
 from .core.privacy import masked_reprs
-from .core.settings import DEFAULT_SITE, get_settings
-from .core.sources import check_campaign, referrer_domain
-from .ranking_events import prepare_event
-from .visits import check_visit
+from .core.settings import get_settings
+from .ranking_events import RANKING
+from .skips import SKIPS
+from .visits import VISIT
 
 log = logging.getLogger(__name__)
 
-VISITS_TASK = "counters_tasks.record_visits"
-RANKINGS_TASK = "counters_tasks.incr_rankings"
-SKIPS_TASK = "counters_tasks.count_skips"
+SKIPS_TASK = cast(str, SKIPS.batch_task)
 
 
 class VisitRecorder:
@@ -109,33 +109,21 @@ class VisitRecorder:
         ``site``: a site of ``COUNTERS_SITES`` (None: the default site); ``referrer`` (its
         Referer URL, reduced here to its domain: a full URL never reaches the broker) and ``utm``
         (its campaign tags): its source (``core.sources``)."""
-        if ts is None:
-            ts = time.time()
-        check_visit(ip, path, session_id, ts, site, referrer, utm)
-        visit: dict[str, Any] = {"ip": ip, "path": path, "ts": ts}
-        if session_id is not None:
-            visit["session_id"] = session_id
-        if site is not None and site != DEFAULT_SITE:
-            visit["site"] = site
-        if referrer is not None:
-            visit["referrer"] = referrer_domain(referrer)
-        campaign = check_campaign(utm)
-        if campaign:
-            visit["utm"] = campaign
-        self._add(VISITS_TASK, visit)
+        self.add(VISIT, ip, path, session_id, ts, site, referrer, utm)
 
     def incr_ranking(self, board: str, member: str, amount: int = 1, ts: float | None = None,
                      period_hours: int = 24, interval_hours: int = 1, site: str | None = None) -> None:
         """Queue one ranking event (as ``incr_ranking`` would apply it), validated now."""
-        if ts is None:
-            ts = time.time()
-        prepare_event(board, member, amount, ts, period_hours, interval_hours, site)
-        event: dict[str, Any] = {"board": board, "member": member, "amount": amount, "ts": ts}
-        if (period_hours, interval_hours) != (24, 1):
-            event.update(period_hours=period_hours, interval_hours=interval_hours)
-        if site is not None and site != DEFAULT_SITE:
-            event["site"] = site
-        self._add(RANKINGS_TASK, event)
+        self.add(RANKING, board, member, amount, ts, period_hours, interval_hours, site)
+
+    def add(self, kind: Kind, *args: Any, **kwargs: Any) -> None:
+        """Queue one item of ``kind`` (``core.kind``), given as its per-event task takes it: checked
+        now (``kind.app_item``: bad input raises InvalidInput here, not in a worker; ``ts`` None is
+        now), sent in a batch of its batch task. ``record`` and ``incr_ranking`` are this for the
+        package's kinds; an app's own kind is queued the same way."""
+        if kind.app_item is None or kind.batch_task is None:
+            raise TypeError(f"kind {kind.name!r} declares no app_item and batch task: it is not buffered")
+        self._add(kind.batch_task, kind.app_item(*args, **kwargs))
 
     def skipped(self, route: str, reason: str, count: int = 1, site: str | None = None) -> None:
         """Count ``count`` requests that were not page views (``route``: ``middleware``; ``reason``:
@@ -403,11 +391,6 @@ def renew_shared_recorder(closed: VisitRecorder) -> VisitRecorder:
         return _shared
 
 
-BUFFERED_CALLS = {"counters_tasks.record_visit": "record", "counters_tasks.incr_ranking": "incr_ranking"}
-"""The per-event tasks whose ``.delay()`` ``COUNTERS_DELAY_BUFFER`` buffers, and the recorder
-method that takes the same arguments."""
-
-
 def buffer_delay(task: Any, args: Any, kwargs: Any, options: dict[str, Any]) -> Any:
     """With ``COUNTERS_DELAY_BUFFER`` on, take a plain ``.delay()`` of ``record_visit`` or
     ``incr_ranking`` (no options: no countdown, queue, producer...) into the shared recorder and
@@ -418,15 +401,21 @@ def buffer_delay(task: Any, args: Any, kwargs: Any, options: dict[str, Any]) -> 
     the recorder's next ``record_visits`` / ``incr_rankings`` batch (``max_delay`` 0.2 s). What a
     crash of the app's process can lose is what the recorder holds: at most those 0.2 s of calls,
     more while the broker is unreachable (docs/producer.md). The result's id names no message."""
-    if (not get_settings().delay_buffer or options or task.name not in BUFFERED_CALLS
-            or task.app is not package_app() or task.app.conf.task_always_eager):
+    kind = by_task(task.name)
+    if (not get_settings().delay_buffer or options or kind is None or kind.event_task != task.name
+            or kind.app_item is None or task.app is not package_app() or task.app.conf.task_always_eager):
         return None
-    recorder = shared_recorder()
-    method = getattr(recorder, BUFFERED_CALLS[task.name])
-    try:
-        method(*(args or ()), **(kwargs or {}))
-    except RuntimeError:  # closed by a SIGTERM while the process drains: a new one takes the call
-        method = getattr(renew_shared_recorder(recorder), BUFFERED_CALLS[task.name])
-        method(*(args or ()), **(kwargs or {}))
+    call_shared(shared_recorder(), lambda recorder: recorder.add(kind, *(args or ()), **(kwargs or {})))
     return task.AsyncResult(str(uuid.uuid4()))
 
+
+def call_shared(recorder: VisitRecorder, call: Callable[[VisitRecorder], Any]) -> VisitRecorder:
+    """``call(recorder)`` on the shared recorder (``recorder``, as taken before); when a SIGTERM
+    closed it while the process drains (``RuntimeError``), once more on a renewed shared recorder.
+    Returns the recorder that took the call (the middleware keeps it)."""
+    try:
+        call(recorder)
+    except RuntimeError:
+        recorder = renew_shared_recorder(recorder)
+        call(recorder)
+    return recorder

@@ -1,5 +1,5 @@
 """Refusals: every item refused as bad input is logged and counted, never silent; so is every
-item counted only in part (a visit of a closed day: ``record_partial``).
+item counted only in part (a visit of a closed day: ``count_partial``).
 
 Batches refuse item by item (the others are applied); each refusal is logged at WARNING with
 its message id and counted by reason (``InvalidInput.reason``: bad input, closed day, future,
@@ -26,7 +26,7 @@ LOGGED_PER_MESSAGE = 20
 """Refusals of one message logged one by one; the rest are summed up in one line."""
 
 
-def record(conn: RedisClient, kind: str, message_id: str | None, refused: Sequence[tuple[int | None, InvalidInput]]) -> None:
+def count_refused(conn: RedisClient, kind: str, message_id: str | None, refused: Sequence[tuple[int | None, InvalidInput]]) -> None:
     """Log and count the ``(item index or None for the whole message, error)`` refusals of one
     message of ``kind`` (a task name); counted once per ``message_id``."""
     if not refused:
@@ -39,7 +39,7 @@ def record(conn: RedisClient, kind: str, message_id: str | None, refused: Sequen
     _count(conn, message_id, Counter(error.reason for _index, error in refused))
 
 
-def record_partial(conn: RedisClient, kind: str, message_id: str | None, count: int) -> None:
+def count_partial(conn: RedisClient, kind: str, message_id: str | None, count: int) -> None:
     """Log and count ``count`` items of one message of ``kind`` that were counted only in part,
     because their day is closed (its per-visitor sets expired): a page view still counts in
     PV, all-time figures and counters but not in that day's unique visitors; a session id is

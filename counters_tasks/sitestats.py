@@ -291,7 +291,7 @@ def record_visit(conn: RedisClient, ip: str, path: str, now: float | None = None
 
     [replies] = execute_in_order(conn, data)
     keys.confirm_written(conn, used)
-    refusals.record_partial(conn, "record_visit", message_id, closed_views(replies[:1]))
+    refusals.count_partial(conn, "record_visit", message_id, closed_views(replies[:1]))
 
 
 OTHER = "(other)"

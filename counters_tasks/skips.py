@@ -26,6 +26,7 @@ from typing import Any
 
 from . import refusals
 from .core.days import DAY, days_between, local_day
+from .core.kind import Kind, register
 from .core.pageviews import APP, HOST, REASONS
 from .core.settings import get_settings
 from .core.sites import check_site, zone_of
@@ -46,6 +47,11 @@ KNOWN_REASONS = frozenset((*REASONS, APP, HOST, *IMPORT_REASONS))
 
 MAX_REASONS = 64
 """Most (route, reason) entries one message carries."""
+
+SKIPS = register(Kind(name="skip", fields=("route", "reason", "count", "ts", "site"), required=2,
+                      batch_task="counters_tasks.count_skips", items_argument="items", max_items=MAX_REASONS))
+"""Requests that were not page views: a ``count_skips`` message's items (written by ``count_skipped``,
+not by the payload path: they are counts, not events to claim)."""
 
 
 SkipField = tuple[str, date | None, str]
@@ -93,7 +99,7 @@ def check_item(item: Any, now: float | None = None) -> tuple[SkipField, int]:
     return (scope, day, f"{item['route']}:{item['reason']}"), count
 
 
-def record(conn: RedisClient, items: Any, message_id: str | None = None) -> int:
+def count_skipped(conn: RedisClient, items: Any, message_id: str | None = None) -> int:
     """Add one message's skip counts (``check_counts``) to the totals and to each day, once per
     ``message_id``; a bad item is refused on its own (logged and counted, ``refusals``) and the
     others are added. Returns how many requests they count (0 for a redelivered message)."""
@@ -102,7 +108,7 @@ def record(conn: RedisClient, items: Any, message_id: str | None = None) -> int:
     added = 0
     if fields and _add(conn, fields, message_id):
         added = sum(fields.values())
-    refusals.record(conn, "count_skips", message_id, refused)
+    refusals.count_refused(conn, "count_skips", message_id, refused)
     return added
 
 
@@ -126,7 +132,7 @@ def _add(conn: RedisClient, fields: Counter[SkipField], message_id: str | None) 
 
 def as_items(route: str, counts: Mapping[str, int], ts: float | None = None, site: str | None = None,
              ) -> list[dict[str, Any]]:
-    """``counts`` (reason -> n) as a message's items (the reasons ``record`` knows; zeros left
+    """``counts`` (reason -> n) as a message's items (the reasons ``count_skipped`` knows; zeros left
     out), all of time ``ts`` (``None``: no day, the totals only) and ``site``."""
     where: dict[str, Any] = {"ts": ts} | ({"site": site} if site else {})
     return [{"route": route, "reason": reason, "count": n, **where} for reason, n in sorted(counts.items())

@@ -1,24 +1,39 @@
 """The Celery tasks, one line of work each: validate, call the module, nothing more. Their
 delivery rules are their bases' (``worker.task_bases``); the per-event tasks are applied by the
-worker in batches (``worker.batch_consumer``, ``worker.batch_apply``).
+worker in batches (``worker.batch_consumer``, ``worker.batch_apply``). The tasks of a kind with
+payloads (visits, ranking events) are made from its declaration (``worker.kind_tasks``).
 
-Importing this module also connects the app side's ``.delay()`` buffer
-(``recorder.buffer_delay``, COUNTERS_DELAY_BUFFER) to the per-event tasks' base.
+The per-event tasks' base here, ``DelayBuffered``, takes a plain ``.delay()`` into the app side's
+buffer (``recorder.buffer_delay``, COUNTERS_DELAY_BUFFER).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from . import counters, ranking, ranking_events, recorder, skips, uniques
+from . import counters, ranking, ranking_events, recorder, skips, uniques, visits
 from .app import app
+from .core.kind import Kind
 from .store.client import get_redis
-from .visits import apply_visits
-from .worker import batch_apply, dead_letters
+from .worker import dead_letters
+from .worker.kind_tasks import define_tasks
 from .worker.maintenance import run_exclusive
-from .worker.task_bases import CountingTask, MaintenanceTask, WorkerBatches, counting, set_aside_request
+from .worker.task_bases import CountingTask, MaintenanceTask, WorkerBatches, counting
 
-WorkerBatches.buffer_call = staticmethod(recorder.buffer_delay)
+
+class DelayBuffered(WorkerBatches):
+    """The per-event tasks' base on the app side: with ``COUNTERS_DELAY_BUFFER`` on, a plain
+    ``.delay()`` goes to the process's shared recorder (``recorder.buffer_delay``)."""
+
+    abstract = True
+    buffer_call = staticmethod(recorder.buffer_delay)
+
+
+def define_kind_tasks(kind: Kind) -> tuple[Any, Any]:
+    """The tasks of ``kind`` on the package's app (``worker.kind_tasks.define_tasks``), its
+    per-event task's ``.delay()`` buffered like ``record_visit``'s: what an app calls to count a
+    kind of its own (docs/architecture.md, "Adding a kind")."""
+    return define_tasks(app, kind, event_base=DelayBuffered)
 
 
 @app.task(name="counters_tasks.update_counter", base=CountingTask, bind=True)
@@ -34,18 +49,10 @@ def clean_counters(self: MaintenanceTask) -> Any:
     return run_exclusive(conn, "clean_counters", lambda: counters.clean_counters(conn), self.lock_seconds)
 
 
-@app.task(name="counters_tasks.incr_ranking", base=WorkerBatches, bind=True)
-def incr_ranking(self: WorkerBatches, requests: list[Any]) -> dict[str, Any]:
-    """Called as ``incr_ranking.delay(board, member, amount=1, ts=None, period_hours=24,
-    interval_hours=1, site=None)``; the worker applies such messages in batches (``worker.batch_apply``)."""
-    return batch_apply.apply_batch(get_redis(), "incr_ranking", requests, give_up=set_aside_request)
-
-
-@app.task(name="counters_tasks.incr_rankings", base=CountingTask, bind=True)
-@counting
-def incr_rankings(self: CountingTask, events: list[dict[str, Any]]) -> int:
-    """Many ranking events in one message (``VisitRecorder.incr_ranking`` sends these)."""
-    return ranking_events.incr_events(get_redis(), events, message_id=self.message_id)
+incr_ranking, incr_rankings = define_kind_tasks(ranking_events.RANKING)
+"""``incr_ranking.delay(board, member, amount=1, ts=None, period_hours=24, interval_hours=1, site=None)``,
+applied by the worker in batches; ``incr_rankings``: many events in one message
+(``VisitRecorder.incr_ranking`` sends these)."""
 
 
 @app.task(name="counters_tasks.rotate_rankings", base=MaintenanceTask, bind=True)
@@ -56,19 +63,10 @@ def rotate_rankings(self: MaintenanceTask) -> Any:
 
 # --- visits and daily uniques -----------------------------------------------------------------
 
-@app.task(name="counters_tasks.record_visit", base=WorkerBatches, bind=True)
-def record_visit(self: WorkerBatches, requests: list[Any]) -> dict[str, Any]:
-    """Called as ``record_visit.delay(ip, path, session_id=None, ts=None, site=None, referrer=None,
-    utm=None)``; the worker applies
-    such messages in batches (``worker.batch_apply``)."""
-    return batch_apply.apply_batch(get_redis(), "record_visit", requests, give_up=set_aside_request)
-
-
-@app.task(name="counters_tasks.record_visits", base=CountingTask, bind=True)
-@counting
-def record_visits(self: CountingTask, visits: list[dict[str, Any]]) -> int:
-    """Many visits in one message (``VisitRecorder`` sends these); the task id is the batch id."""
-    return apply_visits(get_redis(), visits, message_id=self.message_id)
+record_visit, record_visits = define_kind_tasks(visits.VISIT)
+"""``record_visit.delay(ip, path, session_id=None, ts=None, site=None, referrer=None, utm=None)``,
+applied by the worker in batches; ``record_visits``: many visits in one message (``VisitRecorder``
+sends these; the task id is the batch id)."""
 
 
 @app.task(name="counters_tasks.count_skips", base=CountingTask, bind=True)
@@ -76,7 +74,7 @@ def record_visits(self: CountingTask, visits: list[dict[str, Any]]) -> int:
 def count_skips(self: CountingTask, items: list[dict[str, Any]]) -> int:
     """Requests a web process's middleware did not count as page views, by reason
     (``VisitRecorder.skipped`` sends these with its batches)."""
-    return skips.record(get_redis(), items, message_id=self.message_id)
+    return skips.count_skipped(get_redis(), items, message_id=self.message_id)
 
 
 @app.task(name="counters_tasks.count_unique", base=CountingTask, bind=True)

@@ -29,18 +29,25 @@ from typing import Any
 
 import redis
 
+from .core.kind import registered, short_name
 from .store import keys
 from .store.client import RedisClient, as_str
 from .store.scripts import run_script
 
 log = logging.getLogger(__name__)
 
-EVENT_KINDS = ("visit", "ranking")
-"""What ``count_applied`` counts: page views, and ranking events."""
+def event_kinds() -> list[str]:
+    """The kinds of events counted (``core.kind``: every kind registered with a ``write``: page
+    views, ranking events, an app's own)."""
+    return [kind.name for kind in registered() if kind.write is not None]
 
-BATCH_KINDS = ("record_visit", "incr_ranking", "record_visits", "incr_rankings")
-"""Batches whose sizes are kept: the worker-side batches of per-event messages (messages per
-batch) and the app-side batch messages (items per message)."""
+
+def batch_kinds() -> list[str]:
+    """Batches whose sizes are kept, by task: the worker-side batches of per-event messages
+    (messages per batch), then the app-side batch messages (items per message)."""
+    written = [kind for kind in registered() if kind.write is not None]
+    return ([short_name(kind.event_task) for kind in written if kind.worker_batches and kind.event_task]
+            + [short_name(kind.batch_task) for kind in written if kind.batch_task])
 
 BATCH_BUCKETS = (1, 10, 50, 100, 500, 1000, 5000, 20000)
 """Upper bounds of the batch-size buckets (a last one, +Inf, holds the rest)."""
@@ -73,7 +80,7 @@ def increment(conn: RedisClient, increments: dict[str, int], newest_ts: float | 
 
 @dataclass
 class Tally:
-    """What writes applied, filled in by the data modules (``visits.write_groups``,
+    """What writes applied, filled in by the data modules (``visits.write_calls``,
     ``ranking.write_events``) from their scripts' replies: events written now, events skipped
     because their message was applied before, and the newest event time written (visits)."""
 
@@ -89,8 +96,8 @@ class Tally:
 
 
 def count(conn: RedisClient, kind: str, tally: Tally, batch: tuple[str, int] | None = None) -> bool:
-    """Add what ``tally`` holds for events of ``kind`` (one of EVENT_KINDS) and, when given, one
-    ``batch`` of ``(batch kind, size)`` (one of BATCH_KINDS) to the totals, in one call."""
+    """Add what ``tally`` holds for events of ``kind`` (one of ``event_kinds``) and, when given, one
+    ``batch`` of ``(batch kind, size)`` (one of ``batch_kinds``) to the totals, in one call."""
     increments = {f"applied:{kind}": tally.applied, f"duplicate:{kind}": tally.duplicates}
     if batch is not None:
         increments.update({bucket_field(batch[0], batch[1]): 1, f"batch_sum:{batch[0]}": batch[1]})
@@ -120,7 +127,8 @@ class Totals:
 
 
 def totals(conn: RedisClient) -> Totals:
-    """Read the totals (one HGETALL of a hash of a few dozen fields); every kind listed, 0 when none."""
+    """Read the totals (one HGETALL of a hash of a few dozen fields); every kind registered in this
+    process listed (0 when none), and any other kind a worker counted."""
     return parse_totals(conn.hgetall(keys.throughput()))
 
 
@@ -129,10 +137,12 @@ def parse_totals(reply: dict[Any, Any]) -> Totals:
     pipelines it with other reads)."""
     stored = {as_str(name): as_str(value) for name, value in reply.items()}
     result = Totals(newest_ts=float(stored[NEWEST]) if NEWEST in stored else None)
-    for kind in EVENT_KINDS:
+    counted = [name.split(":", 1)[1] for name in stored if name.startswith(("applied:", "duplicate:"))]
+    for kind in dict.fromkeys([*event_kinds(), *sorted(counted)]):  # a kind this process does not import too
         result.applied[kind] = int(stored.get(f"applied:{kind}", 0))
         result.duplicates[kind] = int(stored.get(f"duplicate:{kind}", 0))
-    for kind in BATCH_KINDS:
+    sized = [name.split(":")[1] for name in stored if name.startswith("batch_sum:")]
+    for kind in dict.fromkeys([*batch_kinds(), *sorted(sized)]):
         running, buckets = 0, []
         for bound in (*BATCH_BUCKETS, "inf"):
             running += int(stored.get(f"batch:{kind}:{bound}", 0))

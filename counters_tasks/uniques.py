@@ -21,6 +21,7 @@ from zoneinfo import ZoneInfo
 from . import refusals
 from .core import days
 from .core.days import local_day
+from .core.kind import Kind, register
 from .core.settings import get_settings
 from .core.sites import check_site, site_names, zone_of
 from .core.validation import check_day, check_day_range, check_event_time, check_message_id, check_now, check_session_id
@@ -159,7 +160,7 @@ def apply_ids(conn: RedisClient, day: date, numbers: list[int], message_id: str 
     writer fixed it, or data flushed) makes it re-read or fix the figure and send again.
     Returns the number of new ids, or CLOSED when the day's shards have expired (the day was
     counted, then closed ``COUNTERS_UNIQUES_SHARD_DAYS`` after its end or its back-fill): the
-    ids are not counted, and the caller reports them (``refusals.record_partial``).
+    ids are not counted, and the caller reports them (``refusals.count_partial``).
     """
     for _ in range(3):
         if reply is None:
@@ -184,6 +185,11 @@ def prepare_id(session_id: Any, now: Any = None, site: Any = None) -> tuple[date
     return local_day(check_event_time(now, "now"), zone_of(check_site(site))), number
 
 
+UNIQUE = register(Kind(name="unique", fields=("session_id", "ts", "site"), required=1,
+                       event_task="counters_tasks.count_unique"))
+"""A session seen on its day, one a ``count_unique`` message."""
+
+
 def count_visit(conn: RedisClient, session_id: str, now: float | None = None, *, message_id: str | None = None,
                 site: str | None = None) -> bool:
     """Mark the session as seen on ``now``'s local day; True when it is new for that day.
@@ -200,7 +206,7 @@ def count_visit(conn: RedisClient, session_id: str, now: float | None = None, *,
     new = apply_ids(conn, day, [number], message_id, site=scope)
     keys.confirm_written(conn, used)
     if new == CLOSED:
-        refusals.record_partial(conn, "count_unique", message_id, 1)
+        refusals.count_partial(conn, "count_unique", message_id, 1)
     return new > 0
 
 

@@ -8,30 +8,34 @@ distinct slot, and each group is applied at most once per its message id. A batc
 applied, and those skipped as already applied, are then counted for the metrics
 (``throughput``).
 
-A batch (a ``record_visits`` message, ``apply_visits``) is cut into chunks of ``CHUNK`` visits, each chunk a group with its
+The kind's declaration is ``VISIT`` (``core.kind``). A batch (a ``record_visits`` message,
+``apply_visits``, the one path of every kind's payloads: ``payloads``) is cut into chunks of ``CHUNK`` visits, each chunk a group with its
 own id derived from the batch id (``<batch id>#<n>``), so no single Lua call runs long and a
 redelivered batch, cut the same way, is applied once.
 """
 
 from __future__ import annotations
 
+import functools
+import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
 from . import counters, live, refusals, sitestats, throughput, uniques
 from .core.days import local_day
-from .core.settings import get_settings
+from .core.kind import Kind, register
+from .core.settings import DEFAULT_SITE, get_settings
 from .core.sites import check_site, zone_of
-from .core.sources import DIRECT
+from .core.sources import DIRECT, check_campaign, referrer_domain
 from .core.validation import check_event_time, check_message_id
-from .errors import InvalidInput, MalformedMessage
+from .payloads import apply_payload
 from .store import keys
 from .store.client import RedisClient
 from .store.keys import chunk_ids
-from .store.scripts import execute_in_order
+from .store.scripts import WritePlan
 
 CHUNK = 500
 """Visits per group of a batch: one Lua call per slot per chunk, each under 5 ms (SLOWLOG)."""
@@ -41,8 +45,6 @@ UNIQUES_PER_CALL = 64
 
 MAX_BATCH = 20_000
 """The most visits one ``record_visits`` message may carry."""
-
-VISIT_FIELDS = frozenset({"ip", "path", "session_id", "ts", "site", "referrer", "utm"})
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,27 @@ def check_visit(ip: Any, path: Any, session_id: Any = None, ts: Any = None, site
         uniques.session_number(session_id)
 
 
+def app_visit(ip: Any, path: Any, session_id: Any = None, ts: Any = None, site: Any = None, referrer: Any = None,
+              utm: Any = None) -> dict[str, Any]:
+    """One visit checked in the app's process (``check_visit``; ``ts`` None: now) and written as
+    an item of a ``record_visits`` message: the referrer reduced to its domain (a full URL never
+    reaches the broker), what every visit has by default left out."""
+    if ts is None:
+        ts = time.time()
+    check_visit(ip, path, session_id, ts, site, referrer, utm)
+    visit: dict[str, Any] = {"ip": ip, "path": path, "ts": ts}
+    if session_id is not None:
+        visit["session_id"] = session_id
+    if site is not None and site != DEFAULT_SITE:
+        visit["site"] = site
+    if referrer is not None:
+        visit["referrer"] = referrer_domain(referrer)
+    campaign = check_campaign(utm)
+    if campaign:
+        visit["utm"] = campaign
+    return visit
+
+
 def prepare_visit(ip: Any, path: Any, session_id: Any = None, ts: Any = None, site: Any = None,
                   referrer: Any = None, utm: Any = None) -> Visit:
     """Validate one visit, given as ``record_visit`` takes it (raises InvalidInput; writes nothing).
@@ -97,36 +120,6 @@ def prepare_visit(ip: Any, path: Any, session_id: Any = None, ts: Any = None, si
     view = sitestats.view_on(ip, path, day, scope, referrer, utm)
     session = (day, uniques.session_number(session_id)) if session_id is not None else None
     return Visit(view, ts, session)
-
-
-def prepare_batch(visits: Any) -> tuple[list[tuple[int, Visit]], list[tuple[int, InvalidInput]]]:
-    """Validate a ``record_visits`` payload (a list of dicts with keys ip, path[, session_id, ts])
-    item by item: ``(accepted (index, visit) pairs, refused (index, error) pairs)``. A payload that
-    is not a list, or holds more than MAX_BATCH items, is refused whole (MalformedMessage)."""
-    if not isinstance(visits, list):
-        raise MalformedMessage(f"visits must be a list, got {type(visits).__name__}")
-    if len(visits) > MAX_BATCH:
-        raise MalformedMessage(f"a batch holds at most {MAX_BATCH} visits, got {len(visits)}")
-    accepted, refused = [], []
-    for n, visit in enumerate(visits):
-        try:
-            accepted.append((n, prepare_visit_item(visit)))
-        except InvalidInput as exc:
-            refused.append((n, type(exc)(f"visit {n}: {exc}")))
-    return accepted, refused
-
-
-def prepare_visit_item(visit: Any) -> Visit:
-    """Validate one item of a ``record_visits`` payload."""
-    if not isinstance(visit, dict):
-        raise MalformedMessage(f"must be a dict, got {type(visit).__name__}")
-    unknown = set(visit) - VISIT_FIELDS
-    if unknown:
-        raise MalformedMessage(f"unknown keys: {', '.join(sorted(map(str, unknown)))[:200]}")
-    if "ip" not in visit or "path" not in visit:
-        raise MalformedMessage("needs ip and path")
-    return prepare_visit(visit["ip"], visit["path"], visit.get("session_id"), visit.get("ts"), visit.get("site"),
-                         visit.get("referrer"), visit.get("utm"))
 
 
 def hits_names(path: str, site: str = "") -> tuple[str, str]:
@@ -142,17 +135,20 @@ def hits_precisions() -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 
 @dataclass
-class _Group:
+class _Call:
+    """One call of visits (a chunk under one id) as planned: its unique-visitor calls and counter
+    buckets, and what its replies said (read back by its own parts of the ``WritePlan``)."""
+
     visits: Sequence[Visit]
     message_id: str | None
     sessions: list[tuple[str, date, list[int], str | None]]  # (site, day, ids, the call's message id)
     per_counter: dict[str, counters.Buckets]
-    day_calls: list[tuple[date, int]] = field(default_factory=list)  # (day, views) of each site_day call
-    session_replies: slice = field(default_factory=lambda: slice(0))
-    day_replies: slice = field(default_factory=lambda: slice(0))
+    applied: int = 0  # views written now, and skipped as written before (site_day replies)
+    duplicates: int = 0
+    closed: int = 0  # views and ids of a closed day
 
 
-def _plan(visits: Sequence[Visit], message_id: str | None) -> _Group:
+def _plan(visits: Sequence[Visit], message_id: str | None) -> _Call:
     sessions: dict[tuple[str, date], list[int]] = defaultdict(list)
     per_second: Counter[tuple[str, str, int]] = Counter()  # (site, path, whole second) -> views: visits come in bursts
     for visit in visits:
@@ -169,44 +165,74 @@ def _plan(visits: Sequence[Visit], message_id: str | None) -> _Group:
         parts = [numbers[first:first + UNIQUES_PER_CALL] for first in range(0, len(numbers), UNIQUES_PER_CALL)]
         ids = chunk_ids(message_id, len(parts), "/")
         calls += [(site, day, part, call_id) for part, call_id in zip(parts, ids, strict=True)]
-    return _Group(visits, message_id, calls, per_counter)
+    return _Call(visits, message_id, calls, per_counter)
 
 
-def write_groups(conn: RedisClient, groups: Sequence[tuple[Sequence[Visit], str | None]],
-                 tally: throughput.Tally | None = None) -> None:
+def _add_sessions(plan: WritePlan, call: _Call, expected: dict[tuple[str, date], int]) -> None:
+    """The call's unique-visitor calls, each read back by ``uniques.apply_ids`` (which sends it
+    again when the day's figure moved) and a closed day's ids counted."""
+    conn = plan.conn
+    for site, day, numbers, call_id in call.sessions:
+        def queue(pipe: Any, site: str = site, day: date = day, numbers: list[int] = numbers,
+                  call_id: str | None = call_id) -> None:
+            uniques.queue_ids(conn, pipe, day, numbers, expected[site, day], call_id, site)
+
+        def read(replies: list[Any], site: str = site, day: date = day, numbers: list[int] = numbers,
+                 call_id: str | None = call_id) -> None:
+            [reply] = replies
+            if uniques.apply_ids(conn, day, numbers, call_id, reply, site) == uniques.CLOSED:
+                call.closed += len(numbers)
+
+        plan.add(queue, read)
+
+
+def _add_views(plan: WritePlan, call: _Call) -> None:
+    """The call's page views (``sitestats.queue_views``), their ``site_day`` replies read back:
+    views written now or before, and those of a closed day."""
+    day_calls: list[tuple[date, int]] = []
+
+    def queue(pipe: Any) -> None:
+        day_calls[:] = sitestats.queue_views(plan.conn, pipe, [visit.view for visit in call.visits], call.message_id)
+
+    def read(replies: list[Any]) -> None:
+        day_replies = replies[:len(day_calls)]  # queue_views queues its site_day calls first
+        call.applied, call.duplicates = sitestats.applied_views(day_calls, day_replies)
+        call.closed += sitestats.closed_views(day_replies)
+
+    plan.add(queue, read)
+
+
+def write_calls(conn: RedisClient, groups: Sequence[tuple[Sequence[Visit], str | None]],
+                 tally: throughput.Tally | None = None) -> list[None]:
     """Apply groups of validated visits, each at most once per its message id, in one round trip
-    (a second only to re-send a day whose uniques layout moved). ``tally``, when given, gets the
-    visits applied now and those skipped as applied before (from the ``site_day`` replies)."""
+    (a second only to re-send a day whose uniques layout moved): one ``WritePlan`` of each group's
+    uniques, views and counters, and the live sightings. ``tally``, when given, gets the visits
+    applied now and those skipped as applied before (from the ``site_day`` replies). Returns None
+    per group (no group is refused as written: the visit kind's ``write``)."""
     used = keys.use(conn, write=True)
-    plans = [_plan(visits, message_id) for visits, message_id in groups if visits]
-    if not plans:
-        return
+    calls = [_plan(visits, message_id) for visits, message_id in groups if visits]
+    if not calls:
+        return [None] * len(groups)
     expected = {(site, day): uniques.expected_for(conn, day, site)
-                for plan in plans for site, day, _ids, _id in plan.sessions}
-
-    def data(pipe: Any) -> None:
-        for plan in plans:
-            start = len(pipe)
-            for site, day, numbers, call_id in plan.sessions:
-                uniques.queue_ids(conn, pipe, day, numbers, expected[site, day], call_id, site)
-            plan.session_replies = slice(start, len(pipe))
-            start = len(pipe)
-            plan.day_calls = sitestats.queue_views(conn, pipe, [visit.view for visit in plan.visits], plan.message_id)
-            plan.day_replies = slice(start, start + len(plan.day_calls))
-            counters.queue_counter_writes(conn, pipe, plan.per_counter, plan.message_id)
-        live.queue_sightings(pipe, ((v.view.site, v.ts, v.view.visitor) for plan in plans for v in plan.visits))
-
-    [replies] = execute_in_order(conn, data)
+                for call in calls for site, day, _ids, _id in call.sessions}
+    plan = WritePlan(conn)
+    for call in calls:
+        _add_sessions(plan, call, expected)
+        _add_views(plan, call)
+        plan.add(functools.partial(_queue_counters, conn, call))
+    plan.add(lambda pipe: live.queue_sightings(pipe, ((v.view.site, v.ts, v.view.visitor)
+                                                      for call in calls for v in call.visits)))
+    plan.run()
     keys.confirm_written(conn, used)  # raises TagKeyChanged (made again) when written where no one reads
-    for plan in plans:
+    for call in calls:
         if tally is not None:
-            tally.add(*sitestats.applied_views(plan.day_calls, replies[plan.day_replies]),
-                      max(visit.ts for visit in plan.visits))
-        closed = sitestats.closed_views(replies[plan.day_replies])
-        for (site, day, numbers, call_id), reply in zip(plan.sessions, replies[plan.session_replies], strict=True):
-            if uniques.apply_ids(conn, day, numbers, call_id, reply, site) == uniques.CLOSED:  # re-sends if the figure moved
-                closed += len(numbers)
-        refusals.record_partial(conn, "record_visits", plan.message_id, closed)
+            tally.add(call.applied, call.duplicates, max(visit.ts for visit in call.visits))
+        refusals.count_partial(conn, "record_visits", call.message_id, call.closed)
+    return [None] * len(groups)
+
+
+def _queue_counters(conn: RedisClient, call: _Call, pipe: Any) -> None:
+    counters.queue_counter_writes(conn, pipe, call.per_counter, call.message_id)
 
 
 def apply_visit(conn: RedisClient, ip: str, path: str, session_id: str | None = None, now: float | None = None, *,
@@ -216,25 +242,26 @@ def apply_visit(conn: RedisClient, ip: str, path: str, session_id: str | None = 
     of ``site`` (a site of ``COUNTERS_SITES``; None: the default site), with its source: the
     ``referrer`` (a URL or a domain, reduced to its domain) and the ``utm`` campaign tags."""
     check_message_id(message_id)
-    write_groups(conn, [([prepare_visit(ip, path, session_id, now, site, referrer, utm)], message_id)])
+    write_calls(conn, [([prepare_visit(ip, path, session_id, now, site, referrer, utm)], message_id)])
 
 
 def apply_visits(conn: RedisClient, visits: list[dict[str, Any]], *, message_id: str | None = None) -> int:
     """Many visits (dicts with keys ip, path, session_id, ts, site, referrer, utm) as ``apply_visit`` each, in chunks,
-    at most once per ``message_id`` (the batch id). Every item is validated before anything is
-    written; a bad item is refused on its own (logged and counted, ``refusals``) and the others
-    are applied. Returns the number of visits applied.
+    at most once per ``message_id`` (the batch id): the visit kind's payload (``payloads.apply_payload``).
+    Every item is validated before anything is written; a bad item is refused on its own (logged
+    and counted, ``refusals``) and the others are applied. Returns the number of visits applied.
 
     Chunk ``n`` holds the accepted items among positions ``n*CHUNK .. (n+1)*CHUNK - 1`` and is
     deduplicated under ``<batch id>#<n>``, so a redelivered batch maps every id to the same
     items even if an item's refusal changed meanwhile (a day closed, the clock moved)."""
-    check_message_id(message_id)
-    accepted, refused = prepare_batch(visits)  # a payload refused whole raises (the task counts it)
-    chunks: list[list[Visit]] = [[] for _ in range(-(-len(visits) // CHUNK))]
-    for n, visit in accepted:
-        chunks[n // CHUNK].append(visit)
-    tally = throughput.Tally()
-    write_groups(conn, list(zip(chunks, chunk_ids(message_id, len(chunks)), strict=True)), tally)
-    refusals.record(conn, "record_visits", message_id, refused)
-    throughput.count(conn, "visit", tally, batch=("record_visits", len(visits)))
-    return len(accepted)
+    return apply_payload(conn, VISIT, visits, message_id=message_id)
+
+
+VISIT = register(Kind(
+    name="visit", fields=("ip", "path", "session_id", "ts", "site", "referrer", "utm"), required=2,
+    event_task="counters_tasks.record_visit", worker_batches=True,
+    batch_task="counters_tasks.record_visits", items_argument="visits", max_items=MAX_BATCH,
+    prepare=prepare_visit, app_item=app_visit, to_entry=visit_entry, from_entry=visit_from_entry,
+    write=write_calls, per_call=CHUNK,
+))
+"""The page view: one visit a ``record_visit`` message, many a ``record_visits`` one."""

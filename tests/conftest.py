@@ -6,7 +6,9 @@ COUNTERS_REDIS_CLUSTER=1, a cluster) instead; it is flushed between tests.
 Markers (pyproject.toml; what each selects and which make target runs it: docs/development.md):
 ``processes`` for tests that start processes (worker, beat, servers of their own, a browser,
 ``make``): ``pytest -m "not processes"`` is the fast inner loop, and a test without the marker
-that starts one fails; ``cluster`` for the tests ``make test-cluster`` runs again on a Redis Cluster.
+that starts one fails; ``cluster`` for the tests ``make test-cluster`` runs again on a Redis Cluster;
+``timing`` (and ``budget``) for the tests that measure time, which run alone when the suite runs in
+parallel (``make test``: pytest-xdist, ``tests/support/timing.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import pytest
 from counters_tasks import uniques
 from counters_tasks.core.settings import reset_settings
 from counters_tasks.local.redis_server import RedisServer
+from counters_tasks.local.waiting import wait_until
+from tests.support import timing
 from tests.support.isolation import forget_app_configuration, renew_the_shared_recorder
 from tests.support.servers import TEST_SECRET, TEST_TAG_KEY, flush, is_cluster_run, make_client, slow_calls
 
@@ -46,11 +50,18 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["COUNTERS_HOME"] = tempfile.mkdtemp(prefix="counters-tests-home-")
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    timing.timed_tests_first(config, items)  # under xdist only (tests/support/timing.py)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    _running["item"] = item
-    yield
-    _running["item"] = None
+    """Under pytest-xdist, a test that measures time (marker timing or budget) runs alone:
+    ``tests/support/timing.py``."""
+    with timing.turn(item, nextitem):
+        _running["item"] = item
+        yield
+        _running["item"] = None
 
 
 @pytest.fixture(scope="session")
@@ -133,9 +144,12 @@ def raw_conn(redis_url: str):
 def slowlog(raw_conn):
     """SLOWLOG set to log calls over 5 ms (the budget every bounded call keeps) and emptied;
     yields a reader of the package's own entries (``slow_calls``). One server's log: a cluster
-    run skips."""
+    run skips. It starts once the server has freed what the tests before left (``raw_conn``'s
+    FLUSHDB is lazy on Valkey 8+ and where ``lazyfree-lazy-user-flush`` is on: a background
+    thread frees a big board or 100,000 keys while the budget test's first calls run)."""
     if is_cluster_run():
         pytest.skip("SLOWLOG of one server")
+    wait_until(lambda: raw_conn.info("memory")["lazyfree_pending_objects"] == 0, timeout=30, what="lazy free")
     raw_conn.config_set("slowlog-log-slower-than", 5000)
     raw_conn.slowlog_reset()
     yield lambda: slow_calls(raw_conn)

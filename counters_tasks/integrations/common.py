@@ -27,7 +27,7 @@ from ..core.sites import check_site, hosts_of, site_for_host
 from ..core.sources import source_fields
 from ..core.validation import check_path, check_session_id
 from ..errors import InvalidInput
-from ..recorder import VisitRecorder, renew_shared_recorder, shared_recorder
+from ..recorder import VisitRecorder, call_shared, shared_recorder
 from ..skips import MIDDLEWARE
 from .client_ip import client_ip
 
@@ -457,14 +457,13 @@ class Counting:
             log.warning("counters middleware: %s not recorded", what, exc_info=True)
 
     def _call_recorder(self, method: str, *args: Any, **kwargs: Any) -> None:
-        """Call the recorder; when it is the shared one and a SIGTERM closed it while this request
-        ran (``RuntimeError``), once more through a renewed shared recorder."""
+        """Call the recorder; the shared one through ``recorder.call_shared`` (once more on a
+        renewed one when a SIGTERM closed it while this request ran)."""
         recorder = self.recorder
-        try:
+        if self.options.recorder is not None:  # the app's own: a closed one is the app's to renew
             getattr(recorder, method)(*args, **kwargs)
-        except RuntimeError:
-            if self.options.recorder is not None:
-                raise
+            return
+        taken = call_shared(cast(VisitRecorder, recorder), lambda shared: getattr(shared, method)(*args, **kwargs))
+        if taken is not recorder:
             with self._recorder_lock:
-                self._recorder = renew_shared_recorder(cast(VisitRecorder, recorder))  # the shared one
-            getattr(self._recorder, method)(*args, **kwargs)
+                self._recorder = taken

@@ -27,7 +27,7 @@ from prometheus_client.utils import floatToGoString
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .. import live, refusals, skips, throughput
+from .. import kinds, live, refusals, skips, throughput
 from ..app import SENT_AT_HEADER
 from ..app import app as default_app
 from ..core.settings import get_settings, is_redis_url
@@ -46,26 +46,20 @@ each was taken (ZSET); the package keeps kombu's default names."""
 LAG_QUEUE = "visits"
 """The queue whose head message tells how long the oldest waiting event has waited."""
 
-TS_ARGUMENT = {
-    "counters_tasks.record_visit": 3, "counters_tasks.incr_ranking": 3,
-    "counters_tasks.update_counter": 2, "counters_tasks.count_unique": 1,
-}
-"""Per-event tasks: the position of ``ts`` among their arguments (or ``kwargs["ts"]``)."""
-ITEMS_ARGUMENT = {"counters_tasks.record_visits": "visits", "counters_tasks.incr_rankings": "events"}
-"""Batch tasks: the name of their one argument, a list of items that each may carry ``ts``."""
-
-
 def event_time(task: str, args: list[Any], kwargs: dict[str, Any]) -> float | None:
     """The oldest event time (``ts``) a waiting task message carries, or None when it carries
-    none (``.delay()`` without ``ts``: such an event is stamped when a worker applies it)."""
-    if task in TS_ARGUMENT:
-        position = TS_ARGUMENT[task]
-        found = [kwargs.get("ts"), args[position] if len(args) > position else None]
-    elif task in ITEMS_ARGUMENT:
-        items = kwargs.get(ITEMS_ARGUMENT[task], args[0] if args else None)
-        found = [item.get("ts") for item in items if isinstance(item, dict)] if isinstance(items, list) else []
-    else:
+    none (``.delay()`` without ``ts``: such an event is stamped when a worker applies it). Where
+    ``ts`` sits is its kind's declaration (``core.kind``): a per-event task's argument, or each
+    item's of a batch task's one argument."""
+    kind = kinds.of_task(task)
+    if kind is None or "ts" not in kind.fields:
         return None
+    if task == kind.event_task:
+        position = kind.fields.index("ts")
+        found = [kwargs.get("ts"), args[position] if len(args) > position else None]
+    else:
+        items = kwargs.get(kind.items_argument, args[0] if args else None)
+        found = [item.get("ts") for item in items if isinstance(item, dict)] if isinstance(items, list) else []
     times = [ts for ts in map(finite_number, found) if ts is not None]
     return min(times) if times else None
 
@@ -135,6 +129,12 @@ class CountersCollector(Collector):
             CounterMetricFamily("counters_ranking_events_applied", "Ranking events applied (late ones not "
                                 "counted)", value=totals.applied["ranking"]),
         ]
+        every_kind = CounterMetricFamily("counters_events_applied", "Events applied, by kind (core.kind: visit, "
+                                         "ranking, and any kind an app declared; as the two above for theirs)",
+                                         labels=["kind"])
+        for kind, count in totals.applied.items():
+            every_kind.add_metric([kind], count)
+        out.append(every_kind)
         duplicates = CounterMetricFamily("counters_duplicates_skipped", "Events skipped because their message was "
                                          "applied before (a redelivery)", labels=["kind"])
         for kind, count in totals.duplicates.items():

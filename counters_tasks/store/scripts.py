@@ -115,3 +115,33 @@ def execute_in_order(conn: RedisClient, *stages: Callable[[Any], Any]) -> list[l
         stage(pipe)
         out.append(pipe.execute() if len(pipe) else [])
     return out
+
+
+class WritePlan:
+    """What one group of writes sends in one round trip, each part with the reader of its own
+    replies: a data module adds a part (``add``: a function that queues commands on the pipeline,
+    and one that reads their replies, in order), ``run`` sends every part and hands each reader its
+    replies. No caller keeps track of which replies are whose."""
+
+    def __init__(self, conn: RedisClient) -> None:
+        self.conn = conn
+        self._parts: list[tuple[Callable[[Any], Any], Callable[[list[Any]], None] | None]] = []
+
+    def add(self, queue: Callable[[Any], Any], read: Callable[[list[Any]], None] | None = None) -> None:
+        """Queue ``queue(pipe)``'s commands with the others; ``read`` gets their replies after ``run``."""
+        self._parts.append((queue, read))
+
+    def run(self) -> None:
+        """Send every part (one round trip on one server), then call each part's reader."""
+        spans: list[tuple[int, int]] = []
+
+        def stage(pipe: Any) -> None:
+            for queue, _read in self._parts:
+                start = len(pipe)
+                queue(pipe)
+                spans.append((start, len(pipe)))
+
+        [replies] = execute_in_order(self.conn, stage)
+        for (_queue, read), (start, end) in zip(self._parts, spans, strict=True):
+            if read is not None:
+                read(replies[start:end])

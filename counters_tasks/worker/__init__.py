@@ -9,11 +9,15 @@
   batches (our own, replacing celery-batches): acknowledged after the batch, a task event for
   every message, and ``MaskedRequest``, which shows task arguments with IP addresses masked;
 - ``batch_apply``: what a batch of per-event messages does: applied together, refused one by one;
+- ``kind_tasks``: a kind's Celery tasks made from its declaration (``core.kind``);
 - ``claims``: how such a batch is applied as one group and each message still at most once
   (claimed for the batch with its entries journaled, so whoever meets a message of a batch
   interrupted half way finishes the batch);
 - ``broker``: the Redis broker transport that never loses a message a killed worker was taking,
   and sets aside what it cannot hand to Celery;
+- ``kombu_redis_adapter``: kombu's Redis transport as ``broker`` builds on it, the one module
+  that reaches kombu's private names (public hooks for the channel's consume command, one more
+  connection watched by its poller);
 - ``consumer``: the worker's consumer, which checks every task message before Celery handles it,
   whatever the broker, and sets aside what Celery would raise on or drop;
 - ``dead_letters``: messages set aside (undecodable, malformed, oversize, or failing for good),

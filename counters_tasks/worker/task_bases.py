@@ -9,7 +9,7 @@ base whose messages the worker applies in batches (its consumer is ``worker.batc
 - ``MaintenanceTask``: a beat job, one run at a time, bounded by a time limit.
 - ``WorkerBatches``: a per-event task (``record_visit``, ``incr_ranking``) whose messages the
   worker buffers and applies in batches; its ``buffer_call`` lets the app side buffer a plain
-  ``.delay()`` (``recorder.buffer_delay``, connected by ``tasks``).
+  ``.delay()`` (``recorder.buffer_delay``, in the subclass ``tasks.DelayBuffered``).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def counting(body: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return body(self, *args, **kwargs)
         except InvalidInput as refused:  # the whole message (a batch counts its refused items itself)
-            refusals.record(get_redis(), self.name, self.message_id, [(None, refused)])
+            refusals.count_refused(get_redis(), self.name, self.message_id, [(None, refused)])
             raise
         except Retry:
             raise
@@ -87,9 +87,10 @@ def counting(body: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-def set_aside_request(kind: str, request: Any, exc: BaseException) -> None:
-    """Keep a message of a worker-side batch that kept failing in the dead letters."""
-    dead_letters.set_aside_call(f"counters_tasks.{kind}", request.id, list(request.args or ()),
+def set_aside_request(task: str, request: Any, exc: BaseException) -> None:
+    """Keep a message of a worker-side batch (of the task named ``task``) that kept failing in the
+    dead letters."""
+    dead_letters.set_aside_call(task, request.id, list(request.args or ()),
                                 dict(request.kwargs or {}), (request.delivery_info or {}).get("routing_key"), exc,
                                 get_settings().max_attempts)
 
@@ -118,9 +119,9 @@ class WorkerBatches(Task):
     Request = MaskedRequest
 
     buffer_call: Callable[[Any, Any, Any, dict[str, Any]], Any] | None = None
-    """``recorder.buffer_delay``, set by that module (a layer above): offered every
-    ``apply_async`` call first, it returns the call's AsyncResult when it buffered it
-    (``COUNTERS_DELAY_BUFFER``), None when the call is to be published as its own message."""
+    """Offered every ``apply_async`` call first when set (``recorder.buffer_delay``, by the app
+    side's subclass ``tasks.DelayBuffered``): it returns the call's AsyncResult when it buffered
+    it (``COUNTERS_DELAY_BUFFER``), None when the call is to be published as its own message."""
 
     def apply_async(self, args: Any = None, kwargs: Any = None, *rest: Any, **options: Any) -> Any:
         """Celery's, unless ``buffer_call`` takes the call (a plain ``.delay()`` when buffering is on)."""

@@ -9,7 +9,8 @@ import time
 import pytest
 
 from counters_tasks import ranking, refusals, throughput, visits
-from counters_tasks.store import keys
+from counters_tasks.kinds import RANKING, VISIT
+from counters_tasks.store import keys, scripts
 from counters_tasks.worker import batch_apply, claims
 from counters_tasks.worker.batch_consumer import FAILED, SimpleRequest
 from tests.support.servers import dump_all, is_cluster_run
@@ -43,8 +44,8 @@ def test_a_worker_batch_of_per_visit_messages_costs_about_a_record_visits_chunk(
     now = time.time()
     events = [SimpleRequest(f"r{n}", RANKING_TASK, ["posts", f"/post/{n % 40}"], {"ts": now}) for n in range(200)]
     raw_conn.config_resetstat()
-    assert batch_apply.apply_batch(raw_conn, "record_visit", visit_requests(batch))["applied"] == 200
-    assert batch_apply.apply_batch(raw_conn, "incr_ranking", events)["applied"] == 200
+    assert batch_apply.apply_batch(raw_conn, VISIT, visit_requests(batch))["applied"] == 200
+    assert batch_apply.apply_batch(raw_conn, RANKING, events)["applied"] == 200
     used = commands(raw_conn) / len(batch)
     print(f"\n[claims] a worker batch of 200 visits + 200 ranking events: {used:.1f} Redis commands a visit")
     assert used <= 20
@@ -56,8 +57,9 @@ def test_a_worker_batch_of_per_visit_messages_costs_about_a_record_visits_chunk(
 
 def killed_after(monkeypatch, calls: int) -> None:
     """The next batch's apply dies (as a SIGKILLed worker) after its first ``calls`` commands
-    reached Redis: the rest of its pipeline is never sent."""
-    real = visits.execute_in_order
+    reached Redis: the rest of its pipeline is never sent (the visits' ``WritePlan`` sends through
+    ``store.scripts.execute_in_order``; the claims, before it, through their own import)."""
+    real = scripts.execute_in_order
 
     def dying(conn, *stages):
         pipe = conn.pipeline(transaction=False)
@@ -65,10 +67,10 @@ def killed_after(monkeypatch, calls: int) -> None:
             stage(pipe)
         pipe.command_stack = pipe.command_stack[:calls]
         pipe.execute()
-        monkeypatch.setattr(visits, "execute_in_order", real)
+        monkeypatch.setattr(scripts, "execute_in_order", real)
         raise SystemExit("killed")
 
-    monkeypatch.setattr(visits, "execute_in_order", dying)
+    monkeypatch.setattr(scripts, "execute_in_order", dying)
 
 
 @pytest.mark.skipif(is_cluster_run(), reason="a pipeline of one server cut by hand")
@@ -80,23 +82,23 @@ def test_a_batch_killed_half_way_is_finished_by_any_of_its_messages_coming_back(
     tally = throughput.Tally()
     killed_after(monkeypatch, calls)
     with pytest.raises(SystemExit):
-        batch_apply.write_visit_batch(raw_conn, visit_items(batch[:40]), tally)
+        batch_apply.write_claimed(raw_conn, VISIT, visit_items(batch[:40]), tally)
     assert list(raw_conn.scan_iter(match=b"*journal*"))  # the claimed batch waits in its journal
     # its messages come back in other batches: two of them with new messages, then all of them
-    batch_apply.write_visit_batch(raw_conn, visit_items(batch[10:12], 10) + visit_items(batch[40:], 40), tally)
+    batch_apply.write_claimed(raw_conn, VISIT, visit_items(batch[10:12], 10) + visit_items(batch[40:], 40), tally)
     assert model_of(batch).mismatches(raw_conn) == []
     assert not list(raw_conn.scan_iter(match=b"*journal*"))
     for first in range(0, 40, 7):
-        batch_apply.write_visit_batch(raw_conn, visit_items(batch[first:first + 7], first), tally)
+        batch_apply.write_claimed(raw_conn, VISIT, visit_items(batch[first:first + 7], first), tally)
     assert model_of(batch).mismatches(raw_conn) == []
 
 
 def test_messages_applied_before_count_nothing_again(raw_conn):
     batch = random_visits(30, seed=23)
     tally = throughput.Tally()
-    batch_apply.write_visit_batch(raw_conn, visit_items(batch), tally)
+    batch_apply.write_claimed(raw_conn, VISIT, visit_items(batch), tally)
     once = dump_all(raw_conn)
-    batch_apply.write_visit_batch(raw_conn, visit_items(batch) + visit_items(batch[:5]), tally)  # twice in one batch too
+    batch_apply.write_claimed(raw_conn, VISIT, visit_items(batch) + visit_items(batch[:5]), tally)  # twice in one batch too
     after = dump_all(raw_conn)
     assert {k: v for k, v in after.items() if b"claim" not in k} == {k: v for k, v in once.items() if b"claim" not in k}
     assert model_of(batch).mismatches(raw_conn) == []
@@ -108,7 +110,7 @@ def test_a_message_whose_journal_is_gone_was_applied(raw_conn):
     new, earlier = claims.claim(raw_conn, "visit", [(f"v{n}", ["never read"]) for n in range(3)])
     assert earlier == [] and sorted(m for _b, entries in new for m, _i in entries) == ["v0", "v1", "v2"]
     claims.done(raw_conn, [batch_id for batch_id, _entries in new])
-    batch_apply.write_visit_batch(raw_conn, visit_items(random_visits(3, seed=24)), throughput.Tally())
+    batch_apply.write_claimed(raw_conn, VISIT, visit_items(random_visits(3, seed=24)), throughput.Tally())
     assert all(b"claim" in key for key in dump_all(raw_conn))
 
 
@@ -119,13 +121,13 @@ def test_a_ranking_event_of_a_board_with_other_settings_is_refused_alone(raw_con
                 SimpleRequest("b", RANKING_TASK, ["fixed", "y"], {"ts": now, "period_hours": 48}),
                 SimpleRequest("c", RANKING_TASK, ["fresh", "x"], {"ts": now}),
                 SimpleRequest("d", RANKING_TASK, ["fresh", "z"], {"ts": now, "period_hours": 48, "interval_hours": 2})]
-    outcome = batch_apply.apply_batch(raw_conn, "incr_ranking", requests)
+    outcome = batch_apply.apply_batch(raw_conn, RANKING, requests)
     assert outcome["applied"] == 2 and sorted(outcome[FAILED]) == [1, 3]
     for _delivery in range(2):  # then redelivered (an acknowledgement lost): nothing written twice
         assert ranking.Ranking(raw_conn, "fixed").top(withscores=True, now=now) == [("seed", 1), ("x", 1)]
         assert ranking.Ranking(raw_conn, "fresh").top(withscores=True, now=now) == [("x", 1)]
         assert refusals.counts(raw_conn)["board_settings"] == 2
-        batch_apply.apply_batch(raw_conn, "incr_ranking", requests)
+        batch_apply.apply_batch(raw_conn, RANKING, requests)
 
 
 def test_claims_and_journals_share_the_slot_of_their_group(raw_conn):

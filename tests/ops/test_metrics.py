@@ -18,6 +18,7 @@ from redis.retry import Retry
 from counters_tasks import ranking_events, skips, tasks, throughput, visits
 from counters_tasks.core.settings import get_settings
 from counters_tasks.errors import InvalidInput
+from counters_tasks.kinds import VISIT
 from counters_tasks.local.redis_server import free_port
 from counters_tasks.local.waiting import wait_until
 from counters_tasks.ops import metrics
@@ -58,24 +59,24 @@ def broker(redis_url):
 # --- the totals, in process ------------------------------------------------------------------
 
 def test_requests_that_were_not_page_views_are_counted_by_route_and_reason(conn, broker):
-    skips.record(conn, [{"route": "middleware", "reason": "crawler", "count": 3},
+    skips.count_skipped(conn, [{"route": "middleware", "reason": "crawler", "count": 3},
                         {"route": "middleware", "reason": "static", "count": 2}], message_id="web-1")
-    skips.record(conn, [{"route": "middleware", "reason": "crawler", "count": 3}], message_id="web-1")  # again
-    skips.record(conn, skips.as_items("import", {"crawler": 4, "malformed": 1, "refused:future": 2}))
+    skips.count_skipped(conn, [{"route": "middleware", "reason": "crawler", "count": 3}], message_id="web-1")  # again
+    skips.count_skipped(conn, skips.as_items("import", {"crawler": 4, "malformed": 1, "refused:future": 2}))
     found = scrape_app(conn)
     assert value(found, "counters_skipped_total", route="middleware", reason="crawler") == 3
     assert value(found, "counters_skipped_total", route="middleware", reason="static") == 2
     assert value(found, "counters_skipped_total", route="import", reason="crawler") == 4
     assert value(found, "counters_skipped_total", route="import", reason="malformed") == 1
     # a bad item is refused on its own (counted), the good ones of its message are added
-    assert skips.record(conn, [{"route": "middleware", "reason": "made-up", "count": 1},
+    assert skips.count_skipped(conn, [{"route": "middleware", "reason": "made-up", "count": 1},
                                {"route": "middleware", "reason": "static", "count": 1}], message_id="web-2") == 1
     found = scrape_app(conn)
     assert value(found, "counters_skipped_total", route="middleware", reason="static") == 3
     assert value(found, "counters_refused_total", reason="bad_input") == 1
     assert all(reason != "made-up" for (_route, reason) in skips.counts(conn))
     with pytest.raises(InvalidInput):  # a payload that is not a list of counts is refused whole
-        skips.record(conn, {"route": "middleware", "reason": "static", "count": 1})
+        skips.count_skipped(conn, {"route": "middleware", "reason": "static", "count": 1})
 
 
 @pytest.mark.parametrize("size, bucket", [(0, "1"), (1, "1"), (2, "10"), (10, "10"), (11, "50"), (1000, "1000"),
@@ -148,8 +149,8 @@ def test_worker_side_batches_count_each_message_once(conn):
 
     now = time.time()
     first = [Request(f"m{n}", f"192.0.2.{n}", "/w", None, now) for n in range(4)]
-    assert apply_batch(conn, "record_visit", first)["applied"] == 4
-    apply_batch(conn, "record_visit", [*first[:2], Request("bad", "nope", "/w")])
+    assert apply_batch(conn, VISIT, first)["applied"] == 4
+    apply_batch(conn, VISIT, [*first[:2], Request("bad", "nope", "/w")])
     totals = throughput.totals(conn)
     assert (totals.applied["visit"], totals.duplicates["visit"]) == (4, 2)
     sizes = totals.batches["record_visit"]

@@ -384,7 +384,7 @@ def test_skipped_requests_and_an_invisible_deployment_are_said_on_the_page(raw_c
     today = local_day(now)
     for n in range(3):
         visits.apply_visit(raw_conn, f"198.51.100.{n + 1}", "/", None, now)
-    skips.record(raw_conn, [{"route": "middleware", "reason": "crawler", "count": 40, "ts": now},
+    skips.count_skipped(raw_conn, [{"route": "middleware", "reason": "crawler", "count": 40, "ts": now},
                             {"route": "middleware", "reason": "static", "count": 5, "ts": now}])
     browser.navigate(f"{server}/?refresh=300&from={today.isoformat()}&to={today.isoformat()}")
     browser.wait_until("Number(document.getElementById('visitors').dataset.loaded) >= 1", what="the day's figures")

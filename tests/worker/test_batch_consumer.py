@@ -18,6 +18,7 @@ from counters_tasks import ranking, tasks
 from counters_tasks.app import app
 from counters_tasks.core.privacy import masked_ip, masked_reprs
 from counters_tasks.core.settings import load_settings
+from counters_tasks.kinds import VISIT
 from counters_tasks.local.waiting import wait_until
 from counters_tasks.recorder import VisitRecorder
 from counters_tasks.worker.batch_consumer import MaskedRequest
@@ -93,7 +94,7 @@ def test_a_batch_names_the_messages_it_did_not_apply_by_position(raw_conn):
     name = "counters_tasks.record_visit"
     batch = [SimpleRequest("a", name, ["192.0.2.1", "/"], {}), SimpleRequest("b", name, ["not an ip", "/"], {}),
              SimpleRequest(5, name, ["192.0.2.2", "/"], {}), SimpleRequest("d", name, ["192.0.2.3"], {})]
-    outcome = batch_apply.apply_batch(raw_conn, "record_visit", batch)
+    outcome = batch_apply.apply_batch(raw_conn, VISIT, batch)
     assert (outcome["applied"], outcome["refused"]) == (1, 3)
     assert failures_of(outcome) == outcome[FAILED] and set(outcome[FAILED]) == {1, 2, 3}
     assert outcome[FAILED][1] == "InvalidInput: bad_input: ip is not an IPv4 or IPv6 address"

@@ -16,7 +16,7 @@ from datetime import date
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from ... import skips, visits
+from ... import payloads, skips, visits
 from ...core.days import DAY, local_day
 from ...core.settings import get_settings
 from ...core.sites import check_site, hosts_of, zone_of
@@ -113,7 +113,7 @@ class Importer:
         fresh = [n for n, mark in enumerate(marks) if mark is None]
         self.summary.skip(ALREADY_IMPORTED, len(chunk) - len(fresh))
         batch = [chunk[n] for n in fresh]
-        accepted, refused = visits.prepare_batch(batch)  # what record_visits will refuse, for the summary
+        accepted, refused = payloads.prepare_payload(visits.VISIT, batch)  # what record_visits will refuse, for the summary
         if batch:
             message_id = "import:" + content_digest("\n".join(fields[n] for n in fresh))
             self.summary.counted += visits.apply_visits(self.conn, batch, message_id=message_id)
@@ -192,5 +192,5 @@ def import_lines(conn: RedisClient, lines: Iterable[bytes | None], fmt: str | No
         progress(summary.lines)
     skipped = summary.skip_items()
     for first in range(0, len(skipped), skips.MAX_REASONS):
-        skips.record(conn, skipped[first:first + skips.MAX_REASONS])
+        skips.count_skipped(conn, skipped[first:first + skips.MAX_REASONS])
     return summary

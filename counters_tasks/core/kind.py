@@ -1,0 +1,157 @@
+"""What a *kind* of thing counted is (visits, ranking bumps, counter updates, skips...): one
+declaration, ``Kind``, from which every table of the package is derived. The task table and the
+worker's batches (``worker.kind_tasks``, ``worker.batch_apply``), the app-side buffer
+(``recorder``), the metrics' event times (``ops.metrics``) and the throughput totals
+(``throughput``) read a kind's declaration instead of keeping their own list of task names,
+argument positions and fields. The package's own kinds are declared in ``counters_tasks.kinds``;
+docs/architecture.md "Adding a kind" walks through a new one.
+
+This module holds the declaration's type and the registry only: it imports nothing of the data
+modules, so every layer can read the registry (a kind is registered by the module that declares
+it, at import).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import MalformedMessage
+
+Call = tuple[list[Any], str | None]
+"""One write call of a kind: the prepared items it writes, and its dedupe id (None: no dedupe)."""
+
+
+def short_name(task: str) -> str:
+    """A task's name without its package (``counters_tasks.record_visit`` -> ``record_visit``):
+    the name its batches and refusals are counted under."""
+    return task.rsplit(".", 1)[-1]
+
+
+@dataclass(frozen=True)
+class Kind:
+    """The declaration of one kind of thing counted.
+
+    The names:
+      ``name``: its name in the worker's claims and in the throughput totals (``visit``);
+      ``fields``: the arguments of one item, in the order its per-event task takes them, the first
+      ``required`` of them required (an item of a batch message is a dict of these names);
+      ``event_task``: the task sent once per event (``counters_tasks.record_visit``), if any;
+      ``worker_batches``: the worker applies ``event_task``'s messages in claimed batches;
+      ``batch_task`` and ``items_argument``: the task that carries many items in one message
+      (``counters_tasks.record_visits``, argument ``visits``), if any; ``max_items`` the most it
+      may carry.
+    How an item is checked, kept and written (each None when the kind has no such path):
+      ``prepare(*fields)``: one item checked (InvalidInput) and prepared for writing, in a worker;
+      ``app_item(*fields)``: one item checked in the app's process (no COUNTERS_SECRET there) and
+      returned as the dict a batch message carries (``VisitRecorder`` and a buffered ``.delay()``);
+      ``to_entry`` / ``from_entry``: a prepared item as JSON-able data and back (the journal of a
+      worker's claimed batch);
+      ``write(conn, calls, tally)``: write calls of prepared items in one round trip, each call at
+      most once per its id; returns per call None, or the InvalidInput refusing all of it
+      (nothing of it written); fills in ``tally`` (``throughput.Tally``);
+      ``per_call`` and ``call_key``: a payload is cut into calls of ``per_call`` positions, and
+      within those, one call per ``call_key(item)`` (a ranking's board; None: one call);
+      ``screen(conn, accepted)``: a check of a payload's prepared items against what Redis holds
+      (a board's fixed settings) before anything is written: ``(accepted, refused)`` pairs.
+    """
+
+    name: str
+    fields: tuple[str, ...]
+    required: int
+    event_task: str | None = None
+    worker_batches: bool = False
+    batch_task: str | None = None
+    items_argument: str = "items"
+    max_items: int = 20_000
+    prepare: Callable[..., Any] | None = None
+    app_item: Callable[..., dict[str, Any]] | None = None
+    to_entry: Callable[[Any], Any] | None = None
+    from_entry: Callable[[Any], Any] | None = None
+    write: Callable[[Any, list[Call], Any], list[Any]] | None = None
+    per_call: int = 500
+    call_key: Callable[[Any], Hashable] | None = None
+    screen: Callable[[Any, list[tuple[int, Any]]], tuple[list[tuple[int, Any]], list[tuple[int, Any]]]] | None = None
+
+    @property
+    def signature(self) -> str:
+        """How its per-event task is called, for messages that do not fit (``ip, path,
+        session_id=None, ...``)."""
+        return ", ".join(f if n < self.required else f"{f}=None" for n, f in enumerate(self.fields))
+
+    @property
+    def item_noun(self) -> str:
+        """What one item is called in a refusal (``visit 3: ...``): its batch argument's singular."""
+        return self.items_argument.removesuffix("s")
+
+    @property
+    def ts_position(self) -> int | None:
+        """Where the event's time (``ts``) sits among its per-event task's arguments, if it has one."""
+        return self.fields.index("ts") if "ts" in self.fields else None
+
+    def bind(self, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """A per-event call's arguments by name (TypeError when they do not fit ``fields``), the
+        defaults left out."""
+        if len(args) > len(self.fields):
+            raise TypeError(f"takes at most {len(self.fields)} arguments ({self.signature})")
+        bound = dict(zip(self.fields, args, strict=False))
+        for name, value in kwargs.items():
+            if name not in self.fields or name in bound:
+                raise TypeError(f"unexpected or repeated argument {name!r} ({self.signature})")
+            bound[name] = value
+        missing = [name for name in self.fields[:self.required] if name not in bound]
+        if missing:
+            raise TypeError(f"missing {', '.join(missing)} ({self.signature})")
+        return bound
+
+    def item_fields(self, item: Any) -> dict[str, Any]:
+        """An item of a batch message (a dict of ``fields``) checked for its shape
+        (MalformedMessage): what ``prepare`` then takes by name."""
+        if not isinstance(item, dict):
+            raise MalformedMessage(f"must be a dict, got {type(item).__name__}")
+        unknown = set(item) - set(self.fields)
+        if unknown:
+            raise MalformedMessage(f"unknown keys: {', '.join(sorted(map(str, unknown)))[:200]}")
+        missing = [name for name in self.fields[:self.required] if name not in item]
+        if missing:
+            raise MalformedMessage(f"needs {' and '.join(missing)}")
+        return item
+
+
+_registry: dict[str, Kind] = {}
+_lock = threading.Lock()
+
+
+def register(kind: Kind) -> Kind:
+    """Make ``kind`` known to every table derived from the registry (its tasks, the worker's
+    batches, the recorder, the metrics); registering the same declaration again changes nothing,
+    another one under a taken name or task raises ValueError."""
+    with _lock:
+        for other in _registry.values():
+            if other is kind:
+                return kind
+            taken = {other.name, other.event_task, other.batch_task} - {None}
+            if {kind.name, kind.event_task, kind.batch_task} & taken:
+                raise ValueError(f"kind {kind.name!r}: its name or a task name is taken by kind {other.name!r}")
+        _registry[kind.name] = kind
+    return kind
+
+
+def registered() -> list[Kind]:
+    """Every kind registered in this process, in the order they were."""
+    return list(_registry.values())
+
+
+def by_task(task: str) -> Kind | None:
+    """The kind whose per-event or batch task is named ``task``, if any."""
+    for kind in _registry.values():
+        if task in (kind.event_task, kind.batch_task):
+            return kind
+    return None
+
+
+def by_name(name: str) -> Kind:
+    """The kind registered as ``name`` (KeyError when none is)."""
+    return _registry[name]

@@ -1,0 +1,89 @@
+"""The one path of a payload, a message of many items of one kind (``record_visits``,
+``incr_rankings``, or a new kind's batch task), whatever the kind (``core.kind``): every item
+checked before anything is written, a bad one refused on its own (counted, ``refusals``) and the
+others written in calls of the kind's size, each at most once per its id made from the message
+id, then the batch counted for the metrics (``throughput``).
+
+The worker's claimed batches of per-event messages cut their items into calls the same way
+(``plan_calls``; ``worker.batch_apply``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any
+
+from . import refusals, throughput
+from .core.kind import Kind, short_name
+from .core.validation import check_message_id
+from .errors import InvalidInput, MalformedMessage
+from .store.client import RedisClient
+from .store.keys import chunk_ids
+
+Positioned = tuple[int, Any]
+"""An item and its position in its message (or its worker batch)."""
+
+
+def prepare_payload(kind: Kind, items: Any) -> tuple[list[Positioned], list[tuple[int, InvalidInput]]]:
+    """Check a payload item by item (``kind.prepare`` of each): ``(accepted (position, prepared
+    item) pairs, refused (position, error) pairs)``. A payload that is not a list, or holds more
+    than the kind's ``max_items``, is refused whole (MalformedMessage)."""
+    if kind.prepare is None:
+        raise TypeError(f"kind {kind.name!r} declares no prepare: it has no payloads")
+    if not isinstance(items, list):
+        raise MalformedMessage(f"{kind.items_argument} must be a list, got {type(items).__name__}")
+    if len(items) > kind.max_items:
+        raise MalformedMessage(f"a batch holds at most {kind.max_items} {kind.items_argument}, got {len(items)}")
+    accepted: list[Positioned] = []
+    refused: list[tuple[int, InvalidInput]] = []
+    for n, item in enumerate(items):
+        try:
+            accepted.append((n, kind.prepare(**kind.item_fields(item))))
+        except InvalidInput as exc:
+            refused.append((n, type(exc)(f"{kind.item_noun} {n}: {exc}")))
+    return accepted, refused
+
+
+def plan_calls(kind: Kind, positioned: list[Positioned], call_ids: list[str | None]) -> list[tuple[list[Positioned], str | None]]:
+    """The write calls of prepared items: positions ``n*per_call ..`` make part ``n``, cut again by
+    ``call_key`` (one call per board), each call under the id of its part (``call_ids[n]``: a
+    redelivered message, cut the same way, maps every id to the same items; calls of one part
+    that share an id are told apart by what their key names, as a board's marker is its own)."""
+    calls: dict[tuple[int, Hashable], list[Positioned]] = {}
+    for n, item in positioned:
+        key = None if kind.call_key is None else kind.call_key(item)
+        calls.setdefault((n // kind.per_call, key), []).append((n, item))
+    return [(call, call_ids[part]) for (part, _key), call in calls.items()]
+
+
+def write_planned(conn: RedisClient, kind: Kind, calls: list[tuple[list[Positioned], str | None]],
+                  tally: throughput.Tally) -> list[tuple[int, InvalidInput]]:
+    """Write planned calls (``kind.write``, one round trip); the items refused as they were written
+    (a board fixed to other settings meanwhile), by position."""
+    if kind.write is None:
+        raise TypeError(f"kind {kind.name!r} declares no write")
+    if not calls:
+        return []
+    results = kind.write(conn, [([item for _n, item in call], call_id) for call, call_id in calls], tally)
+    return [(n, result) for (call, _id), result in zip(calls, results, strict=True)
+            if isinstance(result, InvalidInput) for n, _item in call]
+
+
+def apply_payload(conn: RedisClient, kind: Kind, items: Any, *, message_id: str | None = None) -> int:
+    """A payload of ``kind`` (its batch task's one argument) applied at most once per ``message_id``
+    (the batch id): every item checked before anything is written, a bad item refused on its own
+    (logged and counted) and the others written. Returns the items applied (for a ranking, late
+    events included: taken, and ignored as their window has gone)."""
+    check_message_id(message_id)
+    if kind.batch_task is None:
+        raise TypeError(f"kind {kind.name!r} declares no batch task")
+    accepted, refused = prepare_payload(kind, items)  # a payload refused whole raises (the task counts it)
+    if kind.screen is not None:
+        accepted, screened = kind.screen(conn, accepted)
+        refused = sorted(refused + screened, key=lambda pair: pair[0])
+    tally = throughput.Tally()
+    calls = plan_calls(kind, accepted, chunk_ids(message_id, -(-len(items) // kind.per_call)))
+    conflicts = write_planned(conn, kind, calls, tally)
+    refusals.count_refused(conn, short_name(kind.batch_task), message_id, refused + conflicts)
+    throughput.count(conn, kind.name, tally, batch=(short_name(kind.batch_task), len(items)))
+    return len(accepted) - len(conflicts)
