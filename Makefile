@@ -31,6 +31,7 @@ test-reversed: install
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
 # The long runs of real processes (marker long: workers SIGKILLed, Redis down under load, the

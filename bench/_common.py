@@ -29,8 +29,9 @@ def bench_redis() -> Iterator[str]:
         yield server.url
 
 
-def rates(count: int, contenders: dict[str, Callable[[], None]], rounds: int = 3,
-          between: Callable[[], None] | None = None) -> dict[str, float]:
+def rates(
+    count: int, contenders: dict[str, Callable[[], None]], rounds: int = 3, between: Callable[[], None] | None = None
+) -> dict[str, float]:
     """Run each contender (doing ``count`` operations) ``rounds`` times, interleaved so that
     load from elsewhere hits all alike; print and return each one's median rate per second."""
     seen: dict[str, list[float]] = {label: [] for label in contenders}

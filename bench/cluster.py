@@ -61,8 +61,10 @@ def make_visits(n: int, seed: int, start: float) -> list[tuple[str, str, str, fl
     ips = [f"10.{rng.randrange(256)}.{rng.randrange(256)}.{rng.randrange(1, 255)}" for _ in range(max(1, n // 5))]
     sessions = {ip: str(uuid.UUID(int=rng.getrandbits(128))) for ip in ips}
     paths = [f"/article/{i}" for i in range(500)]
-    return [(ip, rng.choice(paths), sessions[ip], start + i * 0.01)
-            for i, ip in enumerate(rng.choice(ips) for _ in range(n))]
+    return [
+        (ip, rng.choice(paths), sessions[ip], start + i * 0.01)
+        for i, ip in enumerate(rng.choice(ips) for _ in range(n))
+    ]
 
 
 def use(url: str, cluster: bool) -> None:
@@ -86,8 +88,9 @@ def ingest_worker(url: str, cluster: bool, seed: int, count: int, batch: int, re
     started = time.perf_counter()
     if record_many is not None:
         for i in range(0, count, batch):
-            record_many(conn, [{"ip": ip, "path": p, "session_id": s, "ts": ts}
-                               for ip, p, s, ts in stream[i:i + batch]])
+            record_many(
+                conn, [{"ip": ip, "path": p, "session_id": s, "ts": ts} for ip, p, s, ts in stream[i : i + batch]]
+            )
     else:
         for ip, path, session, ts in stream:
             visits.apply_visit(conn, ip, path, session, ts)
@@ -98,8 +101,10 @@ def ingest(url: str, cluster: bool, procs: int, per_proc: int, batch: int) -> fl
     """visits/s of ``procs`` client processes each recording ``per_proc`` visits at once."""
     ctx = multiprocessing.get_context("fork")
     ready, go, out = ctx.Semaphore(0), ctx.Event(), ctx.Queue()
-    children = [ctx.Process(target=ingest_worker, args=(url, cluster, 1000 + i, per_proc, batch, ready, go, out))
-                for i in range(procs)]
+    children = [
+        ctx.Process(target=ingest_worker, args=(url, cluster, 1000 + i, per_proc, batch, ready, go, out))
+        for i in range(procs)
+    ]
     for child in children:
         child.start()
     for _ in children:
@@ -113,8 +118,10 @@ def ingest(url: str, cluster: bool, procs: int, per_proc: int, batch: int) -> fl
         child.join()
     check(all(child.exitcode == 0 for child in children), "every client process finished")
     counted = site_pv(url, cluster)  # each client's warm-up visit and its own
-    check(counted == procs * (per_proc + 1), f"{procs} x ({per_proc} + 1) visits counted on "
-          f"{'the cluster' if cluster else 'one node'}: {counted}")
+    check(
+        counted == procs * (per_proc + 1),
+        f"{procs} x ({per_proc} + 1) visits counted on {'the cluster' if cluster else 'one node'}: {counted}",
+    )
     return procs * per_proc / elapsed
 
 
@@ -182,20 +189,34 @@ def spread(cluster: RedisClusterProcesses, visits_count: int) -> None:
         stats = client.info("stats")
         commands = client.info("commandstats")
         scripts = sum(int(commands.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("eval", "evalsha"))
-        rows.append((name, slots.get(name, 0), client.dbsize(), int(stats["total_commands_processed"]), scripts,
-                     cpu(client) - cpu_before[name]))
+        rows.append(
+            (
+                name,
+                slots.get(name, 0),
+                client.dbsize(),
+                int(stats["total_commands_processed"]),
+                scripts,
+                cpu(client) - cpu_before[name],
+            )
+        )
     check(all(r[2] > 0 for r in rows), f"every master holds keys: {[(r[0], r[2]) for r in rows]}")
     keys_total = sum(r[2] for r in rows) or 1
     cmds_total = sum(r[3] for r in rows) or 1
     scripts_total = sum(r[4] for r in rows) or 1
-    print(f"spread: {visits_count} visits + 500 counters + 50 boards x 20 members + beat jobs, on 3 masters"
-          f" ({elapsed:.1f} s, one client)")
+    print(
+        f"spread: {visits_count} visits + 500 counters + 50 boards x 20 members + beat jobs, on 3 masters"
+        f" ({elapsed:.1f} s, one client)"
+    )
     cpu_total = sum(r[5] for r in rows) or 1
-    print(f"{'master':>16} {'slots':>6} {'keys':>8} {'share':>6} {'commands*':>9} {'share':>6} {'scripts':>8} {'share':>6}"
-          f" {'cpu s':>6} {'share':>6}")
+    print(
+        f"{'master':>16} {'slots':>6} {'keys':>8} {'share':>6} {'commands*':>9} {'share':>6} {'scripts':>8} {'share':>6}"
+        f" {'cpu s':>6} {'share':>6}"
+    )
     for name, slot_count, keys_, cmds, scripts, used in rows:
-        print(f"{name:>16} {slot_count:>6} {keys_:>8} {keys_ / keys_total:>6.1%} {cmds:>9} {cmds / cmds_total:>6.1%}"
-              f" {scripts:>8} {scripts / scripts_total:>6.1%} {used:>6.2f} {used / cpu_total:>6.1%}")
+        print(
+            f"{name:>16} {slot_count:>6} {keys_:>8} {keys_ / keys_total:>6.1%} {cmds:>9} {cmds / cmds_total:>6.1%}"
+            f" {scripts:>8} {scripts / scripts_total:>6.1%} {used:>6.2f} {used / cpu_total:>6.1%}"
+        )
     print("* commands processed, those run inside Lua scripts included (INFO stats)")
 
 
@@ -250,31 +271,46 @@ def failover(base: Path, seconds: float, threads: int) -> None:
             thread.join()
         stored = sum(t for name in names for _, t in counters.get_counter(conn, name, 86400, now))
         window = (max(failed_at) - killed) if failed_at else 0.0
-        check(sum(acked) > 0 and stored <= sum(acked) + threads,
-              f"nothing stored twice: {stored} stored for {sum(acked)} acknowledged")  # + a last try each thread
+        check(
+            sum(acked) > 0 and stored <= sum(acked) + threads,
+            f"nothing stored twice: {stored} stored for {sum(acked)} acknowledged",
+        )  # + a last try each thread
         print(f"\nfailover (3 masters + 3 replicas, node timeout 2 s, {threads} writer threads, direct calls):")
-        print(f"  acknowledged {sum(acked)}, stored {stored}, lost {max(0, sum(acked) - stored)}"
-              f" (stored but never acknowledged: {max(0, stored - sum(acked))});"
-              f" writes failed for {window:.1f} s after the kill ({len(failed_at)} failed tries, retried)")
+        print(
+            f"  acknowledged {sum(acked)}, stored {stored}, lost {max(0, sum(acked) - stored)}"
+            f" (stored but never acknowledged: {max(0, stored - sum(acked))});"
+            f" writes failed for {window:.1f} s after the kill ({len(failed_at)} failed tries, retried)"
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--visits", type=int, default=20000, help="visits of the spread load and of each ingest run")
     parser.add_argument("--procs", default="1,4", help="client process counts to measure, comma-separated")
-    parser.add_argument("--failover", type=float, default=0, metavar="SECONDS",
-                        help="also kill a master under direct writes for this long (3 masters + 3 replicas)")
+    parser.add_argument(
+        "--failover",
+        type=float,
+        default=0,
+        metavar="SECONDS",
+        help="also kill a master under direct writes for this long (3 masters + 3 replicas)",
+    )
     parser.add_argument("--batch", type=int, default=100, help="visits per record_visits call in the batched runs")
     options = parser.parse_args()
     os.environ.setdefault("COUNTERS_SECRET", "bench-secret")
-    with tempfile.TemporaryDirectory() as tmp, \
-            RedisClusterProcesses(Path(tmp) / "cluster", masters=3) as cluster, \
-            RedisServer(Path(tmp) / "single") as single:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        RedisClusterProcesses(Path(tmp) / "cluster", masters=3) as cluster,
+        RedisServer(Path(tmp) / "single") as single,
+    ):
         spread(cluster, options.visits)
-        print(f"\ningest: {options.visits} visits a run, split over the client processes; one by one"
-              f" (visits.apply_visit) and in batches of {options.batch} (visits.apply_visits)")
-        print(f"{'clients':>8} {'one node/s':>11} {'cluster/s':>10} {'ratio':>6}"
-              f" {'batched one node/s':>19} {'batched cluster/s':>18} {'ratio':>6}")
+        print(
+            f"\ningest: {options.visits} visits a run, split over the client processes; one by one"
+            f" (visits.apply_visit) and in batches of {options.batch} (visits.apply_visits)"
+        )
+        print(
+            f"{'clients':>8} {'one node/s':>11} {'cluster/s':>10} {'ratio':>6}"
+            f" {'batched one node/s':>19} {'batched cluster/s':>18} {'ratio':>6}"
+        )
         for procs in (int(p) for p in options.procs.split(",")):
             per = max(1, options.visits // procs)
             figures = []
@@ -284,8 +320,10 @@ def main() -> None:
                 flush(cluster.url, True)
                 figures += [one, ingest(cluster.url, True, procs, per, batch)]
             one, many, one_b, many_b = figures
-            print(f"{procs:>8} {one:>11,.0f} {many:>10,.0f} {many / one:>5.2f}x"
-                  f" {one_b:>19,.0f} {many_b:>18,.0f} {many_b / one_b:>5.2f}x")
+            print(
+                f"{procs:>8} {one:>11,.0f} {many:>10,.0f} {many / one:>5.2f}x"
+                f" {one_b:>19,.0f} {many_b:>18,.0f} {many_b / one_b:>5.2f}x"
+            )
         if options.failover:
             failover(Path(tmp), options.failover, 4)
 

@@ -97,8 +97,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--visits", type=int, default=500)
     parser.add_argument("--shape", choices=sorted(SHAPES), default="uniform")
-    parser.add_argument("--cpu-batches", type=int, default=20,
-                        help="batches of --visits visits for the Redis CPU a visit (no MONITOR)")
+    parser.add_argument(
+        "--cpu-batches", type=int, default=20, help="batches of --visits visits for the Redis CPU a visit (no MONITOR)"
+    )
     args = parser.parse_args()
     with bench_redis() as url:
         from counters_tasks import ranking, ranking_events, sitestats, visits
@@ -115,25 +116,32 @@ def main() -> int:
             visits.apply_visits(conn, items, message_id="batch")
             ranking_events.incr_events(conn, events, message_id="events")
 
-        batch_cost = report(f"one batch of {len(items)} visits ({args.shape})",
-                            by_script(watched(url, batch), shas), len(items))
+        batch_cost = report(
+            f"one batch of {len(items)} visits ({args.shape})", by_script(watched(url, batch), shas), len(items)
+        )
         assert sitestats.site_visit_info(conn).pv == len(items), "the batch was not applied whole"
         conn.flushdb()
         board = ranking.Ranking(conn, "pages")
 
         def one_by_one() -> None:
             for item in items:
-                visits.apply_visit(conn, item["ip"], item["path"], item["session_id"], item["ts"],
-                                    message_id=str(uuid.uuid4()))
+                visits.apply_visit(
+                    conn, item["ip"], item["path"], item["session_id"], item["ts"], message_id=str(uuid.uuid4())
+                )
                 board.incr_many([(item["path"], 1, item["ts"])], message_id=str(uuid.uuid4()))
 
-        message_cost = report("one message a visit (record_visit + incr_ranking, each with its id)",
-                              by_script(watched(url, one_by_one), shas), len(items))
+        message_cost = report(
+            "one message a visit (record_visit + incr_ranking, each with its id)",
+            by_script(watched(url, one_by_one), shas),
+            len(items),
+        )
         assert sitestats.site_visit_info(conn).pv == len(items), "a visit was not applied"
         cpu_us, cpu_commands = batch_redis_cpu(conn, args.shape, len(items), args.cpu_batches)
     print(f"\ncommands per visit: batch {batch_cost:.1f}, per-visit messages {message_cost:.1f}")
-    print(f"Redis CPU a visit, without MONITOR, {args.cpu_batches} batches of {len(items)} ({args.shape}, a day "
-          f"filling up): {cpu_us:.1f} us, {cpu_commands:.1f} commands a visit")
+    print(
+        f"Redis CPU a visit, without MONITOR, {args.cpu_batches} batches of {len(items)} ({args.shape}, a day "
+        f"filling up): {cpu_us:.1f} us, {cpu_commands:.1f} commands a visit"
+    )
     return 0
 
 
@@ -151,10 +159,11 @@ def batch_redis_cpu(conn: redis.Redis, shape: str, size: int, batches: int) -> t
     conn.config_resetstat()
     before = redis_cpu(conn)
     for first in range(0, len(measured), size):
-        part = measured[first:first + size]
+        part = measured[first : first + size]
         visits.apply_visits(conn, part, message_id=f"cpu-{first}")
-        ranking_events.incr_events(conn, [{"board": "cpu", "member": v["path"], "ts": v["ts"]} for v in part],
-                            message_id=f"cpu-r-{first}")
+        ranking_events.incr_events(
+            conn, [{"board": "cpu", "member": v["path"], "ts": v["ts"]} for v in part], message_id=f"cpu-r-{first}"
+        )
     used = redis_cpu(conn) - before
     calls = sum(v["calls"] for k, v in conn.info("commandstats").items() if k != "cmdstat_info")
     assert sitestats.site_visit_info(conn).pv == len(items), "a batch was not applied whole"

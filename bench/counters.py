@@ -59,15 +59,20 @@ def main() -> None:
 
         ours()  # warm up: scripts loaded
         conn.flushdb()
-        got = rates(args.updates, {
-            "seed: MULTI + 7 ZADD + 7 HINCRBY + EXEC": seed,
-            "counters-tasks: update_counter": ours,
-            "counters-tasks: update_counter with message id": ours_dedupe,
-        })
+        got = rates(
+            args.updates,
+            {
+                "seed: MULTI + 7 ZADD + 7 HINCRBY + EXEC": seed,
+                "counters-tasks: update_counter": ours,
+                "counters-tasks: update_counter with message id": ours_dedupe,
+            },
+        )
         total = sum(t for _b, t in counters.get_counter(conn, names[0], 86400, now=now))
         assert total == 6 * picks.count(names[0]), "the benchmark's own writes must add up"
         seed_rate, ours_rate, dedupe_rate = got.values()
-        print(f"ratio counters-tasks / seed: {ours_rate / seed_rate:.2f}x  (with dedupe: {dedupe_rate / seed_rate:.2f}x)")
+        print(
+            f"ratio counters-tasks / seed: {ours_rate / seed_rate:.2f}x  (with dedupe: {dedupe_rate / seed_rate:.2f}x)"
+        )
 
 
 if __name__ == "__main__":

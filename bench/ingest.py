@@ -68,8 +68,12 @@ def pipelined_ceiling(conn: redis.Redis, port: int) -> float:
     INCR, SADD, HSET; their mean), else redis-py pipelines of 64 HINCRBYs for a second."""
     tool = shutil.which("redis-benchmark")
     if tool:
-        out = subprocess.run([tool, "-p", str(port), "-P", "64", "-n", "400000", "-q", "-t", "set,incr,sadd,hset"],
-                             capture_output=True, text=True, timeout=300).stdout
+        out = subprocess.run(
+            [tool, "-p", str(port), "-P", "64", "-n", "400000", "-q", "-t", "set,incr,sadd,hset"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        ).stdout
         rates = [float(rate) for rate in re.findall(r"([\d.]+) requests per second", out)]
         if rates:
             conn.flushdb()
@@ -124,25 +128,44 @@ def run_variant(label: str, data_conn, send, done, n: int, meters: Meters) -> di
     after = meters.read()
     data_us, broker_us, worker_us, producer_us = ((a - b) / n * 1e6 for a, b in zip(after, before, strict=True))
     commands, scripts = command_counts(data_conn)
-    breakdown = sorted(((v["calls"] / n, k[len("cmdstat_"):]) for k, v in data_conn.info("commandstats").items()
-                        if not k.startswith(("cmdstat_info", "cmdstat_config", "cmdstat_slowlog"))), reverse=True)
+    breakdown = sorted(
+        (
+            (v["calls"] / n, k[len("cmdstat_") :])
+            for k, v in data_conn.info("commandstats").items()
+            if not k.startswith(("cmdstat_info", "cmdstat_config", "cmdstat_slowlog"))
+        ),
+        reverse=True,
+    )
     slow = data_conn.slowlog_get(128)
-    out = {"label": label, "producer": n / (sent - start), "e2e": n / (end - start),
-           "commands": commands / n, "scripts": scripts / n, "slow": len(slow),
-           "slowest_ms": max((entry["duration"] for entry in slow), default=0) / 1000}
+    out = {
+        "label": label,
+        "producer": n / (sent - start),
+        "e2e": n / (end - start),
+        "commands": commands / n,
+        "scripts": scripts / n,
+        "slow": len(slow),
+        "slowest_ms": max((entry["duration"] for entry in slow), default=0) / 1000,
+    }
     out["ceiling"] = meters.ceiling / out["commands"]
     out["of_ceiling"] = out["e2e"] / out["ceiling"]
     out["cpu_ceiling"] = 1e6 / data_us if data_us > 0 else float("inf")  # one Redis core busy with nothing else
     out.update(redis_us=data_us, broker_us=broker_us, worker_us=worker_us, producer_us=producer_us)
-    print(f"{label:<34} producer {out['producer']:>9,.0f}/s  end-to-end {out['e2e']:>9,.0f} visits/s  "
-          f"{out['commands']:>6.1f} Redis commands/visit ({out['scripts']:.2f} script calls)  "
-          f"calls over 5 ms: {out['slow']}" + (f" (slowest {out['slowest_ms']:.1f} ms)" if slow else ""), flush=True)
+    print(
+        f"{label:<34} producer {out['producer']:>9,.0f}/s  end-to-end {out['e2e']:>9,.0f} visits/s  "
+        f"{out['commands']:>6.1f} Redis commands/visit ({out['scripts']:.2f} script calls)  "
+        f"calls over 5 ms: {out['slow']}" + (f" (slowest {out['slowest_ms']:.1f} ms)" if slow else ""),
+        flush=True,
+    )
     print("    per visit: " + ", ".join(f"{name} {calls:.2f}" for calls, name in breakdown[:12]))
-    print(f"    CPU per visit: counters Redis {data_us:.1f} us, broker Redis {broker_us:.1f} us, worker {worker_us:.1f} us, "
-          f"producer {producer_us:.1f} us")
-    print(f"    Redis-bound ceiling: {out['ceiling']:,.0f} visits/s by commands (this run {out['of_ceiling']:.0%} of it), "
-          f"{out['cpu_ceiling']:,.0f} visits/s by the counters Redis's CPU per visit "
-          f"({out['e2e'] / out['cpu_ceiling']:.0%})")
+    print(
+        f"    CPU per visit: counters Redis {data_us:.1f} us, broker Redis {broker_us:.1f} us, worker {worker_us:.1f} us, "
+        f"producer {producer_us:.1f} us"
+    )
+    print(
+        f"    Redis-bound ceiling: {out['ceiling']:,.0f} visits/s by commands (this run {out['of_ceiling']:.0%} of it), "
+        f"{out['cpu_ceiling']:,.0f} visits/s by the counters Redis's CPU per visit "
+        f"({out['e2e'] / out['cpu_ceiling']:.0%})"
+    )
     for entry in sorted(slow, key=lambda e: -e["duration"])[:3]:
         print(f"    slow: {entry['duration'] / 1000:.1f} ms {entry['command'][:120]!r}")
     return out
@@ -155,19 +178,47 @@ def main() -> int:
     parser.add_argument("--shape", choices=sorted(SHAPES), action="append")
     args = parser.parse_args()
     variants = args.only or ["1", "2", "2b", "3"]
-    with tempfile.TemporaryDirectory() as tmp, RedisServer(Path(tmp) / "data") as data, \
-            RedisServer(Path(tmp) / "broker") as broker:
-        env = dict(os.environ, COUNTERS_REDIS_URL=data.url, CELERY_BROKER_URL=broker.url,
-                   COUNTERS_SECRET="bench-secret", PYTHONPATH=str(REPO))
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        RedisServer(Path(tmp) / "data") as data,
+        RedisServer(Path(tmp) / "broker") as broker,
+    ):
+        env = dict(
+            os.environ,
+            COUNTERS_REDIS_URL=data.url,
+            CELERY_BROKER_URL=broker.url,
+            COUNTERS_SECRET="bench-secret",
+            PYTHONPATH=str(REPO),
+        )
         os.environ.update({k: env[k] for k in ("COUNTERS_REDIS_URL", "CELERY_BROKER_URL", "COUNTERS_SECRET")})
         conn = redis.Redis.from_url(data.url)
         ceiling = pipelined_ceiling(conn, data.port)
         print(f"counters Redis: {ceiling:,.0f} commands/s pipelined 64 deep (the ceiling's numerator)")
         log = open(Path(tmp) / "worker.log", "wb")
         worker = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "counters_tasks", "worker", "-I", "bench.seed_tasks", "-Q", "visits",
-             "-c", "2", "--loglevel", "WARNING", "--without-mingle", "--without-gossip"],
-            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "counters_tasks",
+                "worker",
+                "-I",
+                "bench.seed_tasks",
+                "-Q",
+                "visits",
+                "-c",
+                "2",
+                "--loglevel",
+                "WARNING",
+                "--without-mingle",
+                "--without-gossip",
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         try:
             from counters_tasks.app import app
 
@@ -211,21 +262,32 @@ def run_shape(stream: list, variants: list[str], conn: redis.Redis, meters: Mete
     per_path: dict[str, int] = {}
     for _ip, path, _s, _ts in stream:
         per_path[path] = per_path.get(path, 0) + 1
-    print(f"{n:,} visits of {len(per_path):,} paths by {len({v[0] for v in stream}):,} visitors "
-          f"in {len({v[2] for v in stream}):,} sessions")
+    print(
+        f"{n:,} visits of {len(per_path):,} paths by {len({v[0] for v in stream}):,} visitors "
+        f"in {len({v[2] for v in stream}):,} sessions"
+    )
 
     if "1" in variants:
+
         def send1():
             for ip, path, session, ts in stream:
                 seed.seed_visit.delay(ip, path, session, ts)
-        results["1"] = run_variant("(1) seeds, one task per visit", conn, send1,
-                                   lambda: int(conn.hget("visit_info", "pv") or 0) >= n, n, meters)
+
+        results["1"] = run_variant(
+            "(1) seeds, one task per visit",
+            conn,
+            send1,
+            lambda: int(conn.hget("visit_info", "pv") or 0) >= n,
+            n,
+            meters,
+        )
         got = {p: int(conn.hget("visit_info", f"pv_{p}") or 0) for p in per_path}
         assert got == per_path, "seed variant: per-path PV is not exact"
 
     def ours_done():
-        return sitestats.site_visit_info(conn).pv >= n and \
-            sum(whole_ranking(ranking.Ranking(conn, "pages")).values()) >= n
+        return (
+            sitestats.site_visit_info(conn).pv >= n and sum(whole_ranking(ranking.Ranking(conn, "pages")).values()) >= n
+        )
 
     def check_ours(label):
         for path, count in per_path.items():
@@ -249,13 +311,17 @@ def run_shape(stream: list, variants: list[str], conn: redis.Redis, meters: Mete
                 costs.extend((middle - started, clock() - middle))
             if buffered:
                 assert shared_recorder().flush(timeout=300)
-        key, label = ("2b", "(2b) .delay(), COUNTERS_DELAY_BUFFER") if buffered else \
-            ("2", "(2) record_visit.delay() per visit")
+
+        key, label = (
+            ("2b", "(2b) .delay(), COUNTERS_DELAY_BUFFER") if buffered else ("2", "(2) record_visit.delay() per visit")
+        )
         results[key] = run_variant(label, conn, send, ours_done, n, meters)
         costs.sort()
         results[key]["delay_p50_us"] = costs[len(costs) // 2] * 1e6
-        print(f"    one .delay() in the app: p50 {costs[len(costs) // 2] * 1e6:.0f} us, "
-              f"p90 {costs[int(len(costs) * 0.9)] * 1e6:.0f} us")
+        print(
+            f"    one .delay() in the app: p50 {costs[len(costs) // 2] * 1e6:.0f} us, "
+            f"p90 {costs[int(len(costs) * 0.9)] * 1e6:.0f} us"
+        )
         check_ours(f"({key})")
         assert shared_recorder().stats()["dropped"] == 0, shared_recorder().stats()
         os.environ["COUNTERS_DELAY_BUFFER"] = ""
@@ -276,6 +342,7 @@ def run_shape(stream: list, variants: list[str], conn: redis.Redis, meters: Mete
                 recorder.record(ip, path, session, ts)
                 recorder.incr_ranking("pages", path, 1, ts)
             recorder.flush(timeout=120)
+
         results["3"] = run_variant("(3) VisitRecorder", conn, send3, ours_done, n, meters)
         assert recorder.stats()["dropped"] == 0, recorder.stats()
         check_ours("(3)")
@@ -295,10 +362,12 @@ def run_shape(stream: list, variants: list[str], conn: redis.Redis, meters: Mete
         for key in sorted(results):
             if key != "1":
                 r = results[key]
-                print(f"({key}) vs (1): end-to-end {r['e2e'] / base['e2e']:.1f}x, producer "
-                      f"{r['producer'] / base['producer']:.1f}x, Redis commands/visit "
-                      f"{r['commands']:.1f} vs {base['commands']:.1f}, {r['of_ceiling']:.0%} of its Redis-bound ceiling "
-                      f"({r['e2e'] / r['cpu_ceiling']:.0%} by Redis CPU)")
+                print(
+                    f"({key}) vs (1): end-to-end {r['e2e'] / base['e2e']:.1f}x, producer "
+                    f"{r['producer'] / base['producer']:.1f}x, Redis commands/visit "
+                    f"{r['commands']:.1f} vs {base['commands']:.1f}, {r['of_ceiling']:.0%} of its Redis-bound ceiling "
+                    f"({r['e2e'] / r['cpu_ceiling']:.0%} by Redis CPU)"
+                )
 
 
 if __name__ == "__main__":

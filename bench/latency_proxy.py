@@ -79,8 +79,9 @@ class LatencyProxy:
 
     def __enter__(self) -> int:
         ready = multiprocessing.Event()
-        self.process = multiprocessing.Process(target=_serve, args=(self.port, self.target_port, self.delay, ready),
-                                               daemon=True)
+        self.process = multiprocessing.Process(
+            target=_serve, args=(self.port, self.target_port, self.delay, ready), daemon=True
+        )
         self.process.start()
         if not ready.wait(10):
             raise RuntimeError("latency proxy did not start")

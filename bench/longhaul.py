@@ -43,14 +43,21 @@ from counters_tasks.core.sites import check_site, zone_of
 def sites_zone(site: str | None) -> str:
     return zone_of(check_site(site))
 
+
 CHUNK = 500
 POPULAR = [f"/popular/{i}" for i in range(200)]
 PATH_TARGET = 700
 """Bytes of Redis memory a distinct path may cost in the default mode (issue 13)."""
 COMMANDS_TARGET = 13.0
 """Redis commands a visit of a batch of 500 may cost (issue 21's goal, with sources and sites: issue 22)."""
-REFERRERS = [None, "https://www.google.com/search?q=words", "https://news.ycombinator.com/item?id=1",
-             "https://t.co/abc", "https://duckduckgo.com/?q=x", "https://www.reddit.com/r/python/"]
+REFERRERS = [
+    None,
+    "https://www.google.com/search?q=words",
+    "https://news.ycombinator.com/item?id=1",
+    "https://t.co/abc",
+    "https://duckduckgo.com/?q=x",
+    "https://www.reddit.com/r/python/",
+]
 ZONES = ["Asia/Tokyo", "Europe/Lisbon", "America/New_York", "Australia/Sydney"]
 
 
@@ -75,7 +82,7 @@ def command_calls(conn) -> int:
 
 def write(conn, batch: list[dict]) -> None:
     for first in range(0, len(batch), CHUNK):
-        visits.apply_visits(conn, batch[first:first + CHUNK])
+        visits.apply_visits(conn, batch[first : first + CHUNK])
 
 
 def timed_pass(conn, now: float) -> tuple[int, int]:
@@ -140,7 +147,9 @@ def main() -> None:
     parser.add_argument("--sites", type=int, default=3, help="sites of the traffic, the default one included")
     args = parser.parse_args()
     names = [f"site{n}" for n in range(1, args.sites)]
-    os.environ["COUNTERS_SITES"] = json.dumps({name: {"timezone": ZONES[n % len(ZONES)]} for n, name in enumerate(names)})
+    os.environ["COUNTERS_SITES"] = json.dumps(
+        {name: {"timezone": ZONES[n % len(ZONES)]} for n, name in enumerate(names)}
+    )
     reset_settings()
     sites: list[str | None] = [None, *names]
     rng = random.Random(13)
@@ -157,15 +166,30 @@ def main() -> None:
         total = 0
         new_path = 0
         rows = []
-        print(f"{'day':>4} {'paths':>9} {'counters':>9} {'used MB':>9} {'clean us':>10} {'idle pass us':>13} {'removed':>9}")
+        print(
+            f"{'day':>4} {'paths':>9} {'counters':>9} {'used MB':>9} {'clean us':>10} {'idle pass us':>13} {'removed':>9}"
+        )
         for d in range(args.days):
             day_first = first_ts + d * 86400
             share = args.paths * (d + 1) // args.days - args.paths * d // args.days
-            batch = [{"ip": (ip := rng.choice(ips)), "path": rng.choice(POPULAR), "ts": day_first + rng.uniform(0, 86000),
-                      **source_of(rng, sites, ip)} for _ in range(args.visits_per_day)]
+            batch = [
+                {
+                    "ip": (ip := rng.choice(ips)),
+                    "path": rng.choice(POPULAR),
+                    "ts": day_first + rng.uniform(0, 86000),
+                    **source_of(rng, sites, ip),
+                }
+                for _ in range(args.visits_per_day)
+            ]
             for _ in range(share):
-                batch.append({"ip": (ip := rng.choice(ips)), "path": f"/u/{new_path:x}/{rng.getrandbits(32):08x}",
-                              "ts": day_first + rng.uniform(0, 86000), **source_of(rng, sites, ip)})
+                batch.append(
+                    {
+                        "ip": (ip := rng.choice(ips)),
+                        "path": f"/u/{new_path:x}/{rng.getrandbits(32):08x}",
+                        "ts": day_first + rng.uniform(0, 86000),
+                        **source_of(rng, sites, ip),
+                    }
+                )
                 new_path += 1
             batch.sort(key=lambda v: v["ts"])
             write(conn, batch)
@@ -180,7 +204,9 @@ def main() -> None:
                 known = sum(len(counters.known_counters(conn, site=site)) for site in sites)
                 used = conn.info("memory")["used_memory"] / 1e6
                 rows.append((d + 1, new_path + len(POPULAR), known, used, busy, idle))
-                print(f"{d + 1:>4} {new_path + len(POPULAR):>9,} {known:>9,} {used:>9.1f} {busy:>10,} {idle:>13,} {removed:>9,}")
+                print(
+                    f"{d + 1:>4} {new_path + len(POPULAR):>9,} {known:>9,} {used:>9.1f} {busy:>10,} {idle:>13,} {removed:>9,}"
+                )
                 sys.stdout.flush()
         # checks of the data against the model
         assert sum(sitestats.site_visit_info(conn, site=site).pv for site in sites) == total, "all-time PV"
@@ -202,37 +228,71 @@ def main() -> None:
         # frees each command's latency histogram, which the next call of it allocates again, ~20 KB.)
         # today's own keys first (each site's day: totals, visitor sets, HyperLogLogs, pages and
         # sources tables): a day's fixed cost, not a path's
-        write(conn, [{"ip": (ip := rng.choice(ips)), "path": rng.choice(POPULAR), "ts": now, **source_of(rng, sites, ip)}
-                     for _ in range(1000)])
+        write(
+            conn,
+            [
+                {"ip": (ip := rng.choice(ips)), "path": rng.choice(POPULAR), "ts": now, **source_of(rng, sites, ip)}
+                for _ in range(1000)
+            ],
+        )
         per_paths = []
         for probe in range(3):
-            probe_paths = [{"ip": (ip := rng.choice(ips)), "path": f"/probe/{probe * args.probe + i:x}/{rng.getrandbits(32):08x}",
-                            "ts": now, **source_of(rng, sites, ip)} for i in range(args.probe)]
+            probe_paths = [
+                {
+                    "ip": (ip := rng.choice(ips)),
+                    "path": f"/probe/{probe * args.probe + i:x}/{rng.getrandbits(32):08x}",
+                    "ts": now,
+                    **source_of(rng, sites, ip),
+                }
+                for i in range(args.probe)
+            ]
             calls = command_calls(conn)
             per_paths.append(memory_delta(conn, probe_paths))
             per_visit = (command_calls(conn) - calls) / args.probe
         per_path = sum(per_paths) / len(per_paths)
-        probe_visitors = [{"ip": (ip := f"172.16.{i // 256 % 256}.{i % 256}"), "path": rng.choice(POPULAR), "ts": now,
-                           **source_of(rng, sites, ip)} for i in range(args.probe)]
+        probe_visitors = [
+            {
+                "ip": (ip := f"172.16.{i // 256 % 256}.{i % 256}"),
+                "path": rng.choice(POPULAR),
+                "ts": now,
+                **source_of(rng, sites, ip),
+            }
+            for i in range(args.probe)
+        ]
         per_visitor = memory_delta(conn, probe_visitors)
         slow = [entry for entry in conn.slowlog_get(1_000_000) if entry["command"].startswith(b"EVALSHA")]
         slowest = max(slow, key=lambda entry: entry["duration"], default=None)  # the package's calls
         persistent = keys_without_ttl(conn)
-        print(f"memory per distinct path: {per_path:,.0f} B (a view of each of 3 x {args.probe:,} new paths, the mean of "
-              f"{', '.join(f'{p:,.0f}' for p in per_paths)}; target {PATH_TARGET} B)")
+        print(
+            f"memory per distinct path: {per_path:,.0f} B (a view of each of 3 x {args.probe:,} new paths, the mean of "
+            f"{', '.join(f'{p:,.0f}' for p in per_paths)}; target {PATH_TARGET} B)"
+        )
         print(f"memory per new visitor:   {per_visitor:,.0f} B (each viewing a known path once)")
-        print(f"commands a visit:         {per_visit:.1f} (the path probe's batches of {CHUNK}; target {COMMANDS_TARGET})")
-        print(f"keys without a TTL: {sum(persistent.values()):,}  " + ", ".join(f"{k} {n:,}" for k, n in persistent.most_common()))
+        print(
+            f"commands a visit:         {per_visit:.1f} (the path probe's batches of {CHUNK}; target {COMMANDS_TARGET})"
+        )
+        print(
+            f"keys without a TTL: {sum(persistent.values()):,}  "
+            + ", ".join(f"{k} {n:,}" for k, n in persistent.most_common())
+        )
         if slowest is None:
             print("slowest script call: none over 1 ms in SLOWLOG")
         else:
-            command = slowest["command"][:80].decode(errors="replace") if isinstance(slowest["command"], bytes) else str(slowest["command"])[:80]
-            print(f"slowest script call: {slowest['duration'] / 1000:.2f} ms ({command}); {len(slow)} over 1 ms "
-                  f"(of {int(conn.info('commandstats').get('cmdstat_evalsha', {}).get('calls', 0)):,})")
+            command = (
+                slowest["command"][:80].decode(errors="replace")
+                if isinstance(slowest["command"], bytes)
+                else str(slowest["command"])[:80]
+            )
+            print(
+                f"slowest script call: {slowest['duration'] / 1000:.2f} ms ({command}); {len(slow)} over 1 ms "
+                f"(of {int(conn.info('commandstats').get('cmdstat_evalsha', {}).get('calls', 0)):,})"
+            )
         first_idle, last_idle = rows[0][5], rows[-1][5]
         growth = rows[-1][2] / max(1, rows[0][2])
-        print(f"idle cleaner pass: {first_idle:,} us at {rows[0][2]:,} counters, {last_idle:,} us at {rows[-1][2]:,} "
-              f"({growth:.1f}x the counters, {last_idle / max(1, first_idle):.2f}x the time)")
+        print(
+            f"idle cleaner pass: {first_idle:,} us at {rows[0][2]:,} counters, {last_idle:,} us at {rows[-1][2]:,} "
+            f"({growth:.1f}x the counters, {last_idle / max(1, first_idle):.2f}x the time)"
+        )
         failures = []
         if per_path > PATH_TARGET:
             failures.append(f"memory per path {per_path:.0f} B > {PATH_TARGET} B")

@@ -61,7 +61,9 @@ class DyStats:
 
     def get_stats_list(self, offset, limit, withscores=False):
         # the seed's slice is offset..offset+limit inclusive (limit + 1 items); kept as is
-        rows = self.redis_client.zrevrange(STATS_RESULTS.format(name=self.stats_name), offset, offset + limit, withscores)
+        rows = self.redis_client.zrevrange(
+            STATS_RESULTS.format(name=self.stats_name), offset, offset + limit, withscores
+        )
         if withscores:
             return [(i.decode(), s) for i, s in rows]
         return [i.decode() for i in rows]
@@ -70,9 +72,14 @@ class DyStats:
         slot_keys = self.redis_client.keys(TIME_SLOT[:11].format(name=self.stats_name) + "_*")
         now = self.clock()
         for key in slot_keys:
-            key = int(key.decode()[(6 + len(self.stats_name)):])
-            if key < (datetime(year=now.year, month=now.month, day=now.day, hour=now.hour)
-                      - timedelta(hours=self.period + self.interval)).timestamp():
+            key = int(key.decode()[(6 + len(self.stats_name)) :])
+            if (
+                key
+                < (
+                    datetime(year=now.year, month=now.month, day=now.day, hour=now.hour)
+                    - timedelta(hours=self.period + self.interval)
+                ).timestamp()
+            ):
                 self.remove_expired_slot(key)
 
     def remove_expired_slot(self, timestamp):
@@ -80,8 +87,9 @@ class DyStats:
         deleted = self.redis_client.delete(TIME_SLOT.format(name=self.stats_name, timestamp=timestamp))
         if deleted:
             for key in slot_values.keys():
-                value = self.redis_client.zincrby(STATS_RESULTS.format(name=self.stats_name),
-                                                  -int(slot_values[key].decode()), key.decode())
+                value = self.redis_client.zincrby(
+                    STATS_RESULTS.format(name=self.stats_name), -int(slot_values[key].decode()), key.decode()
+                )
                 if value <= 0:
                     self.redis_client.zrem(STATS_RESULTS.format(name=self.stats_name), key.decode())
 
@@ -129,7 +137,7 @@ def latencies(fn, calls: int) -> tuple[float, float]:
 
 def load_ours(conn, board: ranking.Ranking, data: list[tuple[str, int, int]]) -> None:
     for first in range(0, len(data), BATCH):
-        board.incr_many([(member, amount, hour_start) for member, hour_start, amount in data[first:first + BATCH]])
+        board.incr_many([(member, amount, hour_start) for member, hour_start, amount in data[first : first + BATCH]])
     ranking.register_board(conn, board.name)
 
 
@@ -137,7 +145,7 @@ def load_seed(conn, name: str, data: list[tuple[str, int, int]], last_hour: int)
     results = STATS_RESULTS.format(name=name)
     for first in range(0, len(data), BATCH):
         pipe = conn.pipeline(transaction=False)
-        for member, hour_start, amount in data[first:first + BATCH]:
+        for member, hour_start, amount in data[first : first + BATCH]:
             pipe.hincrby(TIME_SLOT.format(name=name, timestamp=hour_start), member, amount)
             pipe.zincrby(results, amount, member)
         pipe.execute()
@@ -166,8 +174,10 @@ def run(conn, members: int, filler: int, incr_ops: int, top_calls: int) -> dict[
     board = ranking.Ranking(conn, "bench", 24, 1)
     out["load_ours_s"], _ = timed(load_ours, conn, board, data)
     out["load_seed_s"], _ = timed(load_seed, conn, "bench", data, hour)
-    print(f"  loaded: ours {out['load_ours_s']:.1f} s (one Lua call per event, pipelined), "
-          f"seed {out['load_seed_s']:.1f} s (HINCRBY + ZINCRBY, pipelined)")
+    print(
+        f"  loaded: ours {out['load_ours_s']:.1f} s (one Lua call per event, pipelined), "
+        f"seed {out['load_seed_s']:.1f} s (HINCRBY + ZINCRBY, pipelined)"
+    )
 
     clock = {"now": datetime.fromtimestamp(hour + 1800)}
     seed = DyStats(conn, "bench", 24, 1, clock=lambda: clock["now"])
@@ -208,18 +218,28 @@ def run(conn, members: int, filler: int, incr_ops: int, top_calls: int) -> dict[
 def report(out: dict[str, float], members: int, filler: int) -> None:
     ms = 1000.0
     print(f"\nresults ({members:,} members, {filler:,} other keys in the keyspace)")
-    print(f"  top(limit=10) median   ours {out['top_ours_med'] * ms:8.3f} ms   seed {out['top_seed_med'] * ms:8.3f} ms"
-          f"   ours/seed {out['top_ours_med'] / out['top_seed_med']:.2f}x")
+    print(
+        f"  top(limit=10) median   ours {out['top_ours_med'] * ms:8.3f} ms   seed {out['top_seed_med'] * ms:8.3f} ms"
+        f"   ours/seed {out['top_ours_med'] / out['top_seed_med']:.2f}x"
+    )
     print(f"  top(limit=10) p99      ours {out['top_ours_p99'] * ms:8.3f} ms   seed {out['top_seed_p99'] * ms:8.3f} ms")
-    print(f"  top, beat late 1 slot  ours {out['top_late_ours_med'] * ms:8.3f} ms   (after the first such read, which"
-          " did the rotation: below; the seed's answer is stale)")
-    print(f"  incr throughput        ours {out['incr_ours_per_s']:8.0f} /s   seed {out['incr_seed_per_s']:8.0f} /s"
-          f"   ours/seed {out['incr_ours_per_s'] / out['incr_seed_per_s']:.2f}x")
-    print(f"  hourly rotation        ours {out['rotate_ours_s'] * ms:8.1f} ms   seed {out['rotate_seed_s'] * ms:8.1f} ms"
-          f"   seed/ours {out['rotate_seed_s'] / out['rotate_ours_s']:.1f}x  "
-          f"({out['members_in_rotated_slot']:,.0f} members in the slot)")
+    print(
+        f"  top, beat late 1 slot  ours {out['top_late_ours_med'] * ms:8.3f} ms   (after the first such read, which"
+        " did the rotation: below; the seed's answer is stale)"
+    )
+    print(
+        f"  incr throughput        ours {out['incr_ours_per_s']:8.0f} /s   seed {out['incr_seed_per_s']:8.0f} /s"
+        f"   ours/seed {out['incr_ours_per_s'] / out['incr_seed_per_s']:.2f}x"
+    )
+    print(
+        f"  hourly rotation        ours {out['rotate_ours_s'] * ms:8.1f} ms   seed {out['rotate_seed_s'] * ms:8.1f} ms"
+        f"   seed/ours {out['rotate_seed_s'] / out['rotate_ours_s']:.1f}x  "
+        f"({out['members_in_rotated_slot']:,.0f} members in the slot)"
+    )
     print(f"  repeated rotation      ours {out['rotate_again_ours_s'] * ms:8.3f} ms (nothing left to subtract)")
-    print(f"  result zset memory     ours {out['top_zset_bytes'] / 2**20:8.1f} MiB   seed {out['seed_zset_bytes'] / 2**20:8.1f} MiB")
+    print(
+        f"  result zset memory     ours {out['top_zset_bytes'] / 2**20:8.1f} MiB   seed {out['seed_zset_bytes'] / 2**20:8.1f} MiB"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

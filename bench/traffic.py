@@ -49,8 +49,9 @@ def zipf_sampler(rng: random.Random, size: int, exponent: float) -> Callable[[],
     return lambda: min(bisect.bisect_left(cumulative, rng.random() * total), size - 1)
 
 
-def sessions_of(n: int, seed: int, paths: list[str], exponent: float, mean_views: float, returning: float,
-                spread_s: float) -> list[Visit]:
+def sessions_of(
+    n: int, seed: int, paths: list[str], exponent: float, mean_views: float, returning: float, spread_s: float
+) -> list[Visit]:
     """``n`` views in sessions: each session a visitor (new, or one seen before with probability
     ``returning``) with a new session id, ``mean_views`` views on average (geometric), each view a
     Zipf-drawn path; session starts spread over the last ``spread_s`` seconds, views in time order."""

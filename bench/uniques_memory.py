@@ -77,8 +77,10 @@ def sharded(conn: redis.Redis, numbers: list[int], yesterday: int | None) -> int
     base = used_memory(conn)
     started = time.perf_counter()
     for start in range(0, len(numbers), BATCH):
-        chunk = numbers[start:start + BATCH]
-        [[reply]] = execute_in_order(conn, lambda pipe, chunk=chunk: uniques.queue_ids(conn, pipe, day, chunk, expected, None))
+        chunk = numbers[start : start + BATCH]
+        [[reply]] = execute_in_order(
+            conn, lambda pipe, chunk=chunk: uniques.queue_ids(conn, pipe, day, chunk, expected, None)
+        )
         assert int(reply) >= 0
     took = time.perf_counter() - started
     check(uniques.unique_visitors(conn, day) == len(set(numbers)), "the day's unique visitors are exact")
@@ -90,8 +92,13 @@ def sharded(conn: redis.Redis, numbers: list[int], yesterday: int | None) -> int
     check(encodings == {"intset"}, f"every shard is an intset (found {sorted(encodings)})")  # (few visitors: some none)
     by_keys = usage(conn, [*shard_keys, keys.uniques_count(day), keys.uniques_expected(day)])
     history = "no history" if yesterday is None else f"{yesterday:,} yesterday"
-    report(f"sharded intsets (figure {expected:,}: {history})", len(numbers), by_keys, used_memory(conn) - base,
-           len(shard_keys) + 2)
+    report(
+        f"sharded intsets (figure {expected:,}: {history})",
+        len(numbers),
+        by_keys,
+        used_memory(conn) - base,
+        len(shard_keys) + 2,
+    )
     print(f"    shard encodings {sorted(encodings)}, loaded in {took:.1f} s")
     return by_keys
 
@@ -111,7 +118,7 @@ def reference_sharded(conn: redis.Redis, numbers: list[int]) -> int:
     added = 0
     for start in range(0, len(numbers), BATCH):
         pipe = conn.pipeline(transaction=False)
-        for number in numbers[start:start + BATCH]:
+        for number in numbers[start : start + BATCH]:
             shard = shard_key(base_key, "x" + str(number), expected, SHARD_SIZE)
             shards.add(shard)
             pipe.sadd(shard, number)
@@ -126,8 +133,13 @@ def reference_sharded(conn: redis.Redis, numbers: list[int]) -> int:
     encodings = {e.decode() if isinstance(e, bytes) else str(e) for e in replies[1::2]}
     check(encodings == {"intset"}, f"the reference's shards are intsets (found {sorted(encodings)})")
     by_keys = usage(conn, [*shards, base_key, base_key + ":expected"])
-    report(f"the reference design (seed 002): sharded intsets (figure {expected:,}, no history)", len(numbers),
-           by_keys, used_memory(conn) - base, len(shards) + 2)
+    report(
+        f"the reference design (seed 002): sharded intsets (figure {expected:,}, no history)",
+        len(numbers),
+        by_keys,
+        used_memory(conn) - base,
+        len(shards) + 2,
+    )
     return by_keys
 
 
@@ -135,22 +147,35 @@ def plain_set(conn: redis.Redis, numbers: list[int]) -> None:
     conn.flushdb()
     base = used_memory(conn)
     for start in range(0, len(numbers), BATCH):
-        conn.sadd("bench:plain", *numbers[start:start + BATCH])
+        conn.sadd("bench:plain", *numbers[start : start + BATCH])
     check(conn.scard("bench:plain") == len(set(numbers)), "the plain SET holds every distinct id")
-    report("for scale: one plain SET of the same integer ids (what the sharding avoids)", len(numbers),
-           usage(conn, ["bench:plain"]), used_memory(conn) - base, 1)
+    report(
+        "for scale: one plain SET of the same integer ids (what the sharding avoids)",
+        len(numbers),
+        usage(conn, ["bench:plain"]),
+        used_memory(conn) - base,
+        1,
+    )
 
 
 def one_hll(conn: redis.Redis, numbers: list[int]) -> None:
     conn.flushdb()
     base = used_memory(conn)
     for start in range(0, len(numbers), BATCH):
-        conn.pfadd("bench:hll", *numbers[start:start + BATCH])
+        conn.pfadd("bench:hll", *numbers[start : start + BATCH])
     estimate = conn.pfcount("bench:hll")
     distinct = len(set(numbers))
-    check(abs(estimate - distinct) <= 0.05 * distinct, f"the HyperLogLog's estimate {estimate:,} within 5% of {distinct:,}")
-    report(f"for scale: one HyperLogLog (PFCOUNT {estimate:,})", len(numbers), usage(conn, ["bench:hll"]),
-           used_memory(conn) - base, 1)
+    check(
+        abs(estimate - distinct) <= 0.05 * distinct,
+        f"the HyperLogLog's estimate {estimate:,} within 5% of {distinct:,}",
+    )
+    report(
+        f"for scale: one HyperLogLog (PFCOUNT {estimate:,})",
+        len(numbers),
+        usage(conn, ["bench:hll"]),
+        used_memory(conn) - base,
+        1,
+    )
 
 
 def all_time_site(conn: redis.Redis, n: int) -> None:
@@ -171,14 +196,18 @@ def all_time_site(conn: redis.Redis, n: int) -> None:
     report("all-time exact site UV (16 plain SETs)", n, usage(conn, shard_sets), None, len(shard_sets))
     path_hash = [keys.path_totals("/")]
     report("the same visitors in one path's all-time HASH", n, usage(conn, path_hash), None, 1)
-    print(f"    (INFO delta of that whole load, the day's and the path's sets included: "
-          f"{(used_memory(conn) - base) / 1e6:.1f} MB; site_visit_info: {sitestats.site_visit_info(conn)})")
+    print(
+        f"    (INFO delta of that whole load, the day's and the path's sets included: "
+        f"{(used_memory(conn) - base) / 1e6:.1f} MB; site_visit_info: {sitestats.site_visit_info(conn)})"
+    )
 
 
 def run(url: str, n: int, all_time: bool) -> None:
     conn = redis.Redis.from_url(url)
-    print(f"redis {conn.info('server')['redis_version']}, set-max-intset-entries "
-          f"{conn.config_get('set-max-intset-entries')['set-max-intset-entries']}; {n:,} distinct visitors")
+    print(
+        f"redis {conn.info('server')['redis_version']}, set-max-intset-entries "
+        f"{conn.config_get('set-max-intset-entries')['set-max-intset-entries']}; {n:,} distinct visitors"
+    )
     from counters_tasks import uniques
 
     numbers = [uniques.session_number(s) for s in session_ids(n)]

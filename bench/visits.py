@@ -110,8 +110,10 @@ def run(url: str, port: int | None, n: int, rtts: list[float]) -> None:
     print(f"one visit at a time, single thread; {len({v[0] for v in stream})} visitors, 50 paths")
     print("record_visit = visits.apply_visit (site+path PV/UV, hits counters, daily unique);")
     print("site only = sitestats.record_visit (site+path PV/UV: the seed's features, exact)")
-    print(f"{'round trip':>14} {'visits':>7} {'seed port/s':>12} {'record_visit/s':>15} {'ratio':>6}"
-          f" {'site only/s':>12} {'ratio':>6}")
+    print(
+        f"{'round trip':>14} {'visits':>7} {'seed port/s':>12} {'record_visit/s':>15} {'ratio':>6}"
+        f" {'site only/s':>12} {'ratio':>6}"
+    )
     for rtt in rtts:
         count = n if rtt == 0 else max(500, min(n, int(n / (1 + 4 * rtt))))
         if rtt == 0:
@@ -122,20 +124,27 @@ def run(url: str, port: int | None, n: int, rtts: list[float]) -> None:
                 print(f"{rtt:>11} ms  (skipped: the latency proxy needs a TCP url)")
                 continue
             with LatencyProxy(port, rtt) as proxy_port:
-                conn = redis.Redis(host="127.0.0.1", port=proxy_port, db=redis.Redis.from_url(url).get_connection_kwargs().get("db", 0))
+                conn = redis.Redis(
+                    host="127.0.0.1", port=proxy_port, db=redis.Redis.from_url(url).get_connection_kwargs().get("db", 0)
+                )
                 ours, site_only, seed = measure(conn, stream[:count])
         conn.close()
         label = "local" if rtt == 0 else f"+{rtt} ms"
-        print(f"{label:>14} {count:>7} {seed:>12.0f} {ours:>15.0f} {ours / seed:>5.2f}x"
-              f" {site_only:>12.0f} {site_only / seed:>5.2f}x")
+        print(
+            f"{label:>14} {count:>7} {seed:>12.0f} {ours:>15.0f} {ours / seed:>5.2f}x"
+            f" {site_only:>12.0f} {site_only / seed:>5.2f}x"
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", help="Redis to use (its database is flushed!); default: a private redis-server")
     parser.add_argument("--visits", type=int, default=20000)
-    parser.add_argument("--rtt-ms", default="0,0.25,1",
-                        help="round-trip latencies to emulate, comma-separated (0 = direct, on this host)")
+    parser.add_argument(
+        "--rtt-ms",
+        default="0,0.25,1",
+        help="round-trip latencies to emulate, comma-separated (0 = direct, on this host)",
+    )
     options = parser.parse_args()
     rtts = [float(x) for x in options.rtt_ms.split(",")]
     os.environ.setdefault("COUNTERS_SECRET", "bench-secret")

@@ -39,7 +39,6 @@ SENT_AT_HEADER = "ct_sent_at"
 the lag of a waiting message that carries no ``ts``; never as an event time."""
 
 
-
 class MaskingAMQP(AMQP):
     """Celery's message maker, with the arguments' text form (``argsrepr`` / ``kwargsrepr``: the
     message headers, the ``task-sent`` and ``task-received`` events, Flower) made by
@@ -48,8 +47,9 @@ class MaskingAMQP(AMQP):
 
     ARGSREPR_POSITION = 21  # of ``as_task_v2``'s arguments after ``kwargs``; given by keyword in practice
 
-    def as_task_v2(self, task_id: str, name: str, args: Any = None, kwargs: Any = None, *rest: Any,
-                   **options: Any) -> Any:
+    def as_task_v2(
+        self, task_id: str, name: str, args: Any = None, kwargs: Any = None, *rest: Any, **options: Any
+    ) -> Any:
         if len(rest) <= self.ARGSREPR_POSITION and options.get("argsrepr") is None:
             shown_args, shown_kwargs = masked_reprs(args or (), kwargs or {})
             options["argsrepr"] = shown_args
@@ -170,5 +170,6 @@ def _refuse_to_start_on_another_layout(**_: object) -> None:
     except deployment.DeploymentMismatch as exc:
         raise SystemExit(f"counters-tasks: {exc}") from exc
     except RedisError as exc:
-        log.warning("counters-tasks: the deployment's marker could not be checked at start (%s); the first "
-                    "write checks it", exc)
+        log.warning(
+            "counters-tasks: the deployment's marker could not be checked at start (%s); the first write checks it", exc
+        )

@@ -92,7 +92,7 @@ def queue_counter_writes(conn: RedisClient, pipe: Any, per_counter: dict[str, Bu
         pairs = [(field_of(b, p), n, leaves_window_at(b, p)) for p, per in buckets.items() for b, n in per.items() if n]
         group = keys.counter_tag(name)
         for first in range(0, max(1, len(pairs)), FIELDS_PER_CALL):
-            by_group[group].append((name, pairs[first:first + FIELDS_PER_CALL]))
+            by_group[group].append((name, pairs[first : first + FIELDS_PER_CALL]))
     ttl = get_settings().dedupe_ttl if message_id is not None else 0
     calls = 0
     for group, entries in by_group.items():
@@ -134,13 +134,21 @@ def write_counters(conn: RedisClient, per_counter: dict[str, Buckets], message_i
     keys.confirm_written(conn, used)
 
 
-COUNTER_UPDATE = register(Kind(name="counter", fields=("name", "count", "ts", "site"), required=1,
-                               event_task="counters_tasks.update_counter"))
+COUNTER_UPDATE = register(
+    Kind(name="counter", fields=("name", "count", "ts", "site"), required=1, event_task="counters_tasks.update_counter")
+)
 """An update of a named counter, one an ``update_counter`` message."""
 
 
-def update_counter(conn: RedisClient, name: str, count: int = 1, now: float | None = None, *, message_id: str | None = None,
-                   site: str | None = None) -> None:
+def update_counter(
+    conn: RedisClient,
+    name: str,
+    count: int = 1,
+    now: float | None = None,
+    *,
+    message_id: str | None = None,
+    site: str | None = None,
+) -> None:
     """Add ``count`` to counter ``name`` at every precision, atomically, in one round trip.
 
     With ``message_id``, a second call with the same id (a redelivered task) changes nothing.
@@ -155,8 +163,9 @@ def update_counter(conn: RedisClient, name: str, count: int = 1, now: float | No
     write_counters(conn, {keys.scoped(scope, name): buckets}, message_id)
 
 
-def get_counter(conn: RedisClient, name: str, precision: int, now: float | None = None, *,
-                site: str | None = None) -> list[tuple[int, int]]:
+def get_counter(
+    conn: RedisClient, name: str, precision: int, now: float | None = None, *, site: str | None = None
+) -> list[tuple[int, int]]:
     """``(bucket_start, total)`` pairs, oldest first, within the retention window, non-zero only.
     ``site``: as in ``update_counter``."""
     check_text(name, "name")
@@ -177,8 +186,16 @@ MAX_SERIES_POINTS = 10_000
 """Most buckets one ``get_series`` call may return (the range is clipped to the retention first)."""
 
 
-def get_series(conn: RedisClient, name: str, precision: int, start: float, end: float,
-               now: float | None = None, *, site: str | None = None) -> list[tuple[int, int]]:
+def get_series(
+    conn: RedisClient,
+    name: str,
+    precision: int,
+    start: float,
+    end: float,
+    now: float | None = None,
+    *,
+    site: str | None = None,
+) -> list[tuple[int, int]]:
     """Every bucket of ``precision`` from the one holding ``start`` to the one holding ``end``,
     as ``(bucket_start, total)`` oldest first, 0 where there is no data (like RedisTimeSeries's
     ``EMPTY``): what a chart needs. Clipped to the retention window of ``now`` (the buckets
@@ -241,8 +258,9 @@ def known_counters(conn: RedisClient, *, site: str | None = None) -> list[str]:
 MAX_PAGE = 1000
 
 
-def counter_page(conn: RedisClient, cursor: str = "0", limit: int = 100, *,
-                 site: str | None = None) -> tuple[list[str], str | None]:
+def counter_page(
+    conn: RedisClient, cursor: str = "0", limit: int = 100, *, site: str | None = None
+) -> tuple[list[str], str | None]:
     """A page of ``known_counters``: ``(names, next cursor or None at the end)``. Names come
     group by group (sorted within a group); the cursor is ``"<group>.<offset>"`` (start: "0")."""
     check_int(limit, "limit", 1, MAX_PAGE)
@@ -258,7 +276,7 @@ def counter_page(conn: RedisClient, cursor: str = "0", limit: int = 100, *,
     page: list[str] = []
     while group_index < len(groups) and len(page) < limit:
         names = group_names(conn, groups[group_index], scope)[offset:]
-        taken = names[:limit - len(page)]
+        taken = names[: limit - len(page)]
         page += taken
         if len(taken) < len(names):
             return page, f"{group_index}.{offset + len(taken)}"
@@ -284,8 +302,9 @@ def clean_counters(conn: RedisClient, now: float | None = None) -> int:
     def queue(pipe: Any, batch: list[str]) -> None:
         for group in batch:
             args[1], args[2] = keys.counter_hash_head(group), keys.counter_due_head(group)
-            run_script(conn, "counter_clean", [keys.counter_due(group), keys.counter_scan(group)], list(args),
-                       client=pipe)
+            run_script(
+                conn, "counter_clean", [keys.counter_due(group), keys.counter_scan(group)], list(args), client=pipe
+            )
 
     removed = 0
     pending = groups

@@ -44,8 +44,9 @@ class MalformedMessage(InvalidInput):
     reason = "malformed"
 
 
-REFUSAL_REASONS = tuple(cls.reason for cls in (InvalidInput, ClosedDay, FutureEvent, BoardSettingsConflict,
-                                               MalformedMessage))
+REFUSAL_REASONS = tuple(
+    cls.reason for cls in (InvalidInput, ClosedDay, FutureEvent, BoardSettingsConflict, MalformedMessage)
+)
 """Every reason a refusal is counted under."""
 
 

@@ -17,7 +17,6 @@ PACKAGE_KINDS: tuple[Kind, ...] = (VISIT, RANKING, COUNTER_UPDATE, UNIQUE, SKIPS
 """Every kind the package itself declares (an app may register more: ``core.kind.register``)."""
 
 
-
 def of_task(task: str) -> Kind | None:
     """The kind whose per-event or batch task is named ``task``: the package's kinds (declared by
     importing this module) and any an app registered."""

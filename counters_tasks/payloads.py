@@ -44,7 +44,9 @@ def prepare_payload(kind: Kind, items: Any) -> tuple[list[Positioned], list[tupl
     return accepted, refused
 
 
-def plan_calls(kind: Kind, positioned: list[Positioned], call_ids: list[str | None]) -> list[tuple[list[Positioned], str | None]]:
+def plan_calls(
+    kind: Kind, positioned: list[Positioned], call_ids: list[str | None]
+) -> list[tuple[list[Positioned], str | None]]:
     """The write calls of prepared items: positions ``n*per_call ..`` make part ``n``, cut again by
     ``call_key`` (one call per board), each call under the id of its part (``call_ids[n]``: a
     redelivered message, cut the same way, maps every id to the same items; calls of one part
@@ -56,8 +58,9 @@ def plan_calls(kind: Kind, positioned: list[Positioned], call_ids: list[str | No
     return [(call, call_ids[part]) for (part, _key), call in calls.items()]
 
 
-def write_planned(conn: RedisClient, kind: Kind, calls: list[tuple[list[Positioned], str | None]],
-                  tally: throughput.Tally) -> list[tuple[int, InvalidInput]]:
+def write_planned(
+    conn: RedisClient, kind: Kind, calls: list[tuple[list[Positioned], str | None]], tally: throughput.Tally
+) -> list[tuple[int, InvalidInput]]:
     """Write planned calls (``kind.write``, one round trip); the items refused as they were written
     (a board fixed to other settings meanwhile), by position."""
     if kind.write is None:
@@ -65,8 +68,12 @@ def write_planned(conn: RedisClient, kind: Kind, calls: list[tuple[list[Position
     if not calls:
         return []
     results = kind.write(conn, [([item for _n, item in call], call_id) for call, call_id in calls], tally)
-    return [(n, result) for (call, _id), result in zip(calls, results, strict=True)
-            if isinstance(result, InvalidInput) for n, _item in call]
+    return [
+        (n, result)
+        for (call, _id), result in zip(calls, results, strict=True)
+        if isinstance(result, InvalidInput)
+        for n, _item in call
+    ]
 
 
 def apply_payload(conn: RedisClient, kind: Kind, items: Any, *, message_id: str | None = None) -> int:

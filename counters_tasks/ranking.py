@@ -129,8 +129,16 @@ def _incr_call(board: Board, events: Sequence[RankingEvent], message_id: str | N
         ttl = get_settings().dedupe_ttl
     slot_ttl = (board.period_hours + board.interval_hours) * 3600 + SLOT_TTL_GRACE
     clock_slot = board.slot_of(time.time())
-    args: list[Any] = [ttl, board.period_hours, board.interval_hours, slot_ttl, clock_slot, len(slots), *slots,
-                       len(events)]
+    args: list[Any] = [
+        ttl,
+        board.period_hours,
+        board.interval_hours,
+        slot_ttl,
+        clock_slot,
+        len(slots),
+        *slots,
+        len(events),
+    ]
     for event in events:
         args += [position[event.slot], event.member, event.amount, -event.amount]
     return script_keys, args
@@ -145,12 +153,15 @@ def register_board(conn: RedisClient, name: str) -> None:
 def settings_mismatch(conn: RedisClient, board: Board) -> BoardSettingsConflict:
     """The error for events given other settings than the ones ``board.name`` is fixed to."""
     stored = board_settings(conn, board.name)
-    return BoardSettingsConflict(f"board {board.name!r} is fixed to (period_hours, interval_hours) = {stored}, "
-                        f"not ({board.period_hours}, {board.interval_hours})")
+    return BoardSettingsConflict(
+        f"board {board.name!r} is fixed to (period_hours, interval_hours) = {stored}, "
+        f"not ({board.period_hours}, {board.interval_hours})"
+    )
 
 
-def write_events(conn: RedisClient, calls: Sequence[tuple[Sequence[RankingEvent], str | None]],
-                 tally: throughput.Tally | None = None) -> list[int | InvalidInput]:
+def write_events(
+    conn: RedisClient, calls: Sequence[tuple[Sequence[RankingEvent], str | None]], tally: throughput.Tally | None = None
+) -> list[int | InvalidInput]:
     """Apply calls of prepared events, one Lua call each (every event of a call of one board), in
     one round trip; each call at most once per its message id. Returns, per call, the number of
     its events that were late (ignored), or the InvalidInput refusing it when its board is fixed
@@ -205,8 +216,9 @@ class Ranking:
     a call with other settings for the same name raises InvalidInput and writes nothing.
     """
 
-    def __init__(self, conn: RedisClient, name: str, period_hours: int = 24, interval_hours: int = 1, *,
-                 site: str | None = None) -> None:
+    def __init__(
+        self, conn: RedisClient, name: str, period_hours: int = 24, interval_hours: int = 1, *, site: str | None = None
+    ) -> None:
         self.conn = conn
         self.board = check_board(name, period_hours, interval_hours, site)
         self.name = name
@@ -251,8 +263,9 @@ class Ranking:
             raise result
         return result
 
-    def top(self, offset: int = 0, limit: int = 10, withscores: bool = False,
-            now: float | None = None) -> list[str] | list[tuple[str, int]]:
+    def top(
+        self, offset: int = 0, limit: int = 10, withscores: bool = False, now: float | None = None
+    ) -> list[str] | list[tuple[str, int]]:
         """Members by descending total over the window of ``now``, ties by ascending name.
 
         Only positive totals are listed. Exact for ``now`` at or after the latest rotation, even
@@ -310,7 +323,7 @@ class Ranking:
             changed = {m for m, _ in corrected}
             merged = [p for p in head if p[0] not in changed] + [p for p in corrected if p[1] > 0]
             merged.sort(key=lambda p: (-p[1], p[0]))
-            head = merged[offset:offset + limit]
+            head = merged[offset : offset + limit]
         return head
 
     def _corrected_in_parts(self, offset: int, limit: int, now_slot: int) -> list[tuple[str, int]]:
@@ -330,18 +343,20 @@ class Ranking:
         totals: dict[str, int] = {}
         need = offset + limit + len(change)
         for start in range(0, need, PAGE_PER_CALL):
-            page = cast(list[tuple[Any, float]],
-                        conn.zrange(board_keys[1], start, min(start + PAGE_PER_CALL, need) - 1, withscores=True))
+            page = cast(
+                list[tuple[Any, float]],
+                conn.zrange(board_keys[1], start, min(start + PAGE_PER_CALL, need) - 1, withscores=True),
+            )
             totals.update((as_str(m), -int(s)) for m, s in page)
             if len(page) < PAGE_PER_CALL:
                 break
         changed = list(change)
         for start in range(0, len(changed), PAGE_PER_CALL):
-            part = changed[start:start + PAGE_PER_CALL]
+            part = changed[start : start + PAGE_PER_CALL]
             for member, score in zip(part, conn.zmscore(board_keys[1], part), strict=True):
                 totals[member] = -int(score or 0) - change[member]
         ranked = sorted(((m, t) for m, t in totals.items() if t > 0), key=lambda p: (-p[1], p[0]))
-        return ranked[offset:offset + limit]
+        return ranked[offset : offset + limit]
 
     def rotate(self, now: float | None = None) -> int:
         """Drop the slots that left the window of ``now``; returns how many were dropped.
@@ -375,6 +390,7 @@ class Ranking:
             "members": int(members),
         }
 
+
 def _pairs(flat: list) -> list[tuple[str, int]]:
     """``[member, -total, ...]`` from the totals ZSET as ``(member, total)``."""
     return [(as_str(m), -int(float(s))) for m, s in zip(flat[::2], flat[1::2], strict=True)]
@@ -387,15 +403,18 @@ def _board_keys(name: str, tag: str | None = None) -> tuple[list[str], tuple[str
     return board, keys.ranking_slot_parts(name, tag=tag)
 
 
-def _rotate(conn: RedisClient, name: str, now_slot: int, period_hours: int | str = "", interval_hours: int | str = "") -> int:
+def _rotate(
+    conn: RedisClient, name: str, now_slot: int, period_hours: int | str = "", interval_hours: int | str = ""
+) -> int:
     """Rotate one board (settings checked unless given as ''), in as many short calls as needed."""
     keys.use(conn, write=True)
     board, parts = _board_keys(name)
     dropped = 0
     rebuilt = False
     while True:
-        reply = run_script(conn, "ranking_rotate", board,
-                           [*parts, now_slot, period_hours, interval_hours, ROTATE_BUDGET])
+        reply = run_script(
+            conn, "ranking_rotate", board, [*parts, now_slot, period_hours, interval_hours, ROTATE_BUDGET]
+        )
         if reply == BUSY:
             finish_maintenance(conn, name)
             continue

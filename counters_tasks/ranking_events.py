@@ -37,8 +37,15 @@ def event_from_entry(entry: list[Any]) -> RankingEvent:
     return RankingEvent(Board(name, period_hours, interval_hours), member, amount, slot)
 
 
-def prepare_event(board: Any, member: Any, amount: Any = 1, ts: Any = None, period_hours: Any = 24,
-                  interval_hours: Any = 1, site: Any = None) -> RankingEvent:
+def prepare_event(
+    board: Any,
+    member: Any,
+    amount: Any = 1,
+    ts: Any = None,
+    period_hours: Any = 24,
+    interval_hours: Any = 1,
+    site: Any = None,
+) -> RankingEvent:
     """Validate one event, given as ``incr_ranking`` takes it (raises InvalidInput; writes nothing).
     Whether the board's stored settings agree is known only when it is written (``write_events``)."""
     target = check_board(board, period_hours, interval_hours, site)
@@ -56,8 +63,15 @@ MAX_EVENTS = 20_000
 """The most events one ``incr_rankings`` message may carry."""
 
 
-def app_event(board: Any, member: Any, amount: Any = 1, ts: Any = None, period_hours: Any = 24,
-              interval_hours: Any = 1, site: Any = None) -> dict[str, Any]:
+def app_event(
+    board: Any,
+    member: Any,
+    amount: Any = 1,
+    ts: Any = None,
+    period_hours: Any = 24,
+    interval_hours: Any = 1,
+    site: Any = None,
+) -> dict[str, Any]:
     """One event checked in the app's process (``prepare_event``; ``ts`` None: now) and written as
     an item of an ``incr_rankings`` message, the default settings and site left out."""
     if ts is None:
@@ -71,8 +85,9 @@ def app_event(board: Any, member: Any, amount: Any = 1, ts: Any = None, period_h
     return event
 
 
-def screen_boards(conn: RedisClient, prepared: list[tuple[int, RankingEvent]]
-                  ) -> tuple[list[tuple[int, RankingEvent]], list[tuple[int, InvalidInput]]]:
+def screen_boards(
+    conn: RedisClient, prepared: list[tuple[int, RankingEvent]]
+) -> tuple[list[tuple[int, RankingEvent]], list[tuple[int, InvalidInput]]]:
     """A payload's prepared events checked against each board's stored settings (and the first
     settings a board is given in the payload): ``(accepted, refused)`` (index, ...) pairs."""
     stored = {name: board_settings(conn, name) for name in dict.fromkeys(e.board.name for _n, e in prepared)}
@@ -84,16 +99,23 @@ def screen_boards(conn: RedisClient, prepared: list[tuple[int, RankingEvent]]
         settings = stored.get(board.name)
         first = fixed.setdefault(board.name, board if settings is None else Board(board.name, *settings))
         if first != board:
-            refused.append((n, BoardSettingsConflict(
-                f"event {n}: board {board.name!r} is fixed to (period_hours, interval_hours) = "
-                f"{(first.period_hours, first.interval_hours)}, not {(board.period_hours, board.interval_hours)}")))
+            refused.append(
+                (
+                    n,
+                    BoardSettingsConflict(
+                        f"event {n}: board {board.name!r} is fixed to (period_hours, interval_hours) = "
+                        f"{(first.period_hours, first.interval_hours)}, not {(board.period_hours, board.interval_hours)}"
+                    ),
+                )
+            )
         else:
             accepted.append((n, event))
     return accepted, refused
 
 
-def write_calls(conn: RedisClient, calls: list[tuple[list[RankingEvent], str | None]],
-                tally: throughput.Tally) -> list[InvalidInput | None]:
+def write_calls(
+    conn: RedisClient, calls: list[tuple[list[RankingEvent], str | None]], tally: throughput.Tally
+) -> list[InvalidInput | None]:
     """``ranking.write_events`` as the ranking kind writes: per call, None, or the InvalidInput
     refusing it (its board fixed to other settings by another writer meanwhile)."""
     return [result if isinstance(result, InvalidInput) else None for result in write_events(conn, calls, tally)]
@@ -110,11 +132,24 @@ def incr_events(conn: RedisClient, events: list[dict[str, Any]], *, message_id: 
     return apply_payload(conn, RANKING, events, message_id=message_id)
 
 
-RANKING = register(Kind(
-    name="ranking", fields=("board", "member", "amount", "ts", "period_hours", "interval_hours", "site"), required=2,
-    event_task="counters_tasks.incr_ranking", worker_batches=True,
-    batch_task="counters_tasks.incr_rankings", items_argument="events", max_items=MAX_EVENTS,
-    prepare=prepare_event, app_item=app_event, to_entry=event_entry, from_entry=event_from_entry,
-    write=write_calls, per_call=EVENTS_PER_CALL, call_key=lambda event: event.board, screen=screen_boards,
-))
+RANKING = register(
+    Kind(
+        name="ranking",
+        fields=("board", "member", "amount", "ts", "period_hours", "interval_hours", "site"),
+        required=2,
+        event_task="counters_tasks.incr_ranking",
+        worker_batches=True,
+        batch_task="counters_tasks.incr_rankings",
+        items_argument="events",
+        max_items=MAX_EVENTS,
+        prepare=prepare_event,
+        app_item=app_event,
+        to_entry=event_entry,
+        from_entry=event_from_entry,
+        write=write_calls,
+        per_call=EVENTS_PER_CALL,
+        call_key=lambda event: event.board,
+        screen=screen_boards,
+    )
+)
 """A ranking bump: one event an ``incr_ranking`` message, many an ``incr_rankings`` one."""

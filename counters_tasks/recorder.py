@@ -57,9 +57,18 @@ class VisitRecorder:
     would. An ignored SIGTERM stays ignored.
     """
 
-    def __init__(self, app: Any = None, *, max_batch: int = 500, max_delay: float = 0.2, max_buffer: int = 100_000,
-                 queue: str = "visits", retry_initial: float = 0.5, retry_max: float = 30.0,
-                 flush_on_sigterm: bool = True) -> None:
+    def __init__(
+        self,
+        app: Any = None,
+        *,
+        max_batch: int = 500,
+        max_delay: float = 0.2,
+        max_buffer: int = 100_000,
+        queue: str = "visits",
+        retry_initial: float = 0.5,
+        retry_max: float = 30.0,
+        flush_on_sigterm: bool = True,
+    ) -> None:
         if max_batch < 1 or max_buffer < max_batch or max_delay <= 0:
             raise ValueError("need max_batch >= 1, max_buffer >= max_batch and max_delay > 0")
         self._app = app
@@ -78,7 +87,9 @@ class VisitRecorder:
         self._lock = threading.RLock()  # a SIGTERM handler may close the recorder inside record()
         self._wake = threading.Condition(self._lock)
         self._buffer: list[tuple[str, dict[str, Any]]] = []  # (task name, payload item)
-        self._skips: Counter[tuple[str, str, str | None]] = Counter()  # (route, reason, site) -> requests, until the next batch
+        self._skips: Counter[tuple[str, str, str | None]] = (
+            Counter()
+        )  # (route, reason, site) -> requests, until the next batch
         self._skip_times: dict[tuple[str, str, str | None], float] = {}  # when each was first seen since then
         self._oldest = 0.0
         self._outbox: deque[tuple[str, str, list[dict[str, Any]]]] = deque()  # (task, batch id, items)
@@ -103,16 +114,32 @@ class VisitRecorder:
             self.app.loader.import_default_modules()
         return self.app.tasks[name]
 
-    def record(self, ip: str, path: str, session_id: str | None = None, ts: float | None = None,
-               site: str | None = None, referrer: str | None = None, utm: dict[str, str] | None = None) -> None:
+    def record(
+        self,
+        ip: str,
+        path: str,
+        session_id: str | None = None,
+        ts: float | None = None,
+        site: str | None = None,
+        referrer: str | None = None,
+        utm: dict[str, str] | None = None,
+    ) -> None:
         """Queue one visit (validated now: bad input raises InvalidInput here, not in a worker).
         ``site``: a site of ``COUNTERS_SITES`` (None: the default site); ``referrer`` (its
         Referer URL, reduced here to its domain: a full URL never reaches the broker) and ``utm``
         (its campaign tags): its source (``core.sources``)."""
         self.add(VISIT, ip, path, session_id, ts, site, referrer, utm)
 
-    def incr_ranking(self, board: str, member: str, amount: int = 1, ts: float | None = None,
-                     period_hours: int = 24, interval_hours: int = 1, site: str | None = None) -> None:
+    def incr_ranking(
+        self,
+        board: str,
+        member: str,
+        amount: int = 1,
+        ts: float | None = None,
+        period_hours: int = 24,
+        interval_hours: int = 1,
+        site: str | None = None,
+    ) -> None:
         """Queue one ranking event (as ``incr_ranking`` would apply it), validated now."""
         self.add(RANKING, board, member, amount, ts, period_hours, interval_hours, site)
 
@@ -134,8 +161,9 @@ class VisitRecorder:
         visits: they take no room in the buffer and are not in ``stats()``."""
         if self.app.conf.task_always_eager:
             item = {"route": route, "reason": reason, "count": count, "ts": time.time()}
-            self.eager_task(SKIPS_TASK).apply(args=[[item | ({"site": site} if site else {})]],
-                                             task_id=str(uuid.uuid4()), throw=None)
+            self.eager_task(SKIPS_TASK).apply(
+                args=[[item | ({"site": site} if site else {})]], task_id=str(uuid.uuid4()), throw=None
+            )
             return
         with self._lock:
             if self._closed:
@@ -163,8 +191,11 @@ class VisitRecorder:
                 self._stats["dropped"] += 1
                 dropped = self._stats["dropped"]
                 if dropped == 1 or dropped % 10_000 == 0:
-                    log.warning("VisitRecorder buffer full (%d visits, broker unreachable?): %d visits dropped so far",
-                                self.max_buffer, dropped)
+                    log.warning(
+                        "VisitRecorder buffer full (%d visits, broker unreachable?): %d visits dropped so far",
+                        self.max_buffer,
+                        dropped,
+                    )
                 return
             was_empty = not self._buffer
             if was_empty and not self._skips:
@@ -236,12 +267,15 @@ class VisitRecorder:
         self._buffer = []
         for task, items in by_task.items():
             for first in range(0, len(items), self.max_batch):
-                batch = items[first:first + self.max_batch]
+                batch = items[first : first + self.max_batch]
                 self._outbox.append((task, str(uuid.uuid4()), batch))
                 self._in_outbox += len(batch)
         if self._skips:  # not visits: outside the buffer's and the stats' counts
-            skip_items = [{"route": route, "reason": reason, "count": n, "ts": self._skip_times[(route, reason, site)]}
-                          | ({"site": site} if site else {}) for (route, reason, site), n in self._skips.items()]
+            skip_items = [
+                {"route": route, "reason": reason, "count": n, "ts": self._skip_times[(route, reason, site)]}
+                | ({"site": site} if site else {})
+                for (route, reason, site), n in self._skips.items()
+            ]
             self._outbox.append((SKIPS_TASK, str(uuid.uuid4()), skip_items))
             self._skips = Counter()
             self._skip_times = {}
@@ -253,8 +287,11 @@ class VisitRecorder:
             with self._lock:
                 while True:
                     due = (self._buffer or self._skips) and (
-                        len(self._buffer) >= self.max_batch or self._flush_requested or self._closed
-                        or time.monotonic() - self._oldest >= self.max_delay)
+                        len(self._buffer) >= self.max_batch
+                        or self._flush_requested
+                        or self._closed
+                        or time.monotonic() - self._oldest >= self.max_delay
+                    )
                     if due:
                         self._take_batches()
                     if self._outbox:
@@ -273,8 +310,15 @@ class VisitRecorder:
                 self._in_outbox -= visits
             try:
                 shown_args, shown_kwargs = masked_reprs([items], {})
-                self.app.send_task(task, args=[items], task_id=batch_id, queue=self.queue, retry=False,
-                                   argsrepr=shown_args, kwargsrepr=shown_kwargs)
+                self.app.send_task(
+                    task,
+                    args=[items],
+                    task_id=batch_id,
+                    queue=self.queue,
+                    retry=False,
+                    argsrepr=shown_args,
+                    kwargsrepr=shown_kwargs,
+                )
             except Exception as exc:  # broker unreachable: keep the batch (same id) and retry later
                 with self._lock:
                     self._outbox.appendleft((task, batch_id, items))
@@ -402,8 +446,15 @@ def buffer_delay(task: Any, args: Any, kwargs: Any, options: dict[str, Any]) -> 
     crash of the app's process can lose is what the recorder holds: at most those 0.2 s of calls,
     more while the broker is unreachable (docs/producer.md). The result's id names no message."""
     kind = by_task(task.name)
-    if (not get_settings().delay_buffer or options or kind is None or kind.event_task != task.name
-            or kind.app_item is None or task.app is not package_app() or task.app.conf.task_always_eager):
+    if (
+        not get_settings().delay_buffer
+        or options
+        or kind is None
+        or kind.event_task != task.name
+        or kind.app_item is None
+        or task.app is not package_app()
+        or task.app.conf.task_always_eager
+    ):
         return None
     call_shared(shared_recorder(), lambda recorder: recorder.add(kind, *(args or ()), **(kwargs or {})))
     return task.AsyncResult(str(uuid.uuid4()))

@@ -26,7 +26,9 @@ LOGGED_PER_MESSAGE = 20
 """Refusals of one message logged one by one; the rest are summed up in one line."""
 
 
-def count_refused(conn: RedisClient, kind: str, message_id: str | None, refused: Sequence[tuple[int | None, InvalidInput]]) -> None:
+def count_refused(
+    conn: RedisClient, kind: str, message_id: str | None, refused: Sequence[tuple[int | None, InvalidInput]]
+) -> None:
     """Log and count the ``(item index or None for the whole message, error)`` refusals of one
     message of ``kind`` (a task name); counted once per ``message_id``."""
     if not refused:
@@ -46,8 +48,7 @@ def count_partial(conn: RedisClient, kind: str, message_id: str | None, count: i
     not counted. Counted under ``closed_day``, once per ``message_id``."""
     if count <= 0:
         return
-    log.warning("%s %s: %d item(s) of a closed day counted without that day's unique visitors",
-                kind, message_id, count)
+    log.warning("%s %s: %d item(s) of a closed day counted without that day's unique visitors", kind, message_id, count)
     _count(conn, None if message_id is None else f"{message_id}/closed", Counter({ClosedDay.reason: count}))
 
 

@@ -23,6 +23,7 @@ counts in the day's PV, the all-time figures and the counters, not in that day's
 reported (``refusals``, reason ``closed_day``). Totals are kept COUNTERS_DAY_TOTALS_DAYS past
 the day's end or its latest write.
 """
+
 from __future__ import annotations
 
 import base64
@@ -117,8 +118,9 @@ def totals_expire_at(day: date, site: str = "") -> int:
     return days.kept_until(day, totals_days(), zone_of(site))
 
 
-def check_view(ip: Any, path: Any, now: Any = None, site: Any = None, referrer: Any = None,
-               utm: Any = None) -> tuple[str, str, date]:
+def check_view(
+    ip: Any, path: Any, now: Any = None, site: Any = None, referrer: Any = None, utm: Any = None
+) -> tuple[str, str, date]:
     """Validate one page view without making its visitor id (so without COUNTERS_SECRET: what a
     web process needs): the canonical IP, the normalized path and the site's local day. Any past
     day is accepted (a day's fate, open or closed, is decided by Redis when the view is written)."""
@@ -130,8 +132,9 @@ def check_view(ip: Any, path: Any, now: Any = None, site: Any = None, referrer: 
     return clean_ip, clean_path, local_day(check_event_time(now, "now"), zone_of(scope))
 
 
-def prepare_view(ip: Any, path: Any, now: Any = None, site: Any = None, referrer: Any = None,
-                 utm: Any = None) -> SiteView:
+def prepare_view(
+    ip: Any, path: Any, now: Any = None, site: Any = None, referrer: Any = None, utm: Any = None
+) -> SiteView:
     """Validate one page view (raises InvalidInput; writes nothing), with its visitor id."""
     scope = check_site(site)
     return view_on(ip, path, local_day(check_event_time(now, "now"), zone_of(scope)), scope, referrer, utm)
@@ -148,7 +151,9 @@ def view_on(ip: Any, path: Any, day: date, site: str = "", referrer: Any = None,
     return SiteView(visitor_id(ip), clean_path, day, site, source, campaign)
 
 
-def queue_views(conn: RedisClient, pipe: Any, views: Iterable[SiteView], message_id: str | None) -> list[tuple[date, int]]:
+def queue_views(
+    conn: RedisClient, pipe: Any, views: Iterable[SiteView], message_id: str | None
+) -> list[tuple[date, int]]:
     """Queue on ``pipe`` one script call per slot (day, visitor shard, path group) for ``views``.
 
     Returns the day and number of views of each ``site_day`` call (DAY_VIEWS_PER_CALL views at
@@ -168,14 +173,28 @@ def queue_views(conn: RedisClient, pipe: Any, views: Iterable[SiteView], message
         name = keys.scoped(view.site, view.path)
         by_group[keys.path_tag(name)][name].append(view.visitor)
 
-    day_calls = [(site, day, part, part_id) for (site, day), day_views in by_day.items()
-                 for part, part_id in zip(*_parts(day_views, message_id), strict=True)]
+    day_calls = [
+        (site, day, part, part_id)
+        for (site, day), day_views in by_day.items()
+        for part, part_id in zip(*_parts(day_views, message_id), strict=True)
+    ]
     for site, day, day_views, part_id in day_calls:
         tag = keys.site_day_tag(day, site)
-        script_keys = [keys.site_day_totals(day, tag=tag, site=site), keys.site_day_visitors(day, mode, tag=tag, site=site),
-                       keys.site_day_range_hll(day, tag=tag, site=site), keys.site_day_pairs(day, tag=tag, site=site)]
-        args: list[Any] = [ttl, mode, visitors_expire_at(day, site), days.kept_from_now(settings.day_grace_days),
-                           totals_expire_at(day, site), days.kept_from_now(totals_days()), len(day_views)]
+        script_keys = [
+            keys.site_day_totals(day, tag=tag, site=site),
+            keys.site_day_visitors(day, mode, tag=tag, site=site),
+            keys.site_day_range_hll(day, tag=tag, site=site),
+            keys.site_day_pairs(day, tag=tag, site=site),
+        ]
+        args: list[Any] = [
+            ttl,
+            mode,
+            visitors_expire_at(day, site),
+            days.kept_from_now(settings.day_grace_days),
+            totals_expire_at(day, site),
+            days.kept_from_now(totals_days()),
+            len(day_views),
+        ]
         args += [view.visitor for view in day_views]
         tables = _day_tables(day_views)
         script_keys.append(keys.site_day_pages(day, tag=tag, site=site))  # the tables: the pages, then the sources
@@ -236,7 +255,7 @@ DAY_VIEWS_PER_CALL = 150
 def _parts(views: list[SiteView], message_id: str | None) -> tuple[list[list[SiteView]], list[str | None]]:
     """A day's views of one message in parts of DAY_VIEWS_PER_CALL, each with its own dedupe id
     (``<id>/d<n>``, the same on every delivery: the views come in the message's order)."""
-    parts = [views[first:first + DAY_VIEWS_PER_CALL] for first in range(0, len(views), DAY_VIEWS_PER_CALL)]
+    parts = [views[first : first + DAY_VIEWS_PER_CALL] for first in range(0, len(views), DAY_VIEWS_PER_CALL)]
     return parts, keys.chunk_ids(message_id, len(parts), "/d")
 
 
@@ -268,8 +287,17 @@ def applied_views(calls: Iterable[tuple[date, int]], replies: Iterable[Any]) -> 
     return applied, duplicates
 
 
-def record_visit(conn: RedisClient, ip: str, path: str, now: float | None = None, *, message_id: str | None = None,
-                 site: str | None = None, referrer: str | None = None, utm: dict[str, str] | None = None) -> None:
+def record_visit(
+    conn: RedisClient,
+    ip: str,
+    path: str,
+    now: float | None = None,
+    *,
+    message_id: str | None = None,
+    site: str | None = None,
+    referrer: str | None = None,
+    utm: dict[str, str] | None = None,
+) -> None:
     """One page view of ``path`` by visitor ``ip``: site and path, all-time and per-day PV/UV.
 
     Atomic per slot, one round trip; with ``message_id`` a redelivered message changes nothing.
@@ -313,8 +341,9 @@ def _page_value(value: Any) -> tuple[int, int, str]:
     return int(pv), int(uv), sketch
 
 
-def site_visit_info(conn: RedisClient, day: date | None = None, path: str | None = None, *,
-                    site: str | None = None) -> SiteCount:
+def site_visit_info(
+    conn: RedisClient, day: date | None = None, path: str | None = None, *, site: str | None = None
+) -> SiteCount:
     """PV and UV of the site (``path`` None) or a path, on a local ``day`` or all time (None).
     ``site``: which site (None: the default one; its days are in its own zone).
 
@@ -356,8 +385,9 @@ class SiteRange(NamedTuple):
     days: list[SiteCount]
 
 
-def site_visit_range(conn: RedisClient, start: date, end: date, path: str | None = None, *,
-                     site: str | None = None) -> SiteRange:
+def site_visit_range(
+    conn: RedisClient, start: date, end: date, path: str | None = None, *, site: str | None = None
+) -> SiteRange:
     """PV and UV of the site (or ``path``) over the local days ``start``..``end`` (at most 400).
 
     PV is the sum of the days. UV of one day is that day's figure (exact in the default mode);
@@ -388,16 +418,17 @@ def site_visit_range(conn: RedisClient, start: date, end: date, path: str | None
         per_day = [SiteCount(day, int(pv or 0), int(uv or 0)) for day, (pv, uv) in zip(span, replies, strict=True)]
     pv = sum(d.pv for d in per_day)
     if len(span) == 1:
-        return SiteRange(start, end, path, pv, per_day[0].uv, get_settings().uv_mode == "hll" and path is None,
-                         per_day)
+        return SiteRange(start, end, path, pv, per_day[0].uv, get_settings().uv_mode == "hll" and path is None, per_day)
     if path is not None:
         uv, approximate = _path_range_uv(per_day, replies)
         return SiteRange(start, end, path, pv, uv, approximate, per_day)
     if not is_cluster(conn):
         uv = int(conn.pfcount(*(keys.site_day_range_hll(day, site=scope) for day in span)))
     else:  # one slot per day: merge the HLLs here, read-only
-        uv = union_count(conn.execute_command("GET", keys.site_day_range_hll(day, site=scope), **{NEVER_DECODE: True})
-                         for day in span)
+        uv = union_count(
+            conn.execute_command("GET", keys.site_day_range_hll(day, site=scope), **{NEVER_DECODE: True})
+            for day in span
+        )
     return SiteRange(start, end, path, pv, uv, True, per_day)
 
 
@@ -406,8 +437,11 @@ def _path_range_uv(per_day: list[SiteCount], values: list[Any]) -> tuple[int, bo
     sketches, and whether it is an estimate (or a floor, for days counted without sketches)."""
     sketches = [_page_value(value)[2] for value in values]
     union, estimated = page_sketch.union_count(sketches)
-    unsketched = [d.uv for d, sketch in zip(per_day, sketches, strict=True)
-                  if d.uv and not sketch.startswith("!") and len(sketch) // page_sketch.ID_CHARS < d.uv]
+    unsketched = [
+        d.uv
+        for d, sketch in zip(per_day, sketches, strict=True)
+        if d.uv and not sketch.startswith("!") and len(sketch) // page_sketch.ID_CHARS < d.uv
+    ]
     if unsketched:
         return max(union, *unsketched), True
     return union, estimated
@@ -417,7 +451,9 @@ PAGES_PER_CALL = 1000
 """Fields one HSCAN call of ``top_pages`` asks for, so no read runs long."""
 
 
-def top_pages(conn: RedisClient, start: date, end: date, limit: int = 10, *, site: str | None = None) -> list[tuple[str, int]]:
+def top_pages(
+    conn: RedisClient, start: date, end: date, limit: int = 10, *, site: str | None = None
+) -> list[tuple[str, int]]:
     """``(path, page views)`` over the local days ``start``..``end``, most viewed first, ties by
     path. Exact: each day's pages HASH (one slot per day, at most COUNTERS_MAX_DAY_PATHS paths
     plus ``OTHER``) is read in HSCAN pages and summed here, so the work is bounded by the days
@@ -449,8 +485,9 @@ SOURCES_LIMIT = 1000
 """The most sources one ``top_sources`` call lists."""
 
 
-def top_sources(conn: RedisClient, start: date, end: date, kind: str = "referrer", limit: int = 10, *,
-                site: str | None = None) -> list[SourceCount]:
+def top_sources(
+    conn: RedisClient, start: date, end: date, kind: str = "referrer", limit: int = 10, *, site: str | None = None
+) -> list[SourceCount]:
     """The sources of ``kind`` (``referrer``: referring domains, with ``(direct)`` and
     ``(internal)``; ``utm_source``, ``utm_medium``, ``utm_campaign``) of the site's page views
     over the local days ``start``..``end``, most views first (ties by name), ``(other)`` for the

@@ -48,8 +48,16 @@ KNOWN_REASONS = frozenset((*REASONS, APP, HOST, *IMPORT_REASONS))
 MAX_REASONS = 64
 """Most (route, reason) entries one message carries."""
 
-SKIPS = register(Kind(name="skip", fields=("route", "reason", "count", "ts", "site"), required=2,
-                      batch_task="counters_tasks.count_skips", items_argument="items", max_items=MAX_REASONS))
+SKIPS = register(
+    Kind(
+        name="skip",
+        fields=("route", "reason", "count", "ts", "site"),
+        required=2,
+        batch_task="counters_tasks.count_skips",
+        items_argument="items",
+        max_items=MAX_REASONS,
+    )
+)
 """Requests that were not page views: a ``count_skips`` message's items (written by ``count_skipped``,
 not by the payload path: they are counts, not events to claim)."""
 
@@ -116,10 +124,13 @@ def _add(conn: RedisClient, fields: Counter[SkipField], message_id: str | None) 
     """One ``skip_count`` call: False when the message's skips were added before."""
     script_keys = [keys.skip_seen(message_id or "-"), keys.skip_counts()]
     index: dict[tuple[str, date], int] = {}
-    args: list[Any] = [get_settings().dedupe_ttl if message_id is not None else 0,
-                       max(1, get_settings().day_totals_days) * DAY]
-    for (scope, day, field), count in sorted(fields.items(), key=lambda entry: (entry[0][0], str(entry[0][1]),
-                                                                                 entry[0][2])):
+    args: list[Any] = [
+        get_settings().dedupe_ttl if message_id is not None else 0,
+        max(1, get_settings().day_totals_days) * DAY,
+    ]
+    for (scope, day, field), count in sorted(
+        fields.items(), key=lambda entry: (entry[0][0], str(entry[0][1]), entry[0][2])
+    ):
         where = 0
         if day is not None:
             if (scope, day) not in index:
@@ -130,13 +141,20 @@ def _add(conn: RedisClient, fields: Counter[SkipField], message_id: str | None) 
     return bool(int(run_script(conn, "skip_count", script_keys, args)))
 
 
-def as_items(route: str, counts: Mapping[str, int], ts: float | None = None, site: str | None = None,
-             ) -> list[dict[str, Any]]:
+def as_items(
+    route: str,
+    counts: Mapping[str, int],
+    ts: float | None = None,
+    site: str | None = None,
+) -> list[dict[str, Any]]:
     """``counts`` (reason -> n) as a message's items (the reasons ``count_skipped`` knows; zeros left
     out), all of time ``ts`` (``None``: no day, the totals only) and ``site``."""
     where: dict[str, Any] = {"ts": ts} | ({"site": site} if site else {})
-    return [{"route": route, "reason": reason, "count": n, **where} for reason, n in sorted(counts.items())
-            if n > 0 and reason in KNOWN_REASONS]
+    return [
+        {"route": route, "reason": reason, "count": n, **where}
+        for reason, n in sorted(counts.items())
+        if n > 0 and reason in KNOWN_REASONS
+    ]
 
 
 def counts(conn: RedisClient) -> dict[tuple[str, str], int]:

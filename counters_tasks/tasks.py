@@ -38,8 +38,9 @@ def define_kind_tasks(kind: Kind) -> tuple[Any, Any]:
 
 @app.task(name="counters_tasks.update_counter", base=CountingTask, bind=True)
 @counting
-def update_counter(self: CountingTask, name: str, count: int = 1, ts: float | None = None,
-                   site: str | None = None) -> None:
+def update_counter(
+    self: CountingTask, name: str, count: int = 1, ts: float | None = None, site: str | None = None
+) -> None:
     counters.update_counter(get_redis(), name, count, ts, message_id=self.message_id, site=site)
 
 
@@ -92,5 +93,9 @@ def precompute_expected(self: MaintenanceTask) -> Any:
 @app.task(name="counters_tasks.expire_dead_letters", base=MaintenanceTask, bind=True)
 def expire_dead_letters(self: MaintenanceTask) -> Any:
     """Hourly: the dead letters older than COUNTERS_DEAD_LETTER_DAYS go (``dead_letters.expire_due``)."""
-    return run_exclusive(get_redis(), "expire_dead_letters",
-                         lambda: dead_letters.expire_due(dead_letters.store_client()), self.lock_seconds)
+    return run_exclusive(
+        get_redis(),
+        "expire_dead_letters",
+        lambda: dead_letters.expire_due(dead_letters.store_client()),
+        self.lock_seconds,
+    )

@@ -36,6 +36,7 @@ from .store.scripts import run_script
 
 log = logging.getLogger(__name__)
 
+
 def event_kinds() -> list[str]:
     """The kinds of events counted (``core.kind``: every kind registered with a ``write``: page
     views, ranking events, an app's own)."""
@@ -46,8 +47,10 @@ def batch_kinds() -> list[str]:
     """Batches whose sizes are kept, by task: the worker-side batches of per-event messages
     (messages per batch), then the app-side batch messages (items per message)."""
     written = [kind for kind in registered() if kind.write is not None]
-    return ([short_name(kind.event_task) for kind in written if kind.worker_batches and kind.event_task]
-            + [short_name(kind.batch_task) for kind in written if kind.batch_task])
+    return [short_name(kind.event_task) for kind in written if kind.worker_batches and kind.event_task] + [
+        short_name(kind.batch_task) for kind in written if kind.batch_task
+    ]
+
 
 BATCH_BUCKETS = (1, 10, 50, 100, 500, 1000, 5000, 20000)
 """Upper bounds of the batch-size buckets (a last one, +Inf, holds the rest)."""

@@ -88,8 +88,14 @@ def count_expire_at(day: date, site: str = "") -> int:
 def _fix_expected(conn: RedisClient, day: date, site: str) -> int:
     previous = conn.get(keys.uniques_count(day - timedelta(days=1), site=site))
     figure = expected_from_count(int(previous) if previous is not None else None)
-    fixed = int(run_script(conn, "unique_expected", [keys.uniques_expected(day, site=site)],
-                           [figure, count_expire_at(day, site), days.kept_from_now(count_days())]))
+    fixed = int(
+        run_script(
+            conn,
+            "unique_expected",
+            [keys.uniques_expected(day, site=site)],
+            [figure, count_expire_at(day, site), days.kept_from_now(count_days())],
+        )
+    )
     _remember(day, site, fixed)
     return fixed
 
@@ -126,8 +132,15 @@ def forget_expected() -> None:
     _expected_cache.clear()
 
 
-def queue_ids(conn: RedisClient, pipe: Any, day: date, numbers: Iterable[int], expected: int, message_id: str | None,
-              site: str = "") -> None:
+def queue_ids(
+    conn: RedisClient,
+    pipe: Any,
+    day: date,
+    numbers: Iterable[int],
+    expected: int,
+    message_id: str | None,
+    site: str = "",
+) -> None:
     """Queue the one script call that adds ``numbers`` to ``day``'s shards (of site ``site``, a
     scope) laid out for ``expected``."""
     keys.use(conn, write=True)
@@ -135,12 +148,23 @@ def queue_ids(conn: RedisClient, pipe: Any, day: date, numbers: Iterable[int], e
     per_shard: dict[int, list[int]] = defaultdict(list)
     for number in numbers:
         per_shard[shard_of(number, expected)].append(number)
-    script_keys = [keys.uniques_expected(day, tag=tag, site=site), keys.uniques_count(day, tag=tag, site=site),
-                   keys.uniques_open(day, tag=tag, site=site), keys.uniques_overflow(day, tag=tag, site=site),
-                   keys.uniques_levels(day, tag=tag, site=site)]
+    script_keys = [
+        keys.uniques_expected(day, tag=tag, site=site),
+        keys.uniques_count(day, tag=tag, site=site),
+        keys.uniques_open(day, tag=tag, site=site),
+        keys.uniques_overflow(day, tag=tag, site=site),
+        keys.uniques_levels(day, tag=tag, site=site),
+    ]
     ttl = get_settings().dedupe_ttl if message_id is not None else 0
-    args: list[Any] = [ttl, expected, shards_expire_at(day, site), days.kept_from_now(shard_days()),
-                       count_expire_at(day, site), days.kept_from_now(count_days()), len(per_shard)]
+    args: list[Any] = [
+        ttl,
+        expected,
+        shards_expire_at(day, site),
+        days.kept_from_now(shard_days()),
+        count_expire_at(day, site),
+        days.kept_from_now(count_days()),
+        len(per_shard),
+    ]
     for shard, members in sorted(per_shard.items()):
         script_keys.append(keys.uniques_shard(day, shard, tag=tag, site=site))
         args += [shard, len(members), *members]
@@ -153,8 +177,9 @@ CLOSED = -1
 """What ``apply_ids`` returns for ids of a closed day (counted nowhere: they cannot be deduplicated)."""
 
 
-def apply_ids(conn: RedisClient, day: date, numbers: list[int], message_id: str | None, reply: Any = None,
-              site: str = "") -> int:
+def apply_ids(
+    conn: RedisClient, day: date, numbers: list[int], message_id: str | None, reply: Any = None, site: str = ""
+) -> int:
     """Add ids to a day, in one script call; ``reply`` is that call's reply when already sent in a
     pipeline. A reply saying the day's figure is not the one used (first use of the day, another
     writer fixed it, or data flushed) makes it re-read or fix the figure and send again.
@@ -166,8 +191,12 @@ def apply_ids(conn: RedisClient, day: date, numbers: list[int], message_id: str 
         if reply is None:
             expected = expected_for(conn, day, site)
             # execute_in_order loads the script on a NOSCRIPT reply (a server that never saw it)
-            [[reply]] = execute_in_order(conn, functools.partial(queue_ids, conn, day=day, numbers=numbers,
-                                                                 expected=expected, message_id=message_id, site=site))
+            [[reply]] = execute_in_order(
+                conn,
+                functools.partial(
+                    queue_ids, conn, day=day, numbers=numbers, expected=expected, message_id=message_id, site=site
+                ),
+            )
         result = int(reply)
         if result == -2:
             return CLOSED
@@ -185,13 +214,20 @@ def prepare_id(session_id: Any, now: Any = None, site: Any = None) -> tuple[date
     return local_day(check_event_time(now, "now"), zone_of(check_site(site))), number
 
 
-UNIQUE = register(Kind(name="unique", fields=("session_id", "ts", "site"), required=1,
-                       event_task="counters_tasks.count_unique"))
+UNIQUE = register(
+    Kind(name="unique", fields=("session_id", "ts", "site"), required=1, event_task="counters_tasks.count_unique")
+)
 """A session seen on its day, one a ``count_unique`` message."""
 
 
-def count_visit(conn: RedisClient, session_id: str, now: float | None = None, *, message_id: str | None = None,
-                site: str | None = None) -> bool:
+def count_visit(
+    conn: RedisClient,
+    session_id: str,
+    now: float | None = None,
+    *,
+    message_id: str | None = None,
+    site: str | None = None,
+) -> bool:
     """Mark the session as seen on ``now``'s local day; True when it is new for that day.
 
     Any past day is accepted: a day never counted is opened by its first id. A day whose shards
@@ -263,8 +299,11 @@ def day_sets(conn: RedisClient, day: date, expected: int, site: str = "") -> lis
         base = keys.uniques_shard(day, shard, tag=tag, site=site)
         sets.append(base)
         sets += [f"{base}:{k}" for k in range(1, legacy.get(shard, 0) + 1)]
-        sets += [keys.uniques_level_set(base, level, index)
-                 for level in range(1, levels.get(shard, 0) + 1) for index in range(LEVEL_FANOUT ** level)]
+        sets += [
+            keys.uniques_level_set(base, level, index)
+            for level in range(1, levels.get(shard, 0) + 1)
+            for index in range(LEVEL_FANOUT**level)
+        ]
     return sets
 
 

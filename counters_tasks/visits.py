@@ -60,9 +60,16 @@ class Visit:
 def visit_entry(visit: Visit) -> list[Any]:
     """A prepared visit as JSON-able data (a worker batch's journal), ``visit_from_entry``'s input."""
     view = visit.view
-    entry = [view.visitor, view.path, view.day.isoformat(), visit.ts,
-             None if visit.session is None else [visit.session[0].isoformat(), visit.session[1]],
-             view.site, view.referrer, [list(tag) for tag in view.campaign]]
+    entry = [
+        view.visitor,
+        view.path,
+        view.day.isoformat(),
+        visit.ts,
+        None if visit.session is None else [visit.session[0].isoformat(), visit.session[1]],
+        view.site,
+        view.referrer,
+        [list(tag) for tag in view.campaign],
+    ]
     while len(entry) > 5 and entry[-1] in ("", DIRECT, []):  # what every view has by default, left out
         entry.pop()
     return entry
@@ -72,14 +79,16 @@ def visit_from_entry(entry: list[Any]) -> Visit:
     """The prepared visit ``visit_entry`` made ``entry`` of (the same visit: the same writes)."""
     visitor, path, day, ts, session, *rest = entry
     defaults: list[Any] = ["", DIRECT, []]  # what visit_entry leaves out
-    site, referrer, campaign = [*rest, *defaults[len(rest):]]
-    view = sitestats.SiteView(visitor, path, date.fromisoformat(day), site, referrer,
-                              tuple((kind, tag) for kind, tag in campaign))
+    site, referrer, campaign = [*rest, *defaults[len(rest) :]]
+    view = sitestats.SiteView(
+        visitor, path, date.fromisoformat(day), site, referrer, tuple((kind, tag) for kind, tag in campaign)
+    )
     return Visit(view, ts, None if session is None else (date.fromisoformat(session[0]), session[1]))
 
 
-def check_visit(ip: Any, path: Any, session_id: Any = None, ts: Any = None, site: Any = None,
-                referrer: Any = None, utm: Any = None) -> None:
+def check_visit(
+    ip: Any, path: Any, session_id: Any = None, ts: Any = None, site: Any = None, referrer: Any = None, utm: Any = None
+) -> None:
     """Validate one visit as ``prepare_visit`` does, without making the visitor id (the HMAC under
     COUNTERS_SECRET, which only workers hold): what the app-side producer checks."""
     ts = check_event_time(ts)
@@ -88,8 +97,9 @@ def check_visit(ip: Any, path: Any, session_id: Any = None, ts: Any = None, site
         uniques.session_number(session_id)
 
 
-def app_visit(ip: Any, path: Any, session_id: Any = None, ts: Any = None, site: Any = None, referrer: Any = None,
-              utm: Any = None) -> dict[str, Any]:
+def app_visit(
+    ip: Any, path: Any, session_id: Any = None, ts: Any = None, site: Any = None, referrer: Any = None, utm: Any = None
+) -> dict[str, Any]:
     """One visit checked in the app's process (``check_visit``; ``ts`` None: now) and written as
     an item of a ``record_visits`` message: the referrer reduced to its domain (a full URL never
     reaches the broker), what every visit has by default left out."""
@@ -109,8 +119,9 @@ def app_visit(ip: Any, path: Any, session_id: Any = None, ts: Any = None, site: 
     return visit
 
 
-def prepare_visit(ip: Any, path: Any, session_id: Any = None, ts: Any = None, site: Any = None,
-                  referrer: Any = None, utm: Any = None) -> Visit:
+def prepare_visit(
+    ip: Any, path: Any, session_id: Any = None, ts: Any = None, site: Any = None, referrer: Any = None, utm: Any = None
+) -> Visit:
     """Validate one visit, given as ``record_visit`` takes it (raises InvalidInput; writes nothing).
     ``site``: a site of ``COUNTERS_SITES`` (None: the default site), whose zone makes the day;
     ``referrer`` and ``utm``: its source (``core.sources``)."""
@@ -162,7 +173,7 @@ def _plan(visits: Sequence[Visit], message_id: str | None) -> _Call:
             counters.add_to_buckets(per_counter.setdefault(name, {}), second, views, kept)
     calls = []
     for (site, day), numbers in sessions.items():  # a day's ids in calls of UNIQUES_PER_CALL (each deduped)
-        parts = [numbers[first:first + UNIQUES_PER_CALL] for first in range(0, len(numbers), UNIQUES_PER_CALL)]
+        parts = [numbers[first : first + UNIQUES_PER_CALL] for first in range(0, len(numbers), UNIQUES_PER_CALL)]
         ids = chunk_ids(message_id, len(parts), "/")
         calls += [(site, day, part, call_id) for part, call_id in zip(parts, ids, strict=True)]
     return _Call(visits, message_id, calls, per_counter)
@@ -173,12 +184,19 @@ def _add_sessions(plan: WritePlan, call: _Call, expected: dict[tuple[str, date],
     again when the day's figure moved) and a closed day's ids counted."""
     conn = plan.conn
     for site, day, numbers, call_id in call.sessions:
-        def queue(pipe: Any, site: str = site, day: date = day, numbers: list[int] = numbers,
-                  call_id: str | None = call_id) -> None:
+
+        def queue(
+            pipe: Any, site: str = site, day: date = day, numbers: list[int] = numbers, call_id: str | None = call_id
+        ) -> None:
             uniques.queue_ids(conn, pipe, day, numbers, expected[site, day], call_id, site)
 
-        def read(replies: list[Any], site: str = site, day: date = day, numbers: list[int] = numbers,
-                 call_id: str | None = call_id) -> None:
+        def read(
+            replies: list[Any],
+            site: str = site,
+            day: date = day,
+            numbers: list[int] = numbers,
+            call_id: str | None = call_id,
+        ) -> None:
             [reply] = replies
             if uniques.apply_ids(conn, day, numbers, call_id, reply, site) == uniques.CLOSED:
                 call.closed += len(numbers)
@@ -195,15 +213,16 @@ def _add_views(plan: WritePlan, call: _Call) -> None:
         day_calls[:] = sitestats.queue_views(plan.conn, pipe, [visit.view for visit in call.visits], call.message_id)
 
     def read(replies: list[Any]) -> None:
-        day_replies = replies[:len(day_calls)]  # queue_views queues its site_day calls first
+        day_replies = replies[: len(day_calls)]  # queue_views queues its site_day calls first
         call.applied, call.duplicates = sitestats.applied_views(day_calls, day_replies)
         call.closed += sitestats.closed_views(day_replies)
 
     plan.add(queue, read)
 
 
-def write_calls(conn: RedisClient, groups: Sequence[tuple[Sequence[Visit], str | None]],
-                 tally: throughput.Tally | None = None) -> list[None]:
+def write_calls(
+    conn: RedisClient, groups: Sequence[tuple[Sequence[Visit], str | None]], tally: throughput.Tally | None = None
+) -> list[None]:
     """Apply groups of validated visits, each at most once per its message id, in one round trip
     (a second only to re-send a day whose uniques layout moved): one ``WritePlan`` of each group's
     uniques, views and counters, and the live sightings. ``tally``, when given, gets the visits
@@ -213,15 +232,19 @@ def write_calls(conn: RedisClient, groups: Sequence[tuple[Sequence[Visit], str |
     calls = [_plan(visits, message_id) for visits, message_id in groups if visits]
     if not calls:
         return [None] * len(groups)
-    expected = {(site, day): uniques.expected_for(conn, day, site)
-                for call in calls for site, day, _ids, _id in call.sessions}
+    expected = {
+        (site, day): uniques.expected_for(conn, day, site) for call in calls for site, day, _ids, _id in call.sessions
+    }
     plan = WritePlan(conn)
     for call in calls:
         _add_sessions(plan, call, expected)
         _add_views(plan, call)
         plan.add(functools.partial(_queue_counters, conn, call))
-    plan.add(lambda pipe: live.queue_sightings(pipe, ((v.view.site, v.ts, v.view.visitor)
-                                                      for call in calls for v in call.visits)))
+    plan.add(
+        lambda pipe: live.queue_sightings(
+            pipe, ((v.view.site, v.ts, v.view.visitor) for call in calls for v in call.visits)
+        )
+    )
     plan.run()
     keys.confirm_written(conn, used)  # raises TagKeyChanged (made again) when written where no one reads
     for call in calls:
@@ -235,9 +258,18 @@ def _queue_counters(conn: RedisClient, call: _Call, pipe: Any) -> None:
     counters.queue_counter_writes(conn, pipe, call.per_counter, call.message_id)
 
 
-def apply_visit(conn: RedisClient, ip: str, path: str, session_id: str | None = None, now: float | None = None, *,
-                 message_id: str | None = None, site: str | None = None, referrer: str | None = None,
-                 utm: dict[str, str] | None = None) -> None:
+def apply_visit(
+    conn: RedisClient,
+    ip: str,
+    path: str,
+    session_id: str | None = None,
+    now: float | None = None,
+    *,
+    message_id: str | None = None,
+    site: str | None = None,
+    referrer: str | None = None,
+    utm: dict[str, str] | None = None,
+) -> None:
     """One visit: site PV/UV, counters ``hits`` and ``hits:<path>``, and the session's daily unique,
     of ``site`` (a site of ``COUNTERS_SITES``; None: the default site), with its source: the
     ``referrer`` (a URL or a domain, reduced to its domain) and the ``utm`` campaign tags."""
@@ -257,11 +289,22 @@ def apply_visits(conn: RedisClient, visits: list[dict[str, Any]], *, message_id:
     return apply_payload(conn, VISIT, visits, message_id=message_id)
 
 
-VISIT = register(Kind(
-    name="visit", fields=("ip", "path", "session_id", "ts", "site", "referrer", "utm"), required=2,
-    event_task="counters_tasks.record_visit", worker_batches=True,
-    batch_task="counters_tasks.record_visits", items_argument="visits", max_items=MAX_BATCH,
-    prepare=prepare_visit, app_item=app_visit, to_entry=visit_entry, from_entry=visit_from_entry,
-    write=write_calls, per_call=CHUNK,
-))
+VISIT = register(
+    Kind(
+        name="visit",
+        fields=("ip", "path", "session_id", "ts", "site", "referrer", "utm"),
+        required=2,
+        event_task="counters_tasks.record_visit",
+        worker_batches=True,
+        batch_task="counters_tasks.record_visits",
+        items_argument="visits",
+        max_items=MAX_BATCH,
+        prepare=prepare_visit,
+        app_item=app_visit,
+        to_entry=visit_entry,
+        from_entry=visit_from_entry,
+        write=write_calls,
+        per_call=CHUNK,
+    )
+)
 """The page view: one visit a ``record_visit`` message, many a ``record_visits`` one."""

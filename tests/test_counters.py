@@ -146,7 +146,8 @@ def test_a_counter_with_more_live_samples_than_a_call_examines_is_cleaned_and_th
     assert counters.clean_counters(conn, now) == 0  # nothing due until its next sample leaves
     later = now + 7
     assert counters.clean_counters(conn, later) == sum(
-        1 for p, per in buckets.items() for b in per if now < b + counters.SAMPLE_COUNT * p <= later)
+        1 for p, per in buckets.items() for b in per if now < b + counters.SAMPLE_COUNT * p <= later
+    )
 
 
 def test_cleaner_never_drops_a_counter_written_during_cleaning(conn):
@@ -186,7 +187,6 @@ def test_message_id_applies_once(conn):
     assert counters.get_counter(conn, "m", 60, now=T0) == [(bucket(T0, 60), 10)]
 
 
-
 def test_totals_past_two_to_the_53_stay_exact_and_a_correction_empties_them(conn):
     """A counter's buckets are summed in Lua (one HMGET and one HSET a counter, issue 21), where
     numbers are doubles: exact only within 2**53. Totals beyond it must still count every unit,
@@ -216,16 +216,18 @@ def test_a_bucket_that_is_not_an_integer_fails_the_call_whole(raw_conn, held):
     before = dump_all(raw_conn)
     same_group = keys.counter_tag("a") == keys.counter_tag("b")
     with pytest.raises(redis.ResponseError, match="not an integer"):
-        counters.write_counters(raw_conn, {"a": {60: {T0 - T0 % 60: 2}}, "b": {60: {T0 - T0 % 60: 2}}},
-                                message_id="fix-me")
+        counters.write_counters(
+            raw_conn, {"a": {60: {T0 - T0 % 60: 2}}, "b": {60: {T0 - T0 % 60: 2}}}, message_id="fix-me"
+        )
     if same_group:
         assert dump_all(raw_conn) == before
     else:  # one call a group: the other group's call applied (its own marker), this one nothing
         assert raw_conn.hget(keys.counter_hash("b"), field) == held.encode()
     raw_conn.hset(keys.counter_hash("b"), field, 1)
     for _ in range(2):
-        counters.write_counters(raw_conn, {"a": {60: {T0 - T0 % 60: 2}}, "b": {60: {T0 - T0 % 60: 2}}},
-                                message_id="fix-me")
+        counters.write_counters(
+            raw_conn, {"a": {60: {T0 - T0 % 60: 2}}, "b": {60: {T0 - T0 % 60: 2}}}, message_id="fix-me"
+        )
     assert [counters.get_counter(raw_conn, name, 60, now=T0) for name in "ab"] == [[(bucket(T0, 60), 3)]] * 2
 
 
@@ -269,5 +271,3 @@ def test_name_of_1024_chars_and_braces_is_accepted(conn):
     counters.update_counter(conn, name, 2, now=T0)
     assert counters.get_counter(conn, name, 1, now=T0) == [(T0, 2)]
     assert counters.known_counters(conn) == [name]
-
-

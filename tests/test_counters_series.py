@@ -70,10 +70,19 @@ def test_range_is_clipped_to_retention(conn):
     assert counters.get_series(conn, "r", 5, T0 - 1000, T0 - 500, now=now) == []
 
 
-@pytest.mark.parametrize("args", [
-    ("", 60, T0, T0 + 1), ("n", 7, T0, T0 + 1), ("n", True, T0, T0 + 1), ("n", 60, T0 + 1, T0),
-    ("n", 60, -1, T0), ("n", 60, T0, float("inf")), ("n", 60, "0", T0), ("n", 1, 0, 10**9 + 20_000),  # more than MAX_SERIES_POINTS after clipping
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("", 60, T0, T0 + 1),
+        ("n", 7, T0, T0 + 1),
+        ("n", True, T0, T0 + 1),
+        ("n", 60, T0 + 1, T0),
+        ("n", 60, -1, T0),
+        ("n", 60, T0, float("inf")),
+        ("n", 60, "0", T0),
+        ("n", 1, 0, 10**9 + 20_000),  # more than MAX_SERIES_POINTS after clipping
+    ],
+)
 def test_bad_arguments_raise_before_anything(conn, args):
     before = dump_all(conn)
     with pytest.raises(InvalidInput):

@@ -38,8 +38,9 @@ def test_distinct_visitors_of_the_last_minutes_per_site(raw_conn, monkeypatch):
 
 @pytest.mark.cluster
 def test_old_views_write_no_keys_of_now(raw_conn):
-    visits.apply_visits(raw_conn, [{"ip": "198.51.100.1", "path": "/", "ts": 1_430_000_000 + n} for n in range(50)],
-                         message_id="import")
+    visits.apply_visits(
+        raw_conn, [{"ip": "198.51.100.1", "path": "/", "ts": 1_430_000_000 + n} for n in range(50)], message_id="import"
+    )
     assert not [k for k in raw_conn.scan_iter(match="*live:*")]
     assert live.visitors_now(raw_conn) == 0
 
@@ -49,8 +50,11 @@ def test_now_on_the_api_and_in_metrics(raw_conn, monkeypatch):
     visits.apply_visit(raw_conn, "198.51.100.1", "/", site="blog")
     visits.apply_visit(raw_conn, "198.51.100.2", "/", site="blog")
     client = TestClient(create_app(raw_conn, auth=False))
-    assert client.get("/api/now", params={"site": "blog"}).json() == {"site": "blog", "visitors": 2,
-                                                                       "window_minutes": live.WINDOW_MINUTES}
+    assert client.get("/api/now", params={"site": "blog"}).json() == {
+        "site": "blog",
+        "visitors": 2,
+        "window_minutes": live.WINDOW_MINUTES,
+    }
     assert client.get("/api/now").json()["visitors"] == 0
     text = client.get("/metrics").text
     assert 'counters_visitors_now{site="blog"} 2.0' in text and 'counters_visitors_now{site="default"} 0.0' in text

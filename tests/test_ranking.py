@@ -67,7 +67,7 @@ class Model:
         return sorted(((m, t) for m, t in totals.items() if t > 0), key=lambda p: (-p[1], p[0]))
 
     def top(self, offset: int, limit: int, withscores: bool, now: float) -> list:
-        page = self.ranked(now)[offset:offset + limit]
+        page = self.ranked(now)[offset : offset + limit]
         return page if withscores else [m for m, _ in page]
 
 
@@ -107,7 +107,11 @@ def test_random_stream_matches_model(conn, period, interval, read_rotates, monke
             last_rotation = now
         if step % 5 == 0:
             # a read at ``now`` (>= the latest rotation), whether or not beat has caught up
-            when = now if last_rotation is None or rng.random() < 0.7 else max(last_rotation, now - rng.randint(0, 3 * HOUR))
+            when = (
+                now
+                if last_rotation is None or rng.random() < 0.7
+                else max(last_rotation, now - rng.randint(0, 3 * HOUR))
+            )
             offset, limit = rng.choice([(0, 10), (0, 3), (2, 3), (5, 4), (0, 100), (11, 5)])
             withscores = rng.random() < 0.5
             if read_rotates and model.has_pending_expired(when):
@@ -408,8 +412,13 @@ def test_registration_interrupted_by_a_crash_is_repaired_by_the_next_write(conn,
 def test_keys_of_a_board_share_its_tag_and_names_are_escaped():
     name = "{evil} *name\u00e9"
     t = keys.board_tag(name)
-    made = [keys.ranking_meta(name), keys.ranking_top(name), keys.ranking_slots(name),
-            keys.ranking_slot(name, 42), keys.ranking_seen(name, "msg")]
+    made = [
+        keys.ranking_meta(name),
+        keys.ranking_top(name),
+        keys.ranking_slots(name),
+        keys.ranking_slot(name, 42),
+        keys.ranking_seen(name, "msg"),
+    ]
     assert all(k.count("{") == 1 and f"{{{t}}}" in k for k in made)
     head, tail = keys.ranking_slot_parts(name)
     assert head + "42" + tail == keys.ranking_slot(name, 42)
@@ -474,8 +483,10 @@ def test_bad_input_is_refused_before_any_write(raw_conn, kwargs):
     assert dump_all(raw_conn) == before
 
 
-@pytest.mark.parametrize("kwargs", [{"offset": -1}, {"limit": -1}, {"limit": 1.5}, {"offset": True},
-                                    {"withscores": 1}, {"now": float("inf")}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"offset": -1}, {"limit": -1}, {"limit": 1.5}, {"offset": True}, {"withscores": 1}, {"now": float("inf")}],
+)
 def test_bad_top_arguments_are_refused(conn, kwargs):
     with pytest.raises(InvalidInput):
         Ranking(conn, "seed").top(**kwargs)
@@ -500,8 +511,9 @@ def test_task_counts_a_redelivered_message_once(eager_app, raw_conn):
     incr_ranking.apply(args=("likes", "post:1", 2, T0), task_id="x")
     incr_ranking.apply(args=("likes", "post:1", 2, T0), task_id="x")
     incr_ranking.apply(args=("likes", "post:1", 2, T0 + 1), task_id="y")
-    incr_ranking.apply(kwargs={"board": "daily", "member": "p", "ts": T0, "period_hours": 48, "interval_hours": 24},
-                       task_id="z")
+    incr_ranking.apply(
+        kwargs={"board": "daily", "member": "p", "ts": T0, "period_hours": 48, "interval_hours": 24}, task_id="z"
+    )
     assert Ranking(raw_conn, "likes").top(withscores=True, now=T0 + 1) == [("post:1", 4)]
     assert Ranking(raw_conn, "daily", 48, 24).top(withscores=True, now=T0) == [("p", 1)]
     with pytest.raises(InvalidInput):  # the board is fixed to 48/24

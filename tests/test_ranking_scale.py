@@ -35,7 +35,7 @@ def build_board(conn, name: str, now: float, members: int = MEMBERS) -> Counter:
             totals[member] += amount
         items = list(amounts.items())
         for first in range(0, len(items), 5000):
-            pipe.hset(keys.ranking_slot(name, slot), mapping=dict(items[first:first + 5000]))
+            pipe.hset(keys.ranking_slot(name, slot), mapping=dict(items[first : first + 5000]))
         pipe.expire(keys.ranking_slot(name, slot), 3 * 86400)
         pipe.zadd(keys.ranking_slots(name), {str(slot): slot})
         pipe.execute()
@@ -43,7 +43,7 @@ def build_board(conn, name: str, now: float, members: int = MEMBERS) -> Counter:
     conn.hincrby(seed_slot, "seed", 0)  # already there from the incr
     items = [(member, -total) for member, total in totals.items()]
     for first in range(0, len(items), 5000):
-        conn.zadd(keys.ranking_top(name), dict(items[first:first + 5000]))
+        conn.zadd(keys.ranking_top(name), dict(items[first : first + 5000]))
     return totals
 
 
@@ -111,7 +111,9 @@ def fresh_batch_work(raw_conn, slowlog) -> list:
     raw_conn.slowlog_reset()
     expected = Counter({"warm": 1})
     for batch in range(3):
-        events = [{"board": "fresh", "member": f"/post/{batch}/{n}", "amount": n % 3 + 1, "ts": now} for n in range(2_000)]
+        events = [
+            {"board": "fresh", "member": f"/post/{batch}/{n}", "amount": n % 3 + 1, "ts": now} for n in range(2_000)
+        ]
         ranking_events.incr_events(raw_conn, events, message_id=f"fresh-{batch}")
         expected.update({event["member"]: event["amount"] for event in events})
     assert ranking.Ranking(raw_conn, "fresh").top(0, 50, withscores=True, now=now) == ranked(expected)[:50]
@@ -209,8 +211,8 @@ def test_a_big_expired_slot_is_rotated_one_page_per_call(raw_conn):
     members = [f"p{i}" for i in range(50_000)]
     pipe = raw_conn.pipeline(transaction=False)
     for first in range(0, len(members), 5000):
-        pipe.hset(keys.ranking_slot("viral", slot), mapping=dict.fromkeys(members[first:first + 5000], 2))
-        pipe.zadd(keys.ranking_top("viral"), dict.fromkeys(members[first:first + 5000], -2))
+        pipe.hset(keys.ranking_slot("viral", slot), mapping=dict.fromkeys(members[first : first + 5000], 2))
+        pipe.zadd(keys.ranking_top("viral"), dict.fromkeys(members[first : first + 5000], -2))
     pipe.execute()
     raw_conn.config_resetstat()
     assert board.rotate(now + 25 * 3600) == 1

@@ -63,8 +63,15 @@ def broker(redis_url):
 
 
 def start_app(redis_url: str, max_delay: float, **env: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", APP, str(max_delay)], cwd=REPO, env=celery_env(redis_url, **env),
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", APP, str(max_delay)],
+        cwd=REPO,
+        env=celery_env(redis_url, **env),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def tell(app: subprocess.Popen, line: str) -> str:
@@ -82,8 +89,12 @@ def test_a_visit_after_a_quiet_spell_is_sent_within_max_delay(redis_url, broker)
         time.sleep(1.5)  # the scenario: the site goes quiet for longer than max_delay
         assert tell(app, "1") == "recorded 1"
         sent_at = time.monotonic()
-        wait_until(lambda: broker_visits(broker) == 51, timeout=5, interval=0.01,
-                   what="the visit after the quiet spell (it waited for 500 more before)")
+        wait_until(
+            lambda: broker_visits(broker) == 51,
+            timeout=5,
+            interval=0.01,
+            what="the visit after the quiet spell (it waited for 500 more before)",
+        )
         assert time.monotonic() - sent_at < 0.2 + 0.3
     finally:
         app.kill()
@@ -106,8 +117,15 @@ def test_sigterm_after_a_burst_loses_nothing(redis_url, broker):
 @pytest.mark.processes
 def test_the_web_process_needs_no_secret(redis_url, broker):
     env = {k: v for k, v in celery_env(redis_url).items() if k != "COUNTERS_SECRET"}
-    app = subprocess.Popen([sys.executable, "-c", APP, "0.05"], cwd=REPO, env=env, stdin=subprocess.PIPE,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    app = subprocess.Popen(
+        [sys.executable, "-c", APP, "0.05"],
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert tell(app, "10") == "recorded 10", app.stderr.read() if app.poll() is not None else ""
         assert tell(app, "check-bad") == "refused"  # still validated, without the HMAC
@@ -128,16 +146,26 @@ def test_eager_mode_applies_in_process_without_a_broker(eager_app, raw_conn, mon
     assert recorder.stats()["sent"] == 2 and recorder.stats()["send_errors"] == 0
 
 
-CHAINED_APP = """
+CHAINED_APP = (
+    """
 import signal, sys
 signal.signal(signal.SIGTERM, lambda signum, frame: (print("app handler", flush=True), sys.exit(0)))
-""" + APP
+"""
+    + APP
+)
 
 
 @pytest.mark.processes
 def test_an_apps_own_sigterm_handler_still_runs_after_the_flush(redis_url, broker):
-    app = subprocess.Popen([sys.executable, "-c", CHAINED_APP, "60"], cwd=REPO, env=celery_env(redis_url),
-                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    app = subprocess.Popen(
+        [sys.executable, "-c", CHAINED_APP, "60"],
+        cwd=REPO,
+        env=celery_env(redis_url),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert tell(app, "100") == "recorded 100"
         app.send_signal(signal.SIGTERM)
@@ -171,14 +199,23 @@ def test_a_request_finished_after_sigterm_by_a_draining_server_is_still_sent(red
     visits reach the recorder after the signal; the recorder's own SIGTERM handler flushes then,
     and must not close it (a closed recorder refused those visits: issue 21's routes test lost a
     skip that way under load)."""
-    app = subprocess.run([sys.executable, "-c", DRAINING_APP], cwd=REPO, env=celery_env(redis_url),
-                         capture_output=True, text=True, timeout=60)
+    app = subprocess.run(
+        [sys.executable, "-c", DRAINING_APP],
+        cwd=REPO,
+        env=celery_env(redis_url),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert app.returncode == 0, app.stderr
     assert app.stdout.strip() == "drained"
     sent: dict[str, list] = {}
     for raw in broker.lrange("visits", 0, -1):
         message = json.loads(raw)
         sent.setdefault(message["headers"]["task"], []).extend(json.loads(base64.b64decode(message["body"]))[0][0])
-    assert sorted(visit["path"] for visit in sent["counters_tasks.record_visits"]) == ["/before-the-signal", "/in-flight"]
+    assert sorted(visit["path"] for visit in sent["counters_tasks.record_visits"]) == [
+        "/before-the-signal",
+        "/in-flight",
+    ]
     [skip] = sent["counters_tasks.count_skips"]
     assert skip.pop("ts") <= time.time() and skip == {"route": "middleware", "reason": "crawler", "count": 1}

@@ -47,8 +47,14 @@ def broker_messages(client: redis.Redis) -> list[tuple[str, int]]:
     for raw in client.lrange("visits", 0, -1):
         message = json.loads(raw)
         name = message["headers"]["task"]
-        out.append((name, len(json.loads(__import__("base64").b64decode(message["body"]))[0][0])
-                    if name.endswith(("record_visits", "incr_rankings")) else 1))
+        out.append(
+            (
+                name,
+                len(json.loads(__import__("base64").b64decode(message["body"]))[0][0])
+                if name.endswith(("record_visits", "incr_rankings"))
+                else 1,
+            )
+        )
     return out
 
 
@@ -65,8 +71,14 @@ def broker(redis_url):
 def test_an_app_counting_with_delay_sends_batches_that_a_worker_applies_exactly(redis_url, broker, tmp_path):
     prefix, board, n = f"/buffered-{uuid.uuid4().hex[:8]}", f"buffered{uuid.uuid4().hex[:8]}", 600
     env = celery_env(redis_url, COUNTERS_DELAY_BUFFER="1")
-    app = subprocess.run([sys.executable, "-c", APP, prefix, board, str(n)], cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=60)
+    app = subprocess.run(
+        [sys.executable, "-c", APP, prefix, board, str(n)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert app.returncode == 0, app.stderr
     messages = broker_messages(broker)
     assert {name for name, _ in messages} == {"counters_tasks.record_visits", "counters_tasks.incr_rankings"}
@@ -78,6 +90,7 @@ def test_an_app_counting_with_delay_sends_batches_that_a_worker_applies_exactly(
     conn = make_client(redis_url)
     try:
         expected = {f"{prefix}/{k}": len(range(k, n, 7)) for k in range(7)}
+
         def applied() -> bool:  # the visits' and the rankings' batches are separate messages
             visits_done = sum(sitestats.site_visit_info(conn, None, path).pv for path in expected) == n
             return visits_done and sum(dict(Ranking(conn, board).top(limit=10, withscores=True)).values()) == n
@@ -109,7 +122,6 @@ def test_buffered_delay_validates_at_the_call_and_publishes_a_call_with_options(
     tasks.record_visit.apply_async(("192.0.2.8", "/with-options", None, time.time()), countdown=0, task_id="given-id")
     [raw] = broker.lrange("visits", 0, -1)  # an option given: published at once, as its own message
     assert json.loads(raw)["headers"]["id"] == "given-id"
-
 
 
 def test_buffered_delay_in_eager_mode_is_applied_at_once(redis_url, conn, eager_app, monkeypatch):

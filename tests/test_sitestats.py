@@ -78,8 +78,9 @@ def test_random_stream_matches_exact_model(conn, monkeypatch):
         session = rng.choice(sessions + [None] * 20)
         shown = rng.choice([session, session.upper().replace("-", "")]) if session else None
         suffix = rng.choice(["", "", "?utm=x", "#top", "?a=1#b"])
-        visits.apply_visit(conn, rng.choice(visitors[who]), path + suffix, shown, ts,
-                            message_id=rng.choice([None, f"m{step}"]))
+        visits.apply_visit(
+            conn, rng.choice(visitors[who]), path + suffix, shown, ts, message_id=rng.choice([None, f"m{step}"])
+        )
         model.visit(who, path, ts, session)
         if step % 500 == 0:
             all_days = [None] + sorted({model.day(now - d * 86400) for d in range(8)})
@@ -160,7 +161,12 @@ def test_no_raw_ip_anywhere_in_redis(raw_conn, monkeypatch):
     forms = set()
     for ip in ips:
         address = ipaddress.ip_address(ip.split("%")[0])
-        forms |= {ip, str(address), address.exploded, getattr(address, "ipv4_mapped", None) and str(address.ipv4_mapped)}
+        forms |= {
+            ip,
+            str(address),
+            address.exploded,
+            getattr(address, "ipv4_mapped", None) and str(address.ipv4_mapped),
+        }
     forms = {f.encode() for f in forms if f}
     stored = _everything_stored(raw_conn)
     assert len(stored) > 50
@@ -226,8 +232,13 @@ def test_retention_visitor_sets_expire_after_grace_totals_kept(raw_conn, monkeyp
     shard = keys.site_shard_of(sitestats.visitor_id("192.0.2.1"))
     for key in (keys.site_all_totals(shard), keys.site_all_visitors(shard, "exact")):
         assert raw_conn.ttl(key) == -1  # the site's all-time figures and members are kept
-    use_settings(monkeypatch, COUNTERS_TIMEZONE="America/New_York", COUNTERS_DAY_GRACE_DAYS=5,
-                 COUNTERS_DAY_TOTALS_DAYS=30, COUNTERS_PATH_KEEP_DAYS=0)
+    use_settings(
+        monkeypatch,
+        COUNTERS_TIMEZONE="America/New_York",
+        COUNTERS_DAY_GRACE_DAYS=5,
+        COUNTERS_DAY_TOTALS_DAYS=30,
+        COUNTERS_PATH_KEEP_DAYS=0,
+    )
     sitestats.record_visit(raw_conn, "192.0.2.1", "/s", now)
     # the day was opened by its first write: its visitor sets go when fixed then, whatever came later
     assert expires_at(raw_conn, keys.site_day_visitors(day, "exact")) == end + 2 * 86400
@@ -263,8 +274,9 @@ def test_day_boundaries_follow_local_midnight_with_dst(monkeypatch):
 
 def test_event_a_minute_before_local_midnight_counts_for_its_own_day(conn, monkeypatch):
     """Queued at 23:59 on a 23 or 25 hour day, processed after midnight (now): still that day."""
-    use_settings(monkeypatch, COUNTERS_TIMEZONE="Europe/Berlin", COUNTERS_DAY_GRACE_DAYS=400,
-        COUNTERS_UNIQUES_SHARD_DAYS=400)
+    use_settings(
+        monkeypatch, COUNTERS_TIMEZONE="Europe/Berlin", COUNTERS_DAY_GRACE_DAYS=400, COUNTERS_UNIQUES_SHARD_DAYS=400
+    )
     day = _recent_dst_day("Europe/Berlin")
     ts = days.day_end(day) - 60
     assert datetime.fromtimestamp(ts, ZoneInfo("Europe/Berlin")).strftime("%H:%M") == "23:59"
@@ -283,11 +295,15 @@ def test_hll_mode_within_two_percent_at_100k_visitors(raw_conn, monkeypatch):
     now = time.time()
     today = days.local_day(now)
     n = 100_000
-    views = [sitestats.SiteView(sitestats.visitor_id(str(ipaddress.IPv4Address(0x0A000000 + i))),
-                                "/big" if i % 2 else "/half", today) for i in range(n)]
+    views = [
+        sitestats.SiteView(
+            sitestats.visitor_id(str(ipaddress.IPv4Address(0x0A000000 + i))), "/big" if i % 2 else "/half", today
+        )
+        for i in range(n)
+    ]
     views += views[:5000]  # repeat visits: PV grows, UV does not
     for start in range(0, len(views), 5000):
-        batch = views[start:start + 5000]
+        batch = views[start : start + 5000]
         execute_in_order(raw_conn, lambda pipe, b=batch: sitestats.queue_views(raw_conn, pipe, b, None))
     for day in (None, today):
         got = sitestats.site_visit_info(raw_conn, day)
@@ -353,8 +369,9 @@ def test_bad_input_is_refused_before_any_write(raw_conn, kwargs):
     assert dump_all(raw_conn) == before
 
 
-@pytest.mark.parametrize("day, path", [(datetime(2026, 1, 1), None), ("2026-01-01", None), (None, ""),
-                                       (None, "?q"), (None, 3)])
+@pytest.mark.parametrize(
+    "day, path", [(datetime(2026, 1, 1), None), ("2026-01-01", None), (None, ""), (None, "?q"), (None, 3)]
+)
 def test_bad_queries_are_refused(conn, day, path):
     with pytest.raises(InvalidInput):
         sitestats.site_visit_info(conn, day, path)

@@ -49,7 +49,7 @@ def stream(conn):
     now = time.time()
     visits = random_visits(rng, 1500, now)
     for first in range(0, len(visits), 500):
-        apply_visits(conn, [{"ip": ip, "path": path, "ts": ts} for ip, path, ts in visits[first:first + 500]])
+        apply_visits(conn, [{"ip": ip, "path": path, "ts": ts} for ip, path, ts in visits[first : first + 500]])
     return visits, now
 
 
@@ -62,7 +62,7 @@ def test_site_and_path_ranges_match_the_model(conn, stream):
     for first_i in range(len(days)):
         for last_i in range(first_i, len(days)):
             first, last = days[first_i], days[last_i]
-            span = days[first_i:last_i + 1]
+            span = days[first_i : last_i + 1]
             for where in (None, *PATHS):
                 got = sitestats.site_visit_range(conn, first, last, where)
                 assert got.pv == sum(pv[where, d] for d in span)
@@ -73,8 +73,13 @@ def test_site_and_path_ranges_match_the_model(conn, stream):
                 elif where is not None:  # the union of the path's day sketches (store.page_sketch)
                     small = all(len(uv[where, d]) <= page_sketch.EXACT_IDS for d in span)
                     assert got.uv_approximate is not small
-                    assert abs(got.uv - truth) <= (0 if small else 4 * page_sketch.STANDARD_ERROR * truth), \
-                        (where, first, last, got.uv, truth)
+                    assert abs(got.uv - truth) <= (0 if small else 4 * page_sketch.STANDARD_ERROR * truth), (
+                        where,
+                        first,
+                        last,
+                        got.uv,
+                        truth,
+                    )
                 else:
                     assert got.uv_approximate
                     assert abs(got.uv - truth) <= max(2, 0.03 * truth), (where, first, last, got.uv, truth)
@@ -82,7 +87,6 @@ def test_site_and_path_ranges_match_the_model(conn, stream):
                     if daily_sum - truth > 0.03 * truth + 2:
                         assert got.uv < daily_sum  # a union, not a sum of the days
                         overlap_checked.append(where)
-
 
     assert None in overlap_checked  # the stream has visitors on several days
 
@@ -141,16 +145,19 @@ def test_days_whose_shards_expired_are_reported_missing(conn):
     assert got.visitors == 1 and got.missing_days == [yesterday] and got.days == [(yesterday, 1), (today, 1)]
 
 
-@pytest.mark.parametrize("call", [
-    lambda c, d: sitestats.site_visit_range(c, d, d - timedelta(days=1)),
-    lambda c, d: sitestats.site_visit_range(c, d, "2024-01-01"),
-    lambda c, d: sitestats.site_visit_range(c, d - timedelta(days=500), d),
-    lambda c, d: sitestats.site_visit_range(c, d, d, path=""),
-    lambda c, d: sitestats.top_pages(c, d, d, limit=0),
-    lambda c, d: sitestats.top_pages(c, d, d, limit=True),
-    lambda c, d: uniques.unique_visitors_range(c, d, d - timedelta(days=1)),
-    lambda c, d: uniques.unique_visitors_range(c, None, d),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda c, d: sitestats.site_visit_range(c, d, d - timedelta(days=1)),
+        lambda c, d: sitestats.site_visit_range(c, d, "2024-01-01"),
+        lambda c, d: sitestats.site_visit_range(c, d - timedelta(days=500), d),
+        lambda c, d: sitestats.site_visit_range(c, d, d, path=""),
+        lambda c, d: sitestats.top_pages(c, d, d, limit=0),
+        lambda c, d: sitestats.top_pages(c, d, d, limit=True),
+        lambda c, d: uniques.unique_visitors_range(c, d, d - timedelta(days=1)),
+        lambda c, d: uniques.unique_visitors_range(c, None, d),
+    ],
+)
 def test_bad_ranges_raise_before_anything(conn, call):
     before = dump_all(conn)
     with pytest.raises(InvalidInput):

@@ -39,16 +39,39 @@ def test_session_number_forms():
     assert uniques.session_number(u) == n
     assert uniques.session_number(u.lower().replace("-", "")) == n
     assert uniques.session_number("0123abcdef45678") == n  # 15 hex digits are enough
-    for bad in ["", "0123abcdef4567", "zz23abcdef456789", "{0123abcd-ef45-6789-0123-456789abcdef}", "-" * 20,
-                "0123abcdef45678 ", None, 5, b"0123abcdef456789"]:
+    for bad in [
+        "",
+        "0123abcdef4567",
+        "zz23abcdef456789",
+        "{0123abcd-ef45-6789-0123-456789abcdef}",
+        "-" * 20,
+        "0123abcdef45678 ",
+        None,
+        5,
+        b"0123abcdef456789",
+    ]:
         with pytest.raises(InvalidInput):
             uniques.session_number(bad)
 
 
-@pytest.mark.parametrize("previous, expected", [
-    (None, 1_000_000), (0, 1_000_000), (1, 2), (2, 4), (3, 8), (10, 16), (85, 128), (86, 256), (341, 512),
-    (342, 1024), (1365, 2048), (1366, 4096), (1_000_000, 2_097_152),
-])
+@pytest.mark.parametrize(
+    "previous, expected",
+    [
+        (None, 1_000_000),
+        (0, 1_000_000),
+        (1, 2),
+        (2, 4),
+        (3, 8),
+        (10, 16),
+        (85, 128),
+        (86, 256),
+        (341, 512),
+        (342, 1024),
+        (1365, 2048),
+        (1366, 4096),
+        (1_000_000, 2_097_152),
+    ],
+)
 def test_expected_from_count(previous, expected):
     assert uniques.expected_from_count(previous) == expected
 
@@ -224,8 +247,10 @@ def test_precompute_due_fixes_tomorrow_only_from_local_23h(raw_conn, monkeypatch
     assert raw_conn.get(keys.uniques_expected(day + timedelta(days=1))) is None
     uniques.count_visit(raw_conn, str(uuid.uuid4()), at)
     at = datetime(day.year, day.month, day.day, 23, 10, tzinfo=zone).timestamp()
-    assert uniques.precompute_due(raw_conn, at) == {day.isoformat(): 1_000_000,
-                                                   (day + timedelta(days=1)).isoformat(): 2}
+    assert uniques.precompute_due(raw_conn, at) == {
+        day.isoformat(): 1_000_000,
+        (day + timedelta(days=1)).isoformat(): 2,
+    }
 
 
 @pytest.mark.parametrize("day", [None, "2026-01-01", datetime(2026, 1, 1), 20260101, date.max, date.min])
@@ -236,10 +261,20 @@ def test_bad_days_are_refused(conn, day):
         uniques.precompute_expected(conn, day)
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"session_id": "not-a-uuid"}, {"session_id": ""}, {"session_id": None}, {"session_id": 12},
-    {"session_id": "abc"}, {"now": -5}, {"now": float("inf")}, {"now": "x"}, {"message_id": ""},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"session_id": "not-a-uuid"},
+        {"session_id": ""},
+        {"session_id": None},
+        {"session_id": 12},
+        {"session_id": "abc"},
+        {"now": -5},
+        {"now": float("inf")},
+        {"now": "x"},
+        {"message_id": ""},
+    ],
+)
 def test_bad_input_is_refused_before_any_write(raw_conn, kwargs):
     uniques.count_visit(raw_conn, str(uuid.uuid4()), time.time())
     before = dump_all(raw_conn)
@@ -264,14 +299,16 @@ def test_a_key_changed_by_hand_fails_the_call_before_any_write(raw_conn, clobber
     rng = random.Random(7)
     first = [rng.getrandbits(60) for _ in range(600)]  # the shard (512) and level 1
     for start in range(0, 600, 120):
-        uniques.apply_ids(raw_conn, day, first[start:start + 120], f"fill{start}")
+        uniques.apply_ids(raw_conn, day, first[start : start + 120], f"fill{start}")
     more = [rng.getrandbits(60) for _ in range(120)]
     base = keys.uniques_shard(day, 0)
-    target = {"shard": base,
-              "level set": keys.uniques_level_set(base, 1, int(hashlib.sha1(str(more[0]).encode()).hexdigest()[:7], 16) % 16),
-              "levels": keys.uniques_levels(day),
-              "count": keys.uniques_count(day),
-              "marker": keys.uniques_seen(day, "m1")}[clobbered]
+    target = {
+        "shard": base,
+        "level set": keys.uniques_level_set(base, 1, int(hashlib.sha1(str(more[0]).encode()).hexdigest()[:7], 16) % 16),
+        "levels": keys.uniques_levels(day),
+        "count": keys.uniques_count(day),
+        "marker": keys.uniques_seen(day, "m1"),
+    }[clobbered]
     saved = raw_conn.dump(target) if raw_conn.exists(target) else None
     raw_conn.delete(target)
     raw_conn.lpush(target, "x")  # a LIST where the script wants another type

@@ -44,8 +44,11 @@ def test_record_visit_is_one_round_trip(raw_conn, monkeypatch):
     now = time.time()
     visits.apply_visit(raw_conn, "192.0.2.1", "/warm", str(uuid.uuid4()), now)
     calls = []
-    for cls, name in ((redis.Redis, "execute_command"), (redis.client.Pipeline, "execute"),
-                      (redis.client.Pipeline, "immediate_execute_command")):
+    for cls, name in (
+        (redis.Redis, "execute_command"),
+        (redis.client.Pipeline, "execute"),
+        (redis.client.Pipeline, "immediate_execute_command"),
+    ):
         real = getattr(cls, name)
 
         def spy(self, *args, _real=real, _name=name, **kwargs):
@@ -70,9 +73,18 @@ def test_scripts_missing_on_the_server_are_sent_again_once(raw_conn):
 
 
 BAD = [
-    {"ip": "300.1.1.1"}, {"ip": None}, {"path": ""}, {"path": 7}, {"path": "?q=1"},
-    {"session_id": "nope"}, {"session_id": 5}, {"session_id": ""}, {"ts": -1}, {"ts": "soon"},
-    {"ts": float("nan")}, {"ts": 253402300799},
+    {"ip": "300.1.1.1"},
+    {"ip": None},
+    {"path": ""},
+    {"path": 7},
+    {"path": "?q=1"},
+    {"session_id": "nope"},
+    {"session_id": 5},
+    {"session_id": ""},
+    {"ts": -1},
+    {"ts": "soon"},
+    {"ts": float("nan")},
+    {"ts": 253402300799},
 ]
 
 
@@ -87,6 +99,7 @@ def test_bad_visit_refused_before_any_write(raw_conn, kwargs):
 
 
 # --- Celery tasks, eager ----------------------------------------------------------------------
+
 
 def test_record_visit_task_applies_once_per_message(eager_app, raw_conn):
     from counters_tasks.tasks import record_visit
@@ -118,11 +131,17 @@ def test_count_unique_task_applies_once_per_message(eager_app, raw_conn):
     assert uniques.unique_visitors(raw_conn, days.local_day(time.time())) >= 1
 
 
-@pytest.mark.parametrize("task_name, args", [
-    ("record_visit", ("not-an-ip", "/")), ("record_visit", ("192.0.2.1", "")),
-    ("record_visit", ("192.0.2.1", "/", "bad-session")), ("record_visit", ("192.0.2.1", "/", None, "ts")),
-    ("count_unique", ("bad",)), ("count_unique", (str(uuid.uuid4()), -3)),
-])
+@pytest.mark.parametrize(
+    "task_name, args",
+    [
+        ("record_visit", ("not-an-ip", "/")),
+        ("record_visit", ("192.0.2.1", "")),
+        ("record_visit", ("192.0.2.1", "/", "bad-session")),
+        ("record_visit", ("192.0.2.1", "/", None, "ts")),
+        ("count_unique", ("bad",)),
+        ("count_unique", (str(uuid.uuid4()), -3)),
+    ],
+)
 def test_tasks_refuse_bad_input_without_writing(eager_app, raw_conn, task_name, args):
     from counters_tasks import tasks
 
@@ -161,5 +180,6 @@ def test_beat_entry_and_route(eager_app):
     assert 0 < entry["options"]["expires"] < 3600  # before the next hourly run
     assert entry["schedule"].hour == set(range(24)) and entry["schedule"].minute == {0}
     assert eager_app.conf.task_routes["counters_tasks.precompute_expected"] == {"queue": "maintenance"}
-    assert {"counters_tasks.record_visit", "counters_tasks.count_unique",
-            "counters_tasks.precompute_expected"} <= set(eager_app.tasks)
+    assert {"counters_tasks.record_visit", "counters_tasks.count_unique", "counters_tasks.precompute_expected"} <= set(
+        eager_app.tasks
+    )

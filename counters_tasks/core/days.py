@@ -17,8 +17,17 @@ from ..errors import InvalidInput
 from .settings import get_settings
 from .validation import check_day
 
-__all__ = ["DAY", "check_day", "day_end", "day_start", "days_between", "kept_from_now", "kept_until", "local_day",
-           "today"]
+__all__ = [
+    "DAY",
+    "check_day",
+    "day_end",
+    "day_start",
+    "days_between",
+    "kept_from_now",
+    "kept_until",
+    "local_day",
+    "today",
+]
 
 DAY = 86400
 

@@ -101,7 +101,7 @@ class Kind:
             if name not in self.fields or name in bound:
                 raise TypeError(f"unexpected or repeated argument {name!r} ({self.signature})")
             bound[name] = value
-        missing = [name for name in self.fields[:self.required] if name not in bound]
+        missing = [name for name in self.fields[: self.required] if name not in bound]
         if missing:
             raise TypeError(f"missing {', '.join(missing)} ({self.signature})")
         return bound
@@ -114,7 +114,7 @@ class Kind:
         unknown = set(item) - set(self.fields)
         if unknown:
             raise MalformedMessage(f"unknown keys: {', '.join(sorted(map(str, unknown)))[:200]}")
-        missing = [name for name in self.fields[:self.required] if name not in item]
+        missing = [name for name in self.fields[: self.required] if name not in item]
         if missing:
             raise MalformedMessage(f"needs {' and '.join(missing)}")
         return item

@@ -53,17 +53,53 @@ STATUSES = range(200, 400)
 """Statuses of a page view (rule 3): 2xx, and 3xx (a redirect, a 304 revalidation)."""
 
 SKIP_PREFIXES: tuple[str, ...] = (
-    "/static/", "/media/", "/assets/", "/favicon.ico", "/robots.txt", "/sitemap.xml", "/apple-touch-icon",
+    "/static/",
+    "/media/",
+    "/assets/",
+    "/favicon.ico",
+    "/robots.txt",
+    "/sitemap.xml",
+    "/apple-touch-icon",
     "/.well-known/",
 )
 """Path prefixes that are never page views (static files, crawler and browser probes)."""
 
 SKIP_EXTENSIONS: tuple[str, ...] = (
-    ".css", ".js", ".mjs", ".map",  # styles, scripts, source maps
-    ".png", ".jpg", ".jpeg", ".gif", ".svg", ".ico", ".webp", ".avif", ".bmp", ".tif", ".tiff",  # images
-    ".woff", ".woff2", ".ttf", ".otf", ".eot",  # fonts
-    ".mp4", ".webm", ".mp3", ".m4a", ".ogg", ".oga", ".ogv", ".wav", ".flac",  # media
-    ".zip", ".gz", ".txt", ".xml", ".json", ".webmanifest",  # archives, robots.txt, feeds, manifests
+    ".css",
+    ".js",
+    ".mjs",
+    ".map",  # styles, scripts, source maps
+    ".png",
+    ".jpg",
+    ".jpeg",
+    ".gif",
+    ".svg",
+    ".ico",
+    ".webp",
+    ".avif",
+    ".bmp",
+    ".tif",
+    ".tiff",  # images
+    ".woff",
+    ".woff2",
+    ".ttf",
+    ".otf",
+    ".eot",  # fonts
+    ".mp4",
+    ".webm",
+    ".mp3",
+    ".m4a",
+    ".ogg",
+    ".oga",
+    ".ogv",
+    ".wav",
+    ".flac",  # media
+    ".zip",
+    ".gz",
+    ".txt",
+    ".xml",
+    ".json",
+    ".webmanifest",  # archives, robots.txt, feeds, manifests
 )
 """Path endings (any case) of static files, whatever folder they are served from."""
 
@@ -114,8 +150,16 @@ class PageViewRule:
             return True
         return bool(self.skip_extensions) and path.lower().endswith(self.skip_extensions)  # type: ignore[arg-type]
 
-    def skip_reason(self, method: str, path: str, status: int | None, *, content_type: str | None = None,
-                    request_headers: Mapping[str, str] | None = None, user_agent: str | None = None) -> str | None:
+    def skip_reason(
+        self,
+        method: str,
+        path: str,
+        status: int | None,
+        *,
+        content_type: str | None = None,
+        request_headers: Mapping[str, str] | None = None,
+        user_agent: str | None = None,
+    ) -> str | None:
         """None for a page view, else why not (``REASONS``). ``content_type``: the answer's, None
         when it has none; ``request_headers`` (lower-case names): None when not known (a log);
         ``user_agent``: None when not known (a log in the common format)."""
@@ -173,5 +217,4 @@ def _list_patterns() -> tuple[re.Pattern[str], ...]:
     is slower to match than a few of a hundred). Loaded on first use, not at import."""
     listed = json.loads(resources.files("crawleruseragents").joinpath(CRAWLER_LIST).read_text("utf-8"))
     patterns = [entry["pattern"] for entry in listed]
-    return tuple(re.compile("|".join(patterns[first:first + 100])) for first in range(0, len(patterns), 100))
-
+    return tuple(re.compile("|".join(patterns[first : first + 100])) for first in range(0, len(patterns), 100))

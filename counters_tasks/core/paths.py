@@ -109,8 +109,9 @@ def encode_decoded_path(path: str) -> str:
     decoded to ``/`` cannot be told from a ``/``: use the raw target where the server gives it.)"""
     if not _NEEDS_ESCAPE_AGAIN.search(path):
         return path
-    return _NEEDS_ESCAPE_AGAIN.sub(lambda m: "".join(f"%{b:02X}" for b in m.group(0).encode("utf-8", "surrogatepass")),
-                                   path)
+    return _NEEDS_ESCAPE_AGAIN.sub(
+        lambda m: "".join(f"%{b:02X}" for b in m.group(0).encode("utf-8", "surrogatepass")), path
+    )
 
 
 _NEEDS_ESCAPE_AGAIN = re.compile(r"[%?#\x00-\x1f\x7f-\x9f]")

@@ -80,8 +80,11 @@ def masked(value: Any, depth: int = 0, *, whole: bool = False) -> Any:
     if isinstance(value, dict):
         entries = list(value.items())
         first = entries if whole else entries[:ITEMS_SHOWN]
-        out = {masked(k, depth + 1, whole=whole): masked(v, depth + 1, whole=whole) for k, v in first
-               if whole or isinstance(k, (str, int, float, bool, type(None)))}
+        out = {
+            masked(k, depth + 1, whole=whole): masked(v, depth + 1, whole=whole)
+            for k, v in first
+            if whole or isinstance(k, (str, int, float, bool, type(None)))
+        }
         if len(entries) > len(first):
             out[_Shown("...")] = _Shown(f"<{len(entries) - len(first)} more>")
         return out
@@ -100,6 +103,7 @@ def masked_text(text: str) -> str:
     """``text`` (an error message...) with every IP address written in it masked: IPv6 words
     first (an IPv4-mapped one holds an IPv4 address), then IPv4 ones; a word that ends a
     sentence or a ``host:`` is read without its last dots and colons."""
+
     def one(match: re.Match[str]) -> str:
         word = match.group()
         hidden = masked_ip(word)
@@ -107,13 +111,13 @@ def masked_text(text: str) -> str:
             return hidden
         bare = word.rstrip(".:")
         hidden = masked_ip(bare)
-        return word if hidden is None else hidden + word[len(bare):]
+        return word if hidden is None else hidden + word[len(bare) :]
 
     return _IPV4_IN_TEXT.sub(one, _IPV6_IN_TEXT.sub(one, text))
 
 
 def cut(text: str) -> str:
-    return text if len(text) <= MAX_REPR else text[:MAX_REPR - 3] + "..."
+    return text if len(text) <= MAX_REPR else text[: MAX_REPR - 3] + "..."
 
 
 def masked_reprs(args: Any, kwargs: Any) -> tuple[str, str]:

@@ -200,8 +200,9 @@ def redis_py_url(url: str) -> str:
     parts = urlsplit(url)
     if parts.scheme != SOCKET_BROKER_SCHEME:
         return url
-    query = [("db" if k == "virtual_host" else k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)
-             if k != "db"]
+    query = [
+        ("db" if k == "virtual_host" else k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "db"
+    ]
     return _socket_url("unix", parts.netloc, parts.path, query)
 
 
@@ -239,8 +240,11 @@ def redact_url(url: str) -> str:
 
 def _redacted_parameter(pair: str) -> str:
     name, eq, _ = pair.partition("=")
-    return f"{name}={REDACTED}" if eq and any(word in unquote(name).lower() for word in ("pass", "secret", "token")) \
+    return (
+        f"{name}={REDACTED}"
+        if eq and any(word in unquote(name).lower() for word in ("pass", "secret", "token"))
         else pair
+    )
 
 
 def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
@@ -342,7 +346,9 @@ def _zone(name: str, raw: object) -> str:
 def _host(name: str, raw: object) -> str:
     host = raw.strip().lower().rstrip(".") if isinstance(raw, str) else ""
     if not re.fullmatch(r"[a-z0-9.-]{1,253}(:[0-9]{1,5})?|\[[0-9a-f:.]+\](:[0-9]{1,5})?", host):
-        raise ConfigurationError(f"{name}: {raw!r} is not a host name (letters, digits, dots, dashes, an optional port)")
+        raise ConfigurationError(
+            f"{name}: {raw!r} is not a host name (letters, digits, dots, dashes, an optional port)"
+        )
     return host
 
 
@@ -395,12 +401,16 @@ def _broker_url(env: Mapping[str, str], redis_url: str) -> str:
     url = kombu_url(env.get("CELERY_BROKER_URL") or url_with_db(redis_url, 1))
     parts = urlsplit(url)
     if parts.scheme.startswith("redis+") and parts.scheme != SOCKET_BROKER_SCHEME:
-        raise ConfigurationError(f"CELERY_BROKER_URL: kombu reads {parts.scheme}:// as a Redis at localhost:6379 "
-                                 f"(of its forms only redis+socket:// names a server; Sentinel is sentinel://), "
-                                 f"got {redact_url(url)!r}")
+        raise ConfigurationError(
+            f"CELERY_BROKER_URL: kombu reads {parts.scheme}:// as a Redis at localhost:6379 "
+            f"(of its forms only redis+socket:// names a server; Sentinel is sentinel://), "
+            f"got {redact_url(url)!r}"
+        )
     if parts.scheme == SOCKET_BROKER_SCHEME and "db" in dict(parse_qsl(parts.query)):
-        raise ConfigurationError(f"CELERY_BROKER_URL: a redis+socket:// broker's database is ?virtual_host=N "
-                                 f"(kombu ignores db= there and would use database 0), got {redact_url(url)!r}")
+        raise ConfigurationError(
+            f"CELERY_BROKER_URL: a redis+socket:// broker's database is ?virtual_host=N "
+            f"(kombu ignores db= there and would use database 0), got {redact_url(url)!r}"
+        )
     return url
 
 
@@ -409,11 +419,15 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
     redis_url = env.get("COUNTERS_REDIS_URL") or DEFAULT_REDIS_URL
     if urlsplit(redis_url).scheme not in REDIS_SCHEMES:
-        raise ConfigurationError(f"COUNTERS_REDIS_URL must be redis://, rediss:// or unix://, got {redact_url(redis_url)!r}")
+        raise ConfigurationError(
+            f"COUNTERS_REDIS_URL must be redis://, rediss:// or unix://, got {redact_url(redis_url)!r}"
+        )
     cluster = _flag(env, "COUNTERS_REDIS_CLUSTER")
     prefix = env.get("COUNTERS_KEY_PREFIX", "ct:")
     if re.search(r"[{}\s\x00-\x1f\x7f]", prefix) or len(prefix) > 64:
-        raise ConfigurationError("COUNTERS_KEY_PREFIX must be at most 64 characters without braces, spaces or control characters")
+        raise ConfigurationError(
+            "COUNTERS_KEY_PREFIX must be at most 64 characters without braces, spaces or control characters"
+        )
     timezone = env.get("COUNTERS_TIMEZONE") or "UTC"
     try:
         ZoneInfo(timezone)

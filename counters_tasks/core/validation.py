@@ -76,8 +76,10 @@ def check_event_time(value: Any, what: str = "ts") -> float | int:
     if value is not None:
         ahead = checked - time.time()
         if ahead > get_settings().future_tolerance:
-            raise FutureEvent(f"{what} is {ahead:.0f} s ahead of this worker's clock "
-                              f"(more than COUNTERS_FUTURE_TOLERANCE, {get_settings().future_tolerance} s)")
+            raise FutureEvent(
+                f"{what} is {ahead:.0f} s ahead of this worker's clock "
+                f"(more than COUNTERS_FUTURE_TOLERANCE, {get_settings().future_tolerance} s)"
+            )
     return checked
 
 
@@ -150,8 +152,9 @@ def page_name(text: str) -> str:
     COUNTERS_PATH_CASE: the name a route gives a page before deciding anything on it (``""``
     when nothing is left). ``check_path`` is this with the input checks."""
     settings = get_settings()
-    return canonical_path(text, strip_trailing_slash=settings.path_trailing_slash == "strip",
-                          lower_case=settings.path_case == "lower")
+    return canonical_path(
+        text, strip_trailing_slash=settings.path_trailing_slash == "strip", lower_case=settings.path_case == "lower"
+    )
 
 
 def check_session_id(value: Any) -> str:
@@ -176,8 +179,9 @@ MAX_RANGE_DAYS = 400
 """Longest range of days a query accepts (per-day totals are kept about this long)."""
 
 
-def check_day_range(start: Any, end: Any, max_days: int = MAX_RANGE_DAYS,
-                    names: tuple[str, str] = ("start", "end")) -> tuple[date, date]:
+def check_day_range(
+    start: Any, end: Any, max_days: int = MAX_RANGE_DAYS, names: tuple[str, str] = ("start", "end")
+) -> tuple[date, date]:
     """Two days, ``start <= end``, covering at most ``max_days`` days (``names``: how errors call them)."""
     check_day(start, names[0])
     check_day(end, names[1])

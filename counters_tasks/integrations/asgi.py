@@ -38,9 +38,14 @@ def request_info(scope: Scope) -> RequestInfo:
     raw_path = scope.get("raw_path")  # the target as sent (uvicorn, hypercorn, daphne); optional in ASGI
     path = request_path(raw_path if isinstance(raw_path, bytes) else None, scope.get("path") or "/")
     query = scope.get("query_string")
-    return RequestInfo(method=scope.get("method", "GET"), path=path,
-                       remote_addr=client[0] if client else None, headers=headers, raw=scope,
-                       query=query.decode("latin-1") if isinstance(query, bytes) else "")
+    return RequestInfo(
+        method=scope.get("method", "GET"),
+        path=path,
+        remote_addr=client[0] if client else None,
+        headers=headers,
+        raw=scope,
+        query=query.decode("latin-1") if isinstance(query, bytes) else "",
+    )
 
 
 class CountersASGIMiddleware:

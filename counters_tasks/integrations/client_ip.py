@@ -16,8 +16,9 @@ from ..core.validation import check_ip
 from ..errors import InvalidInput
 
 
-def client_ip(remote_addr: str | None, headers: Mapping[str, str], trusted_proxies: int = 0,
-              proxy_header: str = "x-forwarded-for") -> str | None:
+def client_ip(
+    remote_addr: str | None, headers: Mapping[str, str], trusted_proxies: int = 0, proxy_header: str = "x-forwarded-for"
+) -> str | None:
     """The client's address: the socket peer, or the one ``trusted_proxies`` hops from the right of
     the proxy header's list (the socket peer being the last hop).
 

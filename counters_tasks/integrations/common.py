@@ -94,11 +94,27 @@ class Recorder(Protocol):
     ``site=`` is passed only for a site other than the default one, ``referrer=`` and ``utm=`` only
     for a view that has them."""
 
-    def record(self, ip: str, path: str, session_id: str | None = None, ts: float | None = None,
-               site: str | None = None, referrer: str | None = None, utm: dict[str, str] | None = None) -> None: ...
+    def record(
+        self,
+        ip: str,
+        path: str,
+        session_id: str | None = None,
+        ts: float | None = None,
+        site: str | None = None,
+        referrer: str | None = None,
+        utm: dict[str, str] | None = None,
+    ) -> None: ...
 
-    def incr_ranking(self, board: str, member: str, amount: int = 1, ts: float | None = None,
-                     period_hours: int = 24, interval_hours: int = 1, site: str | None = None) -> None: ...
+    def incr_ranking(
+        self,
+        board: str,
+        member: str,
+        amount: int = 1,
+        ts: float | None = None,
+        period_hours: int = 24,
+        interval_hours: int = 1,
+        site: str | None = None,
+    ) -> None: ...
 
 
 def new_session_id() -> str:
@@ -148,8 +164,11 @@ class Options:
     site: Callable[[RequestInfo], str | None] | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.trusted_proxies, bool) or not isinstance(self.trusted_proxies, int) \
-                or self.trusted_proxies < 0:
+        if (
+            isinstance(self.trusted_proxies, bool)
+            or not isinstance(self.trusted_proxies, int)
+            or self.trusted_proxies < 0
+        ):
             raise ValueError("trusted_proxies must be an int >= 0")
         if self.proxy_header.lower() not in ("x-forwarded-for", "forwarded"):
             raise ValueError("proxy_header must be 'X-Forwarded-For' or 'Forwarded'")
@@ -177,8 +196,9 @@ class RequestCounters:
         self.skipped = False
         self.bumps: list[tuple[str, str, int, float, int, int]] = []
 
-    def bump(self, board: str, member: str, amount: int = 1, *, period_hours: int = 24,
-             interval_hours: int = 1) -> None:
+    def bump(
+        self, board: str, member: str, amount: int = 1, *, period_hours: int = 24, interval_hours: int = 1
+    ) -> None:
         """Add ``amount`` to ``member`` on ranking ``board`` (as ``VisitRecorder.incr_ranking``),
         timed now, sent after the response. Bad input is logged and counted then, never raised
         into the view (a member often comes from the request)."""
@@ -228,8 +248,11 @@ class Stats:
 
     def as_dict(self) -> dict[str, int]:
         with self._lock:
-            return {f.name: getattr(self, f.name) for f in fields(self)
-                    if not f.name.startswith("_") and f.name != "skipped_by"}
+            return {
+                f.name: getattr(self, f.name)
+                for f in fields(self)
+                if not f.name.startswith("_") and f.name != "skipped_by"
+            }
 
 
 @dataclass
@@ -259,8 +282,14 @@ class Counting:
         self.options = options if options is not None else Options(**kwargs)
         self.stats = Stats()
         options = self.options
-        self.rule = pageviews.PageViewRule(options.methods, options.skip_prefixes, options.skip_extensions,
-                                           options.statuses, options.content_types, options.skip_crawlers)
+        self.rule = pageviews.PageViewRule(
+            options.methods,
+            options.skip_prefixes,
+            options.skip_extensions,
+            options.statuses,
+            options.content_types,
+            options.skip_crawlers,
+        )
         """The page view rule (``core.pageviews``) with this middleware's parameters."""
         self._recorder: Recorder | None = None
         self._recorder_lock = threading.Lock()
@@ -309,8 +338,14 @@ class Counting:
     def skip_reason(self, info: RequestInfo, status: int, headers: Iterable[tuple[str, str]]) -> str | None:
         """None when the page view rule counts this answer, else its reason (``core.pageviews``)."""
         content_type = next((value for name, value in headers if name.lower() == "content-type"), None)
-        return self.rule.skip_reason(info.method, info.path, status, content_type=content_type,
-                                     request_headers=info.headers, user_agent=info.headers.get("user-agent", ""))
+        return self.rule.skip_reason(
+            info.method,
+            info.path,
+            status,
+            content_type=content_type,
+            request_headers=info.headers,
+            user_agent=info.headers.get("user-agent", ""),
+        )
 
     def default_should_count(self, info: RequestInfo, status: int, headers: Iterable[tuple[str, str]]) -> bool:
         """The page view rule with this middleware's parameters (``core.pageviews``)."""
@@ -322,8 +357,13 @@ class Counting:
 
     def set_cookie_header(self, session_id: str) -> str:
         """The Set-Cookie value that gives the browser ``session_id`` (HttpOnly, SameSite=Lax)."""
-        parts = [f"{self.options.cookie_name}={session_id}", f"Path={self.options.cookie_path}",
-                 f"Max-Age={self.options.cookie_max_age}", "HttpOnly", "SameSite=Lax"]
+        parts = [
+            f"{self.options.cookie_name}={session_id}",
+            f"Path={self.options.cookie_path}",
+            f"Max-Age={self.options.cookie_max_age}",
+            "HttpOnly",
+            "SameSite=Lax",
+        ]
         if self.options.cookie_domain:
             parts.append(f"Domain={self.options.cookie_domain}")
         if self.options.cookie_secure:
@@ -406,8 +446,18 @@ class Counting:
             return  # no site: its bumps are no site's either
         site = {"site": visit.site} if visit.site else {}  # a stand-in recorder of a one-site app need not take it
         for board, member, amount, ts, period_hours, interval_hours in visit.counters.bumps:
-            self._hand_over("ranking bump", ("bumps", "bumps_refused"), "incr_ranking", board, member, amount, ts=ts,
-                            period_hours=period_hours, interval_hours=interval_hours, **site)
+            self._hand_over(
+                "ranking bump",
+                ("bumps", "bumps_refused"),
+                "incr_ranking",
+                board,
+                member,
+                amount,
+                ts=ts,
+                period_hours=period_hours,
+                interval_hours=interval_hours,
+                **site,
+            )
 
     def skipped(self, visit: InFlight) -> None:
         """Count a request that is not a page view, by its reason: here (``stats``) and, through
@@ -431,8 +481,16 @@ class Counting:
             return
         extra: dict[str, Any] = {"site": visit.site} if visit.site else {}  # what a one-site stand-in need not take
         extra.update(self.source_of(visit))
-        self._hand_over("visit", ("counted", "refused"), "record", ip, visit.info.path,
-                        session_id=visit.counters.session_id, ts=visit.ts, **extra)
+        self._hand_over(
+            "visit",
+            ("counted", "refused"),
+            "record",
+            ip,
+            visit.info.path,
+            session_id=visit.counters.session_id,
+            ts=visit.ts,
+            **extra,
+        )
 
     def source_of(self, visit: InFlight) -> dict[str, Any]:
         """The view's source as the recorder takes it (``core.sources``): ``referrer``, reduced to

@@ -30,14 +30,22 @@ def request_info(request: Any) -> RequestInfo:
     scope = getattr(request, "scope", None)  # under ASGI
     if raw_bytes is None and isinstance(scope, dict) and isinstance(scope.get("raw_path"), bytes):
         raw_bytes = scope["raw_path"]
-    return RequestInfo(method=request.method or "GET", path=request_path(raw_bytes, request.path or "/"),
-                       remote_addr=request.META.get("REMOTE_ADDR") or None, headers=_headers(request.META),
-                       raw=request, query=request.META.get("QUERY_STRING") or "")
+    return RequestInfo(
+        method=request.method or "GET",
+        path=request_path(raw_bytes, request.path or "/"),
+        remote_addr=request.META.get("REMOTE_ADDR") or None,
+        headers=_headers(request.META),
+        raw=request,
+        query=request.META.get("QUERY_STRING") or "",
+    )
 
 
 def _headers(meta: Mapping[str, Any]) -> dict[str, str]:
-    return {key[5:].replace("_", "-").lower(): value for key, value in meta.items()
-            if key.startswith("HTTP_") and isinstance(value, str)}
+    return {
+        key[5:].replace("_", "-").lower(): value
+        for key, value in meta.items()
+        if key.startswith("HTTP_") and isinstance(value, str)
+    }
 
 
 DOTTED = ("recorder", "session_id", "should_count")
@@ -48,8 +56,10 @@ def options_from_settings(settings: Mapping[str, Any]) -> Options:
     """``common.Options`` from the ``COUNTERS_MIDDLEWARE`` dict, dotted paths imported."""
     from django.utils.module_loading import import_string
 
-    resolved = {key: import_string(value) if key in DOTTED and isinstance(value, str) else value
-                for key, value in settings.items()}
+    resolved = {
+        key: import_string(value) if key in DOTTED and isinstance(value, str) else value
+        for key, value in settings.items()
+    }
     return Options.from_mapping(resolved)
 
 
@@ -84,8 +94,15 @@ class CountersMiddleware:
         if options.cookie_name in response.cookies:  # the app set it itself
             headers.append(("Set-Cookie", f"{options.cookie_name}={response.cookies[options.cookie_name].value}"))
         if self.counting.response(visit, response.status_code, headers) is not None:
-            response.set_cookie(options.cookie_name, visit.new_cookie, max_age=options.cookie_max_age,
-                                path=options.cookie_path, domain=options.cookie_domain, secure=options.cookie_secure,
-                                httponly=True, samesite="Lax")
+            response.set_cookie(
+                options.cookie_name,
+                visit.new_cookie,
+                max_age=options.cookie_max_age,
+                path=options.cookie_path,
+                domain=options.cookie_domain,
+                secure=options.cookie_secure,
+                httponly=True,
+                samesite="Lax",
+            )
         self.counting.finish(visit)
         return response

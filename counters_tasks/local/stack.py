@@ -89,7 +89,9 @@ class Stack:
         if not self.settings.redis_url_given:
             self.redis = RedisServer(self.home / "redis", port=self.redis_port(), appendonly=True).start()
             self.env["COUNTERS_REDIS_URL"] = self.redis.url
-            self.log(f"redis    private {Path(self.redis.command()[0]).name} at {self.redis.url} (data in {self.redis.data_dir})")
+            self.log(
+                f"redis    private {Path(self.redis.command()[0]).name} at {self.redis.url} (data in {self.redis.data_dir})"
+            )
         else:
             self.log(f"redis    using COUNTERS_REDIS_URL={redact_url(self.env['COUNTERS_REDIS_URL'])}")
         if not self.settings.secret:
@@ -105,20 +107,46 @@ class Stack:
         self.write_env_file()
         self.choose_config()
         self.started_at = time.time()
-        self._spawn("worker", ["worker", "-Q", "visits,maintenance", "-c", str(self.concurrency), "-n", "counters@%h",
-                               "--loglevel", "INFO"])
-        self._spawn("beat", ["beat", "--loglevel", "INFO", "-s", str(self.home / "celerybeat-schedule"),
-                             "--pidfile", str(self.home / "beat.pid")])
+        self._spawn(
+            "worker",
+            [
+                "worker",
+                "-Q",
+                "visits,maintenance",
+                "-c",
+                str(self.concurrency),
+                "-n",
+                "counters@%h",
+                "--loglevel",
+                "INFO",
+            ],
+        )
+        self._spawn(
+            "beat",
+            [
+                "beat",
+                "--loglevel",
+                "INFO",
+                "-s",
+                str(self.home / "celerybeat-schedule"),
+                "--pidfile",
+                str(self.home / "beat.pid"),
+            ],
+        )
         if self.flower:
             if importlib.util.find_spec("flower") is None:
                 raise RuntimeError("Flower is not installed: pip install 'counters-tasks[flower]' (or run --no-flower)")
             auth = self.settings.flower_auth or _read_or_create(
-                self.home / "flower-auth", lambda: "admin:" + secrets.token_urlsafe(12))
+                self.home / "flower-auth", lambda: "admin:" + secrets.token_urlsafe(12)
+            )
             port = self.settings.flower_port
             # the password in Flower's environment, which only this user can read, not on its command
             # line, which any user of the machine sees in ps (Flower reads FLOWER_BASIC_AUTH itself)
-            self._spawn("flower", ["flower", "--address=127.0.0.1", f"--port={port}"],
-                        env={**self.env, "FLOWER_BASIC_AUTH": auth})
+            self._spawn(
+                "flower",
+                ["flower", "--address=127.0.0.1", f"--port={port}"],
+                env={**self.env, "FLOWER_BASIC_AUTH": auth},
+            )
             self.flower_url = f"http://127.0.0.1:{port}"
             self.log(f"flower   {self.flower_url} (user {auth.split(':')[0]}, password in {self.home / 'flower-auth'})")
         return self
@@ -155,12 +183,16 @@ class Stack:
             return wanted
         holder = describe_listener(wanted)
         if holder.get("dir") == str((self.home / "redis").resolve()):
-            raise RuntimeError(f"a Redis of an earlier `counters-tasks run` in {self.home} still runs on port "
-                               f"{wanted} (pid {holder.get('pid')}): stop it first (kill {holder.get('pid')})")
+            raise RuntimeError(
+                f"a Redis of an earlier `counters-tasks run` in {self.home} still runs on port "
+                f"{wanted} (pid {holder.get('pid')}): stop it first (kill {holder.get('pid')})"
+            )
         port = free_port()
-        for line in (f"port {wanted} is taken by {holder['what']}",
-                     f"the private Redis of this stack listens on port {port} instead;",
-                     f"point other shells at it with:  source {self.env_file}"):
+        for line in (
+            f"port {wanted} is taken by {holder['what']}",
+            f"the private Redis of this stack listens on port {port} instead;",
+            f"point other shells at it with:  source {self.env_file}",
+        ):
             self.log(f"redis    !!! {line}")
         return port
 
@@ -187,15 +219,20 @@ class Stack:
             url = self.env["COUNTERS_REDIS_URL"]
             self.log(f"         {line.replace(url, redact_url(url))}")  # a password stays in the file only
         if not on_path and Path(bin_dir, "counters-tasks").exists():
-            self.log(f"cli      {bin_dir}/counters-tasks (not on your PATH: source the env file, or "
-                     f"source {bin_dir}/activate)")
+            self.log(
+                f"cli      {bin_dir}/counters-tasks (not on your PATH: source the env file, or "
+                f"source {bin_dir}/activate)"
+            )
 
     def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
         log_path = self.home / "logs" / f"{name}.log"
         log_file = open(log_path, "ab")
         process = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "counters_tasks", *self.config_args, *args],
-            env=self.env if env is None else env, cwd=self.cwd, stdout=log_file, stderr=subprocess.STDOUT,
+            env=self.env if env is None else env,
+            cwd=self.cwd,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         log_file.close()
@@ -204,13 +241,18 @@ class Stack:
 
     def check_alive(self) -> None:
         if self.redis is not None and self.redis.process is not None and self.redis.process.poll() is not None:
-            raise RuntimeError(f"redis exited with {self.redis.process.returncode}; see {self.redis.data_dir}/redis.log")
+            raise RuntimeError(
+                f"redis exited with {self.redis.process.returncode}; see {self.redis.data_dir}/redis.log"
+            )
         for name, process in self.children:
             if process.poll() is not None:
-                raise RuntimeError(f"{name} exited with {process.returncode}; see {self.home / 'logs' / (name + '.log')}")
+                raise RuntimeError(
+                    f"{name} exited with {process.returncode}; see {self.home / 'logs' / (name + '.log')}"
+                )
 
     def wait_worker_ready(self, timeout: float = 60.0) -> None:
         """Wait until the worker answers a ping, so what is sent next is consumed at once."""
+
         def answers() -> bool:
             self.check_alive()
             return bool(app.control.ping(timeout=0.5))
@@ -220,6 +262,7 @@ class Stack:
     def wait_beat_started(self, timeout: float = 60.0) -> None:
         """Wait until this stack's beat noted its start (``worker.maintenance.note_beat_started``):
         from then on ``counters-tasks health`` counts it alive."""
+
         def noted() -> bool:
             self.check_alive()
             started = job_status(get_redis(), HEARTBEAT_JOB).get(BEAT_STARTED)
@@ -300,8 +343,12 @@ def describe_listener(port: int) -> dict[str, str]:
             folder = ""
         name = info.get("server_name", "redis")
         version = info.get("valkey_version") or info.get("redis_version", "?")
-        return {"what": f"another {name} server ({name} {version}, pid {info.get('process_id')}, data in "
-                        f"{folder or 'unknown'})", "pid": str(info.get("process_id")), "dir": folder}
+        return {
+            "what": f"another {name} server ({name} {version}, pid {info.get('process_id')}, data in "
+            f"{folder or 'unknown'})",
+            "pid": str(info.get("process_id")),
+            "dir": folder,
+        }
     except redis.AuthenticationError:
         return {"what": "a Redis server with a password"}
     except redis.RedisError:

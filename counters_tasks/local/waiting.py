@@ -9,8 +9,9 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def wait_until(condition: Callable[[], T], timeout: float = 30.0, interval: float = 0.05,
-               what: str = "the condition") -> T:
+def wait_until(
+    condition: Callable[[], T], timeout: float = 30.0, interval: float = 0.05, what: str = "the condition"
+) -> T:
     """Call ``condition`` until it returns something truthy (returned), or raise TimeoutError
     naming ``what`` after ``timeout`` seconds. ``condition`` may raise to give up at once."""
     deadline = time.monotonic() + timeout

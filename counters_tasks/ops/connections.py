@@ -88,22 +88,30 @@ class GuardedH11Protocol(H11Protocol):
     def _disarm_if_request_whole(self) -> None:
         """A request is whole once a cycle newer than the one of the arming has its body."""
         cycle = self.cycle
-        if self._deadline is not None and cycle is not None and cycle is not self._cycle_when_armed \
-                and not cycle.more_body:
+        if (
+            self._deadline is not None
+            and cycle is not None
+            and cycle is not self._cycle_when_armed
+            and not cycle.more_body
+        ):
             self._disarm()
 
     def _expired(self) -> None:
         self._deadline = None
         if not self.transport.is_closing():
-            logger.info("closing a connection of %s: no whole request within %.0f s",
-                        self.client, self.request_timeout)
+            logger.info("closing a connection of %s: no whole request within %.0f s", self.client, self.request_timeout)
             self.transport.close()
 
     def _close_longest_waiting(self) -> None:
-        waiting = [c for c in self.connections
-                   if isinstance(c, GuardedH11Protocol) and c.waiting_since != _NOT_WAITING
-                   and not c.transport.is_closing()]
+        waiting = [
+            c
+            for c in self.connections
+            if isinstance(c, GuardedH11Protocol) and c.waiting_since != _NOT_WAITING and not c.transport.is_closing()
+        ]
         victim = min(waiting, key=lambda c: c.waiting_since, default=self)
-        logger.info("%d connections open: closing the one of %s (waiting for a request the longest)",
-                    len(self.connections), victim.client)
+        logger.info(
+            "%d connections open: closing the one of %s (waiting for a request the longest)",
+            len(self.connections),
+            victim.client,
+        )
         victim.transport.close()

@@ -51,11 +51,13 @@ def day_summary(conn: RedisClient, day: date) -> list[str]:
     dashboard says the same: visitors by IP in its UV, sessions by cookie in its uniques)."""
     site = sitestats.site_visit_info(conn, day)
     sessions = uniques.unique_visitors(conn, day)
-    return [f"site today (all runs): {site.pv} page views, {site.uv} unique visitors (by IP), "
-            f"{sessions} unique sessions (by session cookie)",
-            "  (two ways to count people: one IP shared by several browsers is one visitor and several sessions,",
-            "  one browser on several networks one session and several visitors; the demo draws IPs and sessions",
-            "  independently, so the two differ)"]
+    return [
+        f"site today (all runs): {site.pv} page views, {site.uv} unique visitors (by IP), "
+        f"{sessions} unique sessions (by session cookie)",
+        "  (two ways to count people: one IP shared by several browsers is one visitor and several sessions,",
+        "  one browser on several networks one session and several visitors; the demo draws IPs and sessions",
+        "  independently, so the two differ)",
+    ]
 
 
 def run_demo(visits: int, concurrency: int = 2, seed: int = 1, timeout: float = 300) -> int:
@@ -101,8 +103,10 @@ def run_demo(visits: int, concurrency: int = 2, seed: int = 1, timeout: float = 
             time.sleep(0.2)
         today = days.today()
         print()
-        print(f"This burst: {visits} visits sent, {applied} counted. Its figures below are what it changed in "
-              f"Redis (after minus before);")
+        print(
+            f"This burst: {visits} visits sent, {applied} counted. Its figures below are what it changed in "
+            f"Redis (after minus before);"
+        )
         print("'today' columns are the day's totals, with every earlier run of the stack in them.")
         print("(UV: unique visitors, told apart by IP)")
         print(f"{'path':<24}{'sent':>7}{'hits':>7}{'rank':>7}{'PV':>7}  |{'PV today':>10}{'UV today':>10}   per minute")
@@ -114,12 +118,16 @@ def run_demo(visits: int, concurrency: int = 2, seed: int = 1, timeout: float = 
             exact &= hits == sent[path] == rank == page_pv
             info = sitestats.site_visit_info(conn, today, path)
             series = [t for _b, t in counters.get_counter(conn, f"hits:{path}", 60)][-10:]
-            print(f"{path:<24}{sent[path]:>7}{hits:>7}{rank:>7}{page_pv:>7}  |{info.pv:>10}{info.uv:>10}   "
-                  f"{' '.join(map(str, series))}")
+            print(
+                f"{path:<24}{sent[path]:>7}{hits:>7}{rank:>7}{page_pv:>7}  |{info.pv:>10}{info.uv:>10}   "
+                f"{' '.join(map(str, series))}"
+            )
         print("\n".join(day_summary(conn, today)))
         print(f"top pages ({BOARD}, last 24 h): {', '.join(m for m, _ in _top(board, 3))}")
-        print(f"known counters: {len(counters.known_counters(conn))}; "
-              f"this burst exact (sent = hits = rank = PV, per path): {'yes' if exact else 'NO'}")
+        print(
+            f"known counters: {len(counters.known_counters(conn))}; "
+            f"this burst exact (sent = hits = rank = PV, per path): {'yes' if exact else 'NO'}"
+        )
         return 0 if exact else 1
     finally:
         stack.stop()

@@ -82,8 +82,12 @@ def beat_status(conn: RedisClient, job: dict[str, Any], now: float, max_age: flo
     raw = job_status(conn, BEAT_JOB).get(BEAT_STARTED)
     started_age = None if raw is None else round(now - float(raw), 3)
     ages = [age for age in (job["age_seconds"], started_age) if age is not None]
-    return {"ok": bool(ages) and min(ages) <= max_age, "last_run_age_seconds": job["age_seconds"],
-            "started_age_seconds": started_age, "max_age_seconds": max_age}
+    return {
+        "ok": bool(ages) and min(ages) <= max_age,
+        "last_run_age_seconds": job["age_seconds"],
+        "started_age_seconds": started_age,
+        "max_age_seconds": max_age,
+    }
 
 
 MOSTLY_SKIPPED = 0.5
@@ -105,9 +109,11 @@ def traffic(conn: RedisClient, now: float) -> dict[str, Any]:
         if total and total > MOSTLY_SKIPPED * (total + pv):
             reasons = ", ".join(f"{reason} {n}" for reason, n in sorted(skipped.items(), key=lambda kv: -kv[1]))
             where = "" if names == [DEFAULT_SITE] else f" of site {site}"
-            warnings.append(f"{total} of today's {total + pv} requests{where} were not counted as page views "
-                            f"({reasons}): requests without a browser User-Agent (scripts, monitors) are "
-                            f"crawler; see README, 'What is counted'")
+            warnings.append(
+                f"{total} of today's {total + pv} requests{where} were not counted as page views "
+                f"({reasons}): requests without a browser User-Agent (scripts, monitors) are "
+                f"crawler; see README, 'What is counted'"
+            )
     return {"ok": True, "sites": sites, "warnings": warnings}
 
 
@@ -116,8 +122,12 @@ def _server_report(conn: RedisClient, role: str) -> dict[str, Any]:
     try:
         return server.report(conn, role)
     except redis.RedisError as exc:
-        return {"ok": True, "errors": [], "servers": [],
-                "warnings": [f"{role}: its version and memory policy could not be read ({type(exc).__name__}: {exc})"]}
+        return {
+            "ok": True,
+            "errors": [],
+            "servers": [],
+            "warnings": [f"{role}: its version and memory policy could not be read ({type(exc).__name__}: {exc})"],
+        }
 
 
 def _add_server(into: dict[str, Any], more: dict[str, Any]) -> None:
@@ -131,8 +141,15 @@ def _add_server(into: dict[str, Any], more: dict[str, Any]) -> None:
         into[part] = into[part] + more[part]
 
 
-def check(conn: RedisClient, broker: Any = None, app: Any = None, ping_timeout: float = 1.0,
-          beat_max_age: float = 180.0, now: float | None = None, other_broker: bool = False) -> dict[str, Any]:
+def check(
+    conn: RedisClient,
+    broker: Any = None,
+    app: Any = None,
+    ping_timeout: float = 1.0,
+    beat_max_age: float = 180.0,
+    now: float | None = None,
+    other_broker: bool = False,
+) -> dict[str, Any]:
     """The health report: ``ok`` is true when Redis answers, is new enough and never evicts
     (``store.server``; the broker too when it is a Redis), holds this package's key layout and
     lost no data within a day (``store.deployment``), a worker answers a ping and beat's
@@ -154,8 +171,9 @@ def check(conn: RedisClient, broker: Any = None, app: Any = None, ping_timeout: 
         report["jobs"] = {job: _job(conn, job, now) for job in JOBS}
         report["refused"] = refusals.counts(conn)
         # today's figures, read only when this process can see them (the data check says why not)
-        report["traffic"] = (traffic(conn, now) if report["deployment"]["visible"] else
-                             {"ok": True, "sites": {}, "warnings": []})
+        report["traffic"] = (
+            traffic(conn, now) if report["deployment"]["visible"] else {"ok": True, "sites": {}, "warnings": []}
+        )
         report["beat"] = beat_status(conn, report["jobs"][BEAT_JOB], now, beat_max_age)
     else:
         report["deployment"] = {"ok": False, "error": "Redis is not reachable"}
@@ -190,7 +208,11 @@ def check(conn: RedisClient, broker: Any = None, app: Any = None, ping_timeout: 
         except Exception as exc:
             report["workers"] = {"ok": False, "names": [], "error": f"{type(exc).__name__}: {exc}"}
     else:
-        report["workers"] = {"ok": False, "names": [], "error": "the broker is not reachable" if app else "no app given"}
+        report["workers"] = {
+            "ok": False,
+            "names": [],
+            "error": "the broker is not reachable" if app else "no app given",
+        }
     report["ok"] = all(report[part]["ok"] for part in ("redis", "servers", "deployment", "beat", "queues", "workers"))
     return report
 
@@ -199,8 +221,9 @@ def broker_client(url: str, timeout: float = 2.0) -> Any:
     """A Redis client of the broker (for queue lengths), with short timeouts and no retries: a
     report says at once that the broker is away (redis-py's default retries with backoff took
     seconds: 10 tries in redis-py 8, 3 tries of up to 1, 2 and 4 s in 6.4)."""
-    return redis.Redis.from_url(redis_py_url(url), socket_timeout=timeout, socket_connect_timeout=timeout,
-                                retry=Retry(NoBackoff(), 0))
+    return redis.Redis.from_url(
+        redis_py_url(url), socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0)
+    )
 
 
 def report(ping_timeout: float = 1.0, beat_max_age: float = 180.0) -> dict[str, Any]:
@@ -208,8 +231,9 @@ def report(ping_timeout: float = 1.0, beat_max_age: float = 180.0) -> dict[str, 
     whatever the broker (a Redis, or RabbitMQ and the others kombu reaches)."""
     url = get_settings().broker_url
     if not is_redis_url(url):
-        return check(get_redis(), None, default_app, ping_timeout=ping_timeout, beat_max_age=beat_max_age,
-                     other_broker=True)
+        return check(
+            get_redis(), None, default_app, ping_timeout=ping_timeout, beat_max_age=beat_max_age, other_broker=True
+        )
     broker = broker_client(url)
     try:
         return check(get_redis(), broker, default_app, ping_timeout=ping_timeout, beat_max_age=beat_max_age)

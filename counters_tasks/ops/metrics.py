@@ -46,6 +46,7 @@ each was taken (ZSET); the package keeps kombu's default names."""
 LAG_QUEUE = "visits"
 """The queue whose head message tells how long the oldest waiting event has waited."""
 
+
 def event_time(task: str, args: list[Any], kwargs: dict[str, Any]) -> float | None:
     """The oldest event time (``ts``) a waiting task message carries, or None when it carries
     none (``.delay()`` without ``ts``: such an event is stamped when a worker applies it). Where
@@ -84,8 +85,9 @@ def oldest_waiting(heads: Iterable[bytes | str | None]) -> float | None:
 class CountersCollector(Collector):
     """Reads the deployment's totals from Redis and the broker at each scrape (see the module)."""
 
-    def __init__(self, conn: Callable[[], Any], broker: Callable[[], Any],
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, conn: Callable[[], Any], broker: Callable[[], Any], clock: Callable[[], float] = time.time
+    ) -> None:
         self.conn, self.broker, self.clock = conn, broker, clock
 
     def describe(self) -> list:
@@ -94,8 +96,9 @@ class CountersCollector(Collector):
     def collect(self) -> Iterator[Any]:
         started = time.perf_counter()
         now = self.clock()
-        up = GaugeMetricFamily("counters_source_up", "Whether the last scrape could read this source (1) or not (0)",
-                               labels=["source"])
+        up = GaugeMetricFamily(
+            "counters_source_up", "Whether the last scrape could read this source (1) or not (0)", labels=["source"]
+        )
         try:
             yield from self.counters_metrics(now)
             up.add_metric(["redis"], 1)
@@ -109,8 +112,9 @@ class CountersCollector(Collector):
             log.warning("metrics: the broker did not answer: %s: %s", type(exc).__name__, exc)
             up.add_metric(["broker"], 0)
         yield up
-        yield GaugeMetricFamily("counters_scrape_duration_seconds", "How long this scrape's reads took",
-                                value=time.perf_counter() - started)
+        yield GaugeMetricFamily(
+            "counters_scrape_duration_seconds", "How long this scrape's reads took", value=time.perf_counter() - started
+        )
 
     def counters_metrics(self, now: float) -> list[Any]:
         """The workers' totals, refusals, and the deployment's layout and data loss (one round
@@ -124,58 +128,102 @@ class CountersCollector(Collector):
         held = deployment.describe(*deployment.parse(tag, marker), now=now)
         totals = throughput.parse_totals(stored)
         out: list[Any] = [
-            CounterMetricFamily("counters_visits_applied", "Page views applied (each counted once, a redelivery "
-                                "as a duplicate)", value=totals.applied["visit"]),
-            CounterMetricFamily("counters_ranking_events_applied", "Ranking events applied (late ones not "
-                                "counted)", value=totals.applied["ranking"]),
+            CounterMetricFamily(
+                "counters_visits_applied",
+                "Page views applied (each counted once, a redelivery as a duplicate)",
+                value=totals.applied["visit"],
+            ),
+            CounterMetricFamily(
+                "counters_ranking_events_applied",
+                "Ranking events applied (late ones not counted)",
+                value=totals.applied["ranking"],
+            ),
         ]
-        every_kind = CounterMetricFamily("counters_events_applied", "Events applied, by kind (core.kind: visit, "
-                                         "ranking, and any kind an app declared; as the two above for theirs)",
-                                         labels=["kind"])
+        every_kind = CounterMetricFamily(
+            "counters_events_applied",
+            "Events applied, by kind (core.kind: visit, "
+            "ranking, and any kind an app declared; as the two above for theirs)",
+            labels=["kind"],
+        )
         for kind, count in totals.applied.items():
             every_kind.add_metric([kind], count)
         out.append(every_kind)
-        duplicates = CounterMetricFamily("counters_duplicates_skipped", "Events skipped because their message was "
-                                         "applied before (a redelivery)", labels=["kind"])
+        duplicates = CounterMetricFamily(
+            "counters_duplicates_skipped",
+            "Events skipped because their message was applied before (a redelivery)",
+            labels=["kind"],
+        )
         for kind, count in totals.duplicates.items():
             duplicates.add_metric([kind], count)
-        by_reason = CounterMetricFamily("counters_refused", "Items refused as bad input, by reason",
-                                        labels=["reason"])
+        by_reason = CounterMetricFamily("counters_refused", "Items refused as bad input, by reason", labels=["reason"])
         for reason, count in sorted(refusals.parse_counts(refused).items()):
             by_reason.add_metric([reason], count)
-        not_views = CounterMetricFamily("counters_skipped", "Requests that were not page views, by route "
-                                        "(middleware, import) and reason (docs/api.md: the page view rule)",
-                                        labels=["route", "reason"])
+        not_views = CounterMetricFamily(
+            "counters_skipped",
+            "Requests that were not page views, by route "
+            "(middleware, import) and reason (docs/api.md: the page view rule)",
+            labels=["route", "reason"],
+        )
         for (route, reason), count in sorted(skips.parse_counts(skipped).items()):
             not_views.add_metric([route, reason], count)
-        sizes = HistogramMetricFamily("counters_batch_size", "Items per batch: messages per worker-side batch "
-                                      "(record_visit, incr_ranking), items per batch message (record_visits, "
-                                      "incr_rankings)", labels=["kind"])
+        sizes = HistogramMetricFamily(
+            "counters_batch_size",
+            "Items per batch: messages per worker-side batch "
+            "(record_visit, incr_ranking), items per batch message (record_visits, "
+            "incr_rankings)",
+            labels=["kind"],
+        )
         for kind, batches in totals.batches.items():  # le as the client library writes it: "1.0", "+Inf"
             sizes.add_metric([kind], [(floatToGoString(float(le)), n) for le, n in batches.buckets], batches.total)
-        layout = GaugeMetricFamily("counters_key_layout", "Key layout version: the one Redis holds (0: no marker "
-                                   "yet) and this package's; they must be equal", labels=["side"])
+        layout = GaugeMetricFamily(
+            "counters_key_layout",
+            "Key layout version: the one Redis holds (0: no marker yet) and this package's; they must be equal",
+            labels=["side"],
+        )
         layout.add_metric(["redis"], held["layout"] or 0)
         layout.add_metric(["package"], held["package_layout"])
-        visitors = GaugeMetricFamily("counters_visitors_now", f"Distinct visitors of each site in the last "
-                                     f"{live.WINDOW_MINUTES} minutes (the current one and those before it; "
-                                     f"HyperLogLog, ~0.81% error)", labels=["site"])
+        visitors = GaugeMetricFamily(
+            "counters_visitors_now",
+            f"Distinct visitors of each site in the last "
+            f"{live.WINDOW_MINUTES} minutes (the current one and those before it; "
+            f"HyperLogLog, ~0.81% error)",
+            labels=["site"],
+        )
         for site, count in live.visitors_now_by_site(self.conn(), now).items():
             visitors.add_metric([site], count)
-        visible = GaugeMetricFamily("counters_data_visible", "1 when this process reads the deployment's data "
-                                    "(0: its COUNTERS_TAG_KEY differs from Redis's, or Redis holds data and no tag "
-                                    "key: every figure read here would be zero; health says why)",
-                                    value=1 if held["visible"] else 0)
+        visible = GaugeMetricFamily(
+            "counters_data_visible",
+            "1 when this process reads the deployment's data "
+            "(0: its COUNTERS_TAG_KEY differs from Redis's, or Redis holds data and no tag "
+            "key: every figure read here would be zero; health says why)",
+            value=1 if held["visible"] else 0,
+        )
         out += [duplicates, by_reason, not_views, sizes, layout, visible, visitors, *self.server_metrics()]
         if held["lost_at"] is not None:
-            out.append(GaugeMetricFamily("counters_data_loss_timestamp_seconds", "When a process found Redis had "
-                                         "lost the deployment's data (restart without persistence, FLUSHALL, an "
-                                         "empty replica): figures before then are gone", value=held["lost_at"]))
+            out.append(
+                GaugeMetricFamily(
+                    "counters_data_loss_timestamp_seconds",
+                    "When a process found Redis had "
+                    "lost the deployment's data (restart without persistence, FLUSHALL, an "
+                    "empty replica): figures before then are gone",
+                    value=held["lost_at"],
+                )
+            )
         if totals.newest_ts is not None:
-            out.append(GaugeMetricFamily("counters_newest_applied_timestamp_seconds", "Event time (ts) of the newest "
-                                         "visit applied", value=totals.newest_ts))
-            out.append(GaugeMetricFamily("counters_lag_newest_applied_seconds", "Age of the newest visit applied: "
-                                         "now minus its event time", value=max(0.0, now - totals.newest_ts)))
+            out.append(
+                GaugeMetricFamily(
+                    "counters_newest_applied_timestamp_seconds",
+                    "Event time (ts) of the newest visit applied",
+                    value=totals.newest_ts,
+                )
+            )
+            out.append(
+                GaugeMetricFamily(
+                    "counters_lag_newest_applied_seconds",
+                    "Age of the newest visit applied: now minus its event time",
+                    value=max(0.0, now - totals.newest_ts),
+                )
+            )
         return out
 
     def server_metrics(self) -> list[Any]:
@@ -185,10 +233,16 @@ class CountersCollector(Collector):
         except Exception as exc:  # noqa: BLE001  an ACL without INFO: these two are missing
             log.warning("metrics: the server's INFO could not be read: %s: %s", type(exc).__name__, exc)
             return []
-        supported = GaugeMetricFamily("counters_redis_version_supported", "1 when the server is at least the "
-                                      "oldest Redis the package runs on (6.2), else 0", labels=["server", "version"])
-        evicting = GaugeMetricFamily("counters_redis_evicting", "1 when the server's maxmemory-policy may evict the "
-                                     "counters' keys (anything but noeviction), else 0", labels=["server", "policy"])
+        supported = GaugeMetricFamily(
+            "counters_redis_version_supported",
+            "1 when the server is at least the oldest Redis the package runs on (6.2), else 0",
+            labels=["server", "version"],
+        )
+        evicting = GaugeMetricFamily(
+            "counters_redis_evicting",
+            "1 when the server's maxmemory-policy may evict the counters' keys (anything but noeviction), else 0",
+            labels=["server", "policy"],
+        )
         for facts in found:
             supported.add_metric([facts.where, facts.version], 0 if facts.too_old else 1)
             evicting.add_metric([facts.where, facts.policy], 1 if facts.evicting else 0)
@@ -215,24 +269,32 @@ class CountersCollector(Collector):
         per_queue = {}
         position = 0
         for queue, names in lists.items():
-            per_queue[queue] = sum(int(n) for n in replies[position:position + len(names)])
+            per_queue[queue] = sum(int(n) for n in replies[position : position + len(names)])
             position += len(names)
-        heads = replies[position:position + len(lists[LAG_QUEUE])]
-        unacked, oldest_taken, dead_kept, dead_reasons = replies[position + len(heads):]
-        waiting = GaugeMetricFamily("counters_lag_oldest_unapplied_seconds", "Age of the oldest event waiting at the "
-                                    "head of the visits queue (0 when the queue is empty)", labels=["queue"])
+        heads = replies[position : position + len(lists[LAG_QUEUE])]
+        unacked, oldest_taken, dead_kept, dead_reasons = replies[position + len(heads) :]
+        waiting = GaugeMetricFamily(
+            "counters_lag_oldest_unapplied_seconds",
+            "Age of the oldest event waiting at the head of the visits queue (0 when the queue is empty)",
+            labels=["queue"],
+        )
         oldest = oldest_waiting(heads)
         if oldest is not None or not any(heads):
             waiting.add_metric([LAG_QUEUE], 0.0 if oldest is None else max(0.0, now - oldest))
-        taken = GaugeMetricFamily("counters_oldest_unacked_age_seconds", "Since when the oldest message taken by a "
-                                  "worker and not yet acknowledged was taken (0 when none)",
-                                  value=max(0.0, now - float(oldest_taken[0][1])) if oldest_taken else 0.0)
-        return [queue_lengths(per_queue), waiting,
-                GaugeMetricFamily("counters_unacked_messages", "Messages taken by workers, not yet acknowledged",
-                                  value=int(unacked)),
-                taken,
-                *dead_letter_metrics(int(dead_kept), {as_str(k): int(v) for k, v in dead_reasons.items()})]
-
+        taken = GaugeMetricFamily(
+            "counters_oldest_unacked_age_seconds",
+            "Since when the oldest message taken by a worker and not yet acknowledged was taken (0 when none)",
+            value=max(0.0, now - float(oldest_taken[0][1])) if oldest_taken else 0.0,
+        )
+        return [
+            queue_lengths(per_queue),
+            waiting,
+            GaugeMetricFamily(
+                "counters_unacked_messages", "Messages taken by workers, not yet acknowledged", value=int(unacked)
+            ),
+            taken,
+            *dead_letter_metrics(int(dead_kept), {as_str(k): int(v) for k, v in dead_reasons.items()}),
+        ]
 
     def other_broker_metrics(self) -> list[Any]:
         """A broker that is not a Redis (RabbitMQ...): queue lengths through kombu, dead letters
@@ -240,14 +302,17 @@ class CountersCollector(Collector):
         waiting events' lag are not read: AMQP does not show a queue's messages without taking
         them (docs/metrics.md)."""
         kept = dead_letters.summary(self.conn())
-        return [queue_lengths(health.amqp_queue_lengths(default_app)),
-                *dead_letter_metrics(kept["count"], kept["by_reason"])]
+        return [
+            queue_lengths(health.amqp_queue_lengths(default_app)),
+            *dead_letter_metrics(kept["count"], kept["by_reason"]),
+        ]
 
 
 def queue_lengths(per_queue: dict[str, int]) -> Any:
     """``counters_queue_length``, whatever the broker."""
-    lengths = GaugeMetricFamily("counters_queue_length", "Messages waiting in a queue (every priority)",
-                                labels=["queue"])
+    lengths = GaugeMetricFamily(
+        "counters_queue_length", "Messages waiting in a queue (every priority)", labels=["queue"]
+    )
     for queue, count in per_queue.items():
         lengths.add_metric([queue], count)
     return lengths
@@ -256,12 +321,17 @@ def queue_lengths(per_queue: dict[str, int]) -> Any:
 def dead_letter_metrics(kept: int, by_reason: dict[str, int]) -> list[Any]:
     """``counters_dead_letters`` (records kept) and ``counters_dead_lettered`` (set aside ever, by
     reason), wherever the dead letters are kept."""
-    set_aside = CounterMetricFamily("counters_dead_lettered", "Messages ever set aside in the dead letters, "
-                                    "by reason", labels=["reason"])
+    set_aside = CounterMetricFamily(
+        "counters_dead_lettered", "Messages ever set aside in the dead letters, by reason", labels=["reason"]
+    )
     for reason, count in sorted(by_reason.items()):
         set_aside.add_metric([reason], count)
-    return [GaugeMetricFamily("counters_dead_letters", "Dead-letter records kept (counters-tasks dead-letters)",
-                              value=kept), set_aside]
+    return [
+        GaugeMetricFamily(
+            "counters_dead_letters", "Dead-letter records kept (counters-tasks dead-letters)", value=kept
+        ),
+        set_aside,
+    ]
 
 
 class Broker:

@@ -75,8 +75,13 @@ def config_view(_conn: RedisClient | None = None, site: Any = None) -> dict[str,
     every site of the deployment (the default one first)."""
     scope = check_site(site)
     zone = zone_of(scope)
-    return {"today": today(zone).isoformat(), "timezone": zone, "max_range_days": MAX_RANGE_DAYS,
-            "site": site_name(scope), "sites": site_names()}
+    return {
+        "today": today(zone).isoformat(),
+        "timezone": zone,
+        "max_range_days": MAX_RANGE_DAYS,
+        "site": site_name(scope),
+        "sites": site_names(),
+    }
 
 
 def counters_list(conn: RedisClient, cursor: Any = None, limit: Any = None, site: Any = None) -> dict[str, Any]:
@@ -87,8 +92,9 @@ def counters_list(conn: RedisClient, cursor: Any = None, limit: Any = None, site
     return {"counters": names, "next": following, "precisions": list(counters.PRECISIONS)}
 
 
-def counter_view(conn: RedisClient, name: Any, precision: Any = 60, last: Any = None, now: float | None = None,
-                 site: Any = None) -> dict[str, Any]:
+def counter_view(
+    conn: RedisClient, name: Any, precision: Any = 60, last: Any = None, now: float | None = None, site: Any = None
+) -> dict[str, Any]:
     """The last ``last`` buckets (default and at most SAMPLE_COUNT) of a counter, zero-filled."""
     check_text(name, "name")
     precision = counters.check_precision(parse_int(precision, "precision"))
@@ -96,15 +102,22 @@ def counter_view(conn: RedisClient, name: Any, precision: Any = 60, last: Any = 
     now = time.time() if now is None else now
     end = bucket_start(now, precision)
     points = counters.get_series(conn, name, precision, end - (last - 1) * precision, now, now=now, site=site)
-    return {"name": name, "precision": precision, "now": now, "points": [list(p) for p in points],
-            "total": sum(t for _, t in points)}
+    return {
+        "name": name,
+        "precision": precision,
+        "now": now,
+        "points": [list(p) for p in points],
+        "total": sum(t for _, t in points),
+    }
 
 
 def boards_list(conn: RedisClient, site: Any = None) -> dict[str, Any]:
     return {"boards": ranking.known_boards(conn, site=site)}
 
 
-def board_view(conn: RedisClient, board: Any, limit: Any = 10, now: float | None = None, site: Any = None) -> dict[str, Any]:
+def board_view(
+    conn: RedisClient, board: Any, limit: Any = 10, now: float | None = None, site: Any = None
+) -> dict[str, Any]:
     """A ranking's top members with their totals, with the board's own (stored) settings."""
     check_text(board, "board")
     limit = parse_int(limit, "limit", 1, MAX_LIMIT)
@@ -114,10 +127,16 @@ def board_view(conn: RedisClient, board: Any, limit: Any = 10, now: float | None
         raise InvalidInput(f"no board named {board!r} (boards: {known})")
     period, interval = stored
     # (member, total) pairs with withscores=True (Ranking.top is typed with both shapes)
-    top = cast("list[tuple[str, int]]",
-               ranking.Ranking(conn, board, period, interval, site=site).top(0, limit, withscores=True, now=now))
-    return {"board": board, "period_hours": period, "interval_hours": interval,
-            "top": [[member, total] for member, total in top]}
+    top = cast(
+        "list[tuple[str, int]]",
+        ranking.Ranking(conn, board, period, interval, site=site).top(0, limit, withscores=True, now=now),
+    )
+    return {
+        "board": board,
+        "period_hours": period,
+        "interval_hours": interval,
+        "top": [[member, total] for member, total in top],
+    }
 
 
 def delete_board_view(conn: RedisClient, board: Any, site: Any = None) -> dict[str, Any]:
@@ -126,8 +145,9 @@ def delete_board_view(conn: RedisClient, board: Any, site: Any = None) -> dict[s
     return {"board": board, "deleted": ranking.delete_board(conn, board, site=site)}
 
 
-def stats_view(conn: RedisClient, day: Any = None, start: Any = None, end: Any = None, path: Any = None,
-               site: Any = None) -> dict[str, Any]:
+def stats_view(
+    conn: RedisClient, day: Any = None, start: Any = None, end: Any = None, path: Any = None, site: Any = None
+) -> dict[str, Any]:
     """Site (or one path's) PV/UV per day over a range, with the range's PV sum and true UV
     (distinct visitors by IP). ``uv_approximate`` only when the figure is an estimate: a range
     whose visitors all came on one day (a new site, the dashboard's default week after a first
@@ -143,9 +163,15 @@ def stats_view(conn: RedisClient, day: Any = None, start: Any = None, end: Any =
             uv, approximate = one.uv, one.uv_approximate
         else:
             uv, approximate = 0, False
-    view: dict[str, Any] = {"from": first.isoformat(), "to": last.isoformat(), "path": result.path, "pv": result.pv,
-            "uv": uv, "uv_approximate": approximate,
-            "days": [{"day": d.day and d.day.isoformat(), "pv": d.pv, "uv": d.uv} for d in result.days]}
+    view: dict[str, Any] = {
+        "from": first.isoformat(),
+        "to": last.isoformat(),
+        "path": result.path,
+        "pv": result.pv,
+        "uv": uv,
+        "uv_approximate": approximate,
+        "days": [{"day": d.day and d.day.isoformat(), "pv": d.pv, "uv": d.uv} for d in result.days],
+    }
     if path is None:  # what the site's figures leave out, beside them (a path has no skips of its own)
         view.update(skipped_view(conn, first, last, site))
         for entry, skipped in zip(view["days"], view.pop("skipped_days"), strict=True):
@@ -160,11 +186,16 @@ def skipped_view(conn: RedisClient, first: date, last: date, site: Any = None) -
     total: Counter[str] = Counter()
     for counts in by_day.values():
         total.update(counts)
-    return {"skipped": dict(sorted(total.items())), "skipped_total": sum(total.values()),
-            "skipped_days": [sum(counts.values()) for counts in by_day.values()]}
+    return {
+        "skipped": dict(sorted(total.items())),
+        "skipped_total": sum(total.values()),
+        "skipped_days": [sum(counts.values()) for counts in by_day.values()],
+    }
 
 
-def top_pages_view(conn: RedisClient, start: Any = None, end: Any = None, limit: Any = 10, site: Any = None) -> dict[str, Any]:
+def top_pages_view(
+    conn: RedisClient, start: Any = None, end: Any = None, limit: Any = 10, site: Any = None
+) -> dict[str, Any]:
     """Paths by page views summed over a range (ties by path)."""
     first, last = day_range(None, start, end, check_site(site))
     limit = parse_int(limit, "limit", 1, MAX_LIMIT)
@@ -172,8 +203,9 @@ def top_pages_view(conn: RedisClient, start: Any = None, end: Any = None, limit:
     return {"from": first.isoformat(), "to": last.isoformat(), "pages": [[p, n] for p, n in pages]}
 
 
-def sources_view(conn: RedisClient, start: Any = None, end: Any = None, kind: Any = None, limit: Any = 10,
-                 site: Any = None) -> dict[str, Any]:
+def sources_view(
+    conn: RedisClient, start: Any = None, end: Any = None, kind: Any = None, limit: Any = 10, site: Any = None
+) -> dict[str, Any]:
     """Where the site's page views came from over a range: referring domains (``kind``
     ``referrer``, the default) or campaign tags (``utm_source``, ``utm_medium``, ``utm_campaign``),
     most views first, with each source's distinct visitors."""
@@ -181,25 +213,37 @@ def sources_view(conn: RedisClient, start: Any = None, end: Any = None, kind: An
     limit = parse_int(limit, "limit", 1, sitestats.SOURCES_LIMIT)
     kind = "referrer" if kind is None else kind
     found = sitestats.top_sources(conn, first, last, kind, limit, site=site)
-    return {"from": first.isoformat(), "to": last.isoformat(), "kind": kind,
-            "sources": [{"source": s.source, "pv": s.pv, "uv": s.uv, "uv_approximate": s.uv_approximate}
-                        for s in found]}
+    return {
+        "from": first.isoformat(),
+        "to": last.isoformat(),
+        "kind": kind,
+        "sources": [{"source": s.source, "pv": s.pv, "uv": s.uv, "uv_approximate": s.uv_approximate} for s in found],
+    }
 
 
 def now_view(conn: RedisClient, site: Any = None, now: float | None = None) -> dict[str, Any]:
     """Distinct visitors of the site right now: in the last ``live.WINDOW_MINUTES`` minutes."""
     scope = check_site(site)
-    return {"site": site_name(scope), "visitors": live.visitors_now(conn, site=site, now=now),
-            "window_minutes": live.WINDOW_MINUTES}
+    return {
+        "site": site_name(scope),
+        "visitors": live.visitors_now(conn, site=site, now=now),
+        "window_minutes": live.WINDOW_MINUTES,
+    }
 
 
-def uniques_view(conn: RedisClient, day: Any = None, start: Any = None, end: Any = None, site: Any = None) -> dict[str, Any]:
+def uniques_view(
+    conn: RedisClient, day: Any = None, start: Any = None, end: Any = None, site: Any = None
+) -> dict[str, Any]:
     """Distinct session ids per day and over the whole range (an exact union of the days)."""
     first, last = day_range(day, start, end, check_site(site))
     result = uniques.unique_visitors_range(conn, first, last, site=site)
-    return {"from": first.isoformat(), "to": last.isoformat(), "visitors": result.visitors,
-            "days": [{"day": d.isoformat(), "visitors": n} for d, n in result.days],
-            "missing_days": [d.isoformat() for d in result.missing_days]}
+    return {
+        "from": first.isoformat(),
+        "to": last.isoformat(),
+        "visitors": result.visitors,
+        "days": [{"day": d.isoformat(), "visitors": n} for d, n in result.days],
+        "missing_days": [d.isoformat() for d in result.missing_days],
+    }
 
 
 # --- read-only tokens of the dashboard's JSON API (``counters-tasks tokens``) ---------------
@@ -245,16 +289,17 @@ def create_token(conn: RedisClient, name: Any, now: float | None = None, site: A
     check_text(name, "name", 100)
     only = None if site is None else site_name(check_site(site))
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    record = {"name": name, "created": int(time.time() if now is None else now), "scope": TOKEN_SCOPE,
-              "site": only}
+    record = {"name": name, "created": int(time.time() if now is None else now), "scope": TOKEN_SCOPE, "site": only}
 
     def add(pipe: Any) -> None:  # WATCHed: two creates at once cannot both take a name or the last place
         stored = _token_records(pipe).values()
         if any(r.get("name") == name for r in stored):
             raise InvalidInput(f"a token named {name!r} exists already (revoke it first)")
         if len(stored) >= MAX_TOKENS:
-            raise TooManyTokens(f"{MAX_TOKENS} tokens exist already, the most there may be: "
-                                f"revoke unused ones (counters-tasks tokens list / revoke NAME)")
+            raise TooManyTokens(
+                f"{MAX_TOKENS} tokens exist already, the most there may be: "
+                f"revoke unused ones (counters-tasks tokens list / revoke NAME)"
+            )
         pipe.multi()
         pipe.hset(keys.api_tokens(), token_hash(token), json.dumps(record))
 
@@ -265,8 +310,7 @@ def create_token(conn: RedisClient, name: Any, now: float | None = None, site: A
 def tokens_list(conn: RedisClient) -> dict[str, Any]:
     """The tokens' records (name, created, scope, site), oldest first: never a token or its hash."""
     records = sorted(_token_records(conn).values(), key=lambda r: (r.get("created", 0), r.get("name", "")))
-    return {"tokens": [{k: r.get(k) for k in ("name", "created", "scope", "site")} for r in records],
-            "max": MAX_TOKENS}
+    return {"tokens": [{k: r.get(k) for k in ("name", "created", "scope", "site")} for r in records], "max": MAX_TOKENS}
 
 
 def revoke_token(conn: RedisClient, name: Any) -> dict[str, Any]:

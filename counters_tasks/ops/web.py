@@ -76,8 +76,11 @@ class BasicAuth:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not self._allowed(scope):
-            response = Response("authentication required", status_code=401,
-                                headers={"WWW-Authenticate": 'Basic realm="counters-tasks", charset="UTF-8"'})
+            response = Response(
+                "authentication required",
+                status_code=401,
+                headers={"WWW-Authenticate": 'Basic realm="counters-tasks", charset="UTF-8"'},
+            )
             await response(scope, receive, send)
             return
         await self.app(scope, receive, send)
@@ -130,25 +133,38 @@ class TokenAuth:
         try:
             sites = await anyio.to_thread.run_sync(self._sites, token)
         except redis.RedisError as exc:  # neither allowed nor a server error: try again later
-            await JSONResponse({"error": f"Redis: {type(exc).__name__}: {exc}"}, status_code=503,
-                               headers={"Cache-Control": "no-store"})(scope, receive, send)
+            await JSONResponse(
+                {"error": f"Redis: {type(exc).__name__}: {exc}"}, status_code=503, headers={"Cache-Control": "no-store"}
+            )(scope, receive, send)
             return
         if sites is None:
-            await JSONResponse({"error": "invalid or revoked token"}, status_code=401, headers={
-                "WWW-Authenticate": 'Bearer realm="counters-tasks", error="invalid_token"',
-                "Cache-Control": "no-store"})(scope, receive, send)
+            await JSONResponse(
+                {"error": "invalid or revoked token"},
+                status_code=401,
+                headers={
+                    "WWW-Authenticate": 'Bearer realm="counters-tasks", error="invalid_token"',
+                    "Cache-Control": "no-store",
+                },
+            )(scope, receive, send)
             return
         if sites and self._site_asked(scope) not in sites:  # a token of one site, asked for another
-            await JSONResponse({"error": f"this token reads the site {', '.join(sorted(sites))} only"}, status_code=403,
-                               headers={"WWW-Authenticate": 'Bearer realm="counters-tasks", error="insufficient_scope"',
-                                        "Cache-Control": "no-store"})(scope, receive, send)
+            await JSONResponse(
+                {"error": f"this token reads the site {', '.join(sorted(sites))} only"},
+                status_code=403,
+                headers={
+                    "WWW-Authenticate": 'Bearer realm="counters-tasks", error="insufficient_scope"',
+                    "Cache-Control": "no-store",
+                },
+            )(scope, receive, send)
             return
         await self.app(scope, receive, send)
 
 
 SECURITY_HEADERS = [
-    (b"content-security-policy",
-     b"default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'"),
+    (
+        b"content-security-policy",
+        b"default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'",
+    ),
     (b"x-content-type-options", b"nosniff"),
     (b"x-frame-options", b"DENY"),
     (b"referrer-policy", b"no-referrer"),
@@ -188,8 +204,9 @@ class RequestLimit:
             await self.app(scope, receive, send)
             return
         if self.in_hand >= self.limit:
-            await Response("too many requests in hand; try again", status_code=503,
-                           headers={"Retry-After": "1"})(scope, receive, send)
+            await Response("too many requests in hand; try again", status_code=503, headers={"Retry-After": "1"})(
+                scope, receive, send
+            )
             return
         self.in_hand += 1
         try:
@@ -235,8 +252,12 @@ class SharedHealth:
             self.lock.release()
 
 
-def create_app(conn: RedisClient | None = None, auth: tuple[str, str] | None | bool = True,
-               health: Callable[[Any], dict] | None = None, hosts: tuple[str, ...] | None = None) -> ASGIApp:
+def create_app(
+    conn: RedisClient | None = None,
+    auth: tuple[str, str] | None | bool = True,
+    health: Callable[[Any], dict] | None = None,
+    hosts: tuple[str, ...] | None = None,
+) -> ASGIApp:
     """The dashboard app over ``conn`` (default: the configured Redis). ``auth``: True reads
     ``COUNTERS_DASHBOARD_AUTH``; a ``(user, password)`` pair; or None/False for none. ``hosts``:
     the Host names answered (default ``COUNTERS_DASHBOARD_HOSTS``); without auth the loopback
@@ -252,10 +273,13 @@ def create_app(conn: RedisClient | None = None, auth: tuple[str, str] | None | b
     def endpoint(view: Callable[..., dict], *params: str) -> Callable[[Request], Response]:
         """A GET handler calling ``view`` with the query parameters ``params`` (``name!``: required,
         passed as None when missing so the view refuses it)."""
+
         def handle(request: Request) -> Response:
             query = request.query_params
             kwargs = {name.strip("!"): query.get(name.strip("!")) or None for name in params if name.endswith("!")}
-            kwargs.update({ARGUMENT.get(name, name): query[name] for name in params if query.get(name) not in (None, "")})
+            kwargs.update(
+                {ARGUMENT.get(name, name): query[name] for name in params if query.get(name) not in (None, "")}
+            )
             try:
                 return JSONResponse(view(connection(), **kwargs), headers={"Cache-Control": "no-store"})
             except InvalidInput as exc:
@@ -310,5 +334,6 @@ def run(app: ASGIApp, host: str, port: int) -> None:
     without waiting for the stuck thread."""
     import uvicorn
 
-    uvicorn.run(app, host=host, port=port, log_level="info", http=GuardedH11Protocol,
-                timeout_graceful_shutdown=SHUTDOWN_GRACE)
+    uvicorn.run(
+        app, host=host, port=port, log_level="info", http=GuardedH11Protocol, timeout_graceful_shutdown=SHUTDOWN_GRACE
+    )

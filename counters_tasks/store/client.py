@@ -43,11 +43,18 @@ annotations`` may name it at run time on any supported Python."""
 CLUSTER_RETRIES = 3
 """Extra tries of a command on a cluster after a connection error or CLUSTERDOWN (slot map refreshed)."""
 
-TRANSIENT_ERRORS = (ConnectionError, TimeoutError, BusyLoadingError,  # away, slow, LOADING
-                    ClusterDownError, TryAgainError, SlotNotCoveredError,  # a cluster failing over
-                    ReadOnlyError, MasterDownError,  # a replica promoted, or its master gone
-                    OutOfMemoryError,  # OOM under maxmemory + noeviction: frees up when consumers catch up
-                    NoScriptError)  # a restarted server lost its scripts: they are loaded again
+TRANSIENT_ERRORS = (
+    ConnectionError,
+    TimeoutError,
+    BusyLoadingError,  # away, slow, LOADING
+    ClusterDownError,
+    TryAgainError,
+    SlotNotCoveredError,  # a cluster failing over
+    ReadOnlyError,
+    MasterDownError,  # a replica promoted, or its master gone
+    OutOfMemoryError,  # OOM under maxmemory + noeviction: frees up when consumers catch up
+    NoScriptError,
+)  # a restarted server lost its scripts: they are loaded again
 """Errors after which the same write, tried again later, can succeed: tasks retry on them."""
 
 TRANSIENT_REPLIES = ("BUSY", "LOADING", "READONLY", "OOM", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "NOSCRIPT")
@@ -61,6 +68,7 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, (*TRANSIENT_ERRORS, TransientError)):
         return True
     return isinstance(exc, ResponseError) and str(exc).split(" ", 1)[0] in TRANSIENT_REPLIES
+
 
 _lock = threading.Lock()
 _client: RedisClient | None = None
@@ -81,8 +89,11 @@ def make_client(settings: Settings) -> RedisClient:
         # tries are immediate, so they ride through a slot migration or a stale map, not a
         # failover (node timeout + election, seconds): the tasks retry that with backoff.
         return RedisCluster.from_url(
-            settings.redis_url, max_connections=settings.pool_size, reinitialize_steps=5,
-            retry=Retry(ExponentialWithJitterBackoff(base=0.1, cap=2), CLUSTER_RETRIES), **options,
+            settings.redis_url,
+            max_connections=settings.pool_size,
+            reinitialize_steps=5,
+            retry=Retry(ExponentialWithJitterBackoff(base=0.1, cap=2), CLUSTER_RETRIES),
+            **options,
         )
     pool = redis.BlockingConnectionPool.from_url(
         settings.redis_url, max_connections=settings.pool_size, timeout=settings.socket_timeout, **options

@@ -156,8 +156,10 @@ def confirm_written(conn: RedisClient, used: bytes) -> None:
     with held.lock:
         _check(conn, held, write=True)
     if held.tag_key != used:
-        raise TagKeyChanged(f"a write was made with a tag key Redis no longer holds (its data was lost and "
-                            f"{tag_key_name()} made again by another process): it is to be made again")
+        raise TagKeyChanged(
+            f"a write was made with a tag key Redis no longer holds (its data was lost and "
+            f"{tag_key_name()} made again by another process): it is to be made again"
+        )
 
 
 def _due(held: Held, write: bool) -> bool:
@@ -200,14 +202,21 @@ def _check(conn: RedisClient, held: Held, write: bool) -> None:
     if pinned and tag is not None and tag != pinned.encode():
         raise TagKeyMismatch(tag_key_mismatch_message())
     elif not marker.get("id") and held.deployment_id is not None:
-        log.error("counters-tasks: the deployment marker %s is gone from Redis (its data was lost?); "
-                  "the next write puts it back", marker_name())
+        log.error(
+            "counters-tasks: the deployment marker %s is gone from Redis (its data was lost?); "
+            "the next write puts it back",
+            marker_name(),
+        )
     if marker.get("id"):
         _refuse_other_layout(marker)
         if held.deployment_id is not None and marker["id"] != held.deployment_id:
-            log.error("counters-tasks: Redis holds another deployment than before (%s, was %s): its data was "
-                      "lost or replaced at %s; this process now uses its tag key", marker["id"],
-                      held.deployment_id, marker.get("lost_at", "an unknown time"))
+            log.error(
+                "counters-tasks: Redis holds another deployment than before (%s, was %s): its data was "
+                "lost or replaced at %s; this process now uses its tag key",
+                marker["id"],
+                held.deployment_id,
+                marker.get("lost_at", "an unknown time"),
+            )
             if write and "lost_at" not in marker:
                 _record_loss(conn, held.deployment_id)
         held.deployment_id = marker["id"]
@@ -219,23 +228,34 @@ def _check(conn: RedisClient, held: Held, write: bool) -> None:
     held.checked_at = time.monotonic() if held.tag_key is not None or pinned else float("-inf")
 
 
-def _make(conn: RedisClient, held: Held, tag: bytes | None, marker: dict[str, str]) -> tuple[bytes | None, dict[str, str]]:
+def _make(
+    conn: RedisClient, held: Held, tag: bytes | None, marker: dict[str, str]
+) -> tuple[bytes | None, dict[str, str]]:
     """Make, or put back, the tag key (the pinned one, else the one this process holds, else a
     new one) and the marker: SET NX and HSETNX, so concurrent writers end on one of each."""
     pinned = get_settings().tag_key
     if tag is None:
         if held.tag_key is not None:
-            log.error("counters-tasks: the tag key %s is gone from Redis; putting back the one this process "
-                      "holds", tag_key_name())
+            log.error(
+                "counters-tasks: the tag key %s is gone from Redis; putting back the one this process holds",
+                tag_key_name(),
+            )
         made = pinned.encode() if pinned else held.tag_key or secrets.token_hex(16).encode()
         conn.set(tag_key_name(), made, nx=True)
     name = marker_name()
     if not marker.get("id") and conn.hsetnx(name, "id", secrets.token_hex(8)):
-        fields: dict[FieldT, EncodableT] = {"layout": LAYOUT, "created": repr(time.time()), "created_by": process_name()}
+        fields: dict[FieldT, EncodableT] = {
+            "layout": LAYOUT,
+            "created": repr(time.time()),
+            "created_by": process_name(),
+        }
         if held.deployment_id is not None:  # this process saw the deployment before: its data went
             fields.update(lost_at=repr(time.time()), lost_by=process_name(), previous=held.deployment_id)
-            log.error("counters-tasks: Redis lost the deployment's data (its marker %s is gone); figures "
-                      "before now are lost. The tag key is put back; recorded as a data loss.", name)
+            log.error(
+                "counters-tasks: Redis lost the deployment's data (its marker %s is gone); figures "
+                "before now are lost. The tag key is put back; recorded as a data loss.",
+                name,
+            )
         conn.hset(name, mapping=fields)
     return _read(conn)
 
@@ -251,26 +271,34 @@ def _refuse_other_layout(marker: dict[str, str]) -> None:
 
 
 def tag_key_mismatch_message() -> str:
-    return (f"COUNTERS_TAG_KEY is set here to another tag key than the deployment's in Redis ({tag_key_name()}): "
-            f"this process would read zeros and write where no reader looks. Use the writers' value (the stack of "
-            f"`counters-tasks run` keeps it in .counters-tasks/tag-key) or unset COUNTERS_TAG_KEY here: without it, "
-            f"the key is read from Redis")
+    return (
+        f"COUNTERS_TAG_KEY is set here to another tag key than the deployment's in Redis ({tag_key_name()}): "
+        f"this process would read zeros and write where no reader looks. Use the writers' value (the stack of "
+        f"`counters-tasks run` keeps it in .counters-tasks/tag-key) or unset COUNTERS_TAG_KEY here: without it, "
+        f"the key is read from Redis"
+    )
 
 
 def hidden_message() -> str:
-    return (f"Redis holds a deployment (its marker {marker_name()}) but no tag key ({tag_key_name()}), and "
-            f"COUNTERS_TAG_KEY is not set here: this process cannot see its data and reads zeros. Its writers pin "
-            f"COUNTERS_TAG_KEY (an older counters-tasks did not keep a pinned key in Redis, or the key was deleted): "
-            f"set the writers' COUNTERS_TAG_KEY here (`counters-tasks run` keeps it in .counters-tasks/tag-key), or "
-            f"let a writer of this version write once, which puts the key in Redis")
+    return (
+        f"Redis holds a deployment (its marker {marker_name()}) but no tag key ({tag_key_name()}), and "
+        f"COUNTERS_TAG_KEY is not set here: this process cannot see its data and reads zeros. Its writers pin "
+        f"COUNTERS_TAG_KEY (an older counters-tasks did not keep a pinned key in Redis, or the key was deleted): "
+        f"set the writers' COUNTERS_TAG_KEY here (`counters-tasks run` keeps it in .counters-tasks/tag-key), or "
+        f"let a writer of this version write once, which puts the key in Redis"
+    )
 
 
 def layout_message(found: int) -> str:
     if found > LAYOUT:
-        return (f"Redis holds the counters in key layout {found}, newer than this counters-tasks's layout "
-                f"{LAYOUT}: upgrade counters-tasks in every process of the deployment")
-    return (f"Redis holds the counters in key layout {found}, older than this counters-tasks's layout "
-            f"{LAYOUT}: stop the workers and run `counters-tasks migrate`")
+        return (
+            f"Redis holds the counters in key layout {found}, newer than this counters-tasks's layout "
+            f"{LAYOUT}: upgrade counters-tasks in every process of the deployment"
+        )
+    return (
+        f"Redis holds the counters in key layout {found}, older than this counters-tasks's layout "
+        f"{LAYOUT}: stop the workers and run `counters-tasks migrate`"
+    )
 
 
 def ensure(conn: RedisClient) -> dict[str, str]:
@@ -304,8 +332,10 @@ def describe(tag: bytes | None, marker: dict[str, str], now: float | None = None
     elif not pinned and tag is None and marker.get("id"):
         problem = hidden_message()
     elif pinned and tag is None and marker.get("id"):
-        warning = (f"Redis holds no tag key ({tag_key_name()}): processes without COUNTERS_TAG_KEY read zeros "
-                   f"until a writer of this version writes (it puts the key back)")
+        warning = (
+            f"Redis holds no tag key ({tag_key_name()}): processes without COUNTERS_TAG_KEY read zeros "
+            f"until a writer of this version writes (it puts the key back)"
+        )
     recent_loss = lost_at is not None and now - lost_at < LOSS_REPORTED_FOR
     return {
         "id": marker.get("id"),

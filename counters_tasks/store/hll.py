@@ -46,7 +46,7 @@ def registers(raw: bytes) -> bytearray:
                 pos += 2
             else:  # VAL 1vvvvvxx
                 value, run = ((op >> 2) & 0x1F) + 1, (op & 0x03) + 1
-                out[index:index + run] = bytes([value]) * run
+                out[index : index + run] = bytes([value]) * run
                 index += run
                 pos += 1
         if index != REGISTERS:

@@ -74,8 +74,9 @@ def digest(kind: str, text: str, size: int = 8) -> bytes:
 
 
 def _digest(key: bytes, kind: str, text: str, size: int) -> bytes:
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=size, key=key,
-                           person=kind.encode()[:16]).digest()
+    return hashlib.blake2b(
+        text.encode("utf-8", "surrogatepass"), digest_size=size, key=key, person=kind.encode()[:16]
+    ).digest()
 
 
 def group_tag(letter: str, kind: str, text: str) -> str:
@@ -119,7 +120,7 @@ def unscoped(site: str, name: str) -> str | None:
     if not site:
         return None if SITE_SEPARATOR in name else name
     head = f"{site}{SITE_SEPARATOR}"
-    return name[len(head):] if name.startswith(head) else None
+    return name[len(head) :] if name.startswith(head) else None
 
 
 # --- worker batches of per-event messages ---------------------------------------------------
@@ -146,6 +147,7 @@ def batch_journal(batch_id: str, group: int) -> str:
 
 
 # --- multi-precision counters -------------------------------------------------------------
+
 
 def counter_tag(name: str) -> str:
     return group_tag("c", "counter", name)
@@ -288,6 +290,7 @@ def job_stats(job: str) -> str:
 # Every key of one board shares the board's hash tag, so each ranking script stays in one slot.
 # The slot hashes are named ``ranking_slot_parts(...)[0] + str(slot) + [1]``: the rotation and
 # read scripts build them from the slot index inside the call (same tag, so same cluster slot).
+
 
 def board_tag(name: str) -> str:
     return hash_tag("board", name)
@@ -479,6 +482,7 @@ def path_seen(message_id: str, *, tag: str) -> str:
 
 # --- visitors right now (``counters_tasks.live``) -------------------------------------------
 
+
 def live_tag(site: str = "") -> str:
     """One slot per site for its minutes, so ``PFCOUNT`` of a window is one command anywhere."""
     return hash_tag("live", scoped(site, "now"))
@@ -493,6 +497,7 @@ def live_minute(site: str, minute: int) -> str:
 # --- daily unique visitors -------------------------------------------------------------
 # One slot per day (tag of the day): the count, the expected figure and every shard of that day,
 # so SADD and INCR run in one Lua call.
+
 
 def uniques_tag(day: date, site: str = "") -> str:
     return hash_tag("uniques", scoped(site, day.isoformat()))
@@ -542,6 +547,7 @@ def uniques_seen(day: date, message_id: str, *, tag: str | None = None, site: st
 
 
 # --- dashboard API tokens ---------------------------------------------------------------
+
 
 def api_tokens() -> str:
     """HASH of the dashboard's read-only API tokens: SHA-256 (hex) of a token -> JSON ``{name,

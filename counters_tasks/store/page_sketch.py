@@ -41,8 +41,8 @@ def position(sketch_id: str) -> tuple[int, int]:
 def parse(sketch: str) -> tuple[set[str] | None, bytearray | None]:
     """(the exact ids, None) or (None, the registers) of one day's sketch."""
     if sketch.startswith("!"):
-        return None, bytearray(VALUE.get(char, 0) for char in sketch[1:1 + REGISTERS])
-    return {sketch[at:at + ID_CHARS] for at in range(0, len(sketch) - ID_CHARS + 1, ID_CHARS)}, None
+        return None, bytearray(VALUE.get(char, 0) for char in sketch[1 : 1 + REGISTERS])
+    return {sketch[at : at + ID_CHARS] for at in range(0, len(sketch) - ID_CHARS + 1, ID_CHARS)}, None
 
 
 def union_count(sketches: Iterable[str]) -> tuple[int, bool]:
@@ -68,7 +68,7 @@ def estimate(registers: bytearray) -> int:
     """The HyperLogLog estimate of ``REGISTERS`` registers (linear counting while it is small)."""
     m = len(registers)
     alpha = 0.7213 / (1 + 1.079 / m)
-    raw = alpha * m * m / sum(2.0 ** -value for value in registers)
+    raw = alpha * m * m / sum(2.0**-value for value in registers)
     zeros = registers.count(0)
     if raw <= 2.5 * m and zeros:
         return round(m * math.log(m / zeros))

@@ -106,7 +106,7 @@ def execute_in_order(conn: RedisClient, *stages: Callable[[Any], Any]) -> list[l
         replies = _execute(conn, pipe)
         out, start = [], 0
         for size in sizes:
-            out.append(replies[start:start + size])
+            out.append(replies[start : start + size])
             start += size
         return out
     out = []

@@ -64,9 +64,14 @@ def parse_version(text: str) -> tuple[int, ...]:
 def _facts(where: str, server: dict, memory: dict) -> ServerFacts:
     redis_version = as_str(server.get("redis_version", "0"))
     software = "valkey" if "valkey_version" in server else as_str(server.get("server_name", "redis"))
-    return ServerFacts(where=where, software=software, version=as_str(server.get("valkey_version", redis_version)),
-                       redis_version=parse_version(redis_version), maxmemory=int(memory.get("maxmemory", 0)),
-                       policy=as_str(memory.get("maxmemory_policy", "unknown")))
+    return ServerFacts(
+        where=where,
+        software=software,
+        version=as_str(server.get("valkey_version", redis_version)),
+        redis_version=parse_version(redis_version),
+        maxmemory=int(memory.get("maxmemory", 0)),
+        policy=as_str(memory.get("maxmemory_policy", "unknown")),
+    )
 
 
 def facts(conn: RedisClient) -> list[ServerFacts]:
@@ -88,9 +93,11 @@ def problems(found: list[ServerFacts], role: str = "Redis") -> tuple[list[str], 
         if server.too_old:
             errors.append(too_old_message(server, role))
         if server.evicting:
-            message = (f"{role} ({server.describe()}) has maxmemory-policy {server.policy}: under memory pressure it "
-                       f"evicts the counters' keys and the figures go wrong without a word; set maxmemory-policy "
-                       f"noeviction (docs/production.md)")
+            message = (
+                f"{role} ({server.describe()}) has maxmemory-policy {server.policy}: under memory pressure it "
+                f"evicts the counters' keys and the figures go wrong without a word; set maxmemory-policy "
+                f"noeviction (docs/production.md)"
+            )
             if get_settings().allow_eviction:
                 warnings.append(message + " (accepted: COUNTERS_ALLOW_EVICTION is set)")
             else:
@@ -100,17 +107,31 @@ def problems(found: list[ServerFacts], role: str = "Redis") -> tuple[list[str], 
 
 def too_old_message(server: ServerFacts, role: str = "Redis") -> str:
     minimum = ".".join(map(str, MIN_VERSION))
-    return (f"{role} is {server.describe()} (Redis {'.'.join(map(str, server.redis_version))}); counters-tasks "
-            f"needs Redis {minimum} or newer ({NEEDED_FOR}): upgrade the server")
+    return (
+        f"{role} is {server.describe()} (Redis {'.'.join(map(str, server.redis_version))}); counters-tasks "
+        f"needs Redis {minimum} or newer ({NEEDED_FOR}): upgrade the server"
+    )
 
 
 def report(conn: RedisClient, role: str = "Redis") -> dict[str, Any]:
     """The check as health shows it: ``ok`` (no error), the servers, the errors and warnings."""
     found = facts(conn)
     errors, warnings = problems(found, role)
-    return {"ok": not errors, "errors": errors, "warnings": warnings,
-            "servers": [{"where": s.where, "software": s.software, "version": s.version,
-                         "maxmemory": s.maxmemory, "maxmemory_policy": s.policy} for s in found]}
+    return {
+        "ok": not errors,
+        "errors": errors,
+        "warnings": warnings,
+        "servers": [
+            {
+                "where": s.where,
+                "software": s.software,
+                "version": s.version,
+                "maxmemory": s.maxmemory,
+                "maxmemory_policy": s.policy,
+            }
+            for s in found
+        ],
+    }
 
 
 def start_check(conn: RedisClient, role: str = "Redis") -> tuple[list[str], list[str]]:

@@ -61,7 +61,9 @@ Refusal = tuple[int, InvalidInput]
 """A message refused while written: its index in the items written, and why."""
 
 
-def write_claimed(conn: RedisClient, kind: Kind, items: list[tuple[Any, str]], tally: throughput.Tally) -> list[Refusal]:
+def write_claimed(
+    conn: RedisClient, kind: Kind, items: list[tuple[Any, str]], tally: throughput.Tally
+) -> list[Refusal]:
     """The messages' prepared items claimed for a batch and written as one (``claims``: each
     message at most once), with any earlier batch a message was claimed by: cut into calls as a
     payload is (``payloads.plan_calls``: the kind's ``per_call`` positions, one call per
@@ -69,21 +71,30 @@ def write_claimed(conn: RedisClient, kind: Kind, items: list[tuple[Any, str]], t
     write. A message whose call was refused as written (a board fixed to other settings) is
     refused, nothing written for it."""
     assert kind.to_entry is not None and kind.from_entry is not None  # a kind with worker batches declares them
-    found, applied_before = claims.batches(conn, kind.name, [(message_id, kind.to_entry(item)) for item, message_id in items])
+    found, applied_before = claims.batches(
+        conn, kind.name, [(message_id, kind.to_entry(item)) for item, message_id in items]
+    )
     calls: list[tuple[list[payloads.Positioned], str | None]] = []
     senders: list[str] = []  # the message id of each item planned, by its index here
     for batch_id, entries in found:
         positioned = [(n, kind.from_entry(entry)) for n, (_message_id, entry) in enumerate(entries)]
         first = len(senders)
         senders += [message_id for message_id, _entry in entries]
-        calls += [([(first + n, item) for n, item in call], call_id)
-                  for call, call_id in payloads.plan_calls(kind, positioned, chunk_ids(batch_id, -(-len(entries) // kind.per_call)))]
+        calls += [
+            ([(first + n, item) for n, item in call], call_id)
+            for call, call_id in payloads.plan_calls(
+                kind, positioned, chunk_ids(batch_id, -(-len(entries) // kind.per_call))
+            )
+        ]
     refused = payloads.write_planned(conn, kind, calls, tally)
     claims.done(conn, [batch_id for batch_id, _entries in found])
     tally.add(0, applied_before)  # once written: a write tried again counts them once
     refused_by_message = {senders[n]: error for n, error in refused}
-    return [(index, refused_by_message[message_id]) for index, (_item, message_id) in enumerate(items)
-            if message_id in refused_by_message]
+    return [
+        (index, refused_by_message[message_id])
+        for index, (_item, message_id) in enumerate(items)
+        if message_id in refused_by_message
+    ]
 
 
 def usable_id(value: Any) -> str | None:
@@ -107,8 +118,14 @@ class Backoff:
         return waited
 
 
-def apply_batch(conn: RedisClient, kind: Kind, requests: list[Any], *, max_backoff: float = 30.0,
-                give_up: Callable[[str, Any, BaseException], None] | None = None) -> dict[str, Any]:
+def apply_batch(
+    conn: RedisClient,
+    kind: Kind,
+    requests: list[Any],
+    *,
+    max_backoff: float = 30.0,
+    give_up: Callable[[str, Any, BaseException], None] | None = None,
+) -> dict[str, Any]:
     """Apply a batch of requests of ``kind``'s per-event task; returns how many were applied, refused and given up,
     and under ``FAILED`` why each message not applied was not, by its position in ``requests``.
 
@@ -135,13 +152,16 @@ def apply_batch(conn: RedisClient, kind: Kind, requests: list[Any], *, max_backo
         backoff = Backoff(maximum=max_backoff)
         while True:
             try:
-                late = write_claimed(conn, kind, [(item, cast(str, message_id)) for item, message_id, _position in group], tally)
+                late = write_claimed(
+                    conn, kind, [(item, cast(str, message_id)) for item, message_id, _position in group], tally
+                )
             except Exception as exc:  # noqa: BLE001  every failure is waited out, isolated or given up
                 if eager:
                     raise
                 if is_transient(exc):
-                    log.warning("%s batch of %d waits for Redis (%s); next try in %.1fs", task, len(group), exc,
-                                backoff.next)
+                    log.warning(
+                        "%s batch of %d waits for Redis (%s); next try in %.1fs", task, len(group), exc, backoff.next
+                    )
                     backoff.wait()
                     continue
                 if len(group) > 1:
@@ -156,8 +176,15 @@ def apply_batch(conn: RedisClient, kind: Kind, requests: list[Any], *, max_backo
                     outcome["given_up"] += 1
                     outcome[FAILED][group[0][2]] = f"SetAside: {SetAside(attempts, exc)}"
                     return
-                log.warning("%s %s failed (%r); try %d of %d in %.1fs", task, group[0][1], exc, attempts,
-                            get_settings().max_attempts, backoff.next)
+                log.warning(
+                    "%s %s failed (%r); try %d of %d in %.1fs",
+                    task,
+                    group[0][1],
+                    exc,
+                    attempts,
+                    get_settings().max_attempts,
+                    backoff.next,
+                )
                 backoff.wait()
                 continue
             refused.extend((group[index][2], group[index][1], error) for index, error in late)

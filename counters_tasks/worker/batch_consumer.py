@@ -102,8 +102,9 @@ class MaskedRequest(Request):
     (the worker's consumer sets such messages aside before: ``worker.consumer``). Celery's own
     callers (its strategy and ``Batcher``) pass everything after the message by keyword."""
 
-    def __init__(self, message: Any, *, body: Any = None, headers: Any = None, decoded: bool = False,
-                 **options: Any) -> None:
+    def __init__(
+        self, message: Any, *, body: Any = None, headers: Any = None, decoded: bool = False, **options: Any
+    ) -> None:
         body = message.body if body is None else body
         headers = message.headers if headers is None else headers
         payload = body if decoded else message.payload
@@ -131,8 +132,9 @@ class SimpleRequest:
 
     @classmethod
     def from_request(cls, request: Request) -> SimpleRequest:
-        return cls(request.id, request.name, request.args, request.kwargs, dict(request.delivery_info or {}),
-                   request.hostname)
+        return cls(
+            request.id, request.name, request.args, request.kwargs, dict(request.delivery_info or {}), request.hostname
+        )
 
 
 FAILED = "failed"
@@ -163,23 +165,31 @@ def run_batch(task: Task, batch_id: str, requests: list[SimpleRequest]) -> dict[
         log.error("%s batch %s of %d messages failed: %r", task.name, batch_id, len(requests), exc, exc_info=True)
         return {"error": saferepr(exc), "traceback": traceback.format_exc(), "runtime": time.monotonic() - started}
     finally:
-        signals.task_postrun.send(sender=task, task_id=batch_id, task=task, args=(requests,), kwargs={},
-                                  retval=result, state=state)
+        signals.task_postrun.send(
+            sender=task, task_id=batch_id, task=task, args=(requests,), kwargs={}, retval=result, state=state
+        )
 
 
 def announce_received(request: Request) -> None:
     """The ``task-received`` event of a message, as Celery's own strategy sends it."""
-    request.send_event("task-received", name=request.name, args=request.argsrepr, kwargs=request.kwargsrepr,
-                       root_id=request.root_id, parent_id=request.parent_id,
-                       retries=request.request_dict.get("retries", 0),
-                       eta=request.eta and request.eta.isoformat(),
-                       expires=request.expires and request.expires.isoformat())
+    request.send_event(
+        "task-received",
+        name=request.name,
+        args=request.argsrepr,
+        kwargs=request.kwargsrepr,
+        root_id=request.root_id,
+        parent_id=request.parent_id,
+        retries=request.request_dict.get("retries", 0),
+        eta=request.eta and request.eta.isoformat(),
+        expires=request.expires and request.expires.isoformat(),
+    )
 
 
 def shutting_down() -> bool:
     """True once a warm or cold shutdown of this worker began."""
-    return any(flag is not None and flag is not False
-               for flag in (worker_state.should_stop, worker_state.should_terminate))
+    return any(
+        flag is not None and flag is not False for flag in (worker_state.should_stop, worker_state.should_terminate)
+    )
 
 
 class Batcher:
@@ -190,8 +200,9 @@ class Batcher:
         self.task, self.app, self.consumer = task, app, consumer
         self.pool, self.timer = consumer.pool, consumer.timer
         self.hostname, self.eventer = consumer.hostname, consumer.event_dispatcher
-        self.Req = create_request_cls(symbol_by_name(task.Request), task, consumer.pool, consumer.hostname,
-                                      self.eventer, app=app)
+        self.Req = create_request_cls(
+            symbol_by_name(task.Request), task, consumer.pool, consumer.hostname, self.eventer, app=app
+        )
         self.buffer: list[Request] = []
         self.running = 0  # messages of batches sent to the pool, not acknowledged yet
         self.due: Any = None  # the timer entry of the buffer's time limit (never cancelled by itself)
@@ -211,9 +222,20 @@ class Batcher:
             body, headers, decoded, utc = hybrid_to_proto2(message, message.payload)
         else:
             body, headers, decoded, utc = proto1_to_proto2(message, body)
-        request = self.Req(message, on_ack=ack, on_reject=reject, app=self.app, hostname=self.hostname,
-                           eventer=self.eventer, task=self.task, connection_errors=self.consumer.connection_errors,
-                           body=body, headers=headers, decoded=decoded, utc=utc)
+        request = self.Req(
+            message,
+            on_ack=ack,
+            on_reject=reject,
+            app=self.app,
+            hostname=self.hostname,
+            eventer=self.eventer,
+            task=self.task,
+            connection_errors=self.consumer.connection_errors,
+            body=body,
+            headers=headers,
+            decoded=decoded,
+            utc=utc,
+        )
         if (request.expires or request.id in worker_state.revoked) and request.revoked():
             return  # acknowledged and reported revoked by Celery
         signals.task_received.send(sender=self.consumer, request=request)
@@ -227,8 +249,11 @@ class Batcher:
         """A message with an ETA joins the buffer when it is due (it does not hold the prefetch
         meanwhile: the limit is raised for it, as Celery does for ETA tasks)."""
         try:
-            eta = (to_timestamp(timezone.to_system(request.eta)) if request.utc
-                   else to_timestamp(request.eta, self.app.timezone))
+            eta = (
+                to_timestamp(timezone.to_system(request.eta))
+                if request.utc
+                else to_timestamp(request.eta, self.app.timezone)
+            )
         except (OverflowError, ValueError) as exc:
             log.error("%s[%s]: cannot convert its ETA %r (%r); rejected", request.name, request.id, request.eta, exc)
             request.reject(requeue=False)
@@ -301,7 +326,8 @@ class Batcher:
                 announce_received(request)
         try:
             self.pool.apply_async(
-                run_batch, (self.task, batch_id, [SimpleRequest.from_request(r) for r in requests]),
+                run_batch,
+                (self.task, batch_id, [SimpleRequest.from_request(r) for r in requests]),
                 accept_callback=lambda pid, time_accepted: self.on_started(requests, pid),
                 callback=lambda returned: self.on_returned(requests, batch_id, returned),
                 error_callback=lambda exc_info: self.on_lost(requests, batch_id, exc_info),
@@ -310,8 +336,12 @@ class Batcher:
         except Exception:  # noqa: BLE001  (the pool is closing): left unacknowledged, the broker restores them
             with self.lock:
                 self.running -= len(requests)
-            log.exception("%s batch %s of %d messages could not be sent to the pool; left to the broker",
-                          self.task.name, batch_id, len(requests))
+            log.exception(
+                "%s batch %s of %d messages could not be sent to the pool; left to the broker",
+                self.task.name,
+                batch_id,
+                len(requests),
+            )
 
     def on_started(self, requests: list[Request], pid: int) -> None:
         for request in requests:
@@ -335,16 +365,27 @@ class Batcher:
                 request.send_event("task-failed", exception=failures[position], traceback=returned.get("traceback"))
             else:
                 request.send_event("task-succeeded", result="'applied'", runtime=runtime)
-        log.info("%s batch %s of %d messages done in %.3fs: %d not applied", self.task.name, batch_id,
-                 len(requests), runtime or 0.0, len(failures))
+        log.info(
+            "%s batch %s of %d messages done in %.3fs: %d not applied",
+            self.task.name,
+            batch_id,
+            len(requests),
+            runtime or 0.0,
+            len(failures),
+        )
 
     def on_lost(self, requests: list[Request], batch_id: str, exc_info: Any) -> None:
         """The pool process died during the batch: its messages go back to the queue."""
         with self.lock:
             self.running -= len(requests)
         exc = getattr(exc_info, "exception", exc_info)
-        log.error("%s batch %s of %d messages lost with its pool process (%r): requeued", self.task.name, batch_id,
-                  len(requests), exc)
+        log.error(
+            "%s batch %s of %d messages lost with its pool process (%r): requeued",
+            self.task.name,
+            batch_id,
+            len(requests),
+            exc,
+        )
         for request in requests:
             request.send_event("task-failed", exception=saferepr(exc), traceback=getattr(exc_info, "traceback", None))
             if self.task.reject_on_worker_lost:

@@ -285,9 +285,18 @@ class Channel(AdaptedChannel):
             command = ["BLMOVE", wait, wait, "RIGHT", "RIGHT", min(longest, WAIT_SLICE)]
         else:
             settings = get_settings()
-            command = ["EVAL", lua_source("broker_take"), len(keys) + 4, self.unacked_key, self.unacked_index_key,
-                       store_keys.dead_letters(), store_keys.dead_letter_reasons(), *keys,
-                       settings.max_message_bytes, settings.dead_letter_max]
+            command = [
+                "EVAL",
+                lua_source("broker_take"),
+                len(keys) + 4,
+                self.unacked_key,
+                self.unacked_index_key,
+                store_keys.dead_letters(),
+                store_keys.dead_letter_reasons(),
+                *keys,
+                settings.max_message_bytes,
+                settings.dead_letter_max,
+            ]
         self.client.connection.send_command(*command)
 
     # -- waiting on several queues at once --------------------------------------------------------
@@ -310,8 +319,11 @@ class Channel(AdaptedChannel):
 
     def _refuse_unblock(self, exc: Exception) -> None:
         self._unblock_refused = True
-        log.warning("the broker refused CLIENT ID / CLIENT UNBLOCK (%s): a worker consuming several queues "
-                    "waits on them in turn, so a message may wait up to 100 ms to be noticed", exc)
+        log.warning(
+            "the broker refused CLIENT ID / CLIENT UNBLOCK (%s): a worker consuming several queues "
+            "waits on them in turn, so a message may wait up to 100 ms to be noticed",
+            exc,
+        )
 
     def _arm_queue_waits(self, queues: list[str], timeout: float) -> None:
         """Make every queue in ``queues`` waited on by its own connection (a wait that saw a
@@ -361,7 +373,7 @@ class Channel(AdaptedChannel):
 
     def read_poll_error(self, type: str, **options: Any) -> Any:
         """An error on a queue's own wait is read by that wait (which drops its connection)."""
-        wait = self._queue_waits.get(type[len(WAIT):]) if type.startswith(WAIT) else None
+        wait = self._queue_waits.get(type[len(WAIT) :]) if type.startswith(WAIT) else None
         if wait is not None:
             return self._queue_wait_read(wait)
         return super().read_poll_error(type, **options)
@@ -400,8 +412,9 @@ class Channel(AdaptedChannel):
             reason, checked = check(item)
             if reason is not None:  # kombu or Celery would raise on it in the loop, or restore it forever
                 with self.conn_or_acquire() as client:
-                    dead_letters.set_aside_message(client, (self.unacked_key, self.unacked_index_key), dest,
-                                                   item, reason, checked)
+                    dead_letters.set_aside_message(
+                        client, (self.unacked_key, self.unacked_index_key), dest, item, reason, checked
+                    )
                 raise kombu_redis.Empty()
             assert checked is not None  # no reason to refuse it: decoded
             message = checked  # decoded once, by kombu's JSON (its own types)

@@ -87,8 +87,11 @@ def journaled(conn: RedisClient, batch_ids: list[str]) -> list[tuple[str, list[E
     pipe = read_pipeline(conn)
     for batch_id in batch_ids:
         pipe.get(keys.batch_journal(batch_id, batch_group(batch_id)))
-    return [(batch_id, [(m, item) for m, item in json.loads(text)])
-            for batch_id, text in zip(batch_ids, pipe.execute(), strict=True) if text is not None]
+    return [
+        (batch_id, [(m, item) for m, item in json.loads(text)])
+        for batch_id, text in zip(batch_ids, pipe.execute(), strict=True)
+        if text is not None
+    ]
 
 
 def batches(conn: RedisClient, kind: str, entries: list[Entry]) -> tuple[list[tuple[str, list[Entry]]], int]:

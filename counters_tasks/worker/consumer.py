@@ -68,7 +68,10 @@ class Consumer(CeleryConsumer):
         try:
             dead_letters.set_aside_delivered(message, reason)
         except Exception as exc:  # noqa: BLE001  the dead letters' Redis away, or refusing the write
-            log.error("a message (%s) could not be set aside, left unacknowledged until this worker's connection "
-                      "closes: %s", reason, masked_text(f"{type(exc).__name__}: {exc}"[:500]))
+            log.error(
+                "a message (%s) could not be set aside, left unacknowledged until this worker's connection closes: %s",
+                reason,
+                masked_text(f"{type(exc).__name__}: {exc}"[:500]),
+            )
             return
         message.ack_log_error(log, self.connection_errors)

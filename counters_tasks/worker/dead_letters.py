@@ -79,8 +79,10 @@ def store_client() -> Any:
 
 def _is_message(message: Any) -> bool:
     """Whether a decoded item has the shape of a kombu message (headers, properties, a body)."""
-    return isinstance(message, dict) and all(isinstance(message.get(k), want) for k, want in
-                                             (("headers", dict), ("properties", dict), ("body", (str, bytes))))
+    return isinstance(message, dict) and all(
+        isinstance(message.get(k), want)
+        for k, want in (("headers", dict), ("properties", dict), ("body", (str, bytes)))
+    )
 
 
 def envelope_problem(item: bytes | str) -> tuple[str | None, dict[str, Any] | None]:
@@ -133,8 +135,7 @@ def task_problem(message: dict[str, Any]) -> str | None:
 def delivered_message(message: Any) -> dict[str, Any]:
     """A message as kombu delivered it (a ``kombu.Message``, from any transport) as the dict that
     ``task_problem`` reads: its body is already decoded from the transport's encoding."""
-    return {"headers": message.headers, "properties": {}, "body": message.body,
-            "content-type": message.content_type}
+    return {"headers": message.headers, "properties": {}, "body": message.body, "content-type": message.content_type}
 
 
 def task_arguments(message: dict[str, Any]) -> tuple[list[Any], dict[str, Any]] | None:
@@ -155,8 +156,13 @@ def _body(message: dict[str, Any]) -> Any:
 
 
 def _arguments(decoded: Any) -> tuple[list[Any], dict[str, Any]] | None:
-    if not (isinstance(decoded, list) and len(decoded) == 3 and isinstance(decoded[0], list)
-            and isinstance(decoded[1], dict) and isinstance(decoded[2], dict)):
+    if not (
+        isinstance(decoded, list)
+        and len(decoded) == 3
+        and isinstance(decoded[0], list)
+        and isinstance(decoded[1], dict)
+        and isinstance(decoded[2], dict)
+    ):
         return None
     return decoded[0], decoded[1]
 
@@ -174,21 +180,41 @@ def payload_text(item: bytes | str) -> tuple[str, bool]:
 
 
 def _record(reason: str, queue: str | None, task: str | None, task_id: Any, **extra: Any) -> str:
-    return json.dumps({"reason": reason, "at": time.time(), "queue": queue, "task": task,
-                       "id": task_id if isinstance(task_id, str) else repr(task_id)[:200], **extra})
+    return json.dumps(
+        {
+            "reason": reason,
+            "at": time.time(),
+            "queue": queue,
+            "task": task,
+            "id": task_id if isinstance(task_id, str) else repr(task_id)[:200],
+            **extra,
+        }
+    )
 
 
-def set_aside_message(client: Any, unacked: tuple[str, str], queue: str, item: bytes | str, reason: str,
-                      message: dict[str, Any] | None) -> None:
+def set_aside_message(
+    client: Any, unacked: tuple[str, str], queue: str, item: bytes | str, reason: str, message: dict[str, Any] | None
+) -> None:
     """Move a raw message taken from ``queue`` aside (and out of the ``unacked`` hash and index)."""
     text, escaped = payload_text(item)
     headers = (message or {}).get("headers") or {}
     tag = ((message or {}).get("properties") or {}).get("delivery_tag")
     task = headers.get("task") if isinstance(headers.get("task"), str) else None
-    record = _record(reason, queue, task, headers.get("id"), payload=text[:PAYLOAD_KEPT],
-                     truncated=len(text) > PAYLOAD_KEPT, **({"escaped": True} if escaped else {}))
-    run_script(client, "dead_letter", [keys.dead_letters(), keys.dead_letter_reasons(), *unacked],
-               [record, get_settings().dead_letter_max, reason, tag if isinstance(tag, str) else ""])
+    record = _record(
+        reason,
+        queue,
+        task,
+        headers.get("id"),
+        payload=text[:PAYLOAD_KEPT],
+        truncated=len(text) > PAYLOAD_KEPT,
+        **({"escaped": True} if escaped else {}),
+    )
+    run_script(
+        client,
+        "dead_letter",
+        [keys.dead_letters(), keys.dead_letter_reasons(), *unacked],
+        [record, get_settings().dead_letter_max, reason, tag if isinstance(tag, str) else ""],
+    )
     log.warning("message %s (task %s) from %s set aside: %s", headers.get("id"), task, queue, reason)
 
 
@@ -210,16 +236,30 @@ def set_aside_delivered(message: Any, reason: str) -> None:
         if shown != (text, task, task_id):
             (text, task, task_id), extra["masked"] = shown, True
     queue = (message.delivery_info or {}).get("routing_key")
-    record = _record(reason, queue, task or None, task_id, payload=text[:PAYLOAD_KEPT],
-                     truncated=len(text) > PAYLOAD_KEPT, body_only=True, **extra)
-    run_script(store_client(), "dead_letter", [keys.dead_letters(), keys.dead_letter_reasons(), "", ""],
-               [record, get_settings().dead_letter_max, reason, ""])
-    log.warning("message %s (task %s) from %s set aside: %s", masked_text(task_id[:200]), masked_text(task[:200]),
-                queue, reason)
+    record = _record(
+        reason,
+        queue,
+        task or None,
+        task_id,
+        payload=text[:PAYLOAD_KEPT],
+        truncated=len(text) > PAYLOAD_KEPT,
+        body_only=True,
+        **extra,
+    )
+    run_script(
+        store_client(),
+        "dead_letter",
+        [keys.dead_letters(), keys.dead_letter_reasons(), "", ""],
+        [record, get_settings().dead_letter_max, reason, ""],
+    )
+    log.warning(
+        "message %s (task %s) from %s set aside: %s", masked_text(task_id[:200]), masked_text(task[:200]), queue, reason
+    )
 
 
-def set_aside_call(task: str, task_id: Any, args: Any, kwargs: Any, queue: str | None, error: BaseException,
-                   attempts: int) -> None:
+def set_aside_call(
+    task: str, task_id: Any, args: Any, kwargs: Any, queue: str | None, error: BaseException, attempts: int
+) -> None:
     """Set aside a task call that kept failing (``attempts`` tries) for a reason that is not Redis
     being away, so that its message can be acknowledged without being lost. Kept in the counters'
     Redis (``kept_with_the_counters``), its IP addresses are masked (``masked`` when that changed
@@ -232,10 +272,15 @@ def set_aside_call(task: str, task_id: Any, args: Any, kwargs: Any, queue: str |
         if (shown_args, shown_kwargs) != (args, kwargs):
             args, kwargs, extra["masked"] = shown_args, shown_kwargs, True
         error_text = masked_text(error_text)
-    record = _record(reason, queue, task, task_id, args=args, kwargs=kwargs, attempts=attempts, error=error_text,
-                     **extra)
-    run_script(store_client(), "dead_letter", [keys.dead_letters(), keys.dead_letter_reasons(), "", ""],
-               [record, get_settings().dead_letter_max, reason, ""])
+    record = _record(
+        reason, queue, task, task_id, args=args, kwargs=kwargs, attempts=attempts, error=error_text, **extra
+    )
+    run_script(
+        store_client(),
+        "dead_letter",
+        [keys.dead_letters(), keys.dead_letter_reasons(), "", ""],
+        [record, get_settings().dead_letter_max, reason, ""],
+    )
     log.error("%s %s failed %d times (%r): set aside in the dead letters", task, task_id, attempts, error)
 
 
@@ -275,7 +320,9 @@ def expire(client: Any, older_than: float, limit: int = EXPIRE_PER_RUN) -> int:
             break
         removed += 1
     if removed:
-        log.info("%d dead letters older than %s removed", removed, time.strftime("%Y-%m-%d %H:%M", time.gmtime(older_than)))
+        log.info(
+            "%d dead letters older than %s removed", removed, time.strftime("%Y-%m-%d %H:%M", time.gmtime(older_than))
+        )
     return removed
 
 
@@ -325,8 +372,13 @@ def requeue(client: Any, app: Any, index: int | None) -> int:
         if "payload" in record and not any(record.get(k) for k in ("truncated", "escaped", "body_only")):
             client.lpush(record["queue"], record["payload"])
         elif "args" in record and not record.get("masked"):
-            app.send_task(record["task"], args=record["args"], kwargs=record["kwargs"], task_id=record["id"],
-                          queue=record.get("queue") or None)
+            app.send_task(
+                record["task"],
+                args=record["args"],
+                kwargs=record["kwargs"],
+                task_id=record["id"],
+                queue=record.get("queue") or None,
+            )
         else:  # a payload not as it came (truncated, escaped, a body alone) or masked arguments: keep it
             client.rpush(keys.dead_letters(), raw)
             continue

@@ -36,16 +36,19 @@ def _event_runner(kind: Kind) -> Any:
         return batch_apply.apply_batch(get_redis(), kind, requests, give_up=set_aside_request)
 
     run.__name__ = run.__qualname__ = short_name(kind.event_task or kind.name)
-    run.__doc__ = (f"Called as ``{run.__name__}.delay({kind.signature})``; the worker applies such messages "
-                   f"in batches (``worker.batch_apply``).")
+    run.__doc__ = (
+        f"Called as ``{run.__name__}.delay({kind.signature})``; the worker applies such messages "
+        f"in batches (``worker.batch_apply``)."
+    )
     return run
 
 
 def _batch_runner(kind: Kind) -> Any:
     argument = kind.items_argument
     parameter = inspect.Parameter
-    signature = inspect.Signature([parameter("self", parameter.POSITIONAL_OR_KEYWORD),
-                                   parameter(argument, parameter.POSITIONAL_OR_KEYWORD)])
+    signature = inspect.Signature(
+        [parameter("self", parameter.POSITIONAL_OR_KEYWORD), parameter(argument, parameter.POSITIONAL_OR_KEYWORD)]
+    )
 
     def run(self: CountingTask, *args: Any, **kwargs: Any) -> int:
         items = signature.bind(self, *args, **kwargs).arguments[argument]  # TypeError when the call does not fit
@@ -53,6 +56,8 @@ def _batch_runner(kind: Kind) -> Any:
 
     run.__signature__ = signature  # type: ignore[attr-defined]  # what Celery checks a call against
     run.__name__ = run.__qualname__ = short_name(kind.batch_task or kind.name)
-    run.__doc__ = (f"Many {kind.items_argument} in one message (``{argument}``: a list of dicts of "
-                   f"{', '.join(kind.fields)}); the task id is the batch id.")
+    run.__doc__ = (
+        f"Many {kind.items_argument} in one message (``{argument}``: a list of dicts of "
+        f"{', '.join(kind.fields)}); the task id is the batch id."
+    )
     return run

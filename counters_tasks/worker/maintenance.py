@@ -42,7 +42,11 @@ def run_exclusive(conn: RedisClient, job: str, work: Callable[[], T], lock_secon
         result = work()
         conn.hset(
             keys.job_stats(job),
-            mapping={"last_started": repr(started), "last_duration": repr(time.time() - started), "last_result": str(result)},
+            mapping={
+                "last_started": repr(started),
+                "last_duration": repr(time.time() - started),
+                "last_result": str(result),
+            },
         )
         return result
     finally:
@@ -67,8 +71,11 @@ def _note_beat_started(**_: object) -> None:
     try:
         note_beat_started(get_redis())
     except RedisError as exc:
-        log.warning("counters-tasks: beat's start could not be noted (%s): health counts beat alive from its "
-                    "every-minute job's first run", exc)
+        log.warning(
+            "counters-tasks: beat's start could not be noted (%s): health counts beat alive from its "
+            "every-minute job's first run",
+            exc,
+        )
 
 
 def job_status(conn: RedisClient, job: str) -> dict[str, str]:

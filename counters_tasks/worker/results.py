@@ -20,7 +20,8 @@ from celery.backends.base import DisabledBackend
 RESULTS_NOT_KEPT = (
     "counters_tasks keeps no task results: counting is fire-and-forget, each message acknowledged once its "
     "writes are in Redis. The AsyncResult of .delay() holds the message's id only (no state, no value); "
-    "to know a call was applied, read the figures it changes (docs/tasks.md, \"What .delay() returns\")")
+    'to know a call was applied, read the figures it changes (docs/tasks.md, "What .delay() returns")'
+)
 
 
 class ResultsNotKept(NotImplementedError):

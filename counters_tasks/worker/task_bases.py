@@ -53,10 +53,15 @@ class CountingTask(Task):
 
     def set_aside(self, exc: BaseException, attempts: int) -> None:
         """Keep this call in the dead letters (it is then acknowledged, not lost)."""
-        dead_letters.set_aside_call(self.name, self.request.id, list(self.request.args or ()),
-                                    dict(self.request.kwargs or {}),
-                                    (self.request.delivery_info or {}).get("routing_key"), exc, attempts)
-
+        dead_letters.set_aside_call(
+            self.name,
+            self.request.id,
+            list(self.request.args or ()),
+            dict(self.request.kwargs or {}),
+            (self.request.delivery_info or {}).get("routing_key"),
+            exc,
+            attempts,
+        )
 
 
 def counting(body: Callable[..., Any]) -> Callable[..., Any]:
@@ -65,6 +70,7 @@ def counting(body: Callable[..., Any]) -> Callable[..., Any]:
     with backoff for as long as it lasts; any other error is retried COUNTERS_MAX_ATTEMPTS times,
     then the call is set aside in the dead letters and its message acknowledged, reported
     failed (``SetAside``)."""
+
     @functools.wraps(body)
     def run(self: CountingTask, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -90,9 +96,15 @@ def counting(body: Callable[..., Any]) -> Callable[..., Any]:
 def set_aside_request(task: str, request: Any, exc: BaseException) -> None:
     """Keep a message of a worker-side batch (of the task named ``task``) that kept failing in the
     dead letters."""
-    dead_letters.set_aside_call(task, request.id, list(request.args or ()),
-                                dict(request.kwargs or {}), (request.delivery_info or {}).get("routing_key"), exc,
-                                get_settings().max_attempts)
+    dead_letters.set_aside_call(
+        task,
+        request.id,
+        list(request.args or ()),
+        dict(request.kwargs or {}),
+        (request.delivery_info or {}).get("routing_key"),
+        exc,
+        get_settings().max_attempts,
+    )
 
 
 class MaintenanceTask(Task):
@@ -151,9 +163,16 @@ class WorkerBatches(Task):
     def apply(self, args: Any = None, kwargs: Any = None, *rest: Any, **options: Any) -> Any:
         """Run at once, in this process, on a batch of this one message (eager mode)."""
         request = SimpleRequest(
-            id=options.get("task_id") or uuid(), name=self.name, args=args or (), kwargs=kwargs or {},
-            delivery_info={"is_eager": True, "exchange": options.get("exchange"),
-                           "routing_key": options.get("routing_key"), "priority": options.get("priority")},
+            id=options.get("task_id") or uuid(),
+            name=self.name,
+            args=args or (),
+            kwargs=kwargs or {},
+            delivery_info={
+                "is_eager": True,
+                "exchange": options.get("exchange"),
+                "routing_key": options.get("routing_key"),
+                "priority": options.get("priority"),
+            },
             hostname=gethostname(),
         )
         return super().apply(([request],), {}, *rest, **options)

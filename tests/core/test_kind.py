@@ -23,9 +23,18 @@ def test_the_package_tables_come_from_the_declarations(eager_app):
     ``ts`` sits, each batch task's argument, the throughput kinds."""
     assert {kind.name for kind in kinds.PACKAGE_KINDS} <= {kind.name for kind in registered()}
     assert kinds.VISIT.signature == "ip, path, session_id=None, ts=None, site=None, referrer=None, utm=None"
-    assert [kinds.of_task(f"counters_tasks.{task}").name for task in
-            ("record_visit", "record_visits", "incr_ranking", "incr_rankings", "update_counter", "count_unique",
-             "count_skips")] == ["visit", "visit", "ranking", "ranking", "counter", "unique", "skip"]
+    assert [
+        kinds.of_task(f"counters_tasks.{task}").name
+        for task in (
+            "record_visit",
+            "record_visits",
+            "incr_ranking",
+            "incr_rankings",
+            "update_counter",
+            "count_unique",
+            "count_skips",
+        )
+    ] == ["visit", "visit", "ranking", "ranking", "counter", "unique", "skip"]
     assert event_time("counters_tasks.record_visit", ["1.2.3.4", "/", None, 120.5], {}) == 120.5
     assert event_time("counters_tasks.update_counter", ["hits"], {"ts": 7}) == 7
     assert event_time("counters_tasks.record_visits", [[{"ts": 9}, {"ts": 3}, "junk"]], {}) == 3

@@ -112,9 +112,14 @@ def test_the_wsgi_middleware_names_each_target_as_the_rule_does():
     middleware = wsgi.CountersMiddleware(page, recorder=names)
     for sent, _name in TABLE:
         target, path = as_sent(sent)
-        environ = {"REQUEST_METHOD": "GET", "REQUEST_URI": target.decode("latin-1"), "SCRIPT_NAME": "",
-                   "PATH_INFO": path.encode("utf-8").decode("latin-1"), "REMOTE_ADDR": IP,
-                   "HTTP_USER_AGENT": BROWSER_AGENT}  # as gunicorn builds it (PEP 3333 strings)
+        environ = {
+            "REQUEST_METHOD": "GET",
+            "REQUEST_URI": target.decode("latin-1"),
+            "SCRIPT_NAME": "",
+            "PATH_INFO": path.encode("utf-8").decode("latin-1"),
+            "REMOTE_ADDR": IP,
+            "HTTP_USER_AGENT": BROWSER_AGENT,
+        }  # as gunicorn builds it (PEP 3333 strings)
         body = middleware(environ, lambda status, headers, exc_info=None: None)
         body.close()
     assert names.paths == [name for _sent, name in TABLE]
@@ -138,9 +143,15 @@ def test_the_asgi_middleware_names_each_target_as_the_rule_does():
 
         for sent, _name in TABLE:
             target, path = as_sent(sent)
-            scope = {"type": "http", "method": "GET", "path": path, "raw_path": target.split(b"?", 1)[0],
-                     "query_string": b"", "headers": [(b"user-agent", BROWSER_AGENT.encode())],
-                     "client": (IP, 5000)}  # as uvicorn builds it
+            scope = {
+                "type": "http",
+                "method": "GET",
+                "path": path,
+                "raw_path": target.split(b"?", 1)[0],
+                "query_string": b"",
+                "headers": [(b"user-agent", BROWSER_AGENT.encode())],
+                "client": (IP, 5000),
+            }  # as uvicorn builds it
             await middleware(scope, receive, send)
 
     asyncio.run(run())
@@ -163,8 +174,12 @@ def test_the_django_middleware_names_each_target_as_the_rule_does(monkeypatch):
     factory = RequestFactory()
     for sent, _name in TABLE:
         target, path = as_sent(sent)
-        request = factory.get(urllib.parse.quote(path), REQUEST_URI=target.decode("latin-1"),
-                              REMOTE_ADDR=IP, HTTP_USER_AGENT=BROWSER_AGENT)
+        request = factory.get(
+            urllib.parse.quote(path),
+            REQUEST_URI=target.decode("latin-1"),
+            REMOTE_ADDR=IP,
+            HTTP_USER_AGENT=BROWSER_AGENT,
+        )
         middleware(request)
     assert names.paths == [name for _sent, name in TABLE]
 
@@ -192,8 +207,14 @@ def test_the_importer_names_and_judges_a_page_as_the_middleware_does_under_the_p
     when = datetime.now(timezone.utc).strftime("%d/%b/%Y:%H:%M:%S +0000")
     for sent, expected in (("/Blog/Post/", "/blog/post"), ("/Static/app.css", None)):
         target, path = as_sent(sent)
-        environ = {"REQUEST_METHOD": "GET", "REQUEST_URI": target.decode("latin-1"), "SCRIPT_NAME": "",
-                   "PATH_INFO": path, "REMOTE_ADDR": IP, "HTTP_USER_AGENT": BROWSER_AGENT}
+        environ = {
+            "REQUEST_METHOD": "GET",
+            "REQUEST_URI": target.decode("latin-1"),
+            "SCRIPT_NAME": "",
+            "PATH_INFO": path,
+            "REMOTE_ADDR": IP,
+            "HTTP_USER_AGENT": BROWSER_AGENT,
+        }
         body = middleware(environ, lambda status, headers, exc_info=None: None)
         getattr(body, "close", lambda: None)()  # a static file's body is the app's own (a list here)
         line = f'{IP} - - [{when}] "GET {sent} HTTP/1.1" 200 10 "-" "{BROWSER_AGENT}"'
@@ -211,6 +232,7 @@ def test_the_name_is_idempotent_and_never_merges_two_targets(first, second):
         name = canonical_path(target)
         assert canonical_path(name) == name
         assert len(name.encode("utf-8", "surrogatepass")) <= MAX_PATH_BYTES
+
     # two targets share a name only when they mean the same bytes before the query and fragment
     def meaning(target: str) -> bytes:
         cut = re.split(r"[?#]", target, maxsplit=1)[0]

@@ -29,8 +29,10 @@ from tests.support.faults import wait_idle
 from tests.support.procs import BROWSER_AGENT, Server, celery_env, purge_broker, start_worker
 from tests.support.servers import flush, use_settings
 
-SITES = {"blog": {"hosts": ["blog.example.com", "www.blog.example.com"], "timezone": "Asia/Tokyo"},
-         "shop": {"hosts": ["shop.example.pt"], "timezone": "Europe/Lisbon"}}
+SITES = {
+    "blog": {"hosts": ["blog.example.com", "www.blog.example.com"], "timezone": "Asia/Tokyo"},
+    "shop": {"hosts": ["shop.example.pt"], "timezone": "Europe/Lisbon"},
+}
 ZONES = {"default": "UTC", "blog": "Asia/Tokyo", "shop": "Europe/Lisbon"}
 EVENING = datetime(2026, 11, 25, 20, 0, tzinfo=timezone.utc).timestamp()
 """20:00 UTC on 2026-11-25: already the 26th in Tokyo, still the 25th in Lisbon."""
@@ -47,16 +49,20 @@ def key_names(client) -> set[str]:
 
 # -- configuration ---------------------------------------------------------------------------
 
+
 def test_sites_are_read_from_json_or_a_file_and_every_mistake_is_named(tmp_path):
     settings = load_settings({"COUNTERS_SITES": json.dumps(SITES)})
     assert [(s.name, s.hosts, s.timezone) for s in settings.sites] == [
         ("blog", ("blog.example.com", "www.blog.example.com"), "Asia/Tokyo"),
-        ("shop", ("shop.example.pt",), "Europe/Lisbon")]
+        ("shop", ("shop.example.pt",), "Europe/Lisbon"),
+    ]
     path = tmp_path / "sites.json"
     path.write_text(json.dumps({"a": {}, "default": {"hosts": ["Example.COM."]}}))
     settings = load_settings({"COUNTERS_SITES": f"@{path}", "COUNTERS_TIMEZONE": "Europe/Paris"})
     assert [(s.name, s.hosts, s.timezone) for s in settings.sites] == [
-        ("a", (), "Europe/Paris"), ("default", ("example.com",), "Europe/Paris")]
+        ("a", (), "Europe/Paris"),
+        ("default", ("example.com",), "Europe/Paris"),
+    ]
     wrong = {
         "not json": "{blog",
         "a list": "[]",
@@ -76,7 +82,9 @@ def test_sites_are_read_from_json_or_a_file_and_every_mistake_is_named(tmp_path)
         with pytest.raises(ConfigurationError, match="COUNTERS_SITES"):
             load_settings({"COUNTERS_SITES": raw})
             pytest.fail(what)
-    assert len(load_settings({"COUNTERS_SITES": json.dumps({f"s{n}": {} for n in range(MAX_SITES)})}).sites) == MAX_SITES
+    assert (
+        len(load_settings({"COUNTERS_SITES": json.dumps({f"s{n}": {} for n in range(MAX_SITES)})}).sites) == MAX_SITES
+    )
 
 
 def test_a_site_name_is_checked_against_the_configuration(two_sites):
@@ -90,6 +98,7 @@ def test_a_site_name_is_checked_against_the_configuration(two_sites):
 
 
 # -- each site apart -------------------------------------------------------------------------
+
 
 @pytest.mark.cluster
 def test_each_site_counts_apart_and_the_default_site_keeps_the_keys_of_one_site(raw_conn, monkeypatch):
@@ -139,17 +148,22 @@ def test_each_site_counts_apart_and_the_default_site_keeps_the_keys_of_one_site(
 
 @pytest.mark.cluster
 def test_an_unknown_site_is_refused_before_anything_is_written_and_alone_in_a_batch(raw_conn, two_sites):
-    for call in (lambda: visits.apply_visit(raw_conn, "198.51.100.7", "/a", site="nope"),
-                 lambda: sitestats.record_visit(raw_conn, "198.51.100.7", "/a", site="Blog"),
-                 lambda: uniques.count_visit(raw_conn, "5f0c4c1e5a2b4c6d8e9f0a1b2c3d4e5f", site="nope"),
-                 lambda: counters.update_counter(raw_conn, "x", site="nope"),
-                 lambda: ranking.Ranking(raw_conn, "likes", site="nope"),
-                 lambda: sitestats.site_visit_info(raw_conn, site="nope")):
+    for call in (
+        lambda: visits.apply_visit(raw_conn, "198.51.100.7", "/a", site="nope"),
+        lambda: sitestats.record_visit(raw_conn, "198.51.100.7", "/a", site="Blog"),
+        lambda: uniques.count_visit(raw_conn, "5f0c4c1e5a2b4c6d8e9f0a1b2c3d4e5f", site="nope"),
+        lambda: counters.update_counter(raw_conn, "x", site="nope"),
+        lambda: ranking.Ranking(raw_conn, "likes", site="nope"),
+        lambda: sitestats.site_visit_info(raw_conn, site="nope"),
+    ):
         with pytest.raises(InvalidInput, match="site"):
             call()
     assert not [k for k in key_names(raw_conn) if not k.endswith(("tagkey", "deployment"))]
-    batch = [{"ip": "198.51.100.7", "path": "/a", "site": "blog"}, {"ip": "198.51.100.7", "path": "/a", "site": "nope"},
-             {"ip": "198.51.100.7", "path": "/a", "site": "shop"}]
+    batch = [
+        {"ip": "198.51.100.7", "path": "/a", "site": "blog"},
+        {"ip": "198.51.100.7", "path": "/a", "site": "nope"},
+        {"ip": "198.51.100.7", "path": "/a", "site": "shop"},
+    ]
     assert visits.apply_visits(raw_conn, batch, message_id="batch-1") == 2
     assert [sitestats.site_visit_info(raw_conn, site=s).pv for s in ("default", "blog", "shop")] == [0, 1, 1]
     assert int(raw_conn.hget(keys.refusal_counts(), "bad_input")) == 1
@@ -168,8 +182,12 @@ def test_a_site_counts_its_days_in_its_own_zone(raw_conn, two_sites):
         assert sitestats.site_visit_info(raw_conn, other, site=site)[1:] == (0, 0), site
     # the expected-uniques job fixes each site's tomorrow at its own 23:00
     tokyo_late = datetime(2026, 11, 25, 14, 30, tzinfo=timezone.utc).timestamp()  # 23:30 in Tokyo, 14:30 in Lisbon
-    assert set(uniques.precompute_due(raw_conn, tokyo_late)) == {"2026-11-25", "blog:2026-11-25", "blog:2026-11-26",
-                                                                  "shop:2026-11-25"}
+    assert set(uniques.precompute_due(raw_conn, tokyo_late)) == {
+        "2026-11-25",
+        "blog:2026-11-25",
+        "blog:2026-11-26",
+        "shop:2026-11-25",
+    }
 
 
 def test_no_site_pushes_its_or_another_sites_keys_onto_one_slot(monkeypatch):
@@ -184,10 +202,14 @@ def test_no_site_pushes_its_or_another_sites_keys_onto_one_slot(monkeypatch):
     groups = {keys.path_tag(keys.scoped("site1", f"/p{n}")) for n in range(300)}
     assert len(groups) > 150
     assert keys.scoped("site1", "hits") != "site1:hits" and keys.unscoped("site1", keys.scoped("site1", "x")) == "x"
-    assert keys.unscoped("", keys.scoped("site1", "x")) is None and keys.unscoped("site2", keys.scoped("site1", "x")) is None
+    assert (
+        keys.unscoped("", keys.scoped("site1", "x")) is None
+        and keys.unscoped("site2", keys.scoped("site1", "x")) is None
+    )
 
 
 # -- the middleware's site ------------------------------------------------------------------
+
 
 class Taken:
     def __init__(self) -> None:
@@ -214,8 +236,17 @@ def serve_one(counting: common.Counting, host: str | None, path: str = "/page") 
 def test_the_middleware_takes_the_site_from_the_host_allowlist_or_the_apps_callable(two_sites):
     taken = Taken()
     counting = common.Counting(recorder=taken)
-    for host in ("blog.example.com", "WWW.Blog.Example.com.", "blog.example.com:8443", "shop.example.pt",
-                 "evil.example", "blog.example.com.evil.example", "", None, "shop.example.pt:x"):
+    for host in (
+        "blog.example.com",
+        "WWW.Blog.Example.com.",
+        "blog.example.com:8443",
+        "shop.example.pt",
+        "evil.example",
+        "blog.example.com.evil.example",
+        "",
+        None,
+        "shop.example.pt:x",
+    ):
         serve_one(counting, host)
     assert [site for _path, site in taken.visits] == ["blog", "blog", "blog", "shop"]
     assert taken.skips == ["host"] * 5
@@ -245,11 +276,15 @@ def test_without_hosts_in_the_configuration_every_request_counts_for_the_default
 VISITORS = [f"203.0.113.{n}" for n in range(1, 9)]
 HOSTS = {"blog.example.com": "blog", "www.blog.example.com": "blog", "shop.example.pt": "shop"}
 FORGED = ["evil.example", "blog.example.com.evil.example", "127.0.0.1"]
-ACCESS_FORMAT = ('%({host}i)s %({x-forwarded-for}i)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s"')
+ACCESS_FORMAT = '%({host}i)s %({x-forwarded-for}i)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s"'
 
 
-REFERRERS = ["", "https://www.google.com/search?q=private+words", "https://news.ycombinator.com/item?id=1",
-             "https://{host}/post/1"]
+REFERRERS = [
+    "",
+    "https://www.google.com/search?q=private+words",
+    "https://news.ycombinator.com/item?id=1",
+    "https://{host}/post/1",
+]
 CAMPAIGNS = ["", "?utm_source=news&utm_medium=email", "?utm_campaign=launch&x=1", "", "?utm_source=feed"]
 
 
@@ -269,7 +304,9 @@ class Model:
         self.who[site, day, path].add(ip)
         host = urlsplit(referrer).hostname if referrer else None
         own = {h for h, s in HOSTS.items() if s == site}
-        found = [("referrer", "(direct)" if host is None else "(internal)" if host in own else host.removeprefix("www."))]
+        found = [
+            ("referrer", "(direct)" if host is None else "(internal)" if host in own else host.removeprefix("www."))
+        ]
         found += [(key, value) for key, value in parse_qsl(query.lstrip("?")) if key.startswith("utm_")]
         for kind, source in found:
             self.source_views[site, day, kind, source] += 1
@@ -284,14 +321,18 @@ class Model:
             out[site, day, path] = (n, len(self.who[site, day, path]))
         for site, day in {(s, d) for s, d, _p in self.views}:
             paths = [p for s, d, p in self.views if (s, d) == (site, day)]
-            out[site, day, None] = (sum(self.views[site, day, p] for p in paths),
-                                    len(set().union(*(self.who[site, day, p] for p in paths))))
+            out[site, day, None] = (
+                sum(self.views[site, day, p] for p in paths),
+                len(set().union(*(self.who[site, day, p] for p in paths))),
+            )
         return out
 
 
 def read_figures(conn, wanted: dict) -> dict:
-    return {(site, day, path): tuple(sitestats.site_visit_info(conn, day, path, site=site))[1:]
-            for site, day, path in wanted}
+    return {
+        (site, day, path): tuple(sitestats.site_visit_info(conn, day, path, site=site))[1:]
+        for site, day, path in wanted
+    }
 
 
 def read_sources(conn, wanted: dict) -> dict:
@@ -309,7 +350,8 @@ def prefixed(monkeypatch, prefix: str) -> None:
 
 @pytest.mark.processes
 def test_two_sites_behind_one_worker_pool_through_the_middleware_and_the_same_log_imported(
-        redis_url, tmp_path, monkeypatch):
+    redis_url, tmp_path, monkeypatch
+):
     monkeypatch.setenv("COUNTERS_SITES", json.dumps(SITES))
     prefixed(monkeypatch, "live:")
     env = celery_env(redis_url, COUNTERS_SITES=json.dumps(SITES), COUNTERS_KEY_PREFIX="live:")
@@ -317,9 +359,23 @@ def test_two_sites_behind_one_worker_pool_through_the_middleware_and_the_same_lo
     worker = start_worker(env, tmp_path / "worker.log", concurrency=2).wait_ready()
     port = free_port()
     access_log = tmp_path / "access.log"
-    server = Server(["gunicorn", "-w", "2", "-b", f"127.0.0.1:{port}", "--access-logfile", str(access_log),
-                     "--access-logformat", ACCESS_FORMAT, "tests.support.two_sites:application"],
-                    env, tmp_path / "gunicorn.log", port)
+    server = Server(
+        [
+            "gunicorn",
+            "-w",
+            "2",
+            "-b",
+            f"127.0.0.1:{port}",
+            "--access-logfile",
+            str(access_log),
+            "--access-logformat",
+            ACCESS_FORMAT,
+            "tests.support.two_sites:application",
+        ],
+        env,
+        tmp_path / "gunicorn.log",
+        port,
+    )
     model = Model()
     likes: dict[str, int] = defaultdict(int)
     try:
@@ -328,8 +384,9 @@ def test_two_sites_behind_one_worker_pool_through_the_middleware_and_the_same_lo
             path, ip = f"/post/{n % 7}", VISITORS[n % len(VISITORS)]
             referrer, query = REFERRERS[n % len(REFERRERS)].format(host=host), CAMPAIGNS[n % len(CAMPAIGNS)]
             sent = time.time()
-            status, _h, _b = server.get(path + query, {"Host": host, "X-Forwarded-For": ip} |
-                                        ({"Referer": referrer} if referrer else {}))
+            status, _h, _b = server.get(
+                path + query, {"Host": host, "X-Forwarded-For": ip} | ({"Referer": referrer} if referrer else {})
+            )
             assert status == 200
             model.add(HOSTS[host], sent, path, ip, referrer, query)
             if n % 5 == 0:
@@ -362,6 +419,7 @@ def test_two_sites_behind_one_worker_pool_through_the_middleware_and_the_same_lo
         assert ranking.known_boards(conn) == []
         assert live.visitors_now_by_site(conn) == {"default": 0, "blog": 8, "shop": 8}  # right now, per site
         from counters_tasks import skips
+
         assert skips.counts(conn)[("middleware", "host")] >= len(FORGED) * 4 * 2  # the views and the likes
 
         # the same access log imported, each host's lines for its site, under another prefix
@@ -391,8 +449,9 @@ def test_two_sites_behind_one_worker_pool_through_the_middleware_and_the_same_lo
         prefixed(monkeypatch, "vhost:")
         log = tmp_path / "vhost.log"
         log.write_text("\n".join(lines) + "\n")
-        result = CliRunner().invoke(cli, ["import", "--format", "vhost_combined", "--output", "json", str(log)],
-                                    catch_exceptions=False)
+        result = CliRunner().invoke(
+            cli, ["import", "--format", "vhost_combined", "--output", "json", str(log)], catch_exceptions=False
+        )
         assert result.exit_code == 0, result.output
         summary = json.loads(result.stdout)
         assert (summary["counted"], summary["skipped"]["host"]) == (60, len(FORGED) * 4)
@@ -424,8 +483,9 @@ def test_the_cli_and_the_dashboards_api_read_a_site_and_refuse_an_unknown_one(ra
     result = runner.invoke(cli, ["stats", "--day", "2026-11-26", "--site", "blog", "--json"])
     assert result.exit_code == 0, result.output
     assert (json.loads(result.stdout)["pv"], json.loads(result.stdout)["uv"]) == (2, 2)
-    result = runner.invoke(cli, ["top-pages", "--from", "2026-11-25", "--to", "2026-11-25", "--site", "shop",
-                                 "--format", "csv"])
+    result = runner.invoke(
+        cli, ["top-pages", "--from", "2026-11-25", "--to", "2026-11-25", "--site", "shop", "--format", "csv"]
+    )
     assert result.exit_code == 0 and result.stdout.splitlines()[1:] == ["1,/a,1"], result.output
     assert runner.invoke(cli, ["stats", "--site", "nope"]).exit_code == 2
 

@@ -27,7 +27,10 @@ from tests.support.servers import use_settings
 def test_a_referrer_is_reduced_to_its_domain_and_a_campaign_to_its_tags():
     own = frozenset({"blog.example.com", "example.com:8443"})
     cases = {
-        None: "(direct)", "": "(direct)", "-": "(direct)", "  ": "(direct)",
+        None: "(direct)",
+        "": "(direct)",
+        "-": "(direct)",
+        "  ": "(direct)",
         "https://www.google.com/search?q=secret+words": "google.com",
         "http://News.YCombinator.com/item?id=1#top": "news.ycombinator.com",
         "https://user:pw@t.co:443/abc": "t.co",
@@ -36,9 +39,13 @@ def test_a_referrer_is_reduced_to_its_domain_and_a_campaign_to_its_tags():
         "https://blog.example.com/other-post?x=1": "(internal)",
         "https://www.blog.example.com/": "(internal)",
         "https://example.com/": "(internal)",
-        "about:blank": "(unknown)", "https://": "(unknown)", "http://[::1/": "(unknown)",
-        "https://evil.example/\x00": "(unknown)", "x" * 3000: "(unknown)",
-        "(internal)": "(internal)", "(direct)": "(direct)",
+        "about:blank": "(unknown)",
+        "https://": "(unknown)",
+        "http://[::1/": "(unknown)",
+        "https://evil.example/\x00": "(unknown)",
+        "x" * 3000: "(unknown)",
+        "(internal)": "(internal)",
+        "(direct)": "(direct)",
         "https://www.co": "www.co",
     }
     for referrer, expected in cases.items():
@@ -47,7 +54,10 @@ def test_a_referrer_is_reduced_to_its_domain_and_a_campaign_to_its_tags():
     with pytest.raises(InvalidInput):
         sources.referrer_domain(3)
     assert sources.campaign_of("a=1&utm_source=news&utm_medium=email&utm_campaign=Nov%20Sale&utm_term=x") == {
-        "source": "news", "medium": "email", "campaign": "Nov Sale"}
+        "source": "news",
+        "medium": "email",
+        "campaign": "Nov Sale",
+    }
     assert sources.campaign_of("utm_source=" + "y" * 500)["source"] == "y" * sources.MAX_TAG
     assert sources.campaign_of("utm_source=b%00ad&utm_medium=ok") == {"medium": "ok"}
     assert sources.campaign_of("") == sources.campaign_of(None) == sources.campaign_of("utm_source=") == {}
@@ -56,8 +66,13 @@ def test_a_referrer_is_reduced_to_its_domain_and_a_campaign_to_its_tags():
             sources.check_campaign(bad)
 
 
-REFERRERS = ["https://www.google.com/search?q=a", "https://news.ycombinator.com/item?id=7", None,
-             "https://t.co/x", "https://www.google.com/url?sa=t"]
+REFERRERS = [
+    "https://www.google.com/search?q=a",
+    "https://news.ycombinator.com/item?id=7",
+    None,
+    "https://t.co/x",
+    "https://www.google.com/url?sa=t",
+]
 TAGS = [None, {"source": "newsletter", "medium": "email"}, {"campaign": "black-friday"}]
 
 
@@ -99,14 +114,23 @@ def test_sources_per_day_and_over_a_range_equal_an_independent_count(raw_conn):
         events.append((ip, local_day(ts), visit["path"], referrer, tags))
     visits.apply_visits(raw_conn, batch[:200], message_id="a")
     for visit in batch[200:]:
-        visits.apply_visit(raw_conn, visit["ip"], visit["path"], None, visit["ts"], referrer=visit.get("referrer"),
-                            utm=visit.get("utm"))
+        visits.apply_visit(
+            raw_conn,
+            visit["ip"],
+            visit["path"],
+            None,
+            visit["ts"],
+            referrer=visit.get("referrer"),
+            utm=visit.get("utm"),
+        )
     visits.apply_visits(raw_conn, batch[:200], message_id="a")  # redelivered: nothing twice
     expected = independent(events)
     assert read(raw_conn, expected) == expected
     for day in {d for _k, d, _s in expected}:  # every view has one referrer entry: they sum to the day's PV
-        assert sum(pv for (k, d, _s), (pv, _uv) in expected.items() if k == "referrer" and d == day) == \
-            sitestats.site_visit_info(raw_conn, day).pv
+        assert (
+            sum(pv for (k, d, _s), (pv, _uv) in expected.items() if k == "referrer" and d == day)
+            == sitestats.site_visit_info(raw_conn, day).pv
+        )
     days = sorted({d for _k, d, _s in expected})
     over = sitestats.top_sources(raw_conn, days[0], days[-1], "referrer", 3)
     pv = Counter()
@@ -118,24 +142,32 @@ def test_sources_per_day_and_over_a_range_equal_an_independent_count(raw_conn):
     top3 = sorted(pv.items(), key=lambda item: (-item[1], item[0]))[:3]
     assert [(s.source, s.pv) for s in over] == top3
     assert all(s.uv == len(ips[s.source]) and not s.uv_approximate for s in over)  # <= 42 visitors a day: exact
-    stored = b"".join(k + b"".join(v for pair in raw_conn.hgetall(k).items() for v in pair)
-                      for k in raw_conn.scan_iter(match="*:src*"))
+    stored = b"".join(
+        k + b"".join(v for pair in raw_conn.hgetall(k).items() for v in pair)
+        for k in raw_conn.scan_iter(match="*:src*")
+    )
     assert b"search" not in stored and b"?" not in stored and b"item" not in stored  # only domains are kept
 
 
 def test_a_site_s_own_hosts_are_internal_and_sources_past_the_cap_count_as_other(raw_conn, monkeypatch):
-    use_settings(monkeypatch, COUNTERS_SITES=json.dumps({"blog": {"hosts": ["blog.example.com"]}}),
-                 COUNTERS_MAX_DAY_SOURCES=3)
+    use_settings(
+        monkeypatch, COUNTERS_SITES=json.dumps({"blog": {"hosts": ["blog.example.com"]}}), COUNTERS_MAX_DAY_SOURCES=3
+    )
     now = time.time() - 60
     for n in range(8):
-        visits.apply_visit(raw_conn, f"198.51.100.{n}", "/", None, now, site="blog",
-                            referrer=f"https://site{n}.example/page")
+        visits.apply_visit(
+            raw_conn, f"198.51.100.{n}", "/", None, now, site="blog", referrer=f"https://site{n}.example/page"
+        )
     visits.apply_visit(raw_conn, "198.51.100.1", "/", None, now, site="blog", referrer="https://blog.example.com/a")
     visits.apply_visit(raw_conn, "198.51.100.2", "/", None, now, referrer="https://blog.example.com/a")  # default site
     day = local_day(now)
     found = {s.source: (s.pv, s.uv) for s in sitestats.top_sources(raw_conn, day, day, limit=100, site="blog")}
-    assert found == {"site0.example": (1, 1), "site1.example": (1, 1), "site2.example": (1, 1),
-                     "(other)": (6, 6)}  # the site's own page: internal, but past the cap too
+    assert found == {
+        "site0.example": (1, 1),
+        "site1.example": (1, 1),
+        "site2.example": (1, 1),
+        "(other)": (6, 6),
+    }  # the site's own page: internal, but past the cap too
     assert sitestats.top_sources(raw_conn, day, day)[0].source == "blog.example.com"  # not the default site's own
     with pytest.raises(InvalidInput, match="kind"):
         sitestats.top_sources(raw_conn, day, day, "utm_term")
@@ -155,20 +187,32 @@ def test_the_middleware_sends_the_reduced_referrer_and_the_pages_campaign():
             pass
 
     counting = common.Counting(recorder=Recorder())
-    for referer, query in (("https://www.google.com/search?q=private", "utm_source=x&a=1"),
-                           ("https://shop.example:8080/cart", ""), (None, "")):
+    for referer, query in (
+        ("https://www.google.com/search?q=private", "utm_source=x&a=1"),
+        ("https://shop.example:8080/cart", ""),
+        (None, ""),
+    ):
         headers = {"user-agent": BROWSER_AGENT, "host": "shop.example:8080"} | ({"referer": referer} if referer else {})
         visit = counting.begin(common.RequestInfo("GET", "/p", "198.51.100.7", headers, query=query))
         counting.response(visit, 200, [("Content-Type", "text/html")])
         counting.finish(visit)
-    assert taken == [("/p", {"referrer": "google.com", "utm": {"source": "x"}}),
-                     ("/p", {"referrer": "(internal)"}), ("/p", {})]
+    assert taken == [
+        ("/p", {"referrer": "google.com", "utm": {"source": "x"}}),
+        ("/p", {"referrer": "(internal)"}),
+        ("/p", {}),
+    ]
 
 
 def log_2015(rng: random.Random) -> tuple[list[bytes], list[tuple]]:
     start = int(datetime(2015, 6, 1, tzinfo=timezone.utc).timestamp())
-    referers = ["-", "https://www.google.com/search?q=x", "http://www.reddit.com/r/python/comments/1",
-                "https://blog.example.com/older-post", "http://t.co/abc", "https://duckduckgo.com/?q=y"]
+    referers = [
+        "-",
+        "https://www.google.com/search?q=x",
+        "http://www.reddit.com/r/python/comments/1",
+        "https://blog.example.com/older-post",
+        "http://t.co/abc",
+        "https://duckduckgo.com/?q=y",
+    ]
     lines, events = [], []
     for n in range(600):
         ts = start + rng.randint(0, 3 * 86400)
@@ -178,8 +222,15 @@ def log_2015(rng: random.Random) -> tuple[list[bytes], list[tuple]]:
         lines.append(f'{ip} - - [{when}] "GET {target} HTTP/1.1" 200 512 "{referer}" "{BROWSER_AGENT}"'.encode())
         query = dict(part.split("=") for part in target.partition("?")[2].split("&") if part)
         tags = {k.removeprefix("utm_"): v for k, v in query.items()}
-        events.append((ip, datetime.fromtimestamp(ts, timezone.utc).date(), target, None if referer == "-" else referer,
-                       tags or None))
+        events.append(
+            (
+                ip,
+                datetime.fromtimestamp(ts, timezone.utc).date(),
+                target,
+                None if referer == "-" else referer,
+                tags or None,
+            )
+        )
     return lines, events
 
 
@@ -199,8 +250,10 @@ def test_a_source_of_many_visitors_has_an_estimated_uv_that_lua_and_python_agree
     from counters_tasks.store import keys, page_sketch
 
     now = time.time() - 60
-    batch = [{"ip": f"10.1.{n // 250}.{n % 250}", "path": "/", "ts": now, "referrer": "https://google.com/"}
-             for n in range(600)]
+    batch = [
+        {"ip": f"10.1.{n // 250}.{n % 250}", "path": "/", "ts": now, "referrer": "https://google.com/"}
+        for n in range(600)
+    ]
     visits.apply_visits(raw_conn, batch[:300], message_id="a")
     visits.apply_visits(raw_conn, batch, message_id="b")  # 300 of them again: no more visitors
     day = local_day(now)

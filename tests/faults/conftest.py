@@ -44,8 +44,11 @@ def counters_server(tmp_path) -> Iterator[RedisServer]:
 @pytest.fixture
 def fault_env(broker_server, counters_server, monkeypatch) -> dict[str, str]:
     """This process's settings point at the private servers; returns the env for workers."""
-    env = {"COUNTERS_REDIS_URL": counters_server.url, "CELERY_BROKER_URL": broker_server.url.replace("/0", "/1"),
-           "COUNTERS_REDIS_CLUSTER": ""}  # private single servers, also in a cluster run of the suite
+    env = {
+        "COUNTERS_REDIS_URL": counters_server.url,
+        "CELERY_BROKER_URL": broker_server.url.replace("/0", "/1"),
+        "COUNTERS_REDIS_CLUSTER": "",
+    }  # private single servers, also in a cluster run of the suite
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     reset_settings()

@@ -24,17 +24,29 @@ NOW = float(int(time.time()))
 MISSING = object()
 
 junk = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.integers(min_value=-(2**80), max_value=2**80),
-    st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([math.nan, math.inf, -math.inf, -1, -1.5, 0, 2**53, 2**63]),
-    st.text(max_size=40), st.text(alphabet=st.characters(max_codepoint=0x9F), max_size=10),
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=-(2**80), max_value=2**80),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([math.nan, math.inf, -math.inf, -1, -1.5, 0, 2**53, 2**63]),
+    st.text(max_size=40),
+    st.text(alphabet=st.characters(max_codepoint=0x9F), max_size=10),
     st.sampled_from(["", " ", "{x}", "a\nb", "\x00", "\ud800", "x" * 1025, "é" * 10_240, "*", "10.0.0.1", "/p?q#f"]),
-    st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=5), st.integers(), max_size=3),
+    st.lists(st.integers(), max_size=3),
+    st.dictionaries(st.text(max_size=5), st.integers(), max_size=3),
 )
-ips = st.one_of(st.sampled_from(["10.0.0.1", "::1", "::ffff:10.0.0.2", "fe80::1%eth0", "2001:db8::7"]), st.ip_addresses().map(str))
+ips = st.one_of(
+    st.sampled_from(["10.0.0.1", "::1", "::ffff:10.0.0.2", "fe80::1%eth0", "2001:db8::7"]), st.ip_addresses().map(str)
+)
 texts = st.text(min_size=1, max_size=60)
 paths = st.one_of(texts.map(lambda t: "/" + t), st.just("/" + "é" * 600))
 sessions = st.one_of(st.uuids().map(str), st.uuids().map(lambda u: u.hex.upper()))
-stamps = st.one_of(st.none(), st.floats(min_value=NOW - 3600, max_value=NOW), st.integers(min_value=int(NOW) - 3600, max_value=int(NOW)))
+stamps = st.one_of(
+    st.none(),
+    st.floats(min_value=NOW - 3600, max_value=NOW),
+    st.integers(min_value=int(NOW) - 3600, max_value=int(NOW)),
+)
 amounts = st.integers(min_value=-(2**53) + 1, max_value=2**53 - 1)
 
 
@@ -44,20 +56,33 @@ def arg(good):
 
 
 def visit_dicts():
-    return st.fixed_dictionaries({"ip": arg(ips), "path": arg(paths)}, optional={"session_id": arg(sessions), "ts": arg(stamps)})
+    return st.fixed_dictionaries(
+        {"ip": arg(ips), "path": arg(paths)}, optional={"session_id": arg(sessions), "ts": arg(stamps)}
+    )
 
 
 def ranking_events():
-    return st.fixed_dictionaries({"board": arg(texts), "member": arg(texts)},
-                                 optional={"amount": arg(amounts), "ts": arg(stamps), "period_hours": arg(st.just(24)),
-                                           "interval_hours": arg(st.sampled_from([1, 2, 5, 48]))})
+    return st.fixed_dictionaries(
+        {"board": arg(texts), "member": arg(texts)},
+        optional={
+            "amount": arg(amounts),
+            "ts": arg(stamps),
+            "period_hours": arg(st.just(24)),
+            "interval_hours": arg(st.sampled_from([1, 2, 5, 48])),
+        },
+    )
 
 
 CALLS = {  # by task name: touching a task object here would load the Celery config at collection
     "update_counter": {"name": arg(texts), "count": arg(amounts), "ts": arg(stamps)},
-    "incr_ranking": {"board": arg(st.sampled_from(["board", "other"])), "member": arg(texts), "amount": arg(amounts),
-                         "ts": arg(stamps), "period_hours": arg(st.sampled_from([24, 48, 5])),
-                         "interval_hours": arg(st.sampled_from([1, 2, 7]))},
+    "incr_ranking": {
+        "board": arg(st.sampled_from(["board", "other"])),
+        "member": arg(texts),
+        "amount": arg(amounts),
+        "ts": arg(stamps),
+        "period_hours": arg(st.sampled_from([24, 48, 5])),
+        "interval_hours": arg(st.sampled_from([1, 2, 7])),
+    },
     "record_visit": {"ip": arg(ips), "path": arg(paths), "session_id": arg(sessions), "ts": arg(stamps)},
     "count_unique": {"session_id": arg(sessions), "ts": arg(stamps)},
     "record_visits": {"visits": arg(st.lists(st.one_of(visit_dicts(), visit_dicts(), junk), max_size=4))},
@@ -132,9 +157,15 @@ def test_every_task_applies_or_refuses_cleanly(name, eager_app, raw_conn):
     task = getattr(tasks, name)
     outcomes: set[str] = set()
 
-    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                     HealthCheck.too_slow])
-    @given(st.fixed_dictionaries(CALLS[name]), st.one_of(st.just({}), st.dictionaries(st.sampled_from(["bogus", "nope"]), junk, max_size=1)))
+    @settings(
+        max_examples=60,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+    @given(
+        st.fixed_dictionaries(CALLS[name]),
+        st.one_of(st.just({}), st.dictionaries(st.sampled_from(["bogus", "nope"]), junk, max_size=1)),
+    )
     def check(kwargs, extra):
         seed(raw_conn)
         before = dump_all(raw_conn)
@@ -172,8 +203,10 @@ def test_the_epoch_is_a_time_like_any_other(name, eager_app, raw_conn):
     """``ts=0`` (the epoch: a client's unset clock, say) is applied at that time, on its own day,
     not at the current time (a case Hypothesis found in CI that the model above first got wrong)."""
     seed(raw_conn)
-    call = {"update_counter": {"name": "name", "count": 3, "ts": 0},
-            "record_visit": {"ip": "10.0.0.1", "path": "/0", "session_id": str(uuid.UUID(int=2)), "ts": 0}}[name]
+    call = {
+        "update_counter": {"name": "name", "count": 3, "ts": 0},
+        "record_visit": {"ip": "10.0.0.1", "path": "/0", "session_id": str(uuid.UUID(int=2)), "ts": 0},
+    }[name]
     day = local_date(0)
     before, today_before = figures(raw_conn, name, call, day, 0), figures(raw_conn, name, call, local_date(NOW), NOW)
     returned = getattr(tasks, name).apply(kwargs=call, task_id=str(uuid.uuid4())).get()

@@ -22,18 +22,23 @@ VISIT_TASK, RANKING_TASK = "counters_tasks.record_visit", "counters_tasks.incr_r
 
 
 def visit_requests(batch: list[dict], first: int = 0) -> list[SimpleRequest]:
-    return [SimpleRequest(f"v{first + n}", VISIT_TASK, [v["ip"], v["path"], v.get("session_id"), v["ts"]], {})
-            for n, v in enumerate(batch)]
+    return [
+        SimpleRequest(f"v{first + n}", VISIT_TASK, [v["ip"], v["path"], v.get("session_id"), v["ts"]], {})
+        for n, v in enumerate(batch)
+    ]
 
 
 def visit_items(batch: list[dict], first: int = 0) -> list[tuple[visits.Visit, str]]:
-    return [(visits.prepare_visit(v["ip"], v["path"], v.get("session_id"), v["ts"]), f"v{first + n}")
-            for n, v in enumerate(batch)]
+    return [
+        (visits.prepare_visit(v["ip"], v["path"], v.get("session_id"), v["ts"]), f"v{first + n}")
+        for n, v in enumerate(batch)
+    ]
 
 
 def commands(conn) -> int:
-    return sum(v["calls"] for k, v in conn.info("commandstats").items()
-               if not k.startswith(("cmdstat_info", "cmdstat_config")))
+    return sum(
+        v["calls"] for k, v in conn.info("commandstats").items() if not k.startswith(("cmdstat_info", "cmdstat_config"))
+    )
 
 
 @pytest.mark.skipif(is_cluster_run(), reason="commandstats of one server")
@@ -51,7 +56,10 @@ def test_a_worker_batch_of_per_visit_messages_costs_about_a_record_visits_chunk(
     assert used <= 20
     assert model_of(batch).mismatches(raw_conn) == []
     assert ranking.Ranking(raw_conn, "posts").top(0, 3, withscores=True, now=now) == [
-        ("/post/0", 5), ("/post/1", 5), ("/post/10", 5)]
+        ("/post/0", 5),
+        ("/post/1", 5),
+        ("/post/10", 5),
+    ]
     assert not list(raw_conn.scan_iter(match=b"*journal*"))  # applied in full: the journals are gone
 
 
@@ -89,7 +97,7 @@ def test_a_batch_killed_half_way_is_finished_by_any_of_its_messages_coming_back(
     assert model_of(batch).mismatches(raw_conn) == []
     assert not list(raw_conn.scan_iter(match=b"*journal*"))
     for first in range(0, 40, 7):
-        batch_apply.write_claimed(raw_conn, VISIT, visit_items(batch[first:first + 7], first), tally)
+        batch_apply.write_claimed(raw_conn, VISIT, visit_items(batch[first : first + 7], first), tally)
     assert model_of(batch).mismatches(raw_conn) == []
 
 
@@ -98,7 +106,9 @@ def test_messages_applied_before_count_nothing_again(raw_conn):
     tally = throughput.Tally()
     batch_apply.write_claimed(raw_conn, VISIT, visit_items(batch), tally)
     once = dump_all(raw_conn)
-    batch_apply.write_claimed(raw_conn, VISIT, visit_items(batch) + visit_items(batch[:5]), tally)  # twice in one batch too
+    batch_apply.write_claimed(
+        raw_conn, VISIT, visit_items(batch) + visit_items(batch[:5]), tally
+    )  # twice in one batch too
     after = dump_all(raw_conn)
     assert {k: v for k, v in after.items() if b"claim" not in k} == {k: v for k, v in once.items() if b"claim" not in k}
     assert model_of(batch).mismatches(raw_conn) == []
@@ -117,10 +127,12 @@ def test_a_message_whose_journal_is_gone_was_applied(raw_conn):
 def test_a_ranking_event_of_a_board_with_other_settings_is_refused_alone(raw_conn):
     now = time.time()
     ranking.Ranking(raw_conn, "fixed").incr("seed", 1, now=now)  # (24, 1)
-    requests = [SimpleRequest("a", RANKING_TASK, ["fixed", "x"], {"ts": now}),
-                SimpleRequest("b", RANKING_TASK, ["fixed", "y"], {"ts": now, "period_hours": 48}),
-                SimpleRequest("c", RANKING_TASK, ["fresh", "x"], {"ts": now}),
-                SimpleRequest("d", RANKING_TASK, ["fresh", "z"], {"ts": now, "period_hours": 48, "interval_hours": 2})]
+    requests = [
+        SimpleRequest("a", RANKING_TASK, ["fixed", "x"], {"ts": now}),
+        SimpleRequest("b", RANKING_TASK, ["fixed", "y"], {"ts": now, "period_hours": 48}),
+        SimpleRequest("c", RANKING_TASK, ["fresh", "x"], {"ts": now}),
+        SimpleRequest("d", RANKING_TASK, ["fresh", "z"], {"ts": now, "period_hours": 48, "interval_hours": 2}),
+    ]
     outcome = batch_apply.apply_batch(raw_conn, RANKING, requests)
     assert outcome["applied"] == 2 and sorted(outcome[FAILED]) == [1, 3]
     for _delivery in range(2):  # then redelivered (an acknowledgement lost): nothing written twice

@@ -43,21 +43,29 @@ def test_bad_items_are_refused_alone(fault_env, counters_conn, broker_conn, publ
         if n == 120:
             tasks.record_visit.apply_async(("198.51.100.2", "/long-id", None, now), producer=publisher)
             with_id(broker_conn, "visits", "x" * 100_000)
-    batch = [{"ip": "203.0.113.1", "path": "/batch", "ts": now},
-             {"ip": "203.0.113.2", "path": "/bad-session", "session_id": "zz", "ts": now},
-             {"ip": "203.0.113.3", "path": "/batch", "ts": now},
-             {"ip": "203.0.113.4", "path": "/history", "ts": now - 30 * 86400}]  # history: counted
+    batch = [
+        {"ip": "203.0.113.1", "path": "/batch", "ts": now},
+        {"ip": "203.0.113.2", "path": "/bad-session", "session_id": "zz", "ts": now},
+        {"ip": "203.0.113.3", "path": "/batch", "ts": now},
+        {"ip": "203.0.113.4", "path": "/history", "ts": now - 30 * 86400},
+    ]  # history: counted
     tasks.record_visits.apply_async((batch,), producer=publisher)
-    events = [{"board": "ok", "member": "a", "ts": now}, {"board": "fixed", "member": "b", "ts": now},
-              {"board": "ok", "member": "c", "amount": 2, "ts": now}]
+    events = [
+        {"board": "ok", "member": "a", "ts": now},
+        {"board": "fixed", "member": "b", "ts": now},
+        {"board": "ok", "member": "c", "amount": 2, "ts": now},
+    ]
     tasks.incr_rankings.apply_async((events,), producer=publisher)
     tasks.incr_ranking.apply_async(("skewed", "from-tomorrow", 1, now + 86400), producer=publisher)  # a fast clock
     for _ in range(5):
         tasks.incr_ranking.apply_async(("skewed", "current", 1, now), producer=publisher)
     worker = start_worker(worker_env, tmp_path / "w.log")
     try:
-        wait_until(lambda: sitestats.site_visit_info(counters_conn, day).pv >= len(good) + 2, timeout=60,
-                   what=f"the good visits; log:\n{worker.output()[-3000:]}")
+        wait_until(
+            lambda: sitestats.site_visit_info(counters_conn, day).pv >= len(good) + 2,
+            timeout=60,
+            what=f"the good visits; log:\n{worker.output()[-3000:]}",
+        )
         wait_idle(broker_conn)
         assert worker.process.poll() is None
     finally:
@@ -67,7 +75,10 @@ def test_bad_items_are_refused_alone(fault_env, counters_conn, broker_conn, publ
     for path in ("/int-id", "/long-id", "/bad-session"):
         assert sitestats.site_visit_info(counters_conn, None, path).pv == 0
     assert sitestats.site_visit_info(counters_conn, local_day(now - 30 * 86400), "/history") == (
-        local_day(now - 30 * 86400), 1, 1)
+        local_day(now - 30 * 86400),
+        1,
+        1,
+    )
     assert ranking.Ranking(counters_conn, "ok").top(withscores=True, now=now) == [("c", 2), ("a", 1)]
     assert ranking.Ranking(counters_conn, "fixed", 48, 2).top(withscores=True, now=now) == [("x", 1)]
     assert ranking.Ranking(counters_conn, "skewed").top(withscores=True, now=now) == [("current", 5)]

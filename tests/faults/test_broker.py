@@ -21,13 +21,20 @@ def test_take_records_what_kombu_restores(broker_server, monkeypatch):
 
     sent = []
     send = broker.Channel._brpop_start
-    monkeypatch.setattr(broker.Channel, "_brpop_start", lambda self, timeout=None: sent.append(self._waiting) or send(self, timeout))
+    monkeypatch.setattr(
+        broker.Channel, "_brpop_start", lambda self, timeout=None: sent.append(self._waiting) or send(self, timeout)
+    )
     url = broker_server.url.replace("/0", "/1")
     exchange = Exchange("visits", "direct")
     queue = Queue("visits", exchange, "visits")
     with Connection(url, transport="counters_tasks.worker.broker:Transport") as conn:
-        conn.Producer().publish([[1], {}, {}], exchange=exchange, routing_key="visits", declare=[queue],
-                                headers={"task": "counters_tasks.update_counter", "id": "t1"})  # a task message
+        conn.Producer().publish(
+            [[1], {}, {}],
+            exchange=exchange,
+            routing_key="visits",
+            declare=[queue],
+            headers={"task": "counters_tasks.update_counter", "id": "t1"},
+        )  # a task message
         got = []
         with conn.Consumer(queue, callbacks=[lambda body, message: got.append((body, message))]):
             conn.drain_events(timeout=5)
@@ -89,11 +96,17 @@ def test_a_queue_consumed_without_acks_leaves_nothing_to_restore(broker_server):
         assert raw.hlen("unacked") == 0 and raw.zcard("unacked_index") == 0 and raw.llen("ct:dead") == 0
 
 
-@pytest.mark.parametrize(("junk", "reason"), [
-    (b"not json", "not_json"),
-    (b'{"no": "envelope"}', "not_a_message"),
-    (b'{"headers": {}, "properties": {}, "body": {"__type__": "datetime", "__value__": "no"}}', "not_json"),  # kombu refuses it
-])
+@pytest.mark.parametrize(
+    ("junk", "reason"),
+    [
+        (b"not json", "not_json"),
+        (b'{"no": "envelope"}', "not_a_message"),
+        (
+            b'{"headers": {}, "properties": {}, "body": {"__type__": "datetime", "__value__": "no"}}',
+            "not_json",
+        ),  # kombu refuses it
+    ],
+)
 def test_junk_on_a_control_queue_is_set_aside_and_the_reply_behind_it_delivered(broker_server, junk, reason):
     """A reply queue (``celery inspect``, ``health``'s ping) is read without acknowledgements and
     was decoded with no check: an item that is not a kombu message raised in the poller (what a
@@ -128,8 +141,13 @@ def publish_tasks(conn: Connection, count: int) -> None:
     """``count`` task messages on the visits queue."""
     producer = conn.Producer()
     for n in range(count):
-        producer.publish([[n], {}, {}], exchange=VISITS.exchange, routing_key="visits", declare=[VISITS],
-                         headers={"task": "counters_tasks.update_counter", "id": f"t{n}"})
+        producer.publish(
+            [[n], {}, {}],
+            exchange=VISITS.exchange,
+            routing_key="visits",
+            declare=[VISITS],
+            headers={"task": "counters_tasks.update_counter", "id": f"t{n}"},
+        )
 
 
 def consume(conn: Connection, count: int) -> list:
@@ -139,6 +157,7 @@ def consume(conn: Connection, count: int) -> list:
         while len(got) < count:
             conn.drain_events(timeout=5)
     return got
+
 
 def test_a_taken_message_is_recorded_once_and_one_got_otherwise_still_is(broker_server):
     """kombu's QoS.append wrote every delivered message to the unacked hash again (a MULTI / EXEC

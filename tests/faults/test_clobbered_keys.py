@@ -24,8 +24,15 @@ from tests.support.servers import dump_all, use_settings
 NOW = time.time() - 60
 DAY = local_day(NOW)
 PATHS = ["/a", "/b", "/c"]
-BATCH = [{"ip": f"198.51.100.{n % 7 + 1}", "path": PATHS[n % 3], "ts": NOW + n % 5,
-          "session_id": f"{n % 11:08x}-0000-4000-8000-000000000000"} for n in range(30)]
+BATCH = [
+    {
+        "ip": f"198.51.100.{n % 7 + 1}",
+        "path": PATHS[n % 3],
+        "ts": NOW + n % 5,
+        "session_id": f"{n % 11:08x}-0000-4000-8000-000000000000",
+    }
+    for n in range(30)
+]
 
 
 def uniques_shard_of_first() -> str:
@@ -42,8 +49,7 @@ CLOBBERED = {
     "site shards": lambda: [keys.site_all_totals(shard) for shard in range(keys.SITE_SHARDS)],
     "path totals": lambda: [keys.path_totals("/a")],
     "counter hash": lambda: [keys.counter_hash("hits:/b")],
-    "counter due index": lambda: [keys.counter_due_subset(keys.counter_tag("hits:/b"),
-                                                          keys.counter_subset("hits:/b"))],
+    "counter due index": lambda: [keys.counter_due_subset(keys.counter_tag("hits:/b"), keys.counter_subset("hits:/b"))],
     "counter due summary": lambda: [keys.counter_due(keys.counter_tag("hits:/b"))],
     "uniques shard": lambda: [uniques_shard_of_first()],
 }
@@ -55,14 +61,17 @@ def figures(conn) -> dict:
         "day": sitestats.site_visit_info(conn, DAY),
         "all": sitestats.site_visit_info(conn, None),
         "paths": [(sitestats.site_visit_info(conn, DAY, p), sitestats.site_visit_info(conn, None, p)) for p in PATHS],
-        "hits": [sum(t for _s, t in counters.get_counter(conn, name, 86400, now=NOW + 10))
-                 for name in ("hits", *(f"hits:{p}" for p in PATHS))],
+        "hits": [
+            sum(t for _s, t in counters.get_counter(conn, name, 86400, now=NOW + 10))
+            for name in ("hits", *(f"hits:{p}" for p in PATHS))
+        ],
         "uniques": uniques.unique_visitors(conn, DAY),
     }
 
 
 def expected_figures() -> dict:
     """The batch counted by hand."""
+
     def uv(items):
         return len({v["ip"] for v in items})
 
@@ -115,8 +124,12 @@ def test_a_clobbered_path_after_others_in_its_call_takes_theirs_back_exactly(raw
     before = {path: raw_conn.hgetall(keys.path_totals(path)) for path in (seen_before, other)}
     assert before[seen_before] and not before[other]
     raw_conn.rpush(keys.path_totals(clobbered), "written by hand")
-    batch = [{"ip": "192.0.2.1", "path": seen_before, "ts": NOW}, {"ip": "192.0.2.2", "path": seen_before, "ts": NOW},
-             {"ip": "192.0.2.3", "path": other, "ts": NOW}, {"ip": "192.0.2.4", "path": clobbered, "ts": NOW}]
+    batch = [
+        {"ip": "192.0.2.1", "path": seen_before, "ts": NOW},
+        {"ip": "192.0.2.2", "path": seen_before, "ts": NOW},
+        {"ip": "192.0.2.3", "path": other, "ts": NOW},
+        {"ip": "192.0.2.4", "path": clobbered, "ts": NOW},
+    ]
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
         visits.apply_visits(raw_conn, batch, message_id="batch-p")
     assert {path: raw_conn.hgetall(keys.path_totals(path)) for path in (seen_before, other)} == before
@@ -124,9 +137,11 @@ def test_a_clobbered_path_after_others_in_its_call_takes_theirs_back_exactly(raw
     raw_conn.delete(keys.path_totals(clobbered))
     for _ in range(2):  # the redelivery, then once more: counted once
         visits.apply_visits(raw_conn, batch, message_id="batch-p")
-    assert [sitestats.site_visit_info(raw_conn, None, path)[1:] for path in (seen_before, other, clobbered)] == \
-        [(3, 2), (1, 1), (1, 1)]
-
+    assert [sitestats.site_visit_info(raw_conn, None, path)[1:] for path in (seen_before, other, clobbered)] == [
+        (3, 2),
+        (1, 1),
+        (1, 1),
+    ]
 
 
 @pytest.mark.parametrize("held", ["abc", "1.5", "nan"])
@@ -141,8 +156,9 @@ def test_a_path_total_that_is_not_an_integer_fails_the_call_whole(raw_conn, held
     with pytest.raises(redis.ResponseError, match="not an integer"):
         visits.apply_visits(raw_conn, batch, message_id="batch-n")
     group = f"{{{keys.path_tag(first)}}}".encode()  # the call's keys and its marker: untouched
-    assert {key: value for key, value in dump_all(raw_conn).items() if group in key} == \
-        {key: value for key, value in before.items() if group in key}
+    assert {key: value for key, value in dump_all(raw_conn).items() if group in key} == {
+        key: value for key, value in before.items() if group in key
+    }
     raw_conn.hset(keys.path_totals(second), "pv", 1)
     for _ in range(2):
         visits.apply_visits(raw_conn, batch, message_id="batch-n")
@@ -161,8 +177,11 @@ def test_a_path_total_past_two_to_the_53_stays_exact(raw_conn):
 def test_a_clobbered_ranking_key_fails_the_call_before_any_write(raw_conn, kind):
     board = ranking.Ranking(raw_conn, "posts")
     slot = board.slot_of(NOW)
-    key = {"slot": keys.ranking_slot("posts", slot), "top": keys.ranking_top("posts"),
-           "slot index": keys.ranking_slots("posts")}[kind]
+    key = {
+        "slot": keys.ranking_slot("posts", slot),
+        "top": keys.ranking_top("posts"),
+        "slot index": keys.ranking_slots("posts"),
+    }[kind]
     raw_conn.rpush(key, "written by hand")
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
         board.incr_many([("p1", 2, NOW), ("p2", 1, NOW)], message_id="like-1")
@@ -174,8 +193,7 @@ def test_a_clobbered_ranking_key_fails_the_call_before_any_write(raw_conn, kind)
 
 
 @pytest.mark.processes
-def test_a_real_worker_sets_the_message_aside_and_a_requeue_applies_it_once(raw_conn, redis_url, tmp_path,
-                                                                            monkeypatch):
+def test_a_real_worker_sets_the_message_aside_and_a_requeue_applies_it_once(raw_conn, redis_url, tmp_path, monkeypatch):
     """The worker retries a call that meets a clobbered key, then sets it aside (never acknowledged
     as applied); repaired, ``dead-letters requeue`` applies it whole."""
     from counters_tasks import tasks
@@ -188,8 +206,14 @@ def test_a_real_worker_sets_the_message_aside_and_a_requeue_applies_it_once(raw_
     worker = start_worker(env, tmp_path / "worker.log").wait_ready()
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "counters_tasks.ops.cli", *args], env=env, cwd=REPO,
-                              capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "counters_tasks.ops.cli", *args],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
     def set_aside() -> list:
         out = cli("dead-letters", "list", "--json")
@@ -204,7 +228,10 @@ def test_a_real_worker_sets_the_message_aside_and_a_requeue_applies_it_once(raw_
         raw_conn.delete(clobbered)
         out = cli("dead-letters", "requeue", "--index", "0")
         assert out.returncode == 0, out.stderr
-        wait_until(lambda: figures(raw_conn) == expected_figures(), timeout=60,
-                   what=f"the requeued batch applied; log:\n{worker.output()[-3000:]}")
+        wait_until(
+            lambda: figures(raw_conn) == expected_figures(),
+            timeout=60,
+            what=f"the requeued batch applied; log:\n{worker.output()[-3000:]}",
+        )
     finally:
         worker.stop()

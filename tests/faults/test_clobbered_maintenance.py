@@ -51,17 +51,22 @@ def old_board(conn) -> ranking.Ranking:
     """A 4-hour board with events in 6 hourly slots, the oldest 3 out of the window at NOW."""
     board = ranking.Ranking(conn, "posts", period_hours=4, interval_hours=1)
     for hours_ago in range(6, 0, -1):
-        board.incr_many([(f"p{hours_ago}", hours_ago, NOW - hours_ago * HOUR), ("all", 1, NOW - hours_ago * HOUR)],
-                        message_id=f"m{hours_ago}")
+        board.incr_many(
+            [(f"p{hours_ago}", hours_ago, NOW - hours_ago * HOUR), ("all", 1, NOW - hours_ago * HOUR)],
+            message_id=f"m{hours_ago}",
+        )
     return board
 
 
 @pytest.mark.parametrize("kind", ["meta", "top", "slot index", "expired slot"])
 def test_a_clobbered_board_key_fails_the_rotation_before_any_write(raw_conn, kind):
     board = old_board(raw_conn)
-    key = {"meta": keys.ranking_meta("posts"), "top": keys.ranking_top("posts"),
-           "slot index": keys.ranking_slots("posts"),
-           "expired slot": keys.ranking_slot("posts", board.slot_of(NOW - 6 * HOUR))}[kind]
+    key = {
+        "meta": keys.ranking_meta("posts"),
+        "top": keys.ranking_top("posts"),
+        "slot index": keys.ranking_slots("posts"),
+        "expired slot": keys.ranking_slot("posts", board.slot_of(NOW - 6 * HOUR)),
+    }[kind]
     held = clobber(raw_conn, key)
     fails_naming(raw_conn, key, lambda: board.rotate(now=NOW))
     restore(raw_conn, key, held)
@@ -86,8 +91,11 @@ def test_rotate_all_rotates_the_other_boards_and_names_the_broken_one(raw_conn):
 @pytest.mark.parametrize("kind", ["top", "slot index", "slot"])
 def test_a_clobbered_board_key_fails_the_rebuild_and_the_deletion_before_any_write(raw_conn, kind):
     board = old_board(raw_conn)
-    key = {"top": keys.ranking_top("posts"), "slot index": keys.ranking_slots("posts"),
-           "slot": keys.ranking_slot("posts", board.slot_of(NOW - 2 * HOUR))}[kind]
+    key = {
+        "top": keys.ranking_top("posts"),
+        "slot index": keys.ranking_slots("posts"),
+        "slot": keys.ranking_slot("posts", board.slot_of(NOW - 2 * HOUR)),
+    }[kind]
     held = clobber(raw_conn, key)
     fails_naming(raw_conn, key, lambda: ranking.rebuild(raw_conn, "posts"))
     if kind != "slot":  # a slot hash is only unlinked by the deletion, whatever its type
@@ -102,9 +110,12 @@ def test_a_clobbered_board_key_fails_the_rebuild_and_the_deletion_before_any_wri
 def test_a_clobbered_counter_key_fails_the_cleaner_before_any_write(raw_conn, kind):
     counters.update_counter(raw_conn, "hits:/old", 3, NOW - 10 * 86400, message_id="c1")
     tag, group = keys.counter_tag("hits:/old"), keys.counter_tag("hits:/old")
-    key = {"counter hash": keys.counter_hash("hits:/old"),
-           "due subset": keys.counter_due_subset(group, keys.counter_subset("hits:/old")),
-           "due summary": keys.counter_due(tag), "scan cursors": keys.counter_scan(tag)}[kind]
+    key = {
+        "counter hash": keys.counter_hash("hits:/old"),
+        "due subset": keys.counter_due_subset(group, keys.counter_subset("hits:/old")),
+        "due summary": keys.counter_due(tag),
+        "scan cursors": keys.counter_scan(tag),
+    }[kind]
     held = clobber(raw_conn, key)
     fails_naming(raw_conn, key, lambda: counters.clean_counters(raw_conn, now=NOW))
     restore(raw_conn, key, held)
@@ -113,16 +124,24 @@ def test_a_clobbered_counter_key_fails_the_cleaner_before_any_write(raw_conn, ki
 
 
 def dead_letter_call(conn) -> list:
-    return run_script(conn, "dead_letter", [keys.dead_letters(), keys.dead_letter_reasons(), "unacked", "unacked_index"],
-                      ['{"reason": "failed"}', 10, "failed", "tag-1"])
+    return run_script(
+        conn,
+        "dead_letter",
+        [keys.dead_letters(), keys.dead_letter_reasons(), "unacked", "unacked_index"],
+        ['{"reason": "failed"}', 10, "failed", "tag-1"],
+    )
 
 
 @pytest.mark.parametrize("kind", ["list", "reasons", "unacked", "unacked index"])
 def test_a_clobbered_key_fails_setting_aside_before_any_write(raw_conn, kind):
     raw_conn.hset("unacked", "tag-1", "the message")
     raw_conn.zadd("unacked_index", {"tag-1": 1})
-    key = {"list": keys.dead_letters(), "reasons": keys.dead_letter_reasons(), "unacked": "unacked",
-           "unacked index": "unacked_index"}[kind]
+    key = {
+        "list": keys.dead_letters(),
+        "reasons": keys.dead_letter_reasons(),
+        "unacked": "unacked",
+        "unacked index": "unacked_index",
+    }[kind]
     held = clobber(raw_conn, key)
     fails_naming(raw_conn, key, lambda: dead_letter_call(raw_conn))
     restore(raw_conn, key, held)
@@ -136,12 +155,20 @@ def test_a_clobbered_broker_key_leaves_the_message_in_its_queue(raw_conn, kind):
     queue = "visits"
     message = '{"properties": {"delivery_tag": "t1", "delivery_info": {"exchange": "", "routing_key": "visits"}}}'
     raw_conn.rpush(queue, message)
-    key = {"unacked": "unacked", "unacked index": "unacked_index", "dead letters": keys.dead_letters(),
-           "reasons": keys.dead_letter_reasons()}[kind]
+    key = {
+        "unacked": "unacked",
+        "unacked index": "unacked_index",
+        "dead letters": keys.dead_letters(),
+        "reasons": keys.dead_letter_reasons(),
+    }[kind]
 
     def take():
-        return run_script(raw_conn, "broker_take", ["unacked", "unacked_index", keys.dead_letters(),
-                                                    keys.dead_letter_reasons(), queue], [1_000_000, 10])
+        return run_script(
+            raw_conn,
+            "broker_take",
+            ["unacked", "unacked_index", keys.dead_letters(), keys.dead_letter_reasons(), queue],
+            [1_000_000, 10],
+        )
 
     held = clobber(raw_conn, key)
     fails_naming(raw_conn, key, take)
@@ -183,17 +210,21 @@ def test_a_counter_bucket_about_to_overflow_fails_the_call_whole(raw_conn):
     """HINCRBY fails once a field would pass 2**63; met midway, it left the earlier buckets and the
     marker (the retry then skipped the message). Checked first, the call fails whole."""
     # the later calls open a new 1-second bucket first (written, then undone when a coarser one overflows)
-    error = overflowing_call(raw_conn, lambda mid: counters.update_counter(raw_conn, "bytes", MAX_AMOUNT,
-                                                                           NOW + (mid is not None), message_id=mid),
-                             keys.counter_hash("bytes"))
+    error = overflowing_call(
+        raw_conn,
+        lambda mid: counters.update_counter(raw_conn, "bytes", MAX_AMOUNT, NOW + (mid is not None), message_id=mid),
+        keys.counter_hash("bytes"),
+    )
     assert "overflow" in error
 
 
 def test_a_ranking_slot_about_to_overflow_fails_the_call_whole(raw_conn):
     board = ranking.Ranking(raw_conn, "big")
-    error = overflowing_call(raw_conn, lambda mid: board.incr_many([("a", 1, NOW), ("m", MAX_AMOUNT, NOW)],
-                                                                   message_id=mid),
-                             keys.ranking_slot("big", board.slot_of(NOW)))
+    error = overflowing_call(
+        raw_conn,
+        lambda mid: board.incr_many([("a", 1, NOW), ("m", MAX_AMOUNT, NOW)], message_id=mid),
+        keys.ranking_slot("big", board.slot_of(NOW)),
+    )
     assert "overflow" in error
 
 

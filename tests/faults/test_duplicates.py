@@ -31,10 +31,24 @@ def calls(ts: float) -> list[tuple]:
         (tasks.incr_ranking, ("dup-board", "member", 2, ts)),
         (tasks.record_visit, ("10.0.0.1", "/dup?q=1", SESSION, ts)),
         (tasks.count_unique, (OTHER_SESSION, ts)),
-        (tasks.record_visits, ([{"ip": "10.0.0.2", "path": "/dup-batch", "session_id": THIRD_SESSION, "ts": ts},
-                                {"ip": "10.0.0.1", "path": "/dup-batch", "ts": ts}],)),
-        (tasks.incr_rankings, ([{"board": "dup-board", "member": "member", "amount": 5, "ts": ts},
-                                {"board": "dup-board", "member": "other", "amount": 1, "ts": ts}],)),
+        (
+            tasks.record_visits,
+            (
+                [
+                    {"ip": "10.0.0.2", "path": "/dup-batch", "session_id": THIRD_SESSION, "ts": ts},
+                    {"ip": "10.0.0.1", "path": "/dup-batch", "ts": ts},
+                ],
+            ),
+        ),
+        (
+            tasks.incr_rankings,
+            (
+                [
+                    {"board": "dup-board", "member": "member", "amount": 5, "ts": ts},
+                    {"board": "dup-board", "member": "other", "amount": 1, "ts": ts},
+                ],
+            ),
+        ),
     ]
 
 
@@ -112,7 +126,7 @@ class LosesConnection(redis.Redis):
             if allowed > len(pipe.command_stack):
                 owner.sent += len(pipe.command_stack)
                 return send(raise_on_error)
-            pipe.command_stack = pipe.command_stack[:max(0, allowed)]
+            pipe.command_stack = pipe.command_stack[: max(0, allowed)]
             if pipe.command_stack:
                 send(False)
             owner.sent += max(0, allowed)
@@ -129,10 +143,15 @@ WRITES = {
     "count_unique": lambda c, mid: uniques.count_visit(c, OTHER_SESSION, TS, message_id=mid),
     "incr_ranking": lambda c, mid: ranking.Ranking(c, "partial").incr("m", 4, TS, message_id=mid),
     "record_visits": lambda c, mid: visits.apply_visits(
-        c, [{"ip": f"10.0.1.{n % 7}", "path": f"/b/{n % 5}", "session_id": f"{n % 3:015x}", "ts": TS} for n in range(600)],
-        message_id=mid),
+        c,
+        [{"ip": f"10.0.1.{n % 7}", "path": f"/b/{n % 5}", "session_id": f"{n % 3:015x}", "ts": TS} for n in range(600)],
+        message_id=mid,
+    ),
     "incr_rankings": lambda c, mid: ranking_events.incr_events(
-        c, [{"board": f"partial-{n % 2}", "member": f"m{n % 9}", "amount": n, "ts": TS} for n in range(1200)], message_id=mid),
+        c,
+        [{"board": f"partial-{n % 2}", "member": f"m{n % 9}", "amount": n, "ts": TS} for n in range(1200)],
+        message_id=mid,
+    ),
 }
 
 

@@ -33,8 +33,7 @@ the measured p90 against the goal itself."""
 
 
 def visit_latencies(env, counters_conn, publisher, tmp_path, queues: str) -> tuple[list[float], str]:
-    worker = start_worker(celery_env(env["COUNTERS_REDIS_URL"], **env), tmp_path / "w.log",
-                          queues=queues).wait_ready()
+    worker = start_worker(celery_env(env["COUNTERS_REDIS_URL"], **env), tmp_path / "w.log", queues=queues).wait_ready()
     rng = random.Random(3)
     latencies = []
     try:
@@ -65,9 +64,11 @@ def p90(latencies: list[float]) -> float:
 def report(capsys, what: str, latencies: list[float]) -> None:
     met = "met" if p90(latencies) < GOAL_P90 else "not met"
     with capsys.disabled():
-        print(f"\n[latency] .delay() -> Redis, idle worker, {what}: median {statistics.median(latencies) * 1000:.1f} ms, "
-              f"p90 {p90(latencies) * 1000:.1f} ms (goal {GOAL_P90 * 1000:.0f} ms: {met}), "
-              f"max {max(latencies) * 1000:.1f} ms over {len(latencies)} visits")
+        print(
+            f"\n[latency] .delay() -> Redis, idle worker, {what}: median {statistics.median(latencies) * 1000:.1f} ms, "
+            f"p90 {p90(latencies) * 1000:.1f} ms (goal {GOAL_P90 * 1000:.0f} ms: {met}), "
+            f"max {max(latencies) * 1000:.1f} ms over {len(latencies)} visits"
+        )
 
 
 @pytest.mark.parametrize("queues", ["visits,maintenance", "maintenance,visits"])
@@ -78,11 +79,13 @@ def test_a_visit_reaches_redis_within_the_goal_at_p90(fault_env, counters_conn, 
     assert max(latencies) < 0.2  # no visit waits a 100 ms slice or more (the old design's p90 was 108 ms)
 
 
-def test_a_broker_user_without_client_commands_waits_in_slices(fault_env, broker_server, counters_conn, publisher,
-                                                               tmp_path, capsys):
+def test_a_broker_user_without_client_commands_waits_in_slices(
+    fault_env, broker_server, counters_conn, publisher, tmp_path, capsys
+):
     admin = redis.Redis.from_url(broker_server.url)
-    admin.acl_setuser("worker", enabled=True, passwords=["+worker-pw"], keys=["*"], channels=["*"],
-                      commands=["+@all", "-client"])
+    admin.acl_setuser(
+        "worker", enabled=True, passwords=["+worker-pw"], keys=["*"], channels=["*"], commands=["+@all", "-client"]
+    )
     host, port = broker_server.url.split("//")[1].split("/")[0].split(":")
     env = dict(fault_env, CELERY_BROKER_URL=f"redis://worker:worker-pw@{host}:{port}/1")
     latencies, output = visit_latencies(env, counters_conn, publisher, tmp_path, "maintenance,visits")

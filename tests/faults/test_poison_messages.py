@@ -39,12 +39,19 @@ def with_body(message: dict, body: object) -> str:
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "counters_tasks", "dead-letters", *args], cwd=REPO,
-                          env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "counters_tasks", "dead-letters", *args],
+        cwd=REPO,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
-def test_poison_messages_are_set_aside_and_the_worker_goes_on(fault_env, counters_conn, broker_conn, publisher,
-                                                              tmp_path, monkeypatch):
+def test_poison_messages_are_set_aside_and_the_worker_goes_on(
+    fault_env, counters_conn, broker_conn, publisher, tmp_path, monkeypatch
+):
     now = float(int(time.time()))
     day = local_day(now)
     visit = template(broker_conn, publisher, tasks.record_visit, ("192.0.2.1", "/t", None, now))
@@ -78,8 +85,11 @@ def test_poison_messages_are_set_aside_and_the_worker_goes_on(fault_env, counter
         monkeypatch.setenv(name, value)
     worker = start_worker(celery_env(fault_env["COUNTERS_REDIS_URL"], **env), tmp_path / "w.log")
     try:
-        wait_until(lambda: sitestats.site_visit_info(counters_conn, day).pv >= len(good), timeout=90,
-                   what=f"the good visits; log:\n{worker.output()[-3000:]}")
+        wait_until(
+            lambda: sitestats.site_visit_info(counters_conn, day).pv >= len(good),
+            timeout=90,
+            what=f"the good visits; log:\n{worker.output()[-3000:]}",
+        )
         wait_idle(broker_conn)
         time.sleep(8)  # past the 5 s visibility timeout: nothing set aside may come back
         wait_idle(broker_conn)
@@ -108,9 +118,9 @@ def test_poison_messages_are_set_aside_and_the_worker_goes_on(fault_env, counter
     assert cli(env, "drop", "--all").returncode == 0 and broker_conn.llen(keys.dead_letters()) == 0
 
 
-def test_calls_that_keep_failing_are_set_aside_then_requeued_once_fixed(fault_env, counters_server, counters_conn,
-                                                                       broker_conn, publisher, tmp_path,
-                                                                       monkeypatch):
+def test_calls_that_keep_failing_are_set_aside_then_requeued_once_fixed(
+    fault_env, counters_server, counters_conn, broker_conn, publisher, tmp_path, monkeypatch
+):
     """The counters' Redis user loses the right to run scripts (an ACL tightened by mistake):
     every write fails with NOPERM, which is not Redis being away, so after COUNTERS_MAX_ATTEMPTS
     tries each message is set aside, not retried forever nor dropped; once the ACL is repaired,
@@ -126,34 +136,53 @@ def test_calls_that_keep_failing_are_set_aside_then_requeued_once_fixed(fault_en
         # task events on, as Flower turns them on when it watches (off by default)
         worker = start_worker(celery_env(url, **env), tmp_path / "w.log", extra=("-E",))
         try:
-            sent = [tasks.record_visit.apply_async((f"192.0.2.{n + 1}", "/a", None, now), producer=publisher).id
-                    for n in range(3)]
-            sent.append(tasks.record_visits.apply_async(([{"ip": "192.0.2.9", "path": "/b", "ts": now}],),
-                                                        producer=publisher).id)
+            sent = [
+                tasks.record_visit.apply_async((f"192.0.2.{n + 1}", "/a", None, now), producer=publisher).id
+                for n in range(3)
+            ]
+            sent.append(
+                tasks.record_visits.apply_async(
+                    ([{"ip": "192.0.2.9", "path": "/b", "ts": now}],), producer=publisher
+                ).id
+            )
             sent.append(tasks.update_counter.apply_async(("signups", 2, now), producer=publisher).id)
-            wait_until(lambda: broker_conn.llen(keys.dead_letters()) >= 5, timeout=90,
-                       what=f"the failing calls to be set aside; log:\n{worker.output()[-3000:]}")
+            wait_until(
+                lambda: broker_conn.llen(keys.dead_letters()) >= 5,
+                timeout=90,
+                what=f"the failing calls to be set aside; log:\n{worker.output()[-3000:]}",
+            )
             wait_idle(broker_conn)
             records = [json.loads(r) for r in broker_conn.lrange(keys.dead_letters(), 0, -1)]
-            assert sorted(r["task"] for r in records) == (["counters_tasks.record_visit"] * 3
-                                                          + ["counters_tasks.record_visits",
-                                                             "counters_tasks.update_counter"])
+            assert sorted(r["task"] for r in records) == (
+                ["counters_tasks.record_visit"] * 3 + ["counters_tasks.record_visits", "counters_tasks.update_counter"]
+            )
             assert all(r["reason"] == "failed" and "NOPERM" in r["error"].upper() for r in records), records
             assert sitestats.site_visit_info(counters_conn, day).pv == 0
             # Flower's failed tasks are the messages that did not count, batched or not
-            wait_until(lambda: set(sent) <= events.ids("task-failed"), timeout=30,
-                       what=f"a task-failed event for each call set aside; got {events.ids('task-failed')}")
+            wait_until(
+                lambda: set(sent) <= events.ids("task-failed"),
+                timeout=30,
+                what=f"a task-failed event for each call set aside; got {events.ids('task-failed')}",
+            )
             failed = [e for e in events.of("task-failed") if e["uuid"] in sent]
-            assert len(failed) == 5 and all("set aside in the dead letters after 2 tries" in e["exception"]
-                                            and "NOPERM" in e["exception"].upper() for e in failed), failed
+            assert len(failed) == 5 and all(
+                "set aside in the dead letters after 2 tries" in e["exception"] and "NOPERM" in e["exception"].upper()
+                for e in failed
+            ), failed
             assert not set(sent) & events.ids("task-succeeded")
             counters_conn.execute_command("ACL", "SETUSER", "worker", "+evalsha", "+eval")  # the operator repairs it
             assert cli(env, "requeue", "--all").stdout.strip() == "requeued 5"
-            wait_until(lambda: sitestats.site_visit_info(counters_conn, day).pv == 4, timeout=60,
-                       what=f"the requeued calls; log:\n{worker.output()[-3000:]}")
+            wait_until(
+                lambda: sitestats.site_visit_info(counters_conn, day).pv == 4,
+                timeout=60,
+                what=f"the requeued calls; log:\n{worker.output()[-3000:]}",
+            )
             wait_idle(broker_conn)
-            wait_until(lambda: set(sent) <= events.ids("task-succeeded"), timeout=30,
-                       what="a task-succeeded event for each requeued call (same ids)")
+            wait_until(
+                lambda: set(sent) <= events.ids("task-succeeded"),
+                timeout=30,
+                what="a task-succeeded event for each requeued call (same ids)",
+            )
             assert worker.process.poll() is None
         finally:
             worker.stop()

@@ -29,15 +29,24 @@ def poison_messages(ips: tuple[str, str]) -> list[str]:
     in its base64 body only)."""
     v4, v6 = ips
     body = base64.b64encode(json.dumps({"ip": v6, "path": "/p"}).encode()).decode()
-    message = {"body": body, "content-encoding": "utf-8", "content-type": "application/json",
-               "headers": {"task": "counters_tasks.record_visit", "id": "poison-bad-body"},
-               "properties": {"body_encoding": "base64", "delivery_tag": "poison-tag", "priority": 0,
-                              "delivery_info": {"exchange": "", "routing_key": "visits"}}}
+    message = {
+        "body": body,
+        "content-encoding": "utf-8",
+        "content-type": "application/json",
+        "headers": {"task": "counters_tasks.record_visit", "id": "poison-bad-body"},
+        "properties": {
+            "body_encoding": "base64",
+            "delivery_tag": "poison-tag",
+            "priority": 0,
+            "delivery_info": {"exchange": "", "routing_key": "visits"},
+        },
+    }
     return [f"not json: {v4}", json.dumps(message)]
 
 
-def test_no_raw_ip_in_the_counters_redis_nor_on_the_broker_but_its_dead_letters(fault_env, counters_conn,
-                                                                               broker_conn, tmp_path):
+def test_no_raw_ip_in_the_counters_redis_nor_on_the_broker_but_its_dead_letters(
+    fault_env, counters_conn, broker_conn, tmp_path
+):
     now = time.time() - 30
     day = local_day(now)
     counters_conn.rpush(keys.counter_hash(f"hits:{raw_ips.FAILING_PATH}"), "written by hand")
@@ -48,12 +57,22 @@ def test_no_raw_ip_in_the_counters_redis_nor_on_the_broker_but_its_dead_letters(
         raw_ips.send(env, raw_ips.counted_actions(now))
         for raw in poison:
             broker_conn.lpush("visits", raw)
-        raw_ips.wait_for(lambda: (sitestats.site_visit_info(counters_conn, day, raw_ips.APPLIED_PATH).pv,
-                                  {r: n for r, n in refusals.counts(counters_conn).items() if n}),
-                         (raw_ips.APPLIED, raw_ips.REFUSED), worker, "the visits applied and refused")
+        raw_ips.wait_for(
+            lambda: (
+                sitestats.site_visit_info(counters_conn, day, raw_ips.APPLIED_PATH).pv,
+                {r: n for r, n in refusals.counts(counters_conn).items() if n},
+            ),
+            (raw_ips.APPLIED, raw_ips.REFUSED),
+            worker,
+            "the visits applied and refused",
+        )
         raw_ips.send(env, raw_ips.failing_actions(now))
-        raw_ips.wait_for(lambda: broker_conn.llen(keys.dead_letters()), raw_ips.SET_ASIDE + len(poison), worker,
-                         "the calls and messages set aside")
+        raw_ips.wait_for(
+            lambda: broker_conn.llen(keys.dead_letters()),
+            raw_ips.SET_ASIDE + len(poison),
+            worker,
+            "the calls and messages set aside",
+        )
         wait_idle(broker_conn)
     finally:
         worker.stop()

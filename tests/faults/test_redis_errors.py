@@ -37,22 +37,28 @@ def readonly(conn: redis.Redis) -> None:
 
 def busy(conn: redis.Redis) -> None:
     conn.config_set("busy-reply-threshold", 100)  # others get BUSY after 100 ms of a running script
-    conn.eval("""
+    conn.eval(
+        """
         local start = redis.call('TIME')
         while true do
           local now = redis.call('TIME')
           if (now[1] - start[1]) * 1000000 + (now[2] - start[2]) > tonumber(ARGV[1]) then return 1 end
-        end""", 0, int(FAULT_SECONDS * 1_000_000))
+        end""",
+        0,
+        int(FAULT_SECONDS * 1_000_000),
+    )
 
 
 @pytest.mark.parametrize("fault", [oom, readonly, busy], ids=["OOM", "READONLY", "BUSY"])
-def test_counting_waits_out_redis_errors(fault, fault_env, counters_server, counters_conn, broker_conn, publisher,
-                                         tmp_path, capsys):
+def test_counting_waits_out_redis_errors(
+    fault, fault_env, counters_server, counters_conn, broker_conn, publisher, tmp_path, capsys
+):
     ts = float(int(time.time()))
     model = VisitModel.random(VISITS, ts, seed=11)
     half = VISITS // 2
-    to_send = (messages(VisitModel(model.visits[:half]), "per-visit")
-               + messages(VisitModel(model.visits[half:]), "batches"))
+    to_send = messages(VisitModel(model.visits[:half]), "per-visit") + messages(
+        VisitModel(model.visits[half:]), "batches"
+    )
     env = celery_env(fault_env["COUNTERS_REDIS_URL"], **fault_env)
     worker = start_worker(env, tmp_path / "w.log")
     fault_conn = redis.Redis.from_url(counters_server.url, socket_timeout=30)
@@ -67,14 +73,21 @@ def test_counting_waits_out_redis_errors(fault, fault_env, counters_server, coun
     try:
         worker.wait_ready()
         sender.start()
-        wait_until(lambda: site_pv(counters_conn, ts) >= 200, timeout=60, interval=0.01,
-                   what=f"counting to start; log:\n{worker.output()[-3000:]}")
+        wait_until(
+            lambda: site_pv(counters_conn, ts) >= 200,
+            timeout=60,
+            interval=0.01,
+            what=f"counting to start; log:\n{worker.output()[-3000:]}",
+        )
         started = time.monotonic()
         fault(fault_conn)
         sender.join(120)
-        wait_until(lambda: site_pv(counters_conn, ts) >= VISITS and broker_idle(broker_conn), timeout=120,
-                   interval=0.2, what=f"every visit after the fault; pv={site_pv(counters_conn, ts)}; "
-                                      f"log:\n{worker.output()[-3000:]}")
+        wait_until(
+            lambda: site_pv(counters_conn, ts) >= VISITS and broker_idle(broker_conn),
+            timeout=120,
+            interval=0.2,
+            what=f"every visit after the fault; pv={site_pv(counters_conn, ts)}; log:\n{worker.output()[-3000:]}",
+        )
         recovered = time.monotonic() - started
         assert worker.process.poll() is None, worker.output()[-3000:]
     finally:
@@ -84,5 +97,7 @@ def test_counting_waits_out_redis_errors(fault, fault_env, counters_server, coun
     assert observed(counters_conn, model) == model.expected()
     assert "waits for Redis" in worker.output() or "Retry in" in worker.output()  # it did meet the fault
     with capsys.disabled():
-        print(f"\n[faults] {fault.__name__.upper()} for {FAULT_SECONDS:.0f} s: {VISITS} visits in {len(to_send)} "
-              f"messages, all counted {recovered:.1f} s after it began, lost 0, doubled 0, worker alive")
+        print(
+            f"\n[faults] {fault.__name__.upper()} for {FAULT_SECONDS:.0f} s: {VISITS} visits in {len(to_send)} "
+            f"messages, all counted {recovered:.1f} s after it began, lost 0, doubled 0, worker alive"
+        )

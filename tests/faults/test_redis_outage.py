@@ -21,8 +21,9 @@ OUTAGE = 5.0
 
 
 @pytest.mark.parametrize("sending", ["per-visit", "batches"])
-def test_counters_redis_outage_under_load(sending, fault_env, counters_server, counters_conn, broker_conn, publisher, tmp_path,
-                                          capsys):
+def test_counters_redis_outage_under_load(
+    sending, fault_env, counters_server, counters_conn, broker_conn, publisher, tmp_path, capsys
+):
     ts = float(int(time.time()))
     model = VisitModel.random(VISITS, ts, seed=7)
     to_send = messages(model, sending)
@@ -36,16 +37,24 @@ def test_counters_redis_outage_under_load(sending, fault_env, counters_server, c
     sender = threading.Thread(target=publish)
     sender.start()
     try:
-        wait_until(lambda: site_pv(counters_conn, ts) >= VISITS // 5, timeout=60, interval=0.01,
-                 what=f"a fifth of the visits; log:\n{worker.output()[-3000:]}")
+        wait_until(
+            lambda: site_pv(counters_conn, ts) >= VISITS // 5,
+            timeout=60,
+            interval=0.01,
+            what=f"a fifth of the visits; log:\n{worker.output()[-3000:]}",
+        )
         counters_server.kill()
         down_at = time.monotonic()
         time.sleep(OUTAGE)  # the outage itself: the worker keeps taking messages meanwhile
         counters_server.start()
         at_restart = site_pv(counters_conn, ts)
         sender.join(120)
-        wait_until(lambda: site_pv(counters_conn, ts) >= VISITS and broker_idle(broker_conn), timeout=150, interval=0.2,
-                 what=f"every visit after the outage; pv={site_pv(counters_conn, ts)}; log:\n{worker.output()[-3000:]}")
+        wait_until(
+            lambda: site_pv(counters_conn, ts) >= VISITS and broker_idle(broker_conn),
+            timeout=150,
+            interval=0.2,
+            what=f"every visit after the outage; pv={site_pv(counters_conn, ts)}; log:\n{worker.output()[-3000:]}",
+        )
         recovered_in = time.monotonic() - down_at
     finally:
         sender.join(120)
@@ -54,6 +63,8 @@ def test_counters_redis_outage_under_load(sending, fault_env, counters_server, c
     # per-task retries (Celery, with backoff) and worker-side batches waiting for Redis (in place)
     retries = len(re.findall(r"Retry in|waits for Redis", worker.output()))
     with capsys.disabled():
-        print(f"\n[faults] Redis outage {OUTAGE:.0f} s ({sending}): {VISITS} visits in {len(to_send)} messages, pv after restart {at_restart}, "
-              f"retries {retries}, all counted {recovered_in:.1f} s after the kill, lost 0, doubled 0")
+        print(
+            f"\n[faults] Redis outage {OUTAGE:.0f} s ({sending}): {VISITS} visits in {len(to_send)} messages, pv after restart {at_restart}, "
+            f"retries {retries}, all counted {recovered_in:.1f} s after the kill, lost 0, doubled 0"
+        )
     assert retries > 0

@@ -44,7 +44,11 @@ def test_celeryconfig_redelivery_and_transport(eager_app):
 def test_rediss_broker_verifies_certificates():
     """celeryconfig in a child process (reloading it here would change this process's app)."""
     env = celery_env("redis://127.0.0.1:6379/0", CELERY_BROKER_URL="rediss://127.0.0.1:6380/1")
-    code = ("import ssl, celeryconfig as c; "
-            "print(c.broker_use_ssl == {'ssl_cert_reqs': ssl.CERT_REQUIRED}, c.broker_transport)")
-    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, check=True).stdout
+    code = (
+        "import ssl, celeryconfig as c; "
+        "print(c.broker_use_ssl == {'ssl_cert_reqs': ssl.CERT_REQUIRED}, c.broker_transport)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
     assert out.split() == ["True", "counters_tasks.worker.broker:Transport"]

@@ -46,13 +46,15 @@ def servers(tmp_path):
     counters = RedisServer(tmp_path / "counters").start()
     broker = RedisServer(tmp_path / "broker").start()
     admin = redis.Redis(port=counters.port)
-    admin.acl_setuser("counters", enabled=True, passwords=[f"+{ACL_PASS}"], keys=["*"], channels=["*"],
-                      commands=["+@all"])
+    admin.acl_setuser(
+        "counters", enabled=True, passwords=[f"+{ACL_PASS}"], keys=["*"], channels=["*"], commands=["+@all"]
+    )
     admin.config_set("requirepass", REQUIREPASS)
     admin.close()
     admin = redis.Redis(port=broker.port)
-    admin.acl_setuser("celery", enabled=True, passwords=[f"+{BROKER_PASS}"], keys=["*"], channels=["*"],
-                      commands=["+@all"])
+    admin.acl_setuser(
+        "celery", enabled=True, passwords=[f"+{BROKER_PASS}"], keys=["*"], channels=["*"], commands=["+@all"]
+    )
     admin.acl_setuser("default", enabled=False)
     admin.close()
     yield counters, broker
@@ -72,24 +74,44 @@ def urls(counters: RedisServer, broker: RedisServer) -> dict[str, str]:
 
 
 def secret_env(counters_url: str, broker_url: str, **extra: str) -> dict[str, str]:
-    return celery_env(counters_url, CELERY_BROKER_URL=broker_url, COUNTERS_SECRET=SECRET, COUNTERS_REDIS_CLUSTER="",
-                      COUNTERS_DASHBOARD_AUTH=f"ops:{DASHBOARD_PASS}", COLUMNS="200", **extra)
+    return celery_env(
+        counters_url,
+        CELERY_BROKER_URL=broker_url,
+        COUNTERS_SECRET=SECRET,
+        COUNTERS_REDIS_CLUSTER="",
+        COUNTERS_DASHBOARD_AUTH=f"ops:{DASHBOARD_PASS}",
+        COLUMNS="200",
+        **extra,
+    )
 
 
 def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "counters_tasks.ops.cli", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "counters_tasks.ops.cli", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 FAILURES = {
     "the counters' requirepass password is wrong": ("wrong requirepass", "broker", [("stats",), ("health", "--json")]),
     "the counters' ACL user's password is wrong": ("wrong acl", "broker", [("top-pages",), ("import", "access.log")]),
-    "the broker's ACL user's password is wrong": ("requirepass", "wrong broker", [("dead-letters", "list"), ("health",)]),
+    "the broker's ACL user's password is wrong": (
+        "requirepass",
+        "wrong broker",
+        [("dead-letters", "list"), ("health",)],
+    ),
 }
 """Each failure provoked while both servers run: (the counters' URL, the broker's, the commands run)."""
 OUTAGES = {
-    "the counters' Redis is down": ("acl", "broker", [("sources",), ("counter", "hits"), ("tokens", "list"),
-                                                      ("health",)]),
+    "the counters' Redis is down": (
+        "acl",
+        "broker",
+        [("sources",), ("counter", "hits"), ("tokens", "list"), ("health",)],
+    ),
     "the broker is down": ("requirepass", "broker", [("dead-letters", "list")]),
 }
 """Run once both servers are stopped, with the right passwords. Every command that reads Redis goes
@@ -101,16 +123,30 @@ def test_no_cli_command_shows_a_password_whatever_fails(servers, tmp_path):
     counters, broker = servers
     url = urls(counters, broker)
     (tmp_path / "access.log").write_text(
-        '192.0.2.1 - - [10/Oct/2025:13:55:36 +0000] "GET /a HTTP/1.1" 200 5 "-" "Mozilla/5.0"\n')
+        '192.0.2.1 - - [10/Oct/2025:13:55:36 +0000] "GET /a HTTP/1.1" 200 5 "-" "Mozilla/5.0"\n'
+    )
 
     def run_all(failures: dict) -> list[tuple[str, tuple[str, ...], subprocess.CompletedProcess]]:
-        runs = [(failure, args, secret_env(url[counters_url], url[broker_url]))
-                for failure, (counters_url, broker_url, commands) in failures.items() for args in commands]
+        runs = [
+            (failure, args, secret_env(url[counters_url], url[broker_url]))
+            for failure, (counters_url, broker_url, commands) in failures.items()
+            for args in commands
+        ]
 
         def run(item: tuple[str, tuple[str, ...], dict[str, str]]):
             failure, args, env = item
-            return failure, args, subprocess.run([sys.executable, "-m", "counters_tasks.ops.cli", *args],
-                                                 cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+            return (
+                failure,
+                args,
+                subprocess.run(
+                    [sys.executable, "-m", "counters_tasks.ops.cli", *args],
+                    cwd=tmp_path,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                ),
+            )
 
         with ThreadPoolExecutor(4) as pool:  # as the user runs them, a few at a time
             return list(pool.map(run, runs))
@@ -119,20 +155,31 @@ def test_no_cli_command_shows_a_password_whatever_fails(servers, tmp_path):
     broker.stop()
     counters.stop()
     results += run_all(OUTAGES)
-    shown = [(failure, " ".join(args), leaks(result.stdout + result.stderr), result.stdout + result.stderr)
-             for failure, args, result in results if leaks(result.stdout + result.stderr)]
-    assert not shown, "\n\n".join(f"{failure}: `counters-tasks {args}` shows {found}:\n{output[-1500:]}"
-                                  for failure, args, found, output in shown)
+    shown = [
+        (failure, " ".join(args), leaks(result.stdout + result.stderr), result.stdout + result.stderr)
+        for failure, args, result in results
+        if leaks(result.stdout + result.stderr)
+    ]
+    assert not shown, "\n\n".join(
+        f"{failure}: `counters-tasks {args}` shows {found}:\n{output[-1500:]}" for failure, args, found, output in shown
+    )
     assert all(result.returncode == 1 for _, _, result in results), [
-        (args, result.returncode, result.stderr[-300:]) for _, args, result in results if result.returncode != 1]
+        (args, result.returncode, result.stderr[-300:]) for _, args, result in results if result.returncode != 1
+    ]
     # the server is still named, its password hidden
     said = {(failure, args): result.stdout + result.stderr for failure, args, result in results}
-    assert (f"Redis at redis://:***@127.0.0.1:{counters.port}/0: AuthenticationError"
-            in said["the counters' requirepass password is wrong", ("stats",)])
-    assert (f"Redis at redis://counters:***@127.0.0.1:{counters.port}/0: ConnectionError"
-            in said["the counters' Redis is down", ("sources",)])
-    assert (f"dead letters at redis://celery:***@127.0.0.1:{broker.port}/1: AuthenticationError"
-            in said["the broker's ACL user's password is wrong", ("dead-letters", "list")])
+    assert (
+        f"Redis at redis://:***@127.0.0.1:{counters.port}/0: AuthenticationError"
+        in said["the counters' requirepass password is wrong", ("stats",)]
+    )
+    assert (
+        f"Redis at redis://counters:***@127.0.0.1:{counters.port}/0: ConnectionError"
+        in said["the counters' Redis is down", ("sources",)]
+    )
+    assert (
+        f"dead letters at redis://celery:***@127.0.0.1:{broker.port}/1: AuthenticationError"
+        in said["the broker's ACL user's password is wrong", ("dead-letters", "list")]
+    )
 
 
 def request(base: str, path: str, auth: str | None = None, token: str | None = None) -> tuple[int, str]:
@@ -174,22 +221,30 @@ def test_serve_shows_no_secret_in_its_answers_or_its_log(servers, tmp_path):
         assert ask("up", "/metrics", token=token) == 200
         assert ask("up", "/api/health", auth=user) == 200
         broker.stop()
-        wait_until(lambda: "ConnectionError" in request(base, "/api/health", auth=user)[1], timeout=30,
-                   what="health to see the broker down")
+        wait_until(
+            lambda: "ConnectionError" in request(base, "/api/health", auth=user)[1],
+            timeout=30,
+            what="health to see the broker down",
+        )
         assert ask("the broker down", "/api/health", auth=user) == 200  # a report saying so
         assert ask("the broker down", "/metrics", auth=user) == 200
         counters.stop()
         assert ask("Redis down", "/api/stats", auth=user) == 503
         assert ask("Redis down", "/api/stats", token=token) == 503  # the token cannot be checked
         assert ask("Redis down", "/api/top-pages", auth=user) == 503
-        wait_until(lambda: not json.loads(request(base, "/api/health", auth=user)[1])["redis"]["ok"], timeout=30,
-                   what="health to see Redis down")
+        wait_until(
+            lambda: not json.loads(request(base, "/api/health", auth=user)[1])["redis"]["ok"],
+            timeout=30,
+            what="health to see Redis down",
+        )
         assert ask("Redis down", "/api/health", auth=user) == 200
         assert ask("Redis down", "/metrics", auth=user) in (200, 503)
     finally:
         process.terminate()
         process.wait(15)
-    shown = [(what, status, leaks(body, secrets), body[:1500]) for what, status, body in answers if leaks(body, secrets)]
+    shown = [
+        (what, status, leaks(body, secrets), body[:1500]) for what, status, body in answers if leaks(body, secrets)
+    ]
     assert not shown, shown
     log = (tmp_path / "serve.log").read_text(errors="replace")
     assert not leaks(log, secrets), log[-3000:]
@@ -212,19 +267,37 @@ def test_worker_and_beat_logs_show_no_secret_through_outages(servers, tmp_path):
     refused = start_worker(secret_env(url["requirepass"], url["wrong broker"]), tmp_path / "refused.log", name="w2")
     try:
         worker.wait_ready()
-        wait_until(lambda: "clean_counters" in worker.output() and "succeeded" in worker.output(), timeout=30,
-                   what=f"beat's job run; log:\n{worker.output()[-2000:]}")
-        wait_until(lambda: "Cannot connect to" in refused.output(), timeout=30,
-                   what=f"the worker with a wrong broker password to say so; log:\n{refused.output()[-2000:]}")
+        wait_until(
+            lambda: "clean_counters" in worker.output() and "succeeded" in worker.output(),
+            timeout=30,
+            what=f"beat's job run; log:\n{worker.output()[-2000:]}",
+        )
+        wait_until(
+            lambda: "Cannot connect to" in refused.output(),
+            timeout=30,
+            what=f"the worker with a wrong broker password to say so; log:\n{refused.output()[-2000:]}",
+        )
         counters.stop()
-        wait_until(lambda: "ConnectionError" in worker.output() or "Error 111" in worker.output(), timeout=30,
-                   what=f"the worker to meet the counters' Redis down; log:\n{worker.output()[-2000:]}")
+        wait_until(
+            lambda: "ConnectionError" in worker.output() or "Error 111" in worker.output(),
+            timeout=30,
+            what=f"the worker to meet the counters' Redis down; log:\n{worker.output()[-2000:]}",
+        )
         broker.stop()
-        wait_until(lambda: "Cannot connect to" in worker.output().split("Error 111", 1)[-1], timeout=30,
-                   what=f"the worker to meet the broker down; log:\n{worker.output()[-2000:]}")
-        wait_until(lambda: "beat: Connection error" in beat.output() or "Cannot connect" in beat.output()
-                   or "Error 111" in beat.output(), timeout=30,
-                   what=f"beat to meet the broker down; log:\n{beat.output()[-2000:]}")
+        wait_until(
+            lambda: "Cannot connect to" in worker.output().split("Error 111", 1)[-1],
+            timeout=30,
+            what=f"the worker to meet the broker down; log:\n{worker.output()[-2000:]}",
+        )
+        wait_until(
+            lambda: (
+                "beat: Connection error" in beat.output()
+                or "Cannot connect" in beat.output()
+                or "Error 111" in beat.output()
+            ),
+            timeout=30,
+            what=f"beat to meet the broker down; log:\n{beat.output()[-2000:]}",
+        )
     finally:
         refused.kill()
         beat.kill()
@@ -236,8 +309,7 @@ def test_worker_and_beat_logs_show_no_secret_through_outages(servers, tmp_path):
 
 
 def test_a_settings_error_does_not_show_the_url_password():
-    result = run_cli(secret_env(f"http://:{REQUIREPASS}@127.0.0.1:{free_port()}/0", "redis://127.0.0.1:1/1"),
-                     "stats")
+    result = run_cli(secret_env(f"http://:{REQUIREPASS}@127.0.0.1:{free_port()}/0", "redis://127.0.0.1:1/1"), "stats")
     assert result.returncode == 1 and "COUNTERS_REDIS_URL must be" in result.stderr
     assert not leaks(result.stdout + result.stderr), result.stderr
     broker = run_cli(secret_env("redis://127.0.0.1:1/0", f"redis+socket://:{BROKER_PASS}@/tmp/r.sock?db=1"), "stats")

@@ -29,14 +29,33 @@ pytestmark = [pytest.mark.processes, pytest.mark.server_build]
 def publish_pickled_task(broker_url: str, task_name: str, args: tuple) -> str:
     """A well-formed Celery (protocol 2) task message, but pickle-serialized, sent with kombu."""
     task_id = str(uuid.uuid4())
-    headers = {"lang": "py", "task": task_name, "id": task_id, "root_id": task_id, "parent_id": None, "group": None,
-               "retries": 0, "eta": None, "expires": None, "timelimit": [None, None], "argsrepr": repr(args),
-               "kwargsrepr": "{}", "origin": "test"}
+    headers = {
+        "lang": "py",
+        "task": task_name,
+        "id": task_id,
+        "root_id": task_id,
+        "parent_id": None,
+        "group": None,
+        "retries": 0,
+        "eta": None,
+        "expires": None,
+        "timelimit": [None, None],
+        "argsrepr": repr(args),
+        "kwargsrepr": "{}",
+        "origin": "test",
+    }
     body = (args, {}, {"callbacks": None, "errbacks": None, "chain": None, "chord": None})
     with Connection(broker_url) as conn:
         exchange = Exchange("visits", "direct")
-        conn.Producer().publish(body, exchange=exchange, routing_key="visits", declare=[Queue("visits", exchange, "visits")],
-                                serializer="pickle", headers=headers, delivery_mode=2)
+        conn.Producer().publish(
+            body,
+            exchange=exchange,
+            routing_key="visits",
+            declare=[Queue("visits", exchange, "visits")],
+            serializer="pickle",
+            headers=headers,
+            delivery_mode=2,
+        )
     return task_id
 
 
@@ -47,14 +66,20 @@ def test_real_worker_refuses_a_pickle_message(fault_env, counters_conn, broker_c
     worker = start_worker(celery_env(fault_env["COUNTERS_REDIS_URL"], **fault_env), tmp_path / "w.log")
     try:
         publish_pickled_task(fault_env["CELERY_BROKER_URL"], "counters_tasks.update_counter", ("pickled", 1, ts))
-        wait_until(lambda: broker_conn.llen(keys.dead_letters()) == 1, timeout=60,
-                   what=f"the worker to set the pickle message aside; log:\n{worker.output()[-3000:]}")
+        wait_until(
+            lambda: broker_conn.llen(keys.dead_letters()) == 1,
+            timeout=60,
+            what=f"the worker to set the pickle message aside; log:\n{worker.output()[-3000:]}",
+        )
         tasks.update_counter.apply_async(("json", 1, ts), producer=publisher)  # the worker still works
         wait_until(lambda: counters.get_counter(counters_conn, "json", 1, now=ts), timeout=60, what="the JSON message")
         # the refused message is set aside, not requeued, and the JSON one acknowledged (acks_late:
         # just after it was counted, so wait for it rather than look once)
-        wait_until(lambda: broker_conn.llen("visits") == 0 and broker_conn.zcard("unacked_index") == 0, timeout=30,
-                   what="the broker to hold no message (queued or unacknowledged)")
+        wait_until(
+            lambda: broker_conn.llen("visits") == 0 and broker_conn.zcard("unacked_index") == 0,
+            timeout=30,
+            what="the broker to hold no message (queued or unacknowledged)",
+        )
     finally:
         worker.stop()
     record = json.loads(broker_conn.lindex(keys.dead_letters(), 0))
@@ -67,9 +92,11 @@ def test_real_worker_refuses_a_pickle_message(fault_env, counters_conn, broker_c
 def test_sitestats_refuses_without_secret(raw_conn, eager_app, monkeypatch):
     monkeypatch.delenv("COUNTERS_SECRET")
     reset_settings()
-    for write in (lambda: sitestats.record_visit(raw_conn, "10.0.0.1", "/"),
-                  lambda: visits.apply_visit(raw_conn, "10.0.0.1", "/", "6f1c2b1e98a44c51"),
-                  lambda: tasks.record_visit.apply(("10.0.0.1", "/")).get()):
+    for write in (
+        lambda: sitestats.record_visit(raw_conn, "10.0.0.1", "/"),
+        lambda: visits.apply_visit(raw_conn, "10.0.0.1", "/", "6f1c2b1e98a44c51"),
+        lambda: tasks.record_visit.apply(("10.0.0.1", "/")).get(),
+    ):
         with pytest.raises(ConfigurationError, match="COUNTERS_SECRET"):
             write()
     assert dump_all(raw_conn) == {}
@@ -77,8 +104,21 @@ def test_sitestats_refuses_without_secret(raw_conn, eager_app, monkeypatch):
 
 # --- keys: user strings are hashed into the tag and escaped after it ----------------------
 
-NASTY = ["{x}", "}{", "a:b", "*", "? *", "tab\tname", "new\nline", "spaces  in name", "{{tag}}:x", "é{ü}*", "x" * 1024,
-         "%7B", "ct:cnt:{0000000000000000}:1:x"]
+NASTY = [
+    "{x}",
+    "}{",
+    "a:b",
+    "*",
+    "? *",
+    "tab\tname",
+    "new\nline",
+    "spaces  in name",
+    "{{tag}}:x",
+    "é{ü}*",
+    "x" * 1024,
+    "%7B",
+    "ct:cnt:{0000000000000000}:1:x",
+]
 TAG = re.compile(rb"\{([0-9a-f]{16}|[rb]\d+|[cp]\d{1,3})\}")  # keys.tag, a registry shard, keys.group_tag
 
 
@@ -130,15 +170,44 @@ def test_long_path_is_cut_to_512_bytes(raw_conn):
 
 # --- TLS and ACL --------------------------------------------------------------------------
 
+
 def make_certificates(folder) -> dict[str, str]:
     """A throwaway CA and a server certificate for 127.0.0.1, made with the openssl CLI."""
     run = lambda *args: subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True)  # noqa: E731
-    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
-        "-subj", "/CN=counters-test-ca")
+    run(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=counters-test-ca",
+    )
     run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1")
     (folder / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
-    run("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "server.pem",
-        "-days", "2", "-extfile", "san.ext")
+    run(
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "san.ext",
+    )
     return {name: str(folder / f"{name}.pem") for name in ("ca", "server")} | {"key": str(folder / "server.key")}
 
 
@@ -150,9 +219,22 @@ def tls_server(tmp_path_factory):
     folder = tmp_path_factory.mktemp("tls")
     certs = make_certificates(folder)
     tls_port = free_port()
-    server = RedisServer(folder / "data", binary=binary, extra_args=[
-        "--tls-port", str(tls_port), "--tls-cert-file", certs["server"], "--tls-key-file", certs["key"],
-        "--tls-ca-cert-file", certs["ca"], "--tls-auth-clients", "no"])
+    server = RedisServer(
+        folder / "data",
+        binary=binary,
+        extra_args=[
+            "--tls-port",
+            str(tls_port),
+            "--tls-cert-file",
+            certs["server"],
+            "--tls-key-file",
+            certs["key"],
+            "--tls-ca-cert-file",
+            certs["ca"],
+            "--tls-auth-clients",
+            "no",
+        ],
+    )
     server.start()
     yield f"rediss://127.0.0.1:{tls_port}", certs["ca"]
     server.stop()
@@ -177,8 +259,11 @@ def test_counters_over_tls(tls_server, monkeypatch):
 
 def test_worker_over_tls_broker_and_counters(tls_server, tmp_path, monkeypatch):
     base, ca = tls_server
-    env = {"COUNTERS_REDIS_URL": f"{base}/0?ssl_ca_certs={ca}", "CELERY_BROKER_URL": f"{base}/1?ssl_ca_certs={ca}",
-           "COUNTERS_REDIS_CLUSTER": ""}
+    env = {
+        "COUNTERS_REDIS_URL": f"{base}/0?ssl_ca_certs={ca}",
+        "CELERY_BROKER_URL": f"{base}/1?ssl_ca_certs={ca}",
+        "COUNTERS_REDIS_CLUSTER": "",
+    }
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     reset_settings()
@@ -191,8 +276,11 @@ def test_worker_over_tls_broker_and_counters(tls_server, tmp_path, monkeypatch):
         with app.connection_for_write(env["CELERY_BROKER_URL"]) as broker:
             assert broker.transport.client.ssl["ssl_ca_certs"] == ca
             tasks.update_counter.apply_async(("tls-worker", 2, 1000.0), producer=app.amqp.Producer(broker))
-        wait_until(lambda: counters.get_counter(conn, "tls-worker", 1, now=1000.0) == [(1000, 2)], timeout=60,
-                 what=f"the worker over TLS; log:\n{worker.output()[-3000:]}")
+        wait_until(
+            lambda: counters.get_counter(conn, "tls-worker", 1, now=1000.0) == [(1000, 2)],
+            timeout=60,
+            what=f"the worker over TLS; log:\n{worker.output()[-3000:]}",
+        )
     finally:
         worker.stop()
 

@@ -44,19 +44,38 @@ def test_a_tls_redis_alone_is_also_the_broker(tls_server, tmp_path):  # noqa: F8
     try:
         worker.wait_ready()
         now = float(int(time.time()))
-        sent = subprocess.run([sys.executable, "-c", SENDER, str(now)], cwd=REPO, env=env, capture_output=True, text=True,
-                              timeout=60)
+        sent = subprocess.run(
+            [sys.executable, "-c", SENDER, str(now)], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+        )
         assert sent.returncode == 0, sent.stderr[-3000:]
-        wait_until(lambda: counters.get_counter(conn, "tls-default-broker", 1, now=now) == [(now, 25)], timeout=60,
-                   what=f"the worker over TLS; log:\n{worker.output()[-3000:]}")
+        wait_until(
+            lambda: counters.get_counter(conn, "tls-default-broker", 1, now=now) == [(now, 25)],
+            timeout=60,
+            what=f"the worker over TLS; log:\n{worker.output()[-3000:]}",
+        )
 
         def healthy() -> bool:
-            return subprocess.run([sys.executable, "-m", "counters_tasks.ops.cli", "health", "--json"], cwd=REPO,
-                                  env=env, capture_output=True, text=True, timeout=60).returncode == 0
+            return (
+                subprocess.run(
+                    [sys.executable, "-m", "counters_tasks.ops.cli", "health", "--json"],
+                    cwd=REPO,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                ).returncode
+                == 0
+            )
+
         wait_until(healthy, timeout=60, interval=1, what="counters-tasks health to be ok over TLS")
-        without_ca = subprocess.run([sys.executable, "-m", "counters_tasks.ops.cli", "health", "--json"], cwd=REPO,
-                                    env=dict(env, COUNTERS_REDIS_URL=f"{base}/0"), capture_output=True, text=True,
-                                    timeout=60)
+        without_ca = subprocess.run(
+            [sys.executable, "-m", "counters_tasks.ops.cli", "health", "--json"],
+            cwd=REPO,
+            env=dict(env, COUNTERS_REDIS_URL=f"{base}/0"),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         report = json.loads(without_ca.stdout)  # no CA: neither server's certificate can be verified
         assert without_ca.returncode == 1 and "certificate verify failed" in report["redis"]["error"]
         assert "certificate verify failed" in report["queues"]["error"]

@@ -54,33 +54,58 @@ def metric(base: str, name: str, **labels: str) -> float | None:
     return None
 
 
-def test_a_kind_of_the_tests_counts_exactly_through_a_sigkill(fault_env, counters_conn, broker_conn, publisher,
-                                                             tmp_path, capsys):
+def test_a_kind_of_the_tests_counts_exactly_through_a_sigkill(
+    fault_env, counters_conn, broker_conn, publisher, tmp_path, capsys
+):
     env = celery_env(fault_env["COUNTERS_REDIS_URL"], **fault_env, COUNTERS_VISIBILITY_TIMEOUT="2")
     expected = Counter(f"post{n % 17}" for n in range(PER_EVENT))
     first = start_worker(env, tmp_path / "w1.log", name="w1", extra=WITH_THE_KIND)
     second = None
-    sender = threading.Thread(target=lambda: [toy_kind.like.apply_async((f"post{n % 17}", time.time()), producer=publisher)
-                                              for n in range(PER_EVENT)])
+    sender = threading.Thread(
+        target=lambda: [
+            toy_kind.like.apply_async((f"post{n % 17}", time.time()), producer=publisher) for n in range(PER_EVENT)
+        ]
+    )
     sender.start()
     try:
-        wait_until(lambda: sum(toy_kind.totals(counters_conn).values()) >= PER_EVENT // 3, timeout=120, interval=0.01,
-                   what=f"a third of the likes; log:\n{first.output()[-3000:]}")
+        wait_until(
+            lambda: sum(toy_kind.totals(counters_conn).values()) >= PER_EVENT // 3,
+            timeout=120,
+            interval=0.01,
+            what=f"a third of the likes; log:\n{first.output()[-3000:]}",
+        )
         first.kill()
         second = start_worker(env, tmp_path / "w2.log", name="w2", extra=WITH_THE_KIND)
         sender.join(120)
 
-        app = subprocess.run([sys.executable, "-c", APP, str(RECORDED), str(DELAYED)], cwd=REPO,
-                             env={**env, "COUNTERS_DELAY_BUFFER": "1"}, capture_output=True, text=True, timeout=60)
+        app = subprocess.run(
+            [sys.executable, "-c", APP, str(RECORDED), str(DELAYED)],
+            cwd=REPO,
+            env={**env, "COUNTERS_DELAY_BUFFER": "1"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert app.returncode == 0, app.stderr
         assert app.stdout.split() == [str(RECORDED), str(DELAYED)]  # sent by the recorder, taken by the buffer
         expected.update(recorded=RECORDED, delayed=DELAYED)
 
-        wait_until(lambda: toy_kind.totals(counters_conn) == expected and broker_idle(broker_conn), timeout=120,
-                   what="every like")
+        wait_until(
+            lambda: toy_kind.totals(counters_conn) == expected and broker_idle(broker_conn),
+            timeout=120,
+            what="every like",
+        )
     except TimeoutError:
-        print("counted", toy_kind.totals(counters_conn), "queued", broker_conn.llen("visits"),
-              "unacked", broker_conn.zcard("unacked_index"), "\nsecond worker:", second and second.output()[-3000:])
+        print(
+            "counted",
+            toy_kind.totals(counters_conn),
+            "queued",
+            broker_conn.llen("visits"),
+            "unacked",
+            broker_conn.zcard("unacked_index"),
+            "\nsecond worker:",
+            second and second.output()[-3000:],
+        )
         raise
     finally:
         sender.join(120)
@@ -95,9 +120,13 @@ def test_a_kind_of_the_tests_counts_exactly_through_a_sigkill(fault_env, counter
     applied, duplicates = totals.applied["toy_like"], totals.duplicates["toy_like"]
     assert applied <= total <= applied + duplicates  # a batch killed before its count: counted as a duplicate later
     assert totals.batches["like"].total >= PER_EVENT and totals.batches["likes"].total == RECORDED + DELAYED
-    with serving(env, tmp_path / "serve.log", lambda base: metric(base, "counters_source_up", source="redis") == 1) as base:
+    with serving(
+        env, tmp_path / "serve.log", lambda base: metric(base, "counters_source_up", source="redis") == 1
+    ) as base:
         assert metric(base, "counters_events_applied_total", kind="toy_like") == applied
         assert metric(base, "counters_batch_size_sum", kind="likes") == RECORDED + DELAYED
     with capsys.disabled():
-        print(f"\n[kinds] toy kind: {total} likes ({PER_EVENT} per-event messages, a SIGKILL at a third), "
-              f"counted exactly; throughput applied {applied}, duplicates {duplicates}")
+        print(
+            f"\n[kinds] toy kind: {total} likes ({PER_EVENT} per-event messages, a SIGKILL at a third), "
+            f"counted exactly; throughput applied {applied}, duplicates {duplicates}"
+        )

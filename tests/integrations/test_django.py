@@ -43,12 +43,18 @@ def private(request):
     return HttpResponse("<!doctype html><p>private</p>")
 
 
-urlpatterns = [path("", home), path("articles/<int:number>", article), path("api/data", api),
-               path("private", private)]
+urlpatterns = [path("", home), path("articles/<int:number>", article), path("api/data", api), path("private", private)]
 
 if not settings.configured:
-    settings.configure(DEBUG=False, ALLOWED_HOSTS=["testserver"], ROOT_URLCONF=__name__, MIDDLEWARE=[MIDDLEWARE],
-                       SECRET_KEY="test-only", USE_TZ=True, INSTALLED_APPS=[])
+    settings.configure(
+        DEBUG=False,
+        ALLOWED_HOSTS=["testserver"],
+        ROOT_URLCONF=__name__,
+        MIDDLEWARE=[MIDDLEWARE],
+        SECRET_KEY="test-only",
+        USE_TZ=True,
+        INSTALLED_APPS=[],
+    )
     django.setup()
 
 
@@ -106,15 +112,31 @@ def test_settings_name_callables_by_dotted_path_and_unknown_options_fail_loudly(
 
 @pytest.mark.processes
 def test_a_django_site_under_gunicorn_counts_by_the_proxy_rule_and_loses_nothing_on_sigterm(
-        redis_url, raw_conn, module_worker, tmp_path):
+    redis_url, raw_conn, module_worker, tmp_path
+):
     """The guide's set-up (tests/support/django_site.py) served by gunicorn with two preloaded
     workers, real HTTP requests through one trusted proxy, the visits buffered until SIGTERM."""
     day = local_day(time.time())
     env = celery_env(redis_url, COUNTERS_TEST_MAX_DELAY="60", DJANGO_SETTINGS_MODULE="tests.support.django_site")
     port = free_port()
-    server = Server(["gunicorn", "--preload", "-w", "2", "-k", "sync", "-b", f"127.0.0.1:{port}",
-                     "--graceful-timeout", "20", "tests.support.django_site:application"], env,
-                    tmp_path / "gunicorn.log", port)
+    server = Server(
+        [
+            "gunicorn",
+            "--preload",
+            "-w",
+            "2",
+            "-k",
+            "sync",
+            "-b",
+            f"127.0.0.1:{port}",
+            "--graceful-timeout",
+            "20",
+            "tests.support.django_site:application",
+        ],
+        env,
+        tmp_path / "gunicorn.log",
+        port,
+    )
     try:
         server.wait_for_workers(2)
         cookies = set()

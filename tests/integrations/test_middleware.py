@@ -70,40 +70,47 @@ class FakeRecorder:
 
 # -- the client IP -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("header, trusted, expected", [
-    ("203.0.113.7", 0, SOCKET),  # no trusted proxy: a client's header is ignored
-    ("203.0.113.7", 1, "203.0.113.7"),
-    ("198.51.100.1, 203.0.113.7", 1, "203.0.113.7"),  # the left part is the client's to write
-    ("198.51.100.1, 203.0.113.7", 2, "198.51.100.1"),
-    ("203.0.113.7", 2, SOCKET),  # fewer hops than trusted proxies: the request bypassed them
-    ("203.0.113.7:4711", 1, "203.0.113.7"),
-    ("[2001:db8::1]:443", 1, "2001:db8::1"),
-    ("2001:DB8::1", 1, "2001:db8::1"),
-    ("::ffff:192.0.2.5", 1, "192.0.2.5"),
-    ("not-an-ip", 1, SOCKET),
-    ("1.2.3.4.5", 1, SOCKET),
-    ("203.0.113.7,,", 1, SOCKET),
-    ("", 1, SOCKET),
-    (" , ", 1, SOCKET),
-    ("x" * 10_000, 1, SOCKET),
-])
+
+@pytest.mark.parametrize(
+    "header, trusted, expected",
+    [
+        ("203.0.113.7", 0, SOCKET),  # no trusted proxy: a client's header is ignored
+        ("203.0.113.7", 1, "203.0.113.7"),
+        ("198.51.100.1, 203.0.113.7", 1, "203.0.113.7"),  # the left part is the client's to write
+        ("198.51.100.1, 203.0.113.7", 2, "198.51.100.1"),
+        ("203.0.113.7", 2, SOCKET),  # fewer hops than trusted proxies: the request bypassed them
+        ("203.0.113.7:4711", 1, "203.0.113.7"),
+        ("[2001:db8::1]:443", 1, "2001:db8::1"),
+        ("2001:DB8::1", 1, "2001:db8::1"),
+        ("::ffff:192.0.2.5", 1, "192.0.2.5"),
+        ("not-an-ip", 1, SOCKET),
+        ("1.2.3.4.5", 1, SOCKET),
+        ("203.0.113.7,,", 1, SOCKET),
+        ("", 1, SOCKET),
+        (" , ", 1, SOCKET),
+        ("x" * 10_000, 1, SOCKET),
+    ],
+)
 def test_x_forwarded_for_counts_only_through_trusted_proxies(header, trusted, expected):
     assert client_ip(SOCKET, {"x-forwarded-for": header}, trusted) == expected
 
 
-@pytest.mark.parametrize("header, trusted, expected", [
-    ("for=203.0.113.7", 0, SOCKET),
-    ("for=203.0.113.7", 1, "203.0.113.7"),
-    ('for=192.0.2.60;proto=http;by=203.0.113.43, for="[2001:db8:cafe::17]:4711"', 1, "2001:db8:cafe::17"),
-    ('for=192.0.2.60;proto=http;by=203.0.113.43, for="[2001:db8:cafe::17]:4711"', 2, "192.0.2.60"),
-    ("For=\"198.51.100.17\";Proto=https", 1, "198.51.100.17"),
-    ("for=unknown", 1, SOCKET),
-    ("for=_hidden, for=203.0.113.7", 2, SOCKET),
-    ("proto=https", 1, SOCKET),  # an element without for=
-    ('for="203.0.113.7', 1, SOCKET),  # unterminated quote
-    ("for", 1, SOCKET),
-    ('for="a,b", for=203.0.113.7', 1, "203.0.113.7"),  # a comma inside quotes splits nothing
-])
+@pytest.mark.parametrize(
+    "header, trusted, expected",
+    [
+        ("for=203.0.113.7", 0, SOCKET),
+        ("for=203.0.113.7", 1, "203.0.113.7"),
+        ('for=192.0.2.60;proto=http;by=203.0.113.43, for="[2001:db8:cafe::17]:4711"', 1, "2001:db8:cafe::17"),
+        ('for=192.0.2.60;proto=http;by=203.0.113.43, for="[2001:db8:cafe::17]:4711"', 2, "192.0.2.60"),
+        ('For="198.51.100.17";Proto=https', 1, "198.51.100.17"),
+        ("for=unknown", 1, SOCKET),
+        ("for=_hidden, for=203.0.113.7", 2, SOCKET),
+        ("proto=https", 1, SOCKET),  # an element without for=
+        ('for="203.0.113.7', 1, SOCKET),  # unterminated quote
+        ("for", 1, SOCKET),
+        ('for="a,b", for=203.0.113.7', 1, "203.0.113.7"),  # a comma inside quotes splits nothing
+    ],
+)
 def test_forwarded_header_rfc_7239(header, trusted, expected):
     headers = {"forwarded": header, "x-forwarded-for": "198.51.100.99"}
     assert client_ip(SOCKET, headers, trusted, proxy_header="Forwarded") == expected
@@ -138,6 +145,7 @@ def test_options_refuse_what_cannot_work():
 
 # -- what counts ---------------------------------------------------------------------------------
 
+
 def info(path: str = "/", method: str = "GET", **headers: str) -> RequestInfo:
     """A request of a browser (its user agent unless ``user_agent`` is given)."""
     given = {k.replace("_", "-"): v for k, v in headers.items()}
@@ -147,8 +155,18 @@ def info(path: str = "/", method: str = "GET", **headers: str) -> RequestInfo:
 HTML = [("Content-Type", "text/html; charset=utf-8")]
 
 
-@pytest.mark.parametrize("path", ["/static/app.css", "/favicon.ico", "/robots.txt", "/img/logo.PNG", "/app.js",
-                                  "/media/x", "/.well-known/security.txt"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/static/app.css",
+        "/favicon.ico",
+        "/robots.txt",
+        "/img/logo.PNG",
+        "/app.js",
+        "/media/x",
+        "/.well-known/security.txt",
+    ],
+)
 def test_static_paths_are_skipped(path):
     counting = Counting()
     assert counting.path_is_skipped(path)
@@ -156,42 +174,54 @@ def test_static_paths_are_skipped(path):
     assert not counting.default_should_count(info(path), 200, HTML)
 
 
-@pytest.mark.parametrize("method, status, headers, counted", [
-    ("GET", 200, HTML, True),
-    ("GET", 301, HTML, True),
-    ("GET", 404, HTML, False),
-    ("GET", 500, HTML, False),
-    ("GET", 200, [("content-type", "application/json")], False),
-    ("GET", 200, [("Content-Type", "application/xhtml+xml")], True),
-    ("GET", 200, [], True),  # no media type: judged from the request (a browser's: a page)
-    ("HEAD", 200, HTML, False),
-    ("POST", 200, HTML, False),
-])
+@pytest.mark.parametrize(
+    "method, status, headers, counted",
+    [
+        ("GET", 200, HTML, True),
+        ("GET", 301, HTML, True),
+        ("GET", 404, HTML, False),
+        ("GET", 500, HTML, False),
+        ("GET", 200, [("content-type", "application/json")], False),
+        ("GET", 200, [("Content-Type", "application/xhtml+xml")], True),
+        ("GET", 200, [], True),  # no media type: judged from the request (a browser's: a page)
+        ("HEAD", 200, HTML, False),
+        ("POST", 200, HTML, False),
+    ],
+)
 def test_only_page_responses_count(method, status, headers, counted):
     assert Counting().default_should_count(info("/page", method), status, headers) is counted
 
 
-@pytest.mark.parametrize("request_headers, counted", [
-    ({"sec-fetch-dest": "document", "accept": "text/html"}, True),  # a browser revalidating a page
-    ({"sec-fetch-dest": "iframe"}, True),
-    ({"sec-fetch-dest": "empty", "accept": "*/*"}, False),  # fetch() revalidating an API answer
-    ({"sec-fetch-dest": "image", "accept": "image/avif,image/webp,*/*"}, False),
-    ({"accept": "text/html,application/xhtml+xml"}, True),  # an older browser: no Sec-Fetch-Dest
-    ({"accept": "application/json"}, False),
-    ({}, True),  # nothing says what it is: the page name decides (as for a logged request)
-])
+@pytest.mark.parametrize(
+    "request_headers, counted",
+    [
+        ({"sec-fetch-dest": "document", "accept": "text/html"}, True),  # a browser revalidating a page
+        ({"sec-fetch-dest": "iframe"}, True),
+        ({"sec-fetch-dest": "empty", "accept": "*/*"}, False),  # fetch() revalidating an API answer
+        ({"sec-fetch-dest": "image", "accept": "image/avif,image/webp,*/*"}, False),
+        ({"accept": "text/html,application/xhtml+xml"}, True),  # an older browser: no Sec-Fetch-Dest
+        ({"accept": "application/json"}, False),
+        ({}, True),  # nothing says what it is: the page name decides (as for a logged request)
+    ],
+)
 def test_a_304_is_judged_by_its_request(request_headers, counted):
     """304 Not Modified carries no Content-Type (Werkzeug, Starlette and Django strip it): one
     view of three was lost when only text/html answers counted."""
     assert Counting().default_should_count(info("/page", **request_headers), 304, []) is counted
 
 
-@pytest.mark.parametrize("agent", [
-    "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)",
-    "Mozilla/5.0 (compatible; bingbot/2.0; +http://www.bing.com/bingbot.htm)",
-    "curl/8.5.0", "python-requests/2.32.3", "Go-http-client/1.1", "",
-    "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) HeadlessChrome/131.0.0.0 Safari/537.36",
-])
+@pytest.mark.parametrize(
+    "agent",
+    [
+        "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)",
+        "Mozilla/5.0 (compatible; bingbot/2.0; +http://www.bing.com/bingbot.htm)",
+        "curl/8.5.0",
+        "python-requests/2.32.3",
+        "Go-http-client/1.1",
+        "",
+        "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) HeadlessChrome/131.0.0.0 Safari/537.36",
+    ],
+)
 def test_crawlers_and_scripts_are_not_visitors(agent):
     counting = Counting()
     assert counting.skip_reason(info("/page", user_agent=agent), 200, HTML) == "crawler"
@@ -224,8 +254,9 @@ def test_every_skip_is_counted_by_reason_and_handed_to_the_recorder():
 
 
 def test_the_rules_are_configurable():
-    counting = Counting(methods=("GET", "HEAD"), statuses=(200,), content_types=None, skip_prefixes=("/admin/",),
-                        skip_extensions=())
+    counting = Counting(
+        methods=("GET", "HEAD"), statuses=(200,), content_types=None, skip_prefixes=("/admin/",), skip_extensions=()
+    )
     assert counting.default_should_count(info("/api/x.json", "HEAD"), 200, [("content-type", "application/json")])
     assert not counting.default_should_count(info("/page"), 302, HTML)
     assert not counting.default_should_count(info("/admin/users"), 200, HTML)
@@ -239,27 +270,32 @@ def test_the_rules_are_configurable():
 
 # -- the session cookie --------------------------------------------------------------------------
 
+
 def test_a_browser_without_the_cookie_gets_a_new_id_on_a_page_view():
     counting = Counting(cookie_secure=True, cookie_max_age=3600, cookie_domain="example.org")
     visit = counting.begin(info("/"))
     assert visit.new_cookie is not None and visit.counters.session_id == visit.new_cookie
     assert len(visit.new_cookie) == 32 and int(visit.new_cookie, 16) >= 0
     header = counting.response(visit, 200, HTML)
-    assert header == (f"ct_sid={visit.new_cookie}; Path=/; Max-Age=3600; HttpOnly; SameSite=Lax; "
-                      "Domain=example.org; Secure")
+    assert header == (
+        f"ct_sid={visit.new_cookie}; Path=/; Max-Age=3600; HttpOnly; SameSite=Lax; Domain=example.org; Secure"
+    )
     json_visit = counting.begin(info("/api"))
     assert counting.response(json_visit, 200, [("content-type", "application/json")]) is None
 
 
-@pytest.mark.parametrize("cookie, kept", [
-    ("ct_sid=0123456789abcdef0123456789abcdef", True),
-    ("a=1; ct_sid=01234567-89ab-cdef-0123-456789abcdef; b=2", True),
-    ('ct_sid="0123456789abcdef0123456789abcdef"', True),
-    ("ct_sid=0123456789abcd", False),  # 14 hex digits: the recorder would refuse it
-    ("ct_sid=not-hex-at-all-not-hex-at-all", False),
-    ("ct_sid=", False),
-    ("other_sid=0123456789abcdef0123456789abcdef", False),
-])
+@pytest.mark.parametrize(
+    "cookie, kept",
+    [
+        ("ct_sid=0123456789abcdef0123456789abcdef", True),
+        ("a=1; ct_sid=01234567-89ab-cdef-0123-456789abcdef; b=2", True),
+        ('ct_sid="0123456789abcdef0123456789abcdef"', True),
+        ("ct_sid=0123456789abcd", False),  # 14 hex digits: the recorder would refuse it
+        ("ct_sid=not-hex-at-all-not-hex-at-all", False),
+        ("ct_sid=", False),
+        ("other_sid=0123456789abcdef0123456789abcdef", False),
+    ],
+)
 def test_the_cookie_is_kept_only_when_the_recorder_accepts_it(cookie, kept):
     counting = Counting()
     visit = counting.begin(info("/", cookie=cookie))
@@ -294,6 +330,7 @@ def test_an_app_that_sets_the_cookie_itself_gets_no_second_one():
 
 # -- WSGI in process -----------------------------------------------------------------------------
 
+
 def wsgi_page(environ, start_response):
     path = environ["PATH_INFO"]
     if path.startswith("/like/"):
@@ -310,8 +347,9 @@ def wsgi_page(environ, start_response):
 
 
 def wsgi_client(middleware) -> httpx.Client:
-    return httpx.Client(transport=httpx.WSGITransport(app=middleware, remote_addr=SOCKET), base_url="http://t",
-                        headers=BROWSER_HEADERS)
+    return httpx.Client(
+        transport=httpx.WSGITransport(app=middleware, remote_addr=SOCKET), base_url="http://t", headers=BROWSER_HEADERS
+    )
 
 
 def test_wsgi_middleware_counts_pages_sets_the_cookie_and_bumps():
@@ -331,8 +369,16 @@ def test_wsgi_middleware_counts_pages_sets_the_cookie_and_bumps():
         assert client.post("/like/post-1").status_code == 200
     assert recorder.visits == [("203.0.113.7", "/", sid), (SOCKET, "/a", sid)]
     assert recorder.bumps == [("likes", "post-1", 1), ("likes", "post-1", 1)]
-    assert middleware.stats.as_dict() == {"counted": 2, "skipped": 6, "refused": 0, "failed": 0, "no_client_ip": 0,
-                                          "cookies_set": 1, "bumps": 2, "bumps_refused": 1}
+    assert middleware.stats.as_dict() == {
+        "counted": 2,
+        "skipped": 6,
+        "refused": 0,
+        "failed": 0,
+        "no_client_ip": 0,
+        "cookies_set": 1,
+        "bumps": 2,
+        "bumps_refused": 1,
+    }
 
 
 @pytest.mark.parametrize("failure, stat", [(InvalidInput("refused"), "refused"), (RuntimeError("closed"), "failed")])
@@ -374,13 +420,19 @@ def test_request_counters_says_when_no_middleware_wraps_the_app():
 
 # -- ASGI in process -----------------------------------------------------------------------------
 
+
 async def asgi_page(scope, receive, send):
     path = scope["path"]
     if path.startswith("/like/"):
         request_counters(scope).bump("likes", path.removeprefix("/like/"), 2)
     kind = b"application/json" if path.startswith(("/like/", "/api/")) else b"text/html; charset=utf-8"
-    await send({"type": "http.response.start", "status": 404 if path == "/missing" else 200,
-                "headers": [(b"content-type", kind)]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 404 if path == "/missing" else 200,
+            "headers": [(b"content-type", kind)],
+        }
+    )
     await send({"type": "http.response.body", "body": b"ok"})
 
 
@@ -500,12 +552,29 @@ def expected_counts(expected: dict[str, int]) -> dict[str, object]:
 
 @pytest.mark.processes
 def test_flask_under_gunicorn_counts_pages_by_the_proxy_rule_and_loses_nothing_on_sigterm(
-        redis_url, raw_conn, module_worker, tmp_path):
+    redis_url, raw_conn, module_worker, tmp_path
+):
     day = local_day(time.time())
     env = celery_env(redis_url, COUNTERS_TEST_MAX_DELAY="60")  # nothing is sent before the SIGTERM
     port = free_port()
-    server = Server(["gunicorn", "--preload", "-w", "2", "-k", "sync", "-b", f"127.0.0.1:{port}",
-                     "--graceful-timeout", "20", "tests.support.web_apps:wsgi_app"], env, tmp_path / "gunicorn.log", port)
+    server = Server(
+        [
+            "gunicorn",
+            "--preload",
+            "-w",
+            "2",
+            "-k",
+            "sync",
+            "-b",
+            f"127.0.0.1:{port}",
+            "--graceful-timeout",
+            "20",
+            "tests.support.web_apps:wsgi_app",
+        ],
+        env,
+        tmp_path / "gunicorn.log",
+        port,
+    )
     try:
         server.wait_for_workers(2)  # fork safety is exercised
         expected = exercise(server)
@@ -520,8 +589,10 @@ def guide_uwsgi_ini(module: str, port: int) -> str:
     guide = (REPO / "docs" / "guides" / "gunicorn.md").read_text()
     [ini] = re.findall(r"## uWSGI\n\n```ini\n(.*?)```", guide, re.S)
     assert "module = myapp:app\n" in ini
-    return (ini.replace("module = myapp:app\n", f"module = {module}\n")
-            + f"http-socket = 127.0.0.1:{port}\nhome = {sys.prefix}\n")
+    return (
+        ini.replace("module = myapp:app\n", f"module = {module}\n")
+        + f"http-socket = 127.0.0.1:{port}\nhome = {sys.prefix}\n"
+    )
 
 
 def guide_uwsgi(env: dict[str, str], tmp_path: Path) -> Server:
@@ -535,7 +606,8 @@ def guide_uwsgi(env: dict[str, str], tmp_path: Path) -> Server:
 
 @pytest.mark.processes
 def test_flask_under_uwsgi_as_the_guide_sets_it_up_counts_pages_and_loses_nothing_on_sigterm(
-        redis_url, raw_conn, module_worker, tmp_path):
+    redis_url, raw_conn, module_worker, tmp_path
+):
     day = local_day(time.time())
     server = guide_uwsgi(celery_env(redis_url, COUNTERS_TEST_MAX_DELAY="60"), tmp_path)  # nothing sent before SIGTERM
     try:
@@ -561,26 +633,46 @@ def test_a_page_still_being_served_at_sigterm_under_uwsgi_is_counted(redis_url, 
             slow = pool.submit(server.get, "/direct/slow")
             wait_until(lambda: (tmp_path / "started").exists(), timeout=10, what="the slow page to start")
             server.process.send_signal(signal.SIGTERM)
-            wait_until(lambda: "graceful shutdown triggered" in server.log.read_text()
-                       or server.process.poll() is not None, timeout=10, what="uWSGI to take the SIGTERM")
+            wait_until(
+                lambda: "graceful shutdown triggered" in server.log.read_text() or server.process.poll() is not None,
+                timeout=10,
+                what="uWSGI to take the SIGTERM",
+            )
             (tmp_path / "release").touch()
             assert slow.result(timeout=30)[0] == 200
     finally:
         assert server.stop() == 0, server.log.read_text()[-3000:]
-    wait_until(lambda: sitestats.site_visit_info(raw_conn, day, "/direct/slow").pv == 1, timeout=30,
-               what="the page served during the shutdown to be counted")
+    wait_until(
+        lambda: sitestats.site_visit_info(raw_conn, day, "/direct/slow").pv == 1,
+        timeout=30,
+        what="the page served during the shutdown to be counted",
+    )
 
 
 @pytest.mark.processes
 def test_an_asgi_app_under_uvicorn_counts_pages_by_the_proxy_rule_and_loses_nothing_on_sigterm(
-        redis_url, raw_conn, module_worker, tmp_path):
+    redis_url, raw_conn, module_worker, tmp_path
+):
     day = local_day(time.time())
     env = celery_env(redis_url, COUNTERS_TEST_MAX_DELAY="60")  # nothing is sent before the SIGTERM
     port = free_port()
     # --no-proxy-headers: uvicorn would otherwise rewrite the client address from X-Forwarded-For
     # itself for a peer on 127.0.0.1 (its default --forwarded-allow-ips); the middleware's rule is tested
-    server = Server(["uvicorn", "--host", "127.0.0.1", "--port", str(port), "--no-access-log", "--no-proxy-headers",
-                     "tests.support.web_apps:asgi_app"], env, tmp_path / "uvicorn.log", port)
+    server = Server(
+        [
+            "uvicorn",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--no-access-log",
+            "--no-proxy-headers",
+            "tests.support.web_apps:asgi_app",
+        ],
+        env,
+        tmp_path / "uvicorn.log",
+        port,
+    )
     try:
         expected = exercise(server)
         assert server.get("/direct/bad" + "x" * 5000)[0] == 200  # the recorder refuses it; the page still works
@@ -616,14 +708,16 @@ print(sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED))
 
 @pytest.mark.processes
 def test_the_package_and_its_middleware_import_without_any_web_framework():
-    done = subprocess.run([sys.executable, "-c", WITHOUT_FRAMEWORKS], cwd=REPO, capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_FRAMEWORKS], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
 
 
 def test_visits_of_requests_in_flight_after_a_sigterm_flush_go_to_a_renewed_shared_recorder(
-        eager_app, raw_conn, monkeypatch):
+    eager_app, raw_conn, monkeypatch
+):
     monkeypatch.setattr(recorder_module, "_shared", None)
     middleware = CountersMiddleware(wsgi_page)  # the shared recorder, in eager mode here
     day = local_day(time.time())
@@ -661,8 +755,9 @@ def test_the_asgi_lifespan_shutdown_flushes_the_recorder():
         sent.append(message["type"])
 
     async def run():
-        await middleware({"type": "http", "method": "GET", "path": "/", "headers": [], "client": (SOCKET, 1)},
-                         receive, send)  # a page view: the recorder is made
+        await middleware(
+            {"type": "http", "method": "GET", "path": "/", "headers": [], "client": (SOCKET, 1)}, receive, send
+        )  # a page view: the recorder is made
         sent.clear()
         await middleware({"type": "lifespan"}, receive, send)
 
@@ -703,8 +798,23 @@ def test_a_page_still_being_served_at_sigterm_is_counted(redis_url, raw_conn, mo
     day = local_day(time.time())
     env = celery_env(redis_url, COUNTERS_TEST_FLAG_DIR=str(tmp_path))
     port = free_port()
-    server = Server(["gunicorn", "-w", "1", "-k", "sync", "-b", f"127.0.0.1:{port}", "--graceful-timeout", "20",
-                     "tests.support.web_apps:shared_wsgi_app"], env, tmp_path / "gunicorn.log", port)
+    server = Server(
+        [
+            "gunicorn",
+            "-w",
+            "1",
+            "-k",
+            "sync",
+            "-b",
+            f"127.0.0.1:{port}",
+            "--graceful-timeout",
+            "20",
+            "tests.support.web_apps:shared_wsgi_app",
+        ],
+        env,
+        tmp_path / "gunicorn.log",
+        port,
+    )
     try:
         assert server.get("/direct/page0")[0] == 200  # the shared recorder is made here
         with ThreadPoolExecutor(1) as pool:
@@ -716,6 +826,14 @@ def test_a_page_still_being_served_at_sigterm_is_counted(redis_url, raw_conn, mo
             assert slow.result(timeout=30)[0] == 200
     finally:
         assert server.stop() == 0, server.log.read_text()[-3000:]
-    wait_until(lambda: (sitestats.site_visit_info(raw_conn, day, "/direct/page0").pv,
-                        sitestats.site_visit_info(raw_conn, day, "/direct/slow").pv) == (1, 1),
-               timeout=30, what="both pages counted (the slow one was lost before the renewal)")
+    wait_until(
+        lambda: (
+            (
+                sitestats.site_visit_info(raw_conn, day, "/direct/page0").pv,
+                sitestats.site_visit_info(raw_conn, day, "/direct/slow").pv,
+            )
+            == (1, 1)
+        ),
+        timeout=30,
+        what="both pages counted (the slow one was lost before the renewal)",
+    )

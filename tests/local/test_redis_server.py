@@ -104,7 +104,9 @@ def test_a_cluster_is_joined_without_redis_cli(tmp_path, monkeypatch, settings_r
         node = redis.Redis(port=cluster.nodes[0].port, decode_responses=True)
 
         def roles() -> list[str]:  # as node 0 hears them (a replica's role spreads by gossip)
-            return sorted(line.split()[2].removeprefix("myself,")
-                          for line in node.execute_command("CLUSTER", "NODES").splitlines())
+            return sorted(
+                line.split()[2].removeprefix("myself,")
+                for line in node.execute_command("CLUSTER", "NODES").splitlines()
+            )
 
         wait_until(lambda: roles() == ["master"] * 3 + ["slave"] * 3, timeout=20, what="3 masters with a replica each")

@@ -37,24 +37,37 @@ def every_cmdline() -> Iterator[tuple[int, bytes]]:
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     """``counters-tasks ARGS`` in another shell of the same user."""
-    return subprocess.run([sys.executable, "-m", "counters_tasks", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "counters_tasks", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
 
 
 @pytest.mark.long  # the whole stack with Flower (~20 s); make test-long also runs `make run` itself
-def test_the_stack_hides_its_secrets_loads_the_checkouts_config_and_is_healthy_when_ready(raw_conn, redis_url, tmp_path):
+def test_the_stack_hides_its_secrets_loads_the_checkouts_config_and_is_healthy_when_ready(
+    raw_conn, redis_url, tmp_path
+):
     """(``raw_conn``: the session's Redis emptied; a tag key another test left there would not be
     the one this stack pins, and the stack would rightly refuse it.)"""
     broker = redis_url.rsplit("/", 1)[0] + "/4"
     redis.Redis.from_url(broker).flushdb()
     flower_port = free_port()
     env = {k: v for k, v in celery_env(redis_url).items() if not k.startswith(("FLOWER_", "CELERY_"))}
-    env.update(COUNTERS_HOME=str(tmp_path / "home"), FLOWER_PORT=str(flower_port), CELERY_BROKER_URL=broker,
-               COUNTERS_CLEAN_EVERY="3600")  # the cleaner's first run an hour away: the stack just started
+    env.update(
+        COUNTERS_HOME=str(tmp_path / "home"),
+        FLOWER_PORT=str(flower_port),
+        CELERY_BROKER_URL=broker,
+        COUNTERS_CLEAN_EVERY="3600",
+    )  # the cleaner's first run an hour away: the stack just started
     home = tmp_path / "home"
     with open(tmp_path / "run.log", "w") as log:
-        process = subprocess.Popen([sys.executable, "-m", "counters_tasks", "run", "--concurrency", "1"], cwd=REPO,
-                                   env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "counters_tasks", "run", "--concurrency", "1"],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     output = (tmp_path / "run.log").read_text
     try:
         wait_until(lambda: "ready" in output() or process.poll() is not None, timeout=120, what="the stack")

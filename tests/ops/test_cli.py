@@ -24,8 +24,14 @@ pytestmark = pytest.mark.processes
 
 
 def run_cli(redis_url: str, *args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "counters_tasks.ops.cli", *args], cwd=REPO,
-                          env=celery_env(redis_url, COLUMNS="100", **env), capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "counters_tasks.ops.cli", *args],
+        cwd=REPO,
+        env=celery_env(redis_url, COLUMNS="100", **env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_counter_json_equals_the_api_and_text_has_a_chart(raw_conn, redis_url):
@@ -51,13 +57,22 @@ def test_stats_top_pages_and_uniques_json_equal_the_api(raw_conn, redis_url):
     now = demo_data.seed(raw_conn)
     today = local_day(now)
     yesterday = today - timedelta(days=1)
-    for args, first in ((["--day", "today"], today), (["--from", "yesterday", "--to", "today"], yesterday),
-                        (["--from", yesterday.isoformat()], yesterday)):
+    for args, first in (
+        (["--day", "today"], today),
+        (["--from", "yesterday", "--to", "today"], yesterday),
+        (["--from", yesterday.isoformat()], yesterday),
+    ):
         data = json.loads(run_cli(redis_url, "stats", *args, "--json").stdout)
         expected = sitestats.site_visit_range(raw_conn, first, today)
-        assert (data["from"], data["to"], data["pv"], data["uv"]) == (first.isoformat(), today.isoformat(), expected.pv, expected.uv)
-        assert data["days"] == [{"day": d.day.isoformat(), "pv": d.pv, "uv": d.uv, "skipped": 0}
-                                for d in expected.days]  # the demo data skipped no request
+        assert (data["from"], data["to"], data["pv"], data["uv"]) == (
+            first.isoformat(),
+            today.isoformat(),
+            expected.pv,
+            expected.uv,
+        )
+        assert data["days"] == [
+            {"day": d.day.isoformat(), "pv": d.pv, "uv": d.uv, "skipped": 0} for d in expected.days
+        ]  # the demo data skipped no request
         assert data["skipped"] == {} and data["skipped_total"] == 0
         assert data["uv_approximate"] is (first != today) and expected.pv > 0
     data = json.loads(run_cli(redis_url, "stats", "--from", "yesterday", "--path", "/pricing?x=1", "--json").stdout)
@@ -89,23 +104,26 @@ def test_top_json_equals_the_ranking(raw_conn, redis_url):
     assert all(post in text.stdout for post in demo_data.POSTS)
 
 
-@pytest.mark.parametrize("args", [
-    ["counter"],                                  # missing NAME
-    ["counter", "hits", "--precision", "7"],      # not a precision (InvalidInput)
-    ["counter", "hits", "--last", "0"],
-    ["counter", "hits", "--precision", "x"],      # not an int
-    ["top", "no-such-board"],
-    ["top", "posts", "--limit", "0"],
-    ["no-such-command"],
-    ["health", "--bogus"],
-    ["stats", "--day", "2026-13-01"],
-    ["stats", "--day", "today", "--from", "yesterday"],
-    ["stats", "--from", "today", "--to", "yesterday"],
-    ["stats", "--from", "2020-01-01", "--to", "2024-01-01"],  # more than 400 days
-    ["stats", "--path", ""],
-    ["top-pages", "--limit", "0"],
-    ["uniques", "--day", "someday"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["counter"],  # missing NAME
+        ["counter", "hits", "--precision", "7"],  # not a precision (InvalidInput)
+        ["counter", "hits", "--last", "0"],
+        ["counter", "hits", "--precision", "x"],  # not an int
+        ["top", "no-such-board"],
+        ["top", "posts", "--limit", "0"],
+        ["no-such-command"],
+        ["health", "--bogus"],
+        ["stats", "--day", "2026-13-01"],
+        ["stats", "--day", "today", "--from", "yesterday"],
+        ["stats", "--from", "today", "--to", "yesterday"],
+        ["stats", "--from", "2020-01-01", "--to", "2024-01-01"],  # more than 400 days
+        ["stats", "--path", ""],
+        ["top-pages", "--limit", "0"],
+        ["uniques", "--day", "someday"],
+    ],
+)
 def test_usage_errors_exit_2(raw_conn, redis_url, args):
     demo_data.seed(raw_conn)
     result = run_cli(redis_url, *args)
@@ -159,14 +177,19 @@ def test_health_without_workers_is_unhealthy_then_healthy_with_worker_and_beat(r
     worker = start_worker(env, tmp_path / "worker.log", concurrency=1)
     beat = start_beat(env, tmp_path, tmp_path / "beat.log")
     try:
+
         def healthy():
             r = run_cli(redis_url, "health", "--json", CELERY_BROKER_URL=broker)
             # healthy, and beat's cleaner has run (beat counts as alive from its start on)
             return r if r.returncode == 0 and json.loads(r.stdout)["beat"]["last_run_age_seconds"] is not None else None
 
         # first, in this process (no CLI start and no 1 s ping a try): beat's cleaner has run on a worker
-        wait_until(lambda: health.check(raw_conn)["beat"].get("last_run_age_seconds") is not None, timeout=60,
-                   interval=0.2, what="beat's cleaner to have run")
+        wait_until(
+            lambda: health.check(raw_conn)["beat"].get("last_run_age_seconds") is not None,
+            timeout=60,
+            interval=0.2,
+            what="beat's cleaner to have run",
+        )
         result = wait_until(healthy, timeout=60, interval=0.5, what="health to pass with a worker and beat")
         report = json.loads(result.stdout)
         assert report["ok"] and report["workers"]["names"] and report["beat"]["last_run_age_seconds"] < 180

@@ -27,7 +27,7 @@ from counters_tasks.ops import cli, views
 from counters_tasks.store import keys
 from counters_tasks.worker import dead_letters
 
-ODD_PATH = '/a,b"c'             # a comma and a quote: RFC 4180 quotes it and doubles the quote
+ODD_PATH = '/a,b"c'  # a comma and a quote: RFC 4180 quotes it and doubles the quote
 ODD_NAME = 'launch, "beta" week'
 
 
@@ -94,9 +94,14 @@ def seed_visits(conn) -> tuple[list[tuple[float, str, str, str]], str, str]:
     now = time.time()
     today, yesterday = local_day(now), local_day(now - 86400)
     plan = [  # (day offset, ip, path, session)
-        (0, "192.0.2.1", "/", "1" * 32), (0, "192.0.2.1", ODD_PATH, "1" * 32), (0, "192.0.2.2", ODD_PATH, "2" * 32),
-        (0, "192.0.2.3", ODD_PATH, "3" * 32), (0, "192.0.2.3", "/pricing", "4" * 32),
-        (1, "192.0.2.1", "/", "1" * 32), (1, "192.0.2.5", "/", "5" * 32), (1, "192.0.2.5", ODD_PATH, "6" * 32),
+        (0, "192.0.2.1", "/", "1" * 32),
+        (0, "192.0.2.1", ODD_PATH, "1" * 32),
+        (0, "192.0.2.2", ODD_PATH, "2" * 32),
+        (0, "192.0.2.3", ODD_PATH, "3" * 32),
+        (0, "192.0.2.3", "/pricing", "4" * 32),
+        (1, "192.0.2.1", "/", "1" * 32),
+        (1, "192.0.2.5", "/", "5" * 32),
+        (1, "192.0.2.5", ODD_PATH, "6" * 32),
     ]
     done = []
     for offset, ip, path, session in plan:
@@ -116,7 +121,8 @@ def test_stats_top_pages_and_uniques_csv_equal_the_visits_written(raw_conn):
     header, rows = export("stats", "--from", first, "--to", last)
     assert header == ["day", "pv", "uv", "skipped"]
     assert [(r["day"], int(r["pv"]), int(r["uv"]), int(r["skipped"])) for r in rows] == [
-        (day, pv[day], len(ips[day]), 0) for day in (first, last)]  # nothing skipped: every visit was a view
+        (day, pv[day], len(ips[day]), 0) for day in (first, last)
+    ]  # nothing skipped: every visit was a view
 
     header, rows = export("stats", "--from", first, "--to", last, "--path", ODD_PATH)
     odd = Counter(day_of[ts] for ts, _ip, path, _s in done if path == ODD_PATH)
@@ -131,7 +137,8 @@ def test_stats_top_pages_and_uniques_csv_equal_the_visits_written(raw_conn):
     header, rows = export("uniques", "--from", first, "--to", last)
     assert header == ["day", "visitors", "visitor_ids_expired"]
     assert [(r["day"], int(r["visitors"]), r["visitor_ids_expired"]) for r in rows] == [
-        (day, len(sessions[day]), "false") for day in (first, last)]
+        (day, len(sessions[day]), "false") for day in (first, last)
+    ]
 
 
 def test_a_path_with_a_comma_and_a_quote_is_quoted_as_rfc_4180_says(raw_conn):
@@ -143,10 +150,12 @@ def test_a_path_with_a_comma_and_a_quote_is_quoted_as_rfc_4180_says(raw_conn):
 
 
 def test_write_csv_round_trips_any_text(raw_conn):
-    values = ['plain', 'a,b', 'say "hi"', 'two\nlines', 'cr\r\nlf', '', ' spaced ', '=1+1']
+    values = ["plain", "a,b", 'say "hi"', "two\nlines", "cr\r\nlf", "", " spaced ", "=1+1"]
     with CliRunner().isolation() as (out, _err, _):
-        cli.write_csv(("n", "text", "flag", "none"),
-                      [{"n": n, "text": v, "flag": n % 2 == 0, "none": None} for n, v in enumerate(values)])
+        cli.write_csv(
+            ("n", "text", "flag", "none"),
+            [{"n": n, "text": v, "flag": n % 2 == 0, "none": None} for n, v in enumerate(values)],
+        )
     back = list(csv.reader(io.StringIO(out.getvalue().decode(), newline="")))
     assert back[0] == ["n", "text", "flag", "none"]
     assert back[1:] == [[str(n), v, "true" if n % 2 == 0 else "false", ""] for n, v in enumerate(values)]
@@ -186,11 +195,18 @@ def test_health_csv_has_one_row_a_check_as_the_json_says(raw_conn):
     assert code == code_json == 1  # no worker in this test: unhealthy either way
     header, rows = csv_rows(out)
     assert header == ["check", "ok", "detail"]
-    parts = {"redis": "redis", "server": "servers", "data": "deployment", "workers": "workers", "beat": "beat",
-             "queues": "queues"}
+    parts = {
+        "redis": "redis",
+        "server": "servers",
+        "data": "deployment",
+        "workers": "workers",
+        "beat": "beat",
+        "queues": "queues",
+    }
     assert [r["check"] for r in rows] == list(parts)
     assert {r["check"]: r["ok"] for r in rows} == {
-        check: "true" if report[part]["ok"] else "false" for check, part in parts.items()}
+        check: "true" if report[part]["ok"] else "false" for check, part in parts.items()
+    }
     assert rows[0]["ok"] == "true" and rows[3]["ok"] == "false"
 
 
@@ -203,12 +219,12 @@ def test_dead_letters_list_csv(raw_conn):
     try:
         before = time.time()
         for n in range(3):
-            dead_letters.set_aside_call("counters.update_counter", f"id,{n}", [n], {}, "visits",
-                                        ValueError("bad"), 5)
+            dead_letters.set_aside_call("counters.update_counter", f"id,{n}", [n], {}, "visits", ValueError("bad"), 5)
         header, rows = export("dead-letters", "list", "--limit", "10")
         assert header == ["index", "at_epoch", "at_iso", "reason", "task", "id", "queue"]
         assert [(r["index"], r["id"], r["reason"], r["task"], r["queue"]) for r in rows] == [
-            (str(n), f"id,{2 - n}", "failed", "counters.update_counter", "visits") for n in range(3)]
+            (str(n), f"id,{2 - n}", "failed", "counters.update_counter", "visits") for n in range(3)
+        ]
         for row in rows:
             assert int(before) <= int(row["at_epoch"]) <= time.time()
             assert datetime.fromisoformat(row["at_iso"]).timestamp() == int(row["at_epoch"])
@@ -218,12 +234,17 @@ def test_dead_letters_list_csv(raw_conn):
 
 def test_import_output_csv_counts_each_day(raw_conn, tmp_path):
     now = int(time.time())
-    lines = [(now, "192.0.2.1", "/", "a" * 32), (now, "192.0.2.2", ODD_PATH, "b" * 32),
-             (now - 86400, "192.0.2.3", "/", "c" * 32), (now - 86400, "192.0.2.3", ODD_PATH, "c" * 32),
-             (now - 2 * 86400, "192.0.2.4", "/x", "d" * 32)]
+    lines = [
+        (now, "192.0.2.1", "/", "a" * 32),
+        (now, "192.0.2.2", ODD_PATH, "b" * 32),
+        (now - 86400, "192.0.2.3", "/", "c" * 32),
+        (now - 86400, "192.0.2.3", ODD_PATH, "c" * 32),
+        (now - 2 * 86400, "192.0.2.4", "/x", "d" * 32),
+    ]
     log = tmp_path / "visits.jsonl"
-    log.write_text("".join(json.dumps({"ip": ip, "path": path, "ts": ts, "session_id": s}) + "\n"
-                           for ts, ip, path, s in lines))
+    log.write_text(
+        "".join(json.dumps({"ip": ip, "path": path, "ts": ts, "session_id": s}) + "\n" for ts, ip, path, s in lines)
+    )
     expected = Counter(local_day(ts).isoformat() for ts, *_ in lines)
     code, out, err = run("import", str(log), "--format", "jsonl", "--output", "csv")
     assert code == 0, err
@@ -243,9 +264,15 @@ def test_format_json_equals_json_on_every_command(raw_conn):
     seed_visits(raw_conn)
     counters.update_counter(raw_conn, "hits-export", 4)
     ranking.Ranking(raw_conn, "export-board").incr("m", 2)
-    for args in (["counter", "hits-export", "--precision", "86400", "--last", "2"], ["counters"],
-                 ["top", "export-board"], ["stats", "--from", "yesterday"], ["top-pages", "--from", "yesterday"],
-                 ["uniques", "--from", "yesterday"], ["dead-letters", "list"]):
+    for args in (
+        ["counter", "hits-export", "--precision", "86400", "--last", "2"],
+        ["counters"],
+        ["top", "export-board"],
+        ["stats", "--from", "yesterday"],
+        ["top-pages", "--from", "yesterday"],
+        ["uniques", "--from", "yesterday"],
+        ["dead-letters", "list"],
+    ):
         answers = []
         for chosen in (["--json"], ["--format", "json"], ["--output", "json"], ["--json", "--format", "json"]):
             code, out, err = run(*args, *chosen)
@@ -258,12 +285,15 @@ def test_format_json_equals_json_on_every_command(raw_conn):
     assert table[0] == 0 and "m" in table[1] and not table[1].startswith("rank,")
 
 
-@pytest.mark.parametrize("args", [
-    ["top", "export-board", "--json", "--format", "csv"],  # --json is --format json: not both
-    ["top", "export-board", "--format", "xml"],
-    ["top", "no-such-board", "--format", "csv"],            # the usual usage error, in CSV mode too
-    ["stats", "--day", "2026-13-01", "--output", "csv"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["top", "export-board", "--json", "--format", "csv"],  # --json is --format json: not both
+        ["top", "export-board", "--format", "xml"],
+        ["top", "no-such-board", "--format", "csv"],  # the usual usage error, in CSV mode too
+        ["stats", "--day", "2026-13-01", "--output", "csv"],
+    ],
+)
 def test_usage_errors_exit_2_with_nothing_on_stdout(raw_conn, args):
     ranking.Ranking(raw_conn, "export-board").incr("m", 2)
     code, out, err = run(*args)
@@ -275,7 +305,6 @@ def test_unreachable_redis_exits_1_in_csv_mode(monkeypatch):
     reset_settings()
     code, out, err = run("stats", "--format", "csv")
     assert code == 1 and not out and "Redis at" in err
-
 
 
 # --- every table, as CSV and as JSON ------------------------------------------------------
@@ -320,16 +349,30 @@ def leaf_commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tupl
 
 def output_option(command: click.Command) -> click.Option | None:
     """The command's ``--format``/``--output`` [table|csv|json] option, if it has one."""
-    return next((p for p in command.params if isinstance(p, click.Option) and p.name == "output"
-                 and isinstance(p.type, click.Choice) and set(p.type.choices) == set(cli.OUTPUTS)), None)
+    return next(
+        (
+            p
+            for p in command.params
+            if isinstance(p, click.Option)
+            and p.name == "output"
+            and isinstance(p.type, click.Choice)
+            and set(p.type.choices) == set(cli.OUTPUTS)
+        ),
+        None,
+    )
 
 
 def walk_log(tmp_path, n: int):
     """A JSON-lines log of two page views, new content each time (an import counts nothing twice)."""
     now = int(time.time())
     log = tmp_path / f"walk-{n}.jsonl"
-    log.write_text("".join(json.dumps({"ip": f"192.0.2.{k}", "path": f"/walk/{n}", "ts": now - k,
-                                       "session_id": f"{n:016x}{k:016x}"}) + "\n" for k in (1, 2)))
+    log.write_text(
+        "".join(
+            json.dumps({"ip": f"192.0.2.{k}", "path": f"/walk/{n}", "ts": now - k, "session_id": f"{n:016x}{k:016x}"})
+            + "\n"
+            for k in (1, 2)
+        )
+    )
     return log
 
 
@@ -361,8 +404,9 @@ def test_every_table_command_exports_csv_with_its_documented_columns_and_json(ra
             columns = documented[1].split(",")
             name = next(o for o in option.opts if o in ("--format", "--output"))
             for fmt in ("csv", "json"):
-                assert words in WALK_ARGS or not any(p.required for p in command.params), \
+                assert words in WALK_ARGS or not any(p.required for p in command.params), (
                     f"{' '.join(words)} needs arguments: add them to WALK_ARGS"
+                )
                 args = WALK_ARGS.get(words, lambda tmp, n: [])(tmp_path, 2 * n + (fmt == "json"))
                 ranking.Ranking(raw_conn, WALK_BOARD).incr("walk-member", 2)  # delete-board takes it each time
                 code, out, err = run(*words, *args, name, fmt)

@@ -77,6 +77,7 @@ def server(request, redis_url, tmp_path) -> Iterator[tuple[int, str]]:
 
 
 @pytest.mark.processes
+@pytest.mark.timing  # 200 sockets accepted within the server's 10 s request timeout: alone, not beside another test
 def test_idle_and_half_sent_connections_do_not_shut_out_real_requests(server):
     pid, base = server
     port = urlsplit(base).port
@@ -99,6 +100,7 @@ def test_idle_and_half_sent_connections_do_not_shut_out_real_requests(server):
 
 
 @pytest.mark.processes
+@pytest.mark.timing  # closed after REQUEST_TIMEOUT, answered within 2 s: alone, not beside another test
 @pytest.mark.parametrize("server", [REQUEST_TIMEOUT], indirect=True, ids=["timeout"])
 def test_connections_that_never_send_a_request_are_closed(server):
     """Over the cap the longest-waiting connection goes at once; every idle, half-sent or trickling
@@ -111,8 +113,11 @@ def test_connections_that_never_send_a_request_are_closed(server):
     opened = time.monotonic()
     try:
         # the oldest `extra` (and one more for the trickler) are closed as the newer ones come
-        wait_until(lambda: sum(closed_by_server(sock) for sock in idle[:extra + 1]) == extra + 1,
-                   timeout=10, what="the oldest idle connections to be closed")
+        wait_until(
+            lambda: sum(closed_by_server(sock) for sock in idle[: extra + 1]) == extra + 1,
+            timeout=10,
+            what="the oldest idle connections to be closed",
+        )
         assert answers_within(base + "/api/config", 2.0) == 200
         sent = 0
 
@@ -121,7 +126,7 @@ def test_connections_that_never_send_a_request_are_closed(server):
             if closed_by_server(trickling):
                 return True
             try:  # a byte at a time, never a whole head
-                trickling.sendall(HALF_SENT[sent % len(HALF_SENT):][:1])
+                trickling.sendall(HALF_SENT[sent % len(HALF_SENT) :][:1])
                 sent += 1
             except OSError:
                 return True
@@ -131,8 +136,11 @@ def test_connections_that_never_send_a_request_are_closed(server):
         # it kept sending a byte every half second (a keep-alive timer would have been reset), and
         # was closed at the deadline all the same
         assert time.monotonic() - opened >= REQUEST_TIMEOUT - 0.5 and sent >= 2
-        wait_until(lambda: all(closed_by_server(sock) for sock in idle[extra + 1:]), timeout=10,
-                   what="every idle connection to be closed after its deadline")
+        wait_until(
+            lambda: all(closed_by_server(sock) for sock in idle[extra + 1 :]),
+            timeout=10,
+            what="every idle connection to be closed after its deadline",
+        )
         assert answers_within(base + "/metrics", 2.0) == 200
     finally:
         for sock in [*idle, trickling]:

@@ -19,8 +19,9 @@ def test_the_days_two_unique_visitor_figures_say_what_each_counts_and_why_they_d
     for i in range(6):  # six IPs, two of them on each of three browsers' sessions
         visits.apply_visit(raw_conn, f"198.51.100.{i + 1}", "/", sessions[i % 3], now)
     lines = day_summary(raw_conn, local_day(now))
-    assert lines[0] == ("site today (all runs): 6 page views, 6 unique visitors (by IP), "
-                        "3 unique sessions (by session cookie)")
+    assert lines[0] == (
+        "site today (all runs): 6 page views, 6 unique visitors (by IP), 3 unique sessions (by session cookie)"
+    )
     why = " ".join(lines[1:])
     assert "one IP shared by several browsers is one visitor and several sessions" in why
     assert "one browser on several networks one session and several visitors" in why

@@ -39,11 +39,24 @@ BROWSERS = [
     "Mozilla/5.0 (Macintosh; Intel Mac OS X 14_4) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.4 Safari/605.1.15",
     "Mozilla/5.0 (Windows NT 10.0; Win64; x64; rv:125.0) Gecko/20100101 Firefox/125.0",
 ]
-BOTS = ["Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)", "curl/8.5.0",
-        "python-requests/2.31.0", "Mozilla/5.0 (compatible; YandexBot/3.0; +http://yandex.com/bots)", "-"]
+BOTS = [
+    "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)",
+    "curl/8.5.0",
+    "python-requests/2.31.0",
+    "Mozilla/5.0 (compatible; YandexBot/3.0; +http://yandex.com/bots)",
+    "-",
+]
 PAGES = ["/", "/pricing", "/blog", "/blog/post-1", "/docs/api", "/about"]
-STATIC = ["/static/app.css", "/static/app.js", "/img/logo.PNG", "/favicon.ico", "/fonts/x.woff2", "/robots.txt",
-          "/static/app.js.map", "/img/hero.jpg?v=3"]
+STATIC = [
+    "/static/app.css",
+    "/static/app.js",
+    "/img/logo.PNG",
+    "/favicon.ico",
+    "/fonts/x.woff2",
+    "/robots.txt",
+    "/static/app.js.map",
+    "/img/hero.jpg?v=3",
+]
 OFFSETS = [0, 2, -7, 5.5]
 
 
@@ -52,12 +65,15 @@ def log_time(ts: int, offset_hours: float) -> str:
     when = datetime.fromtimestamp(ts, timezone(timedelta(hours=offset_hours)))
     sign = "+" if offset_hours >= 0 else "-"
     minutes = int(abs(offset_hours) * 60)
-    return (f"{when.day:02d}/{MONTHS[when.month - 1]}/{when.year}:{when:%H:%M:%S} "
-            f"{sign}{minutes // 60:02d}{minutes % 60:02d}")
+    return (
+        f"{when.day:02d}/{MONTHS[when.month - 1]}/{when.year}:{when:%H:%M:%S} "
+        f"{sign}{minutes // 60:02d}{minutes % 60:02d}"
+    )
 
 
-def log_line(ip: str, ts: int, method: str, target: str, status: int | str, agent: str | None,
-             offset: float = 0) -> str:
+def log_line(
+    ip: str, ts: int, method: str, target: str, status: int | str, agent: str | None, offset: float = 0
+) -> str:
     common = f'{ip} - - [{log_time(ts, offset)}] "{method} {target} HTTP/1.1" {status} 1234'
     return common if agent is None else f'{common} "https://example.com/" "{agent}"'
 
@@ -122,8 +138,9 @@ def recent_times(rng: random.Random, now: float) -> tuple[int, int]:
     return today - 3600, max(int(now) - 10, today + 60)
 
 
-def make_log(rng: random.Random, count: int, now: float, fmt: str = "combined", include_all: bool = False,
-             extras: bool = True) -> tuple[list[bytes], Expected]:
+def make_log(
+    rng: random.Random, count: int, now: float, fmt: str = "combined", include_all: bool = False, extras: bool = True
+) -> tuple[list[bytes], Expected]:
     """``count`` random lines of a site's access log (plus malformed and blank lines when
     ``extras``), and what importing them counts."""
     first, last = recent_times(rng, now)
@@ -153,15 +170,20 @@ def make_log(rng: random.Random, count: int, now: float, fmt: str = "combined", 
         else:
             expected.view(ip, target, ts, visitor)
     if extras:
-        junk = [b"", b"   ", b"not a log line at all", b"\xff\xfe\x00\x01 binary", b"x" * (70 * 1024),
-                log_line("198.51.100.1", last, "GET", "/", 200, None if fmt == "common" else BROWSERS[0]).encode()[:40],
-                b'198.51.100.1 - - [31/Feb/2024:10:00:00 +0000] "GET / HTTP/1.1" 200 5' + (
-                    b' "-" "x"' if fmt == "combined" else b""),
-                b'198.51.100.1 - - [01/Jan/2024:10:00:00 +0000] "GET / HTTP/1.1" abc 5' + (
-                    b' "-" "x"' if fmt == "combined" else b""),
-                b'198.51.100.1 - - [01/Jan/2024:10:00:00 +0000] "GET" 200 5' + (
-                    b' "-" "x"' if fmt == "combined" else b""),
-                b"198.51.100.1 \x00 nul"]
+        junk = [
+            b"",
+            b"   ",
+            b"not a log line at all",
+            b"\xff\xfe\x00\x01 binary",
+            b"x" * (70 * 1024),
+            log_line("198.51.100.1", last, "GET", "/", 200, None if fmt == "common" else BROWSERS[0]).encode()[:40],
+            b'198.51.100.1 - - [31/Feb/2024:10:00:00 +0000] "GET / HTTP/1.1" 200 5'
+            + (b' "-" "x"' if fmt == "combined" else b""),
+            b'198.51.100.1 - - [01/Jan/2024:10:00:00 +0000] "GET / HTTP/1.1" abc 5'
+            + (b' "-" "x"' if fmt == "combined" else b""),
+            b'198.51.100.1 - - [01/Jan/2024:10:00:00 +0000] "GET" 200 5' + (b' "-" "x"' if fmt == "combined" else b""),
+            b"198.51.100.1 \x00 nul",
+        ]
         for junk_line in junk:
             at = rng.randint(1, len(lines) - 1)  # not first: the format is detected on the first line
             lines.insert(at, junk_line)
@@ -215,6 +237,7 @@ def seen_markers(conn) -> list[bytes]:
 
 
 # --- the command -------------------------------------------------------------------------------
+
 
 def test_combined_log_counts_page_views_at_their_times_and_once(raw_conn, tmp_path):
     lines, expected = make_log(random.Random(1), 1500, time.time())
@@ -344,13 +367,19 @@ def test_jsonl_lines(raw_conn, tmp_path):
             expected.skip("static")
         else:
             expected.view(ip, path, ts, session)
-    for junk, reason in [("{not json", "malformed"), ("[1, 2]", "malformed"), ('{"ip": "203.0.113.1", "path": "/"}', "malformed"),
-                         ('{"ip": 7, "path": "/", "ts": 1}', "malformed"), ('{"ip": "203.0.113.1", "path": "/", "ts": true}', "malformed"),
-                         ('{"ip": "203.0.113.1", "path": "/", "ts": "yesterday"}', "malformed"),
-                         ('{"ip": "203.0.113.1", "path": "/", "ts": 1, "session_id": 5}', "malformed"),
-                         (json.dumps({"ip": "nope", "path": "/", "ts": now - 5}), "refused:bad_input"),
-                         (json.dumps({"ip": "203.0.113.1", "path": "/", "ts": now - 5, "session_id": "xyz"}), "refused:bad_input"),
-                         (json.dumps({"ip": "203.0.113.1", "path": "/", "ts": now + 7200}), "refused:future"), ("", "blank")]:
+    for junk, reason in [
+        ("{not json", "malformed"),
+        ("[1, 2]", "malformed"),
+        ('{"ip": "203.0.113.1", "path": "/"}', "malformed"),
+        ('{"ip": 7, "path": "/", "ts": 1}', "malformed"),
+        ('{"ip": "203.0.113.1", "path": "/", "ts": true}', "malformed"),
+        ('{"ip": "203.0.113.1", "path": "/", "ts": "yesterday"}', "malformed"),
+        ('{"ip": "203.0.113.1", "path": "/", "ts": 1, "session_id": 5}', "malformed"),
+        (json.dumps({"ip": "nope", "path": "/", "ts": now - 5}), "refused:bad_input"),
+        (json.dumps({"ip": "203.0.113.1", "path": "/", "ts": now - 5, "session_id": "xyz"}), "refused:bad_input"),
+        (json.dumps({"ip": "203.0.113.1", "path": "/", "ts": now + 7200}), "refused:future"),
+        ("", "blank"),
+    ]:
         rows.insert(rng.randint(1, len(rows)), junk)
         expected.skip(reason)
     log = tmp_path / "visits.jsonl"
@@ -382,8 +411,18 @@ def test_old_days_are_counted(raw_conn, tmp_path):
     rng = random.Random(10)
     old = int(datetime(2015, 6, 1, tzinfo=timezone.utc).timestamp())
     year_ago = int(time.time()) - 400 * 86400
-    lines = [log_line(f"198.51.100.{n % 20 + 1}", start + rng.randint(0, 80000), "GET", rng.choice(PAGES), 200,
-                      rng.choice(BROWSERS)).encode() for start in (old, year_ago) for n in range(300)]
+    lines = [
+        log_line(
+            f"198.51.100.{n % 20 + 1}",
+            start + rng.randint(0, 80000),
+            "GET",
+            rng.choice(PAGES),
+            200,
+            rng.choice(BROWSERS),
+        ).encode()
+        for start in (old, year_ago)
+        for n in range(300)
+    ]
     summary = run_import("--json", str(write(tmp_path / "old.log", lines)))
     assert summary["counted"] == 600 and summary["skipped_total"] == 0
     assert sitestats.site_visit_info(raw_conn).pv == 600
@@ -437,9 +476,14 @@ def test_no_progress_bar_when_stderr_is_not_a_terminal(tmp_path):
 
 # --- parsing ---------------------------------------------------------------------------------
 
+
 def test_log_times_respect_their_offset():
-    assert importer.parse_log_time("10/Oct/2000:13:55:36 -0700") == int(datetime(2000, 10, 10, 20, 55, 36, tzinfo=timezone.utc).timestamp())
-    assert importer.parse_log_time("01/jan/2024:00:30:00 +0530") == int(datetime(2023, 12, 31, 19, 0, tzinfo=timezone.utc).timestamp())
+    assert importer.parse_log_time("10/Oct/2000:13:55:36 -0700") == int(
+        datetime(2000, 10, 10, 20, 55, 36, tzinfo=timezone.utc).timestamp()
+    )
+    assert importer.parse_log_time("01/jan/2024:00:30:00 +0530") == int(
+        datetime(2023, 12, 31, 19, 0, tzinfo=timezone.utc).timestamp()
+    )
     for bad in ("10/Foo/2000:13:55:36 -0700", "31/Feb/2024:10:00:00 +0000", "10/Oct/2000:13:55:36", "yesterday"):
         assert importer.parse_log_time(bad) is None
 
@@ -452,7 +496,9 @@ def test_format_detection():
 
 
 def test_log_line_fields():
-    line = r'::1 - frank [10/Oct/2000:13:55:36 -0700] "GET http://example.com/a\"b?x=1 HTTP/1.0" 200 - "-" "curl/8 \"x\""'
+    line = (
+        r'::1 - frank [10/Oct/2000:13:55:36 -0700] "GET http://example.com/a\"b?x=1 HTTP/1.0" 200 - "-" "curl/8 \"x\""'
+    )
     visit = importer.log_line_visit(line, "combined", "s", include_all=True)
     assert visit["path"] == '/a"b' and visit["ip"] == "::1" and visit["ts"] == 971211336
     assert re.fullmatch(r"[0-9a-f]{32}", visit["session_id"])
@@ -468,11 +514,16 @@ def test_a_line_over_the_limit_is_read_past():
 
 # --- docs/cli.md ----------------------------------------------------------------------------------
 
+
 def readme_import_commands() -> list[str]:
     doc = (REPO / "docs" / "cli.md").read_text()
     section = doc.split("## Importing access logs", 1)[1].split("\n## ", 1)[0]
-    return [line for block in re.findall(r"```sh\n(.*?)```", section, re.S) for line in block.splitlines()
-            if "counters-tasks import" in line]
+    return [
+        line
+        for block in re.findall(r"```sh\n(.*?)```", section, re.S)
+        for line in block.splitlines()
+        if "counters-tasks import" in line
+    ]
 
 
 SITES = json.dumps({"shop": {"hosts": ["shop.example.pt"]}, "default": {"hosts": ["www.example.com"]}})
@@ -491,14 +542,24 @@ def test_readme_import_commands_run(raw_conn, redis_url, tmp_path, monkeypatch):
     write(tmp_path / "access.log.3.gz", make_log(rng, 300, time.time())[0], compress=True)
     write(tmp_path / "shop-access.log", make_log(rng, 100, time.time(), extras=False)[0])
     hosts = [b"shop.example.pt", b"www.example.com", b"www.example.com:443", b"unknown.example"]
-    write(tmp_path / "all.log", [rng.choice(hosts) + b" " + line for line in make_log(rng, 100, time.time(), extras=False)[0]])
+    write(
+        tmp_path / "all.log",
+        [rng.choice(hosts) + b" " + line for line in make_log(rng, 100, time.time(), extras=False)[0]],
+    )
     (tmp_path / "visits.jsonl").write_text(json.dumps({"ip": "203.0.113.9", "path": "/", "ts": time.time() - 5}) + "\n")
-    env = celery_env(redis_url, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-                     COUNTERS_SITES=SITES)
+    env = celery_env(
+        redis_url, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", COUNTERS_SITES=SITES
+    )
     counted = 0
     for command in commands:
-        result = subprocess.run(["bash", "-c", f"set -o pipefail; {command}"], cwd=tmp_path, env=env,
-                                capture_output=True, text=True, timeout=120)
+        result = subprocess.run(
+            ["bash", "-c", f"set -o pipefail; {command}"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert result.returncode == 0, (command, result.stdout, result.stderr)
         assert "counted" in result.stdout, command
         if "--json" in shlex.split(command, comments=True):

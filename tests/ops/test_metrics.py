@@ -32,8 +32,11 @@ from tests.support.servers import use_settings
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """``{(sample name, sorted labels): value}`` of a Prometheus text exposition."""
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def value(found: dict, name: str, **labels: str) -> float | None:
@@ -58,9 +61,16 @@ def broker(redis_url):
 
 # --- the totals, in process ------------------------------------------------------------------
 
+
 def test_requests_that_were_not_page_views_are_counted_by_route_and_reason(conn, broker):
-    skips.count_skipped(conn, [{"route": "middleware", "reason": "crawler", "count": 3},
-                        {"route": "middleware", "reason": "static", "count": 2}], message_id="web-1")
+    skips.count_skipped(
+        conn,
+        [
+            {"route": "middleware", "reason": "crawler", "count": 3},
+            {"route": "middleware", "reason": "static", "count": 2},
+        ],
+        message_id="web-1",
+    )
     skips.count_skipped(conn, [{"route": "middleware", "reason": "crawler", "count": 3}], message_id="web-1")  # again
     skips.count_skipped(conn, skips.as_items("import", {"crawler": 4, "malformed": 1, "refused:future": 2}))
     found = scrape_app(conn)
@@ -69,8 +79,17 @@ def test_requests_that_were_not_page_views_are_counted_by_route_and_reason(conn,
     assert value(found, "counters_skipped_total", route="import", reason="crawler") == 4
     assert value(found, "counters_skipped_total", route="import", reason="malformed") == 1
     # a bad item is refused on its own (counted), the good ones of its message are added
-    assert skips.count_skipped(conn, [{"route": "middleware", "reason": "made-up", "count": 1},
-                               {"route": "middleware", "reason": "static", "count": 1}], message_id="web-2") == 1
+    assert (
+        skips.count_skipped(
+            conn,
+            [
+                {"route": "middleware", "reason": "made-up", "count": 1},
+                {"route": "middleware", "reason": "static", "count": 1},
+            ],
+            message_id="web-2",
+        )
+        == 1
+    )
     found = scrape_app(conn)
     assert value(found, "counters_skipped_total", route="middleware", reason="static") == 3
     assert value(found, "counters_refused_total", reason="bad_input") == 1
@@ -79,8 +98,10 @@ def test_requests_that_were_not_page_views_are_counted_by_route_and_reason(conn,
         skips.count_skipped(conn, {"route": "middleware", "reason": "static", "count": 1})
 
 
-@pytest.mark.parametrize("size, bucket", [(0, "1"), (1, "1"), (2, "10"), (10, "10"), (11, "50"), (1000, "1000"),
-                                          (20000, "20000"), (20001, "inf")])
+@pytest.mark.parametrize(
+    "size, bucket",
+    [(0, "1"), (1, "1"), (2, "10"), (10, "10"), (11, "50"), (1000, "1000"), (20000, "20000"), (20001, "inf")],
+)
 def test_a_batch_falls_in_the_bucket_of_its_upper_bound(size, bucket):
     assert throughput.bucket_field("record_visits", size) == f"batch:record_visits:{bucket}"
 
@@ -159,6 +180,7 @@ def test_worker_side_batches_count_each_message_once(conn):
 
 # --- /metrics, in process ------------------------------------------------------------------
 
+
 def test_metrics_of_an_idle_deployment(conn, broker):
     found = scrape_app(conn)
     assert value(found, "counters_source_up", source="redis") == 1
@@ -177,8 +199,9 @@ def test_waiting_messages_give_the_queue_length_and_the_lag(conn, broker):
     """No worker: what is sent waits in the broker, and the oldest event time at the head of the
     queue is the lag (a batch's oldest item; a per-event message's ts)."""
     now = time.time()
-    tasks.record_visits.apply_async(args=[[{"ip": "192.0.2.1", "path": "/", "ts": now - 300},
-                                           {"ip": "192.0.2.2", "path": "/", "ts": now - 400}]])
+    tasks.record_visits.apply_async(
+        args=[[{"ip": "192.0.2.1", "path": "/", "ts": now - 300}, {"ip": "192.0.2.2", "path": "/", "ts": now - 400}]]
+    )
     tasks.record_visit.delay("192.0.2.3", "/", None, now - 10)
     tasks.record_visit.delay("192.0.2.3", "/")  # no ts: stamped by the worker, no lag known
     broker.lpush("visits", "not json")  # newest: never read for the lag (the head is the oldest)
@@ -200,8 +223,12 @@ def test_a_delay_without_ts_is_as_old_as_when_it_was_sent(conn, broker):
     assert value(found, "counters_queue_length", queue="visits") == 2
     lag = value(found, "counters_lag_oldest_unapplied_seconds", queue="visits")
     assert lag is not None and 0 <= lag <= time.time() - sent
-    grown = wait_until(lambda: (value(scrape_app(conn), "counters_lag_oldest_unapplied_seconds", queue="visits")
-                                or 0) >= 1.0, timeout=10, interval=0.2, what="the lag to grow while it waits")
+    grown = wait_until(
+        lambda: (value(scrape_app(conn), "counters_lag_oldest_unapplied_seconds", queue="visits") or 0) >= 1.0,
+        timeout=10,
+        interval=0.2,
+        what="the lag to grow while it waits",
+    )
     assert grown
 
 
@@ -217,19 +244,22 @@ def test_a_foreign_message_without_ts_leaves_the_lag_unknown(conn, broker):
     assert value(found, "counters_lag_oldest_unapplied_seconds", queue="visits") is None  # unknown, not 0
 
 
-@pytest.mark.parametrize("task, args, kwargs, expected", [
-    ("counters_tasks.record_visit", ["192.0.2.1", "/", None, 5.0], {}, 5.0),
-    ("counters_tasks.record_visit", ["192.0.2.1", "/"], {"ts": 6}, 6.0),
-    ("counters_tasks.record_visit", ["192.0.2.1", "/"], {}, None),
-    ("counters_tasks.incr_ranking", ["b", "m", 1, 7.5], {}, 7.5),
-    ("counters_tasks.update_counter", ["c", 1, 8], {}, 8.0),
-    ("counters_tasks.count_unique", ["s", 9], {}, 9.0),
-    ("counters_tasks.record_visits", [[{"ts": 3}, {"ts": 2}, {}, "x"]], {}, 2.0),
-    ("counters_tasks.incr_rankings", [], {"events": [{"ts": 4}, {"ts": True}]}, 4.0),
-    ("counters_tasks.record_visits", ["not a list"], {}, None),
-    ("counters_tasks.record_visits", [[{"ts": float("nan")}, {"ts": float("inf")}, {"ts": "1"}]], {}, None),
-    ("counters_tasks.clean_counters", [], {}, None),
-])
+@pytest.mark.parametrize(
+    "task, args, kwargs, expected",
+    [
+        ("counters_tasks.record_visit", ["192.0.2.1", "/", None, 5.0], {}, 5.0),
+        ("counters_tasks.record_visit", ["192.0.2.1", "/"], {"ts": 6}, 6.0),
+        ("counters_tasks.record_visit", ["192.0.2.1", "/"], {}, None),
+        ("counters_tasks.incr_ranking", ["b", "m", 1, 7.5], {}, 7.5),
+        ("counters_tasks.update_counter", ["c", 1, 8], {}, 8.0),
+        ("counters_tasks.count_unique", ["s", 9], {}, 9.0),
+        ("counters_tasks.record_visits", [[{"ts": 3}, {"ts": 2}, {}, "x"]], {}, 2.0),
+        ("counters_tasks.incr_rankings", [], {"events": [{"ts": 4}, {"ts": True}]}, 4.0),
+        ("counters_tasks.record_visits", ["not a list"], {}, None),
+        ("counters_tasks.record_visits", [[{"ts": float("nan")}, {"ts": float("inf")}, {"ts": "1"}]], {}, None),
+        ("counters_tasks.clean_counters", [], {}, None),
+    ],
+)
 def test_event_time_of_each_task(task, args, kwargs, expected):
     assert metrics.event_time(task, args, kwargs) == expected
 
@@ -247,8 +277,10 @@ def test_the_histogram_is_cumulative(conn, broker):
     for size in (1, 3, 3, 700):
         visits.apply_visits(conn, [{"ip": "192.0.2.1", "path": "/"}] * size)
     found = scrape_app(conn)
-    buckets = {le: value(found, "counters_batch_size_bucket", kind="record_visits", le=le)
-               for le in ("1.0", "10.0", "500.0", "1000.0", "+Inf")}
+    buckets = {
+        le: value(found, "counters_batch_size_bucket", kind="record_visits", le=le)
+        for le in ("1.0", "10.0", "500.0", "1000.0", "+Inf")
+    }
     assert buckets == {"1.0": 1, "10.0": 3, "500.0": 3, "1000.0": 4, "+Inf": 4}
     assert value(found, "counters_batch_size_sum", kind="record_visits") == 707
     assert value(found, "counters_batch_size_count", kind="record_visits") == 4
@@ -295,15 +327,19 @@ def test_a_scrape_reads_a_fixed_number_of_keys(conn, broker, monkeypatch):
     # throughput, refusals, skips, the tag key and the deployment's marker; visitors now (one site);
     # 2 queues x 4 lists; 4 heads; unacked x2; dead x2
     assert len(sent) == 5 + 1 + 8 + 4 + 1 + 1 + 1 + 1
-    assert value(samples(TestClient(create_app(conn, auth=None)).get("/metrics").text),
-                 "counters_visits_applied_total") == 300
+    assert (
+        value(samples(TestClient(create_app(conn, auth=None)).get("/metrics").text), "counters_visits_applied_total")
+        == 300
+    )
 
 
 # --- a real worker, a real ``counters-tasks serve`` ------------------------------------------
 
+
 @pytest.fixture
 def serve(redis_url, tmp_path):
     """``python -m counters_tasks.ops.cli serve`` on a free port, as a user starts it."""
+
     def scrape_at(base: str) -> dict:
         with urllib.request.urlopen(base + "/metrics", timeout=10) as answer:
             assert answer.status == 200
@@ -317,9 +353,11 @@ def serve(redis_url, tmp_path):
 def test_a_known_mix_through_a_real_worker_is_counted_exactly(redis_url, raw_conn, broker, serve, tmp_path):
     now = time.time()
     good = [{"ip": f"198.51.100.{n}", "path": f"/p{n % 3}", "ts": now - 300 + n} for n in range(40)]
-    bad = [{"ip": "999.1.1.1", "path": "/"},  # bad_input
-           {"ip": "198.51.100.1", "path": "/", "referer": "x"},  # malformed
-           {"ip": "198.51.100.1", "path": "/", "ts": now + 86400}]  # future
+    bad = [
+        {"ip": "999.1.1.1", "path": "/"},  # bad_input
+        {"ip": "198.51.100.1", "path": "/", "referer": "x"},  # malformed
+        {"ip": "198.51.100.1", "path": "/", "ts": now + 86400},
+    ]  # future
     batch_id = str(uuid.uuid4())
     tasks.record_visits.apply_async(args=[good + bad], task_id=batch_id)
     tasks.record_visits.apply_async(args=[good + bad], task_id=batch_id)  # delivered again: duplicates
@@ -336,19 +374,25 @@ def test_a_known_mix_through_a_real_worker_is_counted_exactly(redis_url, raw_con
     assert value(waiting, "counters_queue_length", queue="visits") == 2 + 21 + 6 + 1 + 1
     lag = value(waiting, "counters_lag_oldest_unapplied_seconds", queue="visits")
     assert lag >= 300, lag  # the first batch's oldest visit
-    wait_until(lambda: value(serve(), "counters_lag_oldest_unapplied_seconds", queue="visits") > lag + 0.5,
-               timeout=10, what="the lag to grow while nothing is applied")
+    wait_until(
+        lambda: value(serve(), "counters_lag_oldest_unapplied_seconds", queue="visits") > lag + 0.5,
+        timeout=10,
+        what="the lag to grow while nothing is applied",
+    )
     assert value(waiting, "counters_visits_applied_total") == 0
 
     worker = start_worker(celery_env(redis_url), tmp_path / "worker.log", concurrency=2)
     try:
+
         def drained() -> dict | None:
             found = serve()
-            done = (value(found, "counters_queue_length", queue="visits") == 0
-                    and value(found, "counters_unacked_messages") == 0
-                    and value(found, "counters_visits_applied_total") == 60
-                    and value(found, "counters_ranking_events_applied_total") == 10
-                    and value(found, "counters_batch_size_sum", kind="record_visit") == 21)
+            done = (
+                value(found, "counters_queue_length", queue="visits") == 0
+                and value(found, "counters_unacked_messages") == 0
+                and value(found, "counters_visits_applied_total") == 60
+                and value(found, "counters_ranking_events_applied_total") == 10
+                and value(found, "counters_batch_size_sum", kind="record_visit") == 21
+            )
             return found if done else None
 
         found = wait_until(drained, timeout=90, what=f"the worker to apply everything; log:\n{worker.output()[-3000:]}")
@@ -380,8 +424,10 @@ def test_docs_list_every_metric_with_its_type(conn, broker):
     visits.apply_visits(conn, [{"ip": "192.0.2.1", "path": "/"}])  # the newest-event gauges appear
     conn.hset(deployment.marker_name(), "lost_at", time.time())  # and the data-loss gauge (a loss recorded)
     text = TestClient(create_app(conn, auth=None)).get("/metrics").text
-    exported = {family.name if family.type != "counter" else family.name + "_total": family.type
-                for family in text_string_to_metric_families(text)}
+    exported = {
+        family.name if family.type != "counter" else family.name + "_total": family.type
+        for family in text_string_to_metric_families(text)
+    }
     documented = {}
     for line in (REPO / "docs" / "metrics.md").read_text().splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]

@@ -39,19 +39,31 @@ def test_endpoints_answer_what_the_views_answer(client, conn):
     assert client.get("/api/config").json() == views.config_view()
     assert client.get("/api/stats?from=yesterday&to=today").json() == views.stats_view(conn, None, "yesterday", "today")
     assert client.get("/api/stats?day=today&path=/blog").json() == views.stats_view(conn, "today", path="/blog")
-    assert client.get("/api/top-pages?from=yesterday&limit=3").json() == views.top_pages_view(conn, "yesterday", None, 3)
+    assert client.get("/api/top-pages?from=yesterday&limit=3").json() == views.top_pages_view(
+        conn, "yesterday", None, 3
+    )
     assert client.get("/api/uniques?from=yesterday").json() == views.uniques_view(conn, None, "yesterday")
     assert client.get("/api/uniques").json()["visitors"] > 0  # default: today
     page = client.get("/")
     assert page.status_code == 200 and "static/chart.js" in page.text
 
 
-@pytest.mark.parametrize("url", [
-    "/api/counter?precision=60", "/api/counter?name=hits&precision=61", "/api/counter?name=hits&last=abc",
-    "/api/top?board=nope", "/api/top?board=posts&limit=-1", "/api/top",
-    "/api/stats?day=2026-02-30", "/api/stats?from=today&to=yesterday", "/api/stats?day=today&to=today",
-    "/api/top-pages?limit=x", "/api/uniques?from=2000-01-01",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/api/counter?precision=60",
+        "/api/counter?name=hits&precision=61",
+        "/api/counter?name=hits&last=abc",
+        "/api/top?board=nope",
+        "/api/top?board=posts&limit=-1",
+        "/api/top",
+        "/api/stats?day=2026-02-30",
+        "/api/stats?from=today&to=yesterday",
+        "/api/stats?day=today&to=today",
+        "/api/top-pages?limit=x",
+        "/api/uniques?from=2000-01-01",
+    ],
+)
 def test_bad_queries_are_400_with_a_reason(client, url):
     response = client.get(url)
     assert response.status_code == 400 and response.json()["error"]
@@ -115,16 +127,19 @@ def test_every_answer_forbids_framing_sniffing_and_foreign_scripts(client, conn)
     assert guarded.get("/api/counters").headers["x-frame-options"] == "DENY"
 
 
-@pytest.mark.parametrize("host, auth, hosts, status", [
-    ("127.0.0.1:8000", None, (), 200),
-    ("localhost", None, (), 200),
-    ("[::1]:8000", None, (), 200),
-    ("evil.example", None, (), 400),  # DNS rebinding: a page of another site resolved to this machine
-    ("stats.example.org", None, ("stats.example.org",), 200),
-    ("evil.example", None, ("stats.example.org",), 400),
-    ("evil.example", ("ops", "pw"), (), 200),  # with auth no Host list is needed (the password guards it)
-    ("evil.example", ("ops", "pw"), ("stats.example.org",), 400),
-])
+@pytest.mark.parametrize(
+    "host, auth, hosts, status",
+    [
+        ("127.0.0.1:8000", None, (), 200),
+        ("localhost", None, (), 200),
+        ("[::1]:8000", None, (), 200),
+        ("evil.example", None, (), 400),  # DNS rebinding: a page of another site resolved to this machine
+        ("stats.example.org", None, ("stats.example.org",), 200),
+        ("evil.example", None, ("stats.example.org",), 400),
+        ("evil.example", ("ops", "pw"), (), 200),  # with auth no Host list is needed (the password guards it)
+        ("evil.example", ("ops", "pw"), ("stats.example.org",), 400),
+    ],
+)
 def test_the_host_allowlist(conn, host, auth, hosts, status):
     client = TestClient(create_app(conn, auth=auth, health=fake_health, hosts=hosts), base_url=f"http://{host}")
     headers = {"Authorization": "Basic b3BzOnB3"} if auth else {}

@@ -67,8 +67,11 @@ def stack(redis_url, broker_url, tmp_path):
 @pytest.fixture
 def server(redis_url, broker_url, tmp_path):
     """``python -m counters_tasks.ops.cli serve`` on a free port, as a user starts it."""
-    with serving(celery_env(redis_url, CELERY_BROKER_URL=broker_url), tmp_path / "serve.log",
-                 lambda base: "counters" in get_json(base + "/api/counters")) as base:
+    with serving(
+        celery_env(redis_url, CELERY_BROKER_URL=broker_url),
+        tmp_path / "serve.log",
+        lambda base: "counters" in get_json(base + "/api/counters"),
+    ) as base:
         yield base
 
 
@@ -105,7 +108,9 @@ def test_dashboard_in_chromium_shows_the_apis_numbers_and_updates_live(raw_conn,
     span = f"from={first.isoformat()}&to={today.isoformat()}"
     browser.navigate(f"{server}/?counter=hits&precision=60&board=posts&refresh=300&{span}")
     for section in ("visitors", "pages", "uniques", "counter", "rankings", "health-panel"):
-        browser.wait_until(f"Number(document.getElementById('{section}').dataset.loaded) >= 1", what=f"{section} to load")
+        browser.wait_until(
+            f"Number(document.getElementById('{section}').dataset.loaded) >= 1", what=f"{section} to load"
+        )
 
     def page_matches_api() -> dict | None:
         api = get_json(f"{server}/api/counter?name=hits&precision=60")
@@ -122,11 +127,16 @@ def test_dashboard_in_chromium_shows_the_apis_numbers_and_updates_live(raw_conn,
     assert defaults == [first.isoformat(), today.isoformat()]  # the URL's; now the page's own defaults:
     browser.navigate(f"{server}/?counter=hits&board=posts")
     week = [(today - timedelta(days=6)).isoformat(), today.isoformat()]
-    browser.wait_until(f"document.getElementById('from').value === '{week[0]}' && "
-                     f"document.getElementById('to').value === '{week[1]}'", what="the default range: the last 7 days")
+    browser.wait_until(
+        f"document.getElementById('from').value === '{week[0]}' && document.getElementById('to').value === '{week[1]}'",
+        what="the default range: the last 7 days",
+    )
     browser.navigate(f"{server}/?counter=hits&precision=60&board=posts&refresh=300&{span}")
-    browser.wait_until(f"document.getElementById('from').value === '{first.isoformat()}' && "
-                       "Number(document.getElementById('counter').dataset.loaded) >= 1", what="the page again")
+    browser.wait_until(
+        f"document.getElementById('from').value === '{first.isoformat()}' && "
+        "Number(document.getElementById('counter').dataset.loaded) >= 1",
+        what="the page again",
+    )
     assert len(board["top"]) == len(demo_data.POSTS)
     stats = get_json(f"{server}/api/stats?{span}")
     assert (shown["pv"], shown["uv"]) == (str(stats["pv"]), str(stats["uv"])) and stats["pv"] > 0
@@ -143,14 +153,19 @@ def test_dashboard_in_chromium_shows_the_apis_numbers_and_updates_live(raw_conn,
     page = get_json(f"{server}/api/stats?{span}&path=/pricing")
     assert page["uv"] > 0 and page["uv"] <= sum(d["uv"] for d in page["days"])
     browser.navigate(f"{server}/?counter=hits&board=posts&refresh=300&{span}&path=/pricing")
-    browser.wait_until(f"document.getElementById('uv-total').textContent === '{page['uv']}' && "
-                       f"document.getElementById('pv-total').textContent === '{page['pv']}'",
-                       what="the page's PV and UV over the range")
+    browser.wait_until(
+        f"document.getElementById('uv-total').textContent === '{page['uv']}' && "
+        f"document.getElementById('pv-total').textContent === '{page['pv']}'",
+        what="the page's PV and UV over the range",
+    )
     # the health panel turns green once the worker answers pings and beat's cleaner has run
-    browser.wait_until("['redis', 'workers', 'beat', 'queues'].every(c => "
-                       "document.querySelector(`#health [data-check=${c}]`)) && "
-                       "[...document.querySelectorAll('#health [data-check]')].every(b => b.dataset.ok === '1')",
-                       timeout=40, what="every health check to pass in the page")
+    browser.wait_until(
+        "['redis', 'workers', 'beat', 'queues'].every(c => "
+        "document.querySelector(`#health [data-check=${c}]`)) && "
+        "[...document.querySelectorAll('#health [data-check]')].every(b => b.dataset.ok === '1')",
+        timeout=40,
+        what="every health check to pass in the page",
+    )
     health = get_json(f"{server}/api/health")
     assert health["ok"] and health["workers"]["names"] and health["jobs"]["clean_counters"]["last_duration"] is not None
     dead_row = browser.evaluate("document.querySelector('#health-table tr[data-row=\"dead letters\"]').textContent")
@@ -162,11 +177,14 @@ def test_dashboard_in_chromium_shows_the_apis_numbers_and_updates_live(raw_conn,
 
     # the screenshot (docs/dashboard.png): the whole site over the range, every card drawn
     browser.navigate(f"{server}/?counter=hits&precision=60&board=posts&refresh=300&{span}&shot=1")
-    browser.wait_until("location.search.endsWith('shot=1') && "
-                       "['visitors', 'pages', 'sources', 'uniques', 'counter', 'rankings', 'health-panel', 'now']"
-                       ".every(s => Number(document.getElementById(s).dataset.loaded) >= 1) && "
-                       "[...document.querySelectorAll('#health [data-check]')].every(b => b.dataset.ok === '1')",
-                       timeout=40, what="every card of the page")
+    browser.wait_until(
+        "location.search.endsWith('shot=1') && "
+        "['visitors', 'pages', 'sources', 'uniques', 'counter', 'rankings', 'health-panel', 'now']"
+        ".every(s => Number(document.getElementById(s).dataset.loaded) >= 1) && "
+        "[...document.querySelectorAll('#health [data-check]')].every(b => b.dataset.ok === '1')",
+        timeout=40,
+        what="every card of the page",
+    )
     shot = browser.screenshot(tmp_path / "dashboard.png")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
     if os.environ.get("COUNTERS_UPDATE_DOCS") == "1":
@@ -174,6 +192,7 @@ def test_dashboard_in_chromium_shows_the_apis_numbers_and_updates_live(raw_conn,
 
     # live: a new count appears without reloading the page
     counters.update_counter(raw_conn, "hits", 1000)
+
     def page_shows_the_new_count() -> dict | None:
         found = page_matches_api()
         return found if found and max(found[1]["counterBars"][-2:]) >= 1000 else None
@@ -181,7 +200,6 @@ def test_dashboard_in_chromium_shows_the_apis_numbers_and_updates_live(raw_conn,
     # (the total itself may lose the oldest bucket meanwhile, as the 120-bucket window moves on)
     _api, after = wait_until(page_shows_the_new_count, timeout=20, what="the live update")
     assert int(after["counterTotal"]) == _api["total"] and max(after["counterBars"][-2:]) >= 1000
-
 
 
 def test_dashboard_page_needs_no_internet(server):
@@ -245,8 +263,10 @@ def test_sigterm_stops_a_server_whose_handlers_are_stuck(tmp_path):
             pass
 
     threading.Thread(target=hold_connections, daemon=True).start()
-    process, base = start_serve(celery_env(f"redis://127.0.0.1:{silent.getsockname()[1]}/0",
-                                           COUNTERS_REDIS_TIMEOUT="120"), tmp_path / "serve.log")
+    process, base = start_serve(
+        celery_env(f"redis://127.0.0.1:{silent.getsockname()[1]}/0", COUNTERS_REDIS_TIMEOUT="120"),
+        tmp_path / "serve.log",
+    )
 
     def status(path: str) -> int:
         try:
@@ -292,19 +312,28 @@ def test_the_dashboard_switches_between_sites(raw_conn, redis_url, broker_url, b
     with serving(env, tmp_path / "serve.log", lambda base: "sites" in get_json(base + "/api/config")) as base:
         browser.navigate(base + "/")
         browser.wait_until("Number(document.getElementById('visitors').dataset.loaded) >= 1", what="the default site")
-        assert browser.evaluate("[...document.getElementById('site').options].map(o => o.value).join()") == \
-            "default,blog,shop"
+        assert (
+            browser.evaluate("[...document.getElementById('site').options].map(o => o.value).join()")
+            == "default,blog,shop"
+        )
         assert browser.evaluate("document.getElementById('pv-total').textContent") == "0"
         browser.wait_until("document.getElementById('now-total').textContent === '0'", what="nobody right now")
-        browser.evaluate("(() => { const s = document.getElementById('site'); s.value = 'blog';"
-                         " s.dispatchEvent(new Event('change')); return true; })()")
-        browser.wait_until("location.search === '?site=blog' && "
-                           "Number(document.getElementById('visitors').dataset.loaded) >= 1 && "
-                           "document.getElementById('pv-total').textContent === '3'", what="the blog's figures")
+        browser.evaluate(
+            "(() => { const s = document.getElementById('site'); s.value = 'blog';"
+            " s.dispatchEvent(new Event('change')); return true; })()"
+        )
+        browser.wait_until(
+            "location.search === '?site=blog' && "
+            "Number(document.getElementById('visitors').dataset.loaded) >= 1 && "
+            "document.getElementById('pv-total').textContent === '3'",
+            what="the blog's figures",
+        )
         assert browser.evaluate("document.getElementById('uv-total').textContent") == "3"
         browser.wait_until("document.getElementById('now-total').textContent === '1'", what="the blog's visitor now")
         assert browser.evaluate("document.getElementById('timezone').textContent") == "days in Asia/Tokyo"
-        assert browser.evaluate("document.getElementById('to').value") == local_day(time.time(), "Asia/Tokyo").isoformat()
+        assert (
+            browser.evaluate("document.getElementById('to').value") == local_day(time.time(), "Asia/Tokyo").isoformat()
+        )
         assert browser.evaluate("document.getElementById('site').value") == "blog"
 
 
@@ -322,19 +351,25 @@ def test_the_two_unique_visitor_figures_say_what_they_count_and_only_an_estimate
     sessions = [str(uuid.uuid5(uuid.NAMESPACE_URL, f"session-{n}")) for n in range(40)]
     for i in range(120):  # 120 IPs sharing 40 sessions, all today
         visits.apply_visit(raw_conn, f"198.51.100.{i + 1}", "/", sessions[i % 40], now)
-    loaded = ("location.search.endsWith('{mark}') && "
-              "['visitors', 'uniques'].every(s => Number(document.getElementById(s).dataset.loaded) >= 1)")
+    loaded = (
+        "location.search.endsWith('{mark}') && "
+        "['visitors', 'uniques'].every(s => Number(document.getElementById(s).dataset.loaded) >= 1)"
+    )
     browser.navigate(f"{server}/?refresh=300&n=1")  # the default range: the last seven days
     browser.wait_until(loaded.format(mark="n=1"), what="the week's figures")
-    shown = browser.evaluate("[document.getElementById('uv-total').textContent, "
-                             "document.getElementById('uv-note').textContent, "
-                             "document.getElementById('uniques-total').textContent]")
+    shown = browser.evaluate(
+        "[document.getElementById('uv-total').textContent, "
+        "document.getElementById('uv-note').textContent, "
+        "document.getElementById('uniques-total').textContent]"
+    )
     assert shown == ["120", "", "40"]  # one day's exact figure: no "≈"
     visitors, uniques = section_text(browser, "visitors"), section_text(browser, "uniques")
     assert "visitors (by IP)" in visitors and "sessions (by cookie)" in uniques
     # each says why the other figure differs, on the page and in the figures' tooltips
     assert "one IP" in visitors and "session" in visitors and "IP" in uniques
-    uv_tip, uniques_tip = browser.evaluate("['uv-total', 'uniques-total'].map(id => document.getElementById(id).parentNode.title)")
+    uv_tip, uniques_tip = browser.evaluate(
+        "['uv-total', 'uniques-total'].map(id => document.getElementById(id).parentNode.title)"
+    )
     assert "by IP" in uv_tip and "session ids" in uniques_tip and "cookie" in uniques_tip
     # a true estimate is still marked: visitors on two days of the week
     for i in range(30):
@@ -348,8 +383,9 @@ def test_the_two_unique_visitor_figures_say_what_they_count_and_only_an_estimate
     # and one day alone (today: 120 visitors, exact) is not
     browser.navigate(f"{server}/?refresh=300&from={today.isoformat()}&to={today.isoformat()}&n=3")
     browser.wait_until(loaded.format(mark="n=3"), what="today's figures")
-    assert browser.evaluate("[document.getElementById('uv-total').textContent, "
-                            "document.getElementById('uv-note').textContent]") == ["120", ""]
+    assert browser.evaluate(
+        "[document.getElementById('uv-total').textContent, document.getElementById('uv-note').textContent]"
+    ) == ["120", ""]
 
 
 def test_rankings_without_a_board_say_what_fills_one_until_the_first_arrives(raw_conn, server, browser):
@@ -365,11 +401,14 @@ def test_rankings_without_a_board_say_what_fills_one_until_the_first_arrives(raw
     browser.wait_until("document.querySelector('#board-table tr') !== null", what="the first board to show")
     text = section_text(browser, "rankings")
     assert "No rankings yet" not in text and "post-1" in text
-    assert browser.evaluate("[...document.querySelectorAll('#board-table tr')].map(tr => tr.innerText.split('\\t'))") \
-        == [["1", "post-1", "3"]]
+    assert browser.evaluate(
+        "[...document.querySelectorAll('#board-table tr')].map(tr => tr.innerText.split('\\t'))"
+    ) == [["1", "post-1", "3"]]
     ranking.delete_board(raw_conn, "posts")  # the last board gone: the card says so again
-    browser.wait_until("document.getElementById('rankings').innerText.includes('No rankings yet')",
-                       what="the empty state after the last board went")
+    browser.wait_until(
+        "document.getElementById('rankings').innerText.includes('No rankings yet')",
+        what="the empty state after the last board went",
+    )
     assert browser.evaluate("document.getElementById('board-table').offsetParent") is None
 
 
@@ -384,26 +423,38 @@ def test_skipped_requests_and_an_invisible_deployment_are_said_on_the_page(raw_c
     today = local_day(now)
     for n in range(3):
         visits.apply_visit(raw_conn, f"198.51.100.{n + 1}", "/", None, now)
-    skips.count_skipped(raw_conn, [{"route": "middleware", "reason": "crawler", "count": 40, "ts": now},
-                            {"route": "middleware", "reason": "static", "count": 5, "ts": now}])
+    skips.count_skipped(
+        raw_conn,
+        [
+            {"route": "middleware", "reason": "crawler", "count": 40, "ts": now},
+            {"route": "middleware", "reason": "static", "count": 5, "ts": now},
+        ],
+    )
     browser.navigate(f"{server}/?refresh=300&from={today.isoformat()}&to={today.isoformat()}")
     browser.wait_until("Number(document.getElementById('visitors').dataset.loaded) >= 1", what="the day's figures")
-    shown = browser.evaluate("[document.getElementById('pv-total').textContent, "
-                             "document.getElementById('skipped-total').textContent, "
-                             "document.getElementById('skipped-reasons').textContent, "
-                             "document.getElementById('skipped').hidden, "
-                             "document.getElementById('skipped').classList.contains('warn')]")
+    shown = browser.evaluate(
+        "[document.getElementById('pv-total').textContent, "
+        "document.getElementById('skipped-total').textContent, "
+        "document.getElementById('skipped-reasons').textContent, "
+        "document.getElementById('skipped').hidden, "
+        "document.getElementById('skipped').classList.contains('warn')]"
+    )
     assert shown == ["3", "45", " crawler 40, static 5", False, True]
     # a path's figures have no skips of their own: the figure is not shown
     browser.navigate(f"{server}/?refresh=300&from={today.isoformat()}&to={today.isoformat()}&path=/")
-    browser.wait_until("location.search.endsWith('path=/') && "
-                       "Number(document.getElementById('visitors').dataset.loaded) >= 1", what="the page's figures")
+    browser.wait_until(
+        "location.search.endsWith('path=/') && Number(document.getElementById('visitors').dataset.loaded) >= 1",
+        what="the page's figures",
+    )
     assert browser.evaluate("document.getElementById('skipped').hidden") is True
 
     browser.wait_until("document.querySelector('#health [data-check=data]') !== null", what="the health badges")
     assert browser.evaluate("document.querySelector('#health [data-check=data]').dataset.ok") == "1"
     raw_conn.set(deployment.tag_key_name(), "0f" * 16)  # the data now under another key than the server's pin
     browser.navigate(f"{server}/?refresh=300")
-    browser.wait_until("document.querySelector('#health [data-check=data]')?.dataset.ok === '0'", timeout=20,
-                       what="the data badge to fail")
+    browser.wait_until(
+        "document.querySelector('#health [data-check=data]')?.dataset.ok === '0'",
+        timeout=20,
+        what="the data badge to fail",
+    )
     assert "COUNTERS_TAG_KEY" in section_text(browser, "health-panel")

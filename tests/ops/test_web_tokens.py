@@ -35,12 +35,17 @@ def fake_health(_conn):
     return {"ok": True}
 
 
-def fetch(url: str, token: str | None = None, method: str = "GET", authorization: str | None = None,
-          ) -> tuple[int, dict[str, str], bytes]:
+def fetch(
+    url: str,
+    token: str | None = None,
+    method: str = "GET",
+    authorization: str | None = None,
+) -> tuple[int, dict[str, str], bytes]:
     """(status, headers with lower-case names, body) of one request; 4xx/5xx are answers too."""
     headers = {"Authorization": authorization or f"Bearer {token}"} if (token or authorization) else {}
-    request = urllib.request.Request(url, method=method, headers=headers,
-                                     data=b"{}" if method in ("POST", "PUT") else None)
+    request = urllib.request.Request(
+        url, method=method, headers=headers, data=b"{}" if method in ("POST", "PUT") else None
+    )
     try:
         with urllib.request.urlopen(request, timeout=10) as answer:
             return answer.status, {k.lower(): v for k, v in answer.headers.items()}, answer.read()
@@ -107,7 +112,9 @@ def test_wrong_and_revoked_tokens_are_refused(dashboard, raw_conn):
     for wrong in ("ctk_" + secrets.token_urlsafe(32), token[:-1], token + "x", "not-a-token", token.upper()):
         status, headers, body = fetch(url, wrong)
         assert status == 401, wrong
-        assert headers["www-authenticate"].startswith("Bearer") and 'error="invalid_token"' in headers["www-authenticate"]
+        assert (
+            headers["www-authenticate"].startswith("Bearer") and 'error="invalid_token"' in headers["www-authenticate"]
+        )
         assert json.loads(body) == {"error": "invalid or revoked token"}
     assert fetch(url, authorization="Bearer")[0] == 401  # no token at all after the scheme
 
@@ -126,8 +133,14 @@ def test_wrong_and_revoked_tokens_are_refused(dashboard, raw_conn):
 def test_a_token_opens_nothing_but_the_apis_get_routes(dashboard, raw_conn):
     token = create("reader")
     assert fetch(f"{dashboard}/api/boards", token)[0] == 200
-    for path, method in (("/", "GET"), ("/static/chart.js", "GET"), ("/api/stats", "POST"),
-                         ("/api/counters", "PUT"), ("/api/boards", "DELETE"), ("/metrics", "POST")):
+    for path, method in (
+        ("/", "GET"),
+        ("/static/chart.js", "GET"),
+        ("/api/stats", "POST"),
+        ("/api/counters", "PUT"),
+        ("/api/boards", "DELETE"),
+        ("/metrics", "POST"),
+    ):
         status, headers, _ = fetch(dashboard + path, token, method=method)
         assert status == 401, (method, path)  # the password's rule, as without a token
         assert headers["www-authenticate"].startswith("Basic"), (method, path)
@@ -151,11 +164,13 @@ def test_redis_errors_while_checking_a_token_are_503(conn):
     dead = dead_client()
     for auth in (None, (USER, PASSWORD)):
         response = TestClient(create_app(dead, auth=auth, health=fake_health)).get(
-            "/api/counters", headers={"Authorization": "Bearer ctk_" + "a" * 43})
+            "/api/counters", headers={"Authorization": "Bearer ctk_" + "a" * 43}
+        )
         assert response.status_code == 503 and "Redis" in response.json()["error"], auth
     conn.set(keys.api_tokens(), "clobbered")  # the key of another type: WRONGTYPE, not "allowed"
     response = TestClient(create_app(conn, auth=(USER, PASSWORD), health=fake_health)).get(
-        "/api/counters", headers={"Authorization": "Bearer ctk_" + "a" * 43})
+        "/api/counters", headers={"Authorization": "Bearer ctk_" + "a" * 43}
+    )
     assert response.status_code == 503 and "WRONGTYPE" in response.json()["error"]
 
 
@@ -199,8 +214,12 @@ def test_names_are_unique_and_the_number_of_tokens_is_capped(raw_conn):
     create("dup")
     code, _, err = tokens("create", "dup")
     assert code == 2 and "exists already" in err
-    filler = {hashlib.sha256(f"filler-{n}".encode()).hexdigest(): json.dumps(
-        {"name": f"filler-{n}", "created": 0, "scope": "read", "site": None}) for n in range(views.MAX_TOKENS - 2)}
+    filler = {
+        hashlib.sha256(f"filler-{n}".encode()).hexdigest(): json.dumps(
+            {"name": f"filler-{n}", "created": 0, "scope": "read", "site": None}
+        )
+        for n in range(views.MAX_TOKENS - 2)
+    }
     raw_conn.hset(keys.api_tokens(), mapping=filler)
     last = create("last")  # the 1000th
     code, out, err = tokens("create", "one-too-many")
@@ -235,11 +254,19 @@ def test_a_token_for_one_site_reads_that_site_only(raw_conn, monkeypatch):
     bearer = {"Authorization": f"Bearer {blog}"}
     answer = client.get("/api/stats", params={"site": "blog"}, headers=bearer)
     assert answer.status_code == 200 and answer.json()["pv"] == 1
-    for path, params in (("/api/stats", {"site": "shop"}), ("/api/stats", {}), ("/api/stats", {"site": "default"}),
-                         ("/metrics", {}), ("/api/health", {})):
+    for path, params in (
+        ("/api/stats", {"site": "shop"}),
+        ("/api/stats", {}),
+        ("/api/stats", {"site": "default"}),
+        ("/metrics", {}),
+        ("/api/health", {}),
+    ):
         refused = client.get(path, params=params, headers=bearer)
         assert refused.status_code == 403 and "insufficient_scope" in refused.headers["www-authenticate"], path
     every = create("every-site")
-    assert client.get("/api/stats", params={"site": "shop"}, headers={"Authorization": f"Bearer {every}"}).status_code == 200
+    assert (
+        client.get("/api/stats", params={"site": "shop"}, headers={"Authorization": f"Bearer {every}"}).status_code
+        == 200
+    )
     listed = json.loads(tokens("list", "--json")[1])["tokens"]
     assert {t["name"]: t["site"] for t in listed} == {"blog-reader": "blog", "every-site": None}

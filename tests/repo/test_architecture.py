@@ -55,7 +55,7 @@ def resolve(module: str, node: ast.ImportFrom | ast.Import) -> list[str]:
         base = node.module.removeprefix("counters_tasks").lstrip(".")
     else:
         package = module.split(".")[:-1]  # the package a module (or an __init__) is in
-        up = package[:len(package) - (node.level - 1)]
+        up = package[: len(package) - (node.level - 1)]
         base = ".".join([*up, *(node.module.split(".") if node.module else [])])
     found = []
     for alias in node.names:
@@ -114,7 +114,7 @@ def test_the_import_graph_has_no_cycle():
         state[node] = 1
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                cycles.append(path[path.index(nxt):] + [nxt] if nxt in path else [node, nxt])
+                cycles.append(path[path.index(nxt) :] + [nxt] if nxt in path else [node, nxt])
             elif nxt not in state:
                 visit(nxt, [*path, nxt])
         state[node] = 2
@@ -147,8 +147,11 @@ def test_no_module_uses_another_modules_private_names():
     for module, tree in trees.items():
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
-                wrong += [f"{module}:{node.lineno} imports {a.name}" for a in node.names
-                          if a.name.startswith("_") and not a.name.startswith("__")]
+                wrong += [
+                    f"{module}:{node.lineno} imports {a.name}"
+                    for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")
+                ]
             elif isinstance(node, ast.Attribute) and node.attr in everywhere and node.attr not in defined[module]:
                 wrong.append(f"{module}:{node.lineno} uses .{node.attr}")
     assert wrong == []

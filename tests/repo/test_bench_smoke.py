@@ -24,8 +24,10 @@ SMOKE = {
     "commands.py": (["--visits", "100", "--shape", "zipf"], "commands per visit: batch"),
     "markers.py": (["--visits", "500"], "marker"),
     "cluster.py": (["--visits", "500", "--procs", "1"], "cluster"),
-    "longhaul.py": (["--days", "3", "--paths", "20000", "--visits-per-day", "200", "--every", "1", "--probe", "20000"],
-                    "longhaul targets met"),
+    "longhaul.py": (
+        ["--days", "3", "--paths", "20000", "--visits-per-day", "200", "--every", "1", "--probe", "20000"],
+        "longhaul targets met",
+    ),
 }
 
 
@@ -33,7 +35,13 @@ SMOKE = {
 def test_benchmark_runs(script, tmp_path):
     args, expected = SMOKE[script]
     env = {k: v for k, v in __import__("os").environ.items() if not k.startswith(("COUNTERS_", "CELERY_"))}
-    result = subprocess.run([sys.executable, "-m", f"bench.{script.removesuffix('.py')}", *args], cwd=REPO, env=env,
-                            capture_output=True, text=True, timeout=240)
+    result = subprocess.run(
+        [sys.executable, "-m", f"bench.{script.removesuffix('.py')}", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert expected in result.stdout, result.stdout[-2000:]

@@ -84,10 +84,20 @@ def test_docker_compose_config_accepts_the_file(tmp_path):
     docker = shutil.which("docker")
     if not docker or subprocess.run([docker, "compose", "version"], capture_output=True).returncode != 0:
         pytest.skip("no docker compose plugin here; the file is checked by parsing above")
-    env = {"PATH": "/usr/bin:/bin", "COUNTERS_SECRET": "x" * 64, "COUNTERS_TAG_KEY": "ab" * 16, "FLOWER_BASIC_AUTH": "a:b",
-           "COUNTERS_DASHBOARD_AUTH": "a:b"}
-    result = subprocess.run([docker, "compose", "-f", str(REPO / "docker-compose.yml"), "config", "--quiet"],
-                            env=env, capture_output=True, text=True, timeout=60)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "COUNTERS_SECRET": "x" * 64,
+        "COUNTERS_TAG_KEY": "ab" * 16,
+        "FLOWER_BASIC_AUTH": "a:b",
+        "COUNTERS_DASHBOARD_AUTH": "a:b",
+    }
+    result = subprocess.run(
+        [docker, "compose", "-f", str(REPO / "docker-compose.yml"), "config", "--quiet"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
 
 

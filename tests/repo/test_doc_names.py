@@ -51,8 +51,9 @@ SOURCE_FOLDERS = ("counters_tasks", "tests", "bench", "scripts", "docs", "constr
 """Where a path of the pages may point (the root's own files too); not ``build/`` or a venv, whose
 copies of the package would hide a file the package no longer has."""
 
-TOP_NAMES = {p.stem for p in PACKAGE.glob("*.py")} | {p.name for p in PACKAGE.iterdir()
-                                                      if (p / "__init__.py").is_file()}
+TOP_NAMES = {p.stem for p in PACKAGE.glob("*.py")} | {
+    p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()
+}
 FIRST_PARTS = TOP_NAMES | set(counters_tasks.__all__) | {"counters_tasks"}
 """The first parts of the dotted names checked (rule 3)."""
 
@@ -164,8 +165,10 @@ def checked_text(page: Path) -> str:
 
 
 def test_a_removal_entry_is_the_only_part_left_out():
-    text = ("- Removed `visits.gone`, `visits.gone_too`\n  and `visits.also_gone`.\n- Kept `visits.apply_visits`.\n"
-            "- Renamed `visits.old` -> `visits.new`.\n")
+    text = (
+        "- Removed `visits.gone`, `visits.gone_too`\n  and `visits.also_gone`.\n- Kept `visits.apply_visits`.\n"
+        "- Renamed `visits.old` -> `visits.new`.\n"
+    )
     assert inline_code(REMOVAL.sub("", text)) == ["visits.apply_visits"]
 
 
@@ -185,33 +188,36 @@ def test_the_rule_finds_the_code_names_of_the_pages():
     assert kinds.count("path") > 100 and kinds.count("name") > 50, (kinds.count("path"), kinds.count("name"))
 
 
-@pytest.mark.parametrize("token, expected", [
-    ("visits.write_calls", ("name", True)),
-    ("worker.batch_apply.apply_batch", ("name", True)),
-    ("counters_tasks.app", ("name", True)),
-    ("app.MaskingAMQP", ("name", True)),
-    ("counters_tasks.record_visits", ("name", True)),
-    ("skips.day_counts()", ("name", True)),
-    ("VisitRecorder.record(..., referrer=, utm=)", ("name", True)),
-    ("VisitRecorder.no_such_method()", ("name", False)),
-    ("sitestats.top_pages(conn, start, end, limit=10)", ("name", True)),
-    ("sitestats.no_such_name", ("name", False)),
-    ("counters_tasks.no_such_task", ("name", False)),
-    ("store.no_such_module.name", ("name", False)),
-    ("store/lua/site_day.lua", ("path", True)),
-    ("counters_tasks/worker/broker.py", ("path", True)),
-    ("lua/lib/hash_total.lua", ("path", True)),
-    ("store/client.py:is_transient", ("path", True)),
-    ("store/client.py:no_such_name", ("path", False)),
-    ("tests/repo/test_doc_names.py::test_the_rule_*", ("path", True)),
-    ("tests/repo/test_doc_names.py::test_no_such_test", ("path", False)),
-    ("store/lua/no_such_script.lua", ("path", False)),
-    ("counters_tasks/ops/static/", ("path", True)),
-    ("counters_tasks/no_such_folder/", ("path", False)),
-    ("deployment.visible", None),  # a JSON field, not checked (a deeper module's name)
-    ("tests/test_<module>.py", None),  # a placeholder
-    ("manage.py runserver", None),  # a command
-    ("/static/", None),  # a URL path
-])
+@pytest.mark.parametrize(
+    "token, expected",
+    [
+        ("visits.write_calls", ("name", True)),
+        ("worker.batch_apply.apply_batch", ("name", True)),
+        ("counters_tasks.app", ("name", True)),
+        ("app.MaskingAMQP", ("name", True)),
+        ("counters_tasks.record_visits", ("name", True)),
+        ("skips.day_counts()", ("name", True)),
+        ("VisitRecorder.record(..., referrer=, utm=)", ("name", True)),
+        ("VisitRecorder.no_such_method()", ("name", False)),
+        ("sitestats.top_pages(conn, start, end, limit=10)", ("name", True)),
+        ("sitestats.no_such_name", ("name", False)),
+        ("counters_tasks.no_such_task", ("name", False)),
+        ("store.no_such_module.name", ("name", False)),
+        ("store/lua/site_day.lua", ("path", True)),
+        ("counters_tasks/worker/broker.py", ("path", True)),
+        ("lua/lib/hash_total.lua", ("path", True)),
+        ("store/client.py:is_transient", ("path", True)),
+        ("store/client.py:no_such_name", ("path", False)),
+        ("tests/repo/test_doc_names.py::test_the_rule_*", ("path", True)),
+        ("tests/repo/test_doc_names.py::test_no_such_test", ("path", False)),
+        ("store/lua/no_such_script.lua", ("path", False)),
+        ("counters_tasks/ops/static/", ("path", True)),
+        ("counters_tasks/no_such_folder/", ("path", False)),
+        ("deployment.visible", None),  # a JSON field, not checked (a deeper module's name)
+        ("tests/test_<module>.py", None),  # a placeholder
+        ("manage.py runserver", None),  # a command
+        ("/static/", None),  # a URL path
+    ],
+)
 def test_the_rule(token, expected):
     assert reference(token) == expected

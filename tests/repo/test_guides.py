@@ -114,8 +114,9 @@ def test_the_should_count_example_of_integrations_md():
     assert not should_count(RequestInfo("GET", "/api/inbox", "192.0.2.1", {}), 200, json)
     browser = {"user-agent": "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0"}
     assert should_count(RequestInfo("GET", "/about", "192.0.2.1", browser), 200, [("Content-Type", "text/html")])
-    assert not should_count(RequestInfo("GET", "/about", "192.0.2.1", {"user-agent": "curl/8.5.0"}), 200,
-                            [("Content-Type", "text/html")])  # the default rule skips scripts
+    assert not should_count(
+        RequestInfo("GET", "/about", "192.0.2.1", {"user-agent": "curl/8.5.0"}), 200, [("Content-Type", "text/html")]
+    )  # the default rule skips scripts
 
 
 def test_the_django_session_id_example_gives_ids_the_recorder_accepts():

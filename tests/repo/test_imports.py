@@ -18,9 +18,16 @@ from counters_tasks.core.settings import load_settings
 from tests.support.procs import REPO, celery_env
 
 WORKER_SIDE = ("celery.worker", "counters_tasks.worker", "counters_tasks.tasks")
-NOT_FOR_SENDING = ("counters_tasks.tasks", "counters_tasks.worker.task_bases", "counters_tasks.worker.batch_consumer",
-                   "counters_tasks.worker.batch_apply", "counters_tasks.worker.claims", "celery.worker.request",
-                   "celery.worker.strategy", "celery.worker.consumer")
+NOT_FOR_SENDING = (
+    "counters_tasks.tasks",
+    "counters_tasks.worker.task_bases",
+    "counters_tasks.worker.batch_consumer",
+    "counters_tasks.worker.batch_apply",
+    "counters_tasks.worker.claims",
+    "celery.worker.request",
+    "celery.worker.strategy",
+    "celery.worker.consumer",
+)
 
 SHOW_LOADED = """
 import json, sys
@@ -30,16 +37,31 @@ print(json.dumps(sorted(m for m in sys.modules if m.startswith({prefixes!r}))))
 
 def loaded_after(code: str, env: dict[str, str], prefixes: tuple[str, ...] = WORKER_SIDE) -> list[str]:
     """The modules of ``prefixes`` loaded once ``code`` ran in a new interpreter."""
-    out = subprocess.run([sys.executable, "-c", code + SHOW_LOADED.format(prefixes=prefixes)], env=env, cwd=REPO,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code + SHOW_LOADED.format(prefixes=prefixes)],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.splitlines()[-1])
 
 
 @pytest.mark.processes
-@pytest.mark.parametrize("module", ["counters_tasks", "counters_tasks.store", "counters_tasks.store.keys",
-                                    "counters_tasks.recorder", "counters_tasks.integrations.wsgi",
-                                    "counters_tasks.integrations.asgi", "counters_tasks.integrations.django"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "counters_tasks",
+        "counters_tasks.store",
+        "counters_tasks.store.keys",
+        "counters_tasks.recorder",
+        "counters_tasks.integrations.wsgi",
+        "counters_tasks.integrations.asgi",
+        "counters_tasks.integrations.django",
+    ],
+)
 def test_importing_loads_no_worker_side(module, redis_url):
     assert loaded_after(f"import {module}", celery_env(redis_url)) == []
 

@@ -34,8 +34,14 @@ def demo_rows(stdout: str) -> list[list[str]]:
 def test_make_demo_counts_exactly_and_exits_cleanly(tmp_path):
     runs = []
     for visits in (600, 300):  # the second run finds the first one's totals in Redis
-        result = subprocess.run(["make", "demo", f"VISITS={visits}"], cwd=REPO, env=user_env(tmp_path),
-                                capture_output=True, text=True, timeout=300)
+        result = subprocess.run(
+            ["make", "demo", f"VISITS={visits}"],
+            cwd=REPO,
+            env=user_env(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         runs.append(result.stdout)
     first, second = runs
@@ -57,14 +63,27 @@ def test_make_demo_counts_exactly_and_exits_cleanly(tmp_path):
 def test_make_run_starts_the_stack_and_stops_it_on_ctrl_c(tmp_path):
     flower_port = free_port()
     log = open(tmp_path / "run.log", "w+")
-    process = subprocess.Popen(["make", "run"], cwd=REPO, env=user_env(tmp_path, FLOWER_PORT=str(flower_port)),
-                               stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    process = subprocess.Popen(
+        ["make", "run"],
+        cwd=REPO,
+        env=user_env(tmp_path, FLOWER_PORT=str(flower_port)),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     output = lambda: (tmp_path / "run.log").read_text()  # noqa: E731
     try:
         wait_until(lambda: "ready" in output(), timeout=180, what="the stack to be ready")
         # what a user does next: health passes at once (beat's every-minute job may not have run yet)
-        health = subprocess.run([sys.executable, "-m", "counters_tasks", "health"], cwd=REPO, env=user_env(tmp_path),
-                                capture_output=True, text=True, timeout=60)
+        health = subprocess.run(
+            [sys.executable, "-m", "counters_tasks", "health"],
+            cwd=REPO,
+            env=user_env(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert health.returncode == 0 and "healthy" in health.stdout, health.stdout + health.stderr
         auth = (tmp_path / "home" / "flower-auth").read_text().strip()
         url = f"http://127.0.0.1:{flower_port}/api/workers"
@@ -80,9 +99,13 @@ def test_make_run_starts_the_stack_and_stops_it_on_ctrl_c(tmp_path):
         redis_url = private_redis_url(output())
         assert redis_url == "redis://127.0.0.1:6379/0", "6379 was free: the stack must take it"
         # a new shell: the env file's lines, as the README's snippets use them
-        sourced = subprocess.run(["bash", "-c", f"source {tmp_path}/home/env && echo $COUNTERS_REDIS_URL && "
-                                  "command -v counters-tasks"], env=user_env(tmp_path, PATH="/usr/bin:/bin"),
-                                 capture_output=True, text=True, timeout=30)
+        sourced = subprocess.run(
+            ["bash", "-c", f"source {tmp_path}/home/env && echo $COUNTERS_REDIS_URL && command -v counters-tasks"],
+            env=user_env(tmp_path, PATH="/usr/bin:/bin"),
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         url_line, cli_path = sourced.stdout.split()
         assert url_line == redis_url and cli_path == str(REPO / ".venv" / "bin" / "counters-tasks")
     finally:
@@ -105,7 +128,9 @@ def test_make_run_starts_the_stack_and_stops_it_on_ctrl_c(tmp_path):
 
 
 def private_redis_url(output: str) -> str:
-    return next(line.split(" at ")[1].split()[0] for line in output.splitlines() if re.search(r"private \S+-server at", line))
+    return next(
+        line.split(" at ")[1].split()[0] for line in output.splitlines() if re.search(r"private \S+-server at", line)
+    )
 
 
 def test_port_6379_taken_is_said_loudly_and_the_cli_follows_the_env_file(tmp_path, redis_url):
@@ -114,9 +139,15 @@ def test_port_6379_taken_is_said_loudly_and_the_cli_follows_the_env_file(tmp_pat
     taken = int(redis_url.rsplit(":", 1)[1].split("/")[0])  # the test session's own Redis
     env = user_env(tmp_path, COUNTERS_REDIS_PORT=str(taken))
     log = open(tmp_path / "run.log", "w+")
-    process = subprocess.Popen([sys.executable, "-m", "counters_tasks", "run", "--no-flower", "--concurrency", "1"],
-                               cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "counters_tasks", "run", "--no-flower", "--concurrency", "1"],
+        cwd=tmp_path,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     output = lambda: (tmp_path / "run.log").read_text()  # noqa: E731
     try:
         wait_until(lambda: "ready" in output() or process.poll() is not None, timeout=120, what="the stack")
@@ -129,8 +160,14 @@ def test_port_6379_taken_is_said_loudly_and_the_cli_follows_the_env_file(tmp_pat
         # the tag key pinned like the secret: no loss of the stack's Redis can split its figures
         assert f"export COUNTERS_TAG_KEY={(tmp_path / 'home' / 'tag-key').read_text().strip()}" in env_lines
         assert (tmp_path / "home" / "env").stat().st_mode & 0o777 == 0o600  # it holds the secret
-        health = subprocess.run([sys.executable, "-m", "counters_tasks", "health", "--json"], cwd=tmp_path,
-                                env=user_env(tmp_path), capture_output=True, text=True, timeout=60)
+        health = subprocess.run(
+            [sys.executable, "-m", "counters_tasks", "health", "--json"],
+            cwd=tmp_path,
+            env=user_env(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         report = json.loads(health.stdout)
         assert report["redis"]["ok"] and report["workers"]["names"], health.stdout + health.stderr
     finally:
@@ -146,8 +183,14 @@ def test_a_stack_already_running_on_the_same_data_is_refused_plainly(tmp_path):
     home = tmp_path / "home"
     with RedisServer(home / "redis", port=free_port()) as leftover:
         env = user_env(tmp_path, COUNTERS_REDIS_PORT=str(leftover.port))
-        result = subprocess.run([sys.executable, "-m", "counters_tasks", "run", "--no-flower"], cwd=tmp_path, env=env,
-                                capture_output=True, text=True, timeout=120)
+        result = subprocess.run(
+            [sys.executable, "-m", "counters_tasks", "run", "--no-flower"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert result.returncode == 1, result.stdout + result.stderr
         assert f"still runs on port {leftover.port}" in result.stderr and "Traceback" not in result.stderr
         assert f"kill {leftover.process.pid}" in result.stderr

@@ -86,8 +86,9 @@ SELECTING = ("test-reversed", "test-oldest", "test-newest", "test-oldest-redis",
 def test_targets_select_tests_by_markers(target):
     recipe = re.search(rf"^{target}:.*\n((?:\t.*\n)+)", MAKEFILE, re.M)[1]
     assert "tests/" not in recipe, f"{target} names test files: give them a marker (pyproject.toml) instead"
-    declared = {line.split(":", 1)[0] for line in re.findall(r'^\s+"(\w+: .*)",$', (REPO / "pyproject.toml").read_text(),
-                                                              re.M)}
+    declared = {
+        line.split(":", 1)[0] for line in re.findall(r'^\s+"(\w+: .*)",$', (REPO / "pyproject.toml").read_text(), re.M)
+    }
     used = set()
     for expression in re.findall(r'pytest\b[^\n]*?\s-m (?:"([^"]+)"|(\w+))', recipe):
         used.update(w for w in re.findall(r"\w+", " ".join(expression)) if w not in ("not", "and", "or"))
@@ -106,8 +107,11 @@ NOT_PINNED = {"pip", "setuptools", "wheel", "distribute", "counters-tasks"}
 
 
 def installed() -> dict[str, str]:
-    return {canonical(d.metadata["Name"]): d.version for d in importlib.metadata.distributions()
-            if canonical(d.metadata["Name"]) not in NOT_PINNED}
+    return {
+        canonical(d.metadata["Name"]): d.version
+        for d in importlib.metadata.distributions()
+        if canonical(d.metadata["Name"]) not in NOT_PINNED
+    }
 
 
 def pins(text: str) -> dict[str, str]:
@@ -127,12 +131,17 @@ def test_make_constraints_pins_what_is_installed(tmp_path):
     constraints/tested.txt alone."""
     tested = (REPO / "constraints" / "tested.txt").read_text()
     out = tmp_path / "pins.txt"
-    result = subprocess.run(["make", "constraints", f"VENV={sys.prefix}", f"CONSTRAINTS_OUT={out}"], cwd=REPO,
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        ["make", "constraints", f"VENV={sys.prefix}", f"CONSTRAINTS_OUT={out}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     text = out.read_text()
     header = [line for line in tested.splitlines() if line.startswith("#")]
-    assert header and text.splitlines()[:len(header)] == header
+    assert header and text.splitlines()[: len(header)] == header
     assert pins(text) == installed()
     assert (REPO / "constraints" / "tested.txt").read_text() == tested
 

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.processes
 
 REPO = Path(__file__).resolve().parents[2]
 
-PROBE = '''
+PROBE = """
 import json, os, time
 
 import pytest
@@ -53,7 +53,7 @@ def test_budget():
 @pytest.mark.parametrize("n", range(3))
 def test_after(n):
     record("ordinary")
-'''
+"""
 
 
 def overlap(a: list, b: list) -> bool:
@@ -70,10 +70,30 @@ def test_a_timed_test_runs_while_no_other_test_runs(tmp_path):
     log = tmp_path / "log.jsonl"
     env = {**os.environ, "PROBE_LOG": str(log), "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     # the suite's conftest as a plugin (its hooks and fixtures), its markers from pyproject.toml
-    result = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-p", "tests.conftest",
-                             "-c", str(REPO / "pyproject.toml"),
-                             "--rootdir", str(tmp_path), "-q", "-p", "no:cacheprovider", str(tmp_path / "test_probe.py")],
-                            cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-n",
+            "2",
+            "-p",
+            "tests.conftest",
+            "-c",
+            str(REPO / "pyproject.toml"),
+            "--rootdir",
+            str(tmp_path),
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            str(tmp_path / "test_probe.py"),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     runs = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(runs) == 11 and {worker for _, worker, _, _ in runs} == {"gw0", "gw1"}

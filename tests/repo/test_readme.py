@@ -13,7 +13,9 @@ from counters_tasks.core.settings import load_settings
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()
 CONFIGURATION = (REPO / "docs" / "configuration.md").read_text()
-SETTINGS_CODE = (REPO / "counters_tasks" / "core" / "settings.py").read_text()  # the one module that reads the environment
+SETTINGS_CODE = (
+    REPO / "counters_tasks" / "core" / "settings.py"
+).read_text()  # the one module that reads the environment
 
 
 def test_python_examples_run(eager_app, redis_url, raw_conn):
@@ -89,6 +91,11 @@ def test_every_relative_link_of_the_docs_resolves():
 
 def test_readme_stays_short_and_in_a_users_order():
     headings = re.findall(r"^## (.+)$", README, re.M)
-    assert headings[:5] == ["Install", "The two commands", "Using it from an app", "Reading the numbers",
-                            "Configuration"]
+    assert headings[:5] == [
+        "Install",
+        "The two commands",
+        "Using it from an app",
+        "Reading the numbers",
+        "Configuration",
+    ]
     assert len(README.splitlines()) < 230

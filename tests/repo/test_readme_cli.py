@@ -54,9 +54,14 @@ def test_readme_lists_every_query_command():
 
 def _serve(redis_url: str, env: dict, argv: list[str], tmp_path) -> tuple[str, int]:
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "counters_tasks.ops.cli", *argv, "--port", str(port)], cwd=REPO,
-                               env=celery_env(redis_url, **env), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, start_new_session=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "counters_tasks.ops.cli", *argv, "--port", str(port)],
+        cwd=REPO,
+        env=celery_env(redis_url, **env),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}/api/counters"
 
     def status() -> int:
@@ -90,9 +95,14 @@ def test_every_readme_command_runs(raw_conn, redis_url, tmp_path):
             assert code == (401 if "COUNTERS_DASHBOARD_AUTH" in env else 200)
             session.print(Text(output))
             continue
-        result = subprocess.run([sys.executable, "-m", "counters_tasks.ops.cli", *argv], cwd=REPO,
-                                env=celery_env(redis_url, COLUMNS="100", FORCE_COLOR="1", **env),
-                                capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [sys.executable, "-m", "counters_tasks.ops.cli", *argv],
+            cwd=REPO,
+            env=celery_env(redis_url, COLUMNS="100", FORCE_COLOR="1", **env),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         expected = 1 if argv[0] == "health" else 0  # no worker or beat runs in this test: unhealthy
         assert result.returncode == expected, (argv, result.stdout, result.stderr)
         assert result.stdout.strip(), argv
@@ -105,4 +115,3 @@ def test_every_readme_command_runs(raw_conn, redis_url, tmp_path):
     assert text.startswith("<svg") and "counters-tasks" in text and "posts" in text
     if os.environ.get("COUNTERS_UPDATE_DOCS") == "1":
         shutil.copy(svg, Path(os.environ.get("COUNTERS_DOCS_DIR") or REPO / "docs") / "cli-session.svg")
-

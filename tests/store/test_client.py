@@ -41,6 +41,6 @@ def test_tag_groups_spread():
 def test_user_strings_never_pick_the_slot():
     for name in ["{evil}", "a}{b", "{", "}", "*", "x y\u00e9", "n" * 10_000]:
         key = keys.counter_hash(name)
-        tag = key[key.index("{") + 1:key.index("}")]
+        tag = key[key.index("{") + 1 : key.index("}")]
         assert tag == keys.counter_tag(name) and tag[0] == "c" and 0 <= int(tag[1:]) < keys.TAG_GROUPS
-        assert "{" not in key[key.index("}"):] and " " not in key and "*" not in key
+        assert "{" not in key[key.index("}") :] and " " not in key and "*" not in key

@@ -31,8 +31,14 @@ PATH = "/after-the-loss"
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     """``counters-tasks ...`` in a new process: a reader that has never seen the deployment."""
-    return subprocess.run([sys.executable, "-m", "counters_tasks.ops.cli", *args], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "counters_tasks.ops.cli", *args],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def page_views(env: dict[str, str], path: str) -> int:
@@ -53,8 +59,13 @@ def send_visits(server: RedisServer, path: str, count: int, first_ip: int = 0) -
     try:
         with sender.producer_or_acquire() as producer:
             for n in range(count):
-                sender.send_task("counters_tasks.record_visit", (f"198.51.100.{(first_ip + n) % 250 + 1}", path, None, now),
-                                 queue="visits", serializer="json", producer=producer)
+                sender.send_task(
+                    "counters_tasks.record_visit",
+                    (f"198.51.100.{(first_ip + n) % 250 + 1}", path, None, now),
+                    queue="visits",
+                    serializer="json",
+                    producer=producer,
+                )
     finally:
         sender.close()
 
@@ -220,9 +231,18 @@ print(keys.tag_key().decode())
 def writers(env: dict[str, str], count: int, path: str) -> list[str]:
     """``count`` new processes that each record one visit to ``path`` at the same moment (each
     its own visitor); the tag key each ended on."""
-    procs = [subprocess.Popen([sys.executable, "-c", WRITE_AND_SAY_KEY, f"192.0.2.{n + 1}", path], env=env,
-                              cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for n in range(count)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITE_AND_SAY_KEY, f"192.0.2.{n + 1}", path],
+            env=env,
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n in range(count)
+    ]
     outs = [p.communicate("go\n", timeout=60) for p in procs]
     assert all(p.returncode == 0 for p in procs), [err for _, err in outs]
     return [out.strip() for out, _ in outs]
@@ -275,20 +295,26 @@ NOW = time.time()
 WRITES_AND_FIGURES = {  # a write of visitor n, and the figure it adds 1 to
     "sitestats.record_visit": (
         lambda conn, n: sitestats.record_visit(conn, f"192.0.2.{n}", "/p", NOW, message_id=f"sv{n}"),
-        lambda conn: sitestats.site_visit_info(conn, local_day(NOW), "/p").pv),
+        lambda conn: sitestats.site_visit_info(conn, local_day(NOW), "/p").pv,
+    ),
     "visits.apply_visits": (
-        lambda conn, n: visits.apply_visits(conn, [{"ip": f"192.0.2.{n}", "path": "/v", "ts": NOW}],
-                                             message_id=f"rv{n}"),
-        lambda conn: sitestats.site_visit_info(conn, local_day(NOW), "/v").pv),
+        lambda conn, n: visits.apply_visits(
+            conn, [{"ip": f"192.0.2.{n}", "path": "/v", "ts": NOW}], message_id=f"rv{n}"
+        ),
+        lambda conn: sitestats.site_visit_info(conn, local_day(NOW), "/v").pv,
+    ),
     "counters.update_counter": (
         lambda conn, n: counters.update_counter(conn, "c", 1, NOW, message_id=f"uc{n}"),
-        lambda conn: counters.get_counter(conn, "c", 86400, NOW)[-1][1]),
+        lambda conn: counters.get_counter(conn, "c", 86400, NOW)[-1][1],
+    ),
     "uniques.count_visit": (
         lambda conn, n: uniques.count_visit(conn, str(uuid.UUID(int=n << 100)), NOW, message_id=f"cv{n}"),
-        lambda conn: uniques.unique_visitors(conn, local_day(NOW))),
+        lambda conn: uniques.unique_visitors(conn, local_day(NOW)),
+    ),
     "ranking.incr": (
         lambda conn, n: ranking.Ranking(conn, "likes").incr("post", 1, NOW),
-        lambda conn: dict(ranking.Ranking(conn, "likes").top(0, 1, withscores=True, now=NOW))["post"]),
+        lambda conn: dict(ranking.Ranking(conn, "likes").top(0, 1, withscores=True, now=NOW))["post"],
+    ),
 }
 
 

@@ -21,7 +21,7 @@ def test_union_count_equals_pfcount(raw_conn, sizes):
         members = rng.sample(universe, size)
         if members:
             for start in range(0, len(members), 1000):
-                raw_conn.pfadd(key, *members[start:start + 1000])
+                raw_conn.pfadd(key, *members[start : start + 1000])
         keys.append(key)
     present = [k for k in keys if raw_conn.exists(k)]
     expected = raw_conn.pfcount(*present) if present else 0

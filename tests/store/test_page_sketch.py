@@ -21,8 +21,9 @@ pytestmark = pytest.mark.cluster
 
 def expected_sketch(ips: list[str]) -> str:
     """The sketch the rule gives for these visitors (new to the page in this order), computed here."""
-    ids = list(dict.fromkeys(page_sketch.visitor_sketch_id(sitestats.pair_visitor(sitestats.visitor_id(ip)))
-                             for ip in ips))
+    ids = list(
+        dict.fromkeys(page_sketch.visitor_sketch_id(sitestats.pair_visitor(sitestats.visitor_id(ip))) for ip in ips)
+    )
     if len(ids) <= page_sketch.EXACT_IDS:
         return "".join(ids)
     registers = bytearray(page_sketch.REGISTERS)

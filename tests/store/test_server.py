@@ -26,8 +26,14 @@ OLD_SERVERS = REPO / ".old-servers"
 
 
 def health(env: dict[str, str]) -> tuple[int, dict]:
-    out = subprocess.run([sys.executable, "-m", "counters_tasks.ops.cli", "health", "--json", "--timeout", "3"],
-                         env=env, cwd=REPO, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "counters_tasks.ops.cli", "health", "--json", "--timeout", "3"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return out.returncode, json.loads(out.stdout)
 
 
@@ -35,8 +41,9 @@ def health(env: dict[str, str]) -> tuple[int, dict]:
 def evicting(request, tmp_path):
     """A Redis with maxmemory 24mb and an evicting policy (the default of several managed services):
     ``(server, policy)``; both policies for the error, one for the warning (a worker start each)."""
-    with RedisServer(tmp_path / "redis", extra_args=["--maxmemory", "24mb", "--maxmemory-policy",
-                                                     request.param]) as evicting_server:
+    with RedisServer(
+        tmp_path / "redis", extra_args=["--maxmemory", "24mb", "--maxmemory-policy", request.param]
+    ) as evicting_server:
         yield evicting_server, request.param
 
 
@@ -56,8 +63,10 @@ def test_an_evicting_policy_is_an_error_in_the_worker_log_health_and_metrics(evi
         worker.stop()
     conn = make_client(redis_server.url)
     scrape = TestClient(create_app(conn, auth=None)).get("/metrics").text
-    assert f'counters_redis_evicting{{policy="{policy}",server=' in scrape and "} 1.0" in scrape.split(
-        "counters_redis_evicting{", 1)[1].splitlines()[0]
+    assert (
+        f'counters_redis_evicting{{policy="{policy}",server=' in scrape
+        and "} 1.0" in scrape.split("counters_redis_evicting{", 1)[1].splitlines()[0]
+    )
 
 
 @pytest.mark.processes
@@ -124,8 +133,11 @@ def test_the_oldest_supported_server_counts_through_a_real_worker(tmp_path):
             with app.connection_for_write(load_settings({"COUNTERS_REDIS_URL": oldest.url}).broker_url) as broker:
                 for n in range(20):
                     tasks.update_counter.apply_async(("on-6.2", 1, 1000.0 + n), producer=app.amqp.Producer(broker))
-            wait_until(lambda: sum(t for _b, t in counters.get_counter(conn, "on-6.2", 60, now=1019.0)) == 20,
-                       timeout=30, what=f"20 updates on Redis 6.2; log:\n{worker.output()[-2000:]}")
+            wait_until(
+                lambda: sum(t for _b, t in counters.get_counter(conn, "on-6.2", 60, now=1019.0)) == 20,
+                timeout=30,
+                what=f"20 updates on Redis 6.2; log:\n{worker.output()[-2000:]}",
+            )
             assert "Redis 6.2" not in worker.output()  # no complaint about the version
         finally:
             worker.stop()

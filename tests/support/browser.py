@@ -18,9 +18,17 @@ import urllib.request
 from pathlib import Path
 
 CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
-    "--hide-scrollbars", "--remote-debugging-port=0", "--remote-allow-origins=*",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-dev-shm-usage",
+    "--hide-scrollbars",
+    "--remote-debugging-port=0",
+    "--remote-allow-origins=*",
 ]
 
 
@@ -70,7 +78,9 @@ class Browser:
         self.log = open(profile.parent / "chromium.log", "wb")
         self.process = subprocess.Popen(
             [binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--window-size={width},{height}", "about:blank"],
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         port = self._wait_port(profile / "DevToolsActivePort")
         pages = []

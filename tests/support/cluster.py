@@ -46,10 +46,21 @@ class RedisClusterProcesses:
     def start(self, timeout: float = 60.0) -> RedisClusterProcesses:
         for _ in range(self.masters * (1 + self.replicas)):
             port = free_cluster_port()
-            node = RedisServer(self.base_dir / f"node-{port}", port=port, appendonly=self.appendonly, extra_args=[
-                "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
-                "--repl-diskless-sync-delay", "0",
-            ])
+            node = RedisServer(
+                self.base_dir / f"node-{port}",
+                port=port,
+                appendonly=self.appendonly,
+                extra_args=[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "2000",
+                    "--repl-diskless-sync-delay",
+                    "0",
+                ],
+            )
             self.nodes.append(node.start())
         self.join(timeout)
         self.wait_ok(timeout)
@@ -59,7 +70,7 @@ class RedisClusterProcesses:
     def join(self, timeout: float = 60.0) -> None:
         """Assign the slots, introduce the nodes to each other and attach the replicas."""
         clients = [redis.Redis(port=n.port, decode_responses=True, socket_timeout=5) for n in self.nodes]
-        masters, replicas = clients[:self.masters], clients[self.masters:]
+        masters, replicas = clients[: self.masters], clients[self.masters :]
         for n, client in enumerate(masters):
             first, last = 16384 * n // self.masters, 16384 * (n + 1) // self.masters - 1
             client.execute_command("CLUSTER", "ADDSLOTSRANGE", first, last)
@@ -77,17 +88,25 @@ class RedisClusterProcesses:
         master_ids = [c.execute_command("CLUSTER", "MYID") for c in masters]
         for n, replica in enumerate(replicas):
             master_id = master_ids[n % self.masters]
-            wait_until(functools.partial(_replicate, replica, master_id), timeout, interval=0.05,
-                       what="a replica to attach to its master")
+            wait_until(
+                functools.partial(_replicate, replica, master_id),
+                timeout,
+                interval=0.05,
+                what="a replica to attach to its master",
+            )
         for client in clients:
             client.close()
 
     def wait_ok(self, timeout: float = 60.0) -> None:
         """Until every live node says the cluster is ok and all slots are served."""
+
         def all_ok() -> bool:
             try:
-                infos = [redis.Redis(port=n.port, decode_responses=True).cluster("info")
-                         for n in self.nodes if n.process and n.process.poll() is None]
+                infos = [
+                    redis.Redis(port=n.port, decode_responses=True).cluster("info")
+                    for n in self.nodes
+                    if n.process and n.process.poll() is None
+                ]
             except redis.RedisError:
                 return False
             return all(i["cluster_state"] == "ok" and int(i["cluster_slots_assigned"]) == 16384 for i in infos)

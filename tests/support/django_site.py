@@ -51,15 +51,27 @@ def private(request):
     return HttpResponse("<!doctype html><p>private</p>")
 
 
-urlpatterns = [path("health", health), path("pid", pid), path("page<int:n>", page), path("api/data", api),
-               path("like/<str:member>", like), path("private", private)]
+urlpatterns = [
+    path("health", health),
+    path("pid", pid),
+    path("page<int:n>", page),
+    path("api/data", api),
+    path("like/<str:member>", like),
+    path("private", private),
+]
 
 settings.configure(
-    DEBUG=False, ALLOWED_HOSTS=["127.0.0.1"], ROOT_URLCONF=__name__, SECRET_KEY="test-only", USE_TZ=True,
+    DEBUG=False,
+    ALLOWED_HOSTS=["127.0.0.1"],
+    ROOT_URLCONF=__name__,
+    SECRET_KEY="test-only",
+    USE_TZ=True,
     INSTALLED_APPS=[],
-    MIDDLEWARE=["django.middleware.security.SecurityMiddleware",
-                "django.middleware.common.CommonMiddleware",
-                "counters_tasks.integrations.django.CountersMiddleware"],
+    MIDDLEWARE=[
+        "django.middleware.security.SecurityMiddleware",
+        "django.middleware.common.CommonMiddleware",
+        "counters_tasks.integrations.django.CountersMiddleware",
+    ],
     COUNTERS_MIDDLEWARE={"trusted_proxies": 1, "recorder": f"{__name__}.RECORDER"},
 )
 django.setup()

@@ -21,7 +21,9 @@ def broker_idle(broker: redis.Redis, queues: tuple[str, ...] = ("visits",)) -> b
     return sum(broker.llen(q) for q in queues) == 0 and broker.zcard("unacked_index") == 0
 
 
-def wait_idle(broker: redis.Redis, timeout: float = 60.0, settle: float = 1.0, queues: tuple[str, ...] = ("visits",)) -> None:
+def wait_idle(
+    broker: redis.Redis, timeout: float = 60.0, settle: float = 1.0, queues: tuple[str, ...] = ("visits",)
+) -> None:
     """Wait until the broker has stayed idle for ``settle`` seconds (a message being moved from
     the queue to the unacked index is briefly in neither)."""
     deadline = time.monotonic() + timeout
@@ -57,8 +59,9 @@ class VisitModel:
     visits: list[tuple[str, str, str | None, float]] = field(default_factory=list)
 
     @classmethod
-    def random(cls, n: int, ts: float, visitors: int = 300, paths: int = 200, sessions: int = 250,
-               seed: int = 6) -> VisitModel:
+    def random(
+        cls, n: int, ts: float, visitors: int = 300, paths: int = 200, sessions: int = 250, seed: int = 6
+    ) -> VisitModel:
         rnd = random.Random(seed)
         ips = [f"10.{i // 65536}.{i // 256 % 256}.{i % 256}" for i in range(1, visitors + 1)]
         pages = [f"/page/{j}" for j in range(paths)]
@@ -96,7 +99,7 @@ def messages(model: VisitModel, sending: str) -> list[tuple]:
     if sending == "per-visit":
         return [(tasks.record_visit, visit) for visit in model.visits]
     dicts = [{"ip": ip, "path": path, "session_id": sid, "ts": ts} for ip, path, sid, ts in model.visits]
-    return [(tasks.record_visits, (dicts[i:i + BATCH],)) for i in range(0, len(dicts), BATCH)]
+    return [(tasks.record_visits, (dicts[i : i + BATCH],)) for i in range(0, len(dicts), BATCH)]
 
 
 def observed(conn, model: VisitModel) -> dict:
@@ -107,8 +110,10 @@ def observed(conn, model: VisitModel) -> dict:
     return {
         "site_day": tuple(sitestats.site_visit_info(conn, day)[1:]),
         "site_all": tuple(sitestats.site_visit_info(conn)[1:]),
-        "paths": {p: (tuple(sitestats.site_visit_info(conn, day, p)[1:]), tuple(sitestats.site_visit_info(conn, None, p)[1:]))
-                  for p in paths},
+        "paths": {
+            p: (tuple(sitestats.site_visit_info(conn, day, p)[1:]), tuple(sitestats.site_visit_info(conn, None, p)[1:]))
+            for p in paths
+        },
         "uniques": uniques.unique_visitors(conn, day),
         "hits": [pair for p in counters.PRECISIONS for pair in counters.get_counter(conn, "hits", p, now=ts)],
         "hits_path": {p: counters.get_counter(conn, f"hits:{p}", 1, now=ts) for p in paths},

@@ -73,7 +73,14 @@ def _starlette_app():
             return Response(status_code=304, headers={"etag": ETAG})  # as Starlette's StaticFiles answers
         return HTMLResponse(f"<!doctype html><p>{request.url.path}</p>", headers={"etag": ETAG})
 
-    app = Starlette(routes=[Route("/static/{name:path}", static_file),                             Route("/health", health), Route("/missing", missing), Route("/{page:path}", page)])
+    app = Starlette(
+        routes=[
+            Route("/static/{name:path}", static_file),
+            Route("/health", health),
+            Route("/missing", missing),
+            Route("/{page:path}", page),
+        ]
+    )
     middleware = CountersASGIMiddleware(app, trusted_proxies=1)
     return middleware
 
@@ -100,14 +107,23 @@ def _django_app():
         return HttpResponse(f"<!doctype html><p>{page}</p>")
 
     settings.configure(
-        DEBUG=False, ALLOWED_HOSTS=["127.0.0.1"], ROOT_URLCONF=__name__, SECRET_KEY="test-only", USE_TZ=True,
-        INSTALLED_APPS=[], APPEND_SLASH=False,
+        DEBUG=False,
+        ALLOWED_HOSTS=["127.0.0.1"],
+        ROOT_URLCONF=__name__,
+        SECRET_KEY="test-only",
+        USE_TZ=True,
+        INSTALLED_APPS=[],
+        APPEND_SLASH=False,
         MIDDLEWARE=["counters_tasks.integrations.django.CountersMiddleware"],
         COUNTERS_MIDDLEWARE={"trusted_proxies": 1},
     )
     global urlpatterns
-    urlpatterns = [re_path(r"^static/(?P<name>.*)$", static_file), re_path(r"^health$", health),
-                   re_path(r"^missing$", missing), re_path(r"^(?P<page>.*)$", page)]
+    urlpatterns = [
+        re_path(r"^static/(?P<name>.*)$", static_file),
+        re_path(r"^health$", health),
+        re_path(r"^missing$", missing),
+        re_path(r"^(?P<page>.*)$", page),
+    ]
     django.setup()
     return get_wsgi_application()
 

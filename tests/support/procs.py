@@ -62,8 +62,14 @@ def start_serve(env: dict[str, str], log: Path, auth: bool = False) -> tuple[sub
     port = free_port()
     env = {k: v for k, v in env.items() if auth or k != "COUNTERS_DASHBOARD_AUTH"}
     with open(log, "wb") as log_file:
-        process = subprocess.Popen([sys.executable, "-m", "counters_tasks.ops.cli", "serve", "--port", str(port)],
-                                   cwd=REPO, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "counters_tasks.ops.cli", "serve", "--port", str(port)],
+            cwd=REPO,
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     return process, f"http://127.0.0.1:{port}"
 
 
@@ -96,7 +102,11 @@ class CeleryProcess:
         self._log_file = open(log, "wb")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "counters_tasks", "--config", "celeryconfig", *args],
-            cwd=REPO, env=env, stdout=self._log_file, stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=REPO,
+            env=env,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
 
     def output(self) -> str:
@@ -104,8 +114,11 @@ class CeleryProcess:
 
     def wait_ready(self, timeout: float = 60.0) -> CeleryProcess:
         """Until the worker logs that it is ready (before that, SIGTERM kills it uncleanly)."""
-        wait_until(lambda: " ready." in self.output() or self.process.poll() is not None, timeout=timeout,
-                 what=f"the worker to be ready; log:\n{self.output()[-2000:]}")
+        wait_until(
+            lambda: " ready." in self.output() or self.process.poll() is not None,
+            timeout=timeout,
+            what=f"the worker to be ready; log:\n{self.output()[-2000:]}",
+        )
         assert self.process.poll() is None, self.output()[-3000:]
         return self
 
@@ -141,19 +154,47 @@ def purge_broker(redis_url: str, env: dict[str, str] | None = None) -> None:
     client.close()
 
 
-def start_worker(env: dict[str, str], log: Path, concurrency: int = 2, name: str = "w1", queues: str = "visits,maintenance",
-                 extra: tuple[str, ...] = ()) -> CeleryProcess:
+def start_worker(
+    env: dict[str, str],
+    log: Path,
+    concurrency: int = 2,
+    name: str = "w1",
+    queues: str = "visits,maintenance",
+    extra: tuple[str, ...] = (),
+) -> CeleryProcess:
     return CeleryProcess(
-        ["worker", "-Q", queues, "-c", str(concurrency), "-n", f"{name}@%h", "--loglevel", "INFO", "--without-mingle", "--without-gossip",
-         *extra],
-        env, log,
+        [
+            "worker",
+            "-Q",
+            queues,
+            "-c",
+            str(concurrency),
+            "-n",
+            f"{name}@%h",
+            "--loglevel",
+            "INFO",
+            "--without-mingle",
+            "--without-gossip",
+            *extra,
+        ],
+        env,
+        log,
     )
 
 
 def start_beat(env: dict[str, str], workdir: Path, log: Path) -> CeleryProcess:
     return CeleryProcess(
-        ["beat", "--loglevel", "INFO", "-s", str(workdir / "celerybeat-schedule"), "--pidfile", str(workdir / "beat.pid")],
-        env, log,
+        [
+            "beat",
+            "--loglevel",
+            "INFO",
+            "-s",
+            str(workdir / "celerybeat-schedule"),
+            "--pidfile",
+            str(workdir / "beat.pid"),
+        ],
+        env,
+        log,
     )
 
 
@@ -167,8 +208,9 @@ class Server:
         self.base = f"http://127.0.0.1:{port}"
         self._log_file = open(log, "wb")
         command = [program, *args] if program else [sys.executable, "-m", *args]
-        self.process = subprocess.Popen(command, cwd=REPO, env=env, stdout=self._log_file,
-                                        stderr=subprocess.STDOUT, start_new_session=True)
+        self.process = subprocess.Popen(
+            command, cwd=REPO, env=env, stdout=self._log_file, stderr=subprocess.STDOUT, start_new_session=True
+        )
         wait_until(self._ready, timeout=30, what=f"the server on port {port}")
 
     def _ready(self) -> bool:

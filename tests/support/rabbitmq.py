@@ -45,14 +45,22 @@ class RabbitServer:
 
     def env(self) -> dict[str, str]:
         home = self.folder / "home"
-        return {**os.environ, "HOME": str(home), "RABBITMQ_NODENAME": self.name,
-                "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1", "RABBITMQ_NODE_PORT": str(self.port),
-                "RABBITMQ_DIST_PORT": str(self.dist_port), "ERL_EPMD_PORT": str(self.epmd_port),
-                "ERL_EPMD_ADDRESS": "127.0.0.1", "RABBITMQ_MNESIA_BASE": str(self.folder / "mnesia"),
-                "RABBITMQ_LOG_BASE": str(self.folder / "log"), "RABBITMQ_PID_FILE": str(self.folder / "pid"),
-                "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.folder / "enabled_plugins"),
-                "RABBITMQ_CONFIG_FILE": str(self.folder / "rabbitmq"),
-                "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}"}
+        return {
+            **os.environ,
+            "HOME": str(home),
+            "RABBITMQ_NODENAME": self.name,
+            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_PORT": str(self.port),
+            "RABBITMQ_DIST_PORT": str(self.dist_port),
+            "ERL_EPMD_PORT": str(self.epmd_port),
+            "ERL_EPMD_ADDRESS": "127.0.0.1",
+            "RABBITMQ_MNESIA_BASE": str(self.folder / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(self.folder / "log"),
+            "RABBITMQ_PID_FILE": str(self.folder / "pid"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.folder / "enabled_plugins"),
+            "RABBITMQ_CONFIG_FILE": str(self.folder / "rabbitmq"),
+            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}",
+        }
 
     def start(self, timeout: float = 90.0) -> RabbitServer:
         binary = rabbitmq_or_skip()
@@ -61,8 +69,9 @@ class RabbitServer:
         (self.folder / "enabled_plugins").write_text("[].\n")
         (self.folder / "rabbitmq.conf").write_text(f"listeners.tcp.default = 127.0.0.1:{self.port}\n")
         self.log = open(self.folder / "server.log", "wb")
-        self.process = subprocess.Popen([binary], env=self.env(), cwd=self.folder, stdout=self.log,
-                                        stderr=subprocess.STDOUT, start_new_session=True)
+        self.process = subprocess.Popen(
+            [binary], env=self.env(), cwd=self.folder, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
         def accepts() -> bool:
             assert self.process.poll() is None, (self.folder / "server.log").read_text()[-3000:]

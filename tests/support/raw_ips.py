@@ -44,7 +44,7 @@ def forms(ip: str) -> tuple[list[bytes], list[bytes]]:
     for raw in texts:
         for shift in range(3):  # the base64 characters made of the text's bits alone, at each alignment
             encoded = base64.b64encode(b"\0" * shift + raw)
-            binary.append(encoded[-(-8 * shift // 6):(8 * (shift + len(raw))) // 6])
+            binary.append(encoded[-(-8 * shift // 6) : (8 * (shift + len(raw))) // 6])
     return texts, binary
 
 
@@ -92,9 +92,23 @@ def raw_ips_in(client: Any, ips: Iterable[str], skip: Iterable[bytes] = ()) -> d
     return found
 
 
-PATHS = {name: (f"198.18.{n}.77", f"2001:db8:7e57:{n}::77") for n, name in enumerate((
-    "delay_applied", "recorder_applied", "batch_applied", "delay_refused", "batch_refused", "malformed",
-    "delay_failed", "recorder_failed", "poison"), start=1)}
+PATHS = {
+    name: (f"198.18.{n}.77", f"2001:db8:7e57:{n}::77")
+    for n, name in enumerate(
+        (
+            "delay_applied",
+            "recorder_applied",
+            "batch_applied",
+            "delay_refused",
+            "batch_refused",
+            "malformed",
+            "delay_failed",
+            "recorder_failed",
+            "poison",
+        ),
+        start=1,
+    )
+}
 """The raw IPs (an IPv4 and an IPv6 address) each path of a visit is tried with: one to a path, so
 that a finding names the path that kept it."""
 FAILING_PATH = "/fail"
@@ -112,12 +126,20 @@ def counted_actions(now: float) -> list[dict[str, Any]]:
     """What the app side sends that is applied or refused: ``APPLIED`` views of ``APPLIED_PATH``
     and ``REFUSED`` refusals."""
     v4, v6 = PATHS["delay_applied"]
-    actions = [delay("record_visit", v4, APPLIED_PATH, None, now), delay("record_visit", ip=v6, path=APPLIED_PATH, ts=now)]
+    actions = [
+        delay("record_visit", v4, APPLIED_PATH, None, now),
+        delay("record_visit", ip=v6, path=APPLIED_PATH, ts=now),
+    ]
     actions += [{"op": "record", "args": [ip, APPLIED_PATH, None, now]} for ip in PATHS["recorder_applied"]]
     actions.append({"op": "flush"})
     actions += [delay("record_visit", ip, "/bad\npath", None, now) for ip in PATHS["delay_refused"]]
-    actions.append(delay("record_visits", [{"ip": ip, "path": "/bad\npath", "ts": now} for ip in PATHS["batch_refused"]]
-                         + [{"ip": ip, "path": APPLIED_PATH, "ts": now} for ip in PATHS["batch_applied"]]))
+    actions.append(
+        delay(
+            "record_visits",
+            [{"ip": ip, "path": "/bad\npath", "ts": now} for ip in PATHS["batch_refused"]]
+            + [{"ip": ip, "path": APPLIED_PATH, "ts": now} for ip in PATHS["batch_applied"]],
+        )
+    )
     actions += [delay("record_visit", ip) for ip in PATHS["malformed"]]  # no path: malformed
     return actions
 
@@ -127,7 +149,10 @@ def failing_actions(now: float) -> list[dict[str, Any]]:
     once the others are applied: a worker batch that cannot be written sets aside every message
     it claimed (docs/reliability.md), so a message applied with them would be set aside too."""
     v4, v6 = PATHS["delay_failed"]
-    actions = [delay("record_visit", v4, FAILING_PATH, None, now), delay("record_visit", ip=v6, path=FAILING_PATH, ts=now)]
+    actions = [
+        delay("record_visit", v4, FAILING_PATH, None, now),
+        delay("record_visit", ip=v6, path=FAILING_PATH, ts=now),
+    ]
     actions += [{"op": "record", "args": [ip, FAILING_PATH, None, now]} for ip in PATHS["recorder_failed"]]
     actions.append({"op": "flush"})
     return actions
@@ -158,9 +183,15 @@ def wait_for(read: Callable[[], Any], expected: Any, worker: Any, what: str, tim
 
 def send(env: dict[str, str], actions: list[dict[str, Any]]) -> list[str]:
     """Run the app side (this module as a program) with ``env``; the ids of the tasks it sent."""
-    done = subprocess.run([sys.executable, "-m", "tests.support.raw_ips"], input=json.dumps(actions), cwd=REPO,
-                          env={**env, "PYTHONPATH": str(REPO) + os.pathsep + env.get("PYTHONPATH", "")},
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.support.raw_ips"],
+        input=json.dumps(actions),
+        cwd=REPO,
+        env={**env, "PYTHONPATH": str(REPO) + os.pathsep + env.get("PYTHONPATH", "")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

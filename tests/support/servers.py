@@ -92,5 +92,8 @@ TEST_COMMANDS = (b"INFO", b"CONFIG", b"SLOWLOG", b"FLUSHDB", b"FLUSHALL", b"MEMO
 
 def slow_calls(client, limit: int = 128) -> list[tuple[int, bytes]]:
     """The SLOWLOG entries of the package's own calls: (microseconds, the command's first 60 bytes)."""
-    return [(e["duration"], e["command"][:60]) for e in client.slowlog_get(limit)
-            if not e["command"].upper().startswith(TEST_COMMANDS)]
+    return [
+        (e["duration"], e["command"][:60])
+        for e in client.slowlog_get(limit)
+        if not e["command"].upper().startswith(TEST_COMMANDS)
+    ]

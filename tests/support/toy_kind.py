@@ -53,13 +53,24 @@ def write_likes(conn: Any, calls: list[tuple[list[list[Any]], str | None]], tall
     return [None] * len(calls)
 
 
-TOY = register(Kind(
-    name="toy_like", fields=("post", "ts"), required=1,
-    event_task="tests.toy.like", worker_batches=True,
-    batch_task="tests.toy.likes", items_argument="likes", max_items=1000,
-    prepare=prepare_like, app_item=app_like, to_entry=list, from_entry=list,
-    write=write_likes, per_call=50,
-))
+TOY = register(
+    Kind(
+        name="toy_like",
+        fields=("post", "ts"),
+        required=1,
+        event_task="tests.toy.like",
+        worker_batches=True,
+        batch_task="tests.toy.likes",
+        items_argument="likes",
+        max_items=1000,
+        prepare=prepare_like,
+        app_item=app_like,
+        to_entry=list,
+        from_entry=list,
+        write=write_likes,
+        per_call=50,
+    )
+)
 
 like, likes = tasks.define_kind_tasks(TOY)
 

@@ -72,8 +72,15 @@ class VisitModel:
         return sitestats.site_visit_info(conn).pv
 
 
-def random_visits(n: int, seed: int = 1, ts: float | None = None, visitors: int = 300, paths: int = 40,
-                  sessions: int = 200, spread: float = 0.0) -> list[dict]:
+def random_visits(
+    n: int,
+    seed: int = 1,
+    ts: float | None = None,
+    visitors: int = 300,
+    paths: int = 40,
+    sessions: int = 200,
+    spread: float = 0.0,
+) -> list[dict]:
     """``n`` visit dicts (the record_visits payload form) from a fixed seed."""
     import time
 

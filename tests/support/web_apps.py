@@ -109,9 +109,15 @@ def wsgi_app(environ, start_response):
 
 # -- ASGI: a plain ASGI app under uvicorn ---------------------------------------------------------
 
+
 async def _respond(send, status: int, content_type: str, body: bytes) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 

@@ -24,7 +24,11 @@ from tests.support.procs import celery_env, start_beat, start_worker
 from tests.support.servers import is_cluster_run
 from tests.system.test_scaleout import broker_url  # noqa: F401  (the fixture)
 
-pytestmark = [pytest.mark.cluster, pytest.mark.processes, pytest.mark.skipif(not is_cluster_run(), reason="needs the Redis Cluster of make test-cluster")]
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.processes,
+    pytest.mark.skipif(not is_cluster_run(), reason="needs the Redis Cluster of make test-cluster"),
+]
 
 
 def node_clients(conn: RedisCluster) -> list[redis.Redis]:
@@ -32,7 +36,10 @@ def node_clients(conn: RedisCluster) -> list[redis.Redis]:
 
 
 def commandstats(client: redis.Redis) -> dict[str, int]:
-    return {as_str(name).removeprefix("cmdstat_"): int(stats["calls"]) for name, stats in client.info("commandstats").items()}
+    return {
+        as_str(name).removeprefix("cmdstat_"): int(stats["calls"])
+        for name, stats in client.info("commandstats").items()
+    }
 
 
 def test_the_layer_builds_a_cluster_client_with_its_retries():
@@ -96,18 +103,31 @@ def test_worker_and_beat_on_the_cluster_with_a_single_redis_broker(redis_url, br
         with app.connection_for_write(broker_url) as connection, connection.Producer() as producer:
             for i in range(20):
                 tasks.update_counter.apply_async(("cluster-hits", 2, now), producer=producer)
-                tasks.record_visit.apply_async((f"192.0.2.{i % 5 + 1}", f"/c{i % 4}", str(uuid.uuid4()), now),
-                                               producer=producer)
+                tasks.record_visit.apply_async(
+                    (f"192.0.2.{i % 5 + 1}", f"/c{i % 4}", str(uuid.uuid4()), now), producer=producer
+                )
                 tasks.count_unique.apply_async((str(uuid.uuid4()), now), producer=producer)
                 tasks.incr_ranking.apply_async(("cluster-board", f"m{i % 3}", 1, now), producer=producer)
-        wait_until(lambda: counters.get_counter(raw_conn, "cluster-hits", 86400, now) == [(int(now // 86400) * 86400, 40)],
-                 timeout=60, what=f"the worker to count; log:\n{worker.output()[-3000:]}")
+        wait_until(
+            lambda: counters.get_counter(raw_conn, "cluster-hits", 86400, now) == [(int(now // 86400) * 86400, 40)],
+            timeout=60,
+            what=f"the worker to count; log:\n{worker.output()[-3000:]}",
+        )
         wait_until(lambda: sitestats.site_visit_info(raw_conn, today).pv == 20, timeout=30, what="the visits")
         wait_until(lambda: uniques.unique_visitors(raw_conn, today) == 40, timeout=30, what="the uniques")
-        wait_until(lambda: ranking.Ranking(raw_conn, "cluster-board").top(withscores=True, now=now)
-                 == [("m0", 7), ("m1", 7), ("m2", 6)], timeout=30, what="the ranking")
-        wait_until(lambda: "stale" not in counters.known_counters(raw_conn), timeout=60,
-                 what=f"beat to run the cleaner; beat log:\n{beat.output()[-3000:]}")
+        wait_until(
+            lambda: (
+                ranking.Ranking(raw_conn, "cluster-board").top(withscores=True, now=now)
+                == [("m0", 7), ("m1", 7), ("m2", 6)]
+            ),
+            timeout=30,
+            what="the ranking",
+        )
+        wait_until(
+            lambda: "stale" not in counters.known_counters(raw_conn),
+            timeout=60,
+            what=f"beat to run the cleaner; beat log:\n{beat.output()[-3000:]}",
+        )
         assert float(wait_until(lambda: job_status(raw_conn, "clean_counters"), timeout=10)["last_started"]) >= now - 5
     finally:
         beat.stop()
@@ -139,8 +159,9 @@ def test_a_master_killed_under_load_fails_over_and_counting_goes_on(broker_url, 
                 while not stop.is_set():
                     tasks.update_counter.apply_async((names[sent[0] % len(names)], 1, now), producer=producer)
                     if sent[0] % 4 == 0:  # per-visit messages, which the worker applies in batches
-                        tasks.record_visit.apply_async((f"10.2.{sent[0] % 200}.1", f"/fo{sent[0] % 24}", None, now),
-                                                       producer=producer)
+                        tasks.record_visit.apply_async(
+                            (f"10.2.{sent[0] % 200}.1", f"/fo{sent[0] % 24}", None, now), producer=producer
+                        )
                     sent[0] += 1
                     time.sleep(0.002)
 
@@ -148,7 +169,9 @@ def test_a_master_killed_under_load_fails_over_and_counting_goes_on(broker_url, 
         try:
             counters.update_counter(conn, names[0], 0, now)  # scripts loaded, topology known
             thread.start()
-            wait_until(lambda: total(conn, names, now) > 300, timeout=30, what=f"counting; log:\n{worker.output()[-2000:]}")
+            wait_until(
+                lambda: total(conn, names, now) > 300, timeout=30, what=f"counting; log:\n{worker.output()[-2000:]}"
+            )
             port = conn.nodes_manager.get_node_from_slot(key_slot(keys.counter_hash(names[0]).encode())).port
             victim = next(node for node in cluster.nodes if node.port == port)
             time.sleep(1)  # steady load
@@ -164,16 +187,28 @@ def test_a_master_killed_under_load_fails_over_and_counting_goes_on(broker_url, 
             cluster.wait_ok(30)
             # Tasks caught in the failover retry with jittered exponential backoff: wait until all
             # are counted, or until every retry the worker scheduled is well past due.
-            wait_until(lambda: total_or_none(conn, names, now) == sent[0]
-                     or time.time() > max(stopped, last_retry_due(worker)) + 10,
-                     timeout=150, interval=0.5, what="the retried tasks")
+            wait_until(
+                lambda: (
+                    total_or_none(conn, names, now) == sent[0]
+                    or time.time() > max(stopped, last_retry_due(worker)) + 10
+                ),
+                timeout=150,
+                interval=0.5,
+                what="the retried tasks",
+            )
             stored = total(conn, names, now)
             views = (sent[0] + 3) // 4
-            wait_until(lambda: sitestats.site_visit_info(conn, days.local_day(now)).pv == views, timeout=60, interval=0.5,
-                     what=f"{views} batched visits; log:\n{worker.output()[-3000:]}")
-            print(f"failover: {sent[0]} tasks sent, {stored} counted, {sent[0] - stored} lost, "
-                  f"{worker.output().count('Retry in')} retries, settled {time.monotonic() - killed:.1f}s after the kill;"
-                  f" the replica was {behind} bytes behind just before")
+            wait_until(
+                lambda: sitestats.site_visit_info(conn, days.local_day(now)).pv == views,
+                timeout=60,
+                interval=0.5,
+                what=f"{views} batched visits; log:\n{worker.output()[-3000:]}",
+            )
+            print(
+                f"failover: {sent[0]} tasks sent, {stored} counted, {sent[0] - stored} lost, "
+                f"{worker.output().count('Retry in')} retries, settled {time.monotonic() - killed:.1f}s after the kill;"
+                f" the replica was {behind} bytes behind just before"
+            )
             expected = {name: sent[0] // len(names) + (k < sent[0] % len(names)) for k, name in enumerate(names)}
             per_name = {name: (total(conn, [name], now), expected[name], master_port(conn, name)) for name in names}
             assert 0 <= sent[0] - stored <= max(5, sent[0] // 100), (port, per_name)

@@ -32,15 +32,25 @@ def uniform_batch(seed: int) -> list[dict]:
     rng = random.Random(seed)
     sessions = [str(uuid.UUID(int=rng.getrandbits(128))) for _ in range(4000)]
     now = time.time()
-    return [{"ip": f"10.0.{(i := rng.randrange(5000)) // 250}.{i % 250}", "path": f"/post/{rng.randrange(2000)}",
-             "session_id": rng.choice(sessions), "ts": now} for _ in range(VISITS)]
+    return [
+        {
+            "ip": f"10.0.{(i := rng.randrange(5000)) // 250}.{i % 250}",
+            "path": f"/post/{rng.randrange(2000)}",
+            "session_id": rng.choice(sessions),
+            "ts": now,
+        }
+        for _ in range(VISITS)
+    ]
 
 
 def commands_per_visit(conn, batch: list[dict]) -> float:
     conn.config_resetstat()
     visits.apply_visits(conn, batch, message_id=f"budget-{uuid.uuid4()}")
-    ranking_events.incr_events(conn, [{"board": "budget", "member": v["path"], "ts": v["ts"]} for v in batch],
-                        message_id=f"budget-r-{uuid.uuid4()}")
+    ranking_events.incr_events(
+        conn,
+        [{"board": "budget", "member": v["path"], "ts": v["ts"]} for v in batch],
+        message_id=f"budget-r-{uuid.uuid4()}",
+    )
     stats = conn.info("commandstats")
     calls = sum(v["calls"] for k, v in stats.items() if k not in ("cmdstat_config", "cmdstat_info"))
     return calls / len(batch)
@@ -54,12 +64,15 @@ def test_a_batch_costs_at_most_its_budget_of_commands_a_visit(raw_conn, monkeypa
     batch = uniform_batch(1)
     per_visit = commands_per_visit(raw_conn, batch)
     with capsys.disabled():
-        print(f"\n[commands] a batch of {VISITS}, hits:<path> at {precisions or 'every precision'}: "
-              f"{per_visit:.1f} Redis commands a visit (budget {budget})")
+        print(
+            f"\n[commands] a batch of {VISITS}, hits:<path> at {precisions or 'every precision'}: "
+            f"{per_visit:.1f} Redis commands a visit (budget {budget})"
+        )
     assert per_visit <= budget
     assert model_of(batch).mismatches(raw_conn) == []
-    assert dict(ranking.Ranking(raw_conn, "budget").top(limit=VISITS, withscores=True)) == \
-        {path: sum(1 for v in batch if v["path"] == path) for path in {v["path"] for v in batch}}
+    assert dict(ranking.Ranking(raw_conn, "budget").top(limit=VISITS, withscores=True)) == {
+        path: sum(1 for v in batch if v["path"] == path) for path in {v["path"] for v in batch}
+    }
 
 
 def test_a_page_counter_keeps_the_precisions_set_and_the_site_counter_all(raw_conn, monkeypatch):
@@ -88,8 +101,13 @@ def test_sources_and_several_sites_keep_a_batch_within_its_budget(raw_conn, monk
     (one Lua call a site and day, and three commands a site in each all-time shard's call)."""
     use_settings(monkeypatch, COUNTERS_SITES='{"blog": {"timezone": "Asia/Tokyo"}, "shop": {}}')
     rng = random.Random(3)
-    referrers = [None, "https://www.google.com/search?q=a", "https://news.ycombinator.com/item?id=1",
-                 "https://t.co/x", "https://duckduckgo.com/?q=b"]
+    referrers = [
+        None,
+        "https://www.google.com/search?q=a",
+        "https://news.ycombinator.com/item?id=1",
+        "https://t.co/x",
+        "https://duckduckgo.com/?q=b",
+    ]
     batch = uniform_batch(1)
     for visit in batch:
         visit["site"] = rng.choice([None, "blog", "shop"][:sites])
@@ -100,6 +118,8 @@ def test_sources_and_several_sites_keep_a_batch_within_its_budget(raw_conn, monk
     raw_conn.flushdb()
     per_visit = commands_per_visit(raw_conn, batch)
     with capsys.disabled():
-        print(f"\n[commands] a batch of {VISITS} over {sites} site(s), with sources: {per_visit:.1f} Redis commands "
-              f"a visit (budget {budget})")
+        print(
+            f"\n[commands] a batch of {VISITS} over {sites} site(s), with sources: {per_visit:.1f} Redis commands "
+            f"a visit (budget {budget})"
+        )
     assert per_visit <= budget

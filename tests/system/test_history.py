@@ -30,8 +30,15 @@ def history(rng: random.Random, around: float, n: int = 300) -> list[dict]:
     """Visits within a few hours of ``around`` (one day, or two near midnight), with repeats."""
     ips = [f"198.51.{rng.randrange(256)}.{rng.randrange(256)}" for _ in range(60)]
     sessions = [str(uuid.UUID(int=rng.getrandbits(128))) for _ in range(40)]
-    return [{"ip": rng.choice(ips), "path": rng.choice(["/", "/a", "/blog/1"]),
-             "session_id": rng.choice(sessions), "ts": around + rng.uniform(-3 * 3600, 3 * 3600)} for _ in range(n)]
+    return [
+        {
+            "ip": rng.choice(ips),
+            "path": rng.choice(["/", "/a", "/blog/1"]),
+            "session_id": rng.choice(sessions),
+            "ts": around + rng.uniform(-3 * 3600, 3 * 3600),
+        }
+        for _ in range(n)
+    ]
 
 
 def check_against_model(conn, batch: list[dict]) -> None:
@@ -40,7 +47,9 @@ def check_against_model(conn, batch: list[dict]) -> None:
         assert sitestats.site_visit_info(conn, day) == SiteCount(day, len(of_day), len({v["ip"] for v in of_day}))
         for path in {v["path"] for v in of_day}:
             on_path = [v for v in of_day if v["path"] == path]
-            assert sitestats.site_visit_info(conn, day, path) == SiteCount(day, len(on_path), len({v["ip"] for v in on_path}))
+            assert sitestats.site_visit_info(conn, day, path) == SiteCount(
+                day, len(on_path), len({v["ip"] for v in on_path})
+            )
         assert uniques.unique_visitors(conn, day) == len({v["session_id"] for v in of_day})
     assert sitestats.site_visit_info(conn) == SiteCount(None, len(batch), len({v["ip"] for v in batch}))
 
@@ -82,9 +91,13 @@ def test_a_backfilled_day_stays_open_for_its_grace_from_the_write(raw_conn):
     day = local_day(JUNE_2015)
     sitestats.record_visit(raw_conn, "192.0.2.1", "/", JUNE_2015)
     uniques.count_visit(raw_conn, str(uuid.uuid4()), JUNE_2015)
-    for key, days_kept in ((keys.site_day_visitors(day, "exact"), 2), (keys.site_day_pairs(day), 2),
-                           (keys.site_day_totals(day), 400), (keys.uniques_count(day), 400),
-                           (keys.uniques_open(day), 7)):
+    for key, days_kept in (
+        (keys.site_day_visitors(day, "exact"), 2),
+        (keys.site_day_pairs(day), 2),
+        (keys.site_day_totals(day), 400),
+        (keys.uniques_count(day), 400),
+        (keys.uniques_open(day), 7),
+    ):
         assert abs(expires_at(raw_conn, key) - (now + days_kept * 86400)) < 5, key
 
 
@@ -99,8 +112,11 @@ def test_a_late_visit_of_a_closed_day_counts_where_exact_and_is_reported(raw_con
     day = local_day(old)
     visits.apply_visit(raw_conn, "192.0.2.1", "/a", None, old)
     _close_site_day(raw_conn, day)
-    visits.apply_visits(raw_conn, [{"ip": "192.0.2.2", "path": "/a", "ts": old},
-                                    {"ip": "192.0.2.3", "path": "/b", "ts": old}], message_id="late")
+    visits.apply_visits(
+        raw_conn,
+        [{"ip": "192.0.2.2", "path": "/a", "ts": old}, {"ip": "192.0.2.3", "path": "/b", "ts": old}],
+        message_id="late",
+    )
     visits.apply_visits(raw_conn, [{"ip": "192.0.2.2", "path": "/a", "ts": old}], message_id="late")  # redelivery
     # PV of the day and of its paths: counted; the day's UV: cannot be deduplicated, left as it was
     assert sitestats.site_visit_info(raw_conn, day) == SiteCount(day, 3, 1)
@@ -143,8 +159,10 @@ def test_shards_stay_intsets_when_a_day_outgrows_its_figure(raw_conn):
     rng = random.Random(9)
     ids = [str(uuid.UUID(int=rng.getrandbits(128))) for _ in range(3000)]
     for first in range(0, len(ids), 250):
-        visits.apply_visits(raw_conn, [{"ip": "192.0.2.1", "path": "/", "session_id": s, "ts": now}
-                                        for s in ids[first:first + 250] + ids[:20]])  # repeats too
+        visits.apply_visits(
+            raw_conn,
+            [{"ip": "192.0.2.1", "path": "/", "session_id": s, "ts": now} for s in ids[first : first + 250] + ids[:20]],
+        )  # repeats too
     assert uniques.unique_visitors(raw_conn, day) == len(set(ids))
     tag = keys.uniques_tag(day)
     sets = [key for key in raw_conn.scan_iter(match=f"*{{{tag}}}:shard:*", count=1000)]
@@ -160,8 +178,12 @@ def test_closed_day_changes_nothing_of_the_day_uniques(raw_conn):
     day = local_day(old)
     uniques.count_visit(raw_conn, str(uuid.uuid4()), old)
     raw_conn.delete(keys.uniques_open(day))  # its shards' time has passed
-    assert visits.apply_visits(raw_conn, [{"ip": "192.0.2.9", "path": "/", "session_id": str(uuid.uuid4()),
-                                           "ts": old}], message_id="m") == 1
+    assert (
+        visits.apply_visits(
+            raw_conn, [{"ip": "192.0.2.9", "path": "/", "session_id": str(uuid.uuid4()), "ts": old}], message_id="m"
+        )
+        == 1
+    )
     assert uniques.unique_visitors(raw_conn, day) == 1
     assert sitestats.site_visit_info(raw_conn, day).pv == 1
     assert refusals.counts(raw_conn)["closed_day"] == 1

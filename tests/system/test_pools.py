@@ -80,20 +80,32 @@ def test_every_pool_counts_a_stream_ending_in_a_partial_batch(pool, concurrency,
     worker = start_worker(env, tmp_path / "worker.log", concurrency=concurrency, extra=("--pool", pool))
     try:
         worker.wait_ready()
-        wait_until(lambda: model.visits_counted(raw_conn) >= len(backlog), timeout=60,
-                   what=f"the backlog to be counted; log:\n{worker.output()[-3000:]}")
-        wait_until(lambda: broker_idle(broker), timeout=10,  # a failed ack leaves its record till the visibility timeout
-                   what=f"the backlog to be acknowledged; log:\n{worker.output()[-3000:]}")
+        wait_until(
+            lambda: model.visits_counted(raw_conn) >= len(backlog),
+            timeout=60,
+            what=f"the backlog to be counted; log:\n{worker.output()[-3000:]}",
+        )
+        wait_until(
+            lambda: broker_idle(broker),
+            timeout=10,  # a failed ack leaves its record till the visibility timeout
+            what=f"the backlog to be acknowledged; log:\n{worker.output()[-3000:]}",
+        )
         for v in stream:
             tasks.record_visit.delay(v["ip"], v["path"], v.get("session_id"), v["ts"])
         limit = 2 * WAIT_MS / 1000  # from the last message sent, now
         try:
-            wait_until(lambda: model.visits_counted(raw_conn) >= len(backlog) + len(stream), timeout=limit,
-                       interval=0.02, what="the stream")
+            wait_until(
+                lambda: model.visits_counted(raw_conn) >= len(backlog) + len(stream),
+                timeout=limit,
+                interval=0.02,
+                what="the stream",
+            )
         except TimeoutError:
             counted = model.visits_counted(raw_conn) - len(backlog)
-            pytest.fail(f"--pool {pool}: {counted} of the stream's {len(stream)} visits counted {limit}s after "
-                        f"its last message; log:\n{worker.output()[-3000:]}")
+            pytest.fail(
+                f"--pool {pool}: {counted} of the stream's {len(stream)} visits counted {limit}s after "
+                f"its last message; log:\n{worker.output()[-3000:]}"
+            )
         wait_until(lambda: broker_idle(broker), timeout=10, what="the stream to be acknowledged")
     finally:
         code = worker.stop()
@@ -131,12 +143,22 @@ def test_the_recorder_of_a_green_app_sends_a_partial_batch_on_time(green, redis_
     purge_broker(redis_url)
     broker = redis.Redis.from_url(load_settings({"COUNTERS_REDIS_URL": redis_url}).broker_url)
     max_delay, visits = 0.5, 3
-    app = subprocess.Popen([sys.executable, "-c", GREEN_APP, green, str(max_delay), str(visits)], cwd=REPO,
-                           env=celery_env(redis_url), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    app = subprocess.Popen(
+        [sys.executable, "-c", GREEN_APP, green, str(max_delay), str(visits)],
+        cwd=REPO,
+        env=celery_env(redis_url),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert app.stdout.readline().strip() == "recorded", app.stderr.read()
-        wait_until(lambda: broker_visits(broker) == visits, timeout=2 * max_delay, interval=0.02,
-                   what=f"the partial batch {2 * max_delay}s after it was recorded")
+        wait_until(
+            lambda: broker_visits(broker) == visits,
+            timeout=2 * max_delay,
+            interval=0.02,
+            what=f"the partial batch {2 * max_delay}s after it was recorded",
+        )
     finally:
         app.kill()
         app.wait()

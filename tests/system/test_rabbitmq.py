@@ -67,8 +67,14 @@ def publish(rabbit: RabbitServer, task, *calls: tuple) -> None:
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "counters_tasks.ops.cli", *args], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "counters_tasks.ops.cli", *args],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def visit_calls(count: int, first: int = 0, path: str = "/r") -> list[tuple]:
@@ -88,8 +94,11 @@ def test_health_dead_letters_and_metrics_answer_with_rabbitmq(rabbit, env, raw_c
     assert 'counters_queue_length{queue="visits"} 7.0' in scrape and 'counters_source_up{source="broker"} 1.0' in scrape
     worker = start_worker(env, tmp_path / "worker.log").wait_ready()
     try:
-        wait_until(lambda: sitestats.site_visit_info(raw_conn, DAY, "/r").pv == 7, timeout=30,
-                   what=f"7 visits through RabbitMQ; log:\n{worker.output()[-2000:]}")
+        wait_until(
+            lambda: sitestats.site_visit_info(raw_conn, DAY, "/r").pv == 7,
+            timeout=30,
+            what=f"7 visits through RabbitMQ; log:\n{worker.output()[-2000:]}",
+        )
         report = json.loads(cli(env, "health", "--json").stdout)
         assert report["workers"]["ok"] and report["queues"]["visits"] == 0
     finally:
@@ -98,8 +107,14 @@ def test_health_dead_letters_and_metrics_answer_with_rabbitmq(rabbit, env, raw_c
 
 def test_a_real_worker_counts_exactly_through_rabbitmq_and_a_sigkill_loses_nothing(rabbit, env, raw_conn, tmp_path):
     publish(rabbit, tasks.record_visit, *visit_calls(300))
-    publish(rabbit, tasks.record_visits, *[([{"ip": f"203.0.113.{n % 50 + 1}", "path": "/b", "ts": NOW}
-                                             for n in range(first, first + 100)],) for first in range(0, 500, 100)])
+    publish(
+        rabbit,
+        tasks.record_visits,
+        *[
+            ([{"ip": f"203.0.113.{n % 50 + 1}", "path": "/b", "ts": NOW} for n in range(first, first + 100)],)
+            for first in range(0, 500, 100)
+        ],
+    )
     publish(rabbit, tasks.incr_ranking, *[("posts", f"p{n % 3}", 1, NOW) for n in range(60)])
     first = start_worker(env, tmp_path / "w1.log", name="w1").wait_ready()
     wait_until(lambda: sitestats.site_visit_info(raw_conn, DAY, "/r").pv > 0, timeout=30, what="the first counts")
@@ -107,11 +122,21 @@ def test_a_real_worker_counts_exactly_through_rabbitmq_and_a_sigkill_loses_nothi
     publish(rabbit, tasks.record_visit, *visit_calls(100, first=300))
     second = start_worker(env, tmp_path / "w2.log", name="w2").wait_ready()
     try:
-        wait_until(lambda: (sitestats.site_visit_info(raw_conn, DAY, "/r").pv,
-                            sitestats.site_visit_info(raw_conn, DAY, "/b").pv) == (400, 500), timeout=90,
-                   what=f"every visit once; log:\n{second.output()[-2000:]}")
-        wait_until(lambda: ranking.Ranking(raw_conn, "posts").top(withscores=True, now=NOW)
-                   == [("p0", 20), ("p1", 20), ("p2", 20)], timeout=30, what="every like once")
+        wait_until(
+            lambda: (
+                (sitestats.site_visit_info(raw_conn, DAY, "/r").pv, sitestats.site_visit_info(raw_conn, DAY, "/b").pv)
+                == (400, 500)
+            ),
+            timeout=90,
+            what=f"every visit once; log:\n{second.output()[-2000:]}",
+        )
+        wait_until(
+            lambda: (
+                ranking.Ranking(raw_conn, "posts").top(withscores=True, now=NOW) == [("p0", 20), ("p1", 20), ("p2", 20)]
+            ),
+            timeout=30,
+            what="every like once",
+        )
         report = json.loads(cli(env, "health", "--json").stdout)
         assert report["queues"]["visits"] == 0
         assert sitestats.site_visit_info(raw_conn, DAY, "/r").pv == 400  # never counted twice
@@ -125,9 +150,15 @@ def publish_raw(rabbit: RabbitServer, body: str, task: str, message_id: str) -> 
     ``visits`` queue alone, as Celery sends a task (the default exchange: the ``visits`` exchange
     is bound to the ``maintenance`` queue too)."""
     with Connection(rabbit.url) as connection:
-        connection.Producer().publish(body, exchange="", routing_key="visits", declare=[Queue("visits")],
-                                      content_type="application/json", content_encoding="utf-8",
-                                      headers={"task": task, "id": message_id})
+        connection.Producer().publish(
+            body,
+            exchange="",
+            routing_key="visits",
+            declare=[Queue("visits")],
+            content_type="application/json",
+            content_encoding="utf-8",
+            headers={"task": task, "id": message_id},
+        )
 
 
 def test_malformed_messages_are_set_aside_and_the_worker_goes_on(rabbit, env, raw_conn, tmp_path):
@@ -138,20 +169,28 @@ def test_malformed_messages_are_set_aside_and_the_worker_goes_on(rabbit, env, ra
     and dropped. Each is set aside in the counters' Redis with its reason and
     its IPs masked, listed by ``dead-letters list``, and the visits behind them all count."""
     v4, v6 = "192.0.2.61", "2001:db8:61::61"
-    poison = [("bad_body", json.dumps([1, 2]), "counters_tasks.record_visit"),
-              ("bad_body", json.dumps([[v4, "/p"], {}]), "counters_tasks.update_counter"),
-              ("not_json", f"not json: {v4} {v6}", "counters_tasks.record_visit"),
-              ("not_json", json.dumps({"ip": v6, "path": "/p"})[:-1], "counters_tasks.incr_ranking"),
-              ("unknown_task", json.dumps([[v4, "/p"], {}, {}]), "counters_tasks.no_such_task")]
+    poison = [
+        ("bad_body", json.dumps([1, 2]), "counters_tasks.record_visit"),
+        ("bad_body", json.dumps([[v4, "/p"], {}]), "counters_tasks.update_counter"),
+        ("not_json", f"not json: {v4} {v6}", "counters_tasks.record_visit"),
+        ("not_json", json.dumps({"ip": v6, "path": "/p"})[:-1], "counters_tasks.incr_ranking"),
+        ("unknown_task", json.dumps([[v4, "/p"], {}, {}]), "counters_tasks.no_such_task"),
+    ]
     worker = start_worker(env, tmp_path / "worker.log").wait_ready()
     try:
         for n, (_reason, body, task) in enumerate(poison):
             publish_raw(rabbit, body, task, f"poison-{n}")
         publish(rabbit, tasks.record_visit, *visit_calls(50, path="/after"))
-        wait_until(lambda: sitestats.site_visit_info(raw_conn, DAY, "/after").pv == 50, timeout=60,
-                   what=f"the visits sent after the malformed messages; log:\n{worker.output()[-3000:]}")
-        wait_until(lambda: raw_conn.llen(keys.dead_letters()) == len(poison), timeout=30,
-                   what=f"the malformed messages set aside; log:\n{worker.output()[-3000:]}")
+        wait_until(
+            lambda: sitestats.site_visit_info(raw_conn, DAY, "/after").pv == 50,
+            timeout=60,
+            what=f"the visits sent after the malformed messages; log:\n{worker.output()[-3000:]}",
+        )
+        wait_until(
+            lambda: raw_conn.llen(keys.dead_letters()) == len(poison),
+            timeout=30,
+            what=f"the malformed messages set aside; log:\n{worker.output()[-3000:]}",
+        )
         assert json.loads(cli(env, "health", "--json").stdout)["queues"]["visits"] == 0
         assert worker.process.poll() is None, worker.output()[-3000:]
     finally:
@@ -162,7 +201,8 @@ def test_malformed_messages_are_set_aside_and_the_worker_goes_on(rabbit, env, ra
     assert listed.returncode == 0, listed.stderr
     records = json.loads(listed.stdout)["records"]
     assert sorted((r["reason"], r["id"], r["task"]) for r in records) == sorted(
-        (reason, f"poison-{n}", task) for n, (reason, _body, task) in enumerate(poison))
+        (reason, f"poison-{n}", task) for n, (reason, _body, task) in enumerate(poison)
+    )
     assert masked_ip(v4) in json.dumps(records) and masked_ip(v6) in json.dumps(records)
     assert raw_ips.raw_ips_in(raw_conn, [v4, v6]) == {}
     log = worker.output()
@@ -196,8 +236,11 @@ def test_a_failing_call_is_set_aside_in_the_counters_redis_and_requeued(rabbit, 
         raw_conn.delete(clobbered)
         out = cli(env, "dead-letters", "requeue", "--all")
         assert out.returncode == 0 and "requeued 1" in out.stdout, out.stderr
-        wait_until(lambda: [n for _start, n in counters.get_counter(raw_conn, "hits:/d", 86400, now=NOW)] == [3],
-                   timeout=30, what=f"the requeued call applied; log:\n{worker.output()[-3000:]}")
+        wait_until(
+            lambda: [n for _start, n in counters.get_counter(raw_conn, "hits:/d", 86400, now=NOW)] == [3],
+            timeout=30,
+            what=f"the requeued call applied; log:\n{worker.output()[-3000:]}",
+        )
         kept = json.loads(cli(env, "dead-letters", "list", "--json").stdout)["records"]
         assert [r["task"] for r in kept] == ["counters_tasks.record_visit"]  # the visit stays, to be dropped
     finally:
@@ -219,12 +262,22 @@ def test_no_raw_ip_is_kept_in_the_counters_redis(rabbit, env, raw_conn, tmp_path
         v4, v6 = raw_ips.PATHS["poison"]
         for body in (f"not json: {v4} {v6}", json.dumps({"ip": v4, "path": "/p"})[:-1]):  # a broken producer's
             publish_raw(rabbit, body, "counters_tasks.record_visit", f"poison-{len(body)}")
-        raw_ips.wait_for(lambda: (sitestats.site_visit_info(raw_conn, DAY, raw_ips.APPLIED_PATH).pv,
-                                  {r: n for r, n in refusals.counts(raw_conn).items() if n}),
-                         (raw_ips.APPLIED, raw_ips.REFUSED), worker, "the visits applied and refused")
+        raw_ips.wait_for(
+            lambda: (
+                sitestats.site_visit_info(raw_conn, DAY, raw_ips.APPLIED_PATH).pv,
+                {r: n for r, n in refusals.counts(raw_conn).items() if n},
+            ),
+            (raw_ips.APPLIED, raw_ips.REFUSED),
+            worker,
+            "the visits applied and refused",
+        )
         raw_ips.send(env, raw_ips.failing_actions(NOW))
-        raw_ips.wait_for(lambda: raw_conn.llen(keys.dead_letters()), raw_ips.SET_ASIDE + 2, worker,
-                         "the calls and the undecodable messages set aside")
+        raw_ips.wait_for(
+            lambda: raw_conn.llen(keys.dead_letters()),
+            raw_ips.SET_ASIDE + 2,
+            worker,
+            "the calls and the undecodable messages set aside",
+        )
         report = json.loads(cli(env, "health", "--json").stdout)
         assert report["queues"]["visits"] == 0 and worker.process.poll() is None
     finally:

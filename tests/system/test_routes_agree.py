@@ -32,10 +32,13 @@ from tests.support.procs import Server, celery_env, purge_broker, start_worker
 pytestmark = pytest.mark.processes
 
 FIREFOX = "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0"
-CHROME = ("Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) "
-          "Chrome/131.0.0.0 Safari/537.36")
-SAFARI = ("Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) "
-          "Version/17.5 Mobile/15E148 Safari/604.1")
+CHROME = (
+    "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36"
+)
+SAFARI = (
+    "Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) "
+    "Version/17.5 Mobile/15E148 Safari/604.1"
+)
 GOOGLEBOT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
 BINGBOT = "Mozilla/5.0 (compatible; bingbot/2.0; +http://www.bing.com/bingbot.htm)"
 PAGE = {"Accept": "text/html,application/xhtml+xml,*/*;q=0.8", "Sec-Fetch-Dest": "document"}
@@ -93,9 +96,11 @@ def figures(conn: redis.Redis, day) -> dict:
     """Every figure the package shows of the day: site and each page, the day and the range of
     that day and the one before (PV, UV), and the top pages."""
     yesterday = day - timedelta(days=1)
-    out: dict = {"site": tuple(sitestats.site_visit_info(conn, day))[1:],
-                 "site range": _range(sitestats.site_visit_range(conn, yesterday, day)),
-                 "top": sitestats.top_pages(conn, day, day, limit=50)}
+    out: dict = {
+        "site": tuple(sitestats.site_visit_info(conn, day))[1:],
+        "site range": _range(sitestats.site_visit_range(conn, yesterday, day)),
+        "top": sitestats.top_pages(conn, day, day, limit=50),
+    }
     for page in EXPECTED_VIEWS:
         out[page] = tuple(sitestats.site_visit_info(conn, day, page))[1:]
         out[page + " range"] = _range(sitestats.site_visit_range(conn, yesterday, day, page))
@@ -109,8 +114,11 @@ def _range(result: sitestats.SiteRange) -> tuple:
 def expected_figures() -> dict:
     views = sum(n for n, _ in EXPECTED_VIEWS.values())
     visitors = set().union(*(who for _, who in EXPECTED_VIEWS.values()))
-    out: dict = {"site": (views, len(visitors)), "site range": (views, len(visitors), [(0, 0), (views, len(visitors))]),
-                 "top": sorted(((p, n) for p, (n, _) in EXPECTED_VIEWS.items()), key=lambda item: (-item[1], item[0]))}
+    out: dict = {
+        "site": (views, len(visitors)),
+        "site range": (views, len(visitors), [(0, 0), (views, len(visitors))]),
+        "top": sorted(((p, n) for p, (n, _) in EXPECTED_VIEWS.items()), key=lambda item: (-item[1], item[0])),
+    }
     for page, (n, who) in EXPECTED_VIEWS.items():
         out[page] = (n, len(who))
         out[page + " range"] = (n, len(who), [(0, 0), (n, len(who))])
@@ -140,13 +148,36 @@ def counts_under(redis_url: str, monkeypatch, prefix: str, day) -> tuple[dict, d
 
 
 SERVERS = {
-    "flask": lambda port, log: ["gunicorn", "-w", "1", "-b", f"127.0.0.1:{port}", "--access-logfile", str(log),
-                                "--access-logformat", '%({x-forwarded-for}i)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s '
-                                '"%(f)s" "%(a)s"', "tests.support.one_site:application"],
-    "starlette": lambda port, log: ["uvicorn", "--host", "127.0.0.1", "--port", str(port), "--no-access-log",
-                                    "--no-proxy-headers", "tests.support.one_site:application"],
-    "django": lambda port, log: ["gunicorn", "-w", "1", "-b", f"127.0.0.1:{port}",
-                                 "tests.support.one_site:application"],
+    "flask": lambda port, log: [
+        "gunicorn",
+        "-w",
+        "1",
+        "-b",
+        f"127.0.0.1:{port}",
+        "--access-logfile",
+        str(log),
+        "--access-logformat",
+        '%({x-forwarded-for}i)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s"',
+        "tests.support.one_site:application",
+    ],
+    "starlette": lambda port, log: [
+        "uvicorn",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--no-access-log",
+        "--no-proxy-headers",
+        "tests.support.one_site:application",
+    ],
+    "django": lambda port, log: [
+        "gunicorn",
+        "-w",
+        "1",
+        "-b",
+        f"127.0.0.1:{port}",
+        "tests.support.one_site:application",
+    ],
 }
 
 
@@ -179,8 +210,9 @@ def test_live_and_imported_requests_give_the_same_figures(redis_url, tmp_path, m
         run_live(kind, redis_url, tmp_path, access_log)
         results[kind] = counts_under(redis_url, monkeypatch, f"{kind}:", day)
 
-    lines = [line for line in access_log.read_text().splitlines()
-             if '"GET /health ' not in line]  # the test's own readiness probes
+    lines = [
+        line for line in access_log.read_text().splitlines() if '"GET /health ' not in line
+    ]  # the test's own readiness probes
     assert len(lines) == len(REQUESTS)
     cut = lines[CUT_LINE]
     assert cut.endswith(f'"{SAFARI}"')

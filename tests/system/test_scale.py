@@ -39,7 +39,7 @@ def test_a_distinct_path_costs_at_most_700_bytes(raw_conn, monkeypatch):
     def view(paths):
         batch = [{"ip": rng.choice(ips), "path": p, "ts": now} for p in paths]
         for first in range(0, len(batch), 500):
-            visits.apply_visits(raw_conn, batch[first:first + 500])
+            visits.apply_visits(raw_conn, batch[first : first + 500])
 
     view(random_paths(rng, 3000, "warm") + ["/"] * 2000)  # the visitors are known, the day open
     before = used_memory(raw_conn)
@@ -57,7 +57,7 @@ def test_a_counter_hit_once_is_small(raw_conn):
     n = 10_000
     per = {f"c{i}": {p: {counters.bucket_start(now, p): 1} for p in counters.PRECISIONS} for i in range(n)}
     for first in range(0, n, 500):
-        counters.write_counters(raw_conn, dict(list(per.items())[first:first + 500]))
+        counters.write_counters(raw_conn, dict(list(per.items())[first : first + 500]))
     per_counter = (used_memory(raw_conn) - before) / n
     print(f"\n[scale] memory per counter hit once: {per_counter:.0f} B (7 hashes and a registry entry: ~1 KB)")
     assert per_counter <= 350
@@ -73,8 +73,11 @@ def cleaner_pass(conn, now: float) -> tuple[int, dict[str, int]]:
         conn.config_resetstat()
         counters.clean_counters(conn, now)
         # CONFIG RESETSTAT itself: cmdstat_config|resetstat, or cmdstat_config before Redis 7
-        stats = {name: value for name, value in conn.info("commandstats").items()
-                 if "resetstat" not in name and name != "cmdstat_config"}
+        stats = {
+            name: value
+            for name, value in conn.info("commandstats").items()
+            if "resetstat" not in name and name != "cmdstat_config"
+        }
         passes.append((sum(int(s["usec"]) for s in stats.values()), {n: int(s["calls"]) for n, s in stats.items()}))
     return min(passes, key=lambda timed: timed[0])
 
@@ -92,11 +95,13 @@ def test_an_idle_cleaner_pass_costs_the_same_for_100_or_50000_counters(raw_conn)
     many = {f"many{i}": {86400: {counters.bucket_start(now, 86400): 1}} for i in range(50_000)}
     names = list(many)
     for first in range(0, len(names), 1000):
-        counters.write_counters(raw_conn, {name: many[name] for name in names[first:first + 1000]})
+        counters.write_counters(raw_conn, {name: many[name] for name in names[first : first + 1000]})
     assert len(counters.known_counters(raw_conn)) == 50_100
     lots, lots_commands = cleaner_pass(raw_conn, now)
-    print(f"\n[scale] idle cleaner pass: {few} us at 100 counters, {lots} us at 50,100 ({lots / few:.2f}x);"
-          f" commands {lots_commands}")
+    print(
+        f"\n[scale] idle cleaner pass: {few} us at 100 counters, {lots} us at 50,100 ({lots / few:.2f}x);"
+        f" commands {lots_commands}"
+    )
     assert lots_commands == few_commands  # the same calls: no command per counter, no scan
     assert sum(lots_commands.values()) == 2 * len(keys.counter_groups())
     if lots >= 4 * few:  # a cost that grows with the counters grows every time (500x here); a slow moment does not
@@ -113,9 +118,11 @@ def clean_backfilled(raw_conn, slowlog) -> list:
     old = int(time.time() - 90 * 86400)
     for first in range(0, 100_000, 1000):  # as the batches of an import write them
         counters.write_counters(raw_conn, {"hits": {1: {old + s: 1 for s in range(first, first + 1000)}}})
-    past = {f"past{i}": {p: {counters.bucket_start(1434369600, p): 1} for p in counters.PRECISIONS} for i in range(3000)}
+    past = {
+        f"past{i}": {p: {counters.bucket_start(1434369600, p): 1} for p in counters.PRECISIONS} for i in range(3000)
+    }
     for first in range(0, 3000, 500):
-        counters.write_counters(raw_conn, dict(list(past.items())[first:first + 500]))
+        counters.write_counters(raw_conn, dict(list(past.items())[first : first + 500]))
     now = time.time()
     removed = counters.clean_counters(raw_conn, now)
     assert removed == 100_000 + 3000 * 7
@@ -150,7 +157,7 @@ def uniques_on_a_quiet_days_layout(raw_conn, slowlog, ids: int) -> tuple[list, i
     numbers = [rng.getrandbits(60) for _ in range(ids)]
     raw_conn.slowlog_reset()
     for first in range(0, ids, visits.UNIQUES_PER_CALL):
-        uniques.apply_ids(raw_conn, day, numbers[first:first + visits.UNIQUES_PER_CALL], f"m{first}")
+        uniques.apply_ids(raw_conn, day, numbers[first : first + visits.UNIQUES_PER_CALL], f"m{first}")
     return slowlog(), uniques.unique_visitors(raw_conn, day), day, set(numbers)
 
 

@@ -44,14 +44,30 @@ def realistic_load(conn, now: float) -> None:
     for i in range(400):
         ts = now - 86400 * (i % 2) - i
         ip = f"10.0.{i % 7}.{i % 97 + 1}"
-        visits.apply_visit(conn, ip, paths[i % len(paths)], str(uuid.UUID(int=(i * 7919 + 1) << 80)), ts,
-                            message_id=f"m{i}" if i % 3 == 0 else None)
-    batch = [{"ip": f"10.9.{i % 5}.{i % 31 + 1}", "path": paths[i % 17], "session_id": str(uuid.UUID(int=(i + 7) << 80)),
-              "ts": now - i} for i in range(300)]
+        visits.apply_visit(
+            conn,
+            ip,
+            paths[i % len(paths)],
+            str(uuid.UUID(int=(i * 7919 + 1) << 80)),
+            ts,
+            message_id=f"m{i}" if i % 3 == 0 else None,
+        )
+    batch = [
+        {
+            "ip": f"10.9.{i % 5}.{i % 31 + 1}",
+            "path": paths[i % 17],
+            "session_id": str(uuid.UUID(int=(i + 7) << 80)),
+            "ts": now - i,
+        }
+        for i in range(300)
+    ]
     visits.apply_visits(conn, batch, message_id="batch-1")
     visits.apply_visits(conn, batch[:50])
-    ranking_events.incr_events(conn, [{"board": f"batch board {{x}}{i % 6}", "member": f"m{i % 9}", "amount": 1, "ts": now}
-                               for i in range(120)], message_id="rb-1")
+    ranking_events.incr_events(
+        conn,
+        [{"board": f"batch board {{x}}{i % 6}", "member": f"m{i % 9}", "amount": 1, "ts": now} for i in range(120)],
+        message_id="rb-1",
+    )
     for i in range(40):
         counters.update_counter(conn, f"signups:{{plan}}{i}", i + 1, now - 3600 * (i % 5), message_id=f"c{i}")
         counters.update_counter(conn, f"old{i}", 1, now - 200 * 86400)
@@ -67,8 +83,9 @@ def realistic_load(conn, now: float) -> None:
     uniques.precompute_expected(conn, days.local_day(now + 86400))
     sitestats.site_visit_info(conn)
     sitestats.site_visit_info(conn, days.local_day(now), "/article/1")
-    visits.apply_visits(conn, [{"ip": "192.0.2.1", "path": "/a", "ts": now}, {"ip": "nope", "path": "/a"}],
-                         message_id="with-a-refusal")
+    visits.apply_visits(
+        conn, [{"ip": "192.0.2.1", "path": "/a", "ts": now}, {"ip": "nope", "path": "/a"}], message_id="with-a-refusal"
+    )
 
 
 @pytest.fixture
@@ -101,8 +118,18 @@ def test_every_script_call_stays_in_one_slot_and_load_spreads(raw_conn, script_c
     uniques.forget_expected()
     realistic_load(raw_conn, time.time())
     names = collections.Counter(name for name, _, _ in script_calls)
-    assert set(names) >= {"counter_update", "counter_clean", "site_day", "site_all", "path_all", "unique_visit", "unique_expected",
-                          "ranking_incr", "ranking_top", "ranking_rotate"}, names
+    assert set(names) >= {
+        "counter_update",
+        "counter_clean",
+        "site_day",
+        "site_all",
+        "path_all",
+        "unique_visit",
+        "unique_expected",
+        "ranking_incr",
+        "ranking_top",
+        "ranking_rotate",
+    }, names
     slots_of_calls = []
     for name, keys_, named in script_calls:
         slots = {key_slot(k.encode()) for k in keys_ + named}
@@ -163,6 +190,7 @@ def test_keys_md_documents_every_key_with_its_ttl(raw_conn, mode, monkeypatch):
 
 # --- several workers, and beat ----------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def broker_url(redis_url, tmp_path_factory):
     """The broker: a separate single redis-server on a cluster run, else db 1 of the test server."""
@@ -177,8 +205,9 @@ def broker_url(redis_url, tmp_path_factory):
 
 
 def cluster_env(redis_url: str, broker: str, **extra: str) -> dict[str, str]:
-    return celery_env(redis_url, CELERY_BROKER_URL=broker,
-                      COUNTERS_REDIS_CLUSTER="1" if is_cluster_run() else "", **extra)
+    return celery_env(
+        redis_url, CELERY_BROKER_URL=broker, COUNTERS_REDIS_CLUSTER="1" if is_cluster_run() else "", **extra
+    )
 
 
 def clear_broker(url: str) -> None:
@@ -196,31 +225,40 @@ def test_two_workers_give_exact_totals(redis_url, broker_url, raw_conn, tmp_path
     now = time.time()
     today = days.local_day(now)
     env = cluster_env(redis_url, broker_url)
-    workers = [start_worker(env, tmp_path / f"w{i}.log", concurrency=2, name=f"w{i}", queues="visits")
-               for i in (1, 2)]
+    workers = [start_worker(env, tmp_path / f"w{i}.log", concurrency=2, name=f"w{i}", queues="visits") for i in (1, 2)]
     sent = 600
     try:
         with app.connection_for_write(broker_url) as connection, connection.Producer() as producer:
             for i in range(sent):
                 tasks.update_counter.apply_async(("two-workers", 1, now), producer=producer)
                 if i % 3 == 0:
-                    tasks.record_visit.apply_async((f"10.1.{i % 50}.{i % 200 + 1}", f"/p{i % 30}",
-                                                    str(uuid.UUID(int=(i % 150 + 1) << 80)), now), producer=producer)
+                    tasks.record_visit.apply_async(
+                        (f"10.1.{i % 50}.{i % 200 + 1}", f"/p{i % 30}", str(uuid.UUID(int=(i % 150 + 1) << 80)), now),
+                        producer=producer,
+                    )
                 if i % 2 == 0:
                     tasks.incr_ranking.apply_async(("two-workers", f"m{i % 10}", 1, now), producer=producer)
         day_bucket = int(now // 86400) * 86400
-        wait_until(lambda: counters.get_counter(raw_conn, "two-workers", 86400, now) == [(day_bucket, sent)],
-                 timeout=90, what=f"600 counts; got {counters.get_counter(raw_conn, 'two-workers', 86400, now)}")
+        wait_until(
+            lambda: counters.get_counter(raw_conn, "two-workers", 86400, now) == [(day_bucket, sent)],
+            timeout=90,
+            what=f"600 counts; got {counters.get_counter(raw_conn, 'two-workers', 86400, now)}",
+        )
         wait_until(lambda: sitestats.site_visit_info(raw_conn, today).pv == sent // 3, timeout=60, what="the visits")
-        wait_until(lambda: sum(s for _, s in ranking.Ranking(raw_conn, "two-workers").top(0, 10, True, now)) == sent // 2,
-                 timeout=60, what="the ranking")
+        wait_until(
+            lambda: sum(s for _, s in ranking.Ranking(raw_conn, "two-workers").top(0, 10, True, now)) == sent // 2,
+            timeout=60,
+            what="the ranking",
+        )
     finally:
         codes = [w.stop() for w in workers]
     assert codes == [0, 0], [w.output()[-2000:] for w in workers]
     visitors = {(f"10.1.{i % 50}.{i % 200 + 1}") for i in range(0, sent, 3)}
     assert sitestats.site_visit_info(raw_conn, today).uv == len(visitors)
     assert uniques.unique_visitors(raw_conn, today) == len({i % 150 for i in range(0, sent, 3)})
-    assert sorted(ranking.Ranking(raw_conn, "two-workers").top(0, 10, True, now)) == [(f"m{k}", sent // 10) for k in range(0, 10, 2)]
+    assert sorted(ranking.Ranking(raw_conn, "two-workers").top(0, 10, True, now)) == [
+        (f"m{k}", sent // 10) for k in range(0, 10, 2)
+    ]
     done = [w.output().count("succeeded in") for w in workers]
     assert min(done) > 0, done  # both workers took part
 
@@ -235,15 +273,24 @@ def test_two_redbeat_beats_send_each_job_once_and_fail_over(redis_url, tmp_path)
     pytest.importorskip("redbeat")
     broker = url_with_db(redis_url, 3)
     clear_broker(broker)
-    env = celery_env(redis_url, CELERY_BROKER_URL=broker, COUNTERS_CLEAN_EVERY="1", COUNTERS_BEAT_SCHEDULER="redbeat",
-                     COUNTERS_BEAT_LOCK_TIMEOUT="3", COUNTERS_BEAT_MAX_INTERVAL="1")
+    env = celery_env(
+        redis_url,
+        CELERY_BROKER_URL=broker,
+        COUNTERS_CLEAN_EVERY="1",
+        COUNTERS_BEAT_SCHEDULER="redbeat",
+        COUNTERS_BEAT_LOCK_TIMEOUT="3",
+        COUNTERS_BEAT_MAX_INTERVAL="1",
+    )
     beats = []
     for i in (1, 2):
         (tmp_path / f"b{i}").mkdir()
         beats.append(start_beat(env, tmp_path / f"b{i}", tmp_path / f"b{i}.log"))
     try:
-        holder = wait_until(lambda: next((b for b in beats if "Acquired lock" in b.output()), None), timeout=30,
-                          what="a beat to take the lock")
+        holder = wait_until(
+            lambda: next((b for b in beats if "Acquired lock" in b.output()), None),
+            timeout=30,
+            what="a beat to take the lock",
+        )
         standby = beats[1 - beats.index(holder)]
         wait_until(lambda: beat_sends(holder) >= 1, timeout=15, what="the first send")
         before = beat_sends(holder)
@@ -255,7 +302,9 @@ def test_two_redbeat_beats_send_each_job_once_and_fail_over(redis_url, tmp_path)
         assert beat_sends(standby) == 0 and "Acquired lock" not in standby.output()
         holder.kill()
         killed = time.monotonic()
-        wait_until(lambda: beat_sends(standby) >= 1, timeout=20, what=f"the standby to take over:\n{standby.output()[-2000:]}")
+        wait_until(
+            lambda: beat_sends(standby) >= 1, timeout=20, what=f"the standby to take over:\n{standby.output()[-2000:]}"
+        )
         took = time.monotonic() - killed
         assert took < 3 + 1 + 10, took  # lock timeout + one tick + slack for a busy machine
         before = beat_sends(standby)
@@ -287,11 +336,19 @@ def test_one_default_beat_sends_each_job_once(redis_url, tmp_path):
 
 @pytest.mark.processes
 def test_redbeat_setting_configures_the_scheduler(redis_url):
-    probe = ("import celeryconfig as c; print(getattr(c, 'beat_scheduler', None), getattr(c, 'redbeat_lock_timeout', None),"
-             " getattr(c, 'redbeat_redis_url', None) == c.broker_url)")
+    probe = (
+        "import celeryconfig as c; print(getattr(c, 'beat_scheduler', None), getattr(c, 'redbeat_lock_timeout', None),"
+        " getattr(c, 'redbeat_redis_url', None) == c.broker_url)"
+    )
     env = celery_env(redis_url, CELERY_BROKER_URL=url_with_db(redis_url, 5), COUNTERS_BEAT_LOCK_TIMEOUT="12")
-    on = subprocess.run([sys.executable, "-c", probe], env=dict(env, COUNTERS_BEAT_SCHEDULER="redbeat"), cwd=REPO,
-                        capture_output=True, text=True, check=True).stdout.split()
+    on = subprocess.run(
+        [sys.executable, "-c", probe],
+        env=dict(env, COUNTERS_BEAT_SCHEDULER="redbeat"),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     assert on == ["redbeat.RedBeatScheduler", "12.0", "True"]
     off = subprocess.run([sys.executable, "-c", probe], env=env, cwd=REPO, capture_output=True, text=True, check=True)
     assert off.stdout.split() == ["None", "None", "False"]

@@ -45,15 +45,25 @@ def test_a_sentinel_broker_with_its_master_named_in_the_configuration(tmp_path):
     sentinel_port = free_port()
     folder = tmp_path / "sentinel"
     folder.mkdir()
-    (folder / "sentinel.conf").write_text(f"port {sentinel_port}\nbind 127.0.0.1\ndir {folder}\n"
-                                          f"sentinel monitor counters-master 127.0.0.1 {master.port} 1\n")
+    (folder / "sentinel.conf").write_text(
+        f"port {sentinel_port}\nbind 127.0.0.1\ndir {folder}\n"
+        f"sentinel monitor counters-master 127.0.0.1 {master.port} 1\n"
+    )
     with open(folder / "sentinel.log", "wb") as log:
-        sentinel = subprocess.Popen([server_binary(), str(folder / "sentinel.conf"), "--sentinel"], stdout=log,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+        sentinel = subprocess.Popen(
+            [server_binary(), str(folder / "sentinel.conf"), "--sentinel"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "sentinelconfig.py").write_text(CONFIG)
-    env = celery_env(master.url, COUNTERS_REDIS_CLUSTER="", CELERY_BROKER_URL=f"sentinel://127.0.0.1:{sentinel_port}/1",
-                     CELERY_CONFIG_MODULE="sentinelconfig")
+    env = celery_env(
+        master.url,
+        COUNTERS_REDIS_CLUSTER="",
+        CELERY_BROKER_URL=f"sentinel://127.0.0.1:{sentinel_port}/1",
+        CELERY_CONFIG_MODULE="sentinelconfig",
+    )
     env["PYTHONPATH"] = str(tmp_path / "config") + os.pathsep + env["PYTHONPATH"]
     worker_log = tmp_path / "worker.log"
     counters = redis.Redis(port=master.port, db=0)
@@ -63,24 +73,56 @@ def test_a_sentinel_broker_with_its_master_named_in_the_configuration(tmp_path):
         wait_until(lambda: _answers(probe), timeout=15, what="the sentinel")
         probe.close()
         with open(worker_log, "wb") as log:  # no --config: CELERY_CONFIG_MODULE names the deployment's module
-            worker = subprocess.Popen([sys.executable, "-m", "celery", "-A", "counters_tasks", "worker", "-Q",
-                                       "visits,maintenance", "-c", "1", "-n", "sentinel@%h", "--loglevel", "INFO",
-                                       "--without-mingle", "--without-gossip"],
-                                      cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        wait_until(lambda: " ready." in worker_log.read_text() or worker.poll() is not None, timeout=60,
-                   what="the worker")
+            worker = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "counters_tasks",
+                    "worker",
+                    "-Q",
+                    "visits,maintenance",
+                    "-c",
+                    "1",
+                    "-n",
+                    "sentinel@%h",
+                    "--loglevel",
+                    "INFO",
+                    "--without-mingle",
+                    "--without-gossip",
+                ],
+                cwd=REPO,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        wait_until(
+            lambda: " ready." in worker_log.read_text() or worker.poll() is not None, timeout=60, what="the worker"
+        )
         assert worker.poll() is None, worker_log.read_text()[-3000:]
         assert "sentinel://" in worker_log.read_text()  # the transport Celery names in its banner
-        sent = subprocess.run([sys.executable, "-c", SENDER, "30"], cwd=REPO, env=env, capture_output=True,
-                              text=True, timeout=60)
+        sent = subprocess.run(
+            [sys.executable, "-c", SENDER, "30"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+        )
         assert sent.returncode == 0, sent.stderr[-3000:]
         day = local_day(time.time())
-        wait_until(lambda: sitestats.site_visit_info(counters, day, "/sentinel").pv == 30, timeout=60,
-                   what=f"the visits counted; log:\n{worker_log.read_text()[-3000:]}")
+        wait_until(
+            lambda: sitestats.site_visit_info(counters, day, "/sentinel").pv == 30,
+            timeout=60,
+            what=f"the visits counted; log:\n{worker_log.read_text()[-3000:]}",
+        )
         assert sitestats.site_visit_info(counters, day, "/sentinel").uv == 30
         assert redis.Redis(port=master.port, db=1).exists("_kombu.binding.visits")  # the broker: the master's db 1
-        health = subprocess.run([sys.executable, "-m", "counters_tasks.ops.cli", "health", "--json"], cwd=REPO,
-                                env=env, capture_output=True, text=True, timeout=60)
+        health = subprocess.run(
+            [sys.executable, "-m", "counters_tasks.ops.cli", "health", "--json"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         report = json.loads(health.stdout)
         assert report["redis"]["ok"] and report["queues"] == {"ok": True, "visits": 0, "maintenance": 0}, report
         assert report["workers"]["ok"] and report["workers"]["names"][0].startswith("sentinel@"), report

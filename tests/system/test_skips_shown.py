@@ -40,8 +40,14 @@ def scripted_get(port: int, path: str) -> int:
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "counters_tasks.ops.cli", *args], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "counters_tasks.ops.cli", *args],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @pytest.fixture
@@ -52,8 +58,12 @@ def scripted_site(raw_conn, redis_url, tmp_path):
     purge_broker(redis_url)
     worker = start_worker(env, tmp_path / "worker.log", concurrency=1).wait_ready()
     port = free_port()
-    server = Server(["gunicorn", "-w", "1", "-b", f"127.0.0.1:{port}", "tests.support.one_site:application"], env,
-                    tmp_path / "gunicorn.log", port)
+    server = Server(
+        ["gunicorn", "-w", "1", "-b", f"127.0.0.1:{port}", "tests.support.one_site:application"],
+        env,
+        tmp_path / "gunicorn.log",
+        port,
+    )
     try:
         for n in range(SCRIPTED_PAGES):
             assert scripted_get(port, f"/page{n % 7}") == 200

@@ -38,8 +38,9 @@ class SocketOnlyServer(RedisServer):
     """A private Redis listening on a unix socket and on no TCP port (``--port 0``)."""
 
     def __init__(self, data_dir: Path, socket_path: Path) -> None:
-        super().__init__(data_dir, extra_args=["--port", "0", "--unixsocket", str(socket_path),
-                                               "--unixsocketperm", "700"])
+        super().__init__(
+            data_dir, extra_args=["--port", "0", "--unixsocket", str(socket_path), "--unixsocketperm", "700"]
+        )
         self.socket_path = socket_path
 
     password: str | None = None
@@ -106,8 +107,14 @@ SENDER = textwrap.dedent("""
 
 
 def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "counters_tasks.ops.cli", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "counters_tasks.ops.cli", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_default_broker_on_a_unix_socket_counts_every_visit(socket_server, socket_env, tmp_path):
@@ -118,13 +125,27 @@ def test_default_broker_on_a_unix_socket_counts_every_visit(socket_server, socke
     beat = start_beat(dict(socket_env, COUNTERS_CLEAN_EVERY="0.5"), tmp_path, tmp_path / "beat.log")
     try:
         worker.wait_ready()
-        sent = subprocess.run([sys.executable, "-c", SENDER, "40", "60"], cwd=REPO, env=socket_env,
-                              capture_output=True, text=True, timeout=60)
+        sent = subprocess.run(
+            [sys.executable, "-c", SENDER, "40", "60"],
+            cwd=REPO,
+            env=socket_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert sent.returncode == 0, sent.stderr[-3000:]
         day = local_day(time.time())
-        wait_until(lambda: (sitestats.site_visit_info(counters, day, "/socket-delay").pv,
-                            sitestats.site_visit_info(counters, day, "/socket-recorder").pv) == (40, 60),
-                   timeout=60, what=f"the visits counted; worker log:\n{worker.output()[-3000:]}")
+        wait_until(
+            lambda: (
+                (
+                    sitestats.site_visit_info(counters, day, "/socket-delay").pv,
+                    sitestats.site_visit_info(counters, day, "/socket-recorder").pv,
+                )
+                == (40, 60)
+            ),
+            timeout=60,
+            what=f"the visits counted; worker log:\n{worker.output()[-3000:]}",
+        )
         assert sitestats.site_visit_info(counters, day, "/socket-delay").uv == 40
         assert sitestats.site_visit_info(counters, day, "/socket-recorder").uv == 60
         # the queues were on database 1 of the same server, the counters on database 0
@@ -134,12 +155,16 @@ def test_default_broker_on_a_unix_socket_counts_every_visit(socket_server, socke
         # a message the worker cannot decode is set aside in the broker's dead letters (the
         # package's transport, as with redis://), where health and the CLI read them
         broker.lpush("visits", "{this is not json")
-        wait_until(lambda: broker.llen(keys.dead_letters()) == 1, timeout=30,
-                   what=f"the undecodable message set aside; worker log:\n{worker.output()[-3000:]}")
+        wait_until(
+            lambda: broker.llen(keys.dead_letters()) == 1,
+            timeout=30,
+            what=f"the undecodable message set aside; worker log:\n{worker.output()[-3000:]}",
+        )
 
         def healthy() -> bool:
             result = run_cli(socket_env, "health", "--json")
             return result.returncode == 0
+
         wait_until(healthy, timeout=60, interval=1, what="counters-tasks health to be ok")
         report = json.loads(run_cli(socket_env, "health", "--json").stdout)
         assert report["ok"] and [name.split("@")[0] for name in report["workers"]["names"]] == ["w1"]

@@ -26,10 +26,14 @@ def test_worker_counts_and_beat_runs_the_cleaner(redis_url, raw_conn, tmp_path):
             tasks.update_counter.delay("worker-hits", 2, now)
         wait_until(
             lambda: counters.get_counter(raw_conn, "worker-hits", 86400, now=now) == [(int(now // 86400) * 86400, 10)],
-            timeout=60, what=f"the worker to count; log:\n{worker.output()[-3000:]}",
+            timeout=60,
+            what=f"the worker to count; log:\n{worker.output()[-3000:]}",
         )
-        wait_until(lambda: "stale" not in counters.known_counters(raw_conn), timeout=60,
-                 what=f"beat to run the cleaner; beat log:\n{beat.output()[-3000:]}")
+        wait_until(
+            lambda: "stale" not in counters.known_counters(raw_conn),
+            timeout=60,
+            what=f"beat to run the cleaner; beat log:\n{beat.output()[-3000:]}",
+        )
         status = wait_until(lambda: job_status(raw_conn, "clean_counters"), timeout=10, what="the cleaner's status")
         assert float(status["last_started"]) >= now - 5
         assert counters.known_counters(raw_conn) == ["worker-hits"]

@@ -38,13 +38,19 @@ def test_record_visits_same_batch_id_counts_once(raw_conn):
     assert model_of(batch + batch).mismatches(raw_conn) == []
 
 
-@pytest.mark.parametrize(("bad", "reason"), [
-    ([1], "malformed"), ([{"ip": "1.2.3.4"}], "malformed"), ([{"path": "/"}], "malformed"),
-    ([{"ip": "x", "path": "/"}], "bad_input"), ([{"ip": "1.2.3.4", "path": "/", "extra": 1}], "malformed"),
-    ([{"ip": "1.2.3.4", "path": "/", "ts": float("nan")}], "bad_input"),
-    ([{"ip": "1.2.3.4", "path": "/", "session_id": "zz"}], "bad_input"),
-    ([{"ip": "1.2.3.4", "path": "/", "ts": time.time() + 86400}], "future"),
-])
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [
+        ([1], "malformed"),
+        ([{"ip": "1.2.3.4"}], "malformed"),
+        ([{"path": "/"}], "malformed"),
+        ([{"ip": "x", "path": "/"}], "bad_input"),
+        ([{"ip": "1.2.3.4", "path": "/", "extra": 1}], "malformed"),
+        ([{"ip": "1.2.3.4", "path": "/", "ts": float("nan")}], "bad_input"),
+        ([{"ip": "1.2.3.4", "path": "/", "session_id": "zz"}], "bad_input"),
+        ([{"ip": "1.2.3.4", "path": "/", "ts": time.time() + 86400}], "future"),
+    ],
+)
 def test_one_bad_visit_is_refused_alone_and_counted(raw_conn, bad, reason):
     good = random_visits(10, seed=4)
     visits.apply_visits(raw_conn, good, message_id="b")
@@ -111,12 +117,14 @@ def test_eager_tasks(eager_app, raw_conn):
 
 # --- through a real worker ---------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def worker(redis_url, tmp_path_factory):
     log_dir = tmp_path_factory.mktemp("ingest-worker")
     purge_broker(redis_url)
-    process = start_worker(celery_env(redis_url, COUNTERS_WORKER_BATCH="50", COUNTERS_WORKER_BATCH_MS="20"),
-                           log_dir / "worker.log").wait_ready()
+    process = start_worker(
+        celery_env(redis_url, COUNTERS_WORKER_BATCH="50", COUNTERS_WORKER_BATCH_MS="20"), log_dir / "worker.log"
+    ).wait_ready()
     yield process
     assert process.stop() == 0, process.output()[-3000:]
 
@@ -128,15 +136,21 @@ def test_worker_applies_per_visit_messages_in_batches_exactly(worker, raw_conn, 
         tasks.record_visit.delay(v["ip"], v["path"], v.get("session_id"), v["ts"])
     tasks.record_visit.delay("not an ip", "/")  # refused, alone: the rest of its batch counts
     model = model_of(batch)
-    wait_until(lambda: model.visits_counted(raw_conn) >= len(batch), timeout=60,
-             what=f"the worker; log:\n{worker.output()[-2000:]}")
+    wait_until(
+        lambda: model.visits_counted(raw_conn) >= len(batch),
+        timeout=60,
+        what=f"the worker; log:\n{worker.output()[-2000:]}",
+    )
     assert model.mismatches(raw_conn) == []
     wait_until(lambda: "refused" in worker.output(), timeout=10, what="the bad message to be refused")
     # every message acknowledged on the broker too (a batch's acks leave its records in one round
     # trip: QoS.acks_together), so none comes back after the visibility timeout
     broker = redis.Redis.from_url(load_settings({"COUNTERS_REDIS_URL": redis_url}).broker_url)
-    wait_until(lambda: broker.hlen("unacked") == 0 and broker.zcard("unacked_index") == 0, timeout=10,
-               what="the broker's unacked records to be removed")
+    wait_until(
+        lambda: broker.hlen("unacked") == 0 and broker.zcard("unacked_index") == 0,
+        timeout=10,
+        what="the broker's unacked records to be removed",
+    )
 
 
 @pytest.mark.processes
@@ -216,12 +230,20 @@ def test_recorder_in_a_forked_child_starts_empty(worker):
 
 # --- ranking events in batches ---------------------------------------------------------------
 
+
 def _ranking_events(n: int, seed: int, now: float) -> list[dict]:
     import random
 
     rng = random.Random(seed)
-    return [{"board": rng.choice(["posts", "pages"]), "member": f"m{rng.randint(0, 60)}",
-             "amount": rng.randint(-1, 5), "ts": now - rng.uniform(0, 30 * 3600)} for _ in range(n)]
+    return [
+        {
+            "board": rng.choice(["posts", "pages"]),
+            "member": f"m{rng.randint(0, 60)}",
+            "amount": rng.randint(-1, 5),
+            "ts": now - rng.uniform(0, 30 * 3600),
+        }
+        for _ in range(n)
+    ]
 
 
 def test_incr_events_equal_incr_one_by_one(conn):
@@ -232,8 +254,7 @@ def test_incr_events_equal_incr_one_by_one(conn):
     ranking_events.incr_events(conn, events, message_id="r1")
     ranking_events.incr_events(conn, events, message_id="r1")  # redelivered: nothing more
     for event in events:
-        ranking.Ranking(conn, event["board"]).incr(event["member"], event["amount"], event["ts"],
-                                                   message_id=None)
+        ranking.Ranking(conn, event["board"]).incr(event["member"], event["amount"], event["ts"], message_id=None)
     for board in ("posts", "pages"):
         totals: dict[str, int] = {}
         for e in events:
@@ -243,16 +264,21 @@ def test_incr_events_equal_incr_one_by_one(conn):
         assert ranking.Ranking(conn, board).top(limit=1000, withscores=True, now=now) == expected
 
 
-@pytest.mark.parametrize(("bad", "reason"), [
-    ([1], "malformed"), ([{"board": "b"}], "malformed"), ([{"member": "m"}], "malformed"),
-    ([{"board": "b", "member": "m", "amount": 1.5}], "bad_input"),
-    ([{"board": "b", "member": "m", "period_hours": 5}], "board_settings"),
-    ([{"board": "c", "member": "m", "interval_hours": 5}], "bad_input"),
-    ([{"board": "b", "member": "m", "x": 1}], "malformed"),
-    ([{"board": "b", "member": "m", "period_hours": 48}], "board_settings"),  # b is fixed to (24, 1)
-    ([{"board": "ok", "member": "m", "period_hours": 48}], "board_settings"),  # other settings in one batch
-    ([{"board": "b", "member": "m", "ts": time.time() + 86400}], "future"),
-])
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [
+        ([1], "malformed"),
+        ([{"board": "b"}], "malformed"),
+        ([{"member": "m"}], "malformed"),
+        ([{"board": "b", "member": "m", "amount": 1.5}], "bad_input"),
+        ([{"board": "b", "member": "m", "period_hours": 5}], "board_settings"),
+        ([{"board": "c", "member": "m", "interval_hours": 5}], "bad_input"),
+        ([{"board": "b", "member": "m", "x": 1}], "malformed"),
+        ([{"board": "b", "member": "m", "period_hours": 48}], "board_settings"),  # b is fixed to (24, 1)
+        ([{"board": "ok", "member": "m", "period_hours": 48}], "board_settings"),  # other settings in one batch
+        ([{"board": "b", "member": "m", "ts": time.time() + 86400}], "future"),
+    ],
+)
 def test_one_bad_ranking_event_is_refused_alone_and_counted(raw_conn, bad, reason):
     from counters_tasks import ranking
 
@@ -290,4 +316,6 @@ def test_recorder_ranking_events_reach_the_board(worker, raw_conn):
     assert recorder.close(timeout=30)
     board = ranking.Ranking(raw_conn, "recorded")
     expected = sorted(((f"post{i}", len(range(i, 250, 7))) for i in range(7)), key=lambda mt: (-mt[1], mt[0]))
-    wait_until(lambda: board.top(limit=10, withscores=True, now=now) == expected, timeout=30, what="the ranking batches")
+    wait_until(
+        lambda: board.top(limit=10, withscores=True, now=now) == expected, timeout=30, what="the ranking batches"
+    )

@@ -47,11 +47,22 @@ def broker(redis_url: str) -> redis.Redis:
 
 # --- masking, without a worker ---------------------------------------------------------------
 
-@pytest.mark.parametrize(("ip", "shown"), [
-    ("203.0.113.77", "203.0.113.x"), ("2001:db8:1:2:3:4:5:6", "2001:db8:1::/48"), ("::ffff:10.1.2.3", "10.1.2.x"),
-    ("::1", "::/48"), ("fe80::1%eth0", "fe80::/48"), ("not an ip", None), ("/page/1", None), ("dead", None),
-    ("1.2.3", None), ("6f1c2b1e-98a4-4c51-9d0e-5b2a7c3d4e5f", None),
-])
+
+@pytest.mark.parametrize(
+    ("ip", "shown"),
+    [
+        ("203.0.113.77", "203.0.113.x"),
+        ("2001:db8:1:2:3:4:5:6", "2001:db8:1::/48"),
+        ("::ffff:10.1.2.3", "10.1.2.x"),
+        ("::1", "::/48"),
+        ("fe80::1%eth0", "fe80::/48"),
+        ("not an ip", None),
+        ("/page/1", None),
+        ("dead", None),
+        ("1.2.3", None),
+        ("6f1c2b1e-98a4-4c51-9d0e-5b2a7c3d4e5f", None),
+    ],
+)
 def test_an_ip_is_shown_as_its_network(ip, shown):
     assert masked_ip(ip) == shown
 
@@ -65,8 +76,9 @@ def test_argument_texts_mask_ips_anywhere_and_stay_short():
 
 
 def test_messages_of_this_app_carry_masked_argument_texts():
-    message = app.amqp.create_task_message(str(uuid.uuid4()), "counters_tasks.record_visit",
-                                           ("203.0.113.9", "/x", None, 1.0), {"session_id": None})
+    message = app.amqp.create_task_message(
+        str(uuid.uuid4()), "counters_tasks.record_visit", ("203.0.113.9", "/x", None, 1.0), {"session_id": None}
+    )
     assert message.headers["argsrepr"] == "('203.0.113.x', '/x', None, 1.0)"
     assert "203.0.113.9" not in json.dumps([message.headers, message.sent_event])
     own = app.amqp.create_task_message(str(uuid.uuid4()), "t", ("203.0.113.9",), {}, argsrepr="mine")
@@ -75,8 +87,12 @@ def test_messages_of_this_app_carry_masked_argument_texts():
 
 def test_the_worker_masks_what_a_producer_did_not():
     class Message:
-        headers = {"id": "m1", "task": "counters_tasks.record_visit", "argsrepr": "('203.0.113.9', '/')",
-                   "kwargsrepr": "{}"}
+        headers = {
+            "id": "m1",
+            "task": "counters_tasks.record_visit",
+            "argsrepr": "('203.0.113.9', '/')",
+            "kwargsrepr": "{}",
+        }
         body, payload = (("203.0.113.9", "/"), {}, {}), None
         content_type = content_encoding = "application/json"
         delivery_info, properties = {}, {}
@@ -92,8 +108,12 @@ def test_a_batch_names_the_messages_it_did_not_apply_by_position(raw_conn):
     from counters_tasks.worker.batch_consumer import FAILED, SimpleRequest, failures_of
 
     name = "counters_tasks.record_visit"
-    batch = [SimpleRequest("a", name, ["192.0.2.1", "/"], {}), SimpleRequest("b", name, ["not an ip", "/"], {}),
-             SimpleRequest(5, name, ["192.0.2.2", "/"], {}), SimpleRequest("d", name, ["192.0.2.3"], {})]
+    batch = [
+        SimpleRequest("a", name, ["192.0.2.1", "/"], {}),
+        SimpleRequest("b", name, ["not an ip", "/"], {}),
+        SimpleRequest(5, name, ["192.0.2.2", "/"], {}),
+        SimpleRequest("d", name, ["192.0.2.3"], {}),
+    ]
     outcome = batch_apply.apply_batch(raw_conn, VISIT, batch)
     assert (outcome["applied"], outcome["refused"]) == (1, 3)
     assert failures_of(outcome) == outcome[FAILED] and set(outcome[FAILED]) == {1, 2, 3}
@@ -103,14 +123,18 @@ def test_a_batch_names_the_messages_it_did_not_apply_by_position(raw_conn):
 
 # --- through a real worker ---------------------------------------------------------------------
 
+
 @pytest.mark.processes
 def test_every_batched_message_is_reported_and_no_event_shows_a_raw_ip(redis_url, raw_conn, events, tmp_path):
     """N ``.delay()`` calls of the batched tasks: N task-received, N task-started and N
     task-succeeded events with those ids (runtime included); the refused one task-failed with its
     reason; and no raw IP in any event, from batched messages or from VisitRecorder batches."""
     purge_broker(redis_url)
-    worker = start_worker(celery_env(redis_url, COUNTERS_WORKER_BATCH="50", COUNTERS_WORKER_BATCH_MS="20"),
-                          tmp_path / "worker.log", extra=("-E",))
+    worker = start_worker(
+        celery_env(redis_url, COUNTERS_WORKER_BATCH="50", COUNTERS_WORKER_BATCH_MS="20"),
+        tmp_path / "worker.log",
+        extra=("-E",),
+    )
     try:
         wait_until(lambda: events.of("worker-online"), timeout=60, what=f"the worker; log:\n{worker.output()[-2000:]}")
         visits = random_visits(600, seed=21)
@@ -125,11 +149,15 @@ def test_every_batched_message_is_reported_and_no_event_shows_a_raw_ip(redis_url
             recorder.record(v["ip"], v["path"], v.get("session_id"), v["ts"])
         assert recorder.close(timeout=30)
         every = set(ids)
-        wait_until(lambda: every <= events.ids("task-succeeded"), timeout=120,
-                   what=f"{len(every)} task-succeeded events; log:\n{worker.output()[-2000:]}")
+        wait_until(
+            lambda: every <= events.ids("task-succeeded"),
+            timeout=120,
+            what=f"{len(every)} task-succeeded events; log:\n{worker.output()[-2000:]}",
+        )
         wait_until(lambda: refused in events.ids("task-failed"), timeout=30, what="the refused message's event")
-        wait_until(lambda: len(events.of("task-succeeded")) >= len(every) + 3, timeout=30,
-                   what="the recorder's batches")
+        wait_until(
+            lambda: len(events.of("task-succeeded")) >= len(every) + 3, timeout=30, what="the recorder's batches"
+        )
     finally:
         assert worker.stop() == 0, worker.output()[-3000:]
     received, started = events.ids("task-received"), events.ids("task-started")
@@ -160,12 +188,18 @@ def test_warm_shutdown_leaves_the_buffer_unacknowledged_and_it_is_redelivered(re
     worker = start_worker(slow, tmp_path / "w1.log", extra=("-E",)).wait_ready()
     [first] = random_visits(1, seed=21)  # the first message after a quiet spell is applied at once
     tasks.record_visit.delay(first["ip"], first["path"], first.get("session_id"), first["ts"])
-    wait_until(lambda: model_of([first]).visits_counted(raw_conn) == 1 and broker_idle(client), timeout=60,
-               what=f"the first visit; log:\n{worker.output()[-2000:]}")
+    wait_until(
+        lambda: model_of([first]).visits_counted(raw_conn) == 1 and broker_idle(client),
+        timeout=60,
+        what=f"the first visit; log:\n{worker.output()[-2000:]}",
+    )
     visits = random_visits(30, seed=22)
     ids = {tasks.record_visit.delay(v["ip"], v["path"], v.get("session_id"), v["ts"]).id for v in visits}
-    wait_until(lambda: client.llen("visits") == 0 and client.zcard("unacked_index") == len(ids), timeout=60,
-               what=f"the messages taken by the worker; log:\n{worker.output()[-2000:]}")
+    wait_until(
+        lambda: client.llen("visits") == 0 and client.zcard("unacked_index") == len(ids),
+        timeout=60,
+        what=f"the messages taken by the worker; log:\n{worker.output()[-2000:]}",
+    )
     assert worker.stop() == 0, worker.output()[-3000:]
     assert events.ids("task-started") & ids == set()  # never applied (nor reported received: see worker.batch_consumer)
     assert model_of([first]).visits_counted(raw_conn) == 1  # the batch's visits: none
@@ -173,8 +207,11 @@ def test_warm_shutdown_leaves_the_buffer_unacknowledged_and_it_is_redelivered(re
 
     second = start_worker(celery_env(redis_url), tmp_path / "w2.log", name="w2").wait_ready()
     try:
-        wait_until(lambda: model_of(visits).visits_counted(raw_conn) >= len(visits) + 1, timeout=90,
-                   what=f"the redelivered messages; log:\n{second.output()[-2000:]}")
+        wait_until(
+            lambda: model_of(visits).visits_counted(raw_conn) >= len(visits) + 1,
+            timeout=90,
+            what=f"the redelivered messages; log:\n{second.output()[-2000:]}",
+        )
         wait_until(lambda: broker_idle(client), timeout=30, what="the broker to be idle")
     finally:
         assert second.stop() == 0, second.output()[-3000:]
@@ -202,8 +239,11 @@ def test_a_prefetch_limit_below_the_batch_size_does_not_hold_messages_back(redis
     try:
         for v in visits:
             tasks.record_visit.delay(v["ip"], v["path"], v.get("session_id"), v["ts"])
-        wait_until(lambda: model_of(visits).visits_counted(raw_conn) >= len(visits), timeout=90,
-                   what=f"the visits; log:\n{worker.output()[-2000:]}")
+        wait_until(
+            lambda: model_of(visits).visits_counted(raw_conn) >= len(visits),
+            timeout=90,
+            what=f"the visits; log:\n{worker.output()[-2000:]}",
+        )
     finally:
         assert worker.stop() == 0, worker.output()[-3000:]
     assert time.monotonic() - started < 60
@@ -227,8 +267,11 @@ def test_flower_lists_every_batched_message_without_a_raw_ip(redis_url, raw_conn
     purge_broker(redis_url)
     port, auth = free_port(), ("user", "pass-for-test")
     env = celery_env(redis_url, COUNTERS_WORKER_BATCH="50", COUNTERS_WORKER_BATCH_MS="20")
-    flower = CeleryProcess(["flower", "--address=127.0.0.1", f"--port={port}", f"--basic-auth={':'.join(auth)}"],
-                           env, tmp_path / "flower.log")
+    flower = CeleryProcess(
+        ["flower", "--address=127.0.0.1", f"--port={port}", f"--basic-auth={':'.join(auth)}"],
+        env,
+        tmp_path / "flower.log",
+    )
     worker = start_worker(env, tmp_path / "worker.log").wait_ready()
     url = f"http://127.0.0.1:{port}/api"
 

@@ -28,17 +28,23 @@ def app_for(broker_url: str, **conf: object) -> Celery:
     return app
 
 
-@pytest.mark.parametrize(("options", "worker_concurrency", "expected"), [
-    ({"concurrency": 50, "pool": "gevent"}, None, 50),  # the worker
-    ({"concurrency": "8"}, None, 8),
-    ({"concurrency": None}, 12, 12),  # worker_concurrency in the configuration
-    ({"concurrency": 4, "autoscale": (30, 3)}, None, 30),  # the top of --autoscale
-    ({"concurrency": 4, "autoscale": "20,2"}, None, 20),
-    ({"concurrency": "auto"}, None, os.cpu_count() or 2),
-])
+@pytest.mark.parametrize(
+    ("options", "worker_concurrency", "expected"),
+    [
+        ({"concurrency": 50, "pool": "gevent"}, None, 50),  # the worker
+        ({"concurrency": "8"}, None, 8),
+        ({"concurrency": None}, 12, 12),  # worker_concurrency in the configuration
+        ({"concurrency": 4, "autoscale": (30, 3)}, None, 30),  # the top of --autoscale
+        ({"concurrency": 4, "autoscale": "20,2"}, None, 20),
+        ({"concurrency": "auto"}, None, os.cpu_count() or 2),
+    ],
+)
 def test_the_pools_hold_every_task_at_once_plus_the_margin(options, worker_concurrency, expected):
-    app = app_for("redis://127.0.0.1:1/0", worker_concurrency=worker_concurrency,
-                  broker_transport_options={"visibility_timeout": 45})
+    app = app_for(
+        "redis://127.0.0.1:1/0",
+        worker_concurrency=worker_concurrency,
+        broker_transport_options={"visibility_timeout": 45},
+    )
     size_broker_pools(conf=app.conf, options=options)
     assert app.conf.broker_transport_options == {"visibility_timeout": 45, "max_connections": expected + POOL_MARGIN}
     assert app.conf.broker_pool_limit == expected + POOL_MARGIN

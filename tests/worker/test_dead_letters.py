@@ -40,12 +40,30 @@ def set_aside_at(when: float, n: int, tag: str) -> None:
     with pytest.MonkeyPatch.context() as clock:
         clock.setattr(dead_letters.time, "time", lambda: when)
         for i in range(n):
-            dead_letters.set_aside_call("counters_tasks.record_visit", f"{tag}-{i}", [f"198.51.100.{i % 250}", "/p"],
-                                        {}, "visits", RuntimeError("NOPERM"), 5)
-        item = json.dumps({"headers": {"task": "counters_tasks.record_visit", "id": f"{tag}-raw"},
-                           "properties": {"delivery_tag": f"{tag}-tag"}, "body": "x" * 300_000})
-        dead_letters.set_aside_message(dead_letters.store_client(), ("unacked", "unacked_index"), "visits", item,
-                                       "not_json_content", json.loads(item))
+            dead_letters.set_aside_call(
+                "counters_tasks.record_visit",
+                f"{tag}-{i}",
+                [f"198.51.100.{i % 250}", "/p"],
+                {},
+                "visits",
+                RuntimeError("NOPERM"),
+                5,
+            )
+        item = json.dumps(
+            {
+                "headers": {"task": "counters_tasks.record_visit", "id": f"{tag}-raw"},
+                "properties": {"delivery_tag": f"{tag}-tag"},
+                "body": "x" * 300_000,
+            }
+        )
+        dead_letters.set_aside_message(
+            dead_letters.store_client(),
+            ("unacked", "unacked_index"),
+            "visits",
+            item,
+            "not_json_content",
+            json.loads(item),
+        )
 
 
 def kept_ids(broker) -> list[str]:
@@ -109,8 +127,11 @@ def test_a_record_pushed_meanwhile_is_never_taken_for_the_old_one(broker, monkey
     assert kept_ids(broker)[-1] == "young-meanwhile" and len(kept_ids(broker)) == 3
 
 
-VISITS = [{"ip": "198.51.100.23", "path": "/a", "ts": 1.0}, {"ip": "2001:db8:5:6::7", "path": "/b", "ts": 1.0},
-          {"ip": "::ffff:192.0.2.44", "path": "/c", "ts": 1.0}]
+VISITS = [
+    {"ip": "198.51.100.23", "path": "/a", "ts": 1.0},
+    {"ip": "2001:db8:5:6::7", "path": "/b", "ts": 1.0},
+    {"ip": "::ffff:192.0.2.44", "path": "/c", "ts": 1.0},
+]
 """A ``record_visits`` batch: an IPv4, an IPv6 and an IPv4-mapped IPv6 address."""
 RAW = ("198.51.100.23", "2001:db8:5:6::7", "192.0.2.44")
 
@@ -121,17 +142,41 @@ def test_a_call_kept_in_the_counters_redis_keeps_no_raw_ip(raw_conn, monkeypatch
     ``requeue`` keeps it (its masked IPs would be refused); a call without an IP is kept as it was."""
     use_settings(monkeypatch, CELERY_BROKER_URL="amqp://guest:guest@127.0.0.1:5672//")
     assert dead_letters.kept_with_the_counters()
-    dead_letters.set_aside_call("counters_tasks.record_visits", "batch-1", [VISITS], {}, "visits",
-                                RuntimeError("no route to 198.51.100.23:6379 nor [2001:db8:5:6::7]:80"), 5)
-    dead_letters.set_aside_call("counters_tasks.record_visit", "visit-1", ["198.51.100.23"],
-                                {"path": "/a", "ip_again": "2001:db8:5:6::7"}, "visits", RuntimeError("WRONGTYPE"), 5)
-    dead_letters.set_aside_call("counters_tasks.update_counter", "counter-1", ["signups", 1], {}, "visits",
-                                RuntimeError("WRONGTYPE"), 5)
+    dead_letters.set_aside_call(
+        "counters_tasks.record_visits",
+        "batch-1",
+        [VISITS],
+        {},
+        "visits",
+        RuntimeError("no route to 198.51.100.23:6379 nor [2001:db8:5:6::7]:80"),
+        5,
+    )
+    dead_letters.set_aside_call(
+        "counters_tasks.record_visit",
+        "visit-1",
+        ["198.51.100.23"],
+        {"path": "/a", "ip_again": "2001:db8:5:6::7"},
+        "visits",
+        RuntimeError("WRONGTYPE"),
+        5,
+    )
+    dead_letters.set_aside_call(
+        "counters_tasks.update_counter", "counter-1", ["signups", 1], {}, "visits", RuntimeError("WRONGTYPE"), 5
+    )
     stored = raw_conn.lrange(keys.dead_letters(), 0, -1)
     assert len(stored) == 3 and not any(ip.encode() in raw for raw in stored for ip in RAW), stored
     counter, visit, batch = (json.loads(raw) for raw in stored)
-    assert batch["args"] == [[{**VISITS[0], "ip": "198.51.100.x"}, {**VISITS[1], "ip": "2001:db8:5::/48"},
-                              {**VISITS[2], "ip": "192.0.2.x"}]] and batch["masked"] is True
+    assert (
+        batch["args"]
+        == [
+            [
+                {**VISITS[0], "ip": "198.51.100.x"},
+                {**VISITS[1], "ip": "2001:db8:5::/48"},
+                {**VISITS[2], "ip": "192.0.2.x"},
+            ]
+        ]
+        and batch["masked"] is True
+    )
     assert batch["error"] == "RuntimeError: no route to 198.51.100.x:6379 nor [2001:db8:5::/48]:80"
     assert visit["args"] == ["198.51.100.x"] and visit["kwargs"] == {"path": "/a", "ip_again": "2001:db8:5::/48"}
     assert counter["args"] == ["signups", 1] and "masked" not in counter  # nothing changed: it can be sent again
@@ -145,8 +190,9 @@ def test_a_call_kept_on_the_brokers_redis_keeps_its_arguments_to_be_sent_again(r
     IPs live"): a call set aside there keeps its arguments as they were, so that requeue applies
     it; the counters' Redis gets nothing."""
     assert not dead_letters.kept_with_the_counters()
-    dead_letters.set_aside_call("counters_tasks.record_visits", "batch-1", [VISITS], {}, "visits",
-                                RuntimeError("WRONGTYPE"), 5)
+    dead_letters.set_aside_call(
+        "counters_tasks.record_visits", "batch-1", [VISITS], {}, "visits", RuntimeError("WRONGTYPE"), 5
+    )
     [record] = [json.loads(raw) for raw in broker.lrange(keys.dead_letters(), 0, -1)]
     assert record["args"] == [VISITS] and "masked" not in record
     assert raw_conn.llen(keys.dead_letters()) == 0
@@ -172,8 +218,11 @@ def test_a_real_worker_runs_the_job_and_reports_it(redis_url, raw_conn, broker, 
     worker = start_worker(celery_env(redis_url), tmp_path / "worker.log")
     try:
         tasks.expire_dead_letters.delay()
-        wait_until(lambda: broker.llen(keys.dead_letters()) == 4, timeout=60,
-                   what=f"the old records to go ({broker.llen(keys.dead_letters())} kept, maintenance queue {broker.llen('maintenance')}); log:\n{worker.output()[-3000:]}")
+        wait_until(
+            lambda: broker.llen(keys.dead_letters()) == 4,
+            timeout=60,
+            what=f"the old records to go ({broker.llen(keys.dead_letters())} kept, maintenance queue {broker.llen('maintenance')}); log:\n{worker.output()[-3000:]}",
+        )
         status = wait_until(lambda: job_status(raw_conn, "expire_dead_letters"), timeout=10, what="the job's status")
     finally:
         assert worker.stop() == 0, worker.output()[-3000:]

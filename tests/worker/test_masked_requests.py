@@ -45,11 +45,18 @@ def test_the_worker_masks_argument_texts_a_producer_left_raw(redis_url, raw_conn
     assert all(v["ip"] in sent_texts for v in visits)
 
     with EventLog.listening(app.conf.broker_url) as events:
-        worker = start_worker(celery_env(redis_url, COUNTERS_WORKER_BATCH="10", COUNTERS_WORKER_BATCH_MS="20"),
-                              tmp_path / "worker.log", concurrency=1, extra=("-E",))
+        worker = start_worker(
+            celery_env(redis_url, COUNTERS_WORKER_BATCH="10", COUNTERS_WORKER_BATCH_MS="20"),
+            tmp_path / "worker.log",
+            concurrency=1,
+            extra=("-E",),
+        )
         try:
-            wait_until(lambda: set(ids) <= events.ids("task-succeeded"), timeout=60,
-                       what=f"{len(ids)} task-succeeded events; log:\n{worker.output()[-2000:]}")
+            wait_until(
+                lambda: set(ids) <= events.ids("task-succeeded"),
+                timeout=60,
+                what=f"{len(ids)} task-succeeded events; log:\n{worker.output()[-2000:]}",
+            )
         finally:
             assert worker.stop() == 0, worker.output()[-3000:]
         received = {e["uuid"]: e for e in events.of("task-received") if e["uuid"] in ids}

@@ -43,8 +43,9 @@ def test_delay_result_says_no_results_are_kept_and_the_figures_show_the_call_app
     broker_conn.flushdb()
     env = celery_env(redis_url, CELERY_BROKER_URL=broker)
     try:
-        sent = subprocess.run([sys.executable, "-c", PRODUCER], cwd=REPO, env=env, capture_output=True, text=True,
-                              timeout=60)
+        sent = subprocess.run(
+            [sys.executable, "-c", PRODUCER], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+        )
         assert sent.returncode == 0, sent.stderr
         asked = json.loads(sent.stdout.splitlines()[-1])
         assert len(asked["id"]) == 36  # the message's id
@@ -57,8 +58,11 @@ def test_delay_result_says_no_results_are_kept_and_the_figures_show_the_call_app
         assert broker_conn.llen("visits") == 1  # sent all the same
         worker = start_worker(env, tmp_path / "worker.log", concurrency=1).wait_ready()
         try:  # what docs/tasks.md says to do instead: read the figure the call changes
-            wait_until(lambda: sum(t for _b, t in counters.get_counter(raw_conn, "results-probe", 60)) == 1, timeout=30,
-                       what="the call to be applied")
+            wait_until(
+                lambda: sum(t for _b, t in counters.get_counter(raw_conn, "results-probe", 60)) == 1,
+                timeout=30,
+                what="the call to be applied",
+            )
         finally:
             worker.stop()
         assert "Traceback" not in worker.output(), worker.output()[-3000:]

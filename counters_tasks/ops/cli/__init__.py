@@ -54,10 +54,24 @@ from .queries import (
 from .render import OUTPUTS, Rows, emit, sparkline, write_csv
 
 __all__ = [
-    "cli", "main", "STACK_COMMANDS", "COMMANDS",
-    "CLI_EXTRA_MODULES", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "Failed", "json_option", "output_options",
-    "OUTPUTS", "Rows", "emit", "sparkline", "write_csv",
-    "import_progress", "run_stack",
+    "cli",
+    "main",
+    "STACK_COMMANDS",
+    "COMMANDS",
+    "CLI_EXTRA_MODULES",
+    "EXIT_OK",
+    "EXIT_FAILED",
+    "EXIT_USAGE",
+    "Failed",
+    "json_option",
+    "output_options",
+    "OUTPUTS",
+    "Rows",
+    "emit",
+    "sparkline",
+    "write_csv",
+    "import_progress",
+    "run_stack",
 ]
 
 STACK_COMMANDS = ("run", "demo")
@@ -80,9 +94,24 @@ def cli(ctx: click.Context) -> None:
             pass  # the command itself reports the bad setting
 
 
-COMMANDS = (run_command, demo_command, counter_command, import_command, counters_command, top_command,
-            delete_board_command, stats_command, top_pages_command, sources_command, uniques_command, health_command,
-            migrate_command, dead_letters_group, tokens_group, serve_command)
+COMMANDS = (
+    run_command,
+    demo_command,
+    counter_command,
+    import_command,
+    counters_command,
+    top_command,
+    delete_board_command,
+    stats_command,
+    top_pages_command,
+    sources_command,
+    uniques_command,
+    health_command,
+    migrate_command,
+    dead_letters_group,
+    tokens_group,
+    serve_command,
+)
 """Every command of ``cli`` (its name is each one's ``name``); ``--help`` lists them sorted by name."""
 
 for command in COMMANDS:
@@ -96,8 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     except ModuleNotFoundError as exc:
         if exc.name not in CLI_EXTRA_MODULES:
             raise
-        click.echo(f"this command needs {exc.name}, which comes with the 'cli' extra: "
-                   "pip install 'counters-tasks[cli]'", err=True)
+        click.echo(
+            f"this command needs {exc.name}, which comes with the 'cli' extra: pip install 'counters-tasks[cli]'",
+            err=True,
+        )
         return EXIT_FAILED
     except click.exceptions.Exit as exc:
         return exc.exit_code

@@ -48,6 +48,7 @@ from .render import (
 try:
     from .. import web
     from ..web import create_app
+
     missing_web_module = ""
 except ModuleNotFoundError as missing:  # a core-only install: `serve` says what to install
     if missing.name not in CLI_EXTRA_MODULES:
@@ -106,19 +107,35 @@ def import_progress(source: importer.Input, console: Any = None) -> Iterator[Cal
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 
     what = "read (compressed)" if source.compressed else "read"
-    with Progress(TextColumn("importing {task.fields[lines]:,} lines"), BarColumn(), DownloadColumn(),
-                  TextColumn(what), TimeElapsedColumn(), console=console, transient=True) as bar:
+    with Progress(
+        TextColumn("importing {task.fields[lines]:,} lines"),
+        BarColumn(),
+        DownloadColumn(),
+        TextColumn(what),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
         task = bar.add_task("import", total=source.size, lines=0)
         yield lambda lines: bar.update(task, completed=source.bytes_read(), lines=lines)
 
 
 @click.command("import")
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True, exists=True))
-@click.option("--format", "fmt", type=click.Choice(importer.FORMATS),
-              help="the input's format (default: detected from its first line)")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(importer.FORMATS),
+    help="the input's format (default: detected from its first line)",
+)
 @click.option("--all", "include_all", is_flag=True, help="also count crawlers and static files")
-@click.option("--site", "-s", default=None, metavar="SITE",
-              help="the site of COUNTERS_SITES every line counts for (default: the default site)")
+@click.option(
+    "--site",
+    "-s",
+    default=None,
+    metavar="SITE",
+    help="the site of COUNTERS_SITES every line counts for (default: the default site)",
+)
 @output_options(IMPORT_COLUMNS, "one row a day; lines read and skipped are in json", names=("--output",))
 def import_command(file: str, fmt: str | None, include_all: bool, site: str | None, output: str) -> None:
     """Count the page views of an access log (combined or common format, .gz too, - for stdin) or
@@ -136,15 +153,24 @@ def import_command(file: str, fmt: str | None, include_all: bool, site: str | No
         raise Failed(f"{file}: {exc}") from None
     try:
         with import_progress(source) as progress:
-            summary = importer.import_lines(get_redis(), importer.read_lines(source.stream), fmt,
-                                            include_all=include_all, name=source.name, progress=progress, site=site)
+            summary = importer.import_lines(
+                get_redis(),
+                importer.read_lines(source.stream),
+                fmt,
+                include_all=include_all,
+                name=source.name,
+                progress=progress,
+                site=site,
+            )
     except InvalidInput as exc:  # an unknown site: nothing was read or written
         raise click.UsageError(str(exc)) from None
     except ConfigurationError as exc:
         raise Failed(str(exc)) from None
     except redis.RedisError as exc:
-        raise Failed(f"Redis at {redact_url(get_settings().redis_url)}: {type(exc).__name__}: {exc} "
-                     f"(importing the file again counts nothing twice)") from None
+        raise Failed(
+            f"Redis at {redact_url(get_settings().redis_url)}: {type(exc).__name__}: {exc} "
+            f"(importing the file again counts nothing twice)"
+        ) from None
     except (OSError, EOFError, zlib.error) as exc:
         raise Failed(f"{file}: cannot read on: {exc} (importing it again counts nothing twice)") from None
     finally:
@@ -159,20 +185,32 @@ def import_command(file: str, fmt: str | None, include_all: bool, site: str | No
 def delete_board_command(board: str, site: str | None, output: str) -> None:
     """Delete a ranking board and all its data (exit 1 when there is no such board)."""
     data = query(lambda conn: views.delete_board_view(conn, board, site=site))
-    emit(data, output, lambda console, d: console.print(
-        f"board {d['board']!r} deleted" if d["deleted"] else f"no board named {d['board']!r}", markup=False),
-        delete_board_rows)
+    emit(
+        data,
+        output,
+        lambda console, d: console.print(
+            f"board {d['board']!r} deleted" if d["deleted"] else f"no board named {d['board']!r}", markup=False
+        ),
+        delete_board_rows,
+    )
     if not data["deleted"]:
         raise SystemExit(EXIT_FAILED)
 
 
 @click.command("health")
 @click.option("--timeout", type=float, default=1.0, show_default=True, help="seconds to wait for workers' pings")
-@click.option("--beat-max-age", type=float, default=180.0, show_default=True,
-              help="beat counts as alive when its every-minute job, or beat itself, started within this many "
-                   "seconds")
-@output_options(HEALTH_COLUMNS, "one row a check (redis, server, data, workers, beat, queues); the server's "
-                "warnings, the jobs' last runs, refusals and dead letters are in json")
+@click.option(
+    "--beat-max-age",
+    type=float,
+    default=180.0,
+    show_default=True,
+    help="beat counts as alive when its every-minute job, or beat itself, started within this many seconds",
+)
+@output_options(
+    HEALTH_COLUMNS,
+    "one row a check (redis, server, data, workers, beat, queues); the server's "
+    "warnings, the jobs' last runs, refusals and dead letters are in json",
+)
 def health_command(timeout: float, beat_max_age: float, output: str) -> int:
     """Redis, workers, beat, queue lengths, last maintenance runs; exit 1 when unhealthy."""
     try:
@@ -208,8 +246,9 @@ def _broker(action: Callable[[Any], Any]) -> Any:
 
 @dead_letters_group.command("list")
 @click.option("--limit", "-n", type=click.IntRange(1, 10_000), default=20, show_default=True)
-@output_options(DEAD_LETTER_COLUMNS, "epoch seconds, and ISO 8601 in COUNTERS_TIMEZONE; the counts by reason "
-                "are in json")
+@output_options(
+    DEAD_LETTER_COLUMNS, "epoch seconds, and ISO 8601 in COUNTERS_TIMEZONE; the counts by reason are in json"
+)
 def dead_letters_list(limit: int, output: str) -> None:
     """The newest set-aside messages (index 0 = newest), with why and when."""
     data = _broker(lambda client: {**dead_letters.summary(client), "records": dead_letters.listing(client, limit)})
@@ -218,6 +257,7 @@ def dead_letters_list(limit: int, output: str) -> None:
 
 def which_records(command: Callable) -> Callable:
     """``--all`` or ``--index I``: the records a dead-letters command acts on (None for all)."""
+
     @functools.wraps(command)
     def run(all_: bool, index: int | None) -> None:
         if all_ == (index is not None):
@@ -256,8 +296,9 @@ def _token_query(make: Callable[[Any], dict]) -> dict:
 
 @tokens_group.command("create")
 @click.argument("name")
-@click.option("--site", "-s", default=None, metavar="SITE",
-              help="the one site it reads (default: every site, and /metrics)")
+@click.option(
+    "--site", "-s", default=None, metavar="SITE", help="the one site it reads (default: every site, and /metrics)"
+)
 @json_option
 def tokens_create(name: str, site: str | None, as_json: bool) -> None:
     """Make a token named NAME and print it, this once (only its SHA-256 is kept)."""
@@ -266,13 +307,18 @@ def tokens_create(name: str, site: str | None, as_json: bool) -> None:
         emit(data, True, lambda _console, _data: None)
         return
     click.echo(data["token"])  # alone on stdout: TOKEN=$(counters-tasks tokens create NAME) works
-    click.echo(f"token {name!r} created: it is shown only now, store it (revoke: counters-tasks tokens revoke "
-               f"{name})", err=True)
+    click.echo(
+        f"token {name!r} created: it is shown only now, store it (revoke: counters-tasks tokens revoke {name})",
+        err=True,
+    )
 
 
 @tokens_group.command("list")
-@output_options(TOKEN_COLUMNS, "created as epoch seconds and ISO 8601 in COUNTERS_TIMEZONE; site empty for a token "
-                "of every site (and /metrics); never a token")
+@output_options(
+    TOKEN_COLUMNS,
+    "created as epoch seconds and ISO 8601 in COUNTERS_TIMEZONE; site empty for a token "
+    "of every site (and /metrics); never a token",
+)
 def tokens_list_command(output: str) -> None:
     """The tokens: name, when made, scope and site; never a token."""
     emit(_token_query(views.tokens_list), output, render_tokens, token_rows)
@@ -284,8 +330,13 @@ def tokens_list_command(output: str) -> None:
 def tokens_revoke(name: str, as_json: bool) -> None:
     """Delete the token named NAME: refused from the dashboard's next request (exit 1 when none)."""
     data = _token_query(lambda conn: views.revoke_token(conn, name))
-    emit(data, as_json, lambda console, d: console.print(
-        f"token {d['name']!r} revoked" if d["revoked"] else f"no token named {d['name']!r}", markup=False))
+    emit(
+        data,
+        as_json,
+        lambda console, d: console.print(
+            f"token {d['name']!r} revoked" if d["revoked"] else f"no token named {d['name']!r}", markup=False
+        ),
+    )
     if not data["revoked"]:
         raise SystemExit(EXIT_FAILED)
 
@@ -293,8 +344,12 @@ def tokens_revoke(name: str, as_json: bool) -> None:
 @click.command("serve")
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to bind (default: this machine only)")
 @click.option("--port", type=int, default=8000, show_default=True)
-@click.option("--allow-host", "allowed_hosts", multiple=True,
-              help="a Host name to answer besides loopback ones (repeatable; or COUNTERS_DASHBOARD_HOSTS)")
+@click.option(
+    "--allow-host",
+    "allowed_hosts",
+    multiple=True,
+    help="a Host name to answer besides loopback ones (repeatable; or COUNTERS_DASHBOARD_HOSTS)",
+)
 def serve_command(host: str, port: int, allowed_hosts: tuple[str, ...]) -> None:
     """The read-only web dashboard and Prometheus /metrics (basic auth when COUNTERS_DASHBOARD_AUTH=user:password)."""
     if create_app is None:
@@ -305,8 +360,9 @@ def serve_command(host: str, port: int, allowed_hosts: tuple[str, ...]) -> None:
         raise Failed(str(exc)) from None
     hosts = allowed_hosts or settings.dashboard_hosts
     if not settings.dashboard_auth and host not in web.LOOPBACK_HOSTS:
-        click.echo(f"warning: serving on {host} without COUNTERS_DASHBOARD_AUTH: anyone who can reach it can read it",
-                   err=True)
+        click.echo(
+            f"warning: serving on {host} without COUNTERS_DASHBOARD_AUTH: anyone who can reach it can read it", err=True
+        )
         if not hosts:
             click.echo("note: only loopback Host names are answered; name the others with --allow-host", err=True)
     web.run(create_app(auth=settings.dashboard_auth, hosts=hosts), host, port)

@@ -53,8 +53,11 @@ json_option = click.option("--json", "as_json", is_flag=True, help="print the an
 """``--json`` alone, for a command without a table (its answer is a sentence or a token)."""
 
 
-def output_options(columns: tuple[str, ...], csv_note: str = "", names: tuple[str, ...] = ("--format", "--output"),
-                   ) -> Callable[[Callable], Callable]:
+def output_options(
+    columns: tuple[str, ...],
+    csv_note: str = "",
+    names: tuple[str, ...] = ("--format", "--output"),
+) -> Callable[[Callable], Callable]:
     """A query command's ``--format``/``--output`` [table|csv|json] (one option, two names; default
     table) and ``--json`` (short for json), passed to it as ``output``. ``import``, whose ``--format``
     is the log's format, takes ``names=("--output",)``. The help names the CSV ``columns``."""
@@ -67,14 +70,20 @@ def output_options(columns: tuple[str, ...], csv_note: str = "", names: tuple[st
                 raise click.UsageError(f"--json is short for {name} json: give one or the other")
             return command(*args, output="json" if as_json else output or "table", **kwargs)
 
-        run = click.option(*names, "output", type=click.Choice(OUTPUTS), default=None,
-                           help=f"table (default), csv (RFC 4180 with a header row, for spreadsheets and "
-                                f"scripts; columns: {','.join(columns)}{'; ' + csv_note if csv_note else ''}) "
-                                f"or json" + ("; --output is the same option" if "--output" in names[1:] else ""))(run)
+        run = click.option(
+            *names,
+            "output",
+            type=click.Choice(OUTPUTS),
+            default=None,
+            help=f"table (default), csv (RFC 4180 with a header row, for spreadsheets and "
+            f"scripts; columns: {','.join(columns)}{'; ' + csv_note if csv_note else ''}) "
+            f"or json" + ("; --output is the same option" if "--output" in names[1:] else ""),
+        )(run)
         return click.option("--json", "as_json", is_flag=True, help=f"print the answer as JSON (= {name} json)")(run)
 
     return decorate
 
 
-site_option = click.option("--site", "-s", default=None, metavar="SITE",
-                           help="which site of COUNTERS_SITES (default: the default site)")
+site_option = click.option(
+    "--site", "-s", default=None, metavar="SITE", help="which site of COUNTERS_SITES (default: the default site)"
+)

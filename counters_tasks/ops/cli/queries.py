@@ -46,8 +46,12 @@ from .render import (
 @output_options(COUNTER_COLUMNS, "epoch seconds, and ISO 8601 in COUNTERS_TIMEZONE")
 def counter_command(name: str, site: str | None, precision: int, last: int, output: str) -> None:
     """A counter's latest buckets (zero-filled) with a terminal chart."""
-    emit(query(lambda conn: views.counter_view(conn, name, precision, last, site=site)), output, render_counter,
-         counter_rows)
+    emit(
+        query(lambda conn: views.counter_view(conn, name, precision, last, site=site)),
+        output,
+        render_counter,
+        counter_rows,
+    )
 
 
 @click.command("counters")
@@ -57,6 +61,7 @@ def counter_command(name: str, site: str | None, precision: int, last: int, outp
 @output_options(COUNTERS_COLUMNS, "the next page's cursor goes to stderr")
 def counters_command(site: str | None, cursor: str | None, limit: int, output: str) -> None:
     """The names of the counters that have data, a page at a time."""
+
     def render(console: Any, data: dict) -> None:
         for row in counters_rows(data)[1]:
             console.print(row["counter"], markup=False)
@@ -97,8 +102,9 @@ def with_range(command: Callable) -> Callable:
 @site_option
 @click.option("--path", "-p", help="one path instead of the whole site")
 @output_options(STATS_COLUMNS, "one row a day; the range's PV and UV are in json")
-def stats_command(day: str | None, start: str | None, end: str | None, site: str | None, path: str | None,
-                  output: str) -> None:
+def stats_command(
+    day: str | None, start: str | None, end: str | None, site: str | None, path: str | None, output: str
+) -> None:
     """Page views and unique visitors per day and over a range (site or one path)."""
     emit(query(lambda conn: views.stats_view(conn, day, start, end, path, site=site)), output, render_stats, stats_rows)
 
@@ -117,16 +123,26 @@ def top_pages_command(start: str | None, end: str | None, limit: int, site: str 
 @click.command("sources")
 @click.option("--from", "start", help="first day (default: the last day)")
 @click.option("--to", "end", help="last day (default today)")
-@click.option("--kind", "-k", type=click.Choice(list(SOURCE_KINDS)), default="referrer", show_default=True,
-              help="referring domains, or one of the campaign's UTM tags")
+@click.option(
+    "--kind",
+    "-k",
+    type=click.Choice(list(SOURCE_KINDS)),
+    default="referrer",
+    show_default=True,
+    help="referring domains, or one of the campaign's UTM tags",
+)
 @click.option("--limit", "-n", type=int, default=10, show_default=True)
 @site_option
 @output_options(SOURCES_COLUMNS, "the UV of a source over several days may be an estimate (uv_approximate in json)")
 def sources_command(start: str | None, end: str | None, kind: str, limit: int, site: str | None, output: str) -> None:
     """Where the page views came from over a range of days: referring domains ((direct) without a
     referrer, (internal) from the site's own pages) or campaign tags."""
-    emit(query(lambda conn: views.sources_view(conn, start, end, kind, limit, site=site)), output, render_sources,
-         sources_rows)
+    emit(
+        query(lambda conn: views.sources_view(conn, start, end, kind, limit, site=site)),
+        output,
+        render_sources,
+        sources_rows,
+    )
 
 
 @click.command("uniques")

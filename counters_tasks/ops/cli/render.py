@@ -57,8 +57,9 @@ def write_csv(columns: tuple[str, ...], rows: list[dict[str, Any]]) -> None:
     click.echo(buffer.getvalue(), nl=False)
 
 
-def emit(payload: dict, output: str | bool, render: Callable[[Any, dict], None],
-         rows: Callable[[dict], Rows] | None = None) -> None:
+def emit(
+    payload: dict, output: str | bool, render: Callable[[Any, dict], None], rows: Callable[[dict], Rows] | None = None
+) -> None:
     """Print a command's answer as ``output`` says: ``json`` (the payload), ``csv`` (``rows`` of
     it, ``write_csv``) or ``table`` (``render``, which draws the same ``rows``). A bool is the
     ``as_json`` of a command with ``json_option`` only (True: json, False: table)."""
@@ -96,9 +97,14 @@ def counter_rows(data: dict) -> Rows:
     """One row a bucket, oldest first: its start (epoch seconds, and ISO 8601 in COUNTERS_TIMEZONE)
     and its total."""
     zone = get_settings().zone
-    return COUNTER_COLUMNS, [{"bucket_start_epoch": int(bucket),
-                              "bucket_start_iso": datetime.fromtimestamp(bucket, zone).isoformat(), "total": total}
-                             for bucket, total in data["points"]]
+    return COUNTER_COLUMNS, [
+        {
+            "bucket_start_epoch": int(bucket),
+            "bucket_start_iso": datetime.fromtimestamp(bucket, zone).isoformat(),
+            "total": total,
+        }
+        for bucket, total in data["points"]
+    ]
 
 
 def render_counter(console: Any, data: dict) -> None:
@@ -106,8 +112,10 @@ def render_counter(console: Any, data: dict) -> None:
 
     _, points = counter_rows(data)
     values = [row["total"] for row in points]
-    console.print(f"[bold]{data['name']}[/bold]  every {data['precision']}s, last {len(points)} buckets, "
-                  f"total {data['total']}, max {max(values, default=0)}")
+    console.print(
+        f"[bold]{data['name']}[/bold]  every {data['precision']}s, last {len(points)} buckets, "
+        f"total {data['total']}, max {max(values, default=0)}"
+    )
     console.print(sparkline(values))
     table = Table(box=None, show_header=True, pad_edge=False)
     table.add_column("bucket")
@@ -116,8 +124,9 @@ def render_counter(console: Any, data: dict) -> None:
     high = max((abs(v) for v in values), default=0) or 1
     for row in points:  # every bucket asked for (--last), oldest first
         total = row["total"]
-        table.add_row(_time_label(row["bucket_start_epoch"], data["precision"]), str(total),
-                      "█" * round(30 * abs(total) / high))
+        table.add_row(
+            _time_label(row["bucket_start_epoch"], data["precision"]), str(total), "█" * round(30 * abs(total) / high)
+        )
     console.print(table)
 
 
@@ -132,9 +141,14 @@ def import_rows(data: dict) -> Rows:
 def render_import(console: Any, data: dict) -> None:
     from rich.text import Text
 
-    console.print(Text.assemble((data["file"], "bold"), f" ({data['format']}{', --all' if data['all'] else ''}): "
-                                f"{data['lines']} lines read, {data['counted']} counted, "
-                                f"{data['skipped_total']} skipped"))
+    console.print(
+        Text.assemble(
+            (data["file"], "bold"),
+            f" ({data['format']}{', --all' if data['all'] else ''}): "
+            f"{data['lines']} lines read, {data['counted']} counted, "
+            f"{data['skipped_total']} skipped",
+        )
+    )
     reasons = [f"{reason} {n}" for reason, n in data["skipped"].items() if n]
     if reasons:
         console.print("  skipped: " + ", ".join(reasons), markup=False)
@@ -158,15 +172,17 @@ BOARD_COLUMNS = ("rank", "member", "total")
 
 def board_rows(data: dict) -> Rows:
     """One row a member, best first: its rank (from 1), name and total over the window."""
-    return BOARD_COLUMNS, [{"rank": rank, "member": member, "total": total}
-                           for rank, (member, total) in enumerate(data["top"], 1)]
+    return BOARD_COLUMNS, [
+        {"rank": rank, "member": member, "total": total} for rank, (member, total) in enumerate(data["top"], 1)
+    ]
 
 
 def render_board(console: Any, data: dict) -> None:
     from rich.table import Table
 
-    table = Table(title=f"{data['board']} (last {data['period_hours']} h, every {data['interval_hours']} h)",
-                  title_justify="left")
+    table = Table(
+        title=f"{data['board']} (last {data['period_hours']} h, every {data['interval_hours']} h)", title_justify="left"
+    )
     table.add_column("#", justify="right")
     table.add_column("member")
     table.add_column("total", justify="right")
@@ -189,8 +205,9 @@ STATS_COLUMNS = ("day", "pv", "uv", "skipped")
 def stats_rows(data: dict) -> Rows:
     """One row a day of the range: the day (ISO 8601), its page views, unique visitors and the
     requests that were not page views (``skipped``; empty for a path, which has none of its own)."""
-    return STATS_COLUMNS, [{"day": d["day"], "pv": d["pv"], "uv": d["uv"], "skipped": d.get("skipped", "")}
-                           for d in data["days"]]
+    return STATS_COLUMNS, [
+        {"day": d["day"], "pv": d["pv"], "uv": d["uv"], "skipped": d.get("skipped", "")} for d in data["days"]
+    ]
 
 
 def skipped_line(data: dict) -> str | None:
@@ -201,8 +218,10 @@ def skipped_line(data: dict) -> str | None:
     if not data["skipped_total"]:
         return "skipped 0: every request counted was a page view"
     reasons = ", ".join(f"{reason} {n}" for reason, n in sorted(data["skipped"].items(), key=lambda kv: -kv[1]))
-    return (f"skipped {data['skipped_total']} requests that were not page views ({reasons}; "
-            f"docs/api.md, the page view rule)")
+    return (
+        f"skipped {data['skipped_total']} requests that were not page views ({reasons}; "
+        f"docs/api.md, the page view rule)"
+    )
 
 
 def render_stats(console: Any, data: dict) -> None:
@@ -210,7 +229,7 @@ def render_stats(console: Any, data: dict) -> None:
 
     where = data["path"] or "whole site"
     uv = f"{'~' if data['uv_approximate'] else ''}{data['uv']}"
-    note = ("  (UV over several days: an estimate of the union, docs/api.md)" if data["uv_approximate"] else "")
+    note = "  (UV over several days: an estimate of the union, docs/api.md)" if data["uv_approximate"] else ""
     console.print(f"[bold]{where}[/bold] {data['from']} .. {data['to']}: PV {data['pv']}, UV {uv}{note}")
     skipped = skipped_line(data)
     if skipped is not None:
@@ -257,16 +276,20 @@ SOURCES_COLUMNS = ("rank", "source", "pv", "uv")
 def sources_rows(data: dict) -> Rows:
     """One row a source, most viewed first: its rank (from 1), the source (a domain, ``(direct)``,
     ``(internal)``, a campaign tag, ``(other)``), its page views and distinct visitors."""
-    return SOURCES_COLUMNS, [{"rank": rank, "source": s["source"], "pv": s["pv"], "uv": s["uv"]}
-                             for rank, s in enumerate(data["sources"], 1)]
+    return SOURCES_COLUMNS, [
+        {"rank": rank, "source": s["source"], "pv": s["pv"], "uv": s["uv"]} for rank, s in enumerate(data["sources"], 1)
+    ]
 
 
 def render_sources(console: Any, data: dict) -> None:
     from rich.table import Table
 
     approximate = any(s["uv_approximate"] for s in data["sources"])
-    table = Table(title=f"{data['kind']} {data['from']} .. {data['to']}", title_justify="left",
-                  caption="UV over several days: estimated (≈)" if approximate else None)
+    table = Table(
+        title=f"{data['kind']} {data['from']} .. {data['to']}",
+        title_justify="left",
+        caption="UV over several days: estimated (≈)" if approximate else None,
+    )
     table.add_column("#", justify="right")
     table.add_column(data["kind"])
     table.add_column("PV", justify="right")
@@ -284,8 +307,9 @@ def uniques_rows(data: dict) -> Rows:
     """One row a day: the day, its distinct session ids, and whether its per-visitor data has
     expired (then the day is not in the range's total)."""
     missing = set(data["missing_days"])
-    return UNIQUES_COLUMNS, [{"day": d["day"], "visitors": d["visitors"], "visitor_ids_expired": d["day"] in missing}
-                             for d in data["days"]]
+    return UNIQUES_COLUMNS, [
+        {"day": d["day"], "visitors": d["visitors"], "visitor_ids_expired": d["day"] in missing} for d in data["days"]
+    ]
 
 
 def render_uniques(console: Any, data: dict) -> None:
@@ -315,8 +339,11 @@ def _deployment_detail(info: dict) -> str:
     parts = [f"key layout {info['layout'] or info['package_layout']}" + ("" if info["layout"] else " (new)")]
     if info["lost_at"] is not None:
         when = datetime.fromtimestamp(info["lost_at"], timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-        parts.append(f"Redis LOST ITS DATA at {when} (seen by {info['lost_by']}): figures before then are gone"
-                     if info["recent_loss"] else f"last data loss {when}")
+        parts.append(
+            f"Redis LOST ITS DATA at {when} (seen by {info['lost_by']}): figures before then are gone"
+            if info["recent_loss"]
+            else f"last data loss {when}"
+        )
     if info.get("warning"):
         parts.append(info["warning"])
     return "; ".join(parts)
@@ -339,13 +366,20 @@ def health_rows(data: dict) -> Rows:
     redis_, servers, workers, beat, queues = (data[k] for k in ("redis", "servers", "workers", "beat", "queues"))
     checks = [
         ("redis", redis_["ok"], f"{redis_.get('latency_ms', 0):.1f} ms" if redis_["ok"] else redis_["error"]),
-        ("server", servers["ok"], "; ".join(servers["errors"]) or ", ".join(
-            f"{s['software']} {s['version']} ({s['maxmemory_policy']})" for s in servers["servers"])),
+        (
+            "server",
+            servers["ok"],
+            "; ".join(servers["errors"])
+            or ", ".join(f"{s['software']} {s['version']} ({s['maxmemory_policy']})" for s in servers["servers"]),
+        ),
         ("data", data["deployment"]["ok"], _deployment_detail(data["deployment"])),
         ("workers", workers["ok"], ", ".join(workers["names"]) or workers.get("error", "no worker answered")),
         ("beat", beat["ok"], beat.get("error") or _beat_detail(beat)),
-        ("queues", queues["ok"], "  ".join(f"{q}={queues[q]}" for q in ("visits", "maintenance")) if queues["ok"]
-         else queues["error"]),
+        (
+            "queues",
+            queues["ok"],
+            "  ".join(f"{q}={queues[q]}" for q in ("visits", "maintenance")) if queues["ok"] else queues["error"],
+        ),
     ]
     return HEALTH_COLUMNS, [{"check": check, "ok": ok, "detail": detail} for check, ok, detail in checks]
 
@@ -379,20 +413,35 @@ def dead_letter_rows(data: dict) -> Rows:
     (epoch seconds, and ISO 8601 in COUNTERS_TIMEZONE), why, and its task, id and queue."""
     zone = get_settings().zone
     return DEAD_LETTER_COLUMNS, [
-        {"index": record["index"], "at_epoch": int(record["at"]),
-         "at_iso": datetime.fromtimestamp(int(record["at"]), zone).isoformat(), "reason": record["reason"],
-         "task": record.get("task"), "id": record.get("id"), "queue": record.get("queue")}
-        for record in data["records"]]
+        {
+            "index": record["index"],
+            "at_epoch": int(record["at"]),
+            "at_iso": datetime.fromtimestamp(int(record["at"]), zone).isoformat(),
+            "reason": record["reason"],
+            "task": record.get("task"),
+            "id": record.get("id"),
+            "queue": record.get("queue"),
+        }
+        for record in data["records"]
+    ]
 
 
 def render_dead_letters(console: Any, data: dict) -> None:
-    console.print(f"[bold]{data['count']} dead letters[/bold]"
-                  + (" (ever, by reason: " + ", ".join(f"{r}={n}" for r, n in data["by_reason"].items()) + ")"
-                     if data["by_reason"] else ""))
+    console.print(
+        f"[bold]{data['count']} dead letters[/bold]"
+        + (
+            " (ever, by reason: " + ", ".join(f"{r}={n}" for r, n in data["by_reason"].items()) + ")"
+            if data["by_reason"]
+            else ""
+        )
+    )
     for row in dead_letter_rows(data)[1]:
         when = datetime.fromtimestamp(row["at_epoch"], get_settings().zone).strftime("%Y-%m-%d %H:%M:%S")
-        console.print(f"  #{row['index']:<4} {when}  {row['reason']:<14} {row['task'] or '-'} "
-                      f"{row['id'] or '-'} from {row['queue'] or '-'}", markup=False)
+        console.print(
+            f"  #{row['index']:<4} {when}  {row['reason']:<14} {row['task'] or '-'} "
+            f"{row['id'] or '-'} from {row['queue'] or '-'}",
+            markup=False,
+        )
 
 
 TOKEN_COLUMNS = ("name", "created_epoch", "created_iso", "scope", "site")
@@ -407,9 +456,16 @@ def token_rows(data: dict) -> Rows:
     def when(ts: int | None) -> str | None:
         return None if ts is None else datetime.fromtimestamp(int(ts), zone).isoformat()
 
-    return TOKEN_COLUMNS, [{"name": token["name"], "created_epoch": token["created"],
-                            "created_iso": when(token["created"]), "scope": token["scope"], "site": token["site"]}
-                           for token in data["tokens"]]
+    return TOKEN_COLUMNS, [
+        {
+            "name": token["name"],
+            "created_epoch": token["created"],
+            "created_iso": when(token["created"]),
+            "scope": token["scope"],
+            "site": token["site"],
+        }
+        for token in data["tokens"]
+    ]
 
 
 def render_tokens(console: Any, data: dict) -> None:
@@ -421,7 +477,10 @@ def render_tokens(console: Any, data: dict) -> None:
     for column in ("name", "created", "scope", "site"):
         table.add_column(column)
     for row in token_rows(data)[1]:
-        created = ("-" if row["created_epoch"] is None
-                   else datetime.fromtimestamp(int(row["created_epoch"]), zone).strftime("%Y-%m-%d %H:%M:%S"))
+        created = (
+            "-"
+            if row["created_epoch"] is None
+            else datetime.fromtimestamp(int(row["created_epoch"]), zone).strftime("%Y-%m-%d %H:%M:%S")
+        )
         table.add_row(Text(str(row["name"])), created, str(row["scope"]), Text(row["site"] or "all"))
     console.print(table)

@@ -42,6 +42,7 @@ reasons (``core.pageviews``; a log has no content type, so never ``not_page``), 
 before; besides these, ``refused:<reason>`` for a page view the API refused
 (``InvalidInput.reason``: ``bad_input``, ``closed_day``, ``future``...), listed when it happened."""
 
+
 class Skip(str):
     """Why a line is not counted: the reason itself (a ``str``, equal to it), with the line's
     time (``ts``, None when the line could not be read) and its site's scope where the line names
@@ -59,16 +60,21 @@ class Skip(str):
 EVERY_PAGE = pageviews.PageViewRule(skip_prefixes=(), skip_extensions=(), skip_crawlers=False)
 """The rule of ``--all``: static files and crawlers counted too (method and status still apply)."""
 
-MONTHS = {name: n for n, name in enumerate(
-    ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
+MONTHS = {
+    name: n
+    for n, name in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)
+}
 
 _QUOTED = r'"((?:[^"\\]|\\.)*)"'
 LOG_LINE = re.compile(
-    r"(?P<ip>\S+) \S+ (?P<user>.*?) \[(?P<time>[^\]]{1,40})\] " + _QUOTED.replace("(", "(?P<request>", 1)
-    + r" (?P<status>[^\s\"]+)(?: (?P<size>[^\s\"]+))?(?P<rest>.*)")
+    r"(?P<ip>\S+) \S+ (?P<user>.*?) \[(?P<time>[^\]]{1,40})\] "
+    + _QUOTED.replace("(", "(?P<request>", 1)
+    + r" (?P<status>[^\s\"]+)(?: (?P<size>[^\s\"]+))?(?P<rest>.*)"
+)
 """``%h %l %u %t "%r" %>s %b``, the common log format (the size may be cut off), and whatever follows it."""
-COMBINED_REST = re.compile(r" " + _QUOTED.replace("(", "(?P<referer>", 1) + " "
-                           + _QUOTED.replace("(", "(?P<agent>", 1) + r"(?:\s.*)?")
+COMBINED_REST = re.compile(
+    r" " + _QUOTED.replace("(", "(?P<referer>", 1) + " " + _QUOTED.replace("(", "(?P<agent>", 1) + r"(?:\s.*)?"
+)
 """What the combined format adds: ``"%{Referer}i" "%{User-agent}i"`` (and anything after them)."""
 CUT_COMBINED_REST = re.compile(r'(?: "(?P<referer>(?:[^"\\]|\\.)*)(?:" "(?P<agent>(?:[^"\\]|\\.)*)"?)?)?\s*')
 """The combined format's fields cut short (a line truncated by the logger or a copy): the user
@@ -112,8 +118,7 @@ def parse_log_time(text: str) -> int | None:
     sign = 1 if match[7] == "+" else -1
     try:
         offset = timezone(sign * timedelta(hours=int(match[8]), minutes=int(match[9])))
-        when = datetime(int(match[3]), month, int(match[1]), int(match[4]), int(match[5]), int(match[6]),
-                        tzinfo=offset)
+        when = datetime(int(match[3]), month, int(match[1]), int(match[4]), int(match[5]), int(match[6]), tzinfo=offset)
     except ValueError:
         return None
     return int(when.timestamp())
@@ -172,8 +177,9 @@ def session_id_for(secret: str, ip: str, agent: str) -> str:
     return hmac.new(secret.encode("utf-8"), message, hashlib.sha256).hexdigest()[:32]
 
 
-def log_line_visit(text: str, fmt: str, secret: str, include_all: bool = False,
-                   own_hosts: Collection[str] = ()) -> dict[str, Any] | str:
+def log_line_visit(
+    text: str, fmt: str, secret: str, include_all: bool = False, own_hosts: Collection[str] = ()
+) -> dict[str, Any] | str:
     """The visit of one access log line (``combined`` or ``common``), or why it is skipped:
     ``malformed``, or the page view rule's reason (``core.pageviews``: the user agent is known in
     the combined format only; with ``include_all`` static files and crawlers count too). Its
@@ -191,8 +197,13 @@ def log_line_visit(text: str, fmt: str, secret: str, include_all: bool = False,
         return Skip(reason, line.ts)
     session = session_id_for(secret, line.ip, line.agent or "")
     query = line.target.partition("?")[2] if line.target else ""
-    return {"ip": line.ip, "path": path, "ts": line.ts, "session_id": session,
-            **source_fields(line.referer, query, own_hosts)}
+    return {
+        "ip": line.ip,
+        "path": path,
+        "ts": line.ts,
+        "session_id": session,
+        **source_fields(line.referer, query, own_hosts),
+    }
 
 
 def json_time(value: Any, zone: tzinfo) -> float | int | None:
@@ -241,8 +252,9 @@ def json_line_visit(text: str, zone: tzinfo, include_all: bool = False) -> dict[
     return visit
 
 
-def line_visit(raw: bytes | None, fmt: str, secret: str, zone: tzinfo, include_all: bool = False,
-               own_hosts: Collection[str] = ()) -> dict[str, Any] | str:
+def line_visit(
+    raw: bytes | None, fmt: str, secret: str, zone: tzinfo, include_all: bool = False, own_hosts: Collection[str] = ()
+) -> dict[str, Any] | str:
     """The visit of one line as read (``None``: a line over MAX_LINE), or why it is skipped:
     ``blank``, ``malformed`` (too long, not UTF-8, a NUL byte, or unparsable), and the reasons of
     ``log_line_visit`` / ``json_line_visit``."""

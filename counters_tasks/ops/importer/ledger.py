@@ -29,8 +29,7 @@ imported before sources were kept is not counted again; its days have no sources
 def canonical(visit: dict[str, Any]) -> str:
     """The canonical JSON of a visit dict (sorted keys, no spaces, ASCII, without its source):
     what its ids hash."""
-    return json.dumps({k: v for k, v in visit.items() if k not in SOURCE_FIELDS}, sort_keys=True,
-                      separators=(",", ":"))
+    return json.dumps({k: v for k, v in visit.items() if k not in SOURCE_FIELDS}, sort_keys=True, separators=(",", ":"))
 
 
 def content_digest(text: str) -> str:

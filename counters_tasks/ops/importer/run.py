@@ -77,9 +77,17 @@ class Summary:
         """The JSON of ``--json``: ``lines == counted + skipped_total``."""
         skipped = {reason: self.skipped[reason] for reason in SKIP_REASONS}
         skipped |= {reason: n for reason, n in sorted(self.skipped.items()) if reason not in skipped}
-        return {"file": self.file, "format": self.format, "all": self.include_all, "lines": self.lines,
-                "counted": self.counted, "skipped_total": sum(skipped.values()), "skipped": skipped,
-                "malformed_lines": list(self.malformed_lines), "days": dict(sorted(self.days.items()))}
+        return {
+            "file": self.file,
+            "format": self.format,
+            "all": self.include_all,
+            "lines": self.lines,
+            "counted": self.counted,
+            "skipped_total": sum(skipped.values()),
+            "skipped": skipped,
+            "malformed_lines": list(self.malformed_lines),
+            "days": dict(sorted(self.days.items())),
+        }
 
 
 class Importer:
@@ -113,7 +121,9 @@ class Importer:
         fresh = [n for n, mark in enumerate(marks) if mark is None]
         self.summary.skip(ALREADY_IMPORTED, len(chunk) - len(fresh))
         batch = [chunk[n] for n in fresh]
-        accepted, refused = payloads.prepare_payload(visits.VISIT, batch)  # what record_visits will refuse, for the summary
+        accepted, refused = payloads.prepare_payload(
+            visits.VISIT, batch
+        )  # what record_visits will refuse, for the summary
         if batch:
             message_id = "import:" + content_digest("\n".join(fields[n] for n in fresh))
             self.summary.counted += visits.apply_visits(self.conn, batch, message_id=message_id)
@@ -141,13 +151,23 @@ def require_secret() -> str:
     """COUNTERS_SECRET: visitor and session ids are HMACs under it (ConfigurationError without it)."""
     secret = get_settings().secret
     if not secret:
-        raise ConfigurationError("COUNTERS_SECRET is not set: the import makes visitor ids (HMACs of the IPs) "
-                                 "with it; use the workers' value")
+        raise ConfigurationError(
+            "COUNTERS_SECRET is not set: the import makes visitor ids (HMACs of the IPs) "
+            "with it; use the workers' value"
+        )
     return secret
 
 
-def import_lines(conn: RedisClient, lines: Iterable[bytes | None], fmt: str | None = None, *, include_all: bool = False,
-                 name: str = "-", progress: Callable[[int], None] | None = None, site: str | None = None) -> Summary:
+def import_lines(
+    conn: RedisClient,
+    lines: Iterable[bytes | None],
+    fmt: str | None = None,
+    *,
+    include_all: bool = False,
+    name: str = "-",
+    progress: Callable[[int], None] | None = None,
+    site: str | None = None,
+) -> Summary:
     """Import the lines of one input (``fmt`` None: detected from its first non-empty line) and
     return the summary. Needs COUNTERS_SECRET and Redis (checked first); a line never stops it.
     ``site``: the site of ``COUNTERS_SITES`` every line counts for (None: the default site);
@@ -192,5 +212,5 @@ def import_lines(conn: RedisClient, lines: Iterable[bytes | None], fmt: str | No
         progress(summary.lines)
     skipped = summary.skip_items()
     for first in range(0, len(skipped), skips.MAX_REASONS):
-        skips.count_skipped(conn, skipped[first:first + skips.MAX_REASONS])
+        skips.count_skipped(conn, skipped[first : first + skips.MAX_REASONS])
     return summary
