@@ -117,6 +117,15 @@ class RankingEvent:
     slot: int
 
 
+def event_on(board: Board, member: Any, amount: Any, ts: Any, what: str = "ts") -> RankingEvent:
+    """One event of ``board`` checked (raises InvalidInput; writes nothing): the one check of a
+    member, an amount and a time that ``Ranking.incr_many`` and ``ranking_events.prepare_event``
+    share (``what``: the time's name in the message, ``now`` for the contract's methods)."""
+    check_text(member, "member")
+    check_amount(amount, "amount")
+    return RankingEvent(board, member, amount, board.slot_of(check_event_time(ts, what)))
+
+
 def _incr_call(board: Board, events: Sequence[RankingEvent], message_id: str | None) -> tuple[list, list]:
     """The keys and args of the one ``ranking_incr`` call applying ``events`` (all of ``board``), in order."""
     tag = keys.board_tag(board.name)
@@ -251,11 +260,7 @@ class Ranking:
         """Apply ``(member, amount, now)`` events in order, in one Lua call, as ``incr`` would one
         by one (all validated first; at most once per ``message_id``). Returns the late ones."""
         check_message_id(message_id)
-        prepared = []
-        for member, amount, now in events:
-            check_text(member, "member")
-            check_amount(amount, "amount")
-            prepared.append(RankingEvent(self.board, member, amount, self.slot_of(check_event_time(now, "now"))))
+        prepared = [event_on(self.board, member, amount, now, "now") for member, amount, now in events]
         if not prepared:
             return 0
         [result] = write_events(self.conn, [(prepared, message_id)])

@@ -18,10 +18,9 @@ from typing import Any
 from . import throughput
 from .core.kind import Kind, register
 from .core.settings import DEFAULT_SITE
-from .core.validation import check_amount, check_event_time, check_text
 from .errors import BoardSettingsConflict, InvalidInput
 from .payloads import apply_payload
-from .ranking import Board, RankingEvent, board_settings, check_board, write_events
+from .ranking import Board, RankingEvent, board_settings, check_board, event_on, write_events
 from .store.client import RedisClient
 
 
@@ -48,10 +47,7 @@ def prepare_event(
 ) -> RankingEvent:
     """Validate one event, given as ``incr_ranking`` takes it (raises InvalidInput; writes nothing).
     Whether the board's stored settings agree is known only when it is written (``write_events``)."""
-    target = check_board(board, period_hours, interval_hours, site)
-    check_text(member, "member")
-    check_amount(amount, "amount")
-    return RankingEvent(target, member, amount, target.slot_of(check_event_time(ts)))
+    return event_on(check_board(board, period_hours, interval_hours, site), member, amount, ts)
 
 
 EVENTS_PER_CALL = 100
