@@ -81,6 +81,7 @@ def tell(app: subprocess.Popen, line: str) -> str:
 
 
 @pytest.mark.processes
+@pytest.mark.timing  # a visit sent within 0.5 s: alone, not beside another test (make test's two workers)
 def test_a_visit_after_a_quiet_spell_is_sent_within_max_delay(redis_url, broker):
     app = start_app(redis_url, 0.2)
     try:
