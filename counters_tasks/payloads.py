@@ -45,12 +45,14 @@ def prepare_payload(kind: Kind, items: Any) -> tuple[list[Positioned], list[tupl
 
 
 def plan_calls(
-    kind: Kind, positioned: list[Positioned], call_ids: list[str | None]
+    kind: Kind, positioned: list[Positioned], message_id: str | None, positions: int
 ) -> list[tuple[list[Positioned], str | None]]:
-    """The write calls of prepared items: positions ``n*per_call ..`` make part ``n``, cut again by
-    ``call_key`` (one call per board), each call under the id of its part (``call_ids[n]``: a
-    redelivered message, cut the same way, maps every id to the same items; calls of one part
-    that share an id are told apart by what their key names, as a board's marker is its own)."""
+    """The write calls of prepared items of a message of ``positions`` items (a payload, or a
+    worker batch): positions ``n*per_call ..`` make part ``n``, cut again by ``call_key`` (one
+    call per board), each call under the id of its part (``<message id>#<n>``: a redelivered
+    message, cut the same way, maps every id to the same items; calls of one part that share an
+    id are told apart by what their key names, as a board's marker is its own)."""
+    call_ids = chunk_ids(message_id, -(-positions // kind.per_call))
     calls: dict[tuple[int, Hashable], list[Positioned]] = {}
     for n, item in positioned:
         key = None if kind.call_key is None else kind.call_key(item)
@@ -89,7 +91,7 @@ def apply_payload(conn: RedisClient, kind: Kind, items: Any, *, message_id: str 
         accepted, screened = kind.screen(conn, accepted)
         refused = sorted(refused + screened, key=lambda pair: pair[0])
     tally = throughput.Tally()
-    calls = plan_calls(kind, accepted, chunk_ids(message_id, -(-len(items) // kind.per_call)))
+    calls = plan_calls(kind, accepted, message_id, len(items))
     conflicts = write_planned(conn, kind, calls, tally)
     refusals.count_refused(conn, short_name(kind.batch_task), message_id, refused + conflicts)
     throughput.count(conn, kind.name, tally, batch=(short_name(kind.batch_task), len(items)))

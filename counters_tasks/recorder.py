@@ -87,9 +87,8 @@ class VisitRecorder:
         self._lock = threading.RLock()  # a SIGTERM handler may close the recorder inside record()
         self._wake = threading.Condition(self._lock)
         self._buffer: list[tuple[str, dict[str, Any]]] = []  # (task name, payload item)
-        self._skips: Counter[tuple[str, str, str | None]] = (
-            Counter()
-        )  # (route, reason, site) -> requests, until the next batch
+        # (route, reason, site) -> requests, until the next batch
+        self._skips: Counter[tuple[str, str, str | None]] = Counter()
         self._skip_times: dict[tuple[str, str, str | None], float] = {}  # when each was first seen since then
         self._oldest = 0.0
         self._outbox: deque[tuple[str, str, list[dict[str, Any]]]] = deque()  # (task, batch id, items)

@@ -184,24 +184,24 @@ def _add_sessions(plan: WritePlan, call: _Call, expected: dict[tuple[str, date],
     again when the day's figure moved) and a closed day's ids counted."""
     conn = plan.conn
     for site, day, numbers, call_id in call.sessions:
+        queue = functools.partial(
+            uniques.queue_ids,
+            conn,
+            day=day,
+            numbers=numbers,
+            expected=expected[site, day],
+            message_id=call_id,
+            site=site,
+        )
+        plan.add(queue, functools.partial(_read_ids, conn, call, site, day, numbers, call_id))
 
-        def queue(
-            pipe: Any, site: str = site, day: date = day, numbers: list[int] = numbers, call_id: str | None = call_id
-        ) -> None:
-            uniques.queue_ids(conn, pipe, day, numbers, expected[site, day], call_id, site)
 
-        def read(
-            replies: list[Any],
-            site: str = site,
-            day: date = day,
-            numbers: list[int] = numbers,
-            call_id: str | None = call_id,
-        ) -> None:
-            [reply] = replies
-            if uniques.apply_ids(conn, day, numbers, call_id, reply, site) == uniques.CLOSED:
-                call.closed += len(numbers)
-
-        plan.add(queue, read)
+def _read_ids(
+    conn: RedisClient, call: _Call, site: str, day: date, numbers: list[int], call_id: str | None, replies: list[Any]
+) -> None:
+    [reply] = replies
+    if uniques.apply_ids(conn, day, numbers, call_id, reply, site) == uniques.CLOSED:
+        call.closed += len(numbers)
 
 
 def _add_views(plan: WritePlan, call: _Call) -> None:

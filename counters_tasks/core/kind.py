@@ -16,6 +16,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from ..errors import MalformedMessage
@@ -91,33 +92,40 @@ class Kind:
         """Where the event's time (``ts``) sits among its per-event task's arguments, if it has one."""
         return self.fields.index("ts") if "ts" in self.fields else None
 
+    @cached_property
+    def field_names(self) -> frozenset[str]:
+        """``fields`` as a set, made once (every item of every batch is checked against it)."""
+        return frozenset(self.fields)
+
     def bind(self, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-        """A per-event call's arguments by name (TypeError when they do not fit ``fields``), the
-        defaults left out."""
+        """One item's fields by name, from its positional and named values (TypeError when they
+        do not fit ``fields``: a name it does not have, one given twice, a required one missing),
+        the defaults left out. The one rule of an item's shape: a per-event message's arguments
+        and a batch item's dict (``item_fields``) both go through it."""
         if len(args) > len(self.fields):
-            raise TypeError(f"takes at most {len(self.fields)} arguments ({self.signature})")
+            raise TypeError(f"takes at most {len(self.fields)} arguments")
+        unknown = set(kwargs) - self.field_names
+        if unknown:
+            raise TypeError(f"unknown keys: {', '.join(sorted(map(str, unknown)))[:200]}")
         bound = dict(zip(self.fields, args, strict=False))
-        for name, value in kwargs.items():
-            if name not in self.fields or name in bound:
-                raise TypeError(f"unexpected or repeated argument {name!r} ({self.signature})")
-            bound[name] = value
+        repeated = [name for name in kwargs if name in bound]
+        if repeated:
+            raise TypeError(f"given twice: {', '.join(repeated)}")
+        bound.update(kwargs)
         missing = [name for name in self.fields[: self.required] if name not in bound]
         if missing:
-            raise TypeError(f"missing {', '.join(missing)} ({self.signature})")
+            raise TypeError(f"needs {' and '.join(missing)}")
         return bound
 
     def item_fields(self, item: Any) -> dict[str, Any]:
-        """An item of a batch message (a dict of ``fields``) checked for its shape
+        """An item of a batch message (a dict of ``fields``) checked for its shape by ``bind``
         (MalformedMessage): what ``prepare`` then takes by name."""
         if not isinstance(item, dict):
             raise MalformedMessage(f"must be a dict, got {type(item).__name__}")
-        unknown = set(item) - set(self.fields)
-        if unknown:
-            raise MalformedMessage(f"unknown keys: {', '.join(sorted(map(str, unknown)))[:200]}")
-        missing = [name for name in self.fields[: self.required] if name not in item]
-        if missing:
-            raise MalformedMessage(f"needs {' and '.join(missing)}")
-        return item
+        try:
+            return self.bind((), item)
+        except TypeError as exc:
+            raise MalformedMessage(str(exc)) from None
 
 
 _registry: dict[str, Kind] = {}
@@ -150,8 +158,3 @@ def by_task(task: str) -> Kind | None:
         if task in (kind.event_task, kind.batch_task):
             return kind
     return None
-
-
-def by_name(name: str) -> Kind:
-    """The kind registered as ``name`` (KeyError when none is)."""
-    return _registry[name]

@@ -53,10 +53,10 @@ def event_time(task: str, args: list[Any], kwargs: dict[str, Any]) -> float | No
     ``ts`` sits is its kind's declaration (``core.kind``): a per-event task's argument, or each
     item's of a batch task's one argument."""
     kind = kinds.of_task(task)
-    if kind is None or "ts" not in kind.fields:
+    position = None if kind is None else kind.ts_position
+    if kind is None or position is None:
         return None
     if task == kind.event_task:
-        position = kind.fields.index("ts")
         found = [kwargs.get("ts"), args[position] if len(args) > position else None]
     else:
         items = kwargs.get(kind.items_argument, args[0] if args else None)

@@ -36,7 +36,6 @@ from ..core.settings import get_settings
 from ..core.validation import check_message_id
 from ..errors import InvalidInput, MalformedMessage, SetAside
 from ..store.client import RedisClient, is_transient
-from ..store.keys import chunk_ids
 from . import claims
 from .batch_consumer import FAILED
 
@@ -82,9 +81,7 @@ def write_claimed(
         senders += [message_id for message_id, _entry in entries]
         calls += [
             ([(first + n, item) for n, item in call], call_id)
-            for call, call_id in payloads.plan_calls(
-                kind, positioned, chunk_ids(batch_id, -(-len(entries) // kind.per_call))
-            )
+            for call, call_id in payloads.plan_calls(kind, positioned, batch_id, len(entries))
         ]
     refused = payloads.write_planned(conn, kind, calls, tally)
     claims.done(conn, [batch_id for batch_id, _entries in found])

@@ -121,9 +121,8 @@ class Importer:
         fresh = [n for n, mark in enumerate(marks) if mark is None]
         self.summary.skip(ALREADY_IMPORTED, len(chunk) - len(fresh))
         batch = [chunk[n] for n in fresh]
-        accepted, refused = payloads.prepare_payload(
-            visits.VISIT, batch
-        )  # what record_visits will refuse, for the summary
+        # what record_visits will refuse, for the summary
+        accepted, refused = payloads.prepare_payload(visits.VISIT, batch)
         if batch:
             message_id = "import:" + content_digest("\n".join(fields[n] for n in fresh))
             self.summary.counted += visits.apply_visits(self.conn, batch, message_id=message_id)
