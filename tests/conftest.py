@@ -27,7 +27,8 @@ from counters_tasks.local.redis_server import RedisServer
 from counters_tasks.local.waiting import wait_until
 from tests.support import timing
 from tests.support.isolation import forget_app_configuration, renew_the_shared_recorder
-from tests.support.servers import TEST_SECRET, TEST_TAG_KEY, flush, is_cluster_run, make_client, slow_calls
+from tests.support.server_cpu import CallBudget
+from tests.support.servers import TEST_SECRET, TEST_TAG_KEY, flush, is_cluster_run, make_client
 
 _POPEN_INIT = subprocess.Popen.__init__
 _running: dict[str, Any] = {"item": None, "shared_server": False}
@@ -141,18 +142,16 @@ def raw_conn(redis_url: str):
 
 
 @pytest.fixture
-def slowlog(raw_conn):
-    """SLOWLOG set to log calls over 5 ms (the budget every bounded call keeps) and emptied;
-    yields a reader of the package's own entries (``slow_calls``). One server's log: a cluster
+def call_budget(raw_conn, monkeypatch: pytest.MonkeyPatch) -> Iterator[CallBudget]:
+    """The package's Redis calls over the 5 ms budget (``tests/support/server_cpu.py``: the
+    server's CPU time for each call, SLOWLOG where that cannot be read). One server: a cluster
     run skips. It starts once the server has freed what the tests before left (``raw_conn``'s
     FLUSHDB is lazy on Valkey 8+ and where ``lazyfree-lazy-user-flush`` is on: a background
     thread frees a big board or 100,000 keys while the budget test's first calls run)."""
     if is_cluster_run():
-        pytest.skip("SLOWLOG of one server")
+        pytest.skip("one server's calls")
     wait_until(lambda: raw_conn.info("memory")["lazyfree_pending_objects"] == 0, timeout=30, what="lazy free")
-    raw_conn.config_set("slowlog-log-slower-than", 5000)
-    raw_conn.slowlog_reset()
-    yield lambda: slow_calls(raw_conn)
+    yield CallBudget(raw_conn, monkeypatch)
     raw_conn.config_set("slowlog-log-slower-than", 10000)
 
 

@@ -1,5 +1,5 @@
 """Big boards with bounded Redis work: rebuild, rotation, deep pages and deletion of a board of
-50,000 members x 24 slots run in calls under 5 ms (the real server's SLOWLOG), give the answers
+50,000 members x 24 slots run in calls under 5 ms of the real server's time, give the answers
 of a model kept here, and a rebuild or deletion in progress never shows half a board."""
 
 from __future__ import annotations
@@ -51,13 +51,13 @@ def ranked(totals: Counter) -> list[tuple[str, int]]:
     return sorted(((m, t) for m, t in totals.items() if t > 0), key=lambda p: (-p[1], p[0]))
 
 
-def big_board_work(raw_conn, slowlog) -> list:
-    """Every operation on a big board, checked against the model; the SLOWLOG entries over 5 ms."""
+def big_board_work(raw_conn, call_budget) -> list:
+    """Every operation on a big board, checked against the model; the calls over the budget."""
     raw_conn.flushdb()
     now = time.time()
     totals = build_board(raw_conn, "big", now)
     expected = ranked(totals)
-    raw_conn.slowlog_reset()
+    call_budget.reset()
     board = ranking.Ranking(raw_conn, "big")
     assert board.top(0, 20, withscores=True, now=now) == expected[:20]
     assert board.top(40_000, 10, withscores=True, now=now) == expected[40_000:40_010]  # a deep page by rank
@@ -78,37 +78,31 @@ def big_board_work(raw_conn, slowlog) -> list:
     assert ranking.delete_board(raw_conn, "big")
     assert not [k for k in raw_conn.scan_iter(match="*big*", count=1000)]
     assert "big" not in ranking.known_boards(raw_conn)
-    return slowlog()
+    return call_budget.over()
 
 
 @pytest.mark.budget
-def test_a_big_board_is_read_rebuilt_rotated_and_deleted_in_short_calls(raw_conn, slowlog):
-    """SLOWLOG is wall time: on a 2-core machine the tests' own process (or another on the
-    machine) can take Redis's core for a moment. A call that is slow by design is slow every
-    time; so up to three runs decide (as tests/system/test_scale.py does).
-
-    The goal is 5 ms; this test holds the big board's calls to it with a stated 1.5x margin
-    (7.5 ms) and prints any call over the goal. Late in a full ``make test`` one ``ranking_top``
-    call of this 50,000-member board took 6.5-7.5 ms in every run (run alone: under 5 ms; the
-    cause is not found yet: a finding for the issue "A visit has a budget")."""
-    margin_us = 7500
-    slow = big_board_work(raw_conn, slowlog)
-    for _ in range(2):
-        if any(took > margin_us for took, _command in slow):
-            slow = big_board_work(raw_conn, slowlog)
-    if slow:
-        print(f"[budget] big board calls over the 5 ms goal: {[(took, command[:40]) for took, command in slow]}")
-    assert [entry for entry in slow if entry[0] > margin_us] == []
+def test_a_big_board_is_read_rebuilt_rotated_and_deleted_in_short_calls(raw_conn, call_budget):
+    """Every call under the 5 ms budget, judged by the server's CPU time for it
+    (``tests/support/server_cpu.py``). SLOWLOG's wall time judged it before: late in a full
+    ``make test`` one ``ranking_top`` call of this 50,000-member board took 6.5-7.5 ms in every
+    run, and in a CI run calls of 7.6-29 ms in three runs of three, while the same calls took
+    1-3 ms alone; a trivial ``HGETALL`` was logged at 5.3 ms in one of those runs: the time
+    Redis waited for a core. Up to three runs decide (``CallBudget.slow_by_design``)."""
+    slow = call_budget.slow_by_design(lambda: big_board_work(raw_conn, call_budget))
+    costliest = sorted(call_budget.cpu.calls, reverse=True)[:3]
+    print(f"[budget] {call_budget.measure}: costliest calls {costliest}; SLOWLOG over 5 ms {call_budget.wall_over()}")
+    assert slow == []
 
 
-def fresh_batch_work(raw_conn, slowlog) -> list:
+def fresh_batch_work(raw_conn, call_budget) -> list:
     """Batches of ranking events (incr_rankings, the worker's ranking batch) of 2,000 distinct
     new members each into a board's new hour, the costliest write: every member a new field of
-    the slot hash and a new member of the top. Checked exact; the SLOWLOG entries over 5 ms."""
+    the slot hash and a new member of the top. Checked exact; the calls over the budget."""
     raw_conn.flushdb()
     now = time.time()
     ranking_events.incr_events(raw_conn, [{"board": "fresh", "member": "warm", "ts": now}], message_id="warm")
-    raw_conn.slowlog_reset()
+    call_budget.reset()
     expected = Counter({"warm": 1})
     for batch in range(3):
         events = [
@@ -117,18 +111,15 @@ def fresh_batch_work(raw_conn, slowlog) -> list:
         ranking_events.incr_events(raw_conn, events, message_id=f"fresh-{batch}")
         expected.update({event["member"]: event["amount"] for event in events})
     assert ranking.Ranking(raw_conn, "fresh").top(0, 50, withscores=True, now=now) == ranked(expected)[:50]
-    return slowlog()
+    return call_budget.over()
 
 
 @pytest.mark.budget
-def test_batches_of_new_members_go_in_calls_under_5_ms(raw_conn, slowlog):
+def test_batches_of_new_members_go_in_calls_under_5_ms(raw_conn, call_budget):
     """``ranking_incr`` took 5-12 ms for 500 events of new members on this 2-core machine, 200 up
     to 6.5 ms (issue 21's benchmark): a new slot hash is a listpack up to 512 members, scanned for
-    each one. Batches now go EVENTS_PER_CALL events a call. A second run decides, as above."""
-    slow = fresh_batch_work(raw_conn, slowlog)
-    if slow:
-        slow = fresh_batch_work(raw_conn, slowlog)
-    assert slow == []
+    each one. Batches now go EVENTS_PER_CALL events a call. Up to three runs decide, as above."""
+    assert call_budget.slow_by_design(lambda: fresh_batch_work(raw_conn, call_budget)) == []
 
 
 def test_writes_and_reads_during_a_rebuild_wait_for_it_and_stay_exact(raw_conn):
@@ -174,7 +165,7 @@ def test_idle_boards_go_with_the_rotation_job(raw_conn, monkeypatch):
 
 
 @pytest.mark.budget
-def test_a_read_with_big_slots_ahead_of_its_now_is_exact_and_short(raw_conn, slowlog):
+def test_a_read_with_big_slots_ahead_of_its_now_is_exact_and_short(raw_conn, call_budget):
     """``top(now=an hour ago)`` on a board whose current slot holds 20,000 members: that slot is
     ahead of ``now`` and cannot be rotated away, so the read goes in bounded parts."""
     now = time.time()
@@ -187,15 +178,12 @@ def test_a_read_with_big_slots_ahead_of_its_now_is_exact_and_short(raw_conn, slo
     board = ranking.Ranking(raw_conn, "ahead")
 
     def reads() -> list:
-        raw_conn.slowlog_reset()
+        call_budget.reset()
         assert board.top(0, 20, withscores=True, now=earlier) == ranked(in_window)[:20]
         assert board.top(1000, 10, withscores=True, now=earlier) == ranked(in_window)[1000:1010]
-        return slowlog()
+        return call_budget.over()
 
-    slow = reads()
-    if slow:  # a slow moment of a shared machine passes; a call slow by design is slow again
-        slow = reads()
-    assert slow == []
+    assert call_budget.slow_by_design(reads) == []
 
 
 @pytest.mark.skipif(is_cluster_run(), reason="commandstats of one server")
