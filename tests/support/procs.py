@@ -123,14 +123,20 @@ class CeleryProcess:
         return self
 
     def stop(self, timeout: float = 20.0) -> int:
-        """Warm shutdown (SIGTERM), then SIGKILL of the whole group if it hangs."""
+        """Warm shutdown: SIGTERM to the main process, as ``celery multi stop`` and a process
+        manager send it (the main process lets the pool finish its tasks, then stops it), then
+        SIGKILL of the whole group if it hangs, and of whatever it left behind. A SIGTERM to the
+        whole group ended a pool child in the middle of a task whose write was already seen (a
+        WorkerLostError in a full ``make test``)."""
         if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
+            self.process.send_signal(signal.SIGTERM)
             try:
                 self.process.wait(timeout)
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait(timeout)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)  # a child the main process did not stop
         self._log_file.close()
         return self.process.returncode
 
