@@ -85,53 +85,55 @@ def queue_counter_writes(conn: RedisClient, pipe: Any, per_counter: dict[str, Bu
     ``per_counter``: per tag group, calls of at most FIELDS_PER_CALL buckets, each at most once
     per ``message_id`` (parts after the first under ``<id>/c<n>``, the same on every delivery of
     the same counts). Returns the number of calls (replies: 1 applied, 0 already applied)."""
-    keys.use(conn, write=True)
-    by_group: dict[str, list[tuple[str, list[tuple[int, int, int]]]]] = defaultdict(list)
-    for name, buckets in per_counter.items():
-        # (field, amount, when the bucket leaves the window)
-        pairs = [(field_of(b, p), n, leaves_window_at(b, p)) for p, per in buckets.items() for b, n in per.items() if n]
-        group = keys.counter_tag(name)
-        for first in range(0, max(1, len(pairs)), FIELDS_PER_CALL):
-            by_group[group].append((name, pairs[first : first + FIELDS_PER_CALL]))
-    ttl = get_settings().dedupe_ttl if message_id is not None else 0
-    calls = 0
-    for group, entries in by_group.items():
-        parts: list[list[tuple[str, list[tuple[int, int, int]]]]] = [[]]
-        size = 0
-        for name, pairs in entries:
-            if size and size + len(pairs) > FIELDS_PER_CALL:
-                parts.append([])
-                size = 0
-            parts[-1].append((name, pairs))
-            size += len(pairs)
-        part_ids = [message_id] + keys.chunk_ids(message_id, len(parts), "/c")[1:]
-        for part, part_id in zip(parts, part_ids, strict=True):
-            script_keys: list[str] = []
-            args: list[Any] = [ttl, len(part)]
-            for name, pairs in part:
-                hash_key, due_key, member, subset = keys.counter_write_keys(name)
-                script_keys += [hash_key, due_key]
-                args += [member, subset, min((due for _f, _n, due in pairs), default=0), len(pairs)]
-                for field, amount, _due in pairs:
-                    args += [field, amount]
-            script_keys.append(keys.counter_due(group))
-            if ttl and part_id is not None:  # (a part has an id when the message has one)
-                script_keys.append(keys.counter_seen(part_id, tag=group))
-            run_script(conn, "counter_update", script_keys, args, client=pipe)
-            calls += 1
-    return calls
+    with keys.bound(conn, write=True):
+        by_group: dict[str, list[tuple[str, list[tuple[int, int, int]]]]] = defaultdict(list)
+        for name, buckets in per_counter.items():
+            # (field, amount, when the bucket leaves the window)
+            pairs = [
+                (field_of(b, p), n, leaves_window_at(b, p)) for p, per in buckets.items() for b, n in per.items() if n
+            ]
+            group = keys.counter_tag(name)
+            for first in range(0, max(1, len(pairs)), FIELDS_PER_CALL):
+                by_group[group].append((name, pairs[first : first + FIELDS_PER_CALL]))
+        ttl = get_settings().dedupe_ttl if message_id is not None else 0
+        calls = 0
+        for group, entries in by_group.items():
+            parts: list[list[tuple[str, list[tuple[int, int, int]]]]] = [[]]
+            size = 0
+            for name, pairs in entries:
+                if size and size + len(pairs) > FIELDS_PER_CALL:
+                    parts.append([])
+                    size = 0
+                parts[-1].append((name, pairs))
+                size += len(pairs)
+            part_ids = [message_id] + keys.chunk_ids(message_id, len(parts), "/c")[1:]
+            for part, part_id in zip(parts, part_ids, strict=True):
+                script_keys: list[str] = []
+                args: list[Any] = [ttl, len(part)]
+                for name, pairs in part:
+                    hash_key, due_key, member, subset = keys.counter_write_keys(name)
+                    script_keys += [hash_key, due_key]
+                    args += [member, subset, min((due for _f, _n, due in pairs), default=0), len(pairs)]
+                    for field, amount, _due in pairs:
+                        args += [field, amount]
+                script_keys.append(keys.counter_due(group))
+                if ttl and part_id is not None:  # (a part has an id when the message has one)
+                    script_keys.append(keys.counter_seen(part_id, tag=group))
+                run_script(conn, "counter_update", script_keys, args, client=pipe)
+                calls += 1
+        return calls
 
 
 def write_counters(conn: RedisClient, per_counter: dict[str, Buckets], message_id: str | None = None) -> None:
     """Apply already-validated counts to many counters: one script call per tag group, one round trip."""
     if not per_counter:
         return
-    used = keys.use(conn, write=True)
-    if len({keys.counter_tag(name) for name in per_counter}) == 1:  # one call: no pipeline needed
-        queue_counter_writes(conn, conn, per_counter, message_id)
-    else:
-        execute_in_order(conn, lambda pipe: queue_counter_writes(conn, pipe, per_counter, message_id))
-    keys.confirm_written(conn, used)
+    with keys.bound(conn, write=True) as used:
+        if len({keys.counter_tag(name) for name in per_counter}) == 1:  # one call: no pipeline needed
+            queue_counter_writes(conn, conn, per_counter, message_id)
+        else:
+            execute_in_order(conn, lambda pipe: queue_counter_writes(conn, pipe, per_counter, message_id))
+        keys.confirm_written(conn, used)
 
 
 COUNTER_UPDATE = register(
@@ -172,14 +174,14 @@ def get_counter(
     check_precision(precision)
     now = check_now(now)
     scope = check_site(site)
-    keys.use(conn)
-    cutoff = now - SAMPLE_COUNT * precision
-    samples = []
-    for field, total in conn.hgetall(keys.counter_hash(keys.scoped(scope, name))).items():
-        p, bucket = bucket_of(field)
-        if p == precision and bucket > cutoff and int(total):
-            samples.append((bucket, int(total)))
-    return sorted(samples)
+    with keys.bound(conn):
+        cutoff = now - SAMPLE_COUNT * precision
+        samples = []
+        for field, total in conn.hgetall(keys.counter_hash(keys.scoped(scope, name))).items():
+            p, bucket = bucket_of(field)
+            if p == precision and bucket > cutoff and int(total):
+                samples.append((bucket, int(total)))
+        return sorted(samples)
 
 
 MAX_SERIES_POINTS = 10_000
@@ -235,12 +237,12 @@ def group_names(conn: RedisClient, group: str, site: str = "") -> list[str]:
     """The counters of site ``site`` (a scope) in one tag group that hold samples, sorted (one
     ZRANGE of each of its due ZSETs). Every site's counters share the groups, so the cleaner's
     pass costs the same however many sites there are."""
-    keys.use(conn)
-    pipe = read_pipeline(conn)
-    for subset in range(keys.DUE_SUBSETS):
-        pipe.zrange(keys.counter_due_subset(group, subset), 0, -1)
-    names = (keys.unscoped(site, unquote(as_str(member))) for members in pipe.execute() for member in members)
-    return sorted(name for name in names if name is not None)
+    with keys.bound(conn):
+        pipe = read_pipeline(conn)
+        for subset in range(keys.DUE_SUBSETS):
+            pipe.zrange(keys.counter_due_subset(group, subset), 0, -1)
+        names = (keys.unscoped(site, unquote(as_str(member))) for members in pipe.execute() for member in members)
+        return sorted(name for name in names if name is not None)
 
 
 def known_counters(conn: RedisClient, *, site: str | None = None) -> list[str]:
@@ -295,21 +297,21 @@ def clean_counters(conn: RedisClient, now: float | None = None) -> int:
     precisions are cleaned when one of their samples is due, which is their own cadence.
     """
     now = check_now(now)
-    keys.use(conn, write=True)
-    groups = keys.counter_groups()
-    args = [repr(now), None, None, CLEAN_COUNTERS_PER_CALL, CLEAN_FIELDS_PER_CALL, *_precision_args()]
+    with keys.bound(conn, write=True):
+        groups = keys.counter_groups()
+        args = [repr(now), None, None, CLEAN_COUNTERS_PER_CALL, CLEAN_FIELDS_PER_CALL, *_precision_args()]
 
-    def queue(pipe: Any, batch: list[str]) -> None:
-        for group in batch:
-            args[1], args[2] = keys.counter_hash_head(group), keys.counter_due_head(group)
-            run_script(
-                conn, "counter_clean", [keys.counter_due(group), keys.counter_scan(group)], list(args), client=pipe
-            )
+        def queue(pipe: Any, batch: list[str]) -> None:
+            for group in batch:
+                args[1], args[2] = keys.counter_hash_head(group), keys.counter_due_head(group)
+                run_script(
+                    conn, "counter_clean", [keys.counter_due(group), keys.counter_scan(group)], list(args), client=pipe
+                )
 
-    removed = 0
-    pending = groups
-    while pending:
-        [replies] = execute_in_order(conn, functools.partial(queue, batch=pending))
-        removed += sum(int(reply[0]) for reply in replies)
-        pending = [group for group, reply in zip(pending, replies, strict=True) if int(reply[1])]
-    return removed
+        removed = 0
+        pending = groups
+        while pending:
+            [replies] = execute_in_order(conn, functools.partial(queue, batch=pending))
+            removed += sum(int(reply[0]) for reply in replies)
+            pending = [group for group, reply in zip(pending, replies, strict=True) if int(reply[1])]
+        return removed

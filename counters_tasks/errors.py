@@ -75,3 +75,9 @@ class SetAside(CountersError):
 
 class ConfigurationError(CountersError):
     """A setting (environment variable) is missing or malformed."""
+
+
+class DeploymentNotBound(CountersError, RuntimeError):
+    """A Redis key was made outside ``store.keys.bound(conn)`` with no ``COUNTERS_TAG_KEY``
+    pinned: which deployment's tag key it is made with is not known. A bug of the caller (a
+    function given a client that makes keys opens ``keys.bound`` first), never retried."""

@@ -51,8 +51,8 @@ def visitors_now(conn: RedisClient, *, site: str | None = None, now: float | Non
     and the ``WINDOW_MINUTES - 1`` before it: an estimate (HyperLogLog, ~0.81%)."""
     scope = check_site(site)
     now = check_now(now)
-    keys.use(conn)
-    return int(conn.pfcount(*window_keys(scope, now)))
+    with keys.bound(conn):
+        return int(conn.pfcount(*window_keys(scope, now)))
 
 
 def window_keys(site: str, now: float) -> list[str]:
@@ -65,14 +65,14 @@ def visitors_now_by_site(conn: RedisClient, now: float | None = None) -> dict[st
     """``visitors_now`` of every site (the default one first): in one round trip on one server; a
     ``PFCOUNT`` a site on a cluster (redis-py's cluster pipeline refuses multi-key commands)."""
     now = check_now(now)
-    keys.use(conn)
-    names = site_names()
-    windows = [window_keys(check_site(name), now) for name in names]
-    if is_cluster(conn):
-        counts = [conn.pfcount(*window) for window in windows]
-    else:
-        pipe = read_pipeline(conn)
-        for window in windows:
-            pipe.pfcount(*window)
-        counts = pipe.execute()
-    return {name: int(n) for name, n in zip(names, counts, strict=True)}
+    with keys.bound(conn):
+        names = site_names()
+        windows = [window_keys(check_site(name), now) for name in names]
+        if is_cluster(conn):
+            counts = [conn.pfcount(*window) for window in windows]
+        else:
+            pipe = read_pipeline(conn)
+            for window in windows:
+                pipe.pfcount(*window)
+            counts = pipe.execute()
+        return {name: int(n) for name, n in zip(names, counts, strict=True)}

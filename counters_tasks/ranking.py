@@ -155,8 +155,9 @@ def _incr_call(board: Board, events: Sequence[RankingEvent], message_id: str | N
 
 def register_board(conn: RedisClient, name: str) -> None:
     """List the board in the registry, then mark it listed (a crash in between retries it)."""
-    conn.zadd(keys.board_registry(keys.board_registry_shard_of(name)), {name: 0})
-    conn.hset(keys.ranking_meta(name), "reg", 1)
+    with keys.bound(conn, write=True):
+        conn.zadd(keys.board_registry(keys.board_registry_shard_of(name)), {name: 0})
+        conn.hset(keys.ranking_meta(name), "reg", 1)
 
 
 def settings_mismatch(conn: RedisClient, board: Board) -> BoardSettingsConflict:
@@ -177,45 +178,45 @@ def write_events(
     to other settings (then nothing of that call was written). Boards written for the first time
     are listed in the registry the rotation job walks. ``tally``, when given, gets the events
     applied now (late ones are not) and those skipped because their message was applied before."""
-    used = keys.use(conn, write=True)
-    calls = [(events, message_id) for events, message_id in calls]
-    for events, _message_id in calls:
-        if not events or any(event.board != events[0].board for event in events):
-            raise ValueError("every call holds events of exactly one board")
+    with keys.bound(conn, write=True) as used:
+        calls = [(events, message_id) for events, message_id in calls]
+        for events, _message_id in calls:
+            if not events or any(event.board != events[0].board for event in events):
+                raise ValueError("every call holds events of exactly one board")
 
-    def queue(pipe: Any, some: Sequence[tuple[Sequence[RankingEvent], str | None]]) -> None:
-        for events, message_id in some:
-            script_keys, args = _incr_call(events[0].board, events, message_id)
-            run_script(conn, "ranking_incr", script_keys, args, client=pipe)
+        def queue(pipe: Any, some: Sequence[tuple[Sequence[RankingEvent], str | None]]) -> None:
+            for events, message_id in some:
+                script_keys, args = _incr_call(events[0].board, events, message_id)
+                run_script(conn, "ranking_incr", script_keys, args, client=pipe)
 
-    [replies] = execute_in_order(conn, lambda pipe: queue(pipe, calls)) if calls else [[]]
-    keys.confirm_written(conn, used)
-    for _attempt in range(3):  # a board being rebuilt or deleted: finish that, then send again
-        busy = [n for n, (status, _u, _l) in enumerate(replies) if int(status) == BUSY]
-        if not busy:
-            break
-        for name in {calls[n][0][0].board.name for n in busy}:
-            finish_maintenance(conn, name)
-        again = [calls[n] for n in busy]
-        [resent] = execute_in_order(conn, functools.partial(queue, some=again))
-        for n, reply in zip(busy, resent, strict=True):
-            replies[n] = reply
-    results: list[int | InvalidInput] = []
-    registered: set[str] = set()
-    for (events, _message_id), (status, unregistered, late) in zip(calls, replies, strict=True):
-        board = events[0].board
-        if int(status) == BUSY:
-            raise RuntimeError(f"ranking {board.name!r} stays busy (rebuilt or deleted by others)")
-        if int(status) == -1:
-            results.append(settings_mismatch(conn, board))
-            continue
-        if tally is not None:
-            tally.add(0, len(events)) if int(status) == 0 else tally.add(len(events) - int(late), 0)
-        if int(unregistered) and board.name not in registered:
-            registered.add(board.name)
-            register_board(conn, board.name)
-        results.append(int(late))
-    return results
+        [replies] = execute_in_order(conn, lambda pipe: queue(pipe, calls)) if calls else [[]]
+        keys.confirm_written(conn, used)
+        for _attempt in range(3):  # a board being rebuilt or deleted: finish that, then send again
+            busy = [n for n, (status, _u, _l) in enumerate(replies) if int(status) == BUSY]
+            if not busy:
+                break
+            for name in {calls[n][0][0].board.name for n in busy}:
+                finish_maintenance(conn, name)
+            again = [calls[n] for n in busy]
+            [resent] = execute_in_order(conn, functools.partial(queue, some=again))
+            for n, reply in zip(busy, resent, strict=True):
+                replies[n] = reply
+        results: list[int | InvalidInput] = []
+        registered: set[str] = set()
+        for (events, _message_id), (status, unregistered, late) in zip(calls, replies, strict=True):
+            board = events[0].board
+            if int(status) == BUSY:
+                raise RuntimeError(f"ranking {board.name!r} stays busy (rebuilt or deleted by others)")
+            if int(status) == -1:
+                results.append(settings_mismatch(conn, board))
+                continue
+            if tally is not None:
+                tally.add(0, len(events)) if int(status) == 0 else tally.add(len(events) - int(late), 0)
+            if int(unregistered) and board.name not in registered:
+                registered.add(board.name)
+                register_board(conn, board.name)
+            results.append(int(late))
+        return results
 
 
 class Ranking:
@@ -238,8 +239,8 @@ class Ranking:
     def _keys(self) -> tuple[list[str], tuple[str, str]]:
         """The board's keys and slot-key parts, made with the deployment's tag key of now (a
         long-lived board object follows a tag key put back after a loss)."""
-        keys.use(self.conn)
-        return _board_keys(self.board.name)
+        with keys.bound(self.conn):
+            return _board_keys(self.board.name)
 
     def __repr__(self) -> str:
         return f"Ranking({self.name!r}, period_hours={self.period_hours}, interval_hours={self.interval_hours})"
@@ -379,21 +380,22 @@ class Ranking:
 
     def stats(self) -> dict[str, int | None]:
         """Operator figures: late events ignored, watermark and rotation slots, rebuilds, sizes."""
-        pipe = self.conn.pipeline(transaction=False)
-        pipe.hmget(keys.ranking_meta(self.board.name), "period", "interval", "wm", "rot", "late", "rebuilds")
-        pipe.zcard(keys.ranking_slots(self.board.name))
-        pipe.zcard(keys.ranking_top(self.board.name))
-        (period, interval, wm, rot, late, rebuilds), slots, members = pipe.execute()
-        if period is not None and (int(period), int(interval)) != (self.period_hours, self.interval_hours):
-            raise settings_mismatch(self.conn, self.board)
-        return {
-            "late": int(late or 0),
-            "watermark_slot": None if wm is None else int(wm),
-            "rotated_slot": None if rot is None else int(rot),
-            "rebuilds": int(rebuilds or 0),
-            "live_slots": int(slots),
-            "members": int(members),
-        }
+        with keys.bound(self.conn):
+            pipe = self.conn.pipeline(transaction=False)
+            pipe.hmget(keys.ranking_meta(self.board.name), "period", "interval", "wm", "rot", "late", "rebuilds")
+            pipe.zcard(keys.ranking_slots(self.board.name))
+            pipe.zcard(keys.ranking_top(self.board.name))
+            (period, interval, wm, rot, late, rebuilds), slots, members = pipe.execute()
+            if period is not None and (int(period), int(interval)) != (self.period_hours, self.interval_hours):
+                raise settings_mismatch(self.conn, self.board)
+            return {
+                "late": int(late or 0),
+                "watermark_slot": None if wm is None else int(wm),
+                "rotated_slot": None if rot is None else int(rot),
+                "rebuilds": int(rebuilds or 0),
+                "live_slots": int(slots),
+                "members": int(members),
+            }
 
 
 def _pairs(flat: list) -> list[tuple[str, int]]:
@@ -412,29 +414,29 @@ def _rotate(
     conn: RedisClient, name: str, now_slot: int, period_hours: int | str = "", interval_hours: int | str = ""
 ) -> int:
     """Rotate one board (settings checked unless given as ''), in as many short calls as needed."""
-    keys.use(conn, write=True)
-    board, parts = _board_keys(name)
-    dropped = 0
-    rebuilt = False
-    while True:
-        reply = run_script(
-            conn, "ranking_rotate", board, [*parts, now_slot, period_hours, interval_hours, ROTATE_BUDGET]
-        )
-        if reply == BUSY:
-            finish_maintenance(conn, name)
-            continue
-        if reply == -1:
-            raise settings_mismatch(conn, Board(name, int(period_hours), int(interval_hours)))
-        if int(reply[0]) == -2:
-            if rebuilt:
-                raise RuntimeError(f"ranking {name!r}: slots lost during rebuild")
-            dropped += int(reply[1])
-            _rebuild(conn, name)
-            rebuilt = True
-            continue
-        dropped += int(reply[0])
-        if not int(reply[2]):
-            return dropped
+    with keys.bound(conn, write=True):
+        board, parts = _board_keys(name)
+        dropped = 0
+        rebuilt = False
+        while True:
+            reply = run_script(
+                conn, "ranking_rotate", board, [*parts, now_slot, period_hours, interval_hours, ROTATE_BUDGET]
+            )
+            if reply == BUSY:
+                finish_maintenance(conn, name)
+                continue
+            if reply == -1:
+                raise settings_mismatch(conn, Board(name, int(period_hours), int(interval_hours)))
+            if int(reply[0]) == -2:
+                if rebuilt:
+                    raise RuntimeError(f"ranking {name!r}: slots lost during rebuild")
+                dropped += int(reply[1])
+                _rebuild(conn, name)
+                rebuilt = True
+                continue
+            dropped += int(reply[0])
+            if not int(reply[2]):
+                return dropped
 
 
 def _work_keys(name: str) -> tuple[list[str], tuple[str, str]]:
@@ -458,12 +460,12 @@ def rebuild(conn: RedisClient, name: str, *, site: str | None = None) -> int:
 
 def _rebuild(conn: RedisClient, name: str) -> int:
     """``rebuild`` of the board of scoped name ``name``."""
-    keys.use(conn, write=True)
-    board, parts = _work_keys(name)
-    while True:
-        finished, listed = run_script(conn, "ranking_rebuild", board, [*parts, REBUILD_BUDGET])
-        if int(finished):
-            return int(listed)
+    with keys.bound(conn, write=True):
+        board, parts = _work_keys(name)
+        while True:
+            finished, listed = run_script(conn, "ranking_rebuild", board, [*parts, REBUILD_BUDGET])
+            if int(finished):
+                return int(listed)
 
 
 def delete_board(conn: RedisClient, name: str, *, site: str | None = None) -> bool:
@@ -478,32 +480,33 @@ def delete_board(conn: RedisClient, name: str, *, site: str | None = None) -> bo
 
 def _delete_board(conn: RedisClient, name: str) -> bool:
     """``delete_board`` of the board of scoped name ``name``."""
-    keys.use(conn, write=True)
-    existed = bool(conn.exists(keys.ranking_meta(name)))
-    board, parts = _work_keys(name)
-    while not int(run_script(conn, "ranking_delete", board, [*parts, DELETE_BUDGET])):
-        pass
-    registry_key = keys.board_registry(keys.board_registry_shard_of(name))
-    conn.zrem(registry_key, name)
-    if conn.exists(keys.ranking_meta(name)):  # written again meanwhile: keep it listed
-        conn.zadd(registry_key, {name: 0})
-    return existed
+    with keys.bound(conn, write=True):
+        existed = bool(conn.exists(keys.ranking_meta(name)))
+        board, parts = _work_keys(name)
+        while not int(run_script(conn, "ranking_delete", board, [*parts, DELETE_BUDGET])):
+            pass
+        registry_key = keys.board_registry(keys.board_registry_shard_of(name))
+        conn.zrem(registry_key, name)
+        if conn.exists(keys.ranking_meta(name)):  # written again meanwhile: keep it listed
+            conn.zadd(registry_key, {name: 0})
+        return existed
 
 
 def finish_maintenance(conn: RedisClient, name: str) -> None:
     """Finish a rebuild or deletion of board ``name`` that another client started (or left)."""
-    deleting, rebuilding = conn.hmget(keys.ranking_meta(name), "del", "rb")
-    if deleting is not None:
-        _delete_board(conn, name)
-    elif rebuilding is not None:
-        _rebuild(conn, name)
+    with keys.bound(conn):
+        deleting, rebuilding = conn.hmget(keys.ranking_meta(name), "del", "rb")
+        if deleting is not None:
+            _delete_board(conn, name)
+        elif rebuilding is not None:
+            _rebuild(conn, name)
 
 
 def board_settings(conn: RedisClient, name: str) -> tuple[int, int] | None:
     """The fixed ``(period_hours, interval_hours)`` of board ``name``, or None before its first write."""
-    keys.use(conn)
-    period, interval = conn.hmget(keys.ranking_meta(name), "period", "interval")
-    return None if period is None or interval is None else (int(period), int(interval))
+    with keys.bound(conn):
+        period, interval = conn.hmget(keys.ranking_meta(name), "period", "interval")
+        return None if period is None or interval is None else (int(period), int(interval))
 
 
 def known_boards(conn: RedisClient, *, site: str | None = None) -> list[str]:
@@ -528,27 +531,29 @@ def rotate_all(conn: RedisClient, now: float | None = None) -> int:
     This is the beat job (``counters_tasks.rotate_rankings``), hourly.
     """
     now = check_now(now)
-    keys.use(conn, write=True)
-    dropped = 0
-    failed: list[str] = []
-    for _shard_key, names in registry.walk(conn, keys.board_registries(), get_settings().cleaner_batch):
-        for name in names:
-            period, interval, last_write = conn.hmget(keys.ranking_meta(name), "period", "interval", "lw")
-            if period is None or interval is None:
-                continue
-            idle = idle_for(int(period))
-            written = None if last_write is None else (int(last_write) + 1) * int(interval) * 3600  # end of that slot
-            if idle is not None and written is not None and written < now - idle:
-                log.info("ranking %r has had no write for %.0f days: deleted", name, (now - written) / 86400)
-                _delete_board(conn, name)
-                continue
-            try:
-                dropped += _rotate(conn, name, slot_of(now, int(interval)))
-            except (RuntimeError, ResponseError) as exc:  # one broken board does not hold the others back
-                if isinstance(exc, ResponseError) and is_transient(exc):  # Redis busy: the whole job waits
-                    raise
-                log.exception("rotating ranking %r failed", name)  # e.g. a key changed by hand (WRONGTYPE)
-                failed.append(name)
-    if failed:
-        raise RuntimeError(f"rotation failed for {len(failed)} board(s): {failed[:10]!r}")
-    return dropped
+    with keys.bound(conn, write=True):
+        dropped = 0
+        failed: list[str] = []
+        for _shard_key, names in registry.walk(conn, keys.board_registries(), get_settings().cleaner_batch):
+            for name in names:
+                period, interval, last_write = conn.hmget(keys.ranking_meta(name), "period", "interval", "lw")
+                if period is None or interval is None:
+                    continue
+                idle = idle_for(int(period))
+                written = (
+                    None if last_write is None else (int(last_write) + 1) * int(interval) * 3600
+                )  # end of that slot
+                if idle is not None and written is not None and written < now - idle:
+                    log.info("ranking %r has had no write for %.0f days: deleted", name, (now - written) / 86400)
+                    _delete_board(conn, name)
+                    continue
+                try:
+                    dropped += _rotate(conn, name, slot_of(now, int(interval)))
+                except (RuntimeError, ResponseError) as exc:  # one broken board does not hold the others back
+                    if isinstance(exc, ResponseError) and is_transient(exc):  # Redis busy: the whole job waits
+                        raise
+                    log.exception("rotating ranking %r failed", name)  # e.g. a key changed by hand (WRONGTYPE)
+                    failed.append(name)
+        if failed:
+            raise RuntimeError(f"rotation failed for {len(failed)} board(s): {failed[:10]!r}")
+        return dropped

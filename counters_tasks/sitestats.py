@@ -160,79 +160,79 @@ def queue_views(
     most each), in order: they are queued first, and each one's reply is the number of its views
     that fell on a closed day (``closed_views``), or -1 when its message was applied there
     before (``applied_views``). Every view is in exactly one of them."""
-    keys.use(conn, write=True)
-    settings = get_settings()
-    mode = settings.uv_mode
-    ttl = settings.dedupe_ttl if message_id is not None else 0
-    by_day: dict[tuple[str, date], list[SiteView]] = defaultdict(list)
-    by_shard: dict[int, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
-    by_group: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
-    for view in views:
-        by_day[view.site, view.day].append(view)
-        by_shard[keys.site_shard_of(view.visitor)][view.site].append(view.visitor)
-        name = keys.scoped(view.site, view.path)
-        by_group[keys.path_tag(name)][name].append(view.visitor)
+    with keys.bound(conn, write=True):
+        settings = get_settings()
+        mode = settings.uv_mode
+        ttl = settings.dedupe_ttl if message_id is not None else 0
+        by_day: dict[tuple[str, date], list[SiteView]] = defaultdict(list)
+        by_shard: dict[int, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+        by_group: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+        for view in views:
+            by_day[view.site, view.day].append(view)
+            by_shard[keys.site_shard_of(view.visitor)][view.site].append(view.visitor)
+            name = keys.scoped(view.site, view.path)
+            by_group[keys.path_tag(name)][name].append(view.visitor)
 
-    day_calls = [
-        (site, day, part, part_id)
-        for (site, day), day_views in by_day.items()
-        for part, part_id in zip(*_parts(day_views, message_id), strict=True)
-    ]
-    for site, day, day_views, part_id in day_calls:
-        tag = keys.site_day_tag(day, site)
-        script_keys = [
-            keys.site_day_totals(day, tag=tag, site=site),
-            keys.site_day_visitors(day, mode, tag=tag, site=site),
-            keys.site_day_range_hll(day, tag=tag, site=site),
-            keys.site_day_pairs(day, tag=tag, site=site),
+        day_calls = [
+            (site, day, part, part_id)
+            for (site, day), day_views in by_day.items()
+            for part, part_id in zip(*_parts(day_views, message_id), strict=True)
         ]
-        args: list[Any] = [
-            ttl,
-            mode,
-            visitors_expire_at(day, site),
-            days.kept_from_now(settings.day_grace_days),
-            totals_expire_at(day, site),
-            days.kept_from_now(totals_days()),
-            len(day_views),
-        ]
-        args += [view.visitor for view in day_views]
-        tables = _day_tables(day_views)
-        script_keys.append(keys.site_day_pages(day, tag=tag, site=site))  # the tables: the pages, then the sources
-        script_keys += [keys.site_day_sources(day, kind, tag=tag, site=site) for kind in list(tables)[1:]]
-        args.append(len(tables))
-        for kind, entries in tables.items():
-            if kind == "":  # the pages: each path's UV exact through the pairs SET
-                args += [settings.max_day_paths, "pairs", len(entries)]
-                for path, ids in entries.items():
-                    args += [path, keys.path_digest(path), len(ids), *ids]
-            else:  # a kind of source: each source's UV from its sketch
-                args += [settings.max_day_sources, "sketch", len(entries)]
-                for source, ids in entries.items():
-                    args += [source, len(ids), *ids]
-        if ttl and part_id is not None:
-            script_keys.append(keys.site_seen(part_id, tag=tag))
-        run_script(conn, "site_day", script_keys, args, client=pipe)
-    for shard, per_site in by_shard.items():  # a shard's slot is every site's: one call for all of them
-        script_keys, args = [], [ttl, mode]
-        for site, ids in per_site.items():
-            script_keys += [keys.site_all_totals(shard, site), keys.site_all_visitors(shard, mode, site)]
-            args += [len(ids), *ids]
-        if ttl and message_id is not None:
-            script_keys.append(keys.site_seen(message_id, tag=keys.site_shard_tag(shard)))
-        run_script(conn, "site_all", script_keys, args, client=pipe)
-    kept = settings.path_keep_days * days.DAY
-    for tag, per_path in by_group.items():
-        script_keys = []
-        args = [ttl, mode, kept, len(per_path)]
-        for path, ids in per_path.items():
-            script_keys.append(keys.path_totals(path, tag=tag))
-            if mode == "hll":
-                script_keys.append(keys.path_visitors(path, tag=tag))
-            args += [len(ids), *ids]
-        if ttl and message_id is not None:
-            script_keys.append(keys.path_seen(message_id, tag=tag))
-        run_script(conn, "path_all", script_keys, args, client=pipe)
-    return [(day, len(day_views)) for _site, day, day_views, _id in day_calls]
+        for site, day, day_views, part_id in day_calls:
+            tag = keys.site_day_tag(day, site)
+            script_keys = [
+                keys.site_day_totals(day, tag=tag, site=site),
+                keys.site_day_visitors(day, mode, tag=tag, site=site),
+                keys.site_day_range_hll(day, tag=tag, site=site),
+                keys.site_day_pairs(day, tag=tag, site=site),
+            ]
+            args: list[Any] = [
+                ttl,
+                mode,
+                visitors_expire_at(day, site),
+                days.kept_from_now(settings.day_grace_days),
+                totals_expire_at(day, site),
+                days.kept_from_now(totals_days()),
+                len(day_views),
+            ]
+            args += [view.visitor for view in day_views]
+            tables = _day_tables(day_views)
+            script_keys.append(keys.site_day_pages(day, tag=tag, site=site))  # the tables: the pages, then the sources
+            script_keys += [keys.site_day_sources(day, kind, tag=tag, site=site) for kind in list(tables)[1:]]
+            args.append(len(tables))
+            for kind, entries in tables.items():
+                if kind == "":  # the pages: each path's UV exact through the pairs SET
+                    args += [settings.max_day_paths, "pairs", len(entries)]
+                    for path, ids in entries.items():
+                        args += [path, keys.path_digest(path), len(ids), *ids]
+                else:  # a kind of source: each source's UV from its sketch
+                    args += [settings.max_day_sources, "sketch", len(entries)]
+                    for source, ids in entries.items():
+                        args += [source, len(ids), *ids]
+            if ttl and part_id is not None:
+                script_keys.append(keys.site_seen(part_id, tag=tag))
+            run_script(conn, "site_day", script_keys, args, client=pipe)
+        for shard, per_site in by_shard.items():  # a shard's slot is every site's: one call for all of them
+            script_keys, args = [], [ttl, mode]
+            for site, ids in per_site.items():
+                script_keys += [keys.site_all_totals(shard, site), keys.site_all_visitors(shard, mode, site)]
+                args += [len(ids), *ids]
+            if ttl and message_id is not None:
+                script_keys.append(keys.site_seen(message_id, tag=keys.site_shard_tag(shard)))
+            run_script(conn, "site_all", script_keys, args, client=pipe)
+        kept = settings.path_keep_days * days.DAY
+        for tag, per_path in by_group.items():
+            script_keys = []
+            args = [ttl, mode, kept, len(per_path)]
+            for path, ids in per_path.items():
+                script_keys.append(keys.path_totals(path, tag=tag))
+                if mode == "hll":
+                    script_keys.append(keys.path_visitors(path, tag=tag))
+                args += [len(ids), *ids]
+            if ttl and message_id is not None:
+                script_keys.append(keys.path_seen(message_id, tag=tag))
+            run_script(conn, "path_all", script_keys, args, client=pipe)
+        return [(day, len(day_views)) for _site, day, day_views, _id in day_calls]
 
 
 def _day_tables(views: list[SiteView]) -> dict[str, dict[str, list[str]]]:
@@ -311,15 +311,15 @@ def record_visit(
     check_message_id(message_id)
     ts = check_event_time(now, "now")
     view = prepare_view(ip, path, ts, site, referrer, utm)
-    used = keys.use(conn, write=True)
+    with keys.bound(conn, write=True) as used:
 
-    def data(pipe: Any) -> None:
-        queue_views(conn, pipe, [view], message_id)
-        live.queue_sightings(pipe, [(view.site, ts, view.visitor)])
+        def data(pipe: Any) -> None:
+            queue_views(conn, pipe, [view], message_id)
+            live.queue_sightings(pipe, [(view.site, ts, view.visitor)])
 
-    [replies] = execute_in_order(conn, data)
-    keys.confirm_written(conn, used)
-    refusals.count_partial(conn, "record_visit", message_id, closed_views(replies[:1]))
+        [replies] = execute_in_order(conn, data)
+        keys.confirm_written(conn, used)
+        refusals.count_partial(conn, "record_visit", message_id, closed_views(replies[:1]))
 
 
 OTHER = "(other)"
@@ -350,25 +350,25 @@ def site_visit_info(
     A path's figures of a day are 0 when the path was not among the day's first
     COUNTERS_MAX_DAY_PATHS paths (its views count under ``OTHER``, see ``top_pages``)."""
     scope = check_site(site)
-    keys.use(conn)
-    if day is not None:
-        check_day(day)
-    if path is not None:
-        path = normalize_path(path)
-    if path is not None and day is not None:
-        return SiteCount(day, *_page_figures(conn.hget(keys.site_day_pages(day, site=scope), path)))
-    if path is not None:
-        pairs = [conn.hmget(keys.path_totals(keys.scoped(scope, path)), "pv", "uv")]
-    elif day is not None:
-        pairs = [conn.hmget(keys.site_day_totals(day, site=scope), "pv", "uv")]
-    else:
-        pipe = read_pipeline(conn)
-        for shard in range(keys.SITE_SHARDS):
-            pipe.hmget(keys.site_all_totals(shard, scope), "pv", "uv")
-        pairs = pipe.execute()
-    pv = sum(int(p or 0) for p, _ in pairs)
-    uv = sum(int(u or 0) for _, u in pairs)
-    return SiteCount(day, pv, uv)
+    with keys.bound(conn):
+        if day is not None:
+            check_day(day)
+        if path is not None:
+            path = normalize_path(path)
+        if path is not None and day is not None:
+            return SiteCount(day, *_page_figures(conn.hget(keys.site_day_pages(day, site=scope), path)))
+        if path is not None:
+            pairs = [conn.hmget(keys.path_totals(keys.scoped(scope, path)), "pv", "uv")]
+        elif day is not None:
+            pairs = [conn.hmget(keys.site_day_totals(day, site=scope), "pv", "uv")]
+        else:
+            pipe = read_pipeline(conn)
+            for shard in range(keys.SITE_SHARDS):
+                pipe.hmget(keys.site_all_totals(shard, scope), "pv", "uv")
+            pairs = pipe.execute()
+        pv = sum(int(p or 0) for p, _ in pairs)
+        uv = sum(int(u or 0) for _, u in pairs)
+        return SiteCount(day, pv, uv)
 
 
 class SiteRange(NamedTuple):
@@ -400,36 +400,38 @@ def site_visit_range(
     ``site_visit_info``.
     """
     scope = check_site(site)
-    keys.use(conn)
-    check_day_range(start, end)
-    if path is not None:
-        path = normalize_path(path)
-    span = days.days_between(start, end)
-    pipe = read_pipeline(conn)
-    for day in span:
+    with keys.bound(conn):
+        check_day_range(start, end)
         if path is not None:
-            pipe.hget(keys.site_day_pages(day, site=scope), path)
+            path = normalize_path(path)
+        span = days.days_between(start, end)
+        pipe = read_pipeline(conn)
+        for day in span:
+            if path is not None:
+                pipe.hget(keys.site_day_pages(day, site=scope), path)
+            else:
+                pipe.hmget(keys.site_day_totals(day, site=scope), "pv", "uv")
+        replies = pipe.execute()
+        if path is not None:
+            per_day = [SiteCount(day, *_page_figures(value)) for day, value in zip(span, replies, strict=True)]
         else:
-            pipe.hmget(keys.site_day_totals(day, site=scope), "pv", "uv")
-    replies = pipe.execute()
-    if path is not None:
-        per_day = [SiteCount(day, *_page_figures(value)) for day, value in zip(span, replies, strict=True)]
-    else:
-        per_day = [SiteCount(day, int(pv or 0), int(uv or 0)) for day, (pv, uv) in zip(span, replies, strict=True)]
-    pv = sum(d.pv for d in per_day)
-    if len(span) == 1:
-        return SiteRange(start, end, path, pv, per_day[0].uv, get_settings().uv_mode == "hll" and path is None, per_day)
-    if path is not None:
-        uv, approximate = _path_range_uv(per_day, replies)
-        return SiteRange(start, end, path, pv, uv, approximate, per_day)
-    if not is_cluster(conn):
-        uv = int(conn.pfcount(*(keys.site_day_range_hll(day, site=scope) for day in span)))
-    else:  # one slot per day: merge the HLLs here, read-only
-        uv = union_count(
-            conn.execute_command("GET", keys.site_day_range_hll(day, site=scope), **{NEVER_DECODE: True})
-            for day in span
-        )
-    return SiteRange(start, end, path, pv, uv, True, per_day)
+            per_day = [SiteCount(day, int(pv or 0), int(uv or 0)) for day, (pv, uv) in zip(span, replies, strict=True)]
+        pv = sum(d.pv for d in per_day)
+        if len(span) == 1:
+            return SiteRange(
+                start, end, path, pv, per_day[0].uv, get_settings().uv_mode == "hll" and path is None, per_day
+            )
+        if path is not None:
+            uv, approximate = _path_range_uv(per_day, replies)
+            return SiteRange(start, end, path, pv, uv, approximate, per_day)
+        if not is_cluster(conn):
+            uv = int(conn.pfcount(*(keys.site_day_range_hll(day, site=scope) for day in span)))
+        else:  # one slot per day: merge the HLLs here, read-only
+            uv = union_count(
+                conn.execute_command("GET", keys.site_day_range_hll(day, site=scope), **{NEVER_DECODE: True})
+                for day in span
+            )
+        return SiteRange(start, end, path, pv, uv, True, per_day)
 
 
 def _path_range_uv(per_day: list[SiteCount], values: list[Any]) -> tuple[int, bool]:
@@ -459,15 +461,15 @@ def top_pages(
     plus ``OTHER``) is read in HSCAN pages and summed here, so the work is bounded by the days
     and that cap, never by the paths ever seen. ``site``: as in ``site_visit_info``."""
     scope = check_site(site)
-    keys.use(conn)
-    check_day_range(start, end)
-    check_int(limit, "limit", 1, 10_000)
-    totals: Counter[str] = Counter()
-    for day in days.days_between(start, end):
-        for field, value in conn.hscan_iter(keys.site_day_pages(day, site=scope), count=PAGES_PER_CALL):
-            totals[as_str(field) or OTHER] += _page_figures(value)[0]
-    ranked = sorted(((p, n) for p, n in totals.items() if n > 0), key=lambda item: (-item[1], item[0]))
-    return ranked[:limit]
+    with keys.bound(conn):
+        check_day_range(start, end)
+        check_int(limit, "limit", 1, 10_000)
+        totals: Counter[str] = Counter()
+        for day in days.days_between(start, end):
+            for field, value in conn.hscan_iter(keys.site_day_pages(day, site=scope), count=PAGES_PER_CALL):
+                totals[as_str(field) or OTHER] += _page_figures(value)[0]
+        ranked = sorted(((p, n) for p, n in totals.items() if n > 0), key=lambda item: (-item[1], item[0]))
+        return ranked[:limit]
 
 
 class SourceCount(NamedTuple):
@@ -495,27 +497,29 @@ def top_sources(
     day's table is read in HSCAN pages (at most the cap of fields), then the listed sources'
     sketches of each day with one HMGET for their UV over the range."""
     scope = check_site(site)
-    keys.use(conn)
-    check_day_range(start, end)
-    check_int(limit, "limit", 1, SOURCES_LIMIT)
-    letter = keys.SOURCE_KINDS.get(kind) if isinstance(kind, str) else None
-    if letter is None:
-        raise InvalidInput(f"kind must be one of {', '.join(keys.SOURCE_KINDS)}, got {kind!r}")
-    span = days.days_between(start, end)
-    tables = [keys.site_day_sources(day, letter, site=scope) for day in span]
-    views: Counter[str] = Counter()
-    for table in tables:
-        for field, value in conn.hscan_iter(table, count=PAGES_PER_CALL):
-            views[as_str(field)] += _page_figures(value)[0]
-    ranked = sorted(((s, n) for s, n in views.items() if n > 0), key=lambda item: (-item[1], item[0] or OTHER))[:limit]
-    if not ranked:
-        return []
-    pipe = read_pipeline(conn)
-    for table in tables:
-        pipe.hmget(table, [source for source, _n in ranked])
-    per_day = pipe.execute()
-    out = []
-    for n, (source, pv) in enumerate(ranked):
-        uv, approximate = page_sketch.union_count(_page_value(day_values[n])[2] for day_values in per_day)
-        out.append(SourceCount(source or OTHER, pv, uv, approximate))
-    return out
+    with keys.bound(conn):
+        check_day_range(start, end)
+        check_int(limit, "limit", 1, SOURCES_LIMIT)
+        letter = keys.SOURCE_KINDS.get(kind) if isinstance(kind, str) else None
+        if letter is None:
+            raise InvalidInput(f"kind must be one of {', '.join(keys.SOURCE_KINDS)}, got {kind!r}")
+        span = days.days_between(start, end)
+        tables = [keys.site_day_sources(day, letter, site=scope) for day in span]
+        views: Counter[str] = Counter()
+        for table in tables:
+            for field, value in conn.hscan_iter(table, count=PAGES_PER_CALL):
+                views[as_str(field)] += _page_figures(value)[0]
+        ranked = sorted(((s, n) for s, n in views.items() if n > 0), key=lambda item: (-item[1], item[0] or OTHER))[
+            :limit
+        ]
+        if not ranked:
+            return []
+        pipe = read_pipeline(conn)
+        for table in tables:
+            pipe.hmget(table, [source for source, _n in ranked])
+        per_day = pipe.execute()
+        out = []
+        for n, (source, pv) in enumerate(ranked):
+            uv, approximate = page_sketch.union_count(_page_value(day_values[n])[2] for day_values in per_day)
+            out.append(SourceCount(source or OTHER, pv, uv, approximate))
+        return out

@@ -110,21 +110,21 @@ def precompute_expected(conn: RedisClient, day: date, *, site: str | None = None
     """Fix (first writer wins) and return ``day``'s expected-uniques figure (of ``site``: None
     for the default site)."""
     scope = check_site(site)
-    keys.use(conn, write=True)
-    return _fix_expected(conn, check_day(day), scope)
+    with keys.bound(conn, write=True):
+        return _fix_expected(conn, check_day(day), scope)
 
 
 def expected_for(conn: RedisClient, day: date, site: str = "") -> int:
     """The day's fixed figure: from this process's memory, else Redis, else fixed now."""
-    keys.use(conn)
-    cached = _expected_cache.get(keys.uniques_expected(day, site=site))
-    if cached is not None:
-        return cached
-    stored = conn.get(keys.uniques_expected(day, site=site))
-    if stored is not None:
-        _remember(day, site, int(stored))
-        return int(stored)
-    return _fix_expected(conn, day, site)
+    with keys.bound(conn):
+        cached = _expected_cache.get(keys.uniques_expected(day, site=site))
+        if cached is not None:
+            return cached
+        stored = conn.get(keys.uniques_expected(day, site=site))
+        if stored is not None:
+            _remember(day, site, int(stored))
+            return int(stored)
+        return _fix_expected(conn, day, site)
 
 
 def forget_expected() -> None:
@@ -143,34 +143,34 @@ def queue_ids(
 ) -> None:
     """Queue the one script call that adds ``numbers`` to ``day``'s shards (of site ``site``, a
     scope) laid out for ``expected``."""
-    keys.use(conn, write=True)
-    tag = keys.uniques_tag(day, site)
-    per_shard: dict[int, list[int]] = defaultdict(list)
-    for number in numbers:
-        per_shard[shard_of(number, expected)].append(number)
-    script_keys = [
-        keys.uniques_expected(day, tag=tag, site=site),
-        keys.uniques_count(day, tag=tag, site=site),
-        keys.uniques_open(day, tag=tag, site=site),
-        keys.uniques_overflow(day, tag=tag, site=site),
-        keys.uniques_levels(day, tag=tag, site=site),
-    ]
-    ttl = get_settings().dedupe_ttl if message_id is not None else 0
-    args: list[Any] = [
-        ttl,
-        expected,
-        shards_expire_at(day, site),
-        days.kept_from_now(shard_days()),
-        count_expire_at(day, site),
-        days.kept_from_now(count_days()),
-        len(per_shard),
-    ]
-    for shard, members in sorted(per_shard.items()):
-        script_keys.append(keys.uniques_shard(day, shard, tag=tag, site=site))
-        args += [shard, len(members), *members]
-    if ttl and message_id is not None:
-        script_keys.append(keys.uniques_seen(day, message_id, tag=tag, site=site))
-    run_script(conn, "unique_visit", script_keys, args, client=pipe)
+    with keys.bound(conn, write=True):
+        tag = keys.uniques_tag(day, site)
+        per_shard: dict[int, list[int]] = defaultdict(list)
+        for number in numbers:
+            per_shard[shard_of(number, expected)].append(number)
+        script_keys = [
+            keys.uniques_expected(day, tag=tag, site=site),
+            keys.uniques_count(day, tag=tag, site=site),
+            keys.uniques_open(day, tag=tag, site=site),
+            keys.uniques_overflow(day, tag=tag, site=site),
+            keys.uniques_levels(day, tag=tag, site=site),
+        ]
+        ttl = get_settings().dedupe_ttl if message_id is not None else 0
+        args: list[Any] = [
+            ttl,
+            expected,
+            shards_expire_at(day, site),
+            days.kept_from_now(shard_days()),
+            count_expire_at(day, site),
+            days.kept_from_now(count_days()),
+            len(per_shard),
+        ]
+        for shard, members in sorted(per_shard.items()):
+            script_keys.append(keys.uniques_shard(day, shard, tag=tag, site=site))
+            args += [shard, len(members), *members]
+        if ttl and message_id is not None:
+            script_keys.append(keys.uniques_seen(day, message_id, tag=tag, site=site))
+        run_script(conn, "unique_visit", script_keys, args, client=pipe)
 
 
 CLOSED = -1
@@ -187,24 +187,25 @@ def apply_ids(
     counted, then closed ``COUNTERS_UNIQUES_SHARD_DAYS`` after its end or its back-fill): the
     ids are not counted, and the caller reports them (``refusals.count_partial``).
     """
-    for _ in range(3):
-        if reply is None:
-            expected = expected_for(conn, day, site)
-            # execute_in_order loads the script on a NOSCRIPT reply (a server that never saw it)
-            [[reply]] = execute_in_order(
-                conn,
-                functools.partial(
-                    queue_ids, conn, day=day, numbers=numbers, expected=expected, message_id=message_id, site=site
-                ),
-            )
-        result = int(reply)
-        if result == -2:
-            return CLOSED
-        if result != -1:
-            return result
-        _expected_cache.pop(keys.uniques_expected(day, site=site), None)
-        reply = None
-    raise RuntimeError(f"the expected figure of {day.isoformat()} keeps changing")  # pragma: no cover
+    with keys.bound(conn, write=True):
+        for _ in range(3):
+            if reply is None:
+                expected = expected_for(conn, day, site)
+                # execute_in_order loads the script on a NOSCRIPT reply (a server that never saw it)
+                [[reply]] = execute_in_order(
+                    conn,
+                    functools.partial(
+                        queue_ids, conn, day=day, numbers=numbers, expected=expected, message_id=message_id, site=site
+                    ),
+                )
+            result = int(reply)
+            if result == -2:
+                return CLOSED
+            if result != -1:
+                return result
+            _expected_cache.pop(keys.uniques_expected(day, site=site), None)
+            reply = None
+        raise RuntimeError(f"the expected figure of {day.isoformat()} keeps changing")  # pragma: no cover
 
 
 def prepare_id(session_id: Any, now: Any = None, site: Any = None) -> tuple[date, int]:
@@ -238,20 +239,20 @@ def count_visit(
     check_message_id(message_id)
     scope = check_site(site)
     day, number = prepare_id(session_id, now, scope)
-    used = keys.use(conn, write=True)
-    new = apply_ids(conn, day, [number], message_id, site=scope)
-    keys.confirm_written(conn, used)
-    if new == CLOSED:
-        refusals.count_partial(conn, "count_unique", message_id, 1)
-    return new > 0
+    with keys.bound(conn, write=True) as used:
+        new = apply_ids(conn, day, [number], message_id, site=scope)
+        keys.confirm_written(conn, used)
+        if new == CLOSED:
+            refusals.count_partial(conn, "count_unique", message_id, 1)
+        return new > 0
 
 
 def unique_visitors(conn: RedisClient, day: date, *, site: str | None = None) -> int:
     """Exact number of distinct session ids seen on ``day`` (of ``site``: None for the default)."""
     scope = check_site(site)
-    keys.use(conn)
-    value = conn.get(keys.uniques_count(check_day(day), site=scope))
-    return int(as_str(value)) if value is not None else 0
+    with keys.bound(conn):
+        value = conn.get(keys.uniques_count(check_day(day), site=scope))
+        return int(as_str(value)) if value is not None else 0
 
 
 def precompute_due(conn: RedisClient, now: float | None = None) -> dict[str, int]:
@@ -289,22 +290,23 @@ class UniquesRange(NamedTuple):
 def day_sets(conn: RedisClient, day: date, expected: int, site: str = "") -> list[str]:
     """Every set that may hold ``day``'s ids: its shards, their levels (``unique_visit.lua``) and
     the overflow chains of the layout of 0.1."""
-    tag = keys.uniques_tag(day, site)
-    pipe = read_pipeline(conn)
-    pipe.hgetall(keys.uniques_levels(day, tag=tag, site=site))
-    pipe.hgetall(keys.uniques_overflow(day, tag=tag, site=site))
-    levels, legacy = ({int(as_str(s)): int(as_str(n)) for s, n in found.items()} for found in pipe.execute())
-    sets = []
-    for shard in range(shard_count(expected)):
-        base = keys.uniques_shard(day, shard, tag=tag, site=site)
-        sets.append(base)
-        sets += [f"{base}:{k}" for k in range(1, legacy.get(shard, 0) + 1)]
-        sets += [
-            keys.uniques_level_set(base, level, index)
-            for level in range(1, levels.get(shard, 0) + 1)
-            for index in range(LEVEL_FANOUT**level)
-        ]
-    return sets
+    with keys.bound(conn):
+        tag = keys.uniques_tag(day, site)
+        pipe = read_pipeline(conn)
+        pipe.hgetall(keys.uniques_levels(day, tag=tag, site=site))
+        pipe.hgetall(keys.uniques_overflow(day, tag=tag, site=site))
+        levels, legacy = ({int(as_str(s)): int(as_str(n)) for s, n in found.items()} for found in pipe.execute())
+        sets = []
+        for shard in range(shard_count(expected)):
+            base = keys.uniques_shard(day, shard, tag=tag, site=site)
+            sets.append(base)
+            sets += [f"{base}:{k}" for k in range(1, legacy.get(shard, 0) + 1)]
+            sets += [
+                keys.uniques_level_set(base, level, index)
+                for level in range(1, levels.get(shard, 0) + 1)
+                for index in range(LEVEL_FANOUT**level)
+            ]
+        return sets
 
 
 def unique_visitors_range(conn: RedisClient, start: date, end: date, *, site: str | None = None) -> UniquesRange:
@@ -315,28 +317,28 @@ def unique_visitors_range(conn: RedisClient, start: date, end: date, *, site: st
     ``site``: as in ``unique_visitors``.
     """
     scope = check_site(site)
-    keys.use(conn)
-    check_day_range(start, end)
-    span = days.days_between(start, end)
-    pipe = read_pipeline(conn)
-    for day in span:
-        pipe.get(keys.uniques_count(day, site=scope))
-        pipe.get(keys.uniques_expected(day, site=scope))
-    replies = pipe.execute()
-    counts = [int(as_str(c)) if c is not None else 0 for c in replies[0::2]]
-    union: set[int] = set()
-    missing = []
-    for day, count, expected in zip(span, counts, replies[1::2], strict=True):
-        if not count:
-            continue
-        found = False
-        if expected is not None:
-            pipe = read_pipeline(conn)
-            for key in day_sets(conn, day, int(as_str(expected)), scope):
-                pipe.smembers(key)
-            for members in pipe.execute():
-                found = found or bool(members)
-                union.update(int(as_str(m)) for m in members)
-        if not found:
-            missing.append(day)
-    return UniquesRange(start, end, len(union), list(zip(span, counts, strict=True)), missing)
+    with keys.bound(conn):
+        check_day_range(start, end)
+        span = days.days_between(start, end)
+        pipe = read_pipeline(conn)
+        for day in span:
+            pipe.get(keys.uniques_count(day, site=scope))
+            pipe.get(keys.uniques_expected(day, site=scope))
+        replies = pipe.execute()
+        counts = [int(as_str(c)) if c is not None else 0 for c in replies[0::2]]
+        union: set[int] = set()
+        missing = []
+        for day, count, expected in zip(span, counts, replies[1::2], strict=True):
+            if not count:
+                continue
+            found = False
+            if expected is not None:
+                pipe = read_pipeline(conn)
+                for key in day_sets(conn, day, int(as_str(expected)), scope):
+                    pipe.smembers(key)
+                for members in pipe.execute():
+                    found = found or bool(members)
+                    union.update(int(as_str(m)) for m in members)
+            if not found:
+                missing.append(day)
+        return UniquesRange(start, end, len(union), list(zip(span, counts, strict=True)), missing)

@@ -228,30 +228,32 @@ def write_calls(
     uniques, views and counters, and the live sightings. ``tally``, when given, gets the visits
     applied now and those skipped as applied before (from the ``site_day`` replies). Returns None
     per group (no group is refused as written: the visit kind's ``write``)."""
-    used = keys.use(conn, write=True)
-    calls = [_plan(visits, message_id) for visits, message_id in groups if visits]
-    if not calls:
-        return [None] * len(groups)
-    expected = {
-        (site, day): uniques.expected_for(conn, day, site) for call in calls for site, day, _ids, _id in call.sessions
-    }
-    plan = WritePlan(conn)
-    for call in calls:
-        _add_sessions(plan, call, expected)
-        _add_views(plan, call)
-        plan.add(functools.partial(_queue_counters, conn, call))
-    plan.add(
-        lambda pipe: live.queue_sightings(
-            pipe, ((v.view.site, v.ts, v.view.visitor) for call in calls for v in call.visits)
+    with keys.bound(conn, write=True) as used:
+        calls = [_plan(visits, message_id) for visits, message_id in groups if visits]
+        if not calls:
+            return [None] * len(groups)
+        expected = {
+            (site, day): uniques.expected_for(conn, day, site)
+            for call in calls
+            for site, day, _ids, _id in call.sessions
+        }
+        plan = WritePlan(conn)
+        for call in calls:
+            _add_sessions(plan, call, expected)
+            _add_views(plan, call)
+            plan.add(functools.partial(_queue_counters, conn, call))
+        plan.add(
+            lambda pipe: live.queue_sightings(
+                pipe, ((v.view.site, v.ts, v.view.visitor) for call in calls for v in call.visits)
+            )
         )
-    )
-    plan.run()
-    keys.confirm_written(conn, used)  # raises TagKeyChanged (made again) when written where no one reads
-    for call in calls:
-        if tally is not None:
-            tally.add(call.applied, call.duplicates, max(visit.ts for visit in call.visits))
-        refusals.count_partial(conn, "record_visits", call.message_id, call.closed)
-    return [None] * len(groups)
+        plan.run()
+        keys.confirm_written(conn, used)  # raises TagKeyChanged (made again) when written where no one reads
+        for call in calls:
+            if tally is not None:
+                tally.add(call.applied, call.duplicates, max(visit.ts for visit in call.visits))
+            refusals.count_partial(conn, "record_visits", call.message_id, call.closed)
+        return [None] * len(groups)
 
 
 def _queue_counters(conn: RedisClient, call: _Call, pipe: Any) -> None:

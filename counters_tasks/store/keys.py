@@ -6,22 +6,26 @@ with the deployment's tag key, so on Redis Cluster each call stays in one slot, 
 over slots, and no client can compute, let alone pick, the slot of a path it sends. The tag key
 is generated once per deployment by its first writer and kept in Redis (``tag_key_name``,
 ``store.deployment``; ``COUNTERS_TAG_KEY`` pins it), independent of ``COUNTERS_SECRET``, so rotating the secret moves no key. Entry points
-that are given a client call ``use(conn)`` (``use(conn, write=True)`` before writing, and
-``confirm_written`` after) first. User strings that appear in a key at all appear percent-escaped after the tag, for
+that are given a client make their keys within ``bound(conn)`` (``bound(conn, write=True)`` to
+write, calling ``confirm_written`` after); a key made outside any raises ``DeploymentNotBound``
+unless ``COUNTERS_TAG_KEY`` pins the tag key. User strings that appear in a key at all appear percent-escaped after the tag, for
 readability only. ``docs/keys.md`` documents every key made here.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import hashlib
-import threading
+from collections.abc import Iterator
+from contextvars import ContextVar
 from datetime import date
 from urllib.parse import quote
 
 from ..core.settings import get_settings
-from .client import RedisClient, get_redis
+from ..errors import DeploymentNotBound
+from .client import RedisClient
 from .deployment import confirm_written, marker_name, tag_key_for, tag_key_name  # noqa: F401  (made there)
 
 TAG_GROUPS = 256
@@ -42,30 +46,41 @@ def escape(text: str) -> str:
 
 # --- the deployment's tag key ---------------------------------------------------------------
 
-_current = threading.local()
+_bound: ContextVar[tuple[str, bytes] | None] = ContextVar("counters_tasks_deployment", default=None)
+"""(key prefix, tag key) of the deployment bound by the innermost ``bound`` block, if any."""
 
 
-def use(conn: RedisClient, write: bool = False) -> bytes:
-    """Make the tag key of ``conn``'s deployment the one this thread's keys are made with
+@contextlib.contextmanager
+def bound(conn: RedisClient, write: bool = False) -> Iterator[bytes]:
+    """Within the block, keys are made with the tag key of ``conn``'s deployment
     (``deployment.tag_key_for``: read from Redis, checked every few seconds, made only by a
-    writer; ``COUNTERS_TAG_KEY`` when set), and return it. ``write``: the caller is about to
-    write (then it calls ``confirm_written`` with the returned key once the write is made)."""
+    writer; ``COUNTERS_TAG_KEY`` when set), which the block is given. ``write``: the block
+    writes (then it calls ``confirm_written`` with the key once the write is made). Every entry
+    point given a client opens one; the binding ends with the block (the one before it is back),
+    so a function that forgot its own cannot make keys with another deployment's."""
     key = tag_key_for(conn, write)
-    _current.key = (prefix(), key)
-    return key
+    token = _bound.set((prefix(), key))
+    try:
+        yield key
+    finally:
+        _bound.reset(token)
 
 
 def tag_key() -> bytes:
-    """The key of every hash tag: this thread's deployment (``use``), else that of the
-    configured Redis (``COUNTERS_REDIS_URL``)."""
+    """The key of every hash tag: the deployment of the innermost ``bound`` block, else the
+    pinned ``COUNTERS_TAG_KEY`` (the same for every deployment this process reaches: each
+    ``bound`` checks that Redis holds no other). Neither: ``DeploymentNotBound``, never a guess
+    (the keys of another deployment would read zeros and write where no reader looks)."""
+    current = _bound.get()
+    if current is not None and current[0] == prefix():
+        return current[1]
     pinned = get_settings().tag_key
     if pinned:
         return pinned.encode()
-    current = getattr(_current, "key", None)
-    if current is None or current[0] != prefix():
-        use(get_redis())
-        current = _current.key
-    return current[1]
+    raise DeploymentNotBound(
+        "a key was made with no deployment bound: open keys.bound(conn) around the code that makes "
+        "keys (every public function given a client does), or pin COUNTERS_TAG_KEY"
+    )
 
 
 def digest(kind: str, text: str, size: int = 8) -> bytes:

@@ -54,29 +54,31 @@ def claim(conn: RedisClient, kind: str, entries: list[Entry]) -> tuple[list[tupl
     """Claim the messages of ``entries`` for new batches of ``kind`` (one a claim group; a message
     id met twice counts once), journaling what each claimed: ``(the new batches as (batch id,
     entries claimed), the earlier batches that hold the others)``. One round trip."""
-    keys.use(conn, write=True)
-    groups = claim_groups(conn)
-    ttl = get_settings().dedupe_ttl
-    by_group: dict[int, dict[str, Any]] = defaultdict(dict)
-    for message_id, item in entries:
-        by_group[keys.claim_group(message_id, groups)].setdefault(message_id, item)
-    planned = [(f"{kind}.{group}.{uuid.uuid4().hex}", group, list(part.items())) for group, part in by_group.items()]
+    with keys.bound(conn, write=True):
+        groups = claim_groups(conn)
+        ttl = get_settings().dedupe_ttl
+        by_group: dict[int, dict[str, Any]] = defaultdict(dict)
+        for message_id, item in entries:
+            by_group[keys.claim_group(message_id, groups)].setdefault(message_id, item)
+        planned = [
+            (f"{kind}.{group}.{uuid.uuid4().hex}", group, list(part.items())) for group, part in by_group.items()
+        ]
 
-    def queue(pipe: Any) -> None:
-        for batch_id, group, part in planned:
-            script_keys = [keys.batch_journal(batch_id, group), *(keys.message_claim(m, group) for m, _i in part)]
-            texts = [json.dumps(entry, separators=(",", ":")) for entry in part]
-            run_script(conn, "batch_claim", script_keys, [ttl, batch_id, *texts], client=pipe)
+        def queue(pipe: Any) -> None:
+            for batch_id, group, part in planned:
+                script_keys = [keys.batch_journal(batch_id, group), *(keys.message_claim(m, group) for m, _i in part)]
+                texts = [json.dumps(entry, separators=(",", ":")) for entry in part]
+                run_script(conn, "batch_claim", script_keys, [ttl, batch_id, *texts], client=pipe)
 
-    [replies] = execute_in_order(conn, queue)
-    new: list[tuple[str, list[Entry]]] = []
-    earlier: dict[str, None] = {}
-    for (batch_id, _group, part), owners in zip(planned, replies, strict=True):
-        mine = [entry for entry, owner in zip(part, owners, strict=True) if not owner]
-        if mine:
-            new.append((batch_id, mine))
-        earlier.update(dict.fromkeys(as_str(owner) for owner in owners if owner))
-    return new, list(earlier)
+        [replies] = execute_in_order(conn, queue)
+        new: list[tuple[str, list[Entry]]] = []
+        earlier: dict[str, None] = {}
+        for (batch_id, _group, part), owners in zip(planned, replies, strict=True):
+            mine = [entry for entry, owner in zip(part, owners, strict=True) if not owner]
+            if mine:
+                new.append((batch_id, mine))
+            earlier.update(dict.fromkeys(as_str(owner) for owner in owners if owner))
+        return new, list(earlier)
 
 
 def journaled(conn: RedisClient, batch_ids: list[str]) -> list[tuple[str, list[Entry]]]:

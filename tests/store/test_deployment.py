@@ -198,8 +198,8 @@ def test_a_deployment_of_before_the_marker_is_adopted(raw_conn, monkeypatch):
     use_settings(monkeypatch)
     raw_conn.set(deployment.tag_key_name(), "0123456789abcdef0123456789abcdef")  # what 0.1 made
     assert "marker written" in deployment.migrate(raw_conn)
-    keys.use(raw_conn)
-    assert keys.tag_key() == b"0123456789abcdef0123456789abcdef"
+    with keys.bound(raw_conn) as key:
+        assert key == keys.tag_key() == b"0123456789abcdef0123456789abcdef"
     assert deployment.status(raw_conn)["layout"] == deployment.LAYOUT
 
 
@@ -224,7 +224,8 @@ from counters_tasks.store.client import get_redis
 conn = get_redis()
 sys.stdin.readline()  # every process is up: write together
 sitestats.record_visit(conn, sys.argv[1], sys.argv[2], time.time())
-print(keys.tag_key().decode())
+with keys.bound(conn) as held:  # the key this process holds now
+    print(held.decode())
 """
 
 

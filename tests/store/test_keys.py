@@ -14,6 +14,7 @@ import pytest
 
 from counters_tasks import sitestats, visits
 from counters_tasks.core.days import local_day
+from counters_tasks.errors import DeploymentNotBound
 from counters_tasks.store import keys
 from tests.support.procs import REPO
 from tests.support.servers import is_cluster_run, make_client, use_settings
@@ -44,7 +45,8 @@ def test_paths_aimed_at_one_group_still_spread(generated_key):
             aimed.append(path)
     now = time.time()
     visits.apply_visits(conn, [{"ip": "192.0.2.1", "path": p, "ts": now} for p in aimed])
-    groups = Counter(keys.path_tag(p) for p in aimed)
+    with keys.bound(conn):
+        groups = Counter(keys.path_tag(p) for p in aimed)
     assert len(groups) > 150  # 300 paths over 256 groups: ~177 distinct expected, not 1
     assert max(groups.values()) < 10
     key = conn.get(keys.tag_key_name())
@@ -54,14 +56,34 @@ def test_paths_aimed_at_one_group_still_spread(generated_key):
 
 def test_the_key_is_made_once_and_kept(generated_key):
     conn = generated_key
-    keys.use(conn, write=True)
-    first = keys.tag_key()
+    with keys.bound(conn, write=True) as first:
+        assert keys.tag_key() == first
     assert conn.get(keys.tag_key_name()) == first
-    keys.use(conn, write=True)
-    assert keys.tag_key() == first
+    with keys.bound(conn, write=True):
+        assert keys.tag_key() == first
     other = make_client(os.environ["COUNTERS_REDIS_URL"])
-    keys.use(other, write=True)  # a new client reads the same key, it does not make another
-    assert keys.tag_key() == first
+    with keys.bound(other, write=True):  # a new client reads the same key, it does not make another
+        assert keys.tag_key() == first
+
+
+def test_a_key_made_with_no_deployment_bound_is_refused_not_guessed(generated_key, monkeypatch):
+    """Unpinned, a key is made within ``keys.bound`` only; the binding ends with its block, the
+    one around it back, so a function that forgot its own raises instead of using the keys of
+    the deployment a caller bound before (or of COUNTERS_REDIS_URL's)."""
+    conn = generated_key
+    with pytest.raises(DeploymentNotBound, match="keys.bound"):
+        keys.path_tag("/p")
+    with keys.bound(conn, write=True) as first:
+        tag = keys.path_tag("/p")
+        use_settings(monkeypatch, COUNTERS_KEY_PREFIX="other:")
+        with keys.bound(conn, write=True) as second:
+            assert second != first and keys.path_tag("/p") != tag
+        use_settings(monkeypatch, COUNTERS_KEY_PREFIX="ct:")
+        assert keys.path_tag("/p") == tag  # the outer binding is back
+    with pytest.raises(DeploymentNotBound):
+        keys.path_tag("/p")
+    use_settings(monkeypatch, COUNTERS_TAG_KEY=first.decode())  # a pin names the key itself
+    assert keys.path_tag("/p") == tag
 
 
 def test_rotating_the_secret_moves_no_key(generated_key, monkeypatch):
@@ -79,25 +101,27 @@ def test_rotating_the_secret_moves_no_key(generated_key, monkeypatch):
 
 def test_each_deployment_has_its_own_key(generated_key, monkeypatch):
     conn = generated_key
-    keys.use(conn, write=True)
-    one = keys.tag_key()
+    with keys.bound(conn, write=True) as one:
+        pass
     use_settings(monkeypatch, COUNTERS_KEY_PREFIX="other:")
-    keys.use(conn, write=True)
-    two = keys.tag_key()
+    with keys.bound(conn, write=True) as two:
+        tags = [keys.path_tag(f"/p{i}") for i in range(50)]
     assert two != one and conn.get("other:tagkey") == two
-    tags = [keys.path_tag(f"/p{i}") for i in range(50)]
     use_settings(monkeypatch, COUNTERS_KEY_PREFIX="ct:")
-    keys.use(conn)
-    assert [keys.path_tag(f"/p{i}") for i in range(50)] != tags
+    with keys.bound(conn):
+        assert [keys.path_tag(f"/p{i}") for i in range(50)] != tags
 
 
 @pytest.mark.processes
 @pytest.mark.skipif(is_cluster_run(), reason="one server is enough to show processes agree")
 def test_another_process_makes_the_same_keys(generated_key):
-    keys.use(generated_key, write=True)  # what every entry point given a client does first
-    expected = keys.path_tag("/same")
+    with keys.bound(generated_key, write=True):  # what every entry point given a client does
+        expected = keys.path_tag("/same")
     env = {k: v for k, v in os.environ.items() if k != "COUNTERS_TAG_KEY"}
-    code = "from counters_tasks.store import keys; print(keys.path_tag('/same'))"
+    code = (
+        "from counters_tasks.store import keys; from counters_tasks.store.client import get_redis\n"
+        "with keys.bound(get_redis()): print(keys.path_tag('/same'))"
+    )
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == expected
