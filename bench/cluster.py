@@ -240,7 +240,8 @@ def failover(base: Path, seconds: float, threads: int) -> None:
         acked = [0] * threads
         failed_at: list[float] = []
         stop = threading.Event()
-        victim_slot = key_slot(keys.counter_hash(names[0]).encode())
+        with keys.bound(conn):
+            victim_slot = key_slot(keys.counter_hash(names[0]).encode())
 
         def load(k: int) -> None:
             i = 0

@@ -26,9 +26,12 @@ For (2) and (2b) it also prints what one ``.delay()`` cost the app (p50 and p90 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -44,23 +47,39 @@ from bench.traffic import SHAPES  # noqa: E402
 from counters_tasks.local.redis_server import RedisServer  # noqa: E402
 
 
-def tree_cpu(pid: int) -> float:
-    """CPU seconds of process ``pid`` and every living descendant (the worker and its pool)."""
-    parents, ticks = {}, {}
+def process_cpu(pid: int) -> float:
+    """CPU seconds process ``pid`` has used (every thread): /proc's schedstat, in nanoseconds
+    (``stat``'s clock ticks, 10 ms each, are too coarse for a run of a few thousand visits)."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_pids(pid: int) -> list[int]:
+    """``pid`` and every living descendant (the worker and its pool), ``pid`` first."""
+    parents = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
             continue
-        child = int(stat.parent.name)
-        parents[child] = int(fields[1])
-        ticks[child] = int(fields[11]) + int(fields[12])  # utime, stime
-    tree, grew = {pid}, True
+    tree, grew = [pid], True
     while grew:
-        more = {child for child, parent in parents.items() if parent in tree} - tree
-        tree |= more
+        more = sorted(child for child, parent in parents.items() if parent in tree and child not in tree)
+        tree += more
         grew = bool(more)
-    return sum(ticks.get(member, 0) for member in tree) / os.sysconf("SC_CLK_TCK")
+    return tree
+
+
+def tree_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds of ``pid`` and of each living descendant, by pid."""
+    out = {}
+    for member in tree_pids(pid):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            out[member] = process_cpu(member)
+    return out
 
 
 def pipelined_ceiling(conn: redis.Redis, port: int) -> float:
@@ -111,8 +130,8 @@ class Meters:
     def __init__(self, data: redis.Redis, broker: redis.Redis, worker_pid: int, ceiling: float) -> None:
         self.data, self.broker, self.worker_pid, self.ceiling = data, broker, worker_pid, ceiling
 
-    def read(self) -> tuple[float, float, float, float]:
-        return redis_cpu(self.data), redis_cpu(self.broker), tree_cpu(self.worker_pid), time.process_time()
+    def read(self) -> tuple[float, float, dict[int, float]]:
+        return redis_cpu(self.data), redis_cpu(self.broker), tree_cpu(self.worker_pid)
 
 
 def run_variant(label: str, data_conn, send, done, n: int, meters: Meters) -> dict:
@@ -121,12 +140,15 @@ def run_variant(label: str, data_conn, send, done, n: int, meters: Meters) -> di
     data_conn.config_set("slowlog-log-slower-than", 5000)  # any call blocking Redis 5 ms or more
     data_conn.slowlog_reset()
     before = meters.read()
-    start = time.perf_counter()
+    start, producer_before = time.perf_counter(), time.process_time()
     send()
-    sent = time.perf_counter()
+    sent, producer_us = time.perf_counter(), (time.process_time() - producer_before) / n * 1e6
     end = wait_until(done, timeout=1800)
     after = meters.read()
-    data_us, broker_us, worker_us, producer_us = ((a - b) / n * 1e6 for a, b in zip(after, before, strict=True))
+    data_us, broker_us = ((a - b) / n * 1e6 for a, b in zip(after[:2], before[:2], strict=True))
+    # a pool process that ended during the run (none should) counts from 0
+    worker_each_us = {pid: (cpu - before[2].get(pid, 0.0)) / n * 1e6 for pid, cpu in after[2].items()}
+    worker_us = sum(worker_each_us.values())
     commands, scripts = command_counts(data_conn)
     breakdown = sorted(
         (
@@ -150,6 +172,7 @@ def run_variant(label: str, data_conn, send, done, n: int, meters: Meters) -> di
     out["of_ceiling"] = out["e2e"] / out["ceiling"]
     out["cpu_ceiling"] = 1e6 / data_us if data_us > 0 else float("inf")  # one Redis core busy with nothing else
     out.update(redis_us=data_us, broker_us=broker_us, worker_us=worker_us, producer_us=producer_us)
+    out["worker_each_us"] = list(worker_each_us.values())
     print(
         f"{label:<34} producer {out['producer']:>9,.0f}/s  end-to-end {out['e2e']:>9,.0f} visits/s  "
         f"{out['commands']:>6.1f} Redis commands/visit ({out['scripts']:.2f} script calls)  "
@@ -158,8 +181,9 @@ def run_variant(label: str, data_conn, send, done, n: int, meters: Meters) -> di
     )
     print("    per visit: " + ", ".join(f"{name} {calls:.2f}" for calls, name in breakdown[:12]))
     print(
-        f"    CPU per visit: counters Redis {data_us:.1f} us, broker Redis {broker_us:.1f} us, worker {worker_us:.1f} us, "
-        f"producer {producer_us:.1f} us"
+        f"    CPU per visit: counters Redis {data_us:.1f} us, broker Redis {broker_us:.1f} us, worker {worker_us:.1f} us "
+        f"(main {' + pool '.join(f'{us:.1f}' for us in worker_each_us.values())}), producer {producer_us:.1f} us "
+        "(its sending: records, packing, publishing)"
     )
     print(
         f"    Redis-bound ceiling: {out['ceiling']:,.0f} visits/s by commands (this run {out['of_ceiling']:.0%} of it), "
@@ -176,8 +200,23 @@ def main() -> int:
     parser.add_argument("--visits", type=int, default=100_000)
     parser.add_argument("--only", choices=["1", "2", "2b", "3"], action="append")
     parser.add_argument("--shape", choices=sorted(SHAPES), action="append")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run the variants this many times, one after another; each process's CPU a visit is the least seen "
+        "(what other load on the machine adds is never taken away)",
+    )
+    parser.add_argument(
+        "--reference",
+        choices=["check", "record"],
+        help="compare each process's CPU a visit, (3) over (1), with bench/reference.json (fail past +20%%), or record it",
+    )
     args = parser.parse_args()
     variants = args.only or ["1", "2", "2b", "3"]
+    if args.reference and not {"1", "3"} <= set(variants):
+        parser.error("--reference needs the variants 1 and 3")
+    ratios: dict[str, dict[str, float]] = {}
     with (
         tempfile.TemporaryDirectory() as tmp,
         RedisServer(Path(tmp) / "data") as data,
@@ -227,9 +266,23 @@ def main() -> int:
                 if time.monotonic() > deadline:
                     raise TimeoutError("worker did not start")
             meters = Meters(conn, redis.Redis.from_url(broker.url), worker.pid, ceiling)
-            for shape in args.shape or ["uniform", "zipf"]:
-                print(f"\n== traffic: {shape} ({SHAPES[shape].__doc__.splitlines()[0]})")
-                run_shape(SHAPES[shape](args.visits), variants, conn, meters)
+            shapes = args.shape or ["uniform", "zipf"]
+            over: dict[str, str] = {}  # "shape figure" -> the line saying by how much, over in every measure so far
+            for attempt in range(ATTEMPTS if args.reference == "check" else 1):
+                for shape in shapes:
+                    print(f"\n== traffic: {shape} ({SHAPES[shape].__doc__.splitlines()[0]})")
+                    rounds = [run_shape(SHAPES[shape](args.visits), variants, conn, meters) for _ in range(args.rounds)]
+                    if args.reference:
+                        ratios[shape] = median_ratios(rounds)
+                if args.reference != "check":
+                    break
+                print(f"\n== against {REFERENCE.relative_to(REPO)} (+{MARGIN - 1:.0%} allowed), measure {attempt + 1}")
+                found = {line.split(":")[0]: line for line in check_reference(ratios)}
+                over = found if attempt == 0 else {name: line for name, line in found.items() if name in over}
+                if not over:
+                    break
+                shapes = sorted({name.split()[0] for name in over})  # measure again what was over, only
+                print("over in every measure so far: " + "; ".join(over.values()) + "; measured again")
         finally:
             worker.terminate()
             try:
@@ -237,6 +290,13 @@ def main() -> int:
             except subprocess.TimeoutExpired:
                 worker.kill()
                 worker.wait()
+    if args.reference == "record":
+        record_reference(ratios, args.visits, args.rounds)
+    elif args.reference == "check":
+        if over:
+            print(f"dearer than the reference in each of {ATTEMPTS} measures: " + "; ".join(over.values()))
+            return 1
+        print("every figure within the reference")
     return 0
 
 
@@ -250,8 +310,9 @@ def whole_ranking(board) -> dict[str, int]:
             return out
 
 
-def run_shape(stream: list, variants: list[str], conn: redis.Redis, meters: Meters) -> None:
-    """Every variant on one traffic shape; the counts checked exact; the ratios to (1)."""
+def run_shape(stream: list, variants: list[str], conn: redis.Redis, meters: Meters) -> dict[str, dict]:
+    """Every variant on one traffic shape; the counts checked exact; the ratios to (1). Returns
+    each variant's figures (``run_variant``)."""
     import bench.seed_tasks as seed
     from counters_tasks import ranking, sitestats, tasks
     from counters_tasks.core.settings import reset_settings
@@ -285,9 +346,11 @@ def run_shape(stream: list, variants: list[str], conn: redis.Redis, meters: Mete
         assert got == per_path, "seed variant: per-path PV is not exact"
 
     def ours_done():
-        return (
-            sitestats.site_visit_info(conn).pv >= n and sum(whole_ranking(ranking.Ranking(conn, "pages")).values()) >= n
-        )
+        """The page views first (one small read), the whole board only once they are in: the
+        polling costs the counters Redis and this process little next to the run's own work."""
+        if sitestats.site_visit_info(conn).pv < n:
+            return False
+        return sum(whole_ranking(ranking.Ranking(conn, "pages")).values()) >= n
 
     def check_ours(label):
         for path, count in per_path.items():
@@ -368,6 +431,310 @@ def run_shape(stream: list, variants: list[str], conn: redis.Redis, meters: Mete
                     f"{r['commands']:.1f} vs {base['commands']:.1f}, {r['of_ceiling']:.0%} of its Redis-bound ceiling "
                     f"({r['e2e'] / r['cpu_ceiling']:.0%} by Redis CPU)"
                 )
+    return results
+
+
+PROCESSES = {
+    "counters_redis": "redis_us",
+    "broker_redis": "broker_us",
+    "worker": "worker_us",
+    "producer": "producer_us",
+}
+"""The processes a visit costs CPU in, and the figure of ``run_variant`` that holds each."""
+
+WORK = {"redis_commands": "commands", "script_calls": "scripts"}
+"""(3)'s Redis work a visit on the counters server (its commands, Lua's included, and its script
+calls): checked against the reference as they are, not as ratios."""
+
+REFERENCE = REPO / "bench" / "reference.json"
+"""Each process's CPU a visit of (3) as a ratio to (1)'s in the same run, and (3)'s Redis work a
+visit, by traffic shape, as recorded (``--reference record``) from the code of a known commit;
+``--reference check`` (``make bench``) fails when a figure grows past it by more than ``MARGIN``
+in each of ``ATTEMPTS`` measures (a dearer hot path is dearer every time; a busy moment of the
+machine is not)."""
+
+MARGIN = 1.2
+ATTEMPTS = 3
+
+
+def cpu_ratios(results: dict[str, dict]) -> dict[str, float]:
+    """(3)'s CPU a visit over (1)'s, process by process: the seeds' one task a visit is the
+    yardstick run beside it, so the figure holds from one machine (and day) to the next; and
+    (3)'s Redis commands and script calls a visit, which depend on the code alone."""
+    ratios = {name: results["3"][field] / results["1"][field] for name, field in PROCESSES.items()}
+    return ratios | {name: results["3"][field] for name, field in WORK.items()}
+
+
+def median_ratios(rounds: list[dict[str, dict]]) -> dict[str, float]:
+    """Each figure of ``cpu_ratios`` as the median of the rounds, each round's (1) and (3) run
+    one after the other (so under the same load): on this 2-core machine the seeds' task cost
+    the counters Redis 372-612 us a visit from one run to the next, for the same 44 commands."""
+    each = [cpu_ratios(results) for results in rounds]
+    return {name: statistics.median(ratios[name] for ratios in each) for name in each[0]}
+
+
+def check_reference(ratios: dict[str, dict[str, float]], path: Path = REFERENCE) -> list[str]:
+    """The processes whose ratio grew past the recorded one by more than MARGIN, as lines to print."""
+    recorded = json.loads(path.read_text())["ratios"]
+    over = []
+    for shape, mine in ratios.items():
+        if shape not in recorded:
+            raise SystemExit(f"{path.name} records no {shape!r} traffic: record it (--reference record)")
+        for name, ratio in mine.items():
+            limit = recorded[shape][name] * MARGIN
+            verdict = "OVER" if ratio > limit else "ok"
+            print(
+                f"    {shape:<8} {name:<15} (3)/(1) CPU a visit {ratio:.4f}, recorded {recorded[shape][name]:.4f}, "
+                f"limit {limit:.4f}: {verdict}"
+            )
+            if ratio > limit:
+                over.append(f"{shape} {name}: {ratio:.4f} > {limit:.4f} ({ratio / recorded[shape][name] - 1:+.0%})")
+    return over
+
+
+def record_reference(ratios: dict[str, dict[str, float]], visits: int, rounds: int, path: Path = REFERENCE) -> None:
+    """Write the figures as the reference. Recorded again at the same commit, each figure keeps
+    the higher of the two: record a few times, and the check's limit stands above the noise."""
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
+    kept = json.loads(path.read_text()) if path.exists() else {}
+    if kept.get("commit") == commit:
+        for shape, mine in kept.get("ratios", {}).items():
+            for name, value in mine.items():
+                if shape in ratios and name in ratios[shape]:
+                    ratios[shape][name] = max(ratios[shape][name], value)
+    recordings = kept.get("recordings", 0) + 1 if kept.get("commit") == commit else 1
+    path.write_text(
+        json.dumps(
+            {
+                "what": "CPU a visit of (3) VisitRecorder over (1) the seeds' task, process by process, and (3)'s Redis "
+                "commands and script calls a visit (bench/ingest.py: the medians of the rounds; the highest of the "
+                "recordings at this commit)",
+                "commit": commit,
+                "visits": visits,
+                "rounds": rounds,
+                "recordings": recordings,
+                "ratios": {shape: {name: round(r, 4) for name, r in mine.items()} for shape, mine in ratios.items()},
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    print(f"recorded in {path.relative_to(REPO)} ({recordings} at {commit})")
+
+
+def whole_ranking(board) -> dict[str, int]:
+    """Every member of a board with its total, a page of 1,000 at a time."""
+    out: dict[str, int] = {}
+    while True:
+        page = board.top(offset=len(out), limit=1000, withscores=True)
+        out.update(page)
+        if len(page) < 1000:
+            return out
+
+
+def run_shape(stream: list, variants: list[str], conn: redis.Redis, meters: Meters) -> dict[str, dict]:
+    """Every variant on one traffic shape; the counts checked exact; the ratios to (1). Returns
+    each variant's figures (``run_variant``)."""
+    import bench.seed_tasks as seed
+    from counters_tasks import ranking, sitestats, tasks
+    from counters_tasks.core.settings import reset_settings
+    from counters_tasks.recorder import VisitRecorder, shared_recorder
+
+    n = len(stream)
+    results = {}
+    per_path: dict[str, int] = {}
+    for _ip, path, _s, _ts in stream:
+        per_path[path] = per_path.get(path, 0) + 1
+    print(
+        f"{n:,} visits of {len(per_path):,} paths by {len({v[0] for v in stream}):,} visitors "
+        f"in {len({v[2] for v in stream}):,} sessions"
+    )
+
+    if "1" in variants:
+
+        def send1():
+            for ip, path, session, ts in stream:
+                seed.seed_visit.delay(ip, path, session, ts)
+
+        results["1"] = run_variant(
+            "(1) seeds, one task per visit",
+            conn,
+            send1,
+            lambda: int(conn.hget("visit_info", "pv") or 0) >= n,
+            n,
+            meters,
+        )
+        got = {p: int(conn.hget("visit_info", f"pv_{p}") or 0) for p in per_path}
+        assert got == per_path, "seed variant: per-path PV is not exact"
+
+    def ours_done():
+        """The page views first (one small read), the whole board only once they are in: the
+        polling costs the counters Redis and this process little next to the run's own work."""
+        if sitestats.site_visit_info(conn).pv < n:
+            return False
+        return sum(whole_ranking(ranking.Ranking(conn, "pages")).values()) >= n
+
+    def check_ours(label):
+        for path, count in per_path.items():
+            info = sitestats.site_visit_info(conn, None, path)
+            assert info.pv == count, f"{label}: PV of {path} is {info.pv}, expected {count}"
+        assert whole_ranking(ranking.Ranking(conn, "pages")) == per_path, f"{label}: the ranking is not exact"
+
+    def delay_each(buffered: bool):
+        """(2) or (2b): two ``.delay()`` calls a visit, each timed."""
+        os.environ["COUNTERS_DELAY_BUFFER"] = "1" if buffered else ""
+        reset_settings()
+        costs: list[float] = []
+
+        def send():
+            clock = time.perf_counter
+            for ip, path, session, ts in stream:
+                started = clock()
+                tasks.record_visit.delay(ip, path, session, ts)
+                middle = clock()
+                tasks.incr_ranking.delay("pages", path, 1, ts)
+                costs.extend((middle - started, clock() - middle))
+            if buffered:
+                assert shared_recorder().flush(timeout=300)
+
+        key, label = (
+            ("2b", "(2b) .delay(), COUNTERS_DELAY_BUFFER") if buffered else ("2", "(2) record_visit.delay() per visit")
+        )
+        results[key] = run_variant(label, conn, send, ours_done, n, meters)
+        costs.sort()
+        results[key]["delay_p50_us"] = costs[len(costs) // 2] * 1e6
+        print(
+            f"    one .delay() in the app: p50 {costs[len(costs) // 2] * 1e6:.0f} us, "
+            f"p90 {costs[int(len(costs) * 0.9)] * 1e6:.0f} us"
+        )
+        check_ours(f"({key})")
+        assert shared_recorder().stats()["dropped"] == 0, shared_recorder().stats()
+        os.environ["COUNTERS_DELAY_BUFFER"] = ""
+        reset_settings()
+
+    if "2" in variants:
+        delay_each(buffered=False)
+    if "2b" in variants:
+        delay_each(buffered=True)
+
+    if "3" in variants:
+        # the buffer holds the whole burst: a loop that only records starves the sending
+        # thread of the GIL, which a web app serving requests between records does not
+        recorder = VisitRecorder(max_batch=1000, max_delay=0.1, max_buffer=4 * n)
+
+        def send3():
+            for ip, path, session, ts in stream:
+                recorder.record(ip, path, session, ts)
+                recorder.incr_ranking("pages", path, 1, ts)
+            recorder.flush(timeout=120)
+
+        results["3"] = run_variant("(3) VisitRecorder", conn, send3, ours_done, n, meters)
+        assert recorder.stats()["dropped"] == 0, recorder.stats()
+        check_ours("(3)")
+        recorder.close(timeout=10)
+        bench_record = VisitRecorder(max_batch=1000, max_delay=60, max_buffer=10 * n)
+        start = time.perf_counter()
+        for ip, path, session, ts in stream:
+            bench_record.record(ip, path, session, ts)
+        calls = n / (time.perf_counter() - start)
+        bench_record.close(timeout=120)
+        # applied before anything else is measured (the next shape's runs share the worker)
+        wait_until(lambda: sitestats.site_visit_info(conn).pv >= 2 * n, timeout=1800)
+        print(f"VisitRecorder.record alone: {calls:,.0f} calls/s in the producer")
+    print("all counts exact for every path")
+    if "1" in results:
+        base = results["1"]
+        for key in sorted(results):
+            if key != "1":
+                r = results[key]
+                print(
+                    f"({key}) vs (1): end-to-end {r['e2e'] / base['e2e']:.1f}x, producer "
+                    f"{r['producer'] / base['producer']:.1f}x, Redis commands/visit "
+                    f"{r['commands']:.1f} vs {base['commands']:.1f}, {r['of_ceiling']:.0%} of its Redis-bound ceiling "
+                    f"({r['e2e'] / r['cpu_ceiling']:.0%} by Redis CPU)"
+                )
+    return results
+
+
+PROCESSES = {
+    "counters_redis": "redis_us",
+    "broker_redis": "broker_us",
+    "worker": "worker_us",
+    "producer": "producer_us",
+}
+"""The processes a visit costs CPU in, and the figure of ``run_variant`` that holds each."""
+
+WORK = {"redis_commands": "commands", "script_calls": "scripts"}
+"""(3)'s Redis work a visit on the counters server (its commands, Lua's included, and its script
+calls): checked against the reference as they are, not as ratios."""
+
+REFERENCE = REPO / "bench" / "reference.json"
+"""Each process's CPU a visit of (3) as a ratio to (1)'s in the same run, and (3)'s Redis work a
+visit, by traffic shape, as recorded (``--reference record``) from the code of a known commit;
+``--reference check`` (``make bench``) fails when a figure grows past it by more than ``MARGIN``
+in each of ``ATTEMPTS`` measures (a dearer hot path is dearer every time; a busy moment of the
+machine is not)."""
+
+MARGIN = 1.2
+ATTEMPTS = 3
+
+
+def cpu_ratios(results: dict[str, dict]) -> dict[str, float]:
+    """(3)'s CPU a visit over (1)'s, process by process: the seeds' one task a visit is the
+    yardstick run beside it, so the figure holds from one machine (and day) to the next; and
+    (3)'s Redis commands and script calls a visit, which depend on the code alone."""
+    ratios = {name: results["3"][field] / results["1"][field] for name, field in PROCESSES.items()}
+    return ratios | {name: results["3"][field] for name, field in WORK.items()}
+
+
+def median_ratios(rounds: list[dict[str, dict]]) -> dict[str, float]:
+    """Each figure of ``cpu_ratios`` as the median of the rounds, each round's (1) and (3) run
+    one after the other (so under the same load): on this 2-core machine the seeds' task cost
+    the counters Redis 372-612 us a visit from one run to the next, for the same 44 commands."""
+    each = [cpu_ratios(results) for results in rounds]
+    return {name: statistics.median(ratios[name] for ratios in each) for name in each[0]}
+
+
+def check_reference(ratios: dict[str, dict[str, float]], path: Path = REFERENCE) -> list[str]:
+    """The processes whose ratio grew past the recorded one by more than MARGIN, as lines to print."""
+    recorded = json.loads(path.read_text())["ratios"]
+    over = []
+    for shape, mine in ratios.items():
+        if shape not in recorded:
+            raise SystemExit(f"{path.name} records no {shape!r} traffic: record it (--reference record)")
+        for name, ratio in mine.items():
+            limit = recorded[shape][name] * MARGIN
+            verdict = "OVER" if ratio > limit else "ok"
+            print(
+                f"    {shape:<8} {name:<15} (3)/(1) CPU a visit {ratio:.4f}, recorded {recorded[shape][name]:.4f}, "
+                f"limit {limit:.4f}: {verdict}"
+            )
+            if ratio > limit:
+                over.append(f"{shape} {name}: {ratio:.4f} > {limit:.4f} ({ratio / recorded[shape][name] - 1:+.0%})")
+    return over
+
+
+def record_reference(ratios: dict[str, dict[str, float]], visits: int, rounds: int, path: Path = REFERENCE) -> None:
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
+    path.write_text(
+        json.dumps(
+            {
+                "what": "CPU a visit of (3) VisitRecorder over (1) the seeds' task, process by process, and (3)'s Redis "
+                "commands and script calls a visit (bench/ingest.py: medians of the rounds)",
+                "commit": commit,
+                "visits": visits,
+                "rounds": rounds,
+                "ratios": {shape: {name: round(r, 4) for name, r in mine.items()} for shape, mine in ratios.items()},
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    print(f"recorded in {path.relative_to(REPO)}")
 
 
 if __name__ == "__main__":

@@ -210,7 +210,8 @@ def run(conn, members: int, filler: int, incr_ops: int, top_calls: int) -> dict[
     out["rotate_again_ours_s"], again = timed(board.rotate, now=late_now)
     assert again == 0
     out["members_in_rotated_slot"] = in_oldest
-    out["top_zset_bytes"] = conn.memory_usage(keys.ranking_top("bench")) or 0
+    with keys.bound(conn):
+        out["top_zset_bytes"] = conn.memory_usage(keys.ranking_top("bench")) or 0
     out["seed_zset_bytes"] = conn.memory_usage(STATS_RESULTS.format(name="bench")) or 0
     return out
 

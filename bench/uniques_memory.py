@@ -71,7 +71,8 @@ def sharded(conn: redis.Redis, numbers: list[int], yesterday: int | None) -> int
     day = today()
     conn.flushdb()
     if yesterday is not None:
-        conn.set(keys.uniques_count(day - timedelta(days=1)), yesterday)
+        with keys.bound(conn, write=True):
+            conn.set(keys.uniques_count(day - timedelta(days=1)), yesterday)
     uniques.forget_expected()
     expected = uniques.precompute_expected(conn, day)
     base = used_memory(conn)
@@ -84,13 +85,15 @@ def sharded(conn: redis.Redis, numbers: list[int], yesterday: int | None) -> int
         assert int(reply) >= 0
     took = time.perf_counter() - started
     check(uniques.unique_visitors(conn, day) == len(set(numbers)), "the day's unique visitors are exact")
-    shard_keys = [keys.uniques_shard(day, s) for s in range(uniques.shard_count(expected))]
+    with keys.bound(conn):
+        shard_keys = [keys.uniques_shard(day, s) for s in range(uniques.shard_count(expected))]
+        figure_keys = [keys.uniques_count(day), keys.uniques_expected(day)]
     pipe = conn.pipeline(transaction=False)
     for key in shard_keys:
         pipe.object("encoding", key)
     encodings = {e.decode() if isinstance(e, bytes) else str(e) for e in pipe.execute() if e is not None}
     check(encodings == {"intset"}, f"every shard is an intset (found {sorted(encodings)})")  # (few visitors: some none)
-    by_keys = usage(conn, [*shard_keys, keys.uniques_count(day), keys.uniques_expected(day)])
+    by_keys = usage(conn, [*shard_keys, *figure_keys])
     history = "no history" if yesterday is None else f"{yesterday:,} yesterday"
     report(
         f"sharded intsets (figure {expected:,}: {history})",
@@ -192,9 +195,10 @@ def all_time_site(conn: redis.Redis, n: int) -> None:
     for start in range(0, n, BATCH):
         views = [sitestats.SiteView(str(rng.getrandbits(64) - 2**63), "/", day) for _ in range(min(BATCH, n - start))]
         execute_in_order(conn, lambda pipe, v=views: sitestats.queue_views(conn, pipe, v, None))
-    shard_sets = [keys.site_all_visitors(s, "exact") for s in range(keys.SITE_SHARDS)]
+    with keys.bound(conn):
+        shard_sets = [keys.site_all_visitors(s, "exact") for s in range(keys.SITE_SHARDS)]
+        path_hash = [keys.path_totals("/")]
     report("all-time exact site UV (16 plain SETs)", n, usage(conn, shard_sets), None, len(shard_sets))
-    path_hash = [keys.path_totals("/")]
     report("the same visitors in one path's all-time HASH", n, usage(conn, path_hash), None, 1)
     print(
         f"    (INFO delta of that whole load, the day's and the path's sets included: "
