@@ -20,7 +20,13 @@ then the ratios to (1). It checks the final counts are exact for every path (and
 
 For (2) and (2b) it also prints what one ``.delay()`` cost the app (p50 and p90 of every call).
 
-    python -m bench.ingest [--visits 100000] [--only 3] [--shape zipf]
+``--reference check`` (``make bench``) compares each process's CPU a visit of (3), as a ratio to
+(1)'s in the same round, and (3)'s Redis commands and script calls a visit, with
+``bench/reference.json`` (``--reference record`` writes it), and fails when one grows past it by
+more than 20% in each of three measures; ``--rounds`` runs the variants that many times, each
+figure the median of the rounds.
+
+    python -m bench.ingest [--visits 100000] [--only 3] [--shape zipf] [--rounds 3] [--reference check]
 """
 
 from __future__ import annotations
@@ -474,7 +480,8 @@ def median_ratios(rounds: list[dict[str, dict]]) -> dict[str, float]:
 
 
 def check_reference(ratios: dict[str, dict[str, float]], path: Path = REFERENCE) -> list[str]:
-    """The processes whose ratio grew past the recorded one by more than MARGIN, as lines to print."""
+    """The figures (of ``cpu_ratios``) grown past the recorded ones by more than MARGIN, as
+    lines "<shape> <figure>: ..." (each figure's verdict printed)."""
     recorded = json.loads(path.read_text())["ratios"]
     over = []
     for shape, mine in ratios.items():
@@ -483,8 +490,9 @@ def check_reference(ratios: dict[str, dict[str, float]], path: Path = REFERENCE)
         for name, ratio in mine.items():
             limit = recorded[shape][name] * MARGIN
             verdict = "OVER" if ratio > limit else "ok"
+            what = "(3) a visit" if name in WORK else "(3)/(1) CPU a visit"
             print(
-                f"    {shape:<8} {name:<15} (3)/(1) CPU a visit {ratio:.4f}, recorded {recorded[shape][name]:.4f}, "
+                f"    {shape:<8} {name:<15} {what:<20} {ratio:.4f}, recorded {recorded[shape][name]:.4f}, "
                 f"limit {limit:.4f}: {verdict}"
             )
             if ratio > limit:
@@ -522,219 +530,6 @@ def record_reference(ratios: dict[str, dict[str, float]], visits: int, rounds: i
         + "\n"
     )
     print(f"recorded in {path.relative_to(REPO)} ({recordings} at {commit})")
-
-
-def whole_ranking(board) -> dict[str, int]:
-    """Every member of a board with its total, a page of 1,000 at a time."""
-    out: dict[str, int] = {}
-    while True:
-        page = board.top(offset=len(out), limit=1000, withscores=True)
-        out.update(page)
-        if len(page) < 1000:
-            return out
-
-
-def run_shape(stream: list, variants: list[str], conn: redis.Redis, meters: Meters) -> dict[str, dict]:
-    """Every variant on one traffic shape; the counts checked exact; the ratios to (1). Returns
-    each variant's figures (``run_variant``)."""
-    import bench.seed_tasks as seed
-    from counters_tasks import ranking, sitestats, tasks
-    from counters_tasks.core.settings import reset_settings
-    from counters_tasks.recorder import VisitRecorder, shared_recorder
-
-    n = len(stream)
-    results = {}
-    per_path: dict[str, int] = {}
-    for _ip, path, _s, _ts in stream:
-        per_path[path] = per_path.get(path, 0) + 1
-    print(
-        f"{n:,} visits of {len(per_path):,} paths by {len({v[0] for v in stream}):,} visitors "
-        f"in {len({v[2] for v in stream}):,} sessions"
-    )
-
-    if "1" in variants:
-
-        def send1():
-            for ip, path, session, ts in stream:
-                seed.seed_visit.delay(ip, path, session, ts)
-
-        results["1"] = run_variant(
-            "(1) seeds, one task per visit",
-            conn,
-            send1,
-            lambda: int(conn.hget("visit_info", "pv") or 0) >= n,
-            n,
-            meters,
-        )
-        got = {p: int(conn.hget("visit_info", f"pv_{p}") or 0) for p in per_path}
-        assert got == per_path, "seed variant: per-path PV is not exact"
-
-    def ours_done():
-        """The page views first (one small read), the whole board only once they are in: the
-        polling costs the counters Redis and this process little next to the run's own work."""
-        if sitestats.site_visit_info(conn).pv < n:
-            return False
-        return sum(whole_ranking(ranking.Ranking(conn, "pages")).values()) >= n
-
-    def check_ours(label):
-        for path, count in per_path.items():
-            info = sitestats.site_visit_info(conn, None, path)
-            assert info.pv == count, f"{label}: PV of {path} is {info.pv}, expected {count}"
-        assert whole_ranking(ranking.Ranking(conn, "pages")) == per_path, f"{label}: the ranking is not exact"
-
-    def delay_each(buffered: bool):
-        """(2) or (2b): two ``.delay()`` calls a visit, each timed."""
-        os.environ["COUNTERS_DELAY_BUFFER"] = "1" if buffered else ""
-        reset_settings()
-        costs: list[float] = []
-
-        def send():
-            clock = time.perf_counter
-            for ip, path, session, ts in stream:
-                started = clock()
-                tasks.record_visit.delay(ip, path, session, ts)
-                middle = clock()
-                tasks.incr_ranking.delay("pages", path, 1, ts)
-                costs.extend((middle - started, clock() - middle))
-            if buffered:
-                assert shared_recorder().flush(timeout=300)
-
-        key, label = (
-            ("2b", "(2b) .delay(), COUNTERS_DELAY_BUFFER") if buffered else ("2", "(2) record_visit.delay() per visit")
-        )
-        results[key] = run_variant(label, conn, send, ours_done, n, meters)
-        costs.sort()
-        results[key]["delay_p50_us"] = costs[len(costs) // 2] * 1e6
-        print(
-            f"    one .delay() in the app: p50 {costs[len(costs) // 2] * 1e6:.0f} us, "
-            f"p90 {costs[int(len(costs) * 0.9)] * 1e6:.0f} us"
-        )
-        check_ours(f"({key})")
-        assert shared_recorder().stats()["dropped"] == 0, shared_recorder().stats()
-        os.environ["COUNTERS_DELAY_BUFFER"] = ""
-        reset_settings()
-
-    if "2" in variants:
-        delay_each(buffered=False)
-    if "2b" in variants:
-        delay_each(buffered=True)
-
-    if "3" in variants:
-        # the buffer holds the whole burst: a loop that only records starves the sending
-        # thread of the GIL, which a web app serving requests between records does not
-        recorder = VisitRecorder(max_batch=1000, max_delay=0.1, max_buffer=4 * n)
-
-        def send3():
-            for ip, path, session, ts in stream:
-                recorder.record(ip, path, session, ts)
-                recorder.incr_ranking("pages", path, 1, ts)
-            recorder.flush(timeout=120)
-
-        results["3"] = run_variant("(3) VisitRecorder", conn, send3, ours_done, n, meters)
-        assert recorder.stats()["dropped"] == 0, recorder.stats()
-        check_ours("(3)")
-        recorder.close(timeout=10)
-        bench_record = VisitRecorder(max_batch=1000, max_delay=60, max_buffer=10 * n)
-        start = time.perf_counter()
-        for ip, path, session, ts in stream:
-            bench_record.record(ip, path, session, ts)
-        calls = n / (time.perf_counter() - start)
-        bench_record.close(timeout=120)
-        # applied before anything else is measured (the next shape's runs share the worker)
-        wait_until(lambda: sitestats.site_visit_info(conn).pv >= 2 * n, timeout=1800)
-        print(f"VisitRecorder.record alone: {calls:,.0f} calls/s in the producer")
-    print("all counts exact for every path")
-    if "1" in results:
-        base = results["1"]
-        for key in sorted(results):
-            if key != "1":
-                r = results[key]
-                print(
-                    f"({key}) vs (1): end-to-end {r['e2e'] / base['e2e']:.1f}x, producer "
-                    f"{r['producer'] / base['producer']:.1f}x, Redis commands/visit "
-                    f"{r['commands']:.1f} vs {base['commands']:.1f}, {r['of_ceiling']:.0%} of its Redis-bound ceiling "
-                    f"({r['e2e'] / r['cpu_ceiling']:.0%} by Redis CPU)"
-                )
-    return results
-
-
-PROCESSES = {
-    "counters_redis": "redis_us",
-    "broker_redis": "broker_us",
-    "worker": "worker_us",
-    "producer": "producer_us",
-}
-"""The processes a visit costs CPU in, and the figure of ``run_variant`` that holds each."""
-
-WORK = {"redis_commands": "commands", "script_calls": "scripts"}
-"""(3)'s Redis work a visit on the counters server (its commands, Lua's included, and its script
-calls): checked against the reference as they are, not as ratios."""
-
-REFERENCE = REPO / "bench" / "reference.json"
-"""Each process's CPU a visit of (3) as a ratio to (1)'s in the same run, and (3)'s Redis work a
-visit, by traffic shape, as recorded (``--reference record``) from the code of a known commit;
-``--reference check`` (``make bench``) fails when a figure grows past it by more than ``MARGIN``
-in each of ``ATTEMPTS`` measures (a dearer hot path is dearer every time; a busy moment of the
-machine is not)."""
-
-MARGIN = 1.2
-ATTEMPTS = 3
-
-
-def cpu_ratios(results: dict[str, dict]) -> dict[str, float]:
-    """(3)'s CPU a visit over (1)'s, process by process: the seeds' one task a visit is the
-    yardstick run beside it, so the figure holds from one machine (and day) to the next; and
-    (3)'s Redis commands and script calls a visit, which depend on the code alone."""
-    ratios = {name: results["3"][field] / results["1"][field] for name, field in PROCESSES.items()}
-    return ratios | {name: results["3"][field] for name, field in WORK.items()}
-
-
-def median_ratios(rounds: list[dict[str, dict]]) -> dict[str, float]:
-    """Each figure of ``cpu_ratios`` as the median of the rounds, each round's (1) and (3) run
-    one after the other (so under the same load): on this 2-core machine the seeds' task cost
-    the counters Redis 372-612 us a visit from one run to the next, for the same 44 commands."""
-    each = [cpu_ratios(results) for results in rounds]
-    return {name: statistics.median(ratios[name] for ratios in each) for name in each[0]}
-
-
-def check_reference(ratios: dict[str, dict[str, float]], path: Path = REFERENCE) -> list[str]:
-    """The processes whose ratio grew past the recorded one by more than MARGIN, as lines to print."""
-    recorded = json.loads(path.read_text())["ratios"]
-    over = []
-    for shape, mine in ratios.items():
-        if shape not in recorded:
-            raise SystemExit(f"{path.name} records no {shape!r} traffic: record it (--reference record)")
-        for name, ratio in mine.items():
-            limit = recorded[shape][name] * MARGIN
-            verdict = "OVER" if ratio > limit else "ok"
-            print(
-                f"    {shape:<8} {name:<15} (3)/(1) CPU a visit {ratio:.4f}, recorded {recorded[shape][name]:.4f}, "
-                f"limit {limit:.4f}: {verdict}"
-            )
-            if ratio > limit:
-                over.append(f"{shape} {name}: {ratio:.4f} > {limit:.4f} ({ratio / recorded[shape][name] - 1:+.0%})")
-    return over
-
-
-def record_reference(ratios: dict[str, dict[str, float]], visits: int, rounds: int, path: Path = REFERENCE) -> None:
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
-    ).stdout.strip()
-    path.write_text(
-        json.dumps(
-            {
-                "what": "CPU a visit of (3) VisitRecorder over (1) the seeds' task, process by process, and (3)'s Redis "
-                "commands and script calls a visit (bench/ingest.py: medians of the rounds)",
-                "commit": commit,
-                "visits": visits,
-                "rounds": rounds,
-                "ratios": {shape: {name: round(r, 4) for name, r in mine.items()} for shape, mine in ratios.items()},
-            },
-            indent=2,
-        )
-        + "\n"
-    )
-    print(f"recorded in {path.relative_to(REPO)}")
 
 
 if __name__ == "__main__":
