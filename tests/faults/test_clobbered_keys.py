@@ -7,8 +7,6 @@ batch function the workers use; and through a real worker, which sets the messag
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 
 import pytest
@@ -18,7 +16,7 @@ from counters_tasks import counters, ranking, sitestats, uniques, visits
 from counters_tasks.core.days import local_day
 from counters_tasks.local.waiting import wait_until
 from counters_tasks.store import keys
-from tests.support.procs import REPO, celery_env, purge_broker, start_worker
+from tests.support.procs import celery_env, cli, purge_broker, start_worker
 from tests.support.servers import dump_all, use_settings
 
 NOW = time.time() - 60
@@ -205,18 +203,8 @@ def test_a_real_worker_sets_the_message_aside_and_a_requeue_applies_it_once(raw_
     raw_conn.rpush(clobbered, "written by hand")
     worker = start_worker(env, tmp_path / "worker.log").wait_ready()
 
-    def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "counters_tasks.ops.cli", *args],
-            env=env,
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-
     def set_aside() -> list:
-        out = cli("dead-letters", "list", "--json")
+        out = cli(env, "dead-letters", "list", "--json")
         assert out.returncode == 0, out.stderr
         return json.loads(out.stdout)["records"]
 
@@ -226,7 +214,7 @@ def test_a_real_worker_sets_the_message_aside_and_a_requeue_applies_it_once(raw_
         assert "WRONGTYPE" in json.dumps(records)
         assert raw_conn.lrange(clobbered, 0, -1) == [b"written by hand"]
         raw_conn.delete(clobbered)
-        out = cli("dead-letters", "requeue", "--index", "0")
+        out = cli(env, "dead-letters", "requeue", "--index", "0")
         assert out.returncode == 0, out.stderr
         wait_until(
             lambda: figures(raw_conn) == expected_figures(),

@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
-import sys
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +20,7 @@ import redis
 
 from counters_tasks.local.redis_server import RedisServer, free_port
 from counters_tasks.local.waiting import wait_until
-from tests.support.procs import BROWSER_HEADERS, REPO, celery_env, start_beat, start_serve, start_worker
+from tests.support.procs import BROWSER_HEADERS, celery_env, cli, start_beat, start_serve, start_worker
 
 pytestmark = pytest.mark.processes
 
@@ -85,17 +84,6 @@ def secret_env(counters_url: str, broker_url: str, **extra: str) -> dict[str, st
     )
 
 
-def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "counters_tasks.ops.cli", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 FAILURES = {
     "the counters' requirepass password is wrong": ("wrong requirepass", "broker", [("stats",), ("health", "--json")]),
     "the counters' ACL user's password is wrong": ("wrong acl", "broker", [("top-pages",), ("import", "access.log")]),
@@ -135,18 +123,7 @@ def test_no_cli_command_shows_a_password_whatever_fails(servers, tmp_path):
 
         def run(item: tuple[str, tuple[str, ...], dict[str, str]]):
             failure, args, env = item
-            return (
-                failure,
-                args,
-                subprocess.run(
-                    [sys.executable, "-m", "counters_tasks.ops.cli", *args],
-                    cwd=tmp_path,
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                    timeout=60,
-                ),
-            )
+            return failure, args, cli(env, *args, cwd=tmp_path)
 
         with ThreadPoolExecutor(4) as pool:  # as the user runs them, a few at a time
             return list(pool.map(run, runs))
@@ -199,7 +176,7 @@ def test_serve_shows_no_secret_in_its_answers_or_its_log(servers, tmp_path):
     counters, broker = servers
     url = urls(counters, broker)
     env = secret_env(url["acl"], url["broker"])
-    made = run_cli(env, "tokens", "create", "secrets-test")
+    made = cli(env, "tokens", "create", "secrets-test")
     assert made.returncode == 0, made.stderr
     token = made.stdout.splitlines()[0].strip()
     secrets = (*SECRETS, token)
@@ -309,9 +286,9 @@ def test_worker_and_beat_logs_show_no_secret_through_outages(servers, tmp_path):
 
 
 def test_a_settings_error_does_not_show_the_url_password():
-    result = run_cli(secret_env(f"http://:{REQUIREPASS}@127.0.0.1:{free_port()}/0", "redis://127.0.0.1:1/1"), "stats")
+    result = cli(secret_env(f"http://:{REQUIREPASS}@127.0.0.1:{free_port()}/0", "redis://127.0.0.1:1/1"), "stats")
     assert result.returncode == 1 and "COUNTERS_REDIS_URL must be" in result.stderr
     assert not leaks(result.stdout + result.stderr), result.stderr
-    broker = run_cli(secret_env("redis://127.0.0.1:1/0", f"redis+socket://:{BROKER_PASS}@/tmp/r.sock?db=1"), "stats")
+    broker = cli(secret_env("redis://127.0.0.1:1/0", f"redis+socket://:{BROKER_PASS}@/tmp/r.sock?db=1"), "stats")
     assert broker.returncode == 1 and "virtual_host" in broker.stderr
     assert not leaks(broker.stdout + broker.stderr), broker.stderr

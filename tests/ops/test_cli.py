@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from datetime import timedelta
 
 import pytest
@@ -18,20 +17,13 @@ from counters_tasks.local.redis_server import free_port
 from counters_tasks.local.waiting import wait_until
 from counters_tasks.ops import health
 from tests.support import demo_data
-from tests.support.procs import REPO, celery_env, start_beat, start_worker
+from tests.support.procs import celery_env, cli, start_beat, start_worker
 
 pytestmark = pytest.mark.processes
 
 
 def run_cli(redis_url: str, *args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "counters_tasks.ops.cli", *args],
-        cwd=REPO,
-        env=celery_env(redis_url, COLUMNS="100", **env),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return cli(celery_env(redis_url, COLUMNS="100", **env), *args)
 
 
 def test_counter_json_equals_the_api_and_text_has_a_chart(raw_conn, redis_url):

@@ -21,24 +21,12 @@ from counters_tasks.local.redis_server import RedisServer
 from counters_tasks.local.waiting import wait_until
 from counters_tasks.store import deployment, keys
 from counters_tasks.store.client import is_transient
-from tests.support.procs import REPO, celery_env, start_worker
+from tests.support.procs import REPO, celery_env, cli, start_worker
 from tests.support.servers import flush, make_client, use_settings
 
 pytestmark = pytest.mark.server_version
 
 PATH = "/after-the-loss"
-
-
-def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    """``counters-tasks ...`` in a new process: a reader that has never seen the deployment."""
-    return subprocess.run(
-        [sys.executable, "-m", "counters_tasks.ops.cli", *args],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def page_views(env: dict[str, str], path: str) -> int:

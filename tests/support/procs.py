@@ -53,6 +53,19 @@ def celery_env(redis_url: str, **extra: str) -> dict[str, str]:
     return env
 
 
+def cli(env: dict[str, str], *args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    """``counters-tasks ARGS`` (``python -m counters_tasks.ops.cli``) in a new process with exactly
+    ``env``: a reader that has never seen the deployment. Its output captured, 60 s at most."""
+    return subprocess.run(
+        [sys.executable, "-m", "counters_tasks.ops.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def start_serve(env: dict[str, str], log: Path, auth: bool = False) -> tuple[subprocess.Popen, str]:
     """``python -m counters_tasks.ops.cli serve`` on a free port, without dashboard auth unless
     ``auth`` (then with ``env``'s), as a user starts it (in its own process group, its output in

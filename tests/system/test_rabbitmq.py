@@ -6,8 +6,6 @@ schemes"), the dead letters being kept in the counters' Redis."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 
@@ -24,7 +22,7 @@ from counters_tasks.ops.web import create_app
 from counters_tasks.store import keys
 from tests.support import raw_ips
 from tests.support.dashboard import TestClient
-from tests.support.procs import REPO, celery_env, start_worker
+from tests.support.procs import celery_env, cli, start_worker
 from tests.support.rabbitmq import RabbitServer
 from tests.support.servers import use_settings
 
@@ -64,17 +62,6 @@ def publish(rabbit: RabbitServer, task, *calls: tuple) -> None:
         producer = app.amqp.Producer(connection)
         for args in calls:
             task.apply_async(args, producer=producer)
-
-
-def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "counters_tasks.ops.cli", *args],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def visit_calls(count: int, first: int = 0, path: str = "/r") -> list[tuple]:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import subprocess
-import sys
 import time
 
 import pytest
@@ -19,7 +17,7 @@ from counters_tasks.core.days import local_day
 from counters_tasks.local.redis_server import free_port
 from counters_tasks.local.waiting import wait_until
 from tests.support.faults import drain_and_stop
-from tests.support.procs import REPO, Server, celery_env, purge_broker, start_worker
+from tests.support.procs import Server, celery_env, cli, purge_broker, start_worker
 
 pytestmark = [pytest.mark.processes, pytest.mark.workers]
 
@@ -37,17 +35,6 @@ def scripted_get(port: int, path: str) -> int:
         return response.status
     finally:
         connection.close()
-
-
-def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "counters_tasks.ops.cli", *args],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from counters_tasks.core.settings import load_settings
 from counters_tasks.local.redis_server import RedisServer
 from counters_tasks.local.waiting import wait_until
 from counters_tasks.store import keys
-from tests.support.procs import REPO, celery_env, start_beat, start_worker
+from tests.support.procs import REPO, celery_env, cli, start_beat, start_worker
 
 pytestmark = [pytest.mark.processes, pytest.mark.workers]
 
@@ -106,17 +106,6 @@ SENDER = textwrap.dedent("""
 """)
 
 
-def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "counters_tasks.ops.cli", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 def test_default_broker_on_a_unix_socket_counts_every_visit(socket_server, socket_env, tmp_path):
     settings = load_settings(socket_env)
     assert settings.broker_url == f"redis+socket://:{PASSWORD}@{socket_server.socket_path}?virtual_host=1"
@@ -162,17 +151,17 @@ def test_default_broker_on_a_unix_socket_counts_every_visit(socket_server, socke
         )
 
         def healthy() -> bool:
-            result = run_cli(socket_env, "health", "--json")
+            result = cli(socket_env, "health", "--json")
             return result.returncode == 0
 
         wait_until(healthy, timeout=60, interval=1, what="counters-tasks health to be ok")
-        report = json.loads(run_cli(socket_env, "health", "--json").stdout)
+        report = json.loads(cli(socket_env, "health", "--json").stdout)
         assert report["ok"] and [name.split("@")[0] for name in report["workers"]["names"]] == ["w1"]
         assert report["queues"] == {"ok": True, "visits": 0, "maintenance": report["queues"]["maintenance"]}
         assert report["dead_letters"]["count"] == 1
         assert f"Connected to redis+socket://:**@{socket_server.socket_path}" in worker.output()  # its password masked
         assert PASSWORD not in worker.output() + beat.output()
-        listing = run_cli(socket_env, "dead-letters", "list", "--json")
+        listing = cli(socket_env, "dead-letters", "list", "--json")
         assert listing.returncode == 0 and json.loads(listing.stdout)["records"][0]["reason"] == "not_json"
     finally:
         beat.stop()
