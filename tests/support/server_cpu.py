@@ -71,9 +71,14 @@ class ServerCpu:
         monkeypatch.setattr(Pipeline, "_execute_pipeline", _one_by_one(self, Pipeline._execute_pipeline))
         monkeypatch.setattr(Pipeline, "_execute_transaction", _measured_whole(self, Pipeline._execute_transaction))
 
-    def over(self, limit_us: int, leave_out: tuple[bytes, ...] = ()) -> list[tuple[int, bytes]]:
-        """The calls measured over ``limit_us``, but those whose command starts with ``leave_out``."""
-        return [(us, head) for us, head in self.calls if us > limit_us and not head.upper().startswith(leave_out)]
+    def over(self, limit_us: int, leave_out: tuple[bytes, ...] = ()) -> list[tuple[int, int, bytes]]:
+        """The calls measured over ``limit_us``, but those whose command starts with ``leave_out``:
+        (rank among the calls measured, microseconds, command)."""
+        return [
+            (rank, us, head)
+            for rank, (us, head) in enumerate(self.calls)
+            if us > limit_us and not head.upper().startswith(leave_out)
+        ]
 
     def forget(self) -> None:
         self.calls.clear()
@@ -140,7 +145,7 @@ class CallBudget:
         """The package's calls over ``limit_us`` since the last ``reset`` (the tests' own set-up
         and waiting left out)."""
         if self.cpu.available:
-            return self.cpu.over(limit_us, leave_out=TEST_COMMANDS)
+            return [(us, head) for _rank, us, head in self.cpu.over(limit_us, leave_out=TEST_COMMANDS)]
         return self.wall_over(limit_us)
 
     def slow_by_design(self, work: Callable[[], object], runs: int = 3) -> list[tuple[int, bytes]]:
@@ -166,9 +171,5 @@ class CallBudget:
         """Where the calls over ``limit_us`` were: (rank among the calls measured, command) with
         CPU time read, (0, the command's first two words) with SLOWLOG only."""
         if self.cpu.available:
-            return {
-                (rank, head)
-                for rank, (us, head) in enumerate(self.cpu.calls)
-                if us > limit_us and not head.upper().startswith(TEST_COMMANDS)
-            }
+            return {(rank, head) for rank, _us, head in self.cpu.over(limit_us, leave_out=TEST_COMMANDS)}
         return {(0, b" ".join(head.split(b" ")[:2])) for _us, head in self.wall_over(limit_us)}
