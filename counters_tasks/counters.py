@@ -45,15 +45,27 @@ def check_precision(precision: Any) -> int:
     return precision
 
 
-def add_to_buckets(buckets: Buckets, now: float, count: int, precisions: tuple[int, ...] = PRECISIONS) -> None:
-    """Fold one event into ``buckets`` at ``precisions`` (every precision unless the counter's
-    family keeps fewer), so a batch costs one script call per counter group."""
-    second = int(now)  # bucket_start(now, p) for whole p, without a float division each
-    for precision in precisions:
-        per = buckets.get(precision)
-        if per is None:
-            per = buckets[precision] = defaultdict(int)
-        per[second - second % precision] += count
+Fields = dict[int, int]
+"""A counter's additions as its write sends them: hash field (``field_of``) -> amount."""
+
+
+def indexed(precisions: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    """``(precision, its index in PRECISIONS)`` of each of ``precisions``: what ``add_to_fields``
+    takes, made once a batch rather than looked up once an event."""
+    return tuple((precision, PRECISION_INDEX[precision]) for precision in precisions)
+
+
+def add_to_fields(fields: Fields, second: int, count: int, precisions: tuple[tuple[int, int], ...]) -> None:
+    """Fold ``count`` events of one whole ``second`` into ``fields`` at ``precisions``
+    (``indexed``): one dict update a precision."""
+    for precision, index in precisions:
+        field = second // precision * 10 + index
+        fields[field] = fields.get(field, 0) + count
+
+
+def fields_of(buckets: Buckets) -> Fields:
+    """``buckets`` as hash fields (``field_of``), amounts of 0 left out."""
+    return {field_of(bucket, precision): n for precision, per in buckets.items() for bucket, n in per.items() if n}
 
 
 def field_of(bucket: int, precision: int) -> int:
@@ -70,9 +82,12 @@ def bucket_of(field: Any) -> tuple[int, int]:
     return precision, number // 10 * precision
 
 
-def leaves_window_at(bucket: int, precision: int) -> int:
-    """When a sample leaves the window: get_counter keeps buckets with start > now - 120 p."""
-    return bucket + SAMPLE_COUNT * precision
+def first_leaves_window(flat: list[int]) -> int:
+    """When the first bucket of ``flat`` (field, amount, ...) leaves the window: get_counter
+    keeps buckets with start > now - 120 p, so a bucket leaves at its start + 120 p (0: none)."""
+    return min(
+        ((flat[at] // 10 + SAMPLE_COUNT) * PRECISIONS[flat[at] % 10] for at in range(0, len(flat), 2)), default=0
+    )
 
 
 FIELDS_PER_CALL = 125
@@ -80,42 +95,38 @@ FIELDS_PER_CALL = 125
 thousands of one-second buckets of ``hits``: several calls of ~1 ms rather than one long one)."""
 
 
-def queue_counter_writes(conn: RedisClient, pipe: Any, per_counter: dict[str, Buckets], message_id: str | None) -> int:
+def queue_counter_writes(conn: RedisClient, pipe: Any, per_counter: dict[str, Fields], message_id: str | None) -> int:
     """Queue on ``pipe`` (or run, when ``pipe`` is ``conn``) the script calls adding
-    ``per_counter``: per tag group, calls of at most FIELDS_PER_CALL buckets, each at most once
-    per ``message_id`` (parts after the first under ``<id>/c<n>``, the same on every delivery of
-    the same counts). Returns the number of calls (replies: 1 applied, 0 already applied)."""
+    ``per_counter`` (each counter's ``Fields``): per tag group, calls of at most FIELDS_PER_CALL
+    buckets, each at most once per ``message_id`` (parts after the first under ``<id>/c<n>``,
+    the same on every delivery of the same counts). Returns the number of calls (replies: 1
+    applied, 0 already applied)."""
     with keys.bound(conn, write=True):
-        by_group: dict[str, list[tuple[str, list[tuple[int, int, int]]]]] = defaultdict(list)
-        for name, buckets in per_counter.items():
-            # (field, amount, when the bucket leaves the window)
-            pairs = [
-                (field_of(b, p), n, leaves_window_at(b, p)) for p, per in buckets.items() for b, n in per.items() if n
-            ]
+        by_group: dict[str, list[tuple[str, list[int]]]] = defaultdict(list)
+        for name, fields in per_counter.items():
+            flat = [value for field, n in fields.items() if n for value in (field, n)]  # field, amount, ...
             group = keys.counter_tag(name)
-            for first in range(0, max(1, len(pairs)), FIELDS_PER_CALL):
-                by_group[group].append((name, pairs[first : first + FIELDS_PER_CALL]))
+            for first in range(0, max(1, len(flat)), 2 * FIELDS_PER_CALL):
+                by_group[group].append((name, flat[first : first + 2 * FIELDS_PER_CALL]))
         ttl = get_settings().dedupe_ttl if message_id is not None else 0
         calls = 0
         for group, entries in by_group.items():
-            parts: list[list[tuple[str, list[tuple[int, int, int]]]]] = [[]]
+            parts: list[list[tuple[str, list[int]]]] = [[]]
             size = 0
-            for name, pairs in entries:
-                if size and size + len(pairs) > FIELDS_PER_CALL:
+            for name, flat in entries:
+                if size and size + len(flat) > 2 * FIELDS_PER_CALL:
                     parts.append([])
                     size = 0
-                parts[-1].append((name, pairs))
-                size += len(pairs)
+                parts[-1].append((name, flat))
+                size += len(flat)
             part_ids = [message_id] + keys.chunk_ids(message_id, len(parts), "/c")[1:]
             for part, part_id in zip(parts, part_ids, strict=True):
                 script_keys: list[str] = []
                 args: list[Any] = [ttl, len(part)]
-                for name, pairs in part:
+                for name, flat in part:
                     hash_key, due_key, member, subset = keys.counter_write_keys(name)
                     script_keys += [hash_key, due_key]
-                    args += [member, subset, min((due for _f, _n, due in pairs), default=0), len(pairs)]
-                    for field, amount, _due in pairs:
-                        args += [field, amount]
+                    args += [member, subset, first_leaves_window(flat), len(flat) // 2, *flat]
                 script_keys.append(keys.counter_due(group))
                 if ttl and part_id is not None:  # (a part has an id when the message has one)
                     script_keys.append(keys.counter_seen(part_id, tag=group))
@@ -128,11 +139,12 @@ def write_counters(conn: RedisClient, per_counter: dict[str, Buckets], message_i
     """Apply already-validated counts to many counters: one script call per tag group, one round trip."""
     if not per_counter:
         return
+    per_fields = {name: fields_of(buckets) for name, buckets in per_counter.items()}
     with keys.bound(conn, write=True) as used:
-        if len({keys.counter_tag(name) for name in per_counter}) == 1:  # one call: no pipeline needed
-            queue_counter_writes(conn, conn, per_counter, message_id)
+        if len({keys.counter_tag(name) for name in per_fields}) == 1:  # one call: no pipeline needed
+            queue_counter_writes(conn, conn, per_fields, message_id)
         else:
-            execute_in_order(conn, lambda pipe: queue_counter_writes(conn, pipe, per_counter, message_id))
+            execute_in_order(conn, lambda pipe: queue_counter_writes(conn, pipe, per_fields, message_id))
         keys.confirm_written(conn, used)
 
 

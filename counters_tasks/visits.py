@@ -153,7 +153,7 @@ class _Call:
     visits: Sequence[Visit]
     message_id: str | None
     sessions: list[tuple[str, date, list[int], str | None]]  # (site, day, ids, the call's message id)
-    per_counter: dict[str, counters.Buckets]
+    per_counter: dict[str, counters.Fields]
     applied: int = 0  # views written now, and skipped as written before (site_day replies)
     duplicates: int = 0
     closed: int = 0  # views and ids of a closed day
@@ -166,11 +166,13 @@ def _plan(visits: Sequence[Visit], message_id: str | None) -> _Call:
         if visit.session is not None:
             sessions[visit.view.site, visit.session[0]].append(visit.session[1])
         per_second[visit.view.site, visit.view.path, int(visit.ts)] += 1
-    per_counter: dict[str, counters.Buckets] = {}
-    precisions = hits_precisions()
+    per_counter: dict[str, counters.Fields] = {}
+    precisions = [counters.indexed(kept) for kept in hits_precisions()]
+    names: dict[tuple[str, str], tuple[str, str]] = {}  # (site, path) -> hits_names, made once a batch
     for (site, path, second), views in per_second.items():  # each (path, second) folded once, not each view
-        for name, kept in zip(hits_names(path, site), precisions, strict=True):
-            counters.add_to_buckets(per_counter.setdefault(name, {}), second, views, kept)
+        named = names.get((site, path)) or names.setdefault((site, path), hits_names(path, site))
+        for name, kept in zip(named, precisions, strict=True):
+            counters.add_to_fields(per_counter.setdefault(name, {}), second, views, kept)
     calls = []
     for (site, day), numbers in sessions.items():  # a day's ids in calls of UNIQUES_PER_CALL (each deduped)
         parts = [numbers[first : first + UNIQUES_PER_CALL] for first in range(0, len(numbers), UNIQUES_PER_CALL)]

@@ -11,7 +11,7 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import overload
 from urllib.parse import SplitResult, parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
@@ -129,6 +129,15 @@ class Settings:
     redis_server: str = ""  # the server binary local Redis processes run: a path, "embedded", or "" (see local/)
     # sites besides the default one (docs/sites.md), and the default site's hosts
     sites: tuple[SiteConfig, ...] = ()
+
+    def __hash__(self) -> int:
+        """The fields' hash, computed once: derived tables are cached per settings object
+        (``functools.lru_cache``), and hashing every field on each lookup cost a visit ~2 us."""
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(tuple(getattr(self, f.name) for f in fields(self)))
+            object.__setattr__(self, "_hash", cached)
+        return cached
 
     @property
     def restore_interval(self) -> int:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 import redis
+from redis.connection import HiredisRespSerializer
+from redis.exceptions import DataError
 
 from counters_tasks import counters
 from counters_tasks.core.settings import get_settings, reset_settings
@@ -44,3 +47,25 @@ def test_user_strings_never_pick_the_slot():
         tag = key[key.index("{") + 1 : key.index("}")]
         assert tag == keys.counter_tag(name) and tag[0] == "c" and 0 <= int(tag[1:]) < keys.TAG_GROUPS
         assert "{" not in key[key.index("}") :] and " " not in key and "*" not in key
+
+
+def test_the_packer_sends_what_redis_py_would_and_the_client_uses_it(redis_url, monkeypatch):
+    """``ArgsPacker`` skips redis-py's pass over each argument: the bytes on the wire must be the
+    stock serializer's for every kind of argument the package or a caller sends."""
+    stock, ours = HiredisRespSerializer(), store_client.ArgsPacker()
+    commands = [
+        ("EVALSHA", "ab" * 20, 2, "k1", b"k2", 0, -7, 2**62, 1.5, 1e-300, "é", b"\xff"),
+        ("SCRIPT LOAD", "return 1"),
+        (b"CONFIG GET", b"maxmemory"),
+        ("SET", memoryview(b"mv"), bytearray(b"ba")),
+    ]
+    for command in commands:
+        assert ours.pack(*command) == stock.pack(*command), command
+    with pytest.raises(DataError):
+        ours.pack("SET", "k", None)
+    monkeypatch.setenv("COUNTERS_REDIS_URL", redis_url)
+    reset_settings()
+    conn = store_client.get_redis()
+    assert isinstance(conn.connection_pool.connection_kwargs["command_packer"], store_client.ArgsPacker)
+    assert conn.set("packed", "é") and conn.get("packed") == "é".encode()
+    assert conn.script_load("return 1")
