@@ -52,8 +52,17 @@ for c = 1, ncounters do
   end
   for a = 1, n do
     local field, amount = fields[a], ARGV[first + 2 * a - 1]
-    local total, how = hash_total(key, field, held[a], tonumber(amount))
-    if not total then
+    local total, how
+    if not held[a] and #amount < 16 and amount ~= '0' then  -- a new bucket of an integer under 10^15 (< 2^53):
+      how = 'new'  -- written as sent, with no number made and formatted again
+    else
+      total, how = hash_total(key, field, held[a], tonumber(amount))
+    end
+    if how == 'new' then
+      sets[#sets + 1] = field
+      sets[#sets + 1] = amount
+      fresh[c] = true
+    elseif not total then
       return refuse(how)
     elseif how == 'add' then  -- never 0, never a new bucket
       bigs[#bigs + 1] = field
