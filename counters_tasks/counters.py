@@ -45,6 +45,31 @@ def check_precision(precision: Any) -> int:
     return precision
 
 
+PAGE_HITS = "hits:"
+"""The family of the pages' counters, ``hits:<path>`` (``visits.hits_names``)."""
+
+
+def kept_precisions(name: str) -> tuple[int, ...]:
+    """The precisions counter ``name`` keeps: a page's ``hits:<path>`` those of
+    COUNTERS_PATH_HITS_PRECISIONS (by default not 1 s and 5 s), every other counter all of
+    PRECISIONS. Writes fill only these, and reads of another precision are refused rather than
+    answered with zeros."""
+    return get_settings().path_hits_precisions if name.startswith(PAGE_HITS) else PRECISIONS
+
+
+def check_kept_precision(name: str, precision: Any) -> int:
+    """``precision`` checked (``check_precision``) and one that counter ``name`` keeps
+    (``kept_precisions``): a precision not kept would read as zeros."""
+    check_precision(precision)
+    kept = kept_precisions(name)
+    if precision not in kept:
+        raise InvalidInput(
+            f"counter {name[:64]!r} keeps precisions {', '.join(map(str, kept))} "
+            f"(a page's hits: COUNTERS_PATH_HITS_PRECISIONS), not {precision}"
+        )
+    return precision
+
+
 Fields = dict[int, int]
 """A counter's additions as its write sends them: hash field (``field_of``) -> amount."""
 
@@ -163,7 +188,8 @@ def update_counter(
     message_id: str | None = None,
     site: str | None = None,
 ) -> None:
-    """Add ``count`` to counter ``name`` at every precision, atomically, in one round trip.
+    """Add ``count`` to counter ``name`` at every precision it keeps (``kept_precisions``),
+    atomically, in one round trip.
 
     With ``message_id``, a second call with the same id (a redelivered task) changes nothing.
     ``site``: the site whose counter it is (a site of ``COUNTERS_SITES``; None: the default one).
@@ -173,7 +199,7 @@ def update_counter(
     now = check_event_time(now, "now")
     check_message_id(message_id)
     scope = check_site(site)
-    buckets: Buckets = {p: {bucket_start(now, p): count} for p in PRECISIONS}
+    buckets: Buckets = {p: {bucket_start(now, p): count} for p in kept_precisions(name)}
     write_counters(conn, {keys.scoped(scope, name): buckets}, message_id)
 
 
@@ -183,7 +209,7 @@ def get_counter(
     """``(bucket_start, total)`` pairs, oldest first, within the retention window, non-zero only.
     ``site``: as in ``update_counter``."""
     check_text(name, "name")
-    check_precision(precision)
+    check_kept_precision(name, precision)
     now = check_now(now)
     scope = check_site(site)
     with keys.bound(conn):
@@ -216,7 +242,7 @@ def get_series(
     ``get_counter`` would list), so a range before it is empty.
     """
     check_text(name, "name")
-    check_precision(precision)
+    check_kept_precision(name, precision)
     start = check_now(start, "start")
     end = check_now(end, "end")
     now = check_now(now)

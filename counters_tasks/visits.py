@@ -27,7 +27,7 @@ from typing import Any
 from . import counters, live, refusals, sitestats, throughput, uniques
 from .core.days import local_day
 from .core.kind import Kind, register
-from .core.settings import DEFAULT_SITE, get_settings
+from .core.settings import DEFAULT_SITE
 from .core.sites import check_site, zone_of
 from .core.sources import DIRECT, check_campaign, referrer_domain
 from .core.validation import check_event_time, check_message_id
@@ -135,14 +135,13 @@ def prepare_visit(
 
 def hits_names(path: str, site: str = "") -> tuple[str, str]:
     """The counters a view of ``path`` adds to (scoped names: ``store.keys.scoped``)."""
-    return keys.scoped(site, "hits"), keys.scoped(site, f"hits:{path}")
+    return keys.scoped(site, "hits"), keys.scoped(site, counters.PAGE_HITS + path)
 
 
 def hits_precisions() -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """The precisions of each of ``hits_names``: the site's ``hits`` keeps them all; a page's
-    ``hits:<path>`` those of COUNTERS_PATH_HITS_PRECISIONS (all unless set: fewer cost fewer
-    Redis commands a visit, one a precision, and less memory a page)."""
-    return counters.PRECISIONS, get_settings().path_hits_precisions
+    """The precisions of each of ``hits_names`` (``counters.kept_precisions``): the site's
+    ``hits`` keeps them all; a page's ``hits:<path>`` those of COUNTERS_PATH_HITS_PRECISIONS."""
+    return counters.kept_precisions("hits"), counters.kept_precisions(counters.PAGE_HITS)
 
 
 @dataclass

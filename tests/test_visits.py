@@ -34,6 +34,8 @@ def test_record_visit_counts_everything(conn):
     for precision in PRECISIONS:
         start = counters.bucket_start(now, precision)
         assert counters.get_counter(conn, "hits", precision, now) == [(start, 3)]
+    for precision in counters.kept_precisions("hits:/a"):
+        start = counters.bucket_start(now, precision)
         assert counters.get_counter(conn, "hits:/a", precision, now) == [(start, 2)]
 
 

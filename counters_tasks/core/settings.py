@@ -42,6 +42,11 @@ COUNTER_PRECISIONS = (1, 5, 60, 300, 3600, 18000, 86400)
 """Seconds per bucket of a multi-precision counter (``counters.PRECISIONS``; here so that
 COUNTERS_PATH_HITS_PRECISIONS is checked when the settings are read)."""
 
+PATH_HITS_PRECISIONS = (60, 300, 3600, 18000, 86400)
+"""What a page's ``hits:<path>`` counter keeps unless COUNTERS_PATH_HITS_PRECISIONS says
+otherwise: not the 1 s and 5 s buckets, which few read of one page and which were two sevenths
+of a visit's counter buckets and most of a busy page's hash (the site's ``hits`` keeps all seven)."""
+
 DEFAULT_VISIBILITY_TIMEOUT = 45
 """Seconds before the broker hands an unacknowledged message to another worker: with the
 restore sweep (every ``restore_interval``) a message of a dead worker runs again within a minute.
@@ -76,7 +81,7 @@ class Settings:
     worker_batch: int
     worker_batch_ms: int
     delay_buffer: bool
-    path_hits_precisions: tuple[int, ...] = COUNTER_PRECISIONS
+    path_hits_precisions: tuple[int, ...] = PATH_HITS_PRECISIONS
     # site PV/UV and daily uniques: retention in days after a day ends
     day_grace_days: int = 2
     day_totals_days: int = 400
@@ -296,10 +301,10 @@ def _user_password(env: Mapping[str, str], name: str) -> tuple[str, str] | None:
     return user, password
 
 
-def _precisions(env: Mapping[str, str], name: str) -> tuple[int, ...]:
+def _precisions(env: Mapping[str, str], name: str, default: tuple[int, ...]) -> tuple[int, ...]:
     raw = (env.get(name) or "").strip()
     if not raw:
-        return COUNTER_PRECISIONS
+        return default
     try:
         chosen = {int(part) for part in raw.split(",") if part.strip()}
     except ValueError:
@@ -464,7 +469,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         worker_batch=_int(env, "COUNTERS_WORKER_BATCH", 100),
         worker_batch_ms=_int(env, "COUNTERS_WORKER_BATCH_MS", 20),
         delay_buffer=_flag(env, "COUNTERS_DELAY_BUFFER"),
-        path_hits_precisions=_precisions(env, "COUNTERS_PATH_HITS_PRECISIONS"),
+        path_hits_precisions=_precisions(env, "COUNTERS_PATH_HITS_PRECISIONS", PATH_HITS_PRECISIONS),
         day_grace_days=_int(env, "COUNTERS_DAY_GRACE_DAYS", 2, minimum=0),
         day_totals_days=_int(env, "COUNTERS_DAY_TOTALS_DAYS", 400),
         uniques_shard_days=_int(env, "COUNTERS_UNIQUES_SHARD_DAYS", 7),

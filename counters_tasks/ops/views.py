@@ -97,7 +97,7 @@ def counter_view(
 ) -> dict[str, Any]:
     """The last ``last`` buckets (default and at most SAMPLE_COUNT) of a counter, zero-filled."""
     check_text(name, "name")
-    precision = counters.check_precision(parse_int(precision, "precision"))
+    precision = counters.check_kept_precision(name, parse_int(precision, "precision"))
     last = SAMPLE_COUNT if last is None else parse_int(last, "last", 1, SAMPLE_COUNT)
     now = time.time() if now is None else now
     end = bucket_start(now, precision)

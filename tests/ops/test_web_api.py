@@ -53,6 +53,7 @@ def test_endpoints_answer_what_the_views_answer(client, conn):
     [
         "/api/counter?precision=60",
         "/api/counter?name=hits&precision=61",
+        "/api/counter?name=hits:/a&precision=1",  # a page's counter keeps no 1 s buckets: not zeros
         "/api/counter?name=hits&last=abc",
         "/api/top?board=nope",
         "/api/top?board=posts&limit=-1",

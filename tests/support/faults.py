@@ -84,7 +84,7 @@ class VisitModel:
             "paths": {p: ((pv_path[p], len(uv_path[p])), (pv_path[p], len(uv_path[p]))) for p in sorted(pv_path)},
             "uniques": len({uuid.UUID(v[2]).hex[:15] for v in self.visits if v[2]}),
             "hits": [(counters.bucket_start(ts, p), n) for p in counters.PRECISIONS],
-            "hits_path": {p: [(counters.bucket_start(ts, 1), pv_path[p])] for p in sorted(pv_path)},
+            "hits_path": {p: [(counters.bucket_start(ts, 60), pv_path[p])] for p in sorted(pv_path)},
         }
         out["day"] = day.isoformat()
         return out
@@ -116,7 +116,7 @@ def observed(conn, model: VisitModel) -> dict:
         },
         "uniques": uniques.unique_visitors(conn, day),
         "hits": [pair for p in counters.PRECISIONS for pair in counters.get_counter(conn, "hits", p, now=ts)],
-        "hits_path": {p: counters.get_counter(conn, f"hits:{p}", 1, now=ts) for p in paths},
+        "hits_path": {p: counters.get_counter(conn, f"hits:{p}", 60, now=ts) for p in paths},
         "day": day.isoformat(),
     }
 

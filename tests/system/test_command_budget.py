@@ -18,7 +18,9 @@ import pytest
 
 from counters_tasks import counters, ranking, ranking_events, visits
 from counters_tasks.core.settings import load_settings
-from counters_tasks.errors import ConfigurationError
+from counters_tasks.errors import ConfigurationError, InvalidInput
+from counters_tasks.ops import views
+from counters_tasks.store import keys
 from tests.support.servers import is_cluster_run, use_settings
 from tests.support.visit_model import model_of
 
@@ -65,7 +67,7 @@ def test_a_batch_costs_at_most_its_budget_of_commands_a_visit(raw_conn, monkeypa
     per_visit = commands_per_visit(raw_conn, batch)
     with capsys.disabled():
         print(
-            f"\n[commands] a batch of {VISITS}, hits:<path> at {precisions or 'every precision'}: "
+            f"\n[commands] a batch of {VISITS}, hits:<path> at {precisions or 'the default precisions'}: "
             f"{per_visit:.1f} Redis commands a visit (budget {budget})"
         )
     assert per_visit <= budget
@@ -75,16 +77,33 @@ def test_a_batch_costs_at_most_its_budget_of_commands_a_visit(raw_conn, monkeypa
     }
 
 
-def test_a_page_counter_keeps_the_precisions_set_and_the_site_counter_all(raw_conn, monkeypatch):
-    use_settings(monkeypatch, COUNTERS_PATH_HITS_PRECISIONS="3600,60,86400")
+@pytest.mark.parametrize(
+    "precisions, kept", [("3600,60,86400", (60, 3600, 86400)), ("", (60, 300, 3600, 18000, 86400))]
+)
+def test_a_page_counter_keeps_the_precisions_set_and_the_site_counter_all(raw_conn, monkeypatch, precisions, kept):
+    """A page's ``hits:<path>`` keeps COUNTERS_PATH_HITS_PRECISIONS (by default all but 1 s and
+    5 s), the site's ``hits`` all seven; a read of a precision the page does not keep is refused,
+    through the Python API and the dashboard's, where it would have been zeros."""
+    use_settings(monkeypatch, COUNTERS_PATH_HITS_PRECISIONS=precisions)
     now = time.time()
     for n in range(3):
         visits.apply_visit(raw_conn, f"192.0.2.{n + 1}", "/kept", None, now)
+    stored = {counters.bucket_of(field)[0] for field in raw_conn.hkeys(keys.counter_hash("hits:/kept"))}
+    assert stored == set(kept)
     for precision in counters.PRECISIONS:
         site = sum(total for _start, total in counters.get_counter(raw_conn, "hits", precision, now=now))
-        page = sum(total for _start, total in counters.get_counter(raw_conn, "hits:/kept", precision, now=now))
         assert site == 3
-        assert page == (3 if precision in (60, 3600, 86400) else 0)
+        if precision in kept:
+            page = sum(total for _start, total in counters.get_counter(raw_conn, "hits:/kept", precision, now=now))
+            assert page == 3
+            assert views.counter_view(raw_conn, "hits:/kept", str(precision), now=now)["total"] == 3
+        else:
+            with pytest.raises(InvalidInput, match=f"keeps precisions {', '.join(map(str, kept))}"):
+                counters.get_counter(raw_conn, "hits:/kept", precision, now=now)
+            with pytest.raises(InvalidInput, match="keeps precisions"):
+                counters.get_series(raw_conn, "hits:/kept", precision, now - 60, now, now=now)
+            with pytest.raises(InvalidInput, match="keeps precisions"):
+                views.counter_view(raw_conn, "hits:/kept", str(precision), now=now)
 
 
 @pytest.mark.parametrize("raw", ["7", "60,abc", ","])
