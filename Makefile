@@ -99,7 +99,7 @@ bench: install
 	$(BIN)/python -m bench.ranking --members 50000 --filler 1000 --incr-ops 2000 --top-calls 200
 	$(BIN)/python -m bench.markers --visits 2000
 	$(BIN)/python -m bench.commands --visits 200
-	$(BIN)/python -m bench.ingest --visits 3000 --only 1 --only 3 --shape zipf --shape log2015 --rounds 3 --reference check
+	COUNTERS_REDIS_SERVER=embedded $(BIN)/python -m bench.ingest --visits 3000 --only 1 --only 3 --shape zipf --shape log2015 --rounds 3 --reference check
 
 screenshots: install
 	COUNTERS_UPDATE_DOCS=1 $(BIN)/python -m pytest -q tests/ops/test_web_page.py tests/repo/test_readme_cli.py

@@ -283,7 +283,7 @@ def main() -> int:
                 if args.reference != "check":
                     break
                 print(f"\n== against {REFERENCE.relative_to(REPO)} (+{MARGIN - 1:.0%} allowed), measure {attempt + 1}")
-                found = {line.split(":")[0]: line for line in check_reference(ratios)}
+                found = {line.split(":")[0]: line for line in check_reference(ratios, server=server_of(conn))}
                 over = found if attempt == 0 else {name: line for name, line in found.items() if name in over}
                 if not over:
                     break
@@ -297,7 +297,7 @@ def main() -> int:
                 worker.kill()
                 worker.wait()
     if args.reference == "record":
-        record_reference(ratios, args.visits, args.rounds)
+        record_reference(ratios, args.visits, args.rounds, server_of(conn))
     elif args.reference == "check":
         if over:
             print(f"dearer than the reference in each of {ATTEMPTS} measures: " + "; ".join(over.values()))
@@ -479,10 +479,28 @@ def median_ratios(rounds: list[dict[str, dict]]) -> dict[str, float]:
     return {name: statistics.median(ratios[name] for ratios in each) for name in each[0]}
 
 
-def check_reference(ratios: dict[str, dict[str, float]], path: Path = REFERENCE) -> list[str]:
+def server_of(conn: redis.Redis) -> str:
+    """The kind and major version of the server the figures come from (``valkey 8``, ``redis 7``):
+    the ratios differ from one to another (Debian's Redis 7.0 and the embedded Valkey 8 give the
+    same code's broker figures 35% apart), so a reference holds for the server it was recorded on."""
+    info = conn.info("server")
+    name, version = ("valkey", info["valkey_version"]) if "valkey_version" in info else ("redis", info["redis_version"])
+    return f"{name} {str(version).split('.')[0]}"
+
+
+def check_reference(
+    ratios: dict[str, dict[str, float]], path: Path = REFERENCE, server: str | None = None
+) -> list[str]:
     """The figures (of ``cpu_ratios``) grown past the recorded ones by more than MARGIN, as
-    lines "<shape> <figure>: ..." (each figure's verdict printed)."""
-    recorded = json.loads(path.read_text())["ratios"]
+    lines "<shape> <figure>: ..." (each figure's verdict printed). Measured on another ``server``
+    than the one recorded (``server_of``), the figures cannot be compared: SystemExit says so."""
+    kept = json.loads(path.read_text())
+    if server is not None and kept.get("server", server) != server:
+        raise SystemExit(
+            f"{path.name} was recorded on {kept['server']}, this run is on {server}: compare on the same server "
+            "(make bench runs the embedded one, COUNTERS_REDIS_SERVER=embedded), or record it (--reference record)"
+        )
+    recorded = kept["ratios"]
     over = []
     for shape, mine in ratios.items():
         if shape not in recorded:
@@ -500,19 +518,22 @@ def check_reference(ratios: dict[str, dict[str, float]], path: Path = REFERENCE)
     return over
 
 
-def record_reference(ratios: dict[str, dict[str, float]], visits: int, rounds: int, path: Path = REFERENCE) -> None:
+def record_reference(
+    ratios: dict[str, dict[str, float]], visits: int, rounds: int, server: str, path: Path = REFERENCE
+) -> None:
     """Write the figures as the reference. Recorded again at the same commit, each figure keeps
     the higher of the two: record a few times, and the check's limit stands above the noise."""
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
     ).stdout.strip()
     kept = json.loads(path.read_text()) if path.exists() else {}
-    if kept.get("commit") == commit:
+    if kept.get("commit") == commit and kept.get("server") == server:
         for shape, mine in kept.get("ratios", {}).items():
             for name, value in mine.items():
                 if shape in ratios and name in ratios[shape]:
                     ratios[shape][name] = max(ratios[shape][name], value)
-    recordings = kept.get("recordings", 0) + 1 if kept.get("commit") == commit else 1
+    again = kept.get("commit") == commit and kept.get("server") == server
+    recordings = kept.get("recordings", 0) + 1 if again else 1
     path.write_text(
         json.dumps(
             {
@@ -520,6 +541,7 @@ def record_reference(ratios: dict[str, dict[str, float]], visits: int, rounds: i
                 "commands and script calls a visit (bench/ingest.py: the medians of the rounds; the highest of the "
                 "recordings at this commit)",
                 "commit": commit,
+                "server": server,
                 "visits": visits,
                 "rounds": rounds,
                 "recordings": recordings,

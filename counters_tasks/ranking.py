@@ -31,12 +31,13 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import NoneType
 from typing import Any, cast
 
 from redis.exceptions import ResponseError
 
 from . import throughput
-from .core.settings import get_settings
+from .core.settings import Settings, get_settings
 from .core.sites import check_site
 from .core.validation import check_amount, check_event_time, check_int, check_message_id, check_now, check_text
 from .errors import BoardSettingsConflict, InvalidInput
@@ -101,7 +102,26 @@ class Board:
 def check_board(name: Any, period_hours: Any = 24, interval_hours: Any = 1, site: Any = None) -> Board:
     """A valid board name and settings (raises InvalidInput; reads and writes nothing). The
     board's ``name`` is scoped to its site (``store.keys.scoped``: the name itself for the
-    default site), which is how its keys and the registry know it."""
+    default site), which is how its keys and the registry know it. A board is checked once a
+    process and settings (most events name a few boards): values of other types than a str
+    name, int settings and a str or None site are checked every time."""
+    if (
+        type(name) is str
+        and type(period_hours) is int
+        and type(interval_hours) is int
+        and type(site) in (str, NoneType)
+    ):
+        return _checked_board(get_settings(), name, period_hours, interval_hours, site)
+    return _check_board(name, period_hours, interval_hours, site)
+
+
+@functools.lru_cache(maxsize=1024)
+def _checked_board(settings: Settings, name: str, period_hours: int, interval_hours: int, site: str | None) -> Board:
+    """``_check_board`` of values that hash as what they are, for one settings (their sites)."""
+    return _check_board(name, period_hours, interval_hours, site)
+
+
+def _check_board(name: Any, period_hours: Any, interval_hours: Any, site: Any) -> Board:
     check_text(name, "board")
     period_hours, interval_hours = check_board_settings(period_hours, interval_hours)
     return Board(keys.scoped(check_site(site), name), period_hours, interval_hours)

@@ -118,20 +118,6 @@ def totals_expire_at(day: date, site: str = "") -> int:
     return days.kept_until(day, totals_days(), zone_of(site))
 
 
-def check_view(
-    ip: Any, path: Any, now: Any = None, site: Any = None, referrer: Any = None, utm: Any = None
-) -> tuple[str, str, date]:
-    """Validate one page view without making its visitor id (so without COUNTERS_SECRET: what a
-    web process needs): the canonical IP, the normalized path and the site's local day. Any past
-    day is accepted (a day's fate, open or closed, is decided by Redis when the view is written)."""
-    clean_path = check_path(path)
-    clean_ip = check_ip(ip)
-    scope = check_site(site)
-    referrer_domain(referrer)
-    check_campaign(utm)
-    return clean_ip, clean_path, local_day(check_event_time(now, "now"), zone_of(scope))
-
-
 def prepare_view(
     ip: Any, path: Any, now: Any = None, site: Any = None, referrer: Any = None, utm: Any = None
 ) -> SiteView:

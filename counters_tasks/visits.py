@@ -30,7 +30,7 @@ from .core.kind import Kind, register
 from .core.settings import DEFAULT_SITE
 from .core.sites import check_site, zone_of
 from .core.sources import DIRECT, check_campaign, referrer_domain
-from .core.validation import check_event_time, check_message_id
+from .core.validation import check_event_time, check_ip, check_message_id, check_path
 from .payloads import apply_payload
 from .store import keys
 from .store.client import RedisClient
@@ -88,13 +88,20 @@ def visit_from_entry(entry: list[Any]) -> Visit:
 
 def check_visit(
     ip: Any, path: Any, session_id: Any = None, ts: Any = None, site: Any = None, referrer: Any = None, utm: Any = None
-) -> None:
+) -> tuple[float, str | None, dict[str, str]]:
     """Validate one visit as ``prepare_visit`` does, without making the visitor id (the HMAC under
-    COUNTERS_SECRET, which only workers hold): what the app-side producer checks."""
-    ts = check_event_time(ts)
-    sitestats.check_view(ip, path, ts, site, referrer, utm)
+    COUNTERS_SECRET, which only workers hold) or its day: what the app-side producer checks.
+    Returns its time (``ts``; None: now), its referrer reduced to its domain (None when not
+    given) and its campaign (``core.sources``), each worked out once."""
+    ts = time.time() if ts is None else check_event_time(ts)
+    check_path(path)
+    check_ip(ip)
+    check_site(site)
+    domain = None if referrer is None else referrer_domain(referrer)
+    campaign = check_campaign(utm)
     if session_id is not None:
         uniques.session_number(session_id)
+    return ts, domain, campaign
 
 
 def app_visit(
@@ -103,17 +110,14 @@ def app_visit(
     """One visit checked in the app's process (``check_visit``; ``ts`` None: now) and written as
     an item of a ``record_visits`` message: the referrer reduced to its domain (a full URL never
     reaches the broker), what every visit has by default left out."""
-    if ts is None:
-        ts = time.time()
-    check_visit(ip, path, session_id, ts, site, referrer, utm)
+    ts, domain, campaign = check_visit(ip, path, session_id, ts, site, referrer, utm)
     visit: dict[str, Any] = {"ip": ip, "path": path, "ts": ts}
     if session_id is not None:
         visit["session_id"] = session_id
     if site is not None and site != DEFAULT_SITE:
         visit["site"] = site
-    if referrer is not None:
-        visit["referrer"] = referrer_domain(referrer)
-    campaign = check_campaign(utm)
+    if domain is not None:
+        visit["referrer"] = domain
     if campaign:
         visit["utm"] = campaign
     return visit
