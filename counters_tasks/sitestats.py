@@ -234,8 +234,12 @@ def _day_tables(views: list[SiteView]) -> dict[str, dict[str, list[str]]]:
     return tables
 
 
-DAY_VIEWS_PER_CALL = 150
-"""Views one ``site_day`` call applies at most (each costs a few commands: a call stays ~1 ms)."""
+DAY_VIEWS_PER_CALL = 100
+"""Views one ``site_day`` call applies at most. A view costs the server ~15-25 us there (its
+pages' and sources' values read, parsed and written back with their sketches): 150 a call took
+2-3 ms of CPU, up to 6 ms on zipf traffic (issue 32). Fewer a call cost more a visit, as a
+popular page's value is read and written again by each call: 75 took the longest call to ~3 ms
+for 10-20% more of this script's CPU a visit; 100 is between."""
 
 
 def _parts(views: list[SiteView], message_id: str | None) -> tuple[list[list[SiteView]], list[str | None]]:
