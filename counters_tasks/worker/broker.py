@@ -408,8 +408,10 @@ class Channel(AdaptedChannel):
                 log.warning("a message from %s was set aside: %s", dest, bytes_to_str(reply[2]))
                 raise kombu_redis.Empty()
             control = dest in self._no_ack_queues  # control messages, not tasks: delivered as they are
-            check = dead_letters.envelope_problem if control else dead_letters.message_problem
-            reason, checked = check(item)
+            if control:
+                (reason, checked), body = dead_letters.envelope_problem(item), None
+            else:
+                reason, checked, body = dead_letters.message_check(item)
             if reason is not None:  # kombu or Celery would raise on it in the loop, or restore it forever
                 with self.conn_or_acquire() as client:
                     dead_letters.set_aside_message(
@@ -423,7 +425,7 @@ class Channel(AdaptedChannel):
             else:
                 self._recorded_by_take = recorded_tag(message)
             try:
-                self.deliver(message, dest)
+                self.deliver(message, dest, body)
             finally:
                 self._recorded_by_take = None
             return True

@@ -98,6 +98,16 @@ def envelope_problem(item: bytes | str) -> tuple[str | None, dict[str, Any] | No
     return None, message
 
 
+def message_check(item: bytes | str) -> tuple[str | None, dict[str, Any] | None, Any]:
+    """``message_problem``'s ``(reason, message)`` and the task's body it decoded (kombu's JSON;
+    None when refused), which the worker hands on with the message rather than decode it again."""
+    reason, message = envelope_problem(item)
+    if message is None:
+        return reason, None, None
+    reason, body = task_check(message)
+    return reason, message, body
+
+
 def message_problem(item: bytes | str) -> tuple[str | None, dict[str, Any] | None]:
     """``(reason, message)``: why a raw broker item cannot be handed to Celery (None when it can),
     and the decoded kombu message when it got that far: decoded as kombu decodes it (its JSON
@@ -105,10 +115,8 @@ def message_problem(item: bytes | str) -> tuple[str | None, dict[str, Any] | Non
     that kombu's decoder refuses (a ``__type__`` object it cannot rebuild) is ``not_json`` too:
     handed to kombu it raised in the worker's loop, which took it again and again while the
     messages behind it waited. The task message itself is checked by ``task_problem``."""
-    reason, message = envelope_problem(item)
-    if message is None:
-        return reason, None
-    return task_problem(message), message
+    reason, message, _body = message_check(item)
+    return reason, message
 
 
 def task_problem(message: dict[str, Any]) -> str | None:
@@ -116,20 +124,25 @@ def task_problem(message: dict[str, Any]) -> str | None:
     one as ``delivered_message`` shows it) cannot be handed to Celery as a task, whatever the
     broker; None when it can. Celery raises in the worker's loop on each of these (a missing
     ``id`` header or a body that is not ``[args, kwargs, embed]`` made the main process exit)."""
+    return task_check(message)[0]
+
+
+def task_check(message: dict[str, Any]) -> tuple[str | None, Any]:
+    """``task_problem``'s reason, and the body it decoded when there is none (else None)."""
     if not _is_message(message):
-        return "not_a_message"
+        return "not_a_message", None
     headers = message["headers"]
     if not isinstance(headers.get("task"), str):  # protocol 2: the task name is a header
-        return "no_task"
+        return "no_task", None
     if "id" not in headers:
-        return "no_id"
+        return "no_id", None
     if message.get("content-type") != "application/json":
-        return "not_json_content"
+        return "not_json_content", None
     try:
         body = _body(message)
-    except ValueError:  # binascii.Error and UnicodeDecodeError too
-        return "not_json"
-    return "bad_body" if _arguments(body) is None else None
+    except Exception:  # noqa: BLE001  not base64, UTF-8 or JSON, or kombu's type hook refused a value
+        return "not_json", None
+    return ("bad_body", None) if _arguments(body) is None else (None, body)
 
 
 def delivered_message(message: Any) -> dict[str, Any]:
@@ -143,16 +156,17 @@ def task_arguments(message: dict[str, Any]) -> tuple[list[Any], dict[str, Any]] 
     embed]`` (base64 or not), or None when it is not."""
     try:
         return _arguments(_body(message))
-    except ValueError:
+    except Exception:  # noqa: BLE001  not base64, UTF-8 or JSON, or kombu's type hook refused a value
         return None
 
 
 def _body(message: dict[str, Any]) -> Any:
-    """The JSON of a message's body (base64 or not); ValueError when it is not JSON."""
+    """The JSON of a message's body (base64 or not), decoded as kombu decodes it (its own types:
+    what Celery is then given); raises when it is not JSON or kombu refuses a value."""
     body: str | bytes = message["body"]
     if message["properties"].get("body_encoding") == "base64":
         body = base64.b64decode(body, validate=True)
-    return json.loads(body)
+    return kombu_loads(body)
 
 
 def _arguments(decoded: Any) -> tuple[list[Any], dict[str, Any]] | None:

@@ -14,6 +14,8 @@ what it is for:
   ``read_poll_error``), with the state kombu keeps privately that those hooks must keep as kombu
   does (``consume_sent``, ``consume_in_flight``, ``reply_read``, ``queues_in_turn``,
   ``queue_key``, ``deliver``);
+- ``DecodedMessage``: kombu's message of such a channel, whose body ``deliver`` may give already
+  decoded (kombu's ``Message._decode``), so Celery's worker does not decode it a second time;
 - ``register_wait``, ``unregister_wait``, ``registered_event``: one more connection watched by
   the transport's poller;
 - ``socket_of``: the socket of a redis-py connection (redis-py 6.4 to 8.1).
@@ -34,9 +36,32 @@ from time import monotonic
 from typing import Any
 
 from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual
 
 KOMBU_CHECKED = ("5.7.0",)
 """The kombu releases this module was checked against (the whole of pyproject.toml's range today)."""
+
+
+class DecodedMessage(virtual.Message):
+    """kombu's message of a Redis channel, its body given already decoded when the channel's
+    ``deliver`` had it (the worker's check of each message decodes it: ``worker.dead_letters``).
+    Celery's worker reads a task message's ``payload`` in its main process (to tell protocol 1
+    from 2), which decodes the whole body once more: 9 us a visit of a 1,000-visit batch (issue
+    32). kombu decodes in ``_decode`` (what ``decode`` memoizes); the body given is used there
+    only for a content type the consumer accepts (``accept``, set after the message is made),
+    else kombu decodes and refuses it as it would. Should kombu rename ``_decode``, the body is
+    decoded twice again, as before (``tests/faults/test_broker.py`` fails)."""
+
+    def __init__(self, payload: Any, channel: Any = None, **kwargs: Any) -> None:
+        super().__init__(payload, channel=channel, **kwargs)
+        held = getattr(channel, "_delivering", None)
+        self.decoded_body: Any = held[1] if held is not None and held[0] is payload else None
+
+    def _decode(self) -> Any:
+        body, self.decoded_body = self.decoded_body, None
+        if body is not None and (self.accept is None or self.content_type in self.accept):
+            return body
+        return super()._decode()
 
 
 class Channel(kombu_redis.Channel):
@@ -53,6 +78,8 @@ class Channel(kombu_redis.Channel):
     _in_poll: Any = None  # the connection a consume command is in flight on, or a false value
     _brpop_sent_at: Any = None  # the monotonic time that command was sent
     _queue_cycle: Any  # the round-robin order of the active queues (kombu's ``cycle_by_name``)
+    _delivering: tuple[dict[str, Any], Any] | None = None  # (message, its decoded body) in ``deliver``
+    Message = DecodedMessage
 
     def _create_client(self, asynchronous=False):
         return self.create_client(asynchronous)
@@ -125,13 +152,18 @@ class Channel(kombu_redis.Channel):
         queue's own name for the first step, ``queue`` + ``sep`` + step for the others)."""
         return self._q_for_pri(queue, priority)
 
-    def deliver(self, message: dict[str, Any], queue: str) -> None:
+    def deliver(self, message: dict[str, Any], queue: str, body: Any = None) -> None:
         """Hand a message taken from ``queue`` to its consumer, as kombu's ``_brpop_read`` does:
         ``queue`` goes last in the round-robin order (``_queue_cycle.rotate``), then the
         transport calls the consumer's callback (``connection._deliver``; a message of a queue
-        nobody consumes is rejected there)."""
+        nobody consumes is rejected there). ``body``: the message's body already decoded (by
+        kombu's JSON), which its ``DecodedMessage`` then gives instead of decoding it again."""
         self._queue_cycle.rotate(queue)
-        self.connection._deliver(message, queue)
+        self._delivering = None if body is None else (message, body)
+        try:
+            self.connection._deliver(message, queue)
+        finally:
+            self._delivering = None
 
 
 def register_wait(cycle: Any, channel: Any, client: Any, event_type: str) -> None:

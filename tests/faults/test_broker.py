@@ -205,3 +205,39 @@ def test_acks_made_together_leave_the_broker_in_one_round_trip(broker_server):
         assert (stats["cmdstat_zrem"]["calls"], stats["cmdstat_hdel"]["calls"]) == (1, 1)
         assert raw.hlen("unacked") == 0 and raw.zcard("unacked_index") == 0
         assert all(message.acknowledged for message in got)
+
+
+def test_a_task_body_is_decoded_once_and_refused_as_kombu_would(broker_server, monkeypatch):
+    """The take's check decodes a task message's body (``worker.dead_letters``); the message
+    kombu then delivers gives that very body, so Celery reading its payload in the worker's main
+    process does not decode it a second time (9 us a visit of a 1,000-visit batch, issue 32). A
+    consumer that does not accept JSON still refuses it, as kombu would."""
+    import kombu.message
+    from kombu.exceptions import ContentDisallowed
+
+    decodes = []
+    real = kombu.message.loads
+    monkeypatch.setattr(kombu.message, "loads", lambda *a, **k: decodes.append(a[1]) or real(*a, **k))
+    url = broker_server.url.replace("/0", "/1")
+    exchange = Exchange("visits", "direct")
+    queue = Queue("visits", exchange, "visits")
+    sent = [[[{"ip": "192.0.2.1", "path": "/a", "ts": 1.5}] * 3], {}, {"callbacks": None}]
+    with Connection(url, transport="counters_tasks.worker.broker:Transport") as conn:
+        for n in range(2):
+            conn.Producer().publish(
+                sent,
+                exchange=exchange,
+                routing_key="visits",
+                declare=[queue],
+                headers={"task": "counters_tasks.record_visits", "id": f"t{n}"},
+            )
+        got = []
+        with conn.Consumer(queue, callbacks=[lambda body, message: got.append(message.payload) or message.ack()]):
+            conn.drain_events(timeout=5)
+        assert got == [sent] and decodes == []  # decoded by the check only
+        refused = []
+        with conn.Consumer(
+            queue, accept=["pickle"], callbacks=[got.append], on_decode_error=lambda m, exc: refused.append(exc)
+        ):
+            conn.drain_events(timeout=5)
+        assert len(got) == 1 and [type(exc) for exc in refused] == [ContentDisallowed]
