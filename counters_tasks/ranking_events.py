@@ -69,11 +69,13 @@ def app_event(
     site: Any = None,
 ) -> dict[str, Any]:
     """One event checked in the app's process (``prepare_event``; ``ts`` None: now) and written as
-    an item of an ``incr_rankings`` message, the default settings and site left out."""
+    an item of an ``incr_rankings`` message, the default amount, settings and site left out."""
     if ts is None:
         ts = time.time()
     prepare_event(board, member, amount, ts, period_hours, interval_hours, site)
-    event: dict[str, Any] = {"board": board, "member": member, "amount": amount, "ts": ts}
+    event: dict[str, Any] = {"board": board, "member": member, "ts": ts}
+    if type(amount) is not int or amount != 1:
+        event["amount"] = amount
     if (period_hours, interval_hours) != (24, 1):
         event.update(period_hours=period_hours, interval_hours=interval_hours)
     if site is not None and site != DEFAULT_SITE:
