@@ -237,6 +237,7 @@ def main() -> int:
         )
         os.environ.update({k: env[k] for k in ("COUNTERS_REDIS_URL", "CELERY_BROKER_URL", "COUNTERS_SECRET")})
         conn = redis.Redis.from_url(data.url)
+        server = server_of(conn)  # (read while it runs: the reference is written after it stops)
         ceiling = pipelined_ceiling(conn, data.port)
         print(f"counters Redis: {ceiling:,.0f} commands/s pipelined 64 deep (the ceiling's numerator)")
         log = open(Path(tmp) / "worker.log", "wb")
@@ -283,7 +284,7 @@ def main() -> int:
                 if args.reference != "check":
                     break
                 print(f"\n== against {REFERENCE.relative_to(REPO)} (+{MARGIN - 1:.0%} allowed), measure {attempt + 1}")
-                found = {line.split(":")[0]: line for line in check_reference(ratios, server=server_of(conn))}
+                found = {line.split(":")[0]: line for line in check_reference(ratios, server=server)}
                 over = found if attempt == 0 else {name: line for name, line in found.items() if name in over}
                 if not over:
                     break
@@ -297,7 +298,7 @@ def main() -> int:
                 worker.kill()
                 worker.wait()
     if args.reference == "record":
-        record_reference(ratios, args.visits, args.rounds, server_of(conn))
+        record_reference(ratios, args.visits, args.rounds, server)
     elif args.reference == "check":
         if over:
             print(f"dearer than the reference in each of {ATTEMPTS} measures: " + "; ".join(over.values()))
