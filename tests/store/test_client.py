@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 import redis
 from redis.connection import HiredisRespSerializer
 from redis.exceptions import DataError
@@ -51,7 +50,15 @@ def test_user_strings_never_pick_the_slot():
 
 def test_the_packer_sends_what_redis_py_would_and_the_client_uses_it(redis_url, monkeypatch):
     """``ArgsPacker`` skips redis-py's pass over each argument: the bytes on the wire must be the
-    stock serializer's for every kind of argument the package or a caller sends."""
+    stock serializer's for every kind of argument the package or a caller sends, and what it
+    refuses the same (redis-py 6.4 refuses a memoryview, 8 converts it)."""
+
+    def packed(packer: HiredisRespSerializer, command: tuple) -> object:
+        try:
+            return packer.pack(*command)
+        except DataError:
+            return DataError
+
     stock, ours = HiredisRespSerializer(), store_client.ArgsPacker()
     commands = [
         ("EVALSHA", "ab" * 20, 2, "k1", b"k2", 0, -7, 2**62, 1.5, 1e-300, "é", b"\xff"),
@@ -60,9 +67,8 @@ def test_the_packer_sends_what_redis_py_would_and_the_client_uses_it(redis_url, 
         ("SET", memoryview(b"mv"), bytearray(b"ba")),
     ]
     for command in commands:
-        assert ours.pack(*command) == stock.pack(*command), command
-    with pytest.raises(DataError):
-        ours.pack("SET", "k", None)
+        assert packed(ours, command) == packed(stock, command), command
+    assert packed(ours, ("SET", "k", None)) is DataError
     monkeypatch.setenv("COUNTERS_REDIS_URL", redis_url)
     reset_settings()
     conn = store_client.get_redis()
