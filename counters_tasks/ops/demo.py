@@ -71,7 +71,7 @@ def run_demo(visits: int, concurrency: int = 2, seed: int = 1, timeout: float = 
         visitors = [f"198.51.100.{i}" for i in range(1, 255)] + [f"2001:db8::{i:x}" for i in range(1, 200)]
         sessions = [str(uuid.uuid4()) for _ in range(300)]
         board = ranking.Ranking(conn, BOARD)
-        before_hits = {path: _hits(conn, f"hits:{path}") for path in DEMO_PATHS}
+        before_hits = {path: _hits(conn, counters.PAGE_HITS + path) for path in DEMO_PATHS}
         before_top = dict(_top(board, 100))
         before_pv = sitestats.site_visit_info(conn).pv
         before_page_pv = {path: sitestats.site_visit_info(conn, None, path).pv for path in DEMO_PATHS}
@@ -112,12 +112,12 @@ def run_demo(visits: int, concurrency: int = 2, seed: int = 1, timeout: float = 
         print(f"{'path':<24}{'sent':>7}{'hits':>7}{'rank':>7}{'PV':>7}  |{'PV today':>10}{'UV today':>10}   per minute")
         exact = applied == visits
         for path in sorted(DEMO_PATHS, key=lambda p: -sent[p]):
-            hits = _hits(conn, f"hits:{path}") - before_hits[path]
+            hits = _hits(conn, counters.PAGE_HITS + path) - before_hits[path]
             rank = top_now.get(path, 0) - before_top.get(path, 0)
             page_pv = sitestats.site_visit_info(conn, None, path).pv - before_page_pv[path]
             exact &= hits == sent[path] == rank == page_pv
             info = sitestats.site_visit_info(conn, today, path)
-            series = [t for _b, t in counters.get_counter(conn, f"hits:{path}", 60)][-10:]
+            series = [t for _b, t in counters.get_counter(conn, counters.PAGE_HITS + path, 60)][-10:]
             print(
                 f"{path:<24}{sent[path]:>7}{hits:>7}{rank:>7}{page_pv:>7}  |{info.pv:>10}{info.uv:>10}   "
                 f"{' '.join(map(str, series))}"
