@@ -55,7 +55,8 @@ def run_script(conn: RedisClient, name: str, keys: list, args: list, client: Any
 
     Queued on a pipeline it goes as a bare EVALSHA (no SCRIPT EXISTS round trip first);
     ``execute_in_order`` loads the script and runs the command again on a NOSCRIPT reply. A
-    cluster pipeline cannot do that, so there the source goes as EVAL.
+    cluster pipeline cannot do that, so there the source goes as EVAL, to the node that serves
+    its keys' slot (``script_node``).
     """
     registered = script(conn, name)
     if client is None or client is conn:
@@ -65,8 +66,20 @@ def run_script(conn: RedisClient, name: str, keys: list, args: list, client: Any
             conn.script_load(registered.script)
             return conn.evalsha(registered.sha, len(keys), *keys, *args)
     if isinstance(client, ClusterPipeline):
-        return client.execute_command("EVAL", registered.script, len(keys), *keys, *args)
+        return client.execute_command(
+            "EVAL", registered.script, len(keys), *keys, *args, target_nodes=script_node(client, keys)
+        )
     return client.evalsha(registered.sha, len(keys), *keys, *args)
+
+
+def script_node(pipe: ClusterPipeline, keys: list) -> Any:
+    """The node serving the slot of a script call's keys (they share one hash tag), for a cluster
+    pipeline. Left to itself, redis-py 8's pipeline asks the client's default node where each
+    EVAL goes (``COMMAND GETKEYS``, a round trip a call) and never replaces that node when it
+    dies: a process whose default node was a killed master kept failing on it after the
+    failover. A stale slot map still fails the call on its dead master, and that failure makes
+    redis-py refresh the map, as for any command."""
+    return pipe.nodes_manager.get_node_from_slot(pipe.keyslot(keys[0])) if keys else None
 
 
 def _execute(conn: RedisClient, pipe: Any) -> list[Any]:

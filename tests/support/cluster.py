@@ -113,6 +113,29 @@ class RedisClusterProcesses:
 
         wait_until(all_ok, timeout, interval=0.1, what="the Redis Cluster to be ok")
 
+    def wait_failed_over(self, dead_port: int, timeout: float = 60.0) -> None:
+        """Until every live node serves every slot from nodes other than the one on ``dead_port``
+        (its replica promoted). ``wait_ok`` alone can pass at once after a kill: the nodes notice
+        the failure only after the node timeout."""
+
+        def promoted() -> bool:
+            try:
+                maps = [
+                    redis.Redis(port=n.port).execute_command("CLUSTER", "SLOTS")
+                    for n in self.nodes
+                    if n.process and n.process.poll() is None
+                ]
+            except redis.RedisError:
+                return False
+            return all(
+                sum(end - start + 1 for start, end, master, *_ in slots) == 16384
+                and all(master[1] != dead_port for _start, _end, master, *_ in slots)
+                for slots in maps
+            )
+
+        wait_until(promoted, timeout, interval=0.1, what=f"the replica of the node on port {dead_port} to take over")
+        self.wait_ok(timeout)
+
     def wait_replicas(self, timeout: float = 60.0) -> None:
         """Until every master streams writes to its replicas (called by ``start``: it runs FLUSHALL).
 
