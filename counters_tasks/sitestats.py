@@ -29,7 +29,9 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
+import heapq
 import hmac
+import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -37,6 +39,7 @@ from datetime import date
 from typing import Any, NamedTuple
 
 from redis.client import NEVER_DECODE
+from redis.exceptions import RedisError
 
 from . import live, refusals
 from .core import days
@@ -442,24 +445,164 @@ def _path_range_uv(per_day: list[SiteCount], values: list[Any]) -> tuple[int, bo
 PAGES_PER_CALL = 1000
 """Fields one HSCAN call of ``top_pages`` asks for, so no read runs long."""
 
+DAY_TOP_KEPT = 250
+"""Paths a day's ``DayTop`` lists: a range read of ``top_pages`` reads these, not every page."""
+
+RESOLVE_LIMIT = 2000
+"""Paths whose missing days ``top_pages`` reads one by one before it reads the days whole."""
+
+
+@dataclass(frozen=True)
+class DayTop:
+    """The most viewed paths of one day's pages HASH, for range reads: ``pages`` the first
+    DAY_TOP_KEPT ``(field, pv)`` by views (then field), ``floor`` the most views of a path left
+    out (0: none is), ``pv`` the day's totals pv when it was made (the top holds while the day's
+    pv is still that: every view adds to both in one script call)."""
+
+    pv: int
+    floor: int
+    pages: dict[str, int]
+
+    @classmethod
+    def of(cls, pv: int, views: dict[str, int]) -> DayTop:
+        ranked = heapq.nsmallest(DAY_TOP_KEPT + 1, views.items(), key=_rank)
+        left_out = ranked[DAY_TOP_KEPT:]
+        return cls(pv, left_out[0][1] if left_out else 0, dict(ranked[:DAY_TOP_KEPT]))
+
+    def dumps(self) -> str:
+        return json.dumps({"pv": self.pv, "floor": self.floor, "pages": list(self.pages.items())})
+
+    @classmethod
+    def loads(cls, raw: Any) -> DayTop | None:
+        try:
+            data = json.loads(raw)
+            return cls(int(data["pv"]), int(data["floor"]), {str(f): int(n) for f, n in data["pages"]})
+        except (ValueError, TypeError, KeyError):
+            return None  # not one of ours: made again
+
+
+def _day_views(conn: RedisClient, table: str) -> dict[str, int]:
+    """Every field's page views of one day's table, read in HSCAN pages."""
+    views: dict[str, int] = {}
+    for field, value in conn.hscan_iter(table, count=PAGES_PER_CALL):
+        pv = int(value.partition(b" " if isinstance(value, bytes) else " ")[0])  # "<pv> <uv> <sketch>"
+        if pv > 0:
+            views[as_str(field)] = pv
+    return views
+
+
+def _day_tops(conn: RedisClient, span: list[date], scope: str) -> list[DayTop]:
+    """Each day's ``DayTop``: the stored one while the day's pv is still the one it was made at,
+    else made again from the day's pages (every page read: a complete top, floor 0) and stored for
+    the next read with the pages HASH's time to live. A store that fails (a full Redis) is left:
+    the top is only a shortcut, the figures come from the pages."""
+    pipe = read_pipeline(conn)
+    for day in span:
+        tag = keys.site_day_tag(day, scope)
+        pipe.hget(keys.site_day_totals(day, tag=tag, site=scope), "pv")
+        pipe.get(keys.site_day_pages_top(day, tag=tag, site=scope))
+    replies = pipe.execute()
+    tops, stale = [], []
+    for n, day in enumerate(span):
+        pv, stored = int(replies[2 * n] or 0), replies[2 * n + 1]
+        top = DayTop.loads(stored) if stored is not None else None
+        if pv == 0:
+            top = DayTop(0, 0, {})
+        elif top is None or top.pv != pv:
+            pages = keys.site_day_pages(day, site=scope)
+            views = _day_views(conn, pages)
+            top = DayTop.of(pv, views)
+            stale.append((day, top, conn.pttl(pages)))
+            top = DayTop(pv, 0, views)  # this read has every page of the day
+        tops.append(top)
+    if stale:
+        try:
+            store = read_pipeline(conn)
+            for day, top, ttl in stale:
+                store.set(keys.site_day_pages_top(day, site=scope), top.dumps(), px=ttl if ttl > 0 else 86_400_000)
+            store.execute()
+        except RedisError:
+            pass
+    return tops
+
 
 def top_pages(
     conn: RedisClient, start: date, end: date, limit: int = 10, *, site: str | None = None
 ) -> list[tuple[str, int]]:
     """``(path, page views)`` over the local days ``start``..``end``, most viewed first, ties by
-    path. Exact: each day's pages HASH (one slot per day, at most COUNTERS_MAX_DAY_PATHS paths
-    plus ``OTHER``) is read in HSCAN pages and summed here, so the work is bounded by the days
-    and that cap, never by the paths ever seen. ``site``: as in ``site_visit_info``."""
+    path. Exact, and bounded by the days, never by the paths ever seen: each day's most viewed
+    paths (``DayTop``, made from its pages HASH once and kept while the day gets no view) give
+    the candidates and, with the most views of a path each day left out, a bound on every other
+    path; the leading candidates' other days are read one by one until the first ``limit`` are
+    certain. When they cannot be (ties at the bound, or more than RESOLVE_LIMIT paths to read),
+    every page of the days is read and summed, as a day's HASH holds at most
+    COUNTERS_MAX_DAY_PATHS paths plus ``OTHER``. ``site``: as in ``site_visit_info``."""
     scope = check_site(site)
     with keys.bound(conn):
         check_day_range(start, end)
         check_int(limit, "limit", 1, 10_000)
-        totals: Counter[str] = Counter()
-        for day in days.days_between(start, end):
-            for field, value in conn.hscan_iter(keys.site_day_pages(day, site=scope), count=PAGES_PER_CALL):
-                totals[as_str(field) or OTHER] += _page_figures(value)[0]
-        ranked = sorted(((p, n) for p, n in totals.items() if n > 0), key=lambda item: (-item[1], item[0]))
-        return ranked[:limit]
+        span = days.days_between(start, end)
+        tops = _day_tops(conn, span, scope)
+        ranked = _certain_top(conn, span, tops, limit, scope)
+        if ranked is None:
+            totals: Counter[str] = Counter()
+            for day in span:
+                totals.update(_day_views(conn, keys.site_day_pages(day, site=scope)))
+            ranked = sorted(totals.items(), key=_rank)[:limit]
+        return [(path or OTHER, n) for path, n in ranked]
+
+
+def _rank(item: tuple[str, int]) -> tuple[int, str]:
+    """Most views first, ties by the name shown (the field "" is shown as ``OTHER``)."""
+    return -item[1], item[0] or OTHER
+
+
+def _certain_top(
+    conn: RedisClient, span: list[date], tops: list[DayTop], limit: int, scope: str
+) -> list[tuple[str, int]] | None:
+    """The first ``limit`` ``(field, pv)`` over the days of ``tops``, or None when they are not
+    certain within RESOLVE_LIMIT reads. A field's views over the range are at least those its
+    days list, and at most that plus each other day's floor; a field no day lists has at most
+    the sum of the floors. Candidates are made exact (their unlisted days with a floor read) in
+    the order of their bound, until the ``limit``-th exact total is over every bound left."""
+    known: Counter[str] = Counter()
+    listed_floors: Counter[str] = Counter()
+    for top in tops:
+        known.update(top.pages)
+        if top.floor:
+            for field in top.pages:
+                listed_floors[field] += top.floor
+    floors = sum(top.floor for top in tops)
+    if not floors:  # every day's top lists all its paths
+        return heapq.nsmallest(limit, known.items(), key=_rank)
+    upper = {field: n + floors - listed_floors[field] for field, n in known.items()}
+    order = sorted(known, key=lambda field: (-upper[field], field or OTHER))
+    exact: dict[str, int] = {}
+    next_at, reads, size = 0, 0, max(limit, 50)
+
+    def certain() -> bool:
+        best = heapq.nsmallest(limit, exact.items(), key=_rank)
+        left = upper[order[next_at]] if next_at < len(order) else 0
+        return len(best) == limit and best[-1][1] > max(floors, left)
+
+    while not certain():
+        if next_at >= len(order) or reads > RESOLVE_LIMIT:
+            return None
+        batch = order[next_at : next_at + size]
+        next_at, size = next_at + len(batch), 2 * size
+        asked = [(field, n) for field in batch for n, top in enumerate(tops) if top.floor and field not in top.pages]
+        values = []
+        if asked:
+            pipe = read_pipeline(conn)
+            for field, n in asked:
+                pipe.hget(keys.site_day_pages(span[n], site=scope), field)
+            values = pipe.execute()
+        reads += len(asked)
+        for field in batch:
+            exact[field] = known[field]
+        for (field, _n), value in zip(asked, values, strict=True):
+            exact[field] += _page_figures(value)[0]
+    return heapq.nsmallest(limit, exact.items(), key=_rank)
 
 
 class SourceCount(NamedTuple):

@@ -422,6 +422,13 @@ def site_day_pages(day: date, *, tag: str | None = None, site: str = "") -> str:
     return f"{prefix()}site:{{{tag or site_day_tag(day, site)}}}:pages:{day_label(day, site)}"
 
 
+def site_day_pages_top(day: date, *, tag: str | None = None, site: str = "") -> str:
+    """STRING (JSON) of one day's most viewed paths (``sitestats.DayTop``): made by a range read
+    of ``top_pages`` from the day's pages HASH, good while the day's totals pv is the one it
+    names; expires with the pages HASH it was made from."""
+    return f"{prefix()}site:{{{tag or site_day_tag(day, site)}}}:ptop:{day_label(day, site)}"
+
+
 def site_day_pairs(day: date, *, tag: str | None = None, site: str = "") -> str:
     """SET of "<visitor><path digest>" (11 + 8 characters) seen on one day: each path's exact daily UV
     (until the day's open_until)."""

@@ -24,6 +24,10 @@ SMOKE = {
     "commands.py": (["--visits", "100", "--shape", "zipf"], "commands per visit: batch"),
     "markers.py": (["--visits", "500"], "marker"),
     "cluster.py": (["--visits", "500", "--procs", "1"], "cluster"),
+    "reads.py": (
+        ["--days", "3", "--paths", "400", "--views", "900", "--spans", "1,3", "--repeat", "2"],
+        "every read equals the count of the visits written",
+    ),
     "longhaul.py": (
         ["--days", "3", "--paths", "20000", "--visits-per-day", "200", "--every", "1", "--probe", "20000"],
         "longhaul targets met",

@@ -1,0 +1,127 @@
+"""``sitestats.top_pages`` over ranges: exact against a plain count of the visits written, while a
+range read reads each day's most viewed paths (``DayTop``) instead of every page of every day."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+
+from counters_tasks import sitestats
+from counters_tasks.core.days import local_day
+from counters_tasks.visits import apply_visits
+from tests.support.visit_model import local_date
+
+DAY = 86400
+
+
+def write(conn, visits: list[tuple[str, str, float]]) -> None:
+    for first in range(0, len(visits), 500):
+        apply_visits(conn, [{"ip": ip, "path": path, "ts": ts} for ip, path, ts in visits[first : first + 500]])
+
+
+def day_visits(rng: random.Random, noon: float, paths: int, views: int) -> list[tuple[str, str, float]]:
+    """A day of views: a few popular paths (zipf-like weights, ties among them) and a tail."""
+    names = [f"/p{n}" for n in range(paths)]
+    weights = [max(1, 40 // (1 + n // 3)) for n in range(paths)]  # groups of three equal weights: ties
+    return [
+        (
+            f"10.9.{rng.randrange(200)}.{rng.randrange(200)}",
+            rng.choices(names, weights)[0],
+            noon + rng.uniform(-3, 3) * 3600,
+        )
+        for _ in range(views)
+    ]
+
+
+def expected(visits, first, last, limit):
+    counts = Counter(path for _ip, path, ts in visits if first <= local_date(ts) <= last)
+    return sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:limit]
+
+
+def hscans(conn) -> int:
+    return int(conn.info("commandstats").get("cmdstat_hscan", {}).get("calls", 0))
+
+
+@pytest.fixture
+def history(conn, monkeypatch):
+    """Twelve past days of views, each with more paths than a day's top keeps."""
+    monkeypatch.setattr(sitestats, "DAY_TOP_KEPT", 6)
+    rng = random.Random(11)
+    today = local_day(time.time())
+    noons = [time.mktime((today - timedelta(days=back)).timetuple()) + DAY / 2 for back in range(14, 2, -1)]
+    visits = [v for noon in noons for v in day_visits(rng, noon, paths=40, views=rng.randrange(150, 400))]
+    write(conn, visits)
+    days = sorted({local_date(ts) for _ip, _path, ts in visits})
+    return visits, days, rng
+
+
+@pytest.mark.cluster
+def test_top_pages_is_exact_on_first_and_later_reads_and_after_a_late_view(conn, history):
+    visits, days, rng = history
+    ranges = [(days[0], days[-1]), (days[2], days[8]), (days[5], days[5]), (days[0], days[3])]
+    for _round in range(2):  # the first read makes the days' tops, the second reads them
+        for first, last in ranges:
+            for limit in (1, 3, 10, 50):
+                assert sitestats.top_pages(conn, first, last, limit) == expected(visits, first, last, limit), (
+                    first,
+                    last,
+                    limit,
+                )
+    # Views land on a day whose top is kept (a log imported late): the next read counts them.
+    late_noon = time.mktime(days[4].timetuple()) + DAY / 2
+    late = [
+        (f"10.8.{n // 200}.{n % 200}", "/p39", late_noon) for n in range(300)
+    ]  # a tail path becomes the day's first
+    write(conn, late)
+    visits += late
+    for first, last in ranges:
+        assert sitestats.top_pages(conn, first, last, 5) == expected(visits, first, last, 5)
+
+
+def test_a_range_read_again_reads_each_days_top_not_its_pages(raw_conn, history):
+    visits, days, _rng = history
+    first, last = days[0], days[-1]
+    before = hscans(raw_conn)
+    assert sitestats.top_pages(raw_conn, first, last, 5) == expected(visits, first, last, 5)
+    made = hscans(raw_conn) - before
+    assert made >= len(days)  # the first read reads each day's pages once
+    before = hscans(raw_conn)
+    for limit in (1, 3, 5):  # (well within the 6 paths a day's top keeps here)
+        assert sitestats.top_pages(raw_conn, first, last, limit) == expected(visits, first, last, limit)
+    assert hscans(raw_conn) == before  # later reads: the days' tops and a few HGETs
+    # A day that gets a view is read whole again, and only that day.
+    noon = time.mktime(days[3].timetuple()) + DAY / 2
+    write(raw_conn, [("10.7.0.1", "/p1", noon)])
+    visits.append(("10.7.0.1", "/p1", noon))
+    before = hscans(raw_conn)
+    assert sitestats.top_pages(raw_conn, first, last, 5) == expected(visits, first, last, 5)
+    assert 1 <= hscans(raw_conn) - before < made
+
+
+def test_paths_tied_at_the_bound_are_read_whole_and_stay_exact(raw_conn, monkeypatch):
+    """Every day has the same views of many paths: no top can tell its first paths apart, so the
+    read falls back to every page of the days, and is exact."""
+    monkeypatch.setattr(sitestats, "DAY_TOP_KEPT", 3)
+    today = local_day(time.time())
+    visits = []
+    for back in range(3, 7):
+        noon = time.mktime((today - timedelta(days=back)).timetuple()) + DAY / 2
+        visits += [(f"10.6.{back}.{n}", f"/t{n % 20}", noon) for n in range(100)]
+    write(raw_conn, visits)
+    first, last = today - timedelta(days=6), today - timedelta(days=3)
+    for _round in range(2):
+        assert sitestats.top_pages(raw_conn, first, last, 4) == expected(visits, first, last, 4)
+
+
+def test_a_stored_top_that_is_not_ours_is_made_again(raw_conn, history):
+    from counters_tasks.store import keys
+
+    visits, days, _rng = history
+    sitestats.top_pages(raw_conn, days[0], days[-1], 3)
+    with keys.bound(raw_conn):
+        raw_conn.set(keys.site_day_pages_top(days[1]), b"not json")
+    assert sitestats.top_pages(raw_conn, days[0], days[-1], 3) == expected(visits, days[0], days[-1], 3)
