@@ -29,9 +29,11 @@ import argparse
 import json
 import os
 import random
+import statistics
 import sys
 import time
 from collections import Counter
+from datetime import timedelta
 
 from bench._common import bench_redis, client
 from counters_tasks import counters, sitestats, visits
@@ -136,6 +138,47 @@ def memory_delta(conn, batch: list[dict]) -> float:
     return (after - before - (tables_after - tables_before) + share * (keys_after - keys_before)) / len(batch)
 
 
+READ_TARGET_MS = 50.0
+"""The slowest of a read's repeats (its p99 at READ_REPEAT) over any span (issue 32)."""
+READ_REPEAT = 20
+
+
+def timed_reads(conn, sites: list[str | None], last, days: int) -> list[str]:
+    """Every dashboard read (the site's stats, top pages, top sources, a page's figures, the
+    site's counter) over 1, 30 and all ``days`` days ending ``last``, each site: the first read
+    (it may make the days' tops) and READ_REPEAT more (median and slowest), in ms. Returns the
+    reads whose slowest repeat is over READ_TARGET_MS."""
+    reads = {
+        "stats": lambda start, site: sitestats.site_visit_range(conn, start, last, site=site),
+        "top pages": lambda start, site: sitestats.top_pages(conn, start, last, 10, site=site),
+        "top sources": lambda start, site: sitestats.top_sources(conn, start, last, "referrer", 10, site=site),
+        "a page": lambda start, site: sitestats.site_visit_range(conn, start, last, POPULAR[0], site=site),
+        "counter": lambda start, site: counters.get_counter(conn, "hits", 3600, day_end(last), site=site),
+    }
+    spans = sorted({1, min(30, days), days})
+    print(
+        f"{'read':>12} {'days':>5} {'first ms':>9} {'p50 ms':>8} {'max ms':>8}  (the slowest site; {READ_REPEAT} repeats)"
+    )
+    over = []
+    for name, read in reads.items():
+        for span in spans:
+            start = last - timedelta(days=span - 1)
+            worst = (0.0, 0.0, 0.0)
+            for site in sites:
+                times = []
+                for _ in range(1 + READ_REPEAT):
+                    began = time.perf_counter()
+                    read(start, site)
+                    times.append((time.perf_counter() - began) * 1000)
+                first, rest = times[0], sorted(times[1:])
+                worst = max(worst, (rest[-1], statistics.median(rest), first))
+            print(f"{name:>12} {span:>5} {worst[2]:>9.1f} {worst[1]:>8.1f} {worst[0]:>8.1f}")
+            if worst[0] > READ_TARGET_MS:
+                over.append(f"{name} over {span} days: {worst[0]:.1f} ms > {READ_TARGET_MS:.0f} ms")
+    sys.stdout.flush()
+    return over
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--days", type=int, default=90)
@@ -215,6 +258,7 @@ def main() -> None:
             referred = sum(s.pv for s in sitestats.top_sources(conn, day, day, limit=1000, site=site))
             assert referred == pv_model[site, day], (site, day, "the referrers add up to the day's views")
         print(f"all-time PV {total:,} over {len(sites)} sites, sampled days' PV and their sources exact")
+        slow_reads = timed_reads(conn, sites, local_day(first_ts + (args.days - 1) * 86400), args.days)
 
         # memory probes on the loaded server: every probe path tracked by the day (the costlier case)
         os.environ["COUNTERS_MAX_DAY_PATHS"] = str(30 * args.probe)
@@ -300,6 +344,7 @@ def main() -> None:
             failures.append(f"{per_visit:.1f} commands a visit > {COMMANDS_TARGET}")
         if growth >= 10 and last_idle > 3 * max(first_idle, 1000):
             failures.append("the idle cleaner pass grows with the counters")
+        failures += slow_reads
         if failures:
             print("FAILED: " + "; ".join(failures))
             sys.exit(1)

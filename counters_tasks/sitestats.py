@@ -577,6 +577,8 @@ def _certain_top(
         return heapq.nsmallest(limit, known.items(), key=_rank)
     upper = {field: n + floors - listed_floors[field] for field, n in known.items()}
     order = sorted(known, key=lambda field: (-upper[field], field or OTHER))
+    if len(order) < limit or upper[order[limit - 1]] <= floors:
+        return None  # a path no day lists may be among the first ``limit``: no read can rule it out
     exact: dict[str, int] = {}
     next_at, reads, size = 0, 0, max(limit, 50)
 
