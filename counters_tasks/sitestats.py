@@ -470,25 +470,53 @@ class DayTop:
         return cls(pv, left_out[0][1] if left_out else 0, dict(ranked[:DAY_TOP_KEPT]))
 
     def dumps(self) -> str:
-        return json.dumps({"pv": self.pv, "floor": self.floor, "pages": list(self.pages.items())})
+        return json.dumps(
+            {"pv": self.pv, "floor": self.floor, "fields": list(self.pages), "views": list(self.pages.values())}
+        )
 
     @classmethod
     def loads(cls, raw: Any) -> DayTop | None:
         try:
             data = json.loads(raw)
-            return cls(int(data["pv"]), int(data["floor"]), {str(f): int(n) for f, n in data["pages"]})
+            pages = dict(zip(data["fields"], data["views"], strict=True))
+            if not all(type(n) is int for n in data["views"]) or not all(type(f) is str for f in pages):
+                return None
+            return cls(int(data["pv"]), int(data["floor"]), pages)
         except (ValueError, TypeError, KeyError):
             return None  # not one of ours: made again
 
 
-def _day_views(conn: RedisClient, table: str) -> dict[str, int]:
-    """Every field's page views of one day's table, read in HSCAN pages."""
-    views: dict[str, int] = {}
-    for field, value in conn.hscan_iter(table, count=PAGES_PER_CALL):
-        pv = int(value.partition(b" " if isinstance(value, bytes) else " ")[0])  # "<pv> <uv> <sketch>"
-        if pv > 0:
-            views[as_str(field)] = pv
+def _tables_views(conn: RedisClient, tables: list[str]) -> list[dict[str, int]]:
+    """Every field's page views of each of ``tables`` (day tables of "<pv> <uv> <sketch>"
+    values), read in HSCAN pages of PAGES_PER_CALL: one round trip a page for all the tables at
+    once, so a range of small tables costs one round trip, not one a day."""
+    views: list[dict[str, int]] = [{} for _ in tables]
+    for first in range(0, len(tables), TABLES_PER_ROUND):
+        _read_views(conn, tables, views, range(first, min(first + TABLES_PER_ROUND, len(tables))))
     return views
+
+
+TABLES_PER_ROUND = 16
+"""Tables ``_tables_views`` pages through together (a round trip carries a page of each)."""
+
+
+def _read_views(conn: RedisClient, tables: list[str], views: list[dict[str, int]], which: range) -> None:
+    cursors: dict[int, Any] = dict.fromkeys(which, 0)
+    while cursors:
+        pipe = read_pipeline(conn)
+        asked = list(cursors)
+        for n in asked:
+            pipe.hscan(tables[n], cursors[n], count=PAGES_PER_CALL)
+        for n, (cursor, page) in zip(asked, pipe.execute(), strict=True):
+            into = views[n]
+            for field, value in page.items():
+                pv = int(value.partition(b" " if isinstance(value, bytes) else " ")[0])  # "<pv> <uv> <sketch>"
+                if pv > 0:
+                    into[as_str(field)] = pv
+            if int(cursor) == 0:
+                del cursors[n]
+            else:
+                cursors[n] = cursor
 
 
 def _day_tops(conn: RedisClient, span: list[date], scope: str) -> list[DayTop]:
@@ -502,27 +530,34 @@ def _day_tops(conn: RedisClient, span: list[date], scope: str) -> list[DayTop]:
         pipe.hget(keys.site_day_totals(day, tag=tag, site=scope), "pv")
         pipe.get(keys.site_day_pages_top(day, tag=tag, site=scope))
     replies = pipe.execute()
-    tops, stale = [], []
-    for n, day in enumerate(span):
+    tops: list[DayTop] = []
+    stale: list[int] = []
+    for n in range(len(span)):
         pv, stored = int(replies[2 * n] or 0), replies[2 * n + 1]
         top = DayTop.loads(stored) if stored is not None else None
         if pv == 0:
             top = DayTop(0, 0, {})
         elif top is None or top.pv != pv:
-            pages = keys.site_day_pages(day, site=scope)
-            views = _day_views(conn, pages)
-            top = DayTop.of(pv, views)
-            stale.append((day, top, conn.pttl(pages)))
-            top = DayTop(pv, 0, views)  # this read has every page of the day
+            stale.append(n)
+            top = DayTop(pv, 0, {})
         tops.append(top)
-    if stale:
-        try:
-            store = read_pipeline(conn)
-            for day, top, ttl in stale:
-                store.set(keys.site_day_pages_top(day, site=scope), top.dumps(), px=ttl if ttl > 0 else 86_400_000)
-            store.execute()
-        except RedisError:
-            pass
+    if not stale:
+        return tops
+    pages = [keys.site_day_pages(span[n], site=scope) for n in stale]
+    lives = read_pipeline(conn)
+    for table in pages:
+        lives.pttl(table)
+    made = []
+    for n, ttl, views in zip(stale, lives.execute(), _tables_views(conn, pages), strict=True):
+        made.append((keys.site_day_pages_top(span[n], site=scope), DayTop.of(tops[n].pv, views), ttl))
+        tops[n] = DayTop(tops[n].pv, 0, views)  # this read has every page of the day
+    try:
+        store = read_pipeline(conn)
+        for key, top, ttl in made:
+            store.set(key, top.dumps(), px=ttl if ttl > 0 else days.DAY * 1000)
+        store.execute()
+    except RedisError:
+        pass
     return tops
 
 
@@ -546,8 +581,8 @@ def top_pages(
         ranked = _certain_top(conn, span, tops, limit, scope)
         if ranked is None:
             totals: Counter[str] = Counter()
-            for day in span:
-                totals.update(_day_views(conn, keys.site_day_pages(day, site=scope)))
+            for views in _tables_views(conn, [keys.site_day_pages(day, site=scope) for day in span]):
+                totals.update(views)
             ranked = sorted(totals.items(), key=_rank)[:limit]
         return [(path or OTHER, n) for path, n in ranked]
 
@@ -641,9 +676,8 @@ def top_sources(
         span = days.days_between(start, end)
         tables = [keys.site_day_sources(day, letter, site=scope) for day in span]
         views: Counter[str] = Counter()
-        for table in tables:
-            for field, value in conn.hscan_iter(table, count=PAGES_PER_CALL):
-                views[as_str(field)] += _page_figures(value)[0]
+        for day_views in _tables_views(conn, tables):
+            views.update(day_views)
         ranked = sorted(((s, n) for s, n in views.items() if n > 0), key=lambda item: (-item[1], item[0] or OTHER))[
             :limit
         ]
