@@ -18,6 +18,8 @@ from collections.abc import Iterable
 
 B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 VALUE = {char: n for n, char in enumerate(B64)}
+_VALUES = bytes(VALUE.get(chr(byte), 0) for byte in range(256))
+"""``VALUE`` as a ``bytes.translate`` table (any other character reads as 0)."""
 EXACT_IDS = 42
 REGISTERS = 256
 ID_CHARS = 6
@@ -41,7 +43,7 @@ def position(sketch_id: str) -> tuple[int, int]:
 def parse(sketch: str) -> tuple[set[str] | None, bytearray | None]:
     """(the exact ids, None) or (None, the registers) of one day's sketch."""
     if sketch.startswith("!"):
-        return None, bytearray(VALUE.get(char, 0) for char in sketch[1 : 1 + REGISTERS])
+        return None, bytearray(sketch[1 : 1 + REGISTERS].encode("ascii", "replace").translate(_VALUES))
     return {sketch[at : at + ID_CHARS] for at in range(0, len(sketch) - ID_CHARS + 1, ID_CHARS)}, None
 
 
@@ -49,15 +51,16 @@ def union_count(sketches: Iterable[str]) -> tuple[int, bool]:
     """(distinct visitors of the union of the days' sketches, whether it is estimated): exact
     when every day kept its ids, else the HyperLogLog estimate of all registers merged."""
     ids: set[str] = set()
-    merged: bytearray | None = None
+    days: list[bytearray] = []
     for sketch in sketches:
         exact, registers = parse(sketch)
         if exact is not None:
             ids |= exact
         elif registers is not None:  # parse gives one or the other
-            merged = registers if merged is None else bytearray(map(max, merged, registers))
-    if merged is None:
+            days.append(registers)
+    if not days:
         return len(ids), False
+    merged = bytearray(map(max, *days)) if len(days) > 1 else days[0]  # each register's max over the days
     for sketch_id in ids:
         register, value = position(sketch_id)
         merged[register] = max(merged[register], value)
