@@ -325,6 +325,14 @@ def _page_figures(value: Any) -> tuple[int, int]:
     return pv, uv
 
 
+def _page_views(value: Any) -> int:
+    """The page views alone of a day table's value "<pv> <uv> <sketch>" (None: 0), without
+    decoding the rest: a range read parses thousands of them."""
+    if value is None:
+        return 0
+    return int(value.partition(b" " if isinstance(value, bytes) else " ")[0])
+
+
 def _page_value(value: Any) -> tuple[int, int, str]:
     """``(pv, uv, sketch)`` from a pages HASH value (the sketch: ``store.page_sketch``; "" when
     the day was counted before sketches were kept)."""
@@ -510,7 +518,7 @@ def _read_views(conn: RedisClient, tables: list[str], views: list[dict[str, int]
         for n, (cursor, page) in zip(asked, pipe.execute(), strict=True):
             into = views[n]
             for field, value in page.items():
-                pv = int(value.partition(b" " if isinstance(value, bytes) else " ")[0])  # "<pv> <uv> <sketch>"
+                pv = _page_views(value)
                 if pv > 0:
                     into[as_str(field)] = pv
             if int(cursor) == 0:
@@ -579,9 +587,13 @@ def top_pages(
         span = days.days_between(start, end)
         tops = _day_tops(conn, span, scope)
         ranked = _certain_top(conn, span, tops, limit, scope)
-        if ranked is None:
+        if ranked is None:  # every page: a day whose top lists them all (floor 0) is not read again
             totals: Counter[str] = Counter()
-            for views in _tables_views(conn, [keys.site_day_pages(day, site=scope) for day in span]):
+            for top in tops:
+                if not top.floor:
+                    totals.update(top.pages)
+            partial = [keys.site_day_pages(day, site=scope) for day, top in zip(span, tops, strict=True) if top.floor]
+            for views in _tables_views(conn, partial):
                 totals.update(views)
             ranked = sorted(totals.items(), key=_rank)[:limit]
         return [(path or OTHER, n) for path, n in ranked]
@@ -611,7 +623,7 @@ def _certain_top(
     if not floors:  # every day's top lists all its paths
         return heapq.nsmallest(limit, known.items(), key=_rank)
     upper = {field: n + floors - listed_floors[field] for field, n in known.items()}
-    order = sorted(known, key=lambda field: (-upper[field], field or OTHER))
+    order = [field for field, _bound in sorted(upper.items(), key=_rank)]
     if len(order) < limit or upper[order[limit - 1]] <= floors:
         return None  # a path no day lists may be among the first ``limit``: no read can rule it out
     exact: dict[str, int] = {}
@@ -638,7 +650,7 @@ def _certain_top(
         for field in batch:
             exact[field] = known[field]
         for (field, _n), value in zip(asked, values, strict=True):
-            exact[field] += _page_figures(value)[0]
+            exact[field] += _page_views(value)
     return heapq.nsmallest(limit, exact.items(), key=_rank)
 
 
@@ -678,9 +690,7 @@ def top_sources(
         views: Counter[str] = Counter()
         for day_views in _tables_views(conn, tables):
             views.update(day_views)
-        ranked = sorted(((s, n) for s, n in views.items() if n > 0), key=lambda item: (-item[1], item[0] or OTHER))[
-            :limit
-        ]
+        ranked = sorted(((s, n) for s, n in views.items() if n > 0), key=_rank)[:limit]
         if not ranked:
             return []
         pipe = read_pipeline(conn)

@@ -115,6 +115,16 @@ def test_paths_tied_at_the_bound_are_read_whole_and_stay_exact(raw_conn, monkeyp
     first, last = today - timedelta(days=6), today - timedelta(days=3)
     for _round in range(2):
         assert sitestats.top_pages(raw_conn, first, last, 4) == expected(visits, first, last, 4)
+    # A day with no top yet joins the range: it is read whole to make its top, and the read that
+    # follows (still tied) reads the other days' pages, not that one's twice: one HSCAN a day.
+    noon = time.mktime((today - timedelta(days=7)).timetuple()) + DAY / 2
+    more = [(f"10.6.9.{n}", f"/z{n}", noon) for n in range(20)]
+    write(raw_conn, more)
+    visits += more
+    first = today - timedelta(days=7)
+    before = hscans(raw_conn)
+    assert sitestats.top_pages(raw_conn, first, last, 4) == expected(visits, first, last, 4)
+    assert hscans(raw_conn) - before == 5
 
 
 def test_a_stored_top_that_is_not_ours_is_made_again(raw_conn, history):
