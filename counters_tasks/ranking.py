@@ -32,7 +32,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import NoneType
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from redis.exceptions import ResponseError
 
@@ -127,9 +127,9 @@ def _check_board(name: Any, period_hours: Any, interval_hours: Any, site: Any) -
     return Board(keys.scoped(check_site(site), name), period_hours, interval_hours)
 
 
-@dataclass(frozen=True)
-class RankingEvent:
-    """One validated ranking event: ``amount`` added to ``member`` of ``board`` in ``slot``."""
+class RankingEvent(NamedTuple):
+    """One validated ranking event: ``amount`` added to ``member`` of ``board`` in ``slot``. (A
+    NamedTuple: one is made per event a worker applies.)"""
 
     board: Board
     member: str

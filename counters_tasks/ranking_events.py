@@ -18,9 +18,10 @@ from typing import Any
 from . import throughput
 from .core.kind import Kind, register
 from .core.settings import DEFAULT_SITE
+from .core.validation import MAX_AMOUNT
 from .errors import BoardSettingsConflict, InvalidInput
 from .payloads import apply_payload
-from .ranking import Board, RankingEvent, board_settings, check_board, event_on, write_events
+from .ranking import Board, RankingEvent, board_settings, check_board, event_on, slot_of, write_events
 from .store.client import RedisClient
 
 
@@ -81,6 +82,38 @@ def app_event(
     if site is not None and site != DEFAULT_SITE:
         event["site"] = site
     return event
+
+
+def merge_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A batch's events as ``app_event`` wrote them, those of one board (its settings and site),
+    member and slot merged into the first of them: the amounts summed (while the sum stays within
+    the amount's bounds: past them a new item begins) and the latest time kept, which is in the
+    same slot. The board's figures are the same (an event adds its amount to its member's slot,
+    whatever its time within the slot); the broker, the worker and Redis carry, check and write
+    one item where a popular member had many (``VisitRecorder``'s batches: ``Kind.merge``).
+    Mutates and returns the items it was given, which the caller owns."""
+    merged: list[dict[str, Any]] = []
+    into: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for event in events:
+        interval = event.get("interval_hours", 1)
+        key = (
+            event["board"],
+            event.get("site"),
+            event.get("period_hours", 24),
+            interval,
+            event["member"],
+            slot_of(event["ts"], interval),
+        )
+        first = into.get(key)
+        if first is not None:
+            total = first.get("amount", 1) + event.get("amount", 1)
+            if abs(total) <= MAX_AMOUNT:
+                first["amount"] = total
+                first["ts"] = max(first["ts"], event["ts"])
+                continue
+        into[key] = event
+        merged.append(event)
+    return merged
 
 
 def screen_boards(
@@ -148,6 +181,7 @@ RANKING = register(
         per_call=EVENTS_PER_CALL,
         call_key=lambda event: event.board,
         screen=screen_boards,
+        merge=merge_events,
     )
 )
 """A ranking bump: one event an ``incr_ranking`` message, many an ``incr_rankings`` one."""

@@ -91,7 +91,8 @@ class VisitRecorder:
         self._skips: Counter[tuple[str, str, str | None]] = Counter()
         self._skip_times: dict[tuple[str, str, str | None], float] = {}  # when each was first seen since then
         self._oldest = 0.0
-        self._outbox: deque[tuple[str, str, list[dict[str, Any]]]] = deque()  # (task, batch id, items)
+        # (task, batch id, items, the recorded items they carry: fewer items when merged, Kind.merge)
+        self._outbox: deque[tuple[str, str, list[dict[str, Any]], int]] = deque()
         self._in_outbox = 0
         self._sending = 0  # visits of the batch being sent right now
         self._sending_skips = False  # a count_skips message is being sent right now
@@ -260,14 +261,14 @@ class VisitRecorder:
 
     def _take_batches(self) -> None:
         """Move buffered items into id'd batches, one task per batch (called with the lock held)."""
-        by_task: dict[str, list[dict[str, Any]]] = {}
+        per_task: dict[str, list[dict[str, Any]]] = {}
         for task, item in self._buffer:
-            by_task.setdefault(task, []).append(item)
+            per_task.setdefault(task, []).append(item)
         self._buffer = []
-        for task, items in by_task.items():
+        for task, items in per_task.items():
             for first in range(0, len(items), self.max_batch):
                 batch = items[first : first + self.max_batch]
-                self._outbox.append((task, str(uuid.uuid4()), batch))
+                self._outbox.append((task, str(uuid.uuid4()), batch, len(batch)))
                 self._in_outbox += len(batch)
         if self._skips:  # not visits: outside the buffer's and the stats' counts
             skip_items = [
@@ -275,7 +276,7 @@ class VisitRecorder:
                 | ({"site": site} if site else {})
                 for (route, reason, site), n in self._skips.items()
             ]
-            self._outbox.append((SKIPS_TASK, str(uuid.uuid4()), skip_items))
+            self._outbox.append((SKIPS_TASK, str(uuid.uuid4()), skip_items, 0))
             self._skips = Counter()
             self._skip_times = {}
         self._oldest = time.monotonic()
@@ -302,12 +303,16 @@ class VisitRecorder:
                     waiting = self._buffer or self._skips
                     wait = self.max_delay - (time.monotonic() - self._oldest) if waiting else None
                     self._wake.wait(wait)
-                task, batch_id, items = self._outbox.popleft()
-                visits = 0 if task == SKIPS_TASK else len(items)
+                task, batch_id, items, visits = self._outbox.popleft()  # (skips: 0 visits)
+                kind = by_task(task)
                 self._sending = visits
                 self._sending_skips = task == SKIPS_TASK
                 self._in_outbox -= visits
             try:
+                if kind is not None and kind.merge is not None:
+                    # outside the lock (record() never waits for it); a batch sent again under its
+                    # id after a failure is merged again, which leaves the same figures
+                    items = kind.merge(items)
                 shown_args, shown_kwargs = masked_reprs([items], {})
                 self.app.send_task(
                     task,
@@ -320,7 +325,7 @@ class VisitRecorder:
                 )
             except Exception as exc:  # broker unreachable: keep the batch (same id) and retry later
                 with self._lock:
-                    self._outbox.appendleft((task, batch_id, items))
+                    self._outbox.appendleft((task, batch_id, items, visits))
                     self._in_outbox += visits
                     self._sending = 0
                     self._sending_skips = False

@@ -41,6 +41,19 @@ _expected_cache: dict[str, int] = {}
 
 def session_number(session_id: Any) -> int:
     """The integer id of a session: its first 15 hex digits (dashes ignored, any case)."""
+    if type(session_id) is str and len(session_id) <= MAX_CACHED_SESSION_ID:
+        return _session_number(session_id)
+    return int(check_session_id(session_id)[:15], 16)
+
+
+MAX_CACHED_SESSION_ID = 64
+"""Session ids up to this long (a UUID is 36) are checked once a process while they come back
+(``lru_cache``: a session's views come in a row); a longer one every time."""
+
+
+@functools.lru_cache(maxsize=65536)
+def _session_number(session_id: str) -> int:
+    """Cached: bad input raises, and is not cached."""
     return int(check_session_id(session_id)[:15], 16)
 
 

@@ -22,7 +22,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import counters, live, refusals, sitestats, throughput, uniques
 from .core.days import local_day
@@ -47,10 +47,9 @@ MAX_BATCH = 20_000
 """The most visits one ``record_visits`` message may carry."""
 
 
-@dataclass(frozen=True)
-class Visit:
+class Visit(NamedTuple):
     """One validated visit: the page view (with its site), its time, and the session's (day, id)
-    when given (the day of the view's site)."""
+    when given (the day of the view's site). (A NamedTuple: one is made per visit a worker applies.)"""
 
     view: sitestats.SiteView
     ts: float

@@ -56,7 +56,11 @@ class Kind:
       ``per_call`` and ``call_key``: a payload is cut into calls of ``per_call`` positions, and
       within those, one call per ``call_key(item)`` (a ranking's board; None: one call);
       ``screen(conn, accepted)``: a check of a payload's prepared items against what Redis holds
-      (a board's fixed settings) before anything is written: ``(accepted, refused)`` pairs.
+      (a board's fixed settings) before anything is written: ``(accepted, refused)`` pairs;
+      ``merge(items)``: a batch's ``app_item`` dicts as fewer items giving the same figures (a
+      ranking's bumps of one member and slot as one, amounts summed), applied by the app-side
+      buffer to each batch before it is sent: what the whole chain then carries, checks and
+      writes once.
     """
 
     name: str
@@ -75,6 +79,7 @@ class Kind:
     per_call: int = 500
     call_key: Callable[[Any], Hashable] | None = None
     screen: Callable[[Any, list[tuple[int, Any]]], tuple[list[tuple[int, Any]], list[tuple[int, Any]]]] | None = None
+    merge: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None
 
     @property
     def signature(self) -> str:

@@ -28,6 +28,8 @@ def check_text(value: Any, what: str = "name", max_length: int = MAX_TEXT) -> st
         raise InvalidInput(f"{what} must not be empty")
     if len(value) > max_length:
         raise InvalidInput(f"{what} is longer than {max_length} characters ({len(value)})")
+    if value.isascii() and value.isprintable():  # the common case: no control character, no surrogate
+        return value
     if _CONTROL.search(value):
         raise InvalidInput(f"{what} contains control characters")
     try:
