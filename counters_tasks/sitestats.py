@@ -467,12 +467,15 @@ RESOLVE_LIMIT = 2000
 class DayTop:
     """The most viewed paths of one day's pages HASH, for range reads: ``pages`` the first
     DAY_TOP_KEPT ``(field, pv)`` by views (then field), ``floor`` the most views of a path left
-    out (0: none is), ``pv`` the day's totals pv when it was made (the top holds while the day's
-    pv is still that: every view adds to both in one script call)."""
+    out (0: none is), ``pv`` the day's totals pv when it was made (the top is exact while the
+    day's pv is still that: every view adds to both in one script call). ``slack``: the views the
+    day got since (its pv now minus ``pv``; not stored): a listed path has at most that many more
+    than listed, one left out at most ``floor`` plus that many."""
 
     pv: int
     floor: int
     pages: dict[str, int]
+    slack: int = 0
 
     @classmethod
     def of(cls, pv: int, views: dict[str, int]) -> DayTop:
@@ -531,10 +534,10 @@ def _read_views(conn: RedisClient, tables: list[str], views: list[dict[str, int]
 
 
 def _day_tops(conn: RedisClient, span: list[date], scope: str) -> list[DayTop]:
-    """Each day's ``DayTop``: the stored one while the day's pv is still the one it was made at,
-    else made again from the day's pages (every page read: a complete top, floor 0) and stored for
-    the next read with the pages HASH's time to live. A store that fails (a full Redis) is left:
-    the top is only a shortcut, the figures come from the pages."""
+    """Each day's ``DayTop``: the stored one, with the views the day got since it was made as its
+    ``slack`` (today, under traffic: ``_certain_top`` reads the leading paths' views of that day
+    one by one, not the day); a day with none, or whose pv is below the top's (its data was
+    lost and counted again), made now (``_made_again``)."""
     pipe = read_pipeline(conn)
     for day in span:
         tag = keys.site_day_tag(day, scope)
@@ -542,26 +545,43 @@ def _day_tops(conn: RedisClient, span: list[date], scope: str) -> list[DayTop]:
         pipe.get(keys.site_day_pages_top(day, tag=tag, site=scope))
     replies = pipe.execute()
     tops: list[DayTop] = []
-    stale: list[int] = []
+    missing: list[int] = []
     for n in range(len(span)):
         pv, stored = int(replies[2 * n] or 0), replies[2 * n + 1]
         top = DayTop.loads(stored) if stored is not None else None
         if pv == 0:
             top = DayTop(0, 0, {})
-        elif top is None or top.pv != pv:
-            stale.append(n)
+        elif top is None or top.pv > pv:
+            missing.append(n)
             top = DayTop(pv, 0, {})
+        elif top.pv < pv:
+            top = DayTop(top.pv, top.floor, top.pages, pv - top.pv)
         tops.append(top)
-    if not stale:
+    return _made_again(conn, span, tops, missing, scope)
+
+
+def _made_again(conn: RedisClient, span: list[date], tops: list[DayTop], which: list[int], scope: str) -> list[DayTop]:
+    """``tops`` with the days at ``which`` made again from their pages (every page read: each a
+    complete top, floor 0 and no slack, for this read) and stored for the next reads with the
+    pages HASH's time to live, at the day's pv as read before its pages (a view counted between
+    the two reads is then slack for the next read, never a view the top claims and lacks). A
+    store that fails (a full Redis) is left: the top is only a shortcut, the figures come from
+    the pages."""
+    if not which:
         return tops
-    pages = [keys.site_day_pages(span[n], site=scope) for n in stale]
+    tops = list(tops)
+    pages = [keys.site_day_pages(span[n], site=scope) for n in which]
     lives = read_pipeline(conn)
+    for n in which:
+        lives.hget(keys.site_day_totals(span[n], site=scope), "pv")
     for table in pages:
         lives.pttl(table)
+    read = lives.execute()
+    pvs, ttls = [int(pv or 0) for pv in read[: len(which)]], read[len(which) :]
     made = []
-    for n, ttl, views in zip(stale, lives.execute(), _tables_views(conn, pages), strict=True):
-        made.append((keys.site_day_pages_top(span[n], site=scope), DayTop.of(tops[n].pv, views), ttl))
-        tops[n] = DayTop(tops[n].pv, 0, views)  # this read has every page of the day
+    for n, pv, ttl, views in zip(which, pvs, ttls, _tables_views(conn, pages), strict=True):
+        made.append((keys.site_day_pages_top(span[n], site=scope), DayTop.of(pv, views), ttl))
+        tops[n] = DayTop(pv, 0, views)  # this read has every page of the day
     try:
         store = read_pipeline(conn)
         for key, top, ttl in made:
@@ -577,10 +597,11 @@ def top_pages(
 ) -> list[tuple[str, int]]:
     """``(path, page views)`` over the local days ``start``..``end``, most viewed first, ties by
     path. Exact, and bounded by the days, never by the paths ever seen: each day's most viewed
-    paths (``DayTop``, made from its pages HASH once and kept while the day gets no view) give
-    the candidates and, with the most views of a path each day left out, a bound on every other
-    path; the leading candidates' other days are read one by one until the first ``limit`` are
-    certain. When they cannot be (ties at the bound, or more than RESOLVE_LIMIT paths to read),
+    paths (``DayTop``, made from its pages HASH once, its day's views since as slack) give the
+    candidates and, with the most views of a path each day left out, a bound on every other
+    path; the leading candidates' other days (and the days behind their tops) are read one by
+    one until the first ``limit`` are certain; days whose slack leaves them uncertain are made
+    again and tried once more. When they cannot be (ties at the bound, or more than RESOLVE_LIMIT paths to read),
     every page of the days is read and summed, as a day's HASH holds at most
     COUNTERS_MAX_DAY_PATHS paths plus ``OTHER``. ``site``: as in ``site_visit_info``."""
     scope = check_site(site)
@@ -590,6 +611,10 @@ def top_pages(
         span = days.days_between(start, end)
         tops = _day_tops(conn, span, scope)
         ranked = _certain_top(conn, span, tops, limit, scope)
+        behind = [n for n, top in enumerate(tops) if top.slack]
+        if ranked is None and behind:  # the days that got views since their tops: made again, tried again
+            tops = _made_again(conn, span, tops, behind, scope)
+            ranked = _certain_top(conn, span, tops, limit, scope)
         if ranked is None:  # every page: a day whose top lists them all (floor 0) is not read again
             totals: Counter[str] = Counter()
             for top in tops:
@@ -612,9 +637,10 @@ def _certain_top(
 ) -> list[tuple[str, int]] | None:
     """The first ``limit`` ``(field, pv)`` over the days of ``tops``, or None when they are not
     certain within RESOLVE_LIMIT reads. A field's views over the range are at least those its
-    days list, and at most that plus each other day's floor; a field no day lists has at most
-    the sum of the floors. Candidates are made exact (their unlisted days with a floor read) in
-    the order of their bound, until the ``limit``-th exact total is over every bound left."""
+    days list, and at most that plus each other day's floor and each day's slack; a field no day
+    lists has at most the sum of the floors and slacks. Candidates are made exact (the days that
+    may hold more of them than listed read one by one) in the order of their bound, until the
+    ``limit``-th exact total is over every bound left."""
     known: dict[str, int] = {}
     listed_floors: dict[str, int] = {}  # per field, the floors of the days that list it
     known_get, floors_get = known.get, listed_floors.get
@@ -627,7 +653,7 @@ def _certain_top(
         else:
             for field, n in top.pages.items():
                 known[field] = known_get(field, 0) + n
-    floors = sum(top.floor for top in tops)
+    floors = sum(top.floor + top.slack for top in tops)  # the most views of a field no day lists
     if not floors:  # every day's top lists all its paths
         return heapq.nsmallest(limit, known.items(), key=_rank)
     upper = {field: n + floors - floors_get(field, 0) for field, n in known.items()}
@@ -636,7 +662,7 @@ def _certain_top(
         return None  # a path no day lists may be among the first ``limit``: no read can rule it out
     exact: dict[str, int] = {}
     next_at, reads, size = 0, 0, max(limit, 50)
-    floored = [(n, top.pages) for n, top in enumerate(tops) if top.floor]  # the days that may not list a field
+    unsure = [(n, top.pages, top.slack) for n, top in enumerate(tops) if top.floor or top.slack]  # days to read
 
     def certain() -> bool:
         best = heapq.nsmallest(limit, exact.items(), key=_rank)
@@ -648,7 +674,7 @@ def _certain_top(
             return None
         batch = order[next_at : next_at + size]
         next_at, size = next_at + len(batch), 2 * size
-        asked = [(field, n) for field in batch for n, pages in floored if field not in pages]
+        asked = [(field, n) for field in batch for n, pages, slack in unsure if slack or field not in pages]
         values = []
         if asked:
             pipe = read_pipeline(conn)
@@ -658,8 +684,8 @@ def _certain_top(
         reads += len(asked)
         for field in batch:
             exact[field] = known[field]
-        for (field, _n), value in zip(asked, values, strict=True):
-            exact[field] += _page_views(value)
+        for (field, n), value in zip(asked, values, strict=True):  # a day read replaces what it lists
+            exact[field] += _page_views(value) - tops[n].pages.get(field, 0)
     return heapq.nsmallest(limit, exact.items(), key=_rank)
 
 
