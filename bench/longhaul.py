@@ -6,7 +6,8 @@ Per simulated day: ``--visits-per-day`` views of 200 popular paths plus that day
 of ``--visitors``, written with ``visits.apply_visits`` in chunks of 500 (no message ids, so no
 dedupe markers in the figures), then one cleaner pass at the end of the day (``now`` = that
 moment) and a second pass at the same ``now`` (nothing due: its cost must not grow with the
-counters). Every ``--every`` days it prints: distinct paths, counters, Redis ``used_memory``,
+counters), and beat's ``make_day_tops`` an hour later (the finished days' top pages, as beat
+makes them: the reads' first read finds them). Every ``--every`` days it prints: distinct paths, counters, Redis ``used_memory``,
 the Redis time (``INFO commandstats``, all commands) of both cleaner passes.
 
 The traffic is spread over ``--sites`` sites (``COUNTERS_SITES``, the default one included, in
@@ -225,6 +226,7 @@ def main() -> None:
         total = 0
         new_path = 0
         rows = []
+        top_runs: list[float] = []  # ms of each make_day_tops run
         print(
             f"{'day':>4} {'paths':>9} {'counters':>9} {'used MB':>9} {'clean us':>10} {'idle pass us':>13} {'removed':>9}"
         )
@@ -259,6 +261,9 @@ def main() -> None:
             end = day_first + 86399
             removed, busy = timed_pass(conn, end)
             _removed, idle = timed_pass(conn, end)
+            started = time.perf_counter()
+            sitestats.make_day_tops(conn, end + 3600)
+            top_runs.append((time.perf_counter() - started) * 1000)
             if (d + 1) % args.every == 0 or d == args.days - 1:
                 known = sum(len(counters.known_counters(conn, site=site)) for site in sites)
                 used = conn.info("memory")["used_memory"] / 1e6
@@ -274,6 +279,10 @@ def main() -> None:
             referred = sum(s.pv for s in sitestats.top_sources(conn, day, day, limit=1000, site=site))
             assert referred == pv_model[site, day], (site, day, "the referrers add up to the day's views")
         print(f"all-time PV {total:,} over {len(sites)} sites, sampled days' PV and their sources exact")
+        print(
+            f"beat's make_day_tops, once a simulated day: {statistics.median(top_runs):.1f} ms p50, "
+            f"{max(top_runs):.1f} ms max a run (every site's finished days)"
+        )
         slow_reads = timed_reads(conn, sites, local_day(first_ts + (args.days - 1) * 86400), args.days)
 
         # memory probes on the loaded server: every probe path tracked by the day (the costlier case)

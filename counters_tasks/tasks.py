@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import counters, ranking, ranking_events, recorder, skips, uniques, visits
+from . import counters, ranking, ranking_events, recorder, sitestats, skips, uniques, visits
 from .app import app
 from .core.kind import Kind
 from .store.client import get_redis
@@ -88,6 +88,13 @@ def count_unique(self: CountingTask, session_id: str, ts: float | None = None, s
 def precompute_expected(self: MaintenanceTask) -> Any:
     conn = get_redis()
     return run_exclusive(conn, "precompute_expected", lambda: uniques.precompute_due(conn), self.lock_seconds)
+
+
+@app.task(name="counters_tasks.make_day_tops", base=MaintenanceTask, bind=True)
+def make_day_tops(self: MaintenanceTask) -> Any:
+    """Hourly: each site's last finished days get their top pages made (``sitestats.make_day_tops``)."""
+    conn = get_redis()
+    return run_exclusive(conn, "make_day_tops", lambda: sitestats.make_day_tops(conn), self.lock_seconds)
 
 
 @app.task(name="counters_tasks.expire_dead_letters", base=MaintenanceTask, bind=True)

@@ -188,3 +188,34 @@ def test_reads_between_views_on_many_days_stay_exact(conn, history):
                 round_,
                 limit,
             )
+
+
+def test_beats_job_makes_the_finished_days_tops_so_the_first_read_reads_no_page(raw_conn, eager_app):
+    """``make_day_tops`` (beat, hourly): yesterday and the day before get their tops once they
+    end; a first range read of them then reads tops only. A run with nothing due makes none; a
+    day that gets views later (a log imported late) is made again by the next run."""
+    from counters_tasks import tasks
+    from counters_tasks.worker.celery_defaults import beat_schedule, task_routes
+
+    today = local_day(time.time())
+    visits = []
+    for back in (1, 2, 3):
+        noon = time.mktime((today - timedelta(days=back)).timetuple()) + DAY / 2
+        visits += [(f"10.3.{back}.{n % 200}", f"/b{n % 30}", noon) for n in range(300)]
+    write(raw_conn, visits)
+    assert tasks.make_day_tops.apply().get() == 2  # (3 days back: not its job; the first read's)
+    assert sitestats.make_day_tops(raw_conn) == 0
+    first, last = today - timedelta(days=2), today - timedelta(days=1)
+    before = hscans(raw_conn)
+    assert sitestats.top_pages(raw_conn, first, last, 5) == expected(visits, first, last, 5)
+    assert hscans(raw_conn) == before
+    noon = time.mktime(last.timetuple()) + DAY / 2
+    late = [(f"10.3.9.{n}", "/late", noon) for n in range(3)]
+    write(raw_conn, late)
+    assert sitestats.make_day_tops(raw_conn) == 1
+    before = hscans(raw_conn)
+    assert sitestats.top_pages(raw_conn, first, last, 40) == expected(visits + late, first, last, 40)
+    assert hscans(raw_conn) == before
+    entry = beat_schedule["make-day-tops"]
+    assert entry["task"] == tasks.make_day_tops.name and entry["schedule"].minute == {15}
+    assert len(entry["schedule"].hour) == 24 and task_routes[entry["task"]] == {"queue": "maintenance"}

@@ -24,7 +24,7 @@ from ..worker import dead_letters
 from ..worker.maintenance import BEAT_STARTED, HEARTBEAT_JOB, job_status
 
 QUEUES = ("visits", "maintenance")
-JOBS = ("clean_counters", "rotate_rankings", "precompute_expected", "expire_dead_letters")
+JOBS = ("clean_counters", "rotate_rankings", "precompute_expected", "expire_dead_letters", "make_day_tops")
 BEAT_JOB = HEARTBEAT_JOB
 """The job beat runs every minute: its last start, or beat's own start, tells whether beat is alive."""
 PRIORITY_SEPARATOR = "\x06\x16"

@@ -83,6 +83,7 @@ task_routes = {
     "counters_tasks.rotate_rankings": {"queue": "maintenance"},
     "counters_tasks.precompute_expected": {"queue": "maintenance"},
     "counters_tasks.expire_dead_letters": {"queue": "maintenance"},
+    "counters_tasks.make_day_tops": {"queue": "maintenance"},
 }
 
 # Each job expires before its next run is due, so a missed run is skipped, not piled up.
@@ -110,6 +111,11 @@ beat_schedule = {
     "precompute-expected": {
         "task": "counters_tasks.precompute_expected",
         "schedule": crontab(minute=0),  # hourly; the task fixes tomorrow's figure at local 23:xx
+        "options": {"expires": 3300},
+    },
+    "make-day-tops": {
+        "task": "counters_tasks.make_day_tops",
+        "schedule": crontab(minute=15),  # hourly, at :15: each site's days that ended (its own zone)
         "options": {"expires": 3300},
     },
     "expire-dead-letters": {

@@ -40,7 +40,7 @@ PACKAGE_DEFAULTS = [
     ["json"],
     {
         f"counters_tasks.{job}": {"queue": "maintenance"}
-        for job in ("clean_counters", "rotate_rankings", "precompute_expected", "expire_dead_letters")
+        for job in ("clean_counters", "rotate_rankings", "precompute_expected", "expire_dead_letters", "make_day_tops")
     },
     "visits",
 ]
