@@ -67,3 +67,25 @@ def test_a_pages_unique_visitors_over_a_range(raw_conn):
         else:
             assert got.uv_approximate
             assert abs(got.uv / len(seen) - 1) < 4 * page_sketch.STANDARD_ERROR, (got.uv, len(seen))
+
+
+def test_the_scripts_register_and_value_of_an_id_are_the_readers_for_every_kind_of_id(raw_conn):
+    """Ids whose first set bit after the register falls in each of their characters (and none:
+    the rarest ids, a few in a million visitors), through the library's own function."""
+    from importlib import resources
+
+    library = resources.files("counters_tasks.store").joinpath("lua/lib/page_sketch.lua").read_text()
+    script = (
+        library
+        + "\nlocal out = {}\nfor n, id in ipairs(ARGV) do\n  local r, v = page_sketch_position(id)\n  out[n] = r * 100 + v\nend\nreturn out\n"
+    )
+    b64 = page_sketch.B64
+    rng = random.Random(3)
+    ids = ["AAAAAA", "A_____", "_AAAAA", "AQAAAA", "APAAAA", "AAAAAB", "AAAAA_", "AAAABA", "AAABAA", "AABAAA"]
+    for place in range(1, 6):  # zeros up to that character, then a random one and random others
+        for _ in range(20):
+            head = b64[rng.randrange(64)] + (b64[rng.randrange(4) * 16] if place > 1 else b64[rng.randrange(64)])
+            tail = [b64[0]] * max(0, place - 2) + [b64[rng.randrange(64)] for _ in range(6 - max(place, 2))]
+            ids.append((head + "".join(tail))[:6])
+    got = raw_conn.eval(script, 0, *ids)
+    assert got == [(page_sketch.position(i)[0] + 1) * 100 + page_sketch.position(i)[1] for i in ids]

@@ -226,8 +226,8 @@ local function count_sketch_table(table_key, i)
       if field == '' and not value then
         value = redis.call('HGET', table_key, '')
       end
-      local pv, _uv, sketch = parse(value or nil)
-      found[field] = {pv, sketch}
+      local pv, uv, sketch = parse(value or nil)
+      found[field] = {pv, sketch, uv, sketch}  -- (the last two: as read, so an unchanged sketch is not counted again)
       order[#order + 1] = field
     end
     local entry = found[field]
@@ -242,8 +242,12 @@ local function count_sketch_table(table_key, i)
   local updates = {}
   for _, field in ipairs(order) do
     local entry = found[field]
+    local uv = entry[3]
+    if entry[2] ~= entry[4] then  -- (a register sketch's count reads its 256 registers)
+      uv = page_sketch_count(entry[2])
+    end
     updates[#updates + 1] = field
-    updates[#updates + 1] = format(entry[1], page_sketch_count(entry[2]), entry[2])
+    updates[#updates + 1] = format(entry[1], uv, entry[2])
   end
   hash_total_send('HSET', table_key, updates, 2000)
   redis.call('EXPIREAT', table_key, totals_at)
