@@ -8,7 +8,9 @@ batch, or a batch of buffered ``.delay()`` calls, costs a worker) and one messag
 ``COUNTERS_DELAY_BUFFER`` costs). Commands run inside a script are counted under its name;
 the top-level calls under ``(top)``. Checks that every visit was applied.
 
-Then, unwatched, the server's CPU a visit over ``--cpu-batches`` batches of a day filling up.
+Then, unwatched, the server's CPU a visit over ``--cpu-batches`` batches of a day filling up,
+and the same batches again with every call in SLOWLOG: each script's time a visit and its calls'
+median, 99th percentile and slowest (a script's time includes the commands it runs).
 
     python -m bench.commands [--visits 500] [--shape uniform] [--cpu-batches 20]
 """
@@ -137,12 +139,39 @@ def main() -> int:
         )
         assert sitestats.site_visit_info(conn).pv == len(items), "a visit was not applied"
         cpu_us, cpu_commands = batch_redis_cpu(conn, args.shape, len(items), args.cpu_batches)
+        conn.config_set("slowlog-log-slower-than", 0)
+        conn.config_set("slowlog-max-len", 1_000_000)
+        conn.slowlog_reset()
+        batch_redis_cpu(conn, args.shape, len(items), args.cpu_batches)
+        calls = conn.slowlog_get(1_000_000)
+        conn.config_set("slowlog-log-slower-than", 10_000)
+        conn.slowlog_reset()
     print(f"\ncommands per visit: batch {batch_cost:.1f}, per-visit messages {message_cost:.1f}")
     print(
         f"Redis CPU a visit, without MONITOR, {args.cpu_batches} batches of {len(items)} ({args.shape}, a day "
         f"filling up): {cpu_us:.1f} us, {cpu_commands:.1f} commands a visit"
     )
+    print(  # (the warm-up batch included)
+        "the same batches, each call timed (SLOWLOG): script, us a visit, calls, call p50 / p99 / slowest us"
+    )
+    for name, durations in script_durations(calls, shas):
+        durations.sort()
+        print(
+            f"  {name:<16} {sum(durations) / ((args.cpu_batches + 1) * len(items)):6.1f} {len(durations):>7} "
+            f"{durations[len(durations) // 2]:>7} {durations[int(len(durations) * 0.99)]:>7} {durations[-1]:>7}"
+        )
     return 0
+
+
+def script_durations(calls: list[dict], shas: dict[str, str]) -> list[tuple[str, list[int]]]:
+    """Each script's call durations (us) in SLOWLOG entries, most time first (the commands a
+    script runs are in SLOWLOG too, and in its own time: left out)."""
+    per: dict[str, list[int]] = collections.defaultdict(list)
+    for entry in calls:
+        words = entry["command"].split()
+        if words and words[0].upper() in (b"EVALSHA", b"EVAL") and len(words) > 1:
+            per[shas.get(words[1].decode(), words[1].decode()[:8])].append(entry["duration"])
+    return sorted(per.items(), key=lambda item: -sum(item[1]))
 
 
 def batch_redis_cpu(conn: redis.Redis, shape: str, size: int, batches: int) -> tuple[float, float]:

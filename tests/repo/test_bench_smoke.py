@@ -21,7 +21,7 @@ SMOKE = {
     "uniques_memory.py": (["--visitors", "20000"], "B/visitor"),
     "ranking.py": (["--members", "3000", "--filler", "100", "--incr-ops", "300", "--top-calls", "50"], "ours/seed"),
     "ingest.py": (["--visits", "600"], "all counts exact for every path"),
-    "commands.py": (["--visits", "100", "--shape", "zipf"], "commands per visit: batch"),
+    "commands.py": (["--visits", "100", "--shape", "zipf"], "each call timed (SLOWLOG)"),
     "markers.py": (["--visits", "500"], "marker"),
     "cluster.py": (["--visits", "500", "--procs", "1"], "cluster"),
     "reads.py": (
