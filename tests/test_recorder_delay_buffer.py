@@ -5,7 +5,9 @@ app-side cost of a ``.delay()`` was ~380 us, a publish and a Redis round trip ea
 Checked with real processes: an app that calls ``.delay()`` per page view and exits, its calls
 reaching the broker as a few batch messages, applied exactly by a real worker; and in-process:
 bad input refused at the call, a call with options published as its own message, eager mode
-applied at once, the setting off publishing one message a call."""
+applied at once, the setting off publishing one message a call. And what a recorder's batch of
+ranking bumps carries: one event per board, member and slot (``Kind.merge``,
+``ranking_events.merge_events``), with the same figures."""
 
 from __future__ import annotations
 
@@ -22,10 +24,12 @@ import redis
 
 from counters_tasks import sitestats, tasks
 from counters_tasks.core.settings import load_settings
+from counters_tasks.core.validation import MAX_AMOUNT
 from counters_tasks.errors import InvalidInput
 from counters_tasks.local.waiting import wait_until
-from counters_tasks.ranking import Ranking
-from counters_tasks.recorder import shared_recorder
+from counters_tasks.ranking import Ranking, slot_of
+from counters_tasks.ranking_events import incr_events
+from counters_tasks.recorder import VisitRecorder, shared_recorder
 from tests.support.procs import REPO, celery_env, purge_broker, start_worker
 from tests.support.servers import make_client, use_settings
 
@@ -137,3 +141,57 @@ def test_without_the_setting_each_delay_is_its_own_message(redis_url, broker, mo
     [raw] = broker.lrange("visits", 0, -1)
     message = json.loads(raw)
     assert message["headers"]["task"] == "counters_tasks.record_visit" and message["headers"]["id"] == result.id
+
+
+def test_a_batch_carries_one_event_per_member_and_slot_with_the_same_figures(redis_url, broker, conn):
+    board, other = f"merge{uuid.uuid4().hex[:8]}", f"merge2{uuid.uuid4().hex[:8]}"
+    now = time.time()
+    earlier = now - 2 * 3600  # two hours back: another slot of a 1-hour board, still in its window
+    recorder = VisitRecorder(max_batch=1000, max_delay=60)
+    try:
+        for _ in range(30):
+            recorder.incr_ranking(board, "/popular", 1, now)
+        for _ in range(5):
+            recorder.incr_ranking(board, "/other", 1, now)
+        for _ in range(3):
+            recorder.incr_ranking(board, "/popular", 1, earlier)
+        recorder.incr_ranking(board, "/amounts", 5, now)
+        recorder.incr_ranking(board, "/amounts", -2, now)
+        recorder.incr_ranking(board, "/huge", MAX_AMOUNT, now)
+        recorder.incr_ranking(board, "/huge", 1, now)  # past the bound: its own event
+        for _ in range(4):  # another board, other settings: never merged with the first's
+            recorder.incr_ranking(other, "/popular", 1, now, period_hours=48, interval_hours=2)
+        assert recorder.flush(timeout=10)
+        assert recorder.stats()["recorded"] == recorder.stats()["sent"] == 30 + 5 + 3 + 2 + 2 + 4
+    finally:
+        recorder.close(timeout=10)
+
+    [events] = [items for name, items in broker_messages(broker) if name.endswith("incr_rankings")]
+    seen = sorted(
+        (e["board"], e["member"], slot_of(e["ts"], e.get("interval_hours", 1)), e.get("amount", 1)) for e in events
+    )
+    slot, slot_before, slot_other = slot_of(now, 1), slot_of(earlier, 1), slot_of(now, 2)
+    assert seen == sorted(
+        [
+            (board, "/popular", slot, 30),
+            (board, "/other", slot, 5),
+            (board, "/popular", slot_before, 3),
+            (board, "/amounts", slot, 3),
+            (board, "/huge", slot, MAX_AMOUNT),
+            (board, "/huge", slot, 1),
+            (other, "/popular", slot_other, 4),
+        ]
+    )
+    # each keeps the latest time of the bumps merged into it (in their slot)
+    assert sorted(e["ts"] for e in events) == [earlier] + [now] * (len(events) - 1)
+
+    assert incr_events(conn, events, message_id=str(uuid.uuid4())) == len(events)  # as the worker applies it
+    assert dict(Ranking(conn, board).top(limit=10, withscores=True)) == {
+        "/huge": MAX_AMOUNT + 1,
+        "/popular": 33,
+        "/other": 5,
+        "/amounts": 3,
+    }
+    assert dict(Ranking(conn, other, period_hours=48, interval_hours=2).top(limit=10, withscores=True)) == {
+        "/popular": 4
+    }
