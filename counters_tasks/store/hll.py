@@ -26,14 +26,9 @@ def registers(raw: bytes) -> bytearray:
     encoding, body = raw[4], raw[HEADER:]
     out = bytearray(REGISTERS)
     if encoding == 0:  # dense: 6 bits a register, least significant bits first
-        if len(body) < (REGISTERS * 6 + 7) // 8:
+        if len(body) < DENSE_BYTES:
             raise ValueError("truncated dense HyperLogLog")
-        padded = bytes(body) + b"\x00"
-        for i in range(REGISTERS):
-            bit = i * 6
-            byte, shift = bit >> 3, bit & 7
-            out[i] = ((padded[byte] >> shift) | (padded[byte + 1] << (8 - shift))) & 63
-        return out
+        return _dense(bytes(body[:DENSE_BYTES]))
     if encoding == 1:  # sparse: ZERO, XZERO and VAL opcodes
         index, pos = 0, 0
         while pos < len(body):
@@ -53,6 +48,50 @@ def registers(raw: bytes) -> bytearray:
             raise ValueError("corrupt sparse HyperLogLog")
         return out
     raise ValueError(f"unknown HyperLogLog encoding {encoding}")
+
+
+DENSE_BYTES = REGISTERS * 6 // 8
+
+
+def _table(rule) -> bytes:
+    return bytes(rule(byte) & 255 for byte in range(256))
+
+
+_LOW6, _HIGH2 = _table(lambda b: b & 63), _table(lambda b: b >> 6)
+_LOW4_UP2, _HIGH4 = _table(lambda b: (b & 15) << 2), _table(lambda b: b >> 4)
+_LOW2_UP4, _HIGH6 = _table(lambda b: (b & 3) << 4), _table(lambda b: b >> 2)
+
+
+def _or(a: bytes, b: bytes) -> bytes:
+    """Byte by byte OR of two strings of one length (as two big integers: one C operation)."""
+    return (int.from_bytes(a, "little") | int.from_bytes(b, "little")).to_bytes(len(a), "little")
+
+
+def _dense(body: bytes) -> bytearray:
+    """The registers of a dense body, four from each three bytes (bits 0-5, 6-11, 12-17, 18-23),
+    with byte tables and slices rather than a Python step a register (a 90-day union of dense
+    days took 650 ms that way)."""
+    first, second, third = body[0::3], body[1::3], body[2::3]
+    out = bytearray(REGISTERS)
+    out[0::4] = first.translate(_LOW6)
+    out[1::4] = _or(first.translate(_HIGH2), second.translate(_LOW4_UP2))
+    out[2::4] = _or(second.translate(_HIGH4), third.translate(_LOW2_UP4))
+    out[3::4] = third.translate(_HIGH6)
+    return out
+
+
+_LANES = int.from_bytes(b"\x80" * REGISTERS, "little")
+_ALL = (1 << (8 * REGISTERS)) - 1
+
+
+def _max(a: bytes | bytearray, b: bytes | bytearray) -> bytearray:
+    """Register by register maximum of two register strings (values below 64), as big integers:
+    in each byte, (a | 0x80) - b keeps its top bit exactly when a >= b (no borrow crosses a
+    byte), which makes a mask of the bytes where a wins."""
+    x, y = int.from_bytes(a, "little"), int.from_bytes(b, "little")
+    wins = (((x | _LANES) - y) & _LANES) >> 7
+    mask = wins * 255
+    return bytearray(((x & mask) | (y & (_ALL ^ mask))).to_bytes(REGISTERS, "little"))
 
 
 def _tau(x: float) -> float:
@@ -83,9 +122,7 @@ def _sigma(x: float) -> float:
 
 def count(regs: bytes | bytearray) -> int:
     """The cardinality estimate of merged registers (Redis's ``hllCount``, Ertl's estimator)."""
-    histogram = [0] * 64
-    for value in regs:
-        histogram[value] += 1
+    histogram = [regs.count(value) for value in range(64)]  # (a C scan each)
     m = float(REGISTERS)
     z = m * _tau((m - histogram[Q + 1]) / m)
     for j in range(Q, 0, -1):
@@ -100,5 +137,5 @@ def union_count(values: Iterable[bytes | None]) -> int:
     merged = bytearray(REGISTERS)
     for raw in values:
         if raw:
-            merged = bytearray(map(max, merged, registers(raw)))
+            merged = _max(merged, registers(raw))
     return count(merged)

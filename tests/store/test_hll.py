@@ -11,7 +11,9 @@ from counters_tasks.store import hll
 pytestmark = pytest.mark.cluster
 
 
-@pytest.mark.parametrize("sizes", [[0], [1], [3, 5], [50, 2000, 7], [20000, 15000, 1], [300] * 6])
+@pytest.mark.parametrize(
+    "sizes", [[0], [1], [3, 5], [50, 2000, 7], [20000, 15000, 1], [300] * 6, [4000] * 9 + [10, 20000]]
+)
 def test_union_count_equals_pfcount(raw_conn, sizes):
     rng = random.Random(sum(sizes))
     universe = [f"v{rng.getrandbits(40)}" for _ in range(max(sizes) * 2 + 1)]
@@ -36,3 +38,28 @@ def test_union_count_equals_pfcount(raw_conn, sizes):
 def test_rejects_values_that_are_not_hlls():
     with pytest.raises(ValueError):
         hll.union_count([b"not an hll value"])
+
+
+def test_dense_registers_are_read_bit_for_bit(raw_conn):
+    """Each register of a dense value, read with byte tables, is the 6 bits a plain reading of
+    Redis's layout gives (least significant first), and the union's maximum is each register's."""
+    rng = random.Random(8)
+    values = []
+    for n in range(3):
+        raw_conn.delete("hll:dense")
+        for _part in range(6):
+            raw_conn.pfadd("hll:dense", *(f"d{n}-{rng.getrandbits(40)}" for _ in range(1000)))
+        values.append(raw_conn.get("hll:dense"))
+    assert {value[4] for value in values} == {0}
+    plain = []
+    for value in values:
+        body = value[hll.HEADER :] + b"\x00"
+        plain.append(
+            bytes(
+                ((body[i * 6 // 8] >> (i * 6 % 8)) | (body[i * 6 // 8 + 1] << (8 - i * 6 % 8))) & 63
+                for i in range(hll.REGISTERS)
+            )
+        )
+        assert bytes(hll.registers(value)) == plain[-1]
+    merged = bytes(map(max, *plain))
+    assert hll.union_count(values) == hll.count(bytearray(merged))
