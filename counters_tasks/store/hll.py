@@ -16,6 +16,7 @@ REGISTERS = 1 << P
 Q = 64 - P
 ALPHA_INF = 0.721347520444481703680
 HEADER = 16
+DENSE_BYTES = REGISTERS * 6 // 8
 MAGIC = b"HYLL"
 
 
@@ -24,12 +25,12 @@ def registers(raw: bytes) -> bytearray:
     if len(raw) < HEADER or raw[:4] != MAGIC:
         raise ValueError("not a HyperLogLog value")
     encoding, body = raw[4], raw[HEADER:]
-    out = bytearray(REGISTERS)
     if encoding == 0:  # dense: 6 bits a register, least significant bits first
         if len(body) < DENSE_BYTES:
             raise ValueError("truncated dense HyperLogLog")
         return _dense(bytes(body[:DENSE_BYTES]))
     if encoding == 1:  # sparse: ZERO, XZERO and VAL opcodes
+        out = bytearray(REGISTERS)
         index, pos = 0, 0
         while pos < len(body):
             op = body[pos]
@@ -48,9 +49,6 @@ def registers(raw: bytes) -> bytearray:
             raise ValueError("corrupt sparse HyperLogLog")
         return out
     raise ValueError(f"unknown HyperLogLog encoding {encoding}")
-
-
-DENSE_BYTES = REGISTERS * 6 // 8
 
 
 def _table(rule) -> bytes:
