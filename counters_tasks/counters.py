@@ -110,9 +110,7 @@ def bucket_of(field: Any) -> tuple[int, int]:
 def first_leaves_window(flat: list[int]) -> int:
     """When the first bucket of ``flat`` (field, amount, ...) leaves the window: get_counter
     keeps buckets with start > now - 120 p, so a bucket leaves at its start + 120 p (0: none)."""
-    return min(
-        ((flat[at] // 10 + SAMPLE_COUNT) * PRECISIONS[flat[at] % 10] for at in range(0, len(flat), 2)), default=0
-    )
+    return min([(field // 10 + SAMPLE_COUNT) * PRECISIONS[field % 10] for field in flat[::2]], default=0)
 
 
 FIELDS_PER_CALL = 125
@@ -127,29 +125,31 @@ def queue_counter_writes(conn: RedisClient, pipe: Any, per_counter: dict[str, Fi
     the same on every delivery of the same counts). Returns the number of calls (replies: 1
     applied, 0 already applied)."""
     with keys.bound(conn, write=True):
-        by_group: dict[str, list[tuple[str, list[int]]]] = defaultdict(list)
+        by_group: dict[str, list[tuple[tuple[str, str, str, str, int], list[int]]]] = defaultdict(list)
         for name, fields in per_counter.items():
             flat = [value for field, n in fields.items() if n for value in (field, n)]  # field, amount, ...
-            group = keys.counter_tag(name)
-            for first in range(0, max(1, len(flat)), 2 * FIELDS_PER_CALL):
-                by_group[group].append((name, flat[first : first + 2 * FIELDS_PER_CALL]))
+            written = keys.counter_write_keys(name)
+            if len(flat) <= 2 * FIELDS_PER_CALL:
+                by_group[written[0]].append((written, flat))
+                continue
+            for first in range(0, len(flat), 2 * FIELDS_PER_CALL):
+                by_group[written[0]].append((written, flat[first : first + 2 * FIELDS_PER_CALL]))
         ttl = get_settings().dedupe_ttl if message_id is not None else 0
         calls = 0
         for group, entries in by_group.items():
-            parts: list[list[tuple[str, list[int]]]] = [[]]
+            parts: list[list[tuple[tuple[str, str, str, str, int], list[int]]]] = [[]]
             size = 0
-            for name, flat in entries:
+            for written, flat in entries:
                 if size and size + len(flat) > 2 * FIELDS_PER_CALL:
                     parts.append([])
                     size = 0
-                parts[-1].append((name, flat))
+                parts[-1].append((written, flat))
                 size += len(flat)
             part_ids = [message_id] + keys.chunk_ids(message_id, len(parts), "/c")[1:]
             for part, part_id in zip(parts, part_ids, strict=True):
                 script_keys: list[str] = []
                 args: list[Any] = [ttl, len(part)]
-                for name, flat in part:
-                    hash_key, due_key, member, subset = keys.counter_write_keys(name)
+                for (_tag, hash_key, due_key, member, subset), flat in part:
                     script_keys += [hash_key, due_key]
                     args += [member, subset, first_leaves_window(flat), len(flat) // 2, *flat]
                 script_keys.append(keys.counter_due(group))

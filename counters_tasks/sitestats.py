@@ -160,11 +160,16 @@ def queue_views(
         by_day: dict[tuple[str, date], list[SiteView]] = defaultdict(list)
         by_shard: dict[int, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
         by_group: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+        group_of: dict[tuple[str, str], tuple[str, str]] = {}  # (site, path) -> (its group, its name): once a call
         for view in views:
-            by_day[view.site, view.day].append(view)
-            by_shard[keys.site_shard_of(view.visitor)][view.site].append(view.visitor)
-            name = keys.scoped(view.site, view.path)
-            by_group[keys.path_tag(name)][name].append(view.visitor)
+            site, visitor = view.site, view.visitor
+            by_day[site, view.day].append(view)
+            by_shard[keys.site_shard_of(visitor)][site].append(visitor)
+            named = group_of.get((site, view.path))
+            if named is None:
+                name = keys.scoped(site, view.path)
+                named = group_of[site, view.path] = (keys.path_tag(name), name)
+            by_group[named[0]][named[1]].append(visitor)
 
         day_calls = [
             (site, day, part, part_id)
@@ -231,11 +236,13 @@ def queue_views(
 def _day_tables(views: list[SiteView]) -> dict[str, dict[str, list[str]]]:
     """The entries of one ``site_day`` call, by table: "" the pages (path -> its views' visitors
     in pairs form), then each kind of source (``keys.SOURCE_KINDS`` letter) its views have."""
-    tables: dict[str, dict[str, list[str]]] = {"": defaultdict(list), "r": defaultdict(list)}
+    pages: dict[str, list[str]] = defaultdict(list)
+    referrers: dict[str, list[str]] = defaultdict(list)
+    tables: dict[str, dict[str, list[str]]] = {"": pages, "r": referrers}
     for view in views:
         member = pair_visitor(view.visitor)
-        tables[""][view.path].append(member)
-        tables["r"][view.referrer].append(member)
+        pages[view.path].append(member)
+        referrers[view.referrer].append(member)
         for kind, tag in view.campaign:
             tables.setdefault(kind, defaultdict(list))[tag].append(member)
     return tables
@@ -256,14 +263,11 @@ def _parts(views: list[SiteView], message_id: str | None) -> tuple[list[list[Sit
     return parts, keys.chunk_ids(message_id, len(parts), "/d")
 
 
+@functools.lru_cache(maxsize=65536)
 def pair_visitor(visitor: str) -> str:
     """A visitor id in 11 characters (base64 of its 64 bits) for the day's pairs SET: members
-    of 19 characters fit a smaller allocation than the decimal id's ~28."""
-    return _pair_visitor(visitor)
-
-
-@functools.lru_cache(maxsize=65536)
-def _pair_visitor(visitor: str) -> str:
+    of 19 characters fit a smaller allocation than the decimal id's ~28. (Cached: a call per
+    view a worker applies.)"""
     return base64.urlsafe_b64encode(int(visitor).to_bytes(8, "big", signed=True)).decode()[:11]
 
 

@@ -72,7 +72,11 @@ def shard_count(expected: int) -> int:
 
 def shard_of(number: int, expected: int) -> int:
     """The shard of an id, as the original design does (CRC32 of ``'x' + id``: ids are not dense)."""
-    return zlib.crc32(b"x%d" % number) % shard_count(expected)
+    return _shard(number, shard_count(expected))
+
+
+def _shard(number: int, shards: int) -> int:
+    return zlib.crc32(b"x%d" % number) % shards
 
 
 def shard_days() -> int:
@@ -159,8 +163,9 @@ def queue_ids(
     with keys.bound(conn, write=True):
         tag = keys.uniques_tag(day, site)
         per_shard: dict[int, list[int]] = defaultdict(list)
+        shards = shard_count(expected)
         for number in numbers:
-            per_shard[shard_of(number, expected)].append(number)
+            per_shard[_shard(number, shards)].append(number)
         script_keys = [
             keys.uniques_expected(day, tag=tag, site=site),
             keys.uniques_count(day, tag=tag, site=site),
@@ -178,8 +183,9 @@ def queue_ids(
             days.kept_from_now(count_days()),
             len(per_shard),
         ]
+        shard_head = keys.uniques_shard_head(day, tag=tag, site=site)
         for shard, members in sorted(per_shard.items()):
-            script_keys.append(keys.uniques_shard(day, shard, tag=tag, site=site))
+            script_keys.append(f"{shard_head}{shard}")  # keys.uniques_shard
             args += [shard, len(members), *members]
         if ttl and message_id is not None:
             script_keys.append(keys.uniques_seen(day, message_id, tag=tag, site=site))

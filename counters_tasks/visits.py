@@ -17,6 +17,7 @@ redelivered batch, cut the same way, is applied once.
 from __future__ import annotations
 
 import functools
+import math
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -163,18 +164,32 @@ class _Call:
 
 def _plan(visits: Sequence[Visit], message_id: str | None) -> _Call:
     sessions: dict[tuple[str, date], list[int]] = defaultdict(list)
-    per_second: Counter[tuple[str, str, int]] = Counter()  # (site, path, whole second) -> views: visits come in bursts
+    site_precisions, page_precisions = hits_precisions()
+    unit = math.gcd(*page_precisions)  # every precision a page keeps is a multiple of it: 60 s by default
+    per_second: Counter[tuple[str, int]] = Counter()  # (site, whole second) -> views: visits come in bursts
+    per_unit: Counter[tuple[str, str, int]] = Counter()  # (site, path, start of its unit) -> views
     for visit in visits:
+        view = visit.view
         if visit.session is not None:
-            sessions[visit.view.site, visit.session[0]].append(visit.session[1])
-        per_second[visit.view.site, visit.view.path, int(visit.ts)] += 1
+            sessions[view.site, visit.session[0]].append(visit.session[1])
+        second = int(visit.ts)
+        per_second[view.site, second] += 1
+        per_unit[view.site, view.path, second - second % unit] += 1
+    # The counters in the order their views first came (a site's hits before its first page's),
+    # their fields too: a batch's calls of a group, cut at FIELDS_PER_CALL, and so their dedupe
+    # ids, stay what they were when each (page, second) was folded on its own.
     per_counter: dict[str, counters.Fields] = {}
-    precisions = [counters.indexed(kept) for kept in hits_precisions()]
-    names: dict[tuple[str, str], tuple[str, str]] = {}  # (site, path) -> hits_names, made once a batch
-    for (site, path, second), views in per_second.items():  # each (path, second) folded once, not each view
-        named = names.get((site, path)) or names.setdefault((site, path), hits_names(path, site))
-        for name, kept in zip(named, precisions, strict=True):
-            counters.add_to_fields(per_counter.setdefault(name, {}), second, views, kept)
+    page_fields = []
+    for site, path, _start in per_unit:
+        per_counter.setdefault(keys.scoped(site, "hits"), {})
+        page_fields.append(per_counter.setdefault(keys.scoped(site, counters.PAGE_HITS + path), {}))
+    # each (site, second) and (page, unit) folded once, not each view: a unit's start falls in
+    # the same bucket as its seconds at every precision that is a multiple of the unit
+    site_kept, page_kept = counters.indexed(site_precisions), counters.indexed(page_precisions)
+    for (site, second), views in per_second.items():
+        counters.add_to_fields(per_counter[keys.scoped(site, "hits")], second, views, site_kept)
+    for fields, ((_site, _path, start), views) in zip(page_fields, per_unit.items(), strict=True):
+        counters.add_to_fields(fields, start, views, page_kept)
     calls = []
     for (site, day), numbers in sessions.items():  # a day's ids in calls of UNIQUES_PER_CALL (each deduped)
         parts = [numbers[first : first + UNIQUES_PER_CALL] for first in range(0, len(numbers), UNIQUES_PER_CALL)]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import random
 import time
 import uuid
+from collections import Counter
 
 import pytest
 import redis
@@ -15,7 +17,7 @@ from counters_tasks.errors import InvalidInput
 from counters_tasks.sitestats import SiteCount
 from counters_tasks.store import keys
 from counters_tasks.worker import maintenance
-from tests.support.servers import dump_all, is_cluster_run
+from tests.support.servers import dump_all, is_cluster_run, use_settings
 
 pytestmark = pytest.mark.cluster
 
@@ -185,3 +187,61 @@ def test_beat_entry_and_route(eager_app):
     assert {"counters_tasks.record_visit", "counters_tasks.count_unique", "counters_tasks.precompute_expected"} <= set(
         eager_app.tasks
     )
+
+
+@pytest.mark.parametrize("precisions", ["", "5,300,3600", "1,86400"])
+def test_hits_folded_per_second_and_per_page_unit_count_every_view(raw_conn, monkeypatch, precisions):
+    """A batch's views are folded once per (site, second) for ``hits`` and once per (page, its
+    finest kept precision) for ``hits:<path>``: every bucket of every precision each keeps holds
+    what a count view by view gives, on two sites, over a stretch of seconds and minutes."""
+    use_settings(monkeypatch, COUNTERS_PATH_HITS_PRECISIONS=precisions, COUNTERS_SITES='{"blog": {}}')
+    rng = random.Random(precisions)
+    now = time.time()
+    batch = [
+        {
+            "ip": f"198.51.100.{rng.randrange(40)}",
+            "path": f"/p{rng.randrange(6)}",
+            "ts": now - rng.uniform(0, 900) - (rng.random() < 0.3) * 0.5,
+            **({"site": "blog"} if rng.random() < 0.4 else {}),
+        }
+        for _ in range(700)
+    ]
+    visits.apply_visits(raw_conn, batch, message_id="folded")
+    for site in (None, "blog"):
+        views = [v for v in batch if v.get("site") == site]
+        for name in ["hits", *sorted({f"hits:{v['path']}" for v in views})]:
+            mine = views if name == "hits" else [v for v in views if f"hits:{v['path']}" == name]
+            for precision in counters.kept_precisions(name):
+                expected = Counter(counters.bucket_start(v["ts"], precision) for v in mine)
+                got = dict(counters.get_counter(raw_conn, name, precision, now=now, site=site))
+                window = {start: n for start, n in expected.items() if start > now - 120 * precision}
+                assert got == window, (site, name, precision)
+
+
+def test_a_batch_plan_keeps_the_order_of_a_view_by_view_fold(monkeypatch):
+    """The counters of a batch, and each one's fields, come in the order a fold view by view
+    gives (a site's ``hits`` before its first page): a group's calls are cut at
+    ``FIELDS_PER_CALL`` in that order, and their dedupe ids must name the same fields on every
+    delivery, before and after an upgrade."""
+    use_settings(monkeypatch, COUNTERS_SITES='{"blog": {}}', COUNTERS_TAG_KEY="ab" * 16)
+    rng = random.Random(7)
+    now = time.time()
+    batch = [
+        visits.prepare_visit(
+            f"198.51.100.{rng.randrange(9)}",
+            f"/p{rng.randrange(30)}",
+            ts=now - rng.uniform(0, 3000),
+            site="blog" if rng.random() < 0.5 else None,
+        )
+        for _ in range(500)
+    ]
+    expected: dict[str, counters.Fields] = {}
+    site_kept, page_kept = (counters.indexed(kept) for kept in visits.hits_precisions())
+    for visit in batch:
+        site_name, page_name = visits.hits_names(visit.view.path, visit.view.site)
+        counters.add_to_fields(expected.setdefault(site_name, {}), int(visit.ts), 1, site_kept)
+        counters.add_to_fields(expected.setdefault(page_name, {}), int(visit.ts), 1, page_kept)
+    planned = visits._plan(batch, "m").per_counter
+    assert [(name, list(fields.items())) for name, fields in planned.items()] == [
+        (name, list(fields.items())) for name, fields in expected.items()
+    ]

@@ -7,6 +7,7 @@ by redis-py when it is installed, and its commands are packed by ``ArgsPacker``.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -156,7 +157,14 @@ def _close_own_client() -> None:
 
 def is_cluster(conn: RedisClient) -> TypeIs[RedisCluster]:
     """Whether ``conn`` is a cluster client (for the type checker: narrows ``conn`` both ways)."""
-    return isinstance(conn, RedisCluster)
+    return _is_cluster_type(type(conn))
+
+
+@functools.cache
+def _is_cluster_type(kind: type) -> bool:
+    # redis-py's client classes are typing Protocols, whose isinstance costs ~1 us: a script call
+    # of a batch asks this (hundreds a batch), so the answer is kept per class
+    return issubclass(kind, RedisCluster)
 
 
 def read_pipeline(conn: RedisClient) -> Any:

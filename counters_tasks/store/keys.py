@@ -218,16 +218,16 @@ def counter_scan(tag: str) -> str:
     return f"{prefix()}cnt:{{{tag}}}:scan"
 
 
-def counter_write_keys(name: str) -> tuple[str, str, str, int]:
-    """What a write of counter ``name`` needs: its hash, its due ZSET, its member there and its
-    subset number. Cached: this is the hot path of every write."""
+def counter_write_keys(name: str) -> tuple[str, str, str, str, int]:
+    """What a write of counter ``name`` needs: its tag group, its hash, its due ZSET, its member
+    there and its subset number. Cached: this is the hot path of every write."""
     return _counter_write_keys(prefix(), tag_key(), name)
 
 
 @functools.lru_cache(maxsize=65536)
-def _counter_write_keys(_prefix: str, _key: bytes, name: str) -> tuple[str, str, str, int]:
+def _counter_write_keys(_prefix: str, _key: bytes, name: str) -> tuple[str, str, str, str, int]:
     tag, subset = counter_tag(name), counter_subset(name)
-    return counter_hash(name, tag=tag), counter_due_subset(tag, subset), counter_member(name), subset
+    return tag, counter_hash(name, tag=tag), counter_due_subset(tag, subset), counter_member(name), subset
 
 
 def counter_groups() -> list[str]:
@@ -538,7 +538,13 @@ def uniques_expected(day: date, *, tag: str | None = None, site: str = "") -> st
 def uniques_shard(day: date, shard: int, *, tag: str | None = None, site: str = "") -> str:
     """SET of at most 512 integer ids (so an intset); a full shard continues in levels of sets
     (``uniques_level_set``, made inside ``unique_visit.lua``)."""
-    return f"{prefix()}uniq:{{{tag or uniques_tag(day, site)}}}:shard:{day_label(day, site)}:{shard}"
+    return f"{uniques_shard_head(day, tag=tag, site=site)}{shard}"
+
+
+def uniques_shard_head(day: date, *, tag: str | None = None, site: str = "") -> str:
+    """What every ``uniques_shard`` key of a day starts with, before its shard number (made once
+    a call that names many shards)."""
+    return f"{prefix()}uniq:{{{tag or uniques_tag(day, site)}}}:shard:{day_label(day, site)}:"
 
 
 def uniques_level_set(shard_key: str, level: int, index: int) -> str:

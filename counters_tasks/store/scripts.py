@@ -65,11 +65,11 @@ def run_script(conn: RedisClient, name: str, keys: list, args: list, client: Any
         except NoScriptError:  # a restarted or failed-over server: load it once more
             conn.script_load(registered.script)
             return conn.evalsha(registered.sha, len(keys), *keys, *args)
-    if isinstance(client, ClusterPipeline):
+    if is_cluster(conn):  # then ``client`` is a ClusterPipeline of it
         return client.execute_command(
             "EVAL", registered.script, len(keys), *keys, *args, target_nodes=script_node(client, keys)
         )
-    return client.evalsha(registered.sha, len(keys), *keys, *args)
+    return client.execute_command("EVALSHA", registered.sha, len(keys), *keys, *args)
 
 
 def script_node(pipe: ClusterPipeline, keys: list) -> Any:
