@@ -125,7 +125,7 @@ def queue_counter_writes(conn: RedisClient, pipe: Any, per_counter: dict[str, Fi
     the same on every delivery of the same counts). Returns the number of calls (replies: 1
     applied, 0 already applied)."""
     with keys.bound(conn, write=True):
-        by_group: dict[str, list[tuple[tuple[str, str, str, str, int], list[int]]]] = defaultdict(list)
+        by_group: dict[str, list[tuple[keys.CounterWriteKeys, list[int]]]] = defaultdict(list)
         for name, fields in per_counter.items():
             flat = [value for field, n in fields.items() if n for value in (field, n)]  # field, amount, ...
             written = keys.counter_write_keys(name)
@@ -137,7 +137,7 @@ def queue_counter_writes(conn: RedisClient, pipe: Any, per_counter: dict[str, Fi
         ttl = get_settings().dedupe_ttl if message_id is not None else 0
         calls = 0
         for group, entries in by_group.items():
-            parts: list[list[tuple[tuple[str, str, str, str, int], list[int]]]] = [[]]
+            parts: list[list[tuple[keys.CounterWriteKeys, list[int]]]] = [[]]
             size = 0
             for written, flat in entries:
                 if size and size + len(flat) > 2 * FIELDS_PER_CALL:

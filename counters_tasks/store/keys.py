@@ -218,14 +218,19 @@ def counter_scan(tag: str) -> str:
     return f"{prefix()}cnt:{{{tag}}}:scan"
 
 
-def counter_write_keys(name: str) -> tuple[str, str, str, str, int]:
+CounterWriteKeys = tuple[str, str, str, str, int]
+"""What a write of one counter names (``counter_write_keys``): its tag group, hash, due ZSET,
+member in that ZSET and subset number."""
+
+
+def counter_write_keys(name: str) -> CounterWriteKeys:
     """What a write of counter ``name`` needs: its tag group, its hash, its due ZSET, its member
     there and its subset number. Cached: this is the hot path of every write."""
     return _counter_write_keys(prefix(), tag_key(), name)
 
 
 @functools.lru_cache(maxsize=65536)
-def _counter_write_keys(_prefix: str, _key: bytes, name: str) -> tuple[str, str, str, str, int]:
+def _counter_write_keys(_prefix: str, _key: bytes, name: str) -> CounterWriteKeys:
     tag, subset = counter_tag(name), counter_subset(name)
     return tag, counter_hash(name, tag=tag), counter_due_subset(tag, subset), counter_member(name), subset
 
