@@ -83,16 +83,54 @@ for j = 1, nshards do
 end
 local legacies = nshards > 0 and redis.call('HMGET', KEYS[4], unpack(numbers)) or {}
 local depths = nshards > 0 and redis.call('HMGET', KEYS[5], unpack(numbers)) or {}
+-- one set's share of a shard's pending ids: those it holds are done, the new ones it has room
+-- for are added to it, the rest go one level deeper (appended to `deeper`); an error reply
+-- when the key holds another type
+local function take(key, ids, shard, level, depth, deeper)
+  local found, refused_set = wrong_type_read('set', 'SMISMEMBER', key, unpack(ids))
+  if refused_set then
+    return refused_set
+  end
+  local room = SHARD_MAX - redis.call('SCARD', key)
+  created[key] = room == SHARD_MAX
+  for p = 1, #ids do
+    if found[p] == 0 then
+      if room > 0 then
+        room = room - 1
+        local list = adds[key]
+        if not list then
+          list = {}
+          adds[key] = list
+        end
+        list[#list + 1] = ids[p]
+        new = new + 1
+        if level > depth and level > (deepest[shard] or 0) then
+          deepest[shard] = level
+        end
+      else
+        deeper[#deeper + 1] = ids[p]
+      end
+    end
+  end
+  return nil
+end
+
 i = 8
 for j = 1, nshards do
   local base, shard, n = KEYS[5 + j], ARGV[i], tonumber(ARGV[i + 1])
   local legacy = tonumber(legacies[j] or '0')
   local depth = tonumber(depths[j] or '0')
-  local pending, in_call, routes = {}, {}, {}
-  for a = i + 2, i + 1 + n do
-    if not in_call[ARGV[a]] then
-      in_call[ARGV[a]] = true
-      pending[#pending + 1] = ARGV[a]
+  local pending
+  if n == 1 then  -- the common case on a day of many shards: no table to find repeats
+    pending = {ARGV[i + 2]}
+  else
+    local in_call = {}
+    pending = {}
+    for a = i + 2, i + 1 + n do
+      if not in_call[ARGV[a]] then
+        in_call[ARGV[a]] = true
+        pending[#pending + 1] = ARGV[a]
+      end
     end
   end
   for k = 1, legacy do  -- a day of 0.1's layout: its overflow chain
@@ -111,22 +149,28 @@ for j = 1, nshards do
     end
     pending = left
   end
-  local level = 0
+  if #pending > 0 then  -- level 0: the shard's own set, every pending id at once
+    local deeper = {}
+    local refused_set = take(base, pending, shard, 0, depth, deeper)
+    if refused_set then
+      return refused_set
+    end
+    pending = deeper
+  end
+  local level, routes = 1, nil
   while #pending > 0 do
     if level > MAX_LEVEL then
       return redis.error_reply('ERR uniques: shard ' .. base .. ' is past its last level')
     end
+    routes = routes or {}
     local by_set, order = {}, {}
     for _, id in ipairs(pending) do
-      local key = base
-      if level > 0 then
-        local route = routes[id]
-        if not route then
-          route = tonumber(string.sub(redis.sha1hex(id), 1, 7), 16)
-          routes[id] = route
-        end
-        key = base .. ':L' .. level .. ':' .. (route % (FANOUT ^ level))
+      local route = routes[id]
+      if not route then
+        route = tonumber(string.sub(redis.sha1hex(id), 1, 7), 16)
+        routes[id] = route
       end
+      local key = base .. ':L' .. level .. ':' .. (route % (FANOUT ^ level))
       if not by_set[key] then
         by_set[key] = {}
         order[#order + 1] = key
@@ -135,31 +179,9 @@ for j = 1, nshards do
     end
     local deeper = {}
     for _, key in ipairs(order) do
-      local ids = by_set[key]
-      local found, refused_set = wrong_type_read('set', 'SMISMEMBER', key, unpack(ids))
+      local refused_set = take(key, by_set[key], shard, level, depth, deeper)
       if refused_set then
         return refused_set
-      end
-      local room = SHARD_MAX - redis.call('SCARD', key)
-      created[key] = room == SHARD_MAX
-      for p = 1, #ids do
-        if found[p] == 0 then
-          if room > 0 then
-            room = room - 1
-            local list = adds[key]
-            if not list then
-              list = {}
-              adds[key] = list
-            end
-            list[#list + 1] = ids[p]
-            new = new + 1
-            if level > depth and level > (deepest[shard] or 0) then
-              deepest[shard] = level
-            end
-          else
-            deeper[#deeper + 1] = ids[p]
-          end
-        end
       end
     end
     pending = deeper
