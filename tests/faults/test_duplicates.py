@@ -162,10 +162,14 @@ def test_retry_after_a_partly_sent_pipeline_counts_once(write, raw_conn):
     message id): Redis ends byte for byte as after one clean application."""
     apply = WRITES[write]
     message_id = str(uuid.uuid4())
-    uniques.forget_expected()
-    counting = LosesConnection(raw_conn.connection_pool, 10**9)
-    apply(counting, message_id)
-    total, clean = counting.sent, dump_all(raw_conn)
+    sent = []
+    for _ in range(2):  # the fewer: a process's first write also checks the deployment (store.deployment)
+        raw_conn.flushdb()
+        uniques.forget_expected()
+        counting = LosesConnection(raw_conn.connection_pool, 10**9)
+        apply(counting, message_id)
+        sent.append(counting.sent)
+    total, clean = min(sent), dump_all(raw_conn)
     assert total >= 1
     for budget in range(total):
         raw_conn.flushdb()
