@@ -129,10 +129,7 @@ def queue_counter_writes(conn: RedisClient, pipe: Any, per_counter: dict[str, Fi
         for name, fields in per_counter.items():
             flat = [value for field, n in fields.items() if n for value in (field, n)]  # field, amount, ...
             written = keys.counter_write_keys(name)
-            if len(flat) <= 2 * FIELDS_PER_CALL:
-                by_group[written[0]].append((written, flat))
-                continue
-            for first in range(0, len(flat), 2 * FIELDS_PER_CALL):
+            for first in range(0, max(1, len(flat)), 2 * FIELDS_PER_CALL):
                 by_group[written[0]].append((written, flat[first : first + 2 * FIELDS_PER_CALL]))
         ttl = get_settings().dedupe_ttl if message_id is not None else 0
         calls = 0

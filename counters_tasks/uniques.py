@@ -183,9 +183,9 @@ def queue_ids(
             days.kept_from_now(count_days()),
             len(per_shard),
         ]
-        shard_head = keys.uniques_shard_head(day, tag=tag, site=site)
-        for shard, members in sorted(per_shard.items()):
-            script_keys.append(f"{shard_head}{shard}")  # keys.uniques_shard
+        ordered = sorted(per_shard.items())
+        script_keys += keys.uniques_shards(day, [shard for shard, _members in ordered], tag=tag, site=site)
+        for shard, members in ordered:
             args += [shard, len(members), *members]
         if ttl and message_id is not None:
             script_keys.append(keys.uniques_seen(day, message_id, tag=tag, site=site))

@@ -179,15 +179,18 @@ def _plan(visits: Sequence[Visit], message_id: str | None) -> _Call:
     # their fields too: a batch's calls of a group, cut at FIELDS_PER_CALL, and so their dedupe
     # ids, stay what they were when each (page, second) was folded on its own.
     per_counter: dict[str, counters.Fields] = {}
+    names: dict[tuple[str, str], tuple[str, str]] = {}  # (site, path) -> hits_names, made once a batch
     page_fields = []
     for site, path, _start in per_unit:
-        per_counter.setdefault(keys.scoped(site, "hits"), {})
-        page_fields.append(per_counter.setdefault(keys.scoped(site, counters.PAGE_HITS + path), {}))
+        named = names.get((site, path)) or names.setdefault((site, path), hits_names(path, site))
+        per_counter.setdefault(named[0], {})
+        page_fields.append(per_counter.setdefault(named[1], {}))
+    site_hits = {site: site_name for (site, _path), (site_name, _page_name) in names.items()}
     # each (site, second) and (page, unit) folded once, not each view: a unit's start falls in
     # the same bucket as its seconds at every precision that is a multiple of the unit
     site_kept, page_kept = counters.indexed(site_precisions), counters.indexed(page_precisions)
     for (site, second), views in per_second.items():
-        counters.add_to_fields(per_counter[keys.scoped(site, "hits")], second, views, site_kept)
+        counters.add_to_fields(per_counter[site_hits[site]], second, views, site_kept)
     for fields, ((_site, _path, start), views) in zip(page_fields, per_unit.items(), strict=True):
         counters.add_to_fields(fields, start, views, page_kept)
     calls = []

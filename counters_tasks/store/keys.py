@@ -18,7 +18,7 @@ import base64
 import contextlib
 import functools
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
 from datetime import date
 from urllib.parse import quote
@@ -543,13 +543,15 @@ def uniques_expected(day: date, *, tag: str | None = None, site: str = "") -> st
 def uniques_shard(day: date, shard: int, *, tag: str | None = None, site: str = "") -> str:
     """SET of at most 512 integer ids (so an intset); a full shard continues in levels of sets
     (``uniques_level_set``, made inside ``unique_visit.lua``)."""
-    return f"{uniques_shard_head(day, tag=tag, site=site)}{shard}"
+    [key] = uniques_shards(day, [shard], tag=tag, site=site)
+    return key
 
 
-def uniques_shard_head(day: date, *, tag: str | None = None, site: str = "") -> str:
-    """What every ``uniques_shard`` key of a day starts with, before its shard number (made once
-    a call that names many shards)."""
-    return f"{prefix()}uniq:{{{tag or uniques_tag(day, site)}}}:shard:{day_label(day, site)}:"
+def uniques_shards(day: date, shards: Iterable[int], *, tag: str | None = None, site: str = "") -> list[str]:
+    """The ``uniques_shard`` keys of ``shards`` of one day, the day's part of them made once (a
+    call names up to 64)."""
+    head = f"{prefix()}uniq:{{{tag or uniques_tag(day, site)}}}:shard:{day_label(day, site)}:"
+    return [f"{head}{shard}" for shard in shards]
 
 
 def uniques_level_set(shard_key: str, level: int, index: int) -> str:
