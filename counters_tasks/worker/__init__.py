@@ -20,6 +20,9 @@
   connection watched by its poller);
 - ``consumer``: the worker's consumer, which checks every task message before Celery handles it,
   whatever the broker, and sets aside what Celery would raise on or drop;
+- ``prefork_pool_adapter``: Celery's prefork pool as the consumer closes on it, the one module that
+  reaches Celery's and billiard's private names (the jobs a pool process is already taking, which
+  a warm shutdown must wait for rather than drop);
 - ``dead_letters``: messages set aside (undecodable, malformed, oversize, or failing for good),
   with their reasons, for operators to list, requeue or drop;
 - ``maintenance``: the beat jobs' cluster-wide lock and their last-run records, and beat's start;

@@ -19,6 +19,10 @@ when this worker's connection closes.
 ``create_task_handler``, the method Celery's event loops call for the handler of every task
 message (``celery.worker.loops``), and ``on_decode_error``, which Celery calls when a message's
 body cannot be decoded.
+
+At a warm shutdown, ``on_close`` keeps the jobs a pool process is already taking, which Celery
+drops (``worker.prefork_pool_adapter``): the worker waits for them and acknowledges their
+messages, instead of stopping 30 seconds late with them unacknowledged.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ from typing import Any
 from celery.worker.consumer import Consumer as CeleryConsumer
 
 from ..core.privacy import masked_text
-from . import dead_letters
+from . import dead_letters, prefork_pool_adapter
+from .batch_consumer import shutting_down
 from .broker import Channel as RedisChannel
 
 log = logging.getLogger(__name__)
@@ -57,6 +62,15 @@ class Consumer(CeleryConsumer):
             return handle(message)
 
         return on_task_received
+
+    def on_close(self) -> None:
+        """Celery's, but at a warm shutdown the jobs written to a pool process that it has not yet
+        said it took stay in the pool's cache: that process runs them whatever Celery decides, and
+        the pool's join must wait for their results (``worker.prefork_pool_adapter``). On a lost
+        connection Celery's rule stands: the broker gives those messages back."""
+        kept = prefork_pool_adapter.jobs_being_taken(self.pool) if shutting_down() else {}
+        super().on_close()
+        prefork_pool_adapter.keep_jobs(self.pool, kept)
 
     def on_decode_error(self, message: Any, exc: BaseException) -> None:
         """Celery logged the body and acknowledged the message: set it aside instead."""

