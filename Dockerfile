@@ -5,5 +5,5 @@ WORKDIR /app
 COPY pyproject.toml README.md celeryconfig.py ./
 COPY constraints ./constraints
 COPY counters_tasks ./counters_tasks
-RUN pip install --no-cache-dir -c constraints/tested.txt ".[cli,flower,ha]"
+RUN pip install --no-cache-dir -c constraints/tested.txt ".[cli,flower,ha,fast]"
 USER counters

@@ -49,7 +49,7 @@ REPO = Path(__file__).resolve().parent.parent
 import redis  # noqa: E402
 
 from bench._common import redis_cpu  # noqa: E402
-from bench.traffic import SHAPES  # noqa: E402
+from bench.traffic import SHAPES, headers_of  # noqa: E402
 from counters_tasks.local.redis_server import RedisServer  # noqa: E402
 
 
@@ -327,6 +327,9 @@ def run_shape(stream: list, variants: list[str], conn: redis.Redis, meters: Mete
 
     n = len(stream)
     results = {}
+    headers = {
+        ip: headers_of(ip) for ip, _p, _s, _t in stream
+    }  # each visitor's browser (ours only: the seeds know none)
     per_path: dict[str, int] = {}
     for _ip, path, _s, _ts in stream:
         per_path[path] = per_path.get(path, 0) + 1
@@ -374,8 +377,9 @@ def run_shape(stream: list, variants: list[str], conn: redis.Redis, meters: Mete
         def send():
             clock = time.perf_counter
             for ip, path, session, ts in stream:
+                agent, language = headers[ip]
                 started = clock()
-                tasks.record_visit.delay(ip, path, session, ts)
+                tasks.record_visit.delay(ip, path, session, ts, user_agent=agent, language=language)
                 middle = clock()
                 tasks.incr_ranking.delay("pages", path, 1, ts)
                 costs.extend((middle - started, clock() - middle))
@@ -409,7 +413,8 @@ def run_shape(stream: list, variants: list[str], conn: redis.Redis, meters: Mete
 
         def send3():
             for ip, path, session, ts in stream:
-                recorder.record(ip, path, session, ts)
+                agent, language = headers[ip]
+                recorder.record(ip, path, session, ts, user_agent=agent, language=language)
                 recorder.incr_ranking("pages", path, 1, ts)
             recorder.flush(timeout=120)
 
@@ -420,7 +425,8 @@ def run_shape(stream: list, variants: list[str], conn: redis.Redis, meters: Mete
         bench_record = VisitRecorder(max_batch=1000, max_delay=60, max_buffer=10 * n)
         start = time.perf_counter()
         for ip, path, session, ts in stream:
-            bench_record.record(ip, path, session, ts)
+            agent, language = headers[ip]
+            bench_record.record(ip, path, session, ts, user_agent=agent, language=language)
         calls = n / (time.perf_counter() - start)
         bench_record.close(timeout=120)
         # applied before anything else is measured (the next shape's runs share the worker)

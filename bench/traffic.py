@@ -91,3 +91,84 @@ def log2015(n: int, seed: int = 1) -> list[Visit]:
 
 
 SHAPES: dict[str, Callable[[int, int], list[Visit]]] = {"uniform": uniform, "zipf": zipf, "log2015": log2015}
+
+AGENTS_2015: list[tuple[str, str, int]] = [
+    # (user agent, its device type, its weight): real browsers' user agents of 2015, the share
+    # of each roughly as a blog's log of that year had them (desktop two thirds)
+    (
+        "Mozilla/5.0 (Windows NT 6.1; WOW64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/45.0.2454.101 Safari/537.36",
+        "desktop",
+        14,
+    ),
+    (
+        "Mozilla/5.0 (Windows NT 10.0; WOW64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/46.0.2490.80 Safari/537.36",
+        "desktop",
+        8,
+    ),
+    (
+        "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_10_5) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/45.0.2454.101 Safari/537.36",
+        "desktop",
+        7,
+    ),
+    ("Mozilla/5.0 (Windows NT 6.1; WOW64; rv:41.0) Gecko/20100101 Firefox/41.0", "desktop", 8),
+    ("Mozilla/5.0 (Windows NT 6.1; WOW64; Trident/7.0; rv:11.0) like Gecko", "desktop", 6),
+    (
+        "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_11) AppleWebKit/601.1.56 (KHTML, like Gecko) Version/9.0 Safari/601.1.56",
+        "desktop",
+        4,
+    ),
+    ("Mozilla/5.0 (X11; Ubuntu; Linux x86_64; rv:40.0) Gecko/20100101 Firefox/40.0", "desktop", 3),
+    (
+        "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/42.0.2311.135 Safari/537.36 Edge/12.10240",
+        "desktop",
+        3,
+    ),
+    (
+        "Mozilla/5.0 (iPhone; CPU iPhone OS 8_4 like Mac OS X) AppleWebKit/600.1.4 (KHTML, like Gecko) Version/8.0 Mobile/12H143 Safari/600.1.4",
+        "mobile",
+        6,
+    ),
+    (
+        "Mozilla/5.0 (iPhone; CPU iPhone OS 9_0_2 like Mac OS X) AppleWebKit/601.1.46 (KHTML, like Gecko) Version/9.0 Mobile/13A452 Safari/601.1",
+        "mobile",
+        5,
+    ),
+    (
+        "Mozilla/5.0 (Linux; Android 5.0; SM-G900F Build/LRX21T) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/45.0.2454.94 Mobile Safari/537.36",
+        "mobile",
+        5,
+    ),
+    (
+        "Mozilla/5.0 (Linux; Android 4.4.2; Nexus 5 Build/KOT49H) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/44.0.2403.133 Mobile Safari/537.36",
+        "mobile",
+        3,
+    ),
+    (
+        "Mozilla/5.0 (iPad; CPU OS 8_4_1 like Mac OS X) AppleWebKit/600.1.4 (KHTML, like Gecko) Version/8.0 Mobile/12H321 Safari/600.1.4",
+        "tablet",
+        4,
+    ),
+    (
+        "Mozilla/5.0 (Linux; Android 5.0.2; SM-T530 Build/LRX22G) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/45.0.2454.84 Safari/537.36",
+        "tablet",
+        2,
+    ),
+    (
+        "Mozilla/5.0 (Linux; U; Android 4.0.3; en-us; KFTT Build/IML74K) AppleWebKit/535.19 (KHTML, like Gecko) Silk/3.68 like Chrome/19.0.1084.78 Safari/535.19",
+        "tablet",
+        1,
+    ),
+    ("Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)", "bot", 2),
+]
+"""Real user agents of 2015 with the device type each is (the tests check the rule against it)."""
+
+LANGUAGES = ["en-US,en;q=0.8", "en-GB,en;q=0.9", "de-DE,de;q=0.8,en;q=0.6", "fr-FR,fr;q=0.8", "es-ES,es;q=0.9", "ja"]
+"""Accept-Language headers of browsers, a visitor's chosen by its IP."""
+
+
+def headers_of(ip: str) -> tuple[str, str]:
+    """The user agent (of ``AGENTS_2015``, by weight) and Accept-Language a visitor sends: the
+    same for the same IP, so a visitor keeps its browser."""
+    draw = random.Random(ip)
+    agent = draw.choices([a for a, _d, _w in AGENTS_2015 if _d != "bot"], [w for _a, d, w in AGENTS_2015 if d != "bot"])
+    return agent[0], draw.choice(LANGUAGES)

@@ -123,12 +123,16 @@ class VisitRecorder:
         site: str | None = None,
         referrer: str | None = None,
         utm: dict[str, str] | None = None,
+        user_agent: str | None = None,
+        language: str | None = None,
     ) -> None:
         """Queue one visit (validated now: bad input raises InvalidInput here, not in a worker).
         ``site``: a site of ``COUNTERS_SITES`` (None: the default site); ``referrer`` (its
         Referer URL, reduced here to its domain: a full URL never reaches the broker) and ``utm``
-        (its campaign tags): its source (``core.sources``)."""
-        self.add(VISIT, ip, path, session_id, ts, site, referrer, utm)
+        (its campaign tags): its source (``core.sources``); ``user_agent`` and ``language`` (its
+        User-Agent and Accept-Language headers): who visits (``core.clients``: parsed by the
+        worker, the country from the IP there)."""
+        self.add(VISIT, ip, path, session_id, ts, site, referrer, utm, user_agent, language)
 
     def incr_ranking(
         self,

@@ -33,7 +33,7 @@ import heapq
 import hmac
 import json
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import Any, NamedTuple
@@ -43,6 +43,7 @@ from redis.exceptions import RedisError
 
 from . import live, refusals
 from .core import days
+from .core.clients import Who, family, shown, who_of
 from .core.days import local_day
 from .core.settings import get_settings
 from .core.sites import check_site, hosts_of, site_names, zone_of
@@ -81,6 +82,7 @@ class SiteView(NamedTuple):
     site: str = ""  # the scope of the view's site (core.sites): "" for the default site
     referrer: str = DIRECT  # its referring domain, reduced (core.sources)
     campaign: tuple[tuple[str, str], ...] = ()  # (kind letter, tag) of its UTM tags: keys.SOURCE_KINDS
+    who: Who | None = None  # browser, system, device, country, language (core.clients); None: no such tables
 
 
 normalize_ip = check_ip
@@ -124,24 +126,44 @@ def totals_expire_at(day: date, site: str = "") -> int:
 
 
 def prepare_view(
-    ip: Any, path: Any, now: Any = None, site: Any = None, referrer: Any = None, utm: Any = None
+    ip: Any,
+    path: Any,
+    now: Any = None,
+    site: Any = None,
+    referrer: Any = None,
+    utm: Any = None,
+    user_agent: Any = None,
+    language: Any = None,
 ) -> SiteView:
     """Validate one page view (raises InvalidInput; writes nothing), with its visitor id."""
     scope = check_site(site)
-    return view_on(ip, path, local_day(check_event_time(now, "now"), zone_of(scope)), scope, referrer, utm)
+    day = local_day(check_event_time(now, "now"), zone_of(scope))
+    return view_on(ip, path, day, scope, referrer, utm, user_agent, language)
 
 
-def view_on(ip: Any, path: Any, day: date, site: str = "", referrer: Any = None, utm: Any = None) -> SiteView:
+def view_on(
+    ip: Any,
+    path: Any,
+    day: date,
+    site: str = "",
+    referrer: Any = None,
+    utm: Any = None,
+    user_agent: Any = None,
+    language: Any = None,
+) -> SiteView:
     """One page view on ``day`` of site ``site`` (a checked scope; ``day`` the site's local day of
     a time already checked: a caller that also needs the day computes it once), its path and IP
     validated, its source reduced (``core.sources``: ``referrer`` a URL or a domain, ``utm`` the
-    campaign's tags) (raises InvalidInput)."""
+    campaign's tags), who visits derived (``core.clients``: from the IP, ``user_agent`` and the
+    Accept-Language header ``language``; not when COUNTERS_CLIENT_TABLES is off) (raises InvalidInput)."""
     clean_path = check_path(path)
+    clean_ip = check_ip(ip)
     source = DIRECT if referrer is None else referrer_domain(referrer, hosts_of(site))
     campaign = (
         () if utm is None else tuple((keys.SOURCE_KINDS[f"utm_{k}"], tag) for k, tag in check_campaign(utm).items())
     )
-    return SiteView(visitor_id(ip), clean_path, day, site, source, campaign)
+    who = who_of(clean_ip, user_agent, language) if get_settings().client_tables else None
+    return SiteView(visitor_id(clean_ip), clean_path, day, site, source, campaign, who)
 
 
 def queue_views(
@@ -196,15 +218,16 @@ def queue_views(
             args += [view.visitor for view in day_views]
             tables = _day_tables(day_views)
             script_keys.append(keys.site_day_pages(day, tag=tag, site=site))  # the tables: the pages, then the sources
-            script_keys += [keys.site_day_sources(day, kind, tag=tag, site=site) for kind in list(tables)[1:]]
+            script_keys += [keys.site_day_table(day, kind, tag=tag, site=site) for kind in list(tables)[1:]]
             args.append(len(tables))
             for kind, entries in tables.items():
                 if kind == "":  # the pages: each path's UV exact through the pairs SET
                     args += [settings.max_day_paths, "pairs", len(entries)]
                     for path, ids in entries.items():
                         args += [path, keys.path_digest(path), len(ids), *ids]
-                else:  # a kind of source: each source's UV from its sketch
-                    args += [settings.max_day_sources, "sketch", len(entries)]
+                else:  # a kind of source, or of who visits: each value's UV from its sketch
+                    cap = settings.max_day_clients if kind in CLIENT_LETTERS else settings.max_day_sources
+                    args += [cap, "sketch", len(entries)]
                     for source, ids in entries.items():
                         args += [source, len(ids), *ids]
             if ttl and part_id is not None:
@@ -239,13 +262,22 @@ def _day_tables(views: list[SiteView]) -> dict[str, dict[str, list[str]]]:
     pages: dict[str, list[str]] = defaultdict(list)
     referrers: dict[str, list[str]] = defaultdict(list)
     tables: dict[str, dict[str, list[str]]] = {"": pages, "r": referrers}
+    who_tables = None
     for view in views:
         member = pair_visitor(view.visitor)
         pages[view.path].append(member)
         referrers[view.referrer].append(member)
         for kind, tag in view.campaign:
             tables.setdefault(kind, defaultdict(list))[tag].append(member)
+        if view.who is not None:
+            if who_tables is None:
+                who_tables = [tables.setdefault(letter, defaultdict(list)) for letter in CLIENT_LETTERS]
+            for table, value in zip(who_tables, view.who, strict=True):
+                table[value].append(member)
     return tables
+
+
+CLIENT_LETTERS = tuple(keys.CLIENT_KINDS.values())
 
 
 DAY_VIEWS_PER_CALL = 100
@@ -298,6 +330,8 @@ def record_visit(
     site: str | None = None,
     referrer: str | None = None,
     utm: dict[str, str] | None = None,
+    user_agent: str | None = None,
+    language: str | None = None,
 ) -> None:
     """One page view of ``path`` by visitor ``ip``: site and path, all-time and per-day PV/UV.
 
@@ -308,10 +342,13 @@ def record_visit(
     ``site``: a site of ``COUNTERS_SITES`` (None: the default site); its day is in its zone.
     ``referrer`` (the Referer URL, or a domain) and ``utm`` (``{"source", "medium", "campaign"}``)
     are the view's source (``core.sources``; none: ``(direct)``), counted in the day's sources.
+    ``user_agent`` and ``language`` (the User-Agent and Accept-Language headers) with ``ip`` tell
+    who visits (``core.clients``: browser, system, device, country, language), counted in the
+    day's tables of them.
     """
     check_message_id(message_id)
     ts = check_event_time(now, "now")
-    view = prepare_view(ip, path, ts, site, referrer, utm)
+    view = prepare_view(ip, path, ts, site, referrer, utm, user_agent, language)
     with keys.bound(conn, write=True) as used:
 
         def data(pipe: Any) -> None:
@@ -759,19 +796,70 @@ def top_sources(
         if letter is None:
             raise InvalidInput(f"kind must be one of {', '.join(keys.SOURCE_KINDS)}, got {kind!r}")
         span = days.days_between(start, end)
-        tables = [keys.site_day_sources(day, letter, site=scope) for day in span]
-        views: Counter[str] = Counter()
-        for day_views in _tables_views(conn, tables):
-            views.update(day_views)
-        ranked = sorted(((s, n) for s, n in views.items() if n > 0), key=_rank)[:limit]
-        if not ranked:
-            return []
-        pipe = read_pipeline(conn)
-        for table in tables:
-            pipe.hmget(table, [source for source, _n in ranked])
-        per_day = pipe.execute()
-        out = []
-        for n, (source, pv) in enumerate(ranked):
-            uv, approximate = page_sketch.union_count(_page_value(day_values[n])[2] for day_values in per_day)
-            out.append(SourceCount(source or OTHER, pv, uv, approximate))
-        return out
+        return _top_values(conn, [keys.site_day_table(day, letter, site=scope) for day in span], limit)
+
+
+def _top_values(
+    conn: RedisClient, tables: list[str], limit: int, group: Callable[[str], str] | None = None
+) -> list[SourceCount]:
+    """The values of a range's day tables (sources, or who visits) by page views, most first
+    (ties by name), ``(other)`` for the views past a day's cap; each one's UV the union of its
+    sketches. ``group`` puts fields together under one name (a browser's versions under its
+    family): their views summed, their sketches' union its UV."""
+    views: Counter[str] = Counter()
+    members: dict[str, set[str]] = defaultdict(set)
+    for day_views in _tables_views(conn, tables):
+        for field, count in day_views.items():
+            name = field if group is None or not field else group(field)
+            views[name] += count
+            members[name].add(field)
+    ranked = sorted(((s, n) for s, n in views.items() if n > 0), key=_rank)[:limit]
+    if not ranked:
+        return []
+    fields = [field for name, _n in ranked for field in sorted(members[name])]
+    pipe = read_pipeline(conn)
+    for table in tables:
+        pipe.hmget(table, fields)
+    per_day = [dict(zip(fields, values, strict=True)) for values in pipe.execute()]
+    out = []
+    for name, pv in ranked:
+        sketches = (_page_value(day[field])[2] for day in per_day for field in members[name])
+        uv, approximate = page_sketch.union_count(sketches)
+        out.append(SourceCount(shown(name) if name else OTHER, pv, uv, approximate))
+    return out
+
+
+CLIENTS_LIMIT = 1000
+"""The most values one ``top_clients`` call lists."""
+
+CLIENT_VIEWS = ("browser", "browser_version", "os", "os_version", "device", "country", "language")
+"""What ``top_clients`` lists: a browser or system by family (its versions' figures together),
+or by version (``Chrome 120``); the device type; the country code; the preferred language."""
+
+
+def top_clients(
+    conn: RedisClient,
+    start: date,
+    end: date,
+    kind: str = "browser",
+    limit: int = 10,
+    *,
+    site: str | None = None,
+) -> list[SourceCount]:
+    """Who visited the site over the local days ``start``..``end`` (``core.clients``), by
+    ``kind`` (one of ``CLIENT_VIEWS``): each value's page views and distinct visitors (the union
+    of its days' sketches: exact while a day had at most 42 visitors of it, else an estimate,
+    ``uv_approximate``), most views first (ties by name), ``(other)`` for the views of the
+    values past COUNTERS_MAX_DAY_CLIENTS on a day, ``(unknown)`` for views that did not tell
+    (no User-Agent or Accept-Language given, an IP of no country). Bounded like ``top_sources``."""
+    scope = check_site(site)
+    with keys.bound(conn):
+        check_day_range(start, end)
+        check_int(limit, "limit", 1, CLIENTS_LIMIT)
+        if kind not in CLIENT_VIEWS:
+            raise InvalidInput(f"kind must be one of {', '.join(CLIENT_VIEWS)}, got {kind!r}")
+        table, _by, how = kind.partition("_")
+        letter = keys.CLIENT_KINDS[table]
+        span = days.days_between(start, end)
+        grouped = family if table in ("browser", "os") and how != "version" else None
+        return _top_values(conn, [keys.site_day_table(day, letter, site=scope) for day in span], limit, grouped)

@@ -65,7 +65,8 @@ def rotate_rankings(self: MaintenanceTask) -> Any:
 # --- visits and daily uniques -----------------------------------------------------------------
 
 record_visit, record_visits = define_kind_tasks(visits.VISIT)
-"""``record_visit.delay(ip, path, session_id=None, ts=None, site=None, referrer=None, utm=None)``,
+"""``record_visit.delay(ip, path, session_id=None, ts=None, site=None, referrer=None, utm=None,
+user_agent=None, language=None)``,
 applied by the worker in batches; ``record_visits``: many visits in one message (``VisitRecorder``
 sends these; the task id is the batch id)."""
 

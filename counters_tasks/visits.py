@@ -26,9 +26,10 @@ from datetime import date
 from typing import Any, NamedTuple
 
 from . import counters, live, refusals, sitestats, throughput, uniques
+from .core.clients import UNKNOWN, check_user_agent, language_of
 from .core.days import local_day
 from .core.kind import Kind, register
-from .core.settings import DEFAULT_SITE
+from .core.settings import DEFAULT_SITE, get_settings
 from .core.sites import check_site, zone_of
 from .core.sources import DIRECT, check_campaign, referrer_domain
 from .core.validation import check_event_time, check_ip, check_message_id, check_path
@@ -69,8 +70,9 @@ def visit_entry(visit: Visit) -> list[Any]:
         view.site,
         view.referrer,
         [list(tag) for tag in view.campaign],
+        None if view.who is None else list(view.who),
     ]
-    while len(entry) > 5 and entry[-1] in ("", DIRECT, []):  # what every view has by default, left out
+    while len(entry) > 5 and entry[-1] in ("", DIRECT, [], None):  # what every view has by default, left out
         entry.pop()
     return entry
 
@@ -78,21 +80,36 @@ def visit_entry(visit: Visit) -> list[Any]:
 def visit_from_entry(entry: list[Any]) -> Visit:
     """The prepared visit ``visit_entry`` made ``entry`` of (the same visit: the same writes)."""
     visitor, path, day, ts, session, *rest = entry
-    defaults: list[Any] = ["", DIRECT, []]  # what visit_entry leaves out
-    site, referrer, campaign = [*rest, *defaults[len(rest) :]]
+    defaults: list[Any] = ["", DIRECT, [], None]  # what visit_entry leaves out
+    site, referrer, campaign, who = [*rest, *defaults[len(rest) :]]
     view = sitestats.SiteView(
-        visitor, path, date.fromisoformat(day), site, referrer, tuple((kind, tag) for kind, tag in campaign)
+        visitor,
+        path,
+        date.fromisoformat(day),
+        site,
+        referrer,
+        tuple((kind, tag) for kind, tag in campaign),
+        None if who is None else tuple(who),
     )
     return Visit(view, ts, None if session is None else (date.fromisoformat(session[0]), session[1]))
 
 
 def check_visit(
-    ip: Any, path: Any, session_id: Any = None, ts: Any = None, site: Any = None, referrer: Any = None, utm: Any = None
-) -> tuple[float, str | None, dict[str, str]]:
+    ip: Any,
+    path: Any,
+    session_id: Any = None,
+    ts: Any = None,
+    site: Any = None,
+    referrer: Any = None,
+    utm: Any = None,
+    user_agent: Any = None,
+    language: Any = None,
+) -> tuple[float, str | None, dict[str, str], str | None]:
     """Validate one visit as ``prepare_visit`` does, without making the visitor id (the HMAC under
     COUNTERS_SECRET, which only workers hold) or its day: what the app-side producer checks.
     Returns its time (``ts``; None: now), its referrer reduced to its domain (None when not
-    given) and its campaign (``core.sources``), each worked out once."""
+    given), its campaign (``core.sources``) and its language reduced (``core.clients``; None when
+    not given), each worked out once. The user agent is only checked: the worker parses it."""
     ts = time.time() if ts is None else check_event_time(ts)
     check_path(path)
     check_ip(ip)
@@ -101,16 +118,27 @@ def check_visit(
     campaign = check_campaign(utm)
     if session_id is not None:
         uniques.session_number(session_id)
-    return ts, domain, campaign
+    check_user_agent(user_agent)
+    preferred = None if language is None else language_of(language)
+    return ts, domain, campaign, preferred
 
 
 def app_visit(
-    ip: Any, path: Any, session_id: Any = None, ts: Any = None, site: Any = None, referrer: Any = None, utm: Any = None
+    ip: Any,
+    path: Any,
+    session_id: Any = None,
+    ts: Any = None,
+    site: Any = None,
+    referrer: Any = None,
+    utm: Any = None,
+    user_agent: Any = None,
+    language: Any = None,
 ) -> dict[str, Any]:
     """One visit checked in the app's process (``check_visit``; ``ts`` None: now) and written as
     an item of a ``record_visits`` message: the referrer reduced to its domain (a full URL never
-    reaches the broker), what every visit has by default left out."""
-    ts, domain, campaign = check_visit(ip, path, session_id, ts, site, referrer, utm)
+    reaches the broker), the language to its preferred tag, what every visit has by default left
+    out."""
+    ts, domain, campaign, preferred = check_visit(ip, path, session_id, ts, site, referrer, utm, user_agent, language)
     visit: dict[str, Any] = {"ip": ip, "path": path, "ts": ts}
     if session_id is not None:
         visit["session_id"] = session_id
@@ -120,19 +148,33 @@ def app_visit(
         visit["referrer"] = domain
     if campaign:
         visit["utm"] = campaign
+    if get_settings().client_tables:  # else the worker keeps no such tables: nothing to send
+        if user_agent is not None:
+            visit["user_agent"] = user_agent
+        if preferred is not None and preferred != UNKNOWN:
+            visit["language"] = preferred
     return visit
 
 
 def prepare_visit(
-    ip: Any, path: Any, session_id: Any = None, ts: Any = None, site: Any = None, referrer: Any = None, utm: Any = None
+    ip: Any,
+    path: Any,
+    session_id: Any = None,
+    ts: Any = None,
+    site: Any = None,
+    referrer: Any = None,
+    utm: Any = None,
+    user_agent: Any = None,
+    language: Any = None,
 ) -> Visit:
     """Validate one visit, given as ``record_visit`` takes it (raises InvalidInput; writes nothing).
     ``site``: a site of ``COUNTERS_SITES`` (None: the default site), whose zone makes the day;
-    ``referrer`` and ``utm``: its source (``core.sources``)."""
+    ``referrer`` and ``utm``: its source (``core.sources``); ``user_agent`` and ``language`` (the
+    User-Agent and Accept-Language headers): who visits (``core.clients``)."""
     ts = check_event_time(ts)
     scope = check_site(site)
     day = local_day(ts, zone_of(scope))  # the time checked and its day computed once, for every part of the visit
-    view = sitestats.view_on(ip, path, day, scope, referrer, utm)
+    view = sitestats.view_on(ip, path, day, scope, referrer, utm, user_agent, language)
     session = (day, uniques.session_number(session_id)) if session_id is not None else None
     return Visit(view, ts, session)
 
@@ -316,7 +358,7 @@ def apply_visits(conn: RedisClient, visits: list[dict[str, Any]], *, message_id:
 VISIT = register(
     Kind(
         name="visit",
-        fields=("ip", "path", "session_id", "ts", "site", "referrer", "utm"),
+        fields=("ip", "path", "session_id", "ts", "site", "referrer", "utm", "user_agent", "language"),
         required=2,
         event_task="counters_tasks.record_visit",
         worker_batches=True,

@@ -19,10 +19,10 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
 if [ ! -f "$VENV/.installed" ] || [ pyproject.toml -nt "$VENV/.installed" ] || [ "$CONSTRAINTS" -nt "$VENV/.installed" ]; then
-  echo "bootstrap: installing counters-tasks[cli,flower,ha,local] and the dev group into $VENV (pinned by $CONSTRAINTS)" >&2
+  echo "bootstrap: installing counters-tasks[cli,fast,flower,ha,local] and the dev group into $VENV (pinned by $CONSTRAINTS)" >&2
   # pip 25.1 reads dependency groups (--group)
   "$VENV/bin/python" -m pip install -q --upgrade "pip>=25.1" >/dev/null
-  "$VENV/bin/python" -m pip install -q -c "$CONSTRAINTS" -e ".[cli,flower,ha,local]" --group dev
+  "$VENV/bin/python" -m pip install -q -c "$CONSTRAINTS" -e ".[cli,fast,flower,ha,local]" --group dev
   touch "$VENV/.installed"
 fi
 if ! "$VENV/bin/python" -c 'from counters_tasks.local.redis_server import server_binary; server_binary()' 2>/dev/null; then

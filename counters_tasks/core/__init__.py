@@ -7,12 +7,14 @@ arguments are shown without raw visitor IPs.
 - ``pageviews``: the page view rule (what a page view is, and the crawler list) every route applies;
 - ``sites``: which site a visit, counter or board belongs to, its time zone and Host names;
 - ``sources``: where a page view came from: its referrer reduced to a domain, its campaign tags;
+- ``clients``: who visits: browser, operating system and device type from the User-Agent
+  (ua-parser), country from the IP (iptocc), language from Accept-Language;
 - ``days``: local days (in a site's zone), their boundaries and retention;
 - ``privacy``: the text form of task arguments (Flower, task events) with IP addresses masked;
 - ``kind``: what a kind of thing counted declares (``Kind``: its tasks, fields, checks, journal
   form and write) and the registry every table of kinds is derived from.
 
 Modules here import nothing of the package but ``counters_tasks.errors`` (and each other:
-``days`` uses ``settings`` and ``validation``, ``validation`` uses ``paths``, ``sites`` uses ``settings``). Every other layer builds on them
+``days`` uses ``settings`` and ``validation``, ``validation`` uses ``paths``, ``sites`` uses ``settings``, ``clients`` uses ``pageviews`` and ``settings``). Every other layer builds on them
 (the layers: docs/architecture.md).
 """

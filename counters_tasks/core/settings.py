@@ -92,6 +92,11 @@ class Settings:
     max_day_paths: int = 10_000
     # sources (referrers, campaign tags) a day tracks of each kind; the rest count as "(other)"
     max_day_sources: int = 1_000
+    # who visits (core/clients.py): browser, system, device, country and language tables a day,
+    # each tracking this many values, the rest as "(other)"; off by default (their cost a visit:
+    # docs/clients.md), COUNTERS_CLIENT_TABLES=on on the producers and the workers keeps them
+    client_tables: bool = False
+    max_day_clients: int = 200
     # rankings: days without a write after which a board is deleted (at least its period; 0: never)
     board_idle_days: int = 30
     # the key of every hash tag, pinned (hex); None: generated once and kept in Redis
@@ -476,6 +481,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         uniques_count_days=_int(env, "COUNTERS_UNIQUES_COUNT_DAYS", 400),
         max_day_paths=_int(env, "COUNTERS_MAX_DAY_PATHS", 10_000),
         max_day_sources=_int(env, "COUNTERS_MAX_DAY_SOURCES", 1_000),
+        client_tables=_flag(env, "COUNTERS_CLIENT_TABLES"),
+        max_day_clients=_int(env, "COUNTERS_MAX_DAY_CLIENTS", 200, minimum=1),
         tag_key=_tag_key(env),
         allow_eviction=_flag(env, "COUNTERS_ALLOW_EVICTION"),
         board_idle_days=_int(env, "COUNTERS_BOARD_IDLE_DAYS", 30, minimum=0),

@@ -481,6 +481,7 @@ class Counting:
             return
         extra: dict[str, Any] = {"site": visit.site} if visit.site else {}  # what a one-site stand-in need not take
         extra.update(self.source_of(visit))
+        extra.update(self.client_of(visit))
         self._hand_over(
             "visit",
             ("counted", "refused"),
@@ -499,6 +500,14 @@ class Counting:
         info = visit.info
         own = {(info.headers.get("host") or "").strip().lower(), *hosts_of(visit.site)}  # a port is ignored there
         return source_fields(info.headers.get("referer"), info.query, own)
+
+    def client_of(self, visit: InFlight) -> dict[str, Any]:
+        """Who visits as the recorder takes it (``core.clients``): the request's ``user_agent``
+        and Accept-Language (``language``) headers as sent, each left out when absent (the worker
+        parses them, and finds the country from the IP)."""
+        headers = visit.info.headers
+        found = {"user_agent": headers.get("user-agent"), "language": headers.get("accept-language")}
+        return {name: value for name, value in found.items() if value}
 
     def _hand_over(self, what: str, outcomes: tuple[str, str], method: str, *args: Any, **kwargs: Any) -> None:
         """One call of the recorder, counted in ``stats`` under ``outcomes`` (taken, refused) or

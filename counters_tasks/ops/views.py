@@ -221,6 +221,45 @@ def sources_view(
     }
 
 
+def clients_view(
+    conn: RedisClient,
+    start: Any = None,
+    end: Any = None,
+    kind: Any = None,
+    limit: Any = 10,
+    site: Any = None,
+) -> dict[str, Any]:
+    """Who visited the site over a range (``sitestats.top_clients``): browsers (``kind``
+    ``browser``, the default, or ``browser_version``), systems (``os``, ``os_version``), device
+    types (``device``), countries (``country``) or languages (``language``), most views first,
+    each with its distinct visitors (``uv_approximate``: an estimate).
+
+    ``other`` is the page views folded into ``(other)`` (the values past a day's
+    COUNTERS_MAX_DAY_CLIENTS), so every reader can say them beside the figures even when
+    ``(other)`` ranks below ``limit``: then (a full list without it) the range is read once more
+    with CLIENTS_LIMIT, the most one read lists, to find it (0 if it is not among those either:
+    fewer views than each of them)."""
+    scope = check_site(site)
+    first, last = day_range(None, start, end, scope)
+    limit = parse_int(limit, "limit", 1, sitestats.CLIENTS_LIMIT)
+    kind = "browser" if kind is None else kind
+    if kind not in sitestats.CLIENT_VIEWS:  # said before Redis is asked anything
+        raise InvalidInput(f"kind must be one of {', '.join(sitestats.CLIENT_VIEWS)}, got {kind!r}")
+    found = sitestats.top_clients(conn, first, last, kind, limit, site=site)
+    folded = [c.pv for c in found if c.source == sitestats.OTHER]
+    if not folded and len(found) == limit < sitestats.CLIENTS_LIMIT:
+        every = sitestats.top_clients(conn, first, last, kind, sitestats.CLIENTS_LIMIT, site=site)
+        folded = [c.pv for c in every if c.source == sitestats.OTHER]
+    return {
+        "from": first.isoformat(),
+        "to": last.isoformat(),
+        "kind": kind,
+        "site": site_name(scope),
+        "clients": [{"value": c.source, "pv": c.pv, "uv": c.uv, "uv_approximate": c.uv_approximate} for c in found],
+        "other": folded[0] if folded else 0,
+    }
+
+
 def now_view(conn: RedisClient, site: Any = None, now: float | None = None) -> dict[str, Any]:
     """Distinct visitors of the site right now: in the last ``live.WINDOW_MINUTES`` minutes."""
     scope = check_site(site)

@@ -443,11 +443,17 @@ def site_day_pairs(day: date, *, tag: str | None = None, site: str = "") -> str:
 SOURCE_KINDS = {"referrer": "r", "utm_source": "s", "utm_medium": "m", "utm_campaign": "c"}
 """The kinds of source a view has (``core.sources``), each a table of its own a day, by letter."""
 
+CLIENT_KINDS = {"browser": "b", "os": "o", "device": "d", "country": "g", "language": "l"}
+"""Who visits (``core.clients``): each a table of its own a day, by letter, in the order of
+``SiteView.who``. A browser's and a system's field is ``<family><tab><version>`` (or the family
+alone), so a family's figures are the sum of its versions'."""
 
-def site_day_sources(day: date, kind: str, *, tag: str | None = None, site: str = "") -> str:
-    """HASH source -> "<pv> <uv> <sketch>" of one kind (a letter of SOURCE_KINDS) on one day, at
-    most COUNTERS_MAX_DAY_SOURCES sources, the rest under the field "" ("(other)"); kept as long
-    as the day's totals (from its own latest write)."""
+
+def site_day_table(day: date, kind: str, *, tag: str | None = None, site: str = "") -> str:
+    """HASH value -> "<pv> <uv> <sketch>" of one kind (a letter of SOURCE_KINDS or CLIENT_KINDS)
+    on one day, at most COUNTERS_MAX_DAY_SOURCES sources (COUNTERS_MAX_DAY_CLIENTS for who
+    visits), the rest under the field "" ("(other)"); kept as long as the day's totals (from its
+    own latest write)."""
     return f"{prefix()}site:{{{tag or site_day_tag(day, site)}}}:src{kind}:{day_label(day, site)}"
 
 

@@ -22,7 +22,10 @@ def test_the_package_tables_come_from_the_declarations(eager_app):
     """What used to be kept in eight tables, read from the declarations: the task names, where
     ``ts`` sits, each batch task's argument, the throughput kinds."""
     assert {kind.name for kind in kinds.PACKAGE_KINDS} <= {kind.name for kind in registered()}
-    assert kinds.VISIT.signature == "ip, path, session_id=None, ts=None, site=None, referrer=None, utm=None"
+    assert (
+        kinds.VISIT.signature
+        == "ip, path, session_id=None, ts=None, site=None, referrer=None, utm=None, user_agent=None, language=None"
+    )
     assert [
         kinds.of_task(f"counters_tasks.{task}").name
         for task in (

@@ -87,7 +87,7 @@ class Names:
     def __init__(self) -> None:
         self.paths: list[str] = []
 
-    def record(self, ip, path, session_id=None, ts=None):
+    def record(self, ip, path, session_id=None, ts=None, user_agent=None, language=None):
         self.paths.append(check_path(path))
 
     def incr_ranking(self, *args, **kwargs):

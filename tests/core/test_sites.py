@@ -216,7 +216,7 @@ class Taken:
         self.visits: list[tuple] = []
         self.skips: list[tuple] = []
 
-    def record(self, ip, path, session_id=None, ts=None, site=None):
+    def record(self, ip, path, session_id=None, ts=None, site=None, user_agent=None, language=None):
         self.visits.append((path, site))
 
     def incr_ranking(self, *args, **kwargs):

@@ -180,7 +180,7 @@ def test_the_middleware_sends_the_reduced_referrer_and_the_pages_campaign():
     taken = []
 
     class Recorder:
-        def record(self, ip, path, session_id=None, ts=None, **source):
+        def record(self, ip, path, session_id=None, ts=None, user_agent=None, language=None, **source):
             taken.append((path, source))
 
         def incr_ranking(self, *args, **kwargs):
@@ -260,6 +260,6 @@ def test_a_source_of_many_visitors_has_an_estimated_uv_that_lua_and_python_agree
     [found] = sitestats.top_sources(raw_conn, day, day)
     assert (found.source, found.pv) == ("google.com", 900) and found.uv_approximate
     assert abs(found.uv - 600) < 600 * 4 * page_sketch.STANDARD_ERROR
-    stored = raw_conn.hget(keys.site_day_sources(day, "r"), "google.com").decode()
+    stored = raw_conn.hget(keys.site_day_table(day, "r"), "google.com").decode()
     pv, uv, sketch = stored.split(" ", 2)
     assert (int(pv), int(uv)) == (900, page_sketch.union_count([sketch])[0]) == (900, found.uv)

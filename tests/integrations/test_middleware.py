@@ -53,12 +53,12 @@ class FakeRecorder:
     def skipped(self, route, reason, count=1):
         self.skips[(route, reason)] += count
 
-    def record(self, ip, path, session_id=None, ts=None):
+    def record(self, ip, path, session_id=None, ts=None, user_agent=None, language=None):
         if self.fail is not None:
             raise self.fail
         from counters_tasks.visits import check_visit
 
-        check_visit(ip, path, session_id, ts)
+        check_visit(ip, path, session_id, ts, user_agent=user_agent, language=language)
         self.visits.append((ip, path, session_id))
 
     def incr_ranking(self, board, member, amount=1, ts=None, period_hours=24, interval_hours=1):

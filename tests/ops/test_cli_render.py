@@ -26,6 +26,7 @@ from counters_tasks.local.redis_server import free_port
 from counters_tasks.ops import cli, views
 from counters_tasks.store import keys
 from counters_tasks.worker import dead_letters
+from tests.support.servers import use_settings
 
 ODD_PATH = '/a,b"c'  # a comma and a quote: RFC 4180 quotes it and doubles the quote
 ODD_NAME = 'launch, "beta" week'
@@ -385,10 +386,11 @@ def seed_every_table(conn) -> None:
     views.create_token(conn, ODD_NAME)
 
 
-def test_every_table_command_exports_csv_with_its_documented_columns_and_json(raw_conn, tmp_path):
+def test_every_table_command_exports_csv_with_its_documented_columns_and_json(raw_conn, tmp_path, monkeypatch):
     """Each command with a table, walked from the ``cli`` group, run with ``--format csv`` and
     ``--format json`` against data: the CSV has the columns its ``--help`` names and a row or
     more, the JSON parses. A command without the option must be one that prints no table."""
+    use_settings(monkeypatch, COUNTERS_CLIENT_TABLES="on")  # who visits: off by default
     seed_every_table(raw_conn)
     commands = leaf_commands(cli.cli)
     without = {words for words, command in commands if output_option(command) is None}

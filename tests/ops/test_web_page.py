@@ -24,6 +24,7 @@ from counters_tasks.store import deployment
 from tests.support import demo_data
 from tests.support.browser import Browser, ensure_chromium
 from tests.support.procs import REPO, celery_env, serving, start_beat, start_serve, start_worker
+from tests.support.servers import use_settings
 
 pytestmark = pytest.mark.processes
 
@@ -96,18 +97,23 @@ def dom_numbers(browser: Browser) -> dict:
         uvDots: [...document.querySelectorAll('#visitors-chart circle[data-series="UV"]')].map(c => Number(c.dataset.value)),
         pages: [...document.querySelectorAll('#pages-table tr')]
             .map(tr => [tr.children[1].textContent, Number(tr.children[2].textContent)]),
+        clients: [...document.querySelectorAll('#clients-table tr')]
+            .map(tr => [tr.children[1].textContent, Number(tr.children[2].textContent), tr.children[3].textContent]),
         uniques: document.getElementById('uniques-total').textContent,
         uniqueBars: [...document.querySelectorAll('#uniques-chart rect[data-series]')].map(r => Number(r.dataset.value)),
     }))()""")
 
 
-def test_dashboard_in_chromium_shows_the_apis_numbers_and_updates_live(raw_conn, stack, server, browser, tmp_path):
+def test_dashboard_in_chromium_shows_the_apis_numbers_and_updates_live(
+    raw_conn, stack, server, browser, tmp_path, monkeypatch
+):
+    use_settings(monkeypatch, COUNTERS_CLIENT_TABLES="on")  # the "who visits" card's tables (off by default)
     now = demo_data.seed(raw_conn)
     today = local_day(now)
     first = today - timedelta(days=2)
     span = f"from={first.isoformat()}&to={today.isoformat()}"
     browser.navigate(f"{server}/?counter=hits&precision=60&board=posts&refresh=300&{span}")
-    for section in ("visitors", "pages", "uniques", "counter", "rankings", "health-panel"):
+    for section in ("visitors", "pages", "clients", "uniques", "counter", "rankings", "health-panel"):
         browser.wait_until(
             f"Number(document.getElementById('{section}').dataset.loaded) >= 1", what=f"{section} to load"
         )
@@ -146,6 +152,11 @@ def test_dashboard_in_chromium_shows_the_apis_numbers_and_updates_live(raw_conn,
     assert shown["uvDots"] == [d["uv"] for d in stats["days"]]
     pages = get_json(f"{server}/api/top-pages?{span}&limit=10")
     assert shown["pages"] == pages["pages"] and len(pages["pages"]) == len(demo_data.PATHS)
+    who = get_json(f"{server}/api/clients?{span}&kind=browser&limit=10")  # the demo's views send no User-Agent
+    assert who["clients"] and sum(c["pv"] for c in who["clients"]) == stats["pv"]
+    assert shown["clients"] == [
+        [c["value"], c["pv"], ("≈" if c["uv_approximate"] else "") + str(c["uv"])] for c in who["clients"]
+    ]
     daily = get_json(f"{server}/api/uniques?{span}")
     assert shown["uniques"] == str(daily["visitors"]) and daily["visitors"] > 0
     assert shown["uniqueBars"] == [d["visitors"] for d in daily["days"]]
@@ -179,7 +190,7 @@ def test_dashboard_in_chromium_shows_the_apis_numbers_and_updates_live(raw_conn,
     browser.navigate(f"{server}/?counter=hits&precision=60&board=posts&refresh=300&{span}&shot=1")
     browser.wait_until(
         "location.search.endsWith('shot=1') && "
-        "['visitors', 'pages', 'sources', 'uniques', 'counter', 'rankings', 'health-panel', 'now']"
+        "['visitors', 'pages', 'sources', 'clients', 'uniques', 'counter', 'rankings', 'health-panel', 'now']"
         ".every(s => Number(document.getElementById(s).dataset.loaded) >= 1) && "
         "[...document.querySelectorAll('#health [data-check]')].every(b => b.dataset.ok === '1')",
         timeout=40,

@@ -5,7 +5,8 @@ point (``counters-tasks = "counters_tasks.ops.cli:main"``); ``python -m counters
 runs it too (``__main__``).
 
 - ``queries``: the read commands (``counter``, ``counters``, ``top``, ``stats``, ``top-pages``,
-  ``sources``, ``uniques``);
+  ``sources``, ``uniques``, and who visits: ``browsers``, ``operating-systems``, ``devices``,
+  ``countries``, ``languages``);
 - ``admin``: the commands that change or run things (``run``, ``demo``, ``import``,
   ``delete-board``, ``health``, ``migrate``, ``dead-letters``, ``tokens``, ``serve``);
 - ``render``: the renderers: each command's rows (the same for its table and its CSV), its rich
@@ -43,8 +44,13 @@ from .admin import (
 )
 from .common import CLI_EXTRA_MODULES, EXIT_FAILED, EXIT_OK, EXIT_USAGE, Failed, json_option, output_options
 from .queries import (
+    browsers_command,
     counter_command,
     counters_command,
+    countries_command,
+    devices_command,
+    languages_command,
+    operating_systems_command,
     sources_command,
     stats_command,
     top_command,
@@ -105,6 +111,11 @@ COMMANDS = (
     stats_command,
     top_pages_command,
     sources_command,
+    browsers_command,
+    operating_systems_command,
+    devices_command,
+    countries_command,
+    languages_command,
     uniques_command,
     health_command,
     migrate_command,

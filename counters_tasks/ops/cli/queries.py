@@ -1,5 +1,6 @@
 """The read commands: the figures as the dashboard shows them, from ``ops.views``
-(``counter``, ``counters``, ``top``, ``stats``, ``top-pages``, ``sources``, ``uniques``). Each runs
+(``counter``, ``counters``, ``top``, ``stats``, ``top-pages``, ``sources``, ``uniques``, and who
+visits: ``browsers``, ``operating-systems``, ``devices``, ``countries``, ``languages``). Each runs
 its view through ``common.query`` and prints it through ``render.emit``; none writes to Redis.
 """
 
@@ -10,6 +11,7 @@ from typing import Any
 
 import click
 
+from ...sitestats import OTHER
 from ...store.keys import SOURCE_KINDS
 from .. import views
 from .common import output_options, query, site_option
@@ -22,11 +24,15 @@ from .render import (
     STATS_COLUMNS,
     UNIQUES_COLUMNS,
     board_rows,
+    clients_columns,
+    clients_rows,
     counter_rows,
     counters_rows,
     emit,
+    other_line,
     pages_rows,
     render_board,
+    render_clients,
     render_counter,
     render_pages,
     render_sources,
@@ -143,6 +149,78 @@ def sources_command(start: str | None, end: str | None, kind: str, limit: int, s
         render_sources,
         sources_rows,
     )
+
+
+def clients_command(name: str, kind: str, summary: str, versions: str | None = None) -> click.Command:
+    """A who-visits command (``views.clients_view`` of ``kind``; with ``--versions``, of
+    ``versions``): the options of ``sources`` but ``--kind``, which the command's name is. In CSV
+    mode the page views folded into ``(other)``, when it is not among the rows, are said on
+    stderr (stdout stays one CSV)."""
+
+    def run(
+        start: str | None, end: str | None, limit: int, site: str | None, output: str, by_version: bool = False
+    ) -> None:
+        data = query(
+            lambda conn: views.clients_view(conn, start, end, versions if by_version else kind, limit, site=site)
+        )
+        emit(data, output, render_clients, clients_rows)
+        if output == "csv" and data["other"] and all(c["value"] != OTHER for c in data["clients"]):
+            click.echo(other_line(data), err=True)
+
+    by = f"; with --versions: rank,{versions},pv,uv" if versions else ""
+    decorators: list[Callable[[Any], Any]] = [
+        click.command(name, help=summary),
+        click.option("--from", "start", help="first day (default: the last day)"),
+        click.option("--to", "end", help="last day (default today)"),
+        click.option("--limit", "-n", type=int, default=10, show_default=True, help="rows, up to 1000"),
+        site_option,
+        *(
+            [click.option("--versions", "by_version", is_flag=True, help=f"by version ({versions}), not by family")]
+            if versions
+            else []
+        ),
+        output_options(
+            clients_columns(kind),
+            f"(other) holds the views of values past a day's COUNTERS_MAX_DAY_CLIENTS{by}; the UV "
+            "over several days may be an estimate (uv_approximate in json)",
+        ),
+    ]
+    command: Any = run
+    for decorate in reversed(decorators):
+        command = decorate(command)
+    return command
+
+
+browsers_command = clients_command(
+    "browsers",
+    "browser",
+    "The browsers of the page views over a range of days, by family (Chrome, Firefox) or, with "
+    "--versions, by major version (Chrome 120).",
+    versions="browser_version",
+)
+operating_systems_command = clients_command(
+    "operating-systems",
+    "os",
+    "The operating systems of the page views over a range of days, by family (Windows, iOS) or, "
+    "with --versions, by version (Windows 10, iOS 17.1).",
+    versions="os_version",
+)
+devices_command = clients_command(
+    "devices",
+    "device",
+    "The device types of the page views over a range of days: desktop, mobile, tablet, bot, (unknown).",
+)
+countries_command = clients_command(
+    "countries",
+    "country",
+    "The visitors' countries over a range of days (ISO 3166 codes from the IP; (unknown) for a "
+    "private or unassigned address).",
+)
+languages_command = clients_command(
+    "languages",
+    "language",
+    "The visitors' preferred languages over a range of days (from Accept-Language: en-US, de; (unknown) without one).",
+)
 
 
 @click.command("uniques")

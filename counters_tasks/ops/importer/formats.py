@@ -184,7 +184,9 @@ def log_line_visit(
     ``malformed``, or the page view rule's reason (``core.pageviews``: the user agent is known in
     the combined format only; with ``include_all`` static files and crawlers count too). Its
     source (``core.sources``): the combined format's referer, reduced to its domain
-    (``(internal)`` on ``own_hosts``), and the campaign tags of the request's query string."""
+    (``(internal)`` on ``own_hosts``), and the campaign tags of the request's query string. Who
+    visits (``core.clients``): the combined format's user agent (no log carries Accept-Language:
+    an imported view's language is ``(unknown)``), the country from the IP in the worker."""
     line = parse_log_line(text, fmt)
     if line is None:
         return MALFORMED
@@ -197,13 +199,16 @@ def log_line_visit(
         return Skip(reason, line.ts)
     session = session_id_for(secret, line.ip, line.agent or "")
     query = line.target.partition("?")[2] if line.target else ""
-    return {
+    visit = {
         "ip": line.ip,
         "path": path,
         "ts": line.ts,
         "session_id": session,
         **source_fields(line.referer, query, own_hosts),
     }
+    if line.agent and line.agent != "-":  # who visits (core.clients): the worker parses it
+        visit["user_agent"] = line.agent
+    return visit
 
 
 def json_time(value: Any, zone: tzinfo) -> float | int | None:
@@ -229,8 +234,9 @@ def json_time(value: Any, zone: tzinfo) -> float | int | None:
 
 def json_line_visit(text: str, zone: tzinfo, include_all: bool = False) -> dict[str, Any] | str:
     """The visit of one JSON line (an object with ``ip``, ``path``, ``ts`` and optionally
-    ``session_id``; other keys are ignored), or why it is skipped: ``malformed`` (not such an
-    object), ``static`` (unless ``include_all``). The values themselves are checked by the API."""
+    ``session_id``, ``user_agent`` and ``language``; other keys are ignored), or why it is
+    skipped: ``malformed`` (not such an object), ``static`` (unless ``include_all``). The values
+    themselves are checked by the API."""
     try:
         data = json.loads(text)
     except (ValueError, RecursionError):
@@ -249,6 +255,9 @@ def json_line_visit(text: str, zone: tzinfo, include_all: bool = False) -> dict[
     visit: dict[str, Any] = {"ip": ip, "path": clean, "ts": ts}
     if session is not None:
         visit["session_id"] = session
+    for header in ("user_agent", "language"):  # who visits (core.clients)
+        if data.get(header) is not None:
+            visit[header] = data[header]
     return visit
 
 

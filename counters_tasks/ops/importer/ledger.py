@@ -21,9 +21,10 @@ import json
 from collections import Counter
 from typing import Any
 
-SOURCE_FIELDS = frozenset({"referrer", "utm"})
-"""A visit's source: derived from the same line as the rest, so left out of what its ids hash (a log
-imported before sources were kept is not counted again; its days have no sources)."""
+SOURCE_FIELDS = frozenset({"referrer", "utm", "user_agent", "language"})
+"""A visit's source and who made it: derived from the same line as the rest, so left out of what
+its ids hash (a log imported before sources or user agents were kept is not counted again; its
+days have none)."""
 
 
 def canonical(visit: dict[str, Any]) -> str:

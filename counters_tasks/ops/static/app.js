@@ -126,6 +126,36 @@
     }).catch(function (e) { failed("sources", e); });
   }
 
+  function loadClients() {
+    var q = range();
+    q.kind = $("client-kind").value;
+    q.limit = 10;
+    return api("clients", q).then(function (data) {
+      if (data.kind !== $("client-kind").value) return;  // the choice changed meanwhile
+      var body = $("clients-table");
+      body.textContent = "";
+      var listed = false;
+      data.clients.forEach(function (c, i) {
+        var tr = document.createElement("tr");
+        cell(tr, String(i + 1));
+        cell(tr, c.value);
+        cell(tr, String(c.pv), "num");
+        cell(tr, (c.uv_approximate ? "≈" : "") + c.uv, "num");
+        body.appendChild(tr);
+        if (c.value === "(other)") listed = true;
+      });
+      $("client-column").textContent = data.kind;
+      // the views folded into (other) are said beside the figures, also when (other) is not a row
+      $("clients-other").textContent = data.other ?
+        "(other): " + data.other + " page views of values past a day's cap" +
+        (listed ? "" : ", not among the " + data.clients.length + " listed") :
+        data.clients.length ? "" :
+        "None counted in the range: who visits is counted with COUNTERS_CLIENT_TABLES=on on the producers and the workers.";
+      $("clients-error").textContent = "";
+      loaded("clients");
+    }).catch(function (e) { failed("clients", e); });
+  }
+
   function loadUniques() {
     return api("uniques", range()).then(function (data) {
       $("uniques-total").textContent = data.visitors;
@@ -301,9 +331,10 @@
     $("from").value = params.get("from") || daysBefore(config.today, 6);
     $("to").value = params.get("to") || config.today;
     $("path").value = params.get("path") || "";
-    var reloadRange = function () { loadVisitors(); loadPages(); loadSources(); loadUniques(); };
+    var reloadRange = function () { loadVisitors(); loadPages(); loadSources(); loadClients(); loadUniques(); };
     ["from", "to", "path"].forEach(function (id) { $(id).addEventListener("change", reloadRange); });
     $("source-kind").addEventListener("change", loadSources);
+    $("client-kind").addEventListener("change", loadClients);
     reloadRange();
     api("counters", {limit: 1000}).then(function (data) {  // the first page: the list is paged (data.next)
       var names = data.counters.slice().sort();
