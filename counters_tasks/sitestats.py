@@ -33,7 +33,7 @@ import heapq
 import hmac
 import json
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import Any, NamedTuple
@@ -134,11 +134,12 @@ def prepare_view(
     utm: Any = None,
     user_agent: Any = None,
     language: Any = None,
+    client: Any = None,
 ) -> SiteView:
     """Validate one page view (raises InvalidInput; writes nothing), with its visitor id."""
     scope = check_site(site)
     day = local_day(check_event_time(now, "now"), zone_of(scope))
-    return view_on(ip, path, day, scope, referrer, utm, user_agent, language)
+    return view_on(ip, path, day, scope, referrer, utm, user_agent, language, client)
 
 
 def view_on(
@@ -150,19 +151,21 @@ def view_on(
     utm: Any = None,
     user_agent: Any = None,
     language: Any = None,
+    client: Any = None,
 ) -> SiteView:
     """One page view on ``day`` of site ``site`` (a checked scope; ``day`` the site's local day of
     a time already checked: a caller that also needs the day computes it once), its path and IP
     validated, its source reduced (``core.sources``: ``referrer`` a URL or a domain, ``utm`` the
-    campaign's tags), who visits derived (``core.clients``: from the IP, ``user_agent`` and the
-    Accept-Language header ``language``; not when COUNTERS_CLIENT_TABLES is off) (raises InvalidInput)."""
+    campaign's tags), who visits derived (``core.clients``: from the IP, ``user_agent`` (or its
+    reduced ``client``) and the Accept-Language header ``language``; not when
+    COUNTERS_CLIENT_TABLES is off) (raises InvalidInput)."""
     clean_path = check_path(path)
     clean_ip = check_ip(ip)
     source = DIRECT if referrer is None else referrer_domain(referrer, hosts_of(site))
     campaign = (
         () if utm is None else tuple((keys.SOURCE_KINDS[f"utm_{k}"], tag) for k, tag in check_campaign(utm).items())
     )
-    who = who_of(clean_ip, user_agent, language) if get_settings().client_tables else None
+    who = who_of(clean_ip, user_agent, language, client) if get_settings().client_tables else None
     return SiteView(visitor_id(clean_ip), clean_path, day, site, source, campaign, who)
 
 
@@ -216,20 +219,23 @@ def queue_views(
                 len(day_views),
             ]
             args += [view.visitor for view in day_views]
-            tables = _day_tables(day_views)
+            pages, tables, who, short_ids, profiles = _day_tables(day_views)
             script_keys.append(keys.site_day_pages(day, tag=tag, site=site))  # the tables: the pages, then the sources
-            script_keys += [keys.site_day_table(day, kind, tag=tag, site=site) for kind in list(tables)[1:]]
-            args.append(len(tables))
-            for kind, entries in tables.items():
-                if kind == "":  # the pages: each path's UV exact through the pairs SET
-                    args += [settings.max_day_paths, "pairs", len(entries)]
-                    for path, ids in entries.items():
-                        args += [path, keys.path_digest(path), len(ids), *ids]
-                else:  # a kind of source, or of who visits: each value's UV from its sketch
-                    cap = settings.max_day_clients if kind in CLIENT_LETTERS else settings.max_day_sources
-                    args += [cap, "sketch", len(entries)]
-                    for source, ids in entries.items():
-                        args += [source, len(ids), *ids]
+            script_keys += [keys.site_day_table(day, kind, tag=tag, site=site) for kind in tables]
+            if who:  # then who visits: its five tables and their sketches
+                script_keys += [keys.site_day_table(day, letter, tag=tag, site=site) for letter, *_rest in who]
+                script_keys.append(keys.site_day_who_sketches(day, tag=tag, site=site))
+            args += [short_ids, profiles, 1 + len(tables)]
+            # the pages: each path's UV exact through the pairs SET
+            args += [settings.max_day_paths, "pairs", len(pages)]
+            for path, ids in pages.items():
+                args += [path, keys.path_digest(path), len(ids), *ids]
+            for fields, marks in tables.values():  # a kind of source: each one's UV from its sketch
+                args += [settings.max_day_sources, "sketch", len(fields), *fields, bytes(marks)]
+            if who:
+                args.append(settings.max_day_clients)
+                for letter, values, counts, view_values in who:
+                    args += [letter, len(values), *values, *counts, bytes(view_values)]
             if ttl and part_id is not None:
                 script_keys.append(keys.site_seen(part_id, tag=tag))
             run_script(conn, "site_day", script_keys, args, client=pipe)
@@ -256,25 +262,78 @@ def queue_views(
         return [(day, len(day_views)) for _site, day, day_views, _id in day_calls]
 
 
-def _day_tables(views: list[SiteView]) -> dict[str, dict[str, list[str]]]:
-    """The entries of one ``site_day`` call, by table: "" the pages (path -> its views' visitors
-    in pairs form), then each kind of source (``keys.SOURCE_KINDS`` letter) its views have."""
+SketchTable = tuple[dict[str, int], bytearray]
+"""One sketch table of a ``site_day`` call: its fields (value -> its number, from 1, in the
+order first met), and a byte a view of the call: the number of its field (0: none)."""
+
+WhoTable = tuple[str, list[str], list[int], bytearray]
+"""One who-visits table of a ``site_day`` call: its letter, its values (in the order first met),
+their page views in the call, and a byte a view: the number of its value (from 1)."""
+
+
+def _day_tables(
+    views: list[SiteView],
+) -> tuple[dict[str, list[str]], dict[str, SketchTable], list[WhoTable], str, str]:
+    """The entries of one ``site_day`` call (at most DAY_VIEWS_PER_CALL views): the pages (path
+    -> its views' visitors in pairs form), each kind of source (``keys.SOURCE_KINDS`` letter)
+    its views have as a ``SketchTable``, who visits (``CLIENT_LETTERS``: five ``WhoTable``, or
+    none when the views have no such values), the views' 6-character ids (``page_sketch``) one
+    after the other, and (with who visits) each view's pairs member of its visitor and profile
+    (``who_digest``), one after the other. A view is a byte of each table, not an argument: a
+    call of 100 views with nine tables sends 100 ids once, not 900 times."""
+    count = len(views)
     pages: dict[str, list[str]] = defaultdict(list)
-    referrers: dict[str, list[str]] = defaultdict(list)
-    tables: dict[str, dict[str, list[str]]] = {"": pages, "r": referrers}
-    who_tables = None
-    for view in views:
+    referrers: SketchTable = ({}, bytearray(count))
+    tables: dict[str, SketchTable] = {"r": referrers}
+    who_numbers: list[dict[str, int]] = []
+    who_counts: list[list[int]] = []
+    who_marks: list[bytearray] = []
+    short_ids, profiles = [], []
+    for at, view in enumerate(views):
         member = pair_visitor(view.visitor)
+        short_ids.append(member[:6])
         pages[view.path].append(member)
-        referrers[view.referrer].append(member)
+        fields = referrers[0]
+        referrers[1][at] = fields.get(view.referrer) or fields.setdefault(view.referrer, len(fields) + 1)
         for kind, tag in view.campaign:
-            tables.setdefault(kind, defaultdict(list))[tag].append(member)
-        if view.who is not None:
-            if who_tables is None:
-                who_tables = [tables.setdefault(letter, defaultdict(list)) for letter in CLIENT_LETTERS]
-            for table, value in zip(who_tables, view.who, strict=True):
-                table[value].append(member)
-    return tables
+            fields, marks = tables.get(kind) or tables.setdefault(kind, ({}, bytearray(count)))
+            marks[at] = fields.get(tag) or fields.setdefault(tag, len(fields) + 1)
+        if view.who is None:
+            if who_numbers:
+                profiles.append("~" * 19)  # (none: a view without them, from an older journal)
+            continue
+        if not who_numbers:
+            who_numbers = [{} for _ in CLIENT_LETTERS]
+            who_counts = [[] for _ in CLIENT_LETTERS]
+            who_marks = [bytearray(count) for _ in CLIENT_LETTERS]
+            profiles = ["~" * 19] * at  # (the views before it had none)
+        for numbers, counts, marks, value in zip(who_numbers, who_counts, who_marks, view.who, strict=True):
+            number = numbers.get(value)
+            if number is None:
+                counts.append(0)
+                number = numbers[value] = len(counts)
+            counts[number - 1] += 1
+            marks[at] = number
+        profiles.append(member + who_digest(view.who))
+    who = (
+        [
+            (letter, list(numbers), counts, marks)
+            for letter, numbers, counts, marks in zip(CLIENT_LETTERS, who_numbers, who_counts, who_marks, strict=True)
+        ]
+        if who_numbers
+        else []
+    )
+    return pages, tables, who, "".join(short_ids), "".join(profiles)
+
+
+@functools.lru_cache(maxsize=4096)
+def who_digest(who: Who) -> str:
+    """8 characters naming a view's five values (``core.clients``) in the day's pairs SET, after
+    its visitor's 11: the member is new the first time that visitor shows that profile that day,
+    and only then are its values' sketches worked (``site_day``: a visitor's later views add
+    nothing to them). Made like a path's digest (``keys.path_digest``) of the values joined by a
+    control character, which no path has."""
+    return keys.path_digest("\x1f".join(who))
 
 
 CLIENT_LETTERS = tuple(keys.CLIENT_KINDS.values())
@@ -799,33 +858,23 @@ def top_sources(
         return _top_values(conn, [keys.site_day_table(day, letter, site=scope) for day in span], limit)
 
 
-def _top_values(
-    conn: RedisClient, tables: list[str], limit: int, group: Callable[[str], str] | None = None
-) -> list[SourceCount]:
-    """The values of a range's day tables (sources, or who visits) by page views, most first
-    (ties by name), ``(other)`` for the views past a day's cap; each one's UV the union of its
-    sketches. ``group`` puts fields together under one name (a browser's versions under its
-    family): their views summed, their sketches' union its UV."""
+def _top_values(conn: RedisClient, tables: list[str], limit: int) -> list[SourceCount]:
+    """The sources of a range's day tables by page views, most first (ties by name), ``(other)``
+    for the views past a day's cap; each one's UV the union of its days' sketches."""
     views: Counter[str] = Counter()
-    members: dict[str, set[str]] = defaultdict(set)
     for day_views in _tables_views(conn, tables):
-        for field, count in day_views.items():
-            name = field if group is None or not field else group(field)
-            views[name] += count
-            members[name].add(field)
+        views.update(day_views)
     ranked = sorted(((s, n) for s, n in views.items() if n > 0), key=_rank)[:limit]
     if not ranked:
         return []
-    fields = [field for name, _n in ranked for field in sorted(members[name])]
     pipe = read_pipeline(conn)
     for table in tables:
-        pipe.hmget(table, fields)
-    per_day = [dict(zip(fields, values, strict=True)) for values in pipe.execute()]
+        pipe.hmget(table, [source for source, _n in ranked])
+    per_day = pipe.execute()
     out = []
-    for name, pv in ranked:
-        sketches = (_page_value(day[field])[2] for day in per_day for field in members[name])
-        uv, approximate = page_sketch.union_count(sketches)
-        out.append(SourceCount(shown(name) if name else OTHER, pv, uv, approximate))
+    for n, (source, pv) in enumerate(ranked):
+        uv, approximate = page_sketch.union_count(_page_value(day_values[n])[2] for day_values in per_day)
+        out.append(SourceCount(source or OTHER, pv, uv, approximate))
     return out
 
 
@@ -861,5 +910,29 @@ def top_clients(
         table, _by, how = kind.partition("_")
         letter = keys.CLIENT_KINDS[table]
         span = days.days_between(start, end)
-        grouped = family if table in ("browser", "os") and how != "version" else None
-        return _top_values(conn, [keys.site_day_table(day, letter, site=scope) for day in span], limit, grouped)
+        grouped = table in ("browser", "os") and how != "version"
+        pipe = read_pipeline(conn)
+        for day in span:  # (a table holds at most COUNTERS_MAX_DAY_CLIENTS values and "")
+            pipe.hgetall(keys.site_day_table(day, letter, site=scope))
+        views: Counter[str] = Counter()
+        fields_of: dict[str, set[str]] = defaultdict(set)
+        for day_table in pipe.execute():
+            for field, count in day_table.items():
+                value = as_str(field)
+                name = family(value) if grouped and value else value
+                views[name] += int(count)
+                fields_of[name].add(value)
+        ranked = sorted(((name, n) for name, n in views.items() if n > 0), key=_rank)[:limit]
+        if not ranked:
+            return []
+        asked = [f"{letter}:{field}" for name, _n in ranked for field in sorted(fields_of[name])]
+        pipe = read_pipeline(conn)
+        for day in span:
+            pipe.hmget(keys.site_day_who_sketches(day, site=scope), asked)
+        per_day = [dict(zip(asked, sketches, strict=True)) for sketches in pipe.execute()]
+        out = []
+        for name, pv in ranked:
+            found = (as_str(day[f"{letter}:{field}"] or b"") for day in per_day for field in fields_of[name])
+            uv, approximate = page_sketch.union_count(found)
+            out.append(SourceCount(shown(name) if name else OTHER, pv, uv, approximate))
+        return out

@@ -26,7 +26,7 @@ from datetime import date
 from typing import Any, NamedTuple
 
 from . import counters, live, refusals, sitestats, throughput, uniques
-from .core.clients import UNKNOWN, check_user_agent, language_of
+from .core.clients import UNKNOWN, check_user_agent, client_of, language_of
 from .core.days import local_day
 from .core.kind import Kind, register
 from .core.settings import DEFAULT_SITE, get_settings
@@ -156,6 +156,19 @@ def app_visit(
     return visit
 
 
+def pack_visits(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A batch's visits as ``VisitRecorder`` sends them (``Kind.merge``, in its sending thread,
+    never in a request): each user agent reduced to its ``client`` (``core.clients.client_of``:
+    [browser, system, device], parsed once per distinct user agent and process), a tenth of its
+    bytes on the broker and no parse in the worker. Packing packed items changes nothing."""
+    for item in items:
+        agent = item.get("user_agent")
+        if agent is not None and isinstance(agent, str):
+            item["client"] = list(client_of(agent))
+            del item["user_agent"]
+    return items
+
+
 def prepare_visit(
     ip: Any,
     path: Any,
@@ -166,15 +179,17 @@ def prepare_visit(
     utm: Any = None,
     user_agent: Any = None,
     language: Any = None,
+    client: Any = None,
 ) -> Visit:
     """Validate one visit, given as ``record_visit`` takes it (raises InvalidInput; writes nothing).
     ``site``: a site of ``COUNTERS_SITES`` (None: the default site), whose zone makes the day;
     ``referrer`` and ``utm``: its source (``core.sources``); ``user_agent`` and ``language`` (the
-    User-Agent and Accept-Language headers): who visits (``core.clients``)."""
+    User-Agent and Accept-Language headers), or ``client`` (the user agent as ``pack_visits``
+    reduced it): who visits (``core.clients``)."""
     ts = check_event_time(ts)
     scope = check_site(site)
     day = local_day(ts, zone_of(scope))  # the time checked and its day computed once, for every part of the visit
-    view = sitestats.view_on(ip, path, day, scope, referrer, utm, user_agent, language)
+    view = sitestats.view_on(ip, path, day, scope, referrer, utm, user_agent, language, client)
     session = (day, uniques.session_number(session_id)) if session_id is not None else None
     return Visit(view, ts, session)
 
@@ -358,7 +373,7 @@ def apply_visits(conn: RedisClient, visits: list[dict[str, Any]], *, message_id:
 VISIT = register(
     Kind(
         name="visit",
-        fields=("ip", "path", "session_id", "ts", "site", "referrer", "utm", "user_agent", "language"),
+        fields=("ip", "path", "session_id", "ts", "site", "referrer", "utm", "user_agent", "language", "client"),
         required=2,
         event_task="counters_tasks.record_visit",
         worker_batches=True,
@@ -367,6 +382,7 @@ VISIT = register(
         max_items=MAX_BATCH,
         prepare=prepare_visit,
         app_item=app_visit,
+        merge=pack_visits,
         to_entry=visit_entry,
         from_entry=visit_from_entry,
         write=write_calls,

@@ -126,6 +126,34 @@ def _client(user_agent: str, _crawler_pattern: str | None) -> Client:
     return Client(browser, os, _device_type(result.device, None if system is None else system.family, text))
 
 
+MAX_NAME = 200
+"""The longest browser, system or device name a reduced ``client`` may carry (characters)."""
+
+
+def check_client(client: Any) -> Client:
+    """A visit's ``client`` as a producer reduced it (``client_of``: [browser, system, device],
+    what ``VisitRecorder`` sends instead of the user agent): three non-empty str of at most
+    MAX_NAME characters without control characters (the tab of ``<family><tab><version>``
+    apart), the device one of DEVICE_TYPES (raises InvalidInput)."""
+    if not isinstance(client, (list, tuple)) or len(client) != 3:
+        raise InvalidInput("client must be a list of 3 str: browser, system, device")
+    try:
+        return _checked_client(tuple(client))
+    except TypeError:  # (an unhashable name: not a str)
+        raise InvalidInput("client must be a list of 3 str: browser, system, device") from None
+
+
+@functools.lru_cache(maxsize=CACHED_AGENTS)
+def _checked_client(client: tuple[Any, ...]) -> Client:
+    """(Cached: a worker sees the same few hundred clients again and again.)"""
+    for name in client:
+        if not isinstance(name, str) or not name or len(name) > MAX_NAME or _CONTROL.search(name.replace(TAB, " ")):
+            raise InvalidInput(f"client holds a bad name: {name!r:.60}")
+    if client[2] not in DEVICE_TYPES:
+        raise InvalidInput(f"client's device must be one of {', '.join(DEVICE_TYPES)}, got {client[2]!r:.40}")
+    return Client(*client)
+
+
 def check_user_agent(user_agent: Any) -> str | None:
     """``user_agent`` checked as the app's process sends it (a str or None; parsed by the worker)."""
     if user_agent is not None and not isinstance(user_agent, str):
@@ -228,7 +256,8 @@ Who = tuple[str, str, str, str, str]
 UNKNOWN_WHO: Who = (UNKNOWN, UNKNOWN, UNKNOWN, UNKNOWN, UNKNOWN)
 
 
-def who_of(ip: str, user_agent: Any = None, language: Any = None) -> Who:
-    """Everything ``core.clients`` derives of one view: ``ip`` checked, the headers as given."""
-    browser, os, device = client_of(user_agent)
-    return (browser, os, device, country_of(ip), language_of(language))
+def who_of(ip: str, user_agent: Any = None, language: Any = None, client: Any = None) -> Who:
+    """Everything ``core.clients`` derives of one view: ``ip`` checked, the headers as given, or
+    its ``client`` as a producer reduced the user agent (``check_client``)."""
+    browser, os, device = client_of(user_agent) if client is None else check_client(client)
+    return (browser, os, device, _country_lookup()(ip) or UNKNOWN, language_of(language))

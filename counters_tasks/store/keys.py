@@ -444,16 +444,25 @@ SOURCE_KINDS = {"referrer": "r", "utm_source": "s", "utm_medium": "m", "utm_camp
 """The kinds of source a view has (``core.sources``), each a table of its own a day, by letter."""
 
 CLIENT_KINDS = {"browser": "b", "os": "o", "device": "d", "country": "g", "language": "l"}
-"""Who visits (``core.clients``): each a table of its own a day, by letter, in the order of
-``SiteView.who``. A browser's and a system's field is ``<family><tab><version>`` (or the family
-alone), so a family's figures are the sum of its versions'."""
+"""Who visits (``core.clients``): each a table of its own a day (``site_day_table``: value ->
+its page views), by letter, in the order of ``SiteView.who``; their values' visitors in
+``site_day_who_sketches``. A browser's and a system's value is ``<family><tab><version>`` (or
+the family alone)."""
+
+
+def site_day_who_sketches(day: date, *, tag: str | None = None, site: str = "") -> str:
+    """HASH "<letter>:<value>" -> the sketch of that value's visitors on one day (``page_sketch``),
+    for each value of the who-visits tables (``CLIENT_KINDS``; "<letter>:" the ``(other)`` of
+    one); kept as long as the day's totals (from its own latest write)."""
+    return f"{prefix()}site:{{{tag or site_day_tag(day, site)}}}:who:{day_label(day, site)}"
 
 
 def site_day_table(day: date, kind: str, *, tag: str | None = None, site: str = "") -> str:
-    """HASH value -> "<pv> <uv> <sketch>" of one kind (a letter of SOURCE_KINDS or CLIENT_KINDS)
-    on one day, at most COUNTERS_MAX_DAY_SOURCES sources (COUNTERS_MAX_DAY_CLIENTS for who
-    visits), the rest under the field "" ("(other)"); kept as long as the day's totals (from its
-    own latest write)."""
+    """HASH of one kind of value on one day, the rest under the field "" ("(other)"), kept as long
+    as the day's totals (from its own latest write): a source (a letter of SOURCE_KINDS) ->
+    "<pv> <uv> <sketch>", at most COUNTERS_MAX_DAY_SOURCES; who visits (a letter of
+    CLIENT_KINDS) -> its page views, at most COUNTERS_MAX_DAY_CLIENTS (its sketch in
+    ``site_day_who_sketches``)."""
     return f"{prefix()}site:{{{tag or site_day_tag(day, site)}}}:src{kind}:{day_label(day, site)}"
 
 

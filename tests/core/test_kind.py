@@ -24,7 +24,7 @@ def test_the_package_tables_come_from_the_declarations(eager_app):
     assert {kind.name for kind in kinds.PACKAGE_KINDS} <= {kind.name for kind in registered()}
     assert (
         kinds.VISIT.signature
-        == "ip, path, session_id=None, ts=None, site=None, referrer=None, utm=None, user_agent=None, language=None"
+        == "ip, path, session_id=None, ts=None, site=None, referrer=None, utm=None, user_agent=None, language=None, client=None"
     )
     assert [
         kinds.of_task(f"counters_tasks.{task}").name

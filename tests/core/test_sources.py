@@ -262,4 +262,7 @@ def test_a_source_of_many_visitors_has_an_estimated_uv_that_lua_and_python_agree
     assert abs(found.uv - 600) < 600 * 4 * page_sketch.STANDARD_ERROR
     stored = raw_conn.hget(keys.site_day_table(day, "r"), "google.com").decode()
     pv, uv, sketch = stored.split(" ", 2)
-    assert (int(pv), int(uv)) == (900, page_sketch.union_count([sketch])[0]) == (900, found.uv)
+    # the registers Lua wrote count as the read's UV; the stored <uv> of a register sketch is
+    # its count when it became one (counting 256 registers at each change is left to readers)
+    assert (int(pv), page_sketch.union_count([sketch])[0]) == (900, found.uv)
+    assert 42 < int(uv) <= found.uv

@@ -391,14 +391,18 @@ def test_jsonl_lines(raw_conn, tmp_path):
     check_summary(run_import("--json", "--format", "jsonl", str(log)), expected, counted=0)
 
 
-def test_every_key_the_import_writes_is_documented(raw_conn, tmp_path):
+@pytest.mark.parametrize("who", [False, True], ids=["", "who-visits"])
+def test_every_key_the_import_writes_is_documented(raw_conn, tmp_path, monkeypatch, who):
     from tests.system.test_scaleout import documented_patterns
 
+    if who:  # the tables of who visits (core.clients), off by default
+        use_settings(monkeypatch, COUNTERS_CLIENT_TABLES="on")
     lines, _expected = make_log(random.Random(9), 600, time.time())
     run_import(str(write(tmp_path / "access.log", lines)))
     patterns = documented_patterns()
     stored = [key.decode() for key in raw_conn.scan_iter(count=1000)]
     assert keys.import_ledger() in stored
+    assert any(":who:" in key for key in stored) == who
     for key in stored:
         found = [ttl for regex, ttl in patterns if regex.fullmatch(key)]
         assert len(found) == 1, key

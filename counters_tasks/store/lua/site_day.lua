@@ -5,10 +5,17 @@
 --       the views, docs/keys.md), then (when ARGV[1] > 0) the dedupe marker.
 -- ARGV: marker TTL in seconds (0 = no dedupe), mode ('exact' or 'hll'), visitors expire-at
 --       (epoch s, from the day), visitors kept (s, from now), totals expire-at (from the day),
---       totals kept (s, from now), n, then the n views' visitor ids, then T, then per table:
---       the most fields it tracks, its mode ('pairs' for the pages, 'sketch' for a source), m, then per entry: the field (a path, a source), its digest,
+--       totals kept (s, from now), n, then the n views' visitor ids, then their 6-character
+--       ids (page_sketch.lua) in one string, then (with who visits; else '') each view's pairs
+--       member of its visitor and its five values (19 characters) in one string, then T, then
+--       per table: the most fields it tracks, its mode, m, then for the pages ('pairs'), per
+--       entry: the field (a path), its digest,
 --       k, then the k visitors of its views in their pairs form (11 characters; the n views
---       grouped by entry; each entry once: one HMGET and one HSET a 1,000 entries take them).
+--       grouped by entry; each entry once: one HMGET and one HSET a 1,000 entries take them);
+--       for a source ('sketch') or who visits ('who'): its m fields, then a string of n bytes,
+--       each view's field number (1..m; 0: the view has none in this table). A 'who' table's
+--       sketches take only the views whose profile member was new to the pairs SET (a
+--       visitor's later views with the same values would add nothing).
 -- A table maps an entry to "<pv> <uv> <sketch>" (the sketch: its visitors of the day, for its
 -- UV over a range; page_sketch.lua); once it tracks its most fields, views of other entries
 -- count under the field "" (shown as "(other)"). A page's UV is kept exact by the pairs SET of
@@ -27,10 +34,13 @@ local totals, visitors, range_hll, pairs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local ttl = tonumber(ARGV[1])
 local hll = ARGV[2] == 'hll'
 local n = tonumber(ARGV[7])
-local ntables = tonumber(ARGV[8 + n])
-local marker = KEYS[5 + ntables]
+local short_ids = ARGV[8 + n]
+local profiles = ARGV[9 + n]
+local ntables = tonumber(ARGV[10 + n])
+local nwho = profiles ~= '' and 6 or 0  -- who visits: five tables of page views, one of sketches
+local marker = KEYS[5 + ntables + nwho]
 local checks = {totals, 'hash', visitors, hll and 'string' or 'set', range_hll, 'string', pairs, 'set'}
-for t = 1, ntables do
+for t = 1, ntables + nwho do
   checks[#checks + 1] = KEYS[4 + t]
   checks[#checks + 1] = 'hash'
 end
@@ -193,24 +203,111 @@ local function count_table(pages, i)
   return finish
 end
 
-local function count_sketch_table(table_key, i)
-  -- one table of sources from ARGV[i] on (no pairs: each entry's UV is its sketch's count,
-  -- page_sketch_with); returns where the next begins
-  local max_fields, nentries = tonumber(ARGV[i]), tonumber(ARGV[i + 2])
-  local names, spans = {}, {}
-  i = i + 3
-  for e = 1, nentries do
-    local k = tonumber(ARGV[i + 1])
-    names[e], spans[e] = ARGV[i], {i + 2, i + 1 + k}
-    i = i + 2 + k
+-- each view's 6-character id and its register sketch position, worked out once for every table
+local view_ids, view_registers, view_ranks = {}, {}, {}
+local function view_position(v)
+  local register = view_registers[v]
+  if not register then
+    local rank
+    register, rank = page_sketch_position(view_ids[v])
+    view_registers[v], view_ranks[v] = register, rank
   end
+  return register, view_ranks[v]
+end
+for v = 1, n do
+  view_ids[v] = string.sub(short_ids, 6 * v - 5, 6 * v)
+end
+
+-- which views show their visitor's profile (its five values of who visits) for the first time
+-- today: one SMISMEMBER and one SADD for the call; only those views are added to who sketches
+local fresh_profile = {}
+if open and profiles ~= '' then
+  local members = {}
+  for v = 1, n do
+    members[v] = string.sub(profiles, 19 * v - 18, 19 * v)
+  end
+  local found = redis.call('SMISMEMBER', pairs, unpack(members))
+  local new = {}
+  for v = 1, n do
+    if found[v] == 0 and not fresh_profile[members[v]] and string.byte(members[v], 12) ~= 126 then  -- ('~': none)
+      fresh_profile[members[v]] = true
+      fresh_profile[v] = true
+      new[#new + 1] = members[v]
+    end
+  end
+  if #new > 0 then
+    redis.call('SADD', pairs, unpack(new))
+  end
+end
+
+local function sketch_with_views(sketch, views)
+  -- the sketch with the visitors of views (view numbers) added, making one new string at most
+  -- (a string a visitor made Lua's allocation and collection the larger part of the work)
+  local list = string.byte(sketch, 1) ~= 33
+  if #views == 1 then  -- (the common case: no table made)
+    if list then
+      return page_sketch_with(sketch, view_ids[views[1]])
+    end
+    local register, rank = view_position(views[1])
+    if rank <= (PAGE_SKETCH_VALUE[string.byte(sketch, register + 1)] or 0) then
+      return sketch
+    end
+    return string.sub(sketch, 1, register) .. string.sub(PAGE_SKETCH_B64, rank + 1, rank + 1) ..
+           string.sub(sketch, register + 2)
+  end
+  if list then  -- a list: the ids not in it yet, each once
+    local new, seen = {}, {}
+    for _, v in ipairs(views) do
+      local id = view_ids[v]
+      if not seen[id] then
+        seen[id] = true
+        local at = string.find(sketch, id, 1, true)
+        while at and at % 6 ~= 1 do  -- only an id's own place counts
+          at = string.find(sketch, id, at + 1, true)
+        end
+        if not at then
+          new[#new + 1] = id
+        end
+      end
+    end
+    if #sketch / 6 + #new <= PAGE_SKETCH_EXACT then
+      return #new > 0 and sketch .. table.concat(new) or sketch
+    end
+    for _, id in ipairs(new) do  -- past the list: registers from then on (once in a sketch's life)
+      sketch = page_sketch_add(sketch, id)
+    end
+    return sketch
+  end
+  local bytes = nil  -- registers: read once, raised, made into one string
+  for _, v in ipairs(views) do
+    local register, rank = view_position(v)
+    local held = PAGE_SKETCH_VALUE[bytes and bytes[register] or string.byte(sketch, register + 1)] or 0
+    if rank > held then
+      bytes = bytes or {string.byte(sketch, 2, PAGE_SKETCH_REGISTERS + 1)}
+      bytes[register] = string.byte(PAGE_SKETCH_B64, rank + 1)
+    end
+  end
+  return bytes and '!' .. string.char(unpack(bytes)) or sketch
+end
+
+local function count_sketch_table(table_key, i)
+  -- one table of sources or of who visits from ARGV[i] on (no pairs: each entry's UV comes from
+  -- its sketch, page_sketch_with); returns where the next begins. A list sketch's count is
+  -- stored with it; a register sketch's stored count is the one it had when it became one
+  -- (its readers count the registers: store/page_sketch.py), as counting 256 registers at every
+  -- change took a third of the table's time.
+  local max_fields, nentries = tonumber(ARGV[i]), tonumber(ARGV[i + 2])
+  local names = {unpack(ARGV, i + 3, i + 2 + nentries)}
+  local marks = ARGV[i + 3 + nentries]
+  local finish = i + 4 + nentries
   if nentries == 0 then
-    return i
+    return finish
   end
   local values = hash_total_read(table_key, names)
   local tracked = nil
-  local found = {}  -- field -> {pv, sketch}, in the order first met
+  local found = {}  -- field -> {pv, sketch, uv as read, sketch as read, ids added}
   local order = {}
+  local entry_of = {}  -- field number -> its entry
   for e = 1, nentries do
     local field = names[e]
     if not values[e] and not found[field] then
@@ -227,23 +324,30 @@ local function count_sketch_table(table_key, i)
         value = redis.call('HGET', table_key, '')
       end
       local pv, uv, sketch = parse(value or nil)
-      found[field] = {pv, sketch, uv, sketch}  -- (the last two: as read, so an unchanged sketch is not counted again)
+      found[field] = {pv, sketch, uv, sketch, {}}  -- (as read: an unchanged sketch is not counted again; its views)
       order[#order + 1] = field
     end
-    local entry = found[field]
-    local first, last = spans[e][1], spans[e][2]
-    entry[1] = entry[1] + (last - first + 1)
-    if open then
-      for a = first, last do
-        entry[2] = page_sketch_with(entry[2], string.sub(ARGV[a], 1, 6))
-      end
+    entry_of[e] = found[field]
+  end
+  for v = 1, n do
+    local entry = entry_of[string.byte(marks, v)]
+    if entry then  -- (byte 0: no field of this table)
+      entry[1] = entry[1] + 1
+      local views = entry[5]
+      views[#views + 1] = v
+    end
+  end
+  if open then
+    for _, field in ipairs(order) do
+      local entry = found[field]
+      entry[2] = sketch_with_views(entry[2], entry[5])
     end
   end
   local updates = {}
   for _, field in ipairs(order) do
     local entry = found[field]
     local uv = entry[3]
-    if entry[2] ~= entry[4] then  -- (a register sketch's count reads its 256 registers)
+    if entry[2] ~= entry[4] and string.byte(entry[4], 1) ~= 33 then  -- a list, or one that became registers
       uv = page_sketch_count(entry[2])
     end
     updates[#updates + 1] = field
@@ -251,15 +355,95 @@ local function count_sketch_table(table_key, i)
   end
   hash_total_send('HSET', table_key, updates, 2000)
   redis.call('EXPIREAT', table_key, totals_at)
-  return i
+  return finish
 end
 
-local at = 8 + n + 1
+local at = 8 + n + 3
 for t = 1, ntables do
   if ARGV[at + 1] == 'pairs' then
     at = count_table(KEYS[4 + t], at)
   else
     at = count_sketch_table(KEYS[4 + t], at)
+  end
+end
+
+-- who visits (ARGV from at on): the most values a table tracks, then per table (five): its
+-- letter, m, its m values, their m page view counts, then a string of n bytes (each view's
+-- value number, 1..m). A table (KEYS[5 + T] on) maps a value to its page views; the sketches
+-- (KEYS[10 + T]) map "<letter>:<value>" to its visitors of the day, worked only for the views
+-- whose profile is fresh (above). Past the cap, a new value counts under "" ("(other)").
+if nwho > 0 then
+  local sketch_key = KEYS[10 + ntables]
+  local cap = tonumber(ARGV[at])
+  at = at + 1
+  local fresh_views = {}
+  if open then
+    for v = 1, n do
+      if fresh_profile[v] then
+        fresh_views[#fresh_views + 1] = v
+      end
+    end
+  end
+  local names, adds = {}, {}  -- the sketches to work: "<letter>:<value>" -> views to add
+  for t = 1, 5 do
+    local key = KEYS[4 + ntables + t]
+    local letter, m = ARGV[at], tonumber(ARGV[at + 1])
+    local marks = ARGV[at + 2 + 2 * m]
+    local counted = {}  -- value number -> the value it counts under (itself, or "" past the cap)
+    local values = hash_total_read(key, {unpack(ARGV, at + 2, at + 1 + m)})
+    local totals, order, tracked = {}, {}, nil
+    for e = 1, m do
+      local value, pv = ARGV[at + 1 + e], tonumber(ARGV[at + 1 + m + e])
+      local total = tonumber(values[e])
+      if not total and not totals[value] then  -- new to the day: within the cap?
+        tracked = tracked or (redis.call('HLEN', key) - redis.call('HEXISTS', key, ''))
+        if tracked >= cap then
+          value = ''
+        else
+          tracked = tracked + 1
+        end
+      end
+      if not totals[value] then
+        order[#order + 1] = value
+        totals[value] = total or (value == '' and tonumber(redis.call('HGET', key, ''))) or 0
+      end
+      totals[value] = totals[value] + pv
+      counted[e] = letter .. ':' .. value
+    end
+    local updates = {}
+    for _, value in ipairs(order) do
+      updates[#updates + 1] = value
+      updates[#updates + 1] = totals[value]
+    end
+    hash_total_send('HSET', key, updates, 2000)
+    at = at + 3 + 2 * m
+    for _, v in ipairs(fresh_views) do
+      local name = counted[string.byte(marks, v)]
+      if name then
+        local views = adds[name]
+        if not views then
+          views = {}
+          adds[name] = views
+          names[#names + 1] = name
+        end
+        views[#views + 1] = v
+      end
+    end
+    redis.call('EXPIREAT', key, totals_at)
+  end
+  if #names > 0 then
+    local sketches = hash_total_read(sketch_key, names)
+    local updates = {}
+    for s, name in ipairs(names) do
+      local before = sketches[s] or ''
+      local sketch = sketch_with_views(before, adds[name])
+      if sketch ~= before then
+        updates[#updates + 1] = name
+        updates[#updates + 1] = sketch
+      end
+    end
+    hash_total_send('HSET', sketch_key, updates, 2000)
+    redis.call('EXPIREAT', sketch_key, totals_at)
   end
 end
 if open and redis.call('EXISTS', pairs) == 1 then

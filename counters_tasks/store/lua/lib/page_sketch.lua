@@ -99,15 +99,22 @@ local function page_sketch_with(sketch, id)
   return page_sketch_add(sketch, id)
 end
 
+local PAGE_SKETCH_WEIGHT = {}  -- a register character's 2^-value, by its byte (0 for no value: 1)
+for n = 1, 64 do
+  PAGE_SKETCH_WEIGHT[string.byte(PAGE_SKETCH_B64, n)] = 2 ^ (-(n - 1))
+end
+
 local function page_sketch_count(sketch)
   if string.sub(sketch, 1, 1) ~= '!' then
     return math.floor(#sketch / 6)
   end
   local m, sum, zeros = PAGE_SKETCH_REGISTERS, 0, 0
-  for n = 2, PAGE_SKETCH_REGISTERS + 1 do
-    local value = PAGE_SKETCH_VALUE[string.byte(sketch, n)] or 0
-    sum = sum + 2 ^ (-value)
-    if value == 0 then
+  local weights, zero = PAGE_SKETCH_WEIGHT, string.byte(PAGE_SKETCH_B64, 1)
+  local bytes = {string.byte(sketch, 2, PAGE_SKETCH_REGISTERS + 1)}  -- (one call for all of them)
+  for n = 1, PAGE_SKETCH_REGISTERS do
+    local byte = bytes[n]
+    sum = sum + (weights[byte] or 1)
+    if byte == zero or not weights[byte] then
       zeros = zeros + 1
     end
   end
