@@ -33,7 +33,7 @@ import heapq
 import hmac
 import json
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import Any, NamedTuple
@@ -262,6 +262,9 @@ def queue_views(
         return [(day, len(day_views)) for _site, day, day_views, _id in day_calls]
 
 
+CLIENT_LETTERS = tuple(keys.CLIENT_KINDS.values())
+"""The letters of the who-visits tables, in the order of ``SiteView.who``."""
+
 SketchTable = tuple[dict[str, int], bytearray]
 """One sketch table of a ``site_day`` call: its fields (value -> its number, from 1, in the
 order first met), and a byte a view of the call: the number of its field (0: none)."""
@@ -336,11 +339,9 @@ def who_digest(who: Who) -> str:
     return keys.path_digest("\x1f".join(who))
 
 
-CLIENT_LETTERS = tuple(keys.CLIENT_KINDS.values())
-
-
 DAY_VIEWS_PER_CALL = 100
-"""Views one ``site_day`` call applies at most. A view costs the server ~15-25 us there (its
+"""Views one ``site_day`` call applies at most (under 256: a view's value in a table is one byte,
+``_day_tables``). A view costs the server ~15-25 us there (its
 pages' and sources' values read, parsed and written back with their sketches): 150 a call took
 2-3 ms of CPU, up to 6 ms on zipf traffic (issue 32). Fewer a call cost more a visit, as a
 popular page's value is read and written again by each call: 75 took the longest call to ~3 ms
@@ -864,17 +865,37 @@ def _top_values(conn: RedisClient, tables: list[str], limit: int) -> list[Source
     views: Counter[str] = Counter()
     for day_views in _tables_views(conn, tables):
         views.update(day_views)
-    ranked = sorted(((s, n) for s, n in views.items() if n > 0), key=_rank)[:limit]
+
+    def day_sketches(fields: list[str]) -> list[dict[str, str]]:  # a source's sketch is in its value
+        pipe = read_pipeline(conn)
+        for table in tables:
+            pipe.hmget(table, fields)
+        return [
+            {field: _page_value(value)[2] for field, value in zip(fields, values, strict=True)}
+            for values in pipe.execute()
+        ]
+
+    return _ranked_counts(views, {name: {name} for name in views}, limit, day_sketches)
+
+
+def _ranked_counts(
+    views: Counter[str],
+    fields_of: dict[str, set[str]],
+    limit: int,
+    day_sketches: Callable[[list[str]], list[dict[str, str]]],
+) -> list[SourceCount]:
+    """The first ``limit`` names of ``views`` (page views a name over a range, "" the views past
+    a day's cap), most first (ties by name), each with its UV: the union of the sketches of its
+    fields (``fields_of``: a source is its own field; a browser family is its versions) that
+    ``day_sketches`` reads, a ``{field: sketch}`` a day, for the fields of the names listed."""
+    ranked = sorted(((name, n) for name, n in views.items() if n > 0), key=_rank)[:limit]
     if not ranked:
         return []
-    pipe = read_pipeline(conn)
-    for table in tables:
-        pipe.hmget(table, [source for source, _n in ranked])
-    per_day = pipe.execute()
+    per_day = day_sketches([field for name, _n in ranked for field in sorted(fields_of[name])])
     out = []
-    for n, (source, pv) in enumerate(ranked):
-        uv, approximate = page_sketch.union_count(_page_value(day_values[n])[2] for day_values in per_day)
-        out.append(SourceCount(source or OTHER, pv, uv, approximate))
+    for name, pv in ranked:
+        uv, approximate = page_sketch.union_count(day[field] for day in per_day for field in fields_of[name])
+        out.append(SourceCount(shown(name) if name else OTHER, pv, uv, approximate))
     return out
 
 
@@ -922,17 +943,14 @@ def top_clients(
                 name = family(value) if grouped and value else value
                 views[name] += int(count)
                 fields_of[name].add(value)
-        ranked = sorted(((name, n) for name, n in views.items() if n > 0), key=_rank)[:limit]
-        if not ranked:
-            return []
-        asked = [f"{letter}:{field}" for name, _n in ranked for field in sorted(fields_of[name])]
-        pipe = read_pipeline(conn)
-        for day in span:
-            pipe.hmget(keys.site_day_who_sketches(day, site=scope), asked)
-        per_day = [dict(zip(asked, sketches, strict=True)) for sketches in pipe.execute()]
-        out = []
-        for name, pv in ranked:
-            found = (as_str(day[f"{letter}:{field}"] or b"") for day in per_day for field in fields_of[name])
-            uv, approximate = page_sketch.union_count(found)
-            out.append(SourceCount(shown(name) if name else OTHER, pv, uv, approximate))
-        return out
+
+        def day_sketches(fields: list[str]) -> list[dict[str, str]]:  # a value's sketch is apart, by "<letter>:<value>"
+            pipe = read_pipeline(conn)
+            for day in span:
+                pipe.hmget(keys.site_day_who_sketches(day, site=scope), [f"{letter}:{field}" for field in fields])
+            return [
+                {field: as_str(sketch or b"") for field, sketch in zip(fields, sketches, strict=True)}
+                for sketches in pipe.execute()
+            ]
+
+        return _ranked_counts(views, fields_of, limit, day_sketches)

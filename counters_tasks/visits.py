@@ -163,7 +163,7 @@ def pack_visits(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     bytes on the broker and no parse in the worker. Packing packed items changes nothing."""
     for item in items:
         agent = item.get("user_agent")
-        if agent is not None and isinstance(agent, str):
+        if isinstance(agent, str):  # (anything else is the worker's to refuse)
             item["client"] = list(client_of(agent))
             del item["user_agent"]
     return items

@@ -104,10 +104,8 @@ itself."""
 
 def client_of(user_agent: Any) -> Client:
     """The browser, system and device type of ``user_agent`` (a User-Agent header, or None)."""
-    if user_agent is None:
+    if check_user_agent(user_agent) is None:
         return UNKNOWN_CLIENT
-    if not isinstance(user_agent, str):
-        raise InvalidInput(f"user_agent must be a str, got {type(user_agent).__name__}")
     return _client(user_agent, get_settings().crawler_pattern)
 
 
@@ -181,10 +179,10 @@ def family(field: str) -> str:
 
 
 def _device_type(device: Any, system: str | None, user_agent: str) -> str:
-    brand, family = (None, "") if device is None else (device.brand, device.family or "")
+    brand, model_family = (None, "") if device is None else (device.brand, device.family or "")
     if (
         brand in DEVICE_RULE["tablet brands"]
-        or family.startswith(DEVICE_RULE["tablet families"])
+        or model_family.startswith(DEVICE_RULE["tablet families"])
         or (system == "Android" and "Mobile" not in user_agent)
     ):
         return TABLET
@@ -260,4 +258,4 @@ def who_of(ip: str, user_agent: Any = None, language: Any = None, client: Any = 
     """Everything ``core.clients`` derives of one view: ``ip`` checked, the headers as given, or
     its ``client`` as a producer reduced the user agent (``check_client``)."""
     browser, os, device = client_of(user_agent) if client is None else check_client(client)
-    return (browser, os, device, _country_lookup()(ip) or UNKNOWN, language_of(language))
+    return (browser, os, device, country_of(ip), language_of(language))

@@ -2,7 +2,8 @@
 -- source's, in one slot.
 -- KEYS: the day's totals HASH (pv, uv, open_until), visitors SET (HLL in hll mode), range
 --       HLL, visitor-entry pairs SET, then T tables (HASH each: the pages, then the sources of
---       the views, docs/keys.md), then (when ARGV[1] > 0) the dedupe marker.
+--       the views, docs/keys.md), then (with who visits) its five tables and its sketches
+--       HASH, then (when ARGV[1] > 0) the dedupe marker.
 -- ARGV: marker TTL in seconds (0 = no dedupe), mode ('exact' or 'hll'), visitors expire-at
 --       (epoch s, from the day), visitors kept (s, from now), totals expire-at (from the day),
 --       totals kept (s, from now), n, then the n views' visitor ids, then their 6-character
@@ -12,10 +13,9 @@
 --       entry: the field (a path), its digest,
 --       k, then the k visitors of its views in their pairs form (11 characters; the n views
 --       grouped by entry; each entry once: one HMGET and one HSET a 1,000 entries take them);
---       for a source ('sketch') or who visits ('who'): its m fields, then a string of n bytes,
---       each view's field number (1..m; 0: the view has none in this table). A 'who' table's
---       sketches take only the views whose profile member was new to the pairs SET (a
---       visitor's later views with the same values would add nothing).
+--       for a source ('sketch'): its m fields, then a string of n bytes, each view's field
+--       number (1..m; 0: the view has none in this table); then (with who visits) its
+--       arguments, below at "who visits".
 -- A table maps an entry to "<pv> <uv> <sketch>" (the sketch: its visitors of the day, for its
 -- UV over a range; page_sketch.lua); once it tracks its most fields, views of other entries
 -- count under the field "" (shown as "(other)"). A page's UV is kept exact by the pairs SET of
@@ -291,8 +291,8 @@ local function sketch_with_views(sketch, views)
 end
 
 local function count_sketch_table(table_key, i)
-  -- one table of sources or of who visits from ARGV[i] on (no pairs: each entry's UV comes from
-  -- its sketch, page_sketch_with); returns where the next begins. A list sketch's count is
+  -- one table of sources from ARGV[i] on (no pairs: each entry's UV comes from its sketch,
+  -- sketch_with_views); returns where the next begins. A list sketch's count is
   -- stored with it; a register sketch's stored count is the one it had when it became one
   -- (its readers count the registers: store/page_sketch.py), as counting 256 registers at every
   -- change took a third of the table's time.
@@ -305,7 +305,7 @@ local function count_sketch_table(table_key, i)
   end
   local values = hash_total_read(table_key, names)
   local tracked = nil
-  local found = {}  -- field -> {pv, sketch, uv as read, sketch as read, ids added}
+  local found = {}  -- field -> {pv, sketch, uv as read, sketch as read, its views in the call}
   local order = {}
   local entry_of = {}  -- field number -> its entry
   for e = 1, nentries do
