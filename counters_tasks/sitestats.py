@@ -954,3 +954,22 @@ def top_clients(
             ]
 
         return _ranked_counts(views, fields_of, limit, day_sketches)
+
+
+def folded_client_views(
+    conn: RedisClient, start: date, end: date, kind: str = "browser", *, site: str | None = None
+) -> int:
+    """The page views of ``kind`` (one of ``CLIENT_VIEWS``) that the site's days over
+    ``start``..``end`` counted under ``(other)``: the views of the values past
+    COUNTERS_MAX_DAY_CLIENTS on a day. One field a day: what a reader says beside the figures
+    when ``(other)`` is not among the values ``top_clients`` listed."""
+    scope = check_site(site)
+    with keys.bound(conn):
+        check_day_range(start, end)
+        if kind not in CLIENT_VIEWS:
+            raise InvalidInput(f"kind must be one of {', '.join(CLIENT_VIEWS)}, got {kind!r}")
+        letter = keys.CLIENT_KINDS[kind.partition("_")[0]]
+        pipe = read_pipeline(conn)
+        for day in days.days_between(start, end):
+            pipe.hget(keys.site_day_table(day, letter, site=scope), "")
+        return sum(int(views or 0) for views in pipe.execute())

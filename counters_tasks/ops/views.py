@@ -236,9 +236,7 @@ def clients_view(
 
     ``other`` is the page views folded into ``(other)`` (the values past a day's
     COUNTERS_MAX_DAY_CLIENTS), so every reader can say them beside the figures even when
-    ``(other)`` ranks below ``limit``: then (a full list without it) the range is read once more
-    with CLIENTS_LIMIT, the most one read lists, to find it (0 if it is not among those either:
-    fewer views than each of them)."""
+    ``(other)`` ranks below ``limit`` (then read apart: ``sitestats.folded_client_views``)."""
     scope = check_site(site)
     first, last = day_range(None, start, end, scope)
     limit = parse_int(limit, "limit", 1, sitestats.CLIENTS_LIMIT)
@@ -247,9 +245,8 @@ def clients_view(
         raise InvalidInput(f"kind must be one of {', '.join(sitestats.CLIENT_VIEWS)}, got {kind!r}")
     found = sitestats.top_clients(conn, first, last, kind, limit, site=site)
     folded = [c.pv for c in found if c.source == sitestats.OTHER]
-    if not folded and len(found) == limit < sitestats.CLIENTS_LIMIT:
-        every = sitestats.top_clients(conn, first, last, kind, sitestats.CLIENTS_LIMIT, site=site)
-        folded = [c.pv for c in every if c.source == sitestats.OTHER]
+    if not folded and len(found) == limit:  # (a shorter list would have listed it)
+        folded = [sitestats.folded_client_views(conn, first, last, kind, site=site)]
     return {
         "from": first.isoformat(),
         "to": last.isoformat(),

@@ -176,6 +176,10 @@ def test_views_folded_into_other_are_said_wherever_the_figures_are(raw_conn, mon
     write(raw_conn, [(0, None, "8.8.8.99", CHROME_120, "en")], now)  # en now leads: (other) is second
     data = views.clients_view(raw_conn, day, day, "language", 1)
     assert data["clients"] == [{"value": "en", "pv": 4, "uv": 4, "uv_approximate": False}] and data["other"] == 3
+    assert sitestats.folded_client_views(raw_conn, local_day(now), local_day(now), "language") == 3  # read apart
+    assert sitestats.folded_client_views(raw_conn, local_day(now), local_day(now), "browser") == 0
+    with pytest.raises(InvalidInput):
+        sitestats.folded_client_views(raw_conn, local_day(now), local_day(now), "browsers")
     code, out, err = run("languages", "--from", day, "-n", "1")
     assert code == 0 and "(other): 3 page views" in out and "not among the 1 listed" in out
     code, out, err = run("languages", "--from", day, "-n", "1", "--format", "csv")
