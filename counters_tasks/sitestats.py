@@ -43,7 +43,7 @@ from redis.exceptions import RedisError
 
 from . import live, refusals
 from .core import days
-from .core.clients import Who, family, shown, who_of
+from .core.clients import Who, check_headers, family, shown, who_of
 from .core.days import local_day
 from .core.settings import get_settings
 from .core.sites import check_site, hosts_of, site_names, zone_of
@@ -165,7 +165,11 @@ def view_on(
     campaign = (
         () if utm is None else tuple((keys.SOURCE_KINDS[f"utm_{k}"], tag) for k, tag in check_campaign(utm).items())
     )
-    who = who_of(clean_ip, user_agent, language, client) if get_settings().client_tables else None
+    if get_settings().client_tables:
+        who: Who | None = who_of(clean_ip, user_agent, language, client)
+    else:  # nothing kept, but bad input refused as with the tables on
+        check_headers(user_agent, language, client)
+        who = None
     return SiteView(visitor_id(clean_ip), clean_path, day, site, source, campaign, who)
 
 

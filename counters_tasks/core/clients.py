@@ -206,8 +206,7 @@ def language_of(accept_language: Any) -> str:
     """The preferred language of an Accept-Language header (or None), reduced: ``en-US``, ``de``."""
     if accept_language is None:
         return UNKNOWN
-    if not isinstance(accept_language, str):
-        raise InvalidInput(f"language must be a str, got {type(accept_language).__name__}")
+    check_headers(language=accept_language)
     if len(accept_language) > MAX_HEADER:
         return UNKNOWN
     return _language(accept_language)
@@ -252,6 +251,16 @@ Who = tuple[str, str, str, str, str]
 """A view's browser, system, device type, country and language (``store.keys.CLIENT_KINDS``'s order)."""
 
 UNKNOWN_WHO: Who = (UNKNOWN, UNKNOWN, UNKNOWN, UNKNOWN, UNKNOWN)
+
+
+def check_headers(user_agent: Any = None, language: Any = None, client: Any = None) -> None:
+    """What ``who_of`` refuses, checked without parsing anything: a visit's who-visits fields where
+    the tables are off (COUNTERS_CLIENT_TABLES), so that bad input is refused the same either way."""
+    check_user_agent(user_agent)
+    if language is not None and not isinstance(language, str):
+        raise InvalidInput(f"language must be a str, got {type(language).__name__}")
+    if client is not None:
+        check_client(client)
 
 
 def who_of(ip: str, user_agent: Any = None, language: Any = None, client: Any = None) -> Who:

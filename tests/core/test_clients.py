@@ -205,8 +205,16 @@ def test_with_the_tables_off_nothing_is_parsed_or_kept(raw_conn, monkeypatch):
     use_settings(monkeypatch, COUNTERS_CLIENT_TABLES="off")
     now = time.time()
     day = days.local_day(now)
+    good = {"ip": "8.8.8.8", "path": "/", "ts": now, "user_agent": AGENTS_2015[0][0]}
+    bad = [
+        {**good, "user_agent": 42},
+        {**good, "language": ["en"]},
+        {**good, "client": ["Chrome", "Windows", "fridge"]},
+    ]
+    # bad input is refused item by item all the same, the good one applied
+    assert visits.apply_visits(raw_conn, [*bad, good], message_id="m-off-bad") == 1
     sitestats.record_visit(raw_conn, "8.8.8.8", "/", now, user_agent=AGENTS_2015[0][0], language="en")
-    assert sitestats.site_visit_info(raw_conn, day).pv == 1
+    assert sitestats.site_visit_info(raw_conn, day).pv == 2
     assert all(sitestats.top_clients(raw_conn, day, day, view) == [] for view in VIEWS)
     assert not raw_conn.exists(*[keys.site_day_table(day, letter) for letter in keys.CLIENT_KINDS.values()])
 
