@@ -22,7 +22,8 @@ import uuid
 import pytest
 import redis
 
-from counters_tasks import sitestats, tasks
+from counters_tasks import sitestats, tasks, uniques, visits
+from counters_tasks.core.days import local_day
 from counters_tasks.core.settings import load_settings
 from counters_tasks.core.validation import MAX_AMOUNT
 from counters_tasks.errors import InvalidInput
@@ -195,3 +196,37 @@ def test_a_batch_carries_one_event_per_member_and_slot_with_the_same_figures(red
     assert dict(Ranking(conn, other, period_hours=48, interval_hours=2).top(limit=10, withscores=True)) == {
         "/popular": 4
     }
+
+
+def test_a_recorders_visits_travel_as_compact_json_with_the_session_digits_that_count(redis_url, broker, conn):
+    """What ``VisitRecorder`` puts on the broker (issue 33, the broker's bytes a visit): JSON
+    without the spaces after its separators (``recorder.COMPACT_JSON``, read by a worker as any
+    JSON) and each session id cut to the 15 hex digits its session number is made of
+    (``uniques.short_session_id``): the same unique visitors as the full ids."""
+    site_path = f"/compact-{uuid.uuid4().hex[:8]}"
+    sessions = [str(uuid.uuid4()).upper() if n % 2 else str(uuid.uuid4()) for n in range(12)]
+    now = time.time()
+    recorder = VisitRecorder(max_batch=1000, max_delay=60)
+    try:
+        for n in range(60):
+            recorder.record(f"192.0.2.{n % 9 + 1}", site_path, sessions[n % 12], now)
+        with pytest.raises(InvalidInput, match="session id"):  # refused at the call, as before
+            recorder.record("192.0.2.200", site_path, "not-a-session", now)
+        assert recorder.flush(timeout=10)
+    finally:
+        recorder.close(timeout=10)
+
+    [raw] = broker.lrange("visits", 0, -1)
+    body = base64.b64decode(json.loads(raw)["body"])
+    decoded = json.loads(body)
+    assert body == json.dumps(decoded, separators=(",", ":")).encode()  # no byte of padding
+    [items] = [items for name, items in broker_messages(broker) if name.endswith("record_visits")]
+    full = {session.replace("-", "")[:15].lower(): session for session in sessions}
+    sent = [item["session_id"] for item in items]
+    assert {s.lower() for s in sent} == set(full) and all(len(s) == 15 for s in sent)
+
+    day = local_day(now)
+    before = uniques.unique_visitors(conn, day)
+    assert visits.apply_visits(conn, items, message_id=str(uuid.uuid4())) == 60
+    assert uniques.unique_visitors(conn, day) - before == len(sessions)
+    assert {uniques.session_number(s) for s in sent} == {uniques.session_number(s) for s in sessions}

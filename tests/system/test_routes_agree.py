@@ -7,6 +7,16 @@ The requests: encoded and non-ASCII paths in several spellings, ``%23`` and ``%3
 name, a query string, a browser's revalidation (304, no Content-Type), a HEAD, a stylesheet, a
 404, crawlers and scripts, and in the log a line whose user agent was cut off by the logger.
 Each live route and the import count under their own key prefix on one Redis.
+
+Who visits (issue 33, ``COUNTERS_CLIENT_TABLES=on`` on every route): the browser, system,
+device, country and language tables (``sitestats.top_clients``) are the same on every route
+and equal ``EXPECTED_CLIENTS``, counted by hand, except where the access log cannot say what the
+request did: a combined log carries no Accept-Language, so every imported view's language is
+``(unknown)``; and the line cut inside its user agent (``CUT_LINE``, Safari on an iPhone) lost
+the ``Version/17.5 ... Safari/604.1`` that makes it Mobile Safari 17, so the import counts that
+view's browser as what is left says, ``Mobile Safari UI/WKWebView`` (its system and device are
+still there). Both are written by hand (``EXPECTED_IMPORTED_CLIENTS``): the importer can only
+read what was logged.
 """
 
 from __future__ import annotations
@@ -52,7 +62,10 @@ class Request(NamedTuple):
     extra: dict[str, str] = {}
 
 
-A, B, C = "203.0.113.10", "198.51.100.20", "192.0.2.30"
+A, B, C = "81.2.69.142", "5.9.0.1", "1.0.16.1"  # public addresses of known countries: GB, DE, JP (iptocc)
+LANGUAGES = {A: "en-GB,en;q=0.9", B: "de-DE,de;q=0.8", C: "ja"}
+"""Each visitor's Accept-Language, sent with each of its requests on the live routes (the
+crawlers and scripts send none)."""
 REQUESTS = [
     Request(A, FIREFOX, "GET", "/caf%C3%A9"),
     Request(A, FIREFOX, "GET", "/a%20b"),
@@ -90,6 +103,28 @@ EXPECTED_VIEWS = {  # counted by hand from REQUESTS: page -> (views, visitors)
     "/tags/f%23": (1, {B}),
 }
 EXPECTED_SKIPS = {"method": 1, "static": 1, "status": 1, "crawler": 5}
+EXPECTED_CLIENTS = {  # counted by hand from REQUESTS, live: kind -> value -> (views, visitors)
+    # A's views: 6 pages + /pricing twice (its query string, the 304); B's: /café, /tags/f%23
+    # and /pricing twice; C's: /日本. Crawlers and scripts are skipped: no "bot" row.
+    "browser": {"Firefox": (8, {A}), "Chrome": (4, {B}), "Mobile Safari": (1, {C})},
+    "browser_version": {"Firefox 128": (8, {A}), "Chrome 131": (4, {B}), "Mobile Safari 17": (1, {C})},
+    "os": {"Linux": (8, {A}), "Windows": (4, {B}), "iOS": (1, {C})},
+    "os_version": {"Linux": (8, {A}), "Windows 10": (4, {B}), "iOS 17.5": (1, {C})},  # Firefox's says no version
+    "device": {"desktop": (12, {A, B}), "mobile": (1, {C})},
+    "country": {"GB": (8, {A}), "DE": (4, {B}), "JP": (1, {C})},
+    "language": {"en-GB": (8, {A}), "de-DE": (4, {B}), "ja": (1, {C})},
+}
+EXPECTED_IMPORTED_CLIENTS = EXPECTED_CLIENTS | {  # what the access log can say of the same views
+    # C's line (CUT_LINE) was cut inside its user agent: what was logged ends "(KHTML, like
+    # Gecko) ", without "Version/17.5 Mobile/15E148 Safari/604.1"; an iPhone's WebKit without
+    # Safari's tokens is what an app's web view sends, and ua-parser names it so, with no
+    # version. The importer can only read what was logged: not a disagreement of the routes.
+    "browser": {"Firefox": (8, {A}), "Chrome": (4, {B}), "Mobile Safari UI/WKWebView": (1, {C})},
+    "browser_version": {"Firefox 128": (8, {A}), "Chrome 131": (4, {B}), "Mobile Safari UI/WKWebView": (1, {C})},
+    # a combined access log carries no Accept-Language: every imported view's language is
+    # "(unknown)" (core.clients.language_of(None), UNKNOWN)
+    "language": {"(unknown)": (13, {A, B, C})},
+}
 
 
 def figures(conn: redis.Redis, day) -> dict:
@@ -104,6 +139,9 @@ def figures(conn: redis.Redis, day) -> dict:
     for page in EXPECTED_VIEWS:
         out[page] = tuple(sitestats.site_visit_info(conn, day, page))[1:]
         out[page + " range"] = _range(sitestats.site_visit_range(conn, yesterday, day, page))
+    for kind in EXPECTED_CLIENTS:  # who visits: the day, and the range of it and the day before
+        out[kind] = [tuple(c) for c in sitestats.top_clients(conn, day, day, kind, limit=50)]
+        out[kind + " range"] = [tuple(c) for c in sitestats.top_clients(conn, yesterday, day, kind, limit=50)]
     return out
 
 
@@ -111,7 +149,8 @@ def _range(result: sitestats.SiteRange) -> tuple:
     return result.pv, result.uv, [(d.pv, d.uv) for d in result.days]
 
 
-def expected_figures() -> dict:
+def expected_figures(clients: dict = EXPECTED_CLIENTS) -> dict:
+    """``figures`` as counted by hand: EXPECTED_VIEWS, and the who-visits tables ``clients``."""
     views = sum(n for n, _ in EXPECTED_VIEWS.values())
     visitors = set().union(*(who for _, who in EXPECTED_VIEWS.values()))
     out: dict = {
@@ -122,12 +161,18 @@ def expected_figures() -> dict:
     for page, (n, who) in EXPECTED_VIEWS.items():
         out[page] = (n, len(who))
         out[page + " range"] = (n, len(who), [(0, 0), (n, len(who))])
+    for kind, table in clients.items():
+        assert sum(n for n, _ in table.values()) == views, kind  # (every counted view has one value a table)
+        rows = sorted(((value, n, len(who), False) for value, (n, who) in table.items()), key=lambda r: (-r[1], r[0]))
+        out[kind] = out[kind + " range"] = rows  # the day before has no views: the range's figures are the day's
     return out
 
 
 def send(server: Server) -> None:
     for request in REQUESTS:
         headers = {"User-Agent": request.agent, "X-Forwarded-For": request.ip} | PAGE | request.extra
+        if request.ip in LANGUAGES:
+            headers["Accept-Language"] = LANGUAGES[request.ip]
         server.get(request.target, headers, method=request.method)
 
 
@@ -187,7 +232,7 @@ def run_live(kind: str, redis_url: str, tmp_path: Path, access_log: Path) -> Non
     has taken and acknowledged every message (acknowledged only once applied). The middleware's
     own stats are not read: an ASGI server may answer the next request before the last one's
     visit is handed over, so a snapshot of them races with the requests."""
-    env = celery_env(redis_url, COUNTERS_KEY_PREFIX=f"{kind}:", ONE_SITE_KIND=kind)
+    env = celery_env(redis_url, COUNTERS_KEY_PREFIX=f"{kind}:", ONE_SITE_KIND=kind, COUNTERS_CLIENT_TABLES="on")
     purge_broker(redis_url)
     worker = start_worker(env, tmp_path / f"{kind}-worker.log", concurrency=1).wait_ready()
     port = free_port()
@@ -205,6 +250,7 @@ def test_live_and_imported_requests_give_the_same_figures(redis_url, tmp_path, m
     day = local_day(time.time())
     access_log = tmp_path / "access.log"
     expected = expected_figures()
+    monkeypatch.setenv("COUNTERS_CLIENT_TABLES", "on")  # for the import (read at prefixed's reset_settings)
     results = {}
     for kind in SERVERS:
         run_live(kind, redis_url, tmp_path, access_log)
@@ -217,6 +263,7 @@ def test_live_and_imported_requests_give_the_same_figures(redis_url, tmp_path, m
     cut = lines[CUT_LINE]
     assert cut.endswith(f'"{SAFARI}"')
     lines[CUT_LINE] = cut[:-40]  # no closing quote: the user agent cut short
+    assert lines[CUT_LINE].endswith('"' + SAFARI.partition("Version/")[0])  # (EXPECTED_IMPORTED_CLIENTS)
     log = tmp_path / "cut.log"
     log.write_text("\n".join(lines) + "\n")
     prefixed(monkeypatch, "import:")
@@ -230,9 +277,11 @@ def test_live_and_imported_requests_give_the_same_figures(redis_url, tmp_path, m
     assert summary["skipped"]["malformed"] == 0 and summary["counted"] == expected["site"][0]
     results["import"] = counts_under(redis_url, monkeypatch, "import:", day)
 
+    # no Accept-Language in an access log: the import's language table is all "(unknown)"
+    assert results["import"][0]["language"] == [("(unknown)", 13, 3, False)]
     for route, (found, skipped) in results.items():
         today_skipped = found.pop("skipped today")
-        assert found == expected, route
+        assert found == (expected_figures(EXPECTED_IMPORTED_CLIENTS) if route == "import" else expected), route
         by_reason = defaultdict(int)
         for (_route, reason), n in skipped.items():
             by_reason[reason] += n

@@ -270,24 +270,20 @@ local function sketch_with_views(sketch, views)
         end
       end
     end
-    if #sketch / 6 + #new <= PAGE_SKETCH_EXACT then
-      return #new > 0 and sketch .. table.concat(new) or sketch
-    end
-    for _, id in ipairs(new) do  -- past the list: registers from then on (once in a sketch's life)
-      sketch = page_sketch_add(sketch, id)
-    end
-    return sketch
+    return #new > 0 and page_sketch_add_all(sketch, new) or sketch
   end
-  local bytes = nil  -- registers: read once, raised, made into one string
+  local raised, registers = nil, nil  -- registers: the few raised (tables made only then), then one string
   for _, v in ipairs(views) do
     local register, rank = view_position(v)
-    local held = PAGE_SKETCH_VALUE[bytes and bytes[register] or string.byte(sketch, register + 1)] or 0
-    if rank > held then
-      bytes = bytes or {string.byte(sketch, 2, PAGE_SKETCH_REGISTERS + 1)}
-      bytes[register] = string.byte(PAGE_SKETCH_B64, rank + 1)
+    if rank > (raised and raised[register] or PAGE_SKETCH_VALUE[string.byte(sketch, register + 1)] or 0) then
+      raised, registers = raised or {}, registers or {}
+      if not raised[register] then
+        registers[#registers + 1] = register
+      end
+      raised[register] = rank
     end
   end
-  return bytes and '!' .. string.char(unpack(bytes)) or sketch
+  return raised and page_sketch_raise(sketch, registers, raised) or sketch
 end
 
 local function count_sketch_table(table_key, i)
