@@ -206,43 +206,17 @@ def queue_views(
             for part, part_id in zip(*_parts(day_views, message_id), strict=True)
         ]
         for site, day, day_views, part_id in day_calls:
-            tag = keys.site_day_tag(day, site)
-            script_keys = [
-                keys.site_day_totals(day, tag=tag, site=site),
-                keys.site_day_visitors(day, mode, tag=tag, site=site),
-                keys.site_day_range_hll(day, tag=tag, site=site),
-                keys.site_day_pairs(day, tag=tag, site=site),
-            ]
-            args: list[Any] = [
-                ttl,
-                mode,
-                visitors_expire_at(day, site),
-                days.kept_from_now(settings.day_grace_days),
-                totals_expire_at(day, site),
-                days.kept_from_now(totals_days()),
-                len(day_views),
-            ]
-            args += [view.visitor for view in day_views]
-            pages, tables, who, short_ids, profiles = _day_tables(day_views)
-            script_keys.append(keys.site_day_pages(day, tag=tag, site=site))  # the tables: the pages, then the sources
-            script_keys += [keys.site_day_table(day, kind, tag=tag, site=site) for kind in tables]
-            if who:  # then who visits: its five tables and their sketches
-                script_keys += [keys.site_day_table(day, letter, tag=tag, site=site) for letter, *_rest in who]
-                script_keys.append(keys.site_day_who_sketches(day, tag=tag, site=site))
-            args += [short_ids, profiles, 1 + len(tables)]
-            # the pages: each path's UV exact through the pairs SET
-            args += [settings.max_day_paths, "pairs", len(pages)]
-            for path, ids in pages.items():
-                args += [path, keys.path_digest(path), len(ids), *ids]
-            for fields, marks in tables.values():  # a kind of source: each one's UV from its sketch
-                args += [settings.max_day_sources, "sketch", len(fields), *fields, bytes(marks)]
-            if who:
-                args.append(settings.max_day_clients)
-                for letter, values, counts, view_values in who:
-                    args += [letter, len(values), *values, *counts, bytes(view_values)]
-            if ttl and part_id is not None:
-                script_keys.append(keys.site_seen(part_id, tag=tag))
-            run_script(conn, "site_day", script_keys, args, client=pipe)
+            _queue_day_call(conn, pipe, site, site, day, day_views, part_id, ttl)
+        pages = client_pages()
+        for (site, day), day_views in by_day.items() if pages else ():  # then each page's who visits
+            by_page: dict[str, list[SiteView]] = defaultdict(list)
+            for view in day_views:
+                if view.who is not None and view.path in pages:
+                    by_page[view.path].append(view)
+            for path, page_views in by_page.items():
+                scope = keys.page_scope(site, path)
+                for part, part_id in zip(*_parts(page_views, message_id), strict=True):
+                    _queue_day_call(conn, pipe, scope, site, day, part, part_id, ttl)
         for shard, per_site in by_shard.items():  # a shard's slot is every site's: one call for all of them
             script_keys, args = [], [ttl, mode]
             for site, ids in per_site.items():
@@ -264,6 +238,64 @@ def queue_views(
                 script_keys.append(keys.path_seen(message_id, tag=tag))
             run_script(conn, "path_all", script_keys, args, client=pipe)
         return [(day, len(day_views)) for _site, day, day_views, _id in day_calls]
+
+
+def _queue_day_call(
+    conn: RedisClient,
+    pipe: Any,
+    scope: str,
+    site: str,
+    day: date,
+    day_views: list[SiteView],
+    part_id: str | None,
+    ttl: int,
+) -> None:
+    """Queue one ``site_day`` call of ``day_views`` (one part of a day's, ``_parts``) on ``pipe``:
+    under the keys of ``scope``, the site's own (``site``, whose zone makes the day's expiry),
+    or a page's (``keys.page_scope``: its who visits alone, COUNTERS_CLIENT_PAGES; no pages or
+    sources table is sent)."""
+    settings = get_settings()
+    mode = settings.uv_mode
+    page = scope != site
+    tag = keys.site_day_tag(day, scope)
+    script_keys = [
+        keys.site_day_totals(day, tag=tag, site=scope),
+        keys.site_day_visitors(day, mode, tag=tag, site=scope),
+        keys.site_day_range_hll(day, tag=tag, site=scope),
+        keys.site_day_pairs(day, tag=tag, site=scope),
+    ]
+    args: list[Any] = [
+        ttl,
+        mode,
+        visitors_expire_at(day, site),
+        days.kept_from_now(settings.day_grace_days),
+        totals_expire_at(day, site),
+        days.kept_from_now(totals_days()),
+        len(day_views),
+    ]
+    args += [view.visitor for view in day_views]
+    pages, tables, who, short_ids, profiles = _day_tables(day_views)
+    if page:  # (its page's views and visitors are the site's pages table's)
+        pages, tables = {}, {}
+    script_keys.append(keys.site_day_pages(day, tag=tag, site=scope))  # the tables: the pages, then the sources
+    script_keys += [keys.site_day_table(day, kind, tag=tag, site=scope) for kind in tables]
+    if who:  # then who visits: its five tables and their sketches
+        script_keys += [keys.site_day_table(day, letter, tag=tag, site=scope) for letter, *_rest in who]
+        script_keys.append(keys.site_day_who_sketches(day, tag=tag, site=scope))
+    args += [short_ids, profiles, 1 + len(tables)]
+    # the pages: each path's UV exact through the pairs SET
+    args += [settings.max_day_paths, "pairs", len(pages)]
+    for path, ids in pages.items():
+        args += [path, keys.path_digest(path), len(ids), *ids]
+    for fields, marks in tables.values():  # a kind of source: each one's UV from its sketch
+        args += [settings.max_day_sources, "sketch", len(fields), *fields, bytes(marks)]
+    if who:
+        args.append(settings.max_day_clients)
+        for letter, values, counts, view_values in who:
+            args += [letter, len(values), *values, *counts, bytes(view_values)]
+    if ttl and part_id is not None:
+        script_keys.append(keys.site_seen(part_id, tag=tag))
+    run_script(conn, "site_day", script_keys, args, client=pipe)
 
 
 CLIENT_LETTERS = tuple(keys.CLIENT_KINDS.values())
@@ -352,10 +384,34 @@ popular page's value is read and written again by each call: 75 took the longest
 for 10-20% more of this script's CPU a visit; 100 is between."""
 
 
+DAY_WHO_VALUES_PER_CALL = 64
+"""Distinct who-visits values (``SiteView.who``, over its five tables) one ``site_day`` call
+takes at most. A value costs that call ~3-5 us (read, folded past the cap, written, and its
+sketch worked): traffic of real browsers brings ~30 to a call of 100 views, but 100 views each of
+a new user agent and language brought 200 and calls of ~3.7 ms (50,000 user agents in a day,
+``tests/core/test_clients.py``); such views go ~30 to a call."""
+
+
 def _parts(views: list[SiteView], message_id: str | None) -> tuple[list[list[SiteView]], list[str | None]]:
-    """A day's views of one message in parts of DAY_VIEWS_PER_CALL, each with its own dedupe id
-    (``<id>/d<n>``, the same on every delivery: the views come in the message's order)."""
-    parts = [views[first : first + DAY_VIEWS_PER_CALL] for first in range(0, len(views), DAY_VIEWS_PER_CALL)]
+    """A day's views of one message in parts of DAY_VIEWS_PER_CALL, fewer when their who-visits
+    values pass DAY_WHO_VALUES_PER_CALL, each part with its own dedupe id (``<id>/d<n>``, the
+    same on every delivery: the views come in the message's order, and the parts follow them)."""
+    if all(view.who is None for view in views):  # (no who visits: parts of DAY_VIEWS_PER_CALL)
+        parts = [views[first : first + DAY_VIEWS_PER_CALL] for first in range(0, len(views), DAY_VIEWS_PER_CALL)]
+        return parts, keys.chunk_ids(message_id, len(parts), "/d")
+    parts = []
+    part: list[SiteView] = []
+    values: set[tuple[str, str]] = set()  # (letter, value) of the part's views
+    for view in views:
+        new = [pair for pair in zip(CLIENT_LETTERS, view.who or (), strict=False) if pair not in values]
+        if part and (len(part) == DAY_VIEWS_PER_CALL or len(values) + len(new) > DAY_WHO_VALUES_PER_CALL):
+            parts.append(part)
+            part, values = [], set()
+            new = list(zip(CLIENT_LETTERS, view.who or (), strict=False))  # (each new to the new part)
+        part.append(view)
+        values.update(new)
+    if part:
+        parts.append(part)
     return parts, keys.chunk_ids(message_id, len(parts), "/d")
 
 
@@ -903,6 +959,34 @@ def _ranked_counts(
     return out
 
 
+def client_pages() -> frozenset[str]:
+    """The canonical names (``check_path``) of the pages of COUNTERS_CLIENT_PAGES: their views
+    are counted again in who-visits tables of their own (who reads ``/pricing``), when the tables
+    are on."""
+    settings = get_settings()
+    return _client_pages(settings.client_pages) if settings.client_tables else frozenset()
+
+
+@functools.lru_cache(maxsize=4)
+def _client_pages(raw: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(check_path(path) for path in raw)
+
+
+def clients_scope(site: str | None, path: str | None) -> str:
+    """The scope a who-visits read reads: the site's (``check_site``), or one of its pages' of
+    COUNTERS_CLIENT_PAGES (``keys.page_scope``); InvalidInput for a page whose tables are not kept."""
+    scope = check_site(site)
+    if path is None:
+        return scope
+    page = check_path(path)
+    if page not in client_pages():
+        raise InvalidInput(
+            f"path {page[:100]!r} is not in COUNTERS_CLIENT_PAGES: who visits is kept for those pages alone"
+            " (and with COUNTERS_CLIENT_TABLES=on)"
+        )
+    return keys.page_scope(scope, page)
+
+
 CLIENTS_LIMIT = 1000
 """The most values one ``top_clients`` call lists."""
 
@@ -919,14 +1003,16 @@ def top_clients(
     limit: int = 10,
     *,
     site: str | None = None,
+    path: str | None = None,
 ) -> list[SourceCount]:
-    """Who visited the site over the local days ``start``..``end`` (``core.clients``), by
+    """Who visited the site (or its page ``path``, one of COUNTERS_CLIENT_PAGES: who reads
+    ``/pricing``) over the local days ``start``..``end`` (``core.clients``), by
     ``kind`` (one of ``CLIENT_VIEWS``): each value's page views and distinct visitors (the union
     of its days' sketches: exact while a day had at most 42 visitors of it, else an estimate,
     ``uv_approximate``), most views first (ties by name), ``(other)`` for the views of the
     values past COUNTERS_MAX_DAY_CLIENTS on a day, ``(unknown)`` for views that did not tell
     (no User-Agent or Accept-Language given, an IP of no country). Bounded like ``top_sources``."""
-    scope = check_site(site)
+    scope = clients_scope(site, path)
     with keys.bound(conn):
         check_day_range(start, end)
         check_int(limit, "limit", 1, CLIENTS_LIMIT)
@@ -961,13 +1047,19 @@ def top_clients(
 
 
 def folded_client_views(
-    conn: RedisClient, start: date, end: date, kind: str = "browser", *, site: str | None = None
+    conn: RedisClient,
+    start: date,
+    end: date,
+    kind: str = "browser",
+    *,
+    site: str | None = None,
+    path: str | None = None,
 ) -> int:
-    """The page views of ``kind`` (one of ``CLIENT_VIEWS``) that the site's days over
+    """The page views of ``kind`` (one of ``CLIENT_VIEWS``) that the site's (or its page's) days over
     ``start``..``end`` counted under ``(other)``: the views of the values past
     COUNTERS_MAX_DAY_CLIENTS on a day. One field a day: what a reader says beside the figures
     when ``(other)`` is not among the values ``top_clients`` listed."""
-    scope = check_site(site)
+    scope = clients_scope(site, path)
     with keys.bound(conn):
         check_day_range(start, end)
         if kind not in CLIENT_VIEWS:

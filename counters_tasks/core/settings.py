@@ -97,6 +97,8 @@ class Settings:
     # docs/clients.md), COUNTERS_CLIENT_TABLES=on on the producers and the workers keeps them
     client_tables: bool = False
     max_day_clients: int = 200
+    # pages whose views are counted again in who-visits tables of their own (who reads /pricing)
+    client_pages: tuple[str, ...] = ()
     # rankings: days without a write after which a board is deleted (at least its period; 0: never)
     board_idle_days: int = 30
     # the key of every hash tag, pinned (hex); None: generated once and kept in Redis
@@ -319,6 +321,22 @@ def _precisions(env: Mapping[str, str], name: str, default: tuple[int, ...]) -> 
     return tuple(sorted(chosen))
 
 
+MAX_CLIENT_PAGES = 20
+"""The most pages COUNTERS_CLIENT_PAGES names."""
+
+
+def _client_pages(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    """Paths separated by commas (a comma inside a path written ``%2C``), each from ``/``, at
+    most MAX_CLIENT_PAGES (their canonical names: ``sitestats.client_pages``)."""
+    paths = tuple(dict.fromkeys(part.strip() for part in (env.get(name) or "").split(",") if part.strip()))
+    wrong = [path for path in paths if not path.startswith("/") or len(path) > 1024]
+    if wrong:
+        raise ConfigurationError(f"{name} must list paths from '/', separated by commas, got {wrong[0][:100]!r}")
+    if len(paths) > MAX_CLIENT_PAGES:
+        raise ConfigurationError(f"{name} names {len(paths)} pages: at most {MAX_CLIENT_PAGES}")
+    return paths
+
+
 def _flag(env: Mapping[str, str], name: str) -> bool:
     return env.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
@@ -483,6 +501,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         max_day_sources=_int(env, "COUNTERS_MAX_DAY_SOURCES", 1_000),
         client_tables=_flag(env, "COUNTERS_CLIENT_TABLES"),
         max_day_clients=_int(env, "COUNTERS_MAX_DAY_CLIENTS", 200, minimum=1),
+        client_pages=_client_pages(env, "COUNTERS_CLIENT_PAGES"),
         tag_key=_tag_key(env),
         allow_eviction=_flag(env, "COUNTERS_ALLOW_EVICTION"),
         board_idle_days=_int(env, "COUNTERS_BOARD_IDLE_DAYS", 30, minimum=0),

@@ -228,8 +228,10 @@ def clients_view(
     kind: Any = None,
     limit: Any = 10,
     site: Any = None,
+    path: Any = None,
 ) -> dict[str, Any]:
-    """Who visited the site over a range (``sitestats.top_clients``): browsers (``kind``
+    """Who visited the site (or its page ``path``, one of COUNTERS_CLIENT_PAGES: who reads
+    ``/pricing``) over a range (``sitestats.top_clients``): browsers (``kind``
     ``browser``, the default, or ``browser_version``), systems (``os``, ``os_version``), device
     types (``device``), countries (``country``) or languages (``language``), most views first,
     each with its distinct visitors (``uv_approximate``: an estimate).
@@ -243,15 +245,19 @@ def clients_view(
     kind = "browser" if kind is None else kind
     if kind not in sitestats.CLIENT_VIEWS:  # said before Redis is asked anything
         raise InvalidInput(f"kind must be one of {', '.join(sitestats.CLIENT_VIEWS)}, got {kind!r}")
-    found = sitestats.top_clients(conn, first, last, kind, limit, site=site)
+    page = None if path in (None, "") else sitestats.normalize_path(path)
+    sitestats.clients_scope(site, page)  # (a page whose tables are not kept: said before Redis is asked)
+    found = sitestats.top_clients(conn, first, last, kind, limit, site=site, path=page)
     folded = [c.pv for c in found if c.source == sitestats.OTHER]
     if not folded and len(found) == limit:  # (a shorter list would have listed it)
-        folded = [sitestats.folded_client_views(conn, first, last, kind, site=site)]
+        folded = [sitestats.folded_client_views(conn, first, last, kind, site=site, path=page)]
     return {
         "from": first.isoformat(),
         "to": last.isoformat(),
         "kind": kind,
         "site": site_name(scope),
+        "path": page,
+        "pages": sorted(sitestats.client_pages()),
         "clients": [{"value": c.source, "pv": c.pv, "uv": c.uv, "uv_approximate": c.uv_approximate} for c in found],
         "other": folded[0] if folded else 0,
     }

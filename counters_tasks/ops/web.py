@@ -301,7 +301,7 @@ def create_app(
         Route("/api/uniques", endpoint(views.uniques_view, "day", "from", "to", "site")),
         Route("/api/now", endpoint(views.now_view, "site")),
         Route("/api/sources", endpoint(views.sources_view, "from", "to", "kind", "limit", "site")),
-        Route("/api/clients", endpoint(views.clients_view, "from", "to", "kind", "limit", "site")),
+        Route("/api/clients", endpoint(views.clients_view, "from", "to", "kind", "limit", "site", "path")),
         Route("/api/config", endpoint(views.config_view, "site")),
         Route("/api/counters", endpoint(views.counters_list, "cursor", "limit", "site")),
         Route("/api/counter", endpoint(views.counter_view, "name!", "precision", "last", "site")),

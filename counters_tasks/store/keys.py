@@ -495,6 +495,17 @@ def path_tag(path: str) -> str:
     return group_tag("p", "path", path)
 
 
+PAGE_SCOPE_SEPARATOR = "\x1e"
+"""Between a site's scope and a page's digest in a page scope (``page_scope``): no site name has it."""
+
+
+def page_scope(scope: str, path: str) -> str:
+    """The scope of one page's who-visits tables (COUNTERS_CLIENT_PAGES): the site's scope, then
+    ``PAGE_SCOPE_SEPARATOR`` and the page's digest (``%1E<digest>`` in a key). Given as the site
+    of the site-day keys, it puts the page's tables in their own slot."""
+    return f"{scope}{PAGE_SCOPE_SEPARATOR}{path_digest(path)}"
+
+
 def path_digest(path: str) -> str:
     """8 characters naming a path inside a day's pairs SET (48 bits of a hash: two paths of one
     day share it with odds of about one in 10^8 at a million paths)."""

@@ -7,7 +7,9 @@ A sketch holds each visitor new to the page that day as a 6-character id (the fi
 its visitor id, base64url) while there are at most ``EXACT_IDS`` of them: the union of such days
 is exact (two visitors of one page share 36 bits with odds of ~1 in 10^7 at 1,000 visitors).
 Past that, ``"!"`` and ``REGISTERS`` HyperLogLog registers, one character each: the union of
-the days is then estimated, with a standard error of 1.04 / sqrt(256) = 6.5%.
+the days is then estimated, with a standard error of 1.04 / sqrt(256) = 6.5%. (A script call
+makes at most 24 lists into registers: a list past ``EXACT_IDS`` may wait, exact and longer,
+for a later call; ``parse`` reads a list of any length.)
 Cost: 7 bytes for a page's first visitor of a day, at most 257 bytes a page and day.
 """
 

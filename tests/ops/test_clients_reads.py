@@ -111,6 +111,8 @@ def test_the_commands_answer_the_apis_figures_in_json_csv_and_table(raw_conn, tw
                 "site": site or "default",
                 "clients": want,
                 "other": 0,
+                "path": None,
+                "pages": [],
             }, words
             code, out, err = run(*words, *span, *site_args, "--format", "csv")
             assert code == 0 and not err, (words, err)
@@ -291,3 +293,46 @@ def test_without_client_tables_the_reads_say_how_to_count_them(raw_conn, monkeyp
     assert code == 0 and "COUNTERS_CLIENT_TABLES=on" in out
     code, out, err = run("devices", "--format", "csv")
     assert code == 0 and out.splitlines() == ["rank,device,pv,uv"]
+
+
+def test_a_pages_readers_through_the_commands_the_api_and_the_view(raw_conn, monkeypatch):
+    """COUNTERS_CLIENT_PAGES: ``--path`` on the commands, ``path=`` on ``/api/clients`` and the
+    view read a listed page's own tables (who read ``/pricing``, not the site); a page not listed
+    is a usage error (exit 2), a 400 and InvalidInput, never an empty table."""
+    use_settings(monkeypatch, COUNTERS_SITES=SITES, COUNTERS_CLIENT_PAGES="/pricing")
+    now = time.time()
+    day = local_day(now)
+    for ip, path, agent in (
+        ("8.8.8.8", "/pricing?ref=mail", CHROME_120),
+        ("8.8.8.8", "/pricing", CHROME_120),
+        ("1.0.16.1", "/pricing", IPHONE),
+        ("5.9.0.1", "/about", FIREFOX_121),
+    ):
+        sitestats.record_visit(raw_conn, ip, path, now, user_agent=agent)
+    sitestats.record_visit(raw_conn, "81.2.69.142", "/pricing", now, site="blog", user_agent=FIREFOX_121)
+    pricing = views.clients_view(raw_conn, day, day, "country", path="/pricing")
+    assert [(c["value"], c["pv"], c["uv"]) for c in pricing["clients"]] == [("US", 2, 1), ("JP", 1, 1)]
+    assert pricing["path"] == "/pricing" and pricing["pages"] == ["/pricing"]
+    assert [c["value"] for c in views.clients_view(raw_conn, day, day, "browser")["clients"]] == [
+        "Chrome",
+        "Firefox",
+        "Mobile Safari",
+    ]  # the site: every page
+    blog = views.clients_view(raw_conn, day, day, "browser", site="blog", path="/pricing")
+    assert [(c["value"], c["pv"]) for c in blog["clients"]] == [("Firefox", 1)]  # the blog's /pricing
+
+    code, out, err = run("countries", "--path", "/pricing", "--json")
+    assert code == 0 and json.loads(out) == pricing, err
+    code, out, _err = run("browsers", "--path", "/pricing", "--format", "table")
+    assert code == 0 and "page /pricing" in out and "Chrome" in out and "Firefox" not in out
+    client = TestClient(create_app(raw_conn, auth=None, health=fake_health))
+    answer = client.get("/api/clients", params={"kind": "country", "path": "/pricing"})
+    assert answer.status_code == 200 and answer.json() == pricing
+
+    for conn in (raw_conn, dead_client()):  # refused before Redis is asked
+        with pytest.raises(InvalidInput, match="COUNTERS_CLIENT_PAGES"):
+            views.clients_view(conn, path="/about")
+    refused = client.get("/api/clients", params={"path": "/about"})
+    assert refused.status_code == 400 and "COUNTERS_CLIENT_PAGES" in refused.json()["error"]
+    code, out, err = run("devices", "--path", "/about")
+    assert code == 2 and not out and "COUNTERS_CLIENT_PAGES" in err

@@ -65,11 +65,15 @@ def stack(redis_url, broker_url, tmp_path):
     worker.stop()
 
 
+PAGE = "/pricing"
+"""The page of COUNTERS_CLIENT_PAGES of the dashboard's server: the who-visits card offers it."""
+
+
 @pytest.fixture
 def server(redis_url, broker_url, tmp_path):
     """``python -m counters_tasks.ops.cli serve`` on a free port, as a user starts it."""
     with serving(
-        celery_env(redis_url, CELERY_BROKER_URL=broker_url),
+        celery_env(redis_url, CELERY_BROKER_URL=broker_url, COUNTERS_CLIENT_TABLES="on", COUNTERS_CLIENT_PAGES=PAGE),
         tmp_path / "serve.log",
         lambda base: "counters" in get_json(base + "/api/counters"),
     ) as base:
@@ -107,7 +111,8 @@ def dom_numbers(browser: Browser) -> dict:
 def test_dashboard_in_chromium_shows_the_apis_numbers_and_updates_live(
     raw_conn, stack, server, browser, tmp_path, monkeypatch
 ):
-    use_settings(monkeypatch, COUNTERS_CLIENT_TABLES="on")  # the "who visits" card's tables (off by default)
+    # the "who visits" card's tables (off by default), and a page's own (COUNTERS_CLIENT_PAGES)
+    use_settings(monkeypatch, COUNTERS_CLIENT_TABLES="on", COUNTERS_CLIENT_PAGES=PAGE)
     now = demo_data.seed(raw_conn)
     today = local_day(now)
     first = today - timedelta(days=2)
@@ -157,6 +162,24 @@ def test_dashboard_in_chromium_shows_the_apis_numbers_and_updates_live(
     assert shown["clients"] == [
         [c["value"], c["pv"], ("≈" if c["uv_approximate"] else "") + str(c["uv"])] for c in who["clients"]
     ]
+    # the card's page choice (COUNTERS_CLIENT_PAGES): who viewed /pricing, read from its own tables
+    assert browser.evaluate("[...document.getElementById('client-page').options].map(o => o.value)") == ["", PAGE]
+    assert browser.evaluate("document.getElementById('client-page').hidden") is False
+    of_page = get_json(f"{server}/api/clients?{span}&kind=browser&limit=10&path={PAGE}")
+    page_views = get_json(f"{server}/api/stats?{span}&path={PAGE}")["pv"]
+    assert 0 < sum(c["pv"] for c in of_page["clients"]) == page_views < stats["pv"]
+    browser.evaluate(
+        f"(() => {{ const s = document.getElementById('client-page'); s.value = '{PAGE}';"
+        " s.dispatchEvent(new Event('change')); })()"
+    )
+    wait_until(
+        lambda: (
+            dom_numbers(browser)["clients"]
+            == [[c["value"], c["pv"], ("≈" if c["uv_approximate"] else "") + str(c["uv"])] for c in of_page["clients"]]
+        ),
+        timeout=20,
+        what="the card to show the page's readers",
+    )
     daily = get_json(f"{server}/api/uniques?{span}")
     assert shown["uniques"] == str(daily["visitors"]) and daily["visitors"] > 0
     assert shown["uniqueBars"] == [d["visitors"] for d in daily["days"]]

@@ -89,3 +89,39 @@ def test_the_scripts_register_and_value_of_an_id_are_the_readers_for_every_kind_
             ids.append((head + "".join(tail))[:6])
     got = raw_conn.eval(script, 0, *ids)
     assert got == [(page_sketch.position(i)[0] + 1) * 100 + page_sketch.position(i)[1] for i in ids]
+
+
+def test_a_call_makes_at_most_24_sketches_registers_and_the_others_wait_exact(raw_conn):
+    """100 pages each at 42 visitors, then one call of a 43rd visitor for each: a sketch turning
+    into registers costs the call ~30 us, so a call makes at most 24 of them (``page_sketch.lua``,
+    PAGE_SKETCH_CHANGES; 100 at once took 6.5 ms); the others stay lists of 43 ids, exact, read
+    as such, and become registers in later calls that add to them (as the rule gives them)."""
+    now = time.time()
+    day = local_day(now)
+    pages = [f"/wait/{n}" for n in range(100)]
+    ips = [f"10.2.{n // 250}.{n % 250}" for n in range(45)]
+    for n in range(42):  # 42 visitors each, in calls of 100 views
+        apply_visits(raw_conn, [{"ip": ips[n], "path": page, "ts": now} for page in pages], message_id=f"w{n}")
+
+    def sketches() -> dict[str, str]:
+        found = raw_conn.hmget(keys.site_day_pages(day), pages)
+        return {page: value.decode().split(" ", 2)[2] for page, value in zip(pages, found, strict=True)}
+
+    assert all(not s.startswith("!") and len(s) == 42 * 6 for s in sketches().values())
+    apply_visits(raw_conn, [{"ip": ips[42], "path": page, "ts": now} for page in pages], message_id="w42")
+    after = sketches()
+    registers = [page for page, s in after.items() if s.startswith("!")]
+    assert len(registers) == 24
+    assert all(s == expected_sketch(ips[:43]) for page, s in after.items() if page in registers)
+    assert all(len(s) == 43 * 6 for page, s in after.items() if page not in registers)  # a list: exact
+    assert [sitestats.site_visit_range(raw_conn, day, day, page).uv for page in pages] == [43] * 100
+    assert all(not sitestats.site_visit_range(raw_conn, day, day, page).uv_approximate for page in pages[-10:])
+    for n in (43, 44):  # two more calls: 24 more each, the rest wait, each as the rule gives it
+        apply_visits(raw_conn, [{"ip": ips[n], "path": page, "ts": now} for page in pages], message_id=f"w{n}")
+        assert sum(s.startswith("!") for s in sketches().values()) == 24 * (n - 41)
+    assert all(s == expected_sketch(ips) for s in sketches().values() if s.startswith("!"))
+    assert all(
+        s == expected_sketch(ips[:42]) + "".join(expected_sketch([ip]) for ip in ips[42:])
+        for s in sketches().values()
+        if not s.startswith("!")
+    )

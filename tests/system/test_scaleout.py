@@ -165,7 +165,8 @@ def documented_patterns() -> list[tuple[re.Pattern, str]]:
         for pattern in re.findall(r"`(ct:[^`]+)`", cells[0]):
             regex = re.escape(pattern)
             regex = re.sub(r"\\\{(tag|group|r|b|c|p)[^}]*\\\}", r"\\{[0-9a-zA-Z]+\\}", regex)
-            regex = regex.replace("<kind>", "(vis|hll)").replace("<D>", r"\d{4}-\d\d-\d\d")
+            # <D>: a day of the default site, or of a page's scope (COUNTERS_CLIENT_PAGES: "A page's who visits")
+            regex = regex.replace("<kind>", "(vis|hll)").replace("<D>", r"(%1E[\w-]{8}%1F)?\d{4}-\d\d-\d\d")
             regex = re.sub(r"<(precision|slot|shard|n)>", r"-?\\d+", regex)
             regex = re.sub(r"<[^>]+>", ".+", regex)
             out.append((re.compile(regex), cells[3]))

@@ -158,10 +158,18 @@ def clients_command(name: str, kind: str, summary: str, versions: str | None = N
     stderr (stdout stays one CSV)."""
 
     def run(
-        start: str | None, end: str | None, limit: int, site: str | None, output: str, by_version: bool = False
+        start: str | None,
+        end: str | None,
+        limit: int,
+        site: str | None,
+        path: str | None,
+        output: str,
+        by_version: bool = False,
     ) -> None:
         data = query(
-            lambda conn: views.clients_view(conn, start, end, versions if by_version else kind, limit, site=site)
+            lambda conn: views.clients_view(
+                conn, start, end, versions if by_version else kind, limit, site=site, path=path
+            )
         )
         emit(data, output, render_clients, clients_rows)
         if output == "csv" and data["other"] and all(c["value"] != OTHER for c in data["clients"]):
@@ -174,6 +182,7 @@ def clients_command(name: str, kind: str, summary: str, versions: str | None = N
         click.option("--to", "end", help="last day (default today)"),
         click.option("--limit", "-n", type=int, default=10, show_default=True, help="rows, up to 1000"),
         site_option,
+        click.option("--path", help="a page of COUNTERS_CLIENT_PAGES: who viewed it, not the whole site"),
         *(
             [click.option("--versions", "by_version", is_flag=True, help=f"by version ({versions}), not by family")]
             if versions

@@ -358,8 +358,9 @@ def render_clients(console: Any, data: dict) -> None:
     if any(c["uv_approximate"] for c in data["clients"]):
         notes.append("UV over several days: estimated (≈)")
     site = "" if data["site"] == "default" else f", site {data['site']}"
+    page = f", page {data['path']}" if data.get("path") else ""
     table = Table(
-        title=Text(f"{CLIENT_TITLES.get(data['kind'], data['kind'])} {data['from']} .. {data['to']}{site}"),
+        title=Text(f"{CLIENT_TITLES.get(data['kind'], data['kind'])} {data['from']} .. {data['to']}{site}{page}"),
         title_justify="left",
         caption=Text("\n".join(notes)) if notes else None,
         caption_justify="left",

@@ -129,9 +129,20 @@
   function loadClients() {
     var q = range();
     q.kind = $("client-kind").value;
+    q.path = $("client-page").value;
     q.limit = 10;
     return api("clients", q).then(function (data) {
-      if (data.kind !== $("client-kind").value) return;  // the choice changed meanwhile
+      if (data.kind !== $("client-kind").value || (data.path || "") !== $("client-page").value) return;  // the choice changed meanwhile
+      // the pages of COUNTERS_CLIENT_PAGES, if any: who viewed one of them instead of the whole site
+      var pages = $("client-page");
+      if (pages.options.length !== data.pages.length + 1) {
+        data.pages.forEach(function (page) {
+          var option = document.createElement("option");
+          option.value = option.textContent = page;
+          pages.appendChild(option);
+        });
+      }
+      pages.hidden = !data.pages.length;
       var body = $("clients-table");
       body.textContent = "";
       var listed = false;
@@ -335,6 +346,7 @@
     ["from", "to", "path"].forEach(function (id) { $(id).addEventListener("change", reloadRange); });
     $("source-kind").addEventListener("change", loadSources);
     $("client-kind").addEventListener("change", loadClients);
+    $("client-page").addEventListener("change", loadClients);
     reloadRange();
     api("counters", {limit: 1000}).then(function (data) {  // the first page: the list is paged (data.next)
       var names = data.counters.slice().sort();

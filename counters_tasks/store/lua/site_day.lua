@@ -272,18 +272,7 @@ local function sketch_with_views(sketch, views)
     end
     return #new > 0 and page_sketch_add_all(sketch, new) or sketch
   end
-  local raised, registers = nil, nil  -- registers: the few raised (tables made only then), then one string
-  for _, v in ipairs(views) do
-    local register, rank = view_position(v)
-    if rank > (raised and raised[register] or PAGE_SKETCH_VALUE[string.byte(sketch, register + 1)] or 0) then
-      raised, registers = raised or {}, registers or {}
-      if not raised[register] then
-        registers[#registers + 1] = register
-      end
-      raised[register] = rank
-    end
-  end
-  return raised and page_sketch_raise(sketch, registers, raised) or sketch
+  return page_sketch_raise(sketch, views, view_position)  -- registers: the few raised, in one string
 end
 
 local function count_sketch_table(table_key, i)

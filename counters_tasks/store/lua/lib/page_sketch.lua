@@ -5,7 +5,8 @@
 -- first 6 characters of its pairs form, base64url). A day's sketch is the list of those ids
 -- while it holds at most 42 (exact), then '!' and 256 HyperLogLog registers, one base64url
 -- character each (~6.5% standard error): register = the id's first 8 bits, value = one plus
--- the leading zeros of its other 28 bits.
+-- the leading zeros of its other 28 bits. A call makes at most 24 lists into registers; a list
+-- past 42 waits, exact, for a later call (up to 168 ids: page_sketch_stays_list).
 -- page_sketch_add(sketch, id): the sketch with a visitor new to the page that day added.
 -- page_sketch_add_all(sketch, ids): the same with several (a table), in one new string at most.
 -- page_sketch_with(sketch, id): the sketch with a visitor added who may be in it already (a
@@ -18,6 +19,8 @@ for n = 1, 64 do
   PAGE_SKETCH_VALUE[string.byte(PAGE_SKETCH_B64, n)] = n - 1
 end
 local PAGE_SKETCH_EXACT, PAGE_SKETCH_REGISTERS = 42, 256
+local PAGE_SKETCH_CHANGES, PAGE_SKETCH_LONGEST = 24, 4 * 42
+local page_sketch_changes_left = PAGE_SKETCH_CHANGES  -- (a script's locals are new at each call)
 local PAGE_SKETCH_ZEROS = {}  -- the leading zeros of a 6-bit value (0..63; 6 for 0)
 for x = 0, 63 do
   local zeros, rest = 6, x
@@ -96,9 +99,22 @@ local function page_sketch_registers(list, ids)
   return '!' .. string.char(unpack(bytes))
 end
 
+local function page_sketch_stays_list(sketch, more)
+  -- whether a list of ids stays one with more ids: up to PAGE_SKETCH_EXACT, and past it while
+  -- the call has made PAGE_SKETCH_CHANGES lists into registers (~30 us each: a call whose views
+  -- took 100 lists past it took 6.5 ms), up to PAGE_SKETCH_LONGEST ids; a later call makes it
+  -- registers. A longer list is still exact (store/page_sketch.py reads any length).
+  local ids = #sketch / 6 + more
+  if ids <= PAGE_SKETCH_EXACT or (page_sketch_changes_left <= 0 and ids <= PAGE_SKETCH_LONGEST) then
+    return true
+  end
+  page_sketch_changes_left = page_sketch_changes_left - 1
+  return false
+end
+
 local function page_sketch_add(sketch, id)
   if string.byte(sketch, 1) ~= 33 then  -- ('!': registers)
-    if #sketch < PAGE_SKETCH_EXACT * 6 then
+    if page_sketch_stays_list(sketch, 1) then
       return sketch .. id
     end
     return page_sketch_registers(sketch, {id})
@@ -112,11 +128,23 @@ local function page_sketch_add(sketch, id)
          string.sub(sketch, register + 2)
 end
 
-local function page_sketch_raise(sketch, registers, raised)
-  -- a register sketch with its registers (a list) set to the values raised[register] (each
-  -- above the one held): one string of the pieces between them (a table of its 256 bytes cost
-  -- more than the pieces of the few registers a call raises)
-  if #registers == 0 then
+local function page_sketch_raise(sketch, items, position)
+  -- a register sketch with each item's register raised to its value (position(item): register,
+  -- value) where that is above the one held: one string of the pieces between the registers
+  -- raised (a table of its 256 bytes cost more than the pieces of the few a call raises; the
+  -- tables are made only when one is raised), or the sketch itself
+  local raised, registers = nil, nil
+  for _, item in ipairs(items) do
+    local register, rank = position(item)
+    if rank > (raised and raised[register] or PAGE_SKETCH_VALUE[string.byte(sketch, register + 1)] or 0) then
+      raised, registers = raised or {}, registers or {}
+      if not raised[register] then
+        registers[#registers + 1] = register
+      end
+      raised[register] = rank
+    end
+  end
+  if not raised then
     return sketch
   end
   table.sort(registers)
@@ -138,23 +166,12 @@ local function page_sketch_add_all(sketch, ids)
     return page_sketch_add(sketch, ids[1])
   end
   if string.byte(sketch, 1) ~= 33 then
-    if #sketch / 6 + #ids <= PAGE_SKETCH_EXACT then
+    if page_sketch_stays_list(sketch, #ids) then
       return sketch .. table.concat(ids)
     end
     return page_sketch_registers(sketch, ids)
   end
-  local raised, registers = nil, nil  -- (tables made only when a register is raised)
-  for _, id in ipairs(ids) do
-    local register, rank = page_sketch_position(id)
-    if rank > (raised and raised[register] or PAGE_SKETCH_VALUE[string.byte(sketch, register + 1)] or 0) then
-      raised, registers = raised or {}, registers or {}
-      if not raised[register] then
-        registers[#registers + 1] = register
-      end
-      raised[register] = rank
-    end
-  end
-  return raised and page_sketch_raise(sketch, registers, raised) or sketch
+  return page_sketch_raise(sketch, ids, page_sketch_position)
 end
 
 local function page_sketch_with(sketch, id)
