@@ -206,15 +206,105 @@ def _is_crawler(agent: str, extra_pattern: str | None) -> bool:
     text = agent.strip()
     if text in ("", "-"):
         return True
-    if any(pattern.search(text) for pattern in _list_patterns()):
+    if _crawler_list().matches(text):
         return True
     return extra_pattern is not None and re.search(extra_pattern, text) is not None
 
 
+class CrawlerList:
+    """The crawler-user-agents patterns, matched through the text each one requires.
+
+    A user agent a process sees for the first time is matched against the whole list: its 1,500
+    regular expressions in alternations of 100 took ~430 us a user agent (``re`` tries every
+    alternative at every position), paid in a web request (the middleware) and again in the
+    worker (a view's device type). Here each pattern is indexed by the longest run of characters
+    every match of it contains (``required_text``; the whole pattern for the ~1,100 that are
+    plain text): a user agent's 3-character windows find the few patterns whose text it holds,
+    and only those are tried (a plain one matches by that text alone). The patterns that require
+    no run of 3 characters are tried on every user agent, in alternations of 100 as before. The
+    same answers as the list's alternations (``tests/core/test_pageviews_crawlers.py``)."""
+
+    def __init__(self, patterns: list[str]) -> None:
+        self.by_window: dict[str, list[tuple[str, re.Pattern[str] | None]]] = {}
+        always: list[str] = []
+        for pattern in patterns:
+            required, plain = required_text(pattern)
+            if len(required) < 3:
+                always.append(pattern)
+                continue
+            self.by_window.setdefault(required[:3], []).append((required, None if plain else re.compile(pattern)))
+        self.always = tuple(re.compile("|".join(always[first : first + 100])) for first in range(0, len(always), 100))
+
+    def matches(self, text: str) -> bool:
+        by_window = self.by_window
+        for at in range(len(text) - 2):
+            candidates = by_window.get(text[at : at + 3])
+            if candidates:
+                for required, pattern in candidates:
+                    if text.startswith(required, at) and (pattern is None or pattern.search(text)):
+                        return True
+        return any(pattern.search(text) for pattern in self.always)
+
+
+def required_text(pattern: str) -> tuple[str, bool]:
+    """(the longest run of characters every match of ``pattern`` contains, whether that run is
+    the whole pattern), read at the pattern's top level, where each plain or escaped character is
+    required (one in a group or a class, or followed by a repeat, is not; a top-level ``|`` leaves
+    nothing required). ``("", False)`` for a pattern with inline flags (``(?i)``: its text is not
+    one run of characters)."""
+    if pattern.startswith("(?") and not pattern.startswith(("(?:", "(?=", "(?!", "(?<", "(?P")):
+        return "", False
+    runs, run, plain = [], "", True
+    at, depth = 0, 0
+    while at < len(pattern):
+        char = pattern[at]
+        if char == "\\" and at + 1 < len(pattern):
+            escaped = pattern[at + 1]
+            at += 2
+            if depth == 0 and not escaped.isalnum():  # \/ \. \( ...: that character
+                run += escaped
+                continue
+            plain = False  # \d \b \1 ...: a class, an anchor, a reference
+            if depth == 0:
+                runs.append(run)
+                run = ""
+            continue
+        at += 1
+        if char == "[":  # a class: up to its unescaped "]" (a "]" first in it is one of its characters)
+            plain = False
+            at += 1 if pattern[at : at + 1] == "]" else 0
+            while at < len(pattern) and pattern[at] != "]":
+                at += 2 if pattern[at] == "\\" else 1
+            at += 1
+            char = ""
+        elif char in "*?{" or (char == "+" and depth == 0):
+            plain = False
+            run = run[:-1]  # the character repeated (or not there at all)
+            if char == "{":
+                while at < len(pattern) and pattern[at] != "}":
+                    at += 1
+                at += 1
+            char = ""
+        elif char in "()":
+            plain = False
+            depth += 1 if char == "(" else -1
+            char = ""
+        elif char == "|" and depth == 0:
+            return "", False
+        elif char in ".^$|+":
+            plain = False
+            char = ""
+        if depth == 0 and char:
+            run += char
+        else:
+            runs.append(run)
+            run = ""
+    runs.append(run)
+    return max(runs, key=len), plain
+
+
 @functools.cache
-def _list_patterns() -> tuple[re.Pattern[str], ...]:
-    """The crawler-user-agents patterns, compiled in groups (one alternation of 1,500 patterns
-    is slower to match than a few of a hundred). Loaded on first use, not at import."""
+def _crawler_list() -> CrawlerList:
+    """The crawler-user-agents list, indexed (``CrawlerList``). Loaded on first use, not at import."""
     listed = json.loads(resources.files("crawleruseragents").joinpath(CRAWLER_LIST).read_text("utf-8"))
-    patterns = [entry["pattern"] for entry in listed]
-    return tuple(re.compile("|".join(patterns[first : first + 100])) for first in range(0, len(patterns), 100))
+    return CrawlerList([entry["pattern"] for entry in listed])
