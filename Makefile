@@ -36,7 +36,7 @@ lint: install
 
 # The long runs of real processes (marker long: workers SIGKILLed, Redis down under load, the
 # benchmarks' smoke runs, a fresh venv, make run/demo, every README command): CI runs them after
-# make test, which stays under 7 minutes on a 2-core machine.
+# make test, which stays under 10 minutes on a 2-core machine (6 to 9 measured).
 test-long: install
 	$(BIN)/python -m pytest -m long $(PYTEST_ARGS)
 
