@@ -45,7 +45,7 @@ from . import live, refusals
 from .core import days
 from .core.clients import Who, check_headers, family, shown, who_of
 from .core.days import local_day
-from .core.settings import get_settings
+from .core.settings import Settings, get_settings
 from .core.sites import check_site, hosts_of, site_names, zone_of
 from .core.sources import DIRECT, check_campaign, referrer_domain
 from .core.validation import (
@@ -403,11 +403,11 @@ def _parts(views: list[SiteView], message_id: str | None) -> tuple[list[list[Sit
     part: list[SiteView] = []
     values: set[tuple[str, str]] = set()  # (letter, value) of the part's views
     for view in views:
-        new = [pair for pair in zip(CLIENT_LETTERS, view.who or (), strict=False) if pair not in values]
+        pairs = list(zip(CLIENT_LETTERS, view.who or (), strict=False))
+        new = [pair for pair in pairs if pair not in values]
         if part and (len(part) == DAY_VIEWS_PER_CALL or len(values) + len(new) > DAY_WHO_VALUES_PER_CALL):
             parts.append(part)
-            part, values = [], set()
-            new = list(zip(CLIENT_LETTERS, view.who or (), strict=False))  # (each new to the new part)
+            part, values, new = [], set(), pairs  # (each of its values new to the new part)
         part.append(view)
         values.update(new)
     if part:
@@ -964,12 +964,14 @@ def client_pages() -> frozenset[str]:
     are counted again in who-visits tables of their own (who reads ``/pricing``), when the tables
     are on."""
     settings = get_settings()
-    return _client_pages(settings.client_pages) if settings.client_tables else frozenset()
+    return _client_pages(settings) if settings.client_tables else frozenset()
 
 
 @functools.lru_cache(maxsize=4)
-def _client_pages(raw: tuple[str, ...]) -> frozenset[str]:
-    return frozenset(check_path(path) for path in raw)
+def _client_pages(settings: Settings) -> frozenset[str]:
+    """(Cached per settings: a page's canonical name also follows COUNTERS_PATH_TRAILING_SLASH
+    and COUNTERS_PATH_CASE, which ``check_path`` reads.)"""
+    return frozenset(check_path(path) for path in settings.client_pages)
 
 
 def clients_scope(site: str | None, path: str | None) -> str:

@@ -191,6 +191,15 @@ def test_who_reads_a_page_of_client_pages_equals_a_plain_count_of_its_lines(raw_
         sitestats.folded_client_views(raw_conn, day, day, "browser", path="/elsewhere")
 
 
+def test_a_listed_pages_name_follows_the_path_rules_in_force(monkeypatch):
+    """COUNTERS_CLIENT_PAGES names pages as every route does (``check_path``), under the path
+    settings of the moment: the same list read again under COUNTERS_PATH_CASE=lower is lower case."""
+    use_settings(monkeypatch, COUNTERS_CLIENT_TABLES="on", COUNTERS_CLIENT_PAGES="/Pricing/?x=1")
+    assert sitestats.client_pages() == {"/Pricing/"}
+    use_settings(monkeypatch, COUNTERS_PATH_CASE="lower", COUNTERS_PATH_TRAILING_SLASH="strip")
+    assert sitestats.client_pages() == {"/pricing"}
+
+
 def test_every_write_route_gives_the_same_tables(raw_conn, eager_app):
     """``.delay()``, ``record_visits``' items as ``VisitRecorder`` writes them, and the module API:
     the same visits, the same tables (the worker derives all of it from the same fields)."""
