@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from kombu import serialization
+from kombu.exceptions import EncodeError
 from kombu.utils import json as kombu_json
 
 from .app import package_app
@@ -124,7 +125,7 @@ class VisitRecorder:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._flush_requested = False
-        self._stats = {"recorded": 0, "sent": 0, "batches": 0, "dropped": 0, "send_errors": 0}
+        self._stats = {"recorded": 0, "sent": 0, "batches": 0, "dropped": 0, "refused": 0, "send_errors": 0}
 
     @property
     def app(self) -> Any:
@@ -179,7 +180,9 @@ class VisitRecorder:
         package's kinds; an app's own kind is queued the same way."""
         if kind.app_item is None or kind.batch_task is None:
             raise TypeError(f"kind {kind.name!r} declares no app_item and batch task: it is not buffered")
-        self._add(kind.batch_task, kind.app_item(*args, **kwargs))
+        # bound first: its shape (TypeError, as a call would raise) and every text in it
+        # (InvalidInput for a string UTF-8 cannot encode) before the kind's own checks
+        self._add(kind.batch_task, kind.app_item(**kind.bind(args, kwargs)))
 
     def skipped(self, route: str, reason: str, count: int = 1, site: str | None = None) -> None:
         """Count ``count`` requests that were not page views (``route``: ``middleware``; ``reason``:
@@ -278,7 +281,9 @@ class VisitRecorder:
         return sent_all
 
     def stats(self) -> dict[str, int]:
-        """Counts so far: recorded, sent, batches, dropped, send_errors, and pending visits."""
+        """Counts so far: recorded, sent, batches, dropped, refused (items the sender could not
+        encode, each refused alone: ``record()``'s checks refuse such input before it is
+        recorded), send_errors, and pending visits."""
         with self._lock:
             return {**self._stats, "pending": len(self._buffer) + self._in_outbox + self._sending}
 
@@ -341,18 +346,15 @@ class VisitRecorder:
                 if kind is not None and kind.merge is not None:
                     # outside the lock (record() never waits for it); a batch sent again under its
                     # id after a failure is merged again, which leaves the same figures
-                    items = kind.merge(items)
-                shown_args, shown_kwargs = masked_reprs([items], {})
-                self.app.send_task(
-                    task,
-                    args=[items],
-                    task_id=batch_id,
-                    queue=self.queue,
-                    retry=False,
-                    serializer=COMPACT_JSON,
-                    argsrepr=shown_args,
-                    kwargsrepr=shown_kwargs,
-                )
+                    try:
+                        items = kind.merge(items)
+                    except Exception as exc:  # noqa: BLE001  an item the app's checks let through
+                        items, visits = self._without_unsendable(kind, task, items, visits, exc)
+                try:
+                    self._send(task, batch_id, items)
+                except EncodeError as exc:  # not the broker: an item that cannot be encoded
+                    items, visits = self._without_unsendable(kind, task, items, visits, exc)
+                    self._send(task, batch_id, items)
             except Exception as exc:  # broker unreachable: keep the batch (same id) and retry later
                 with self._lock:
                     self._outbox.appendleft((task, batch_id, items, visits))
@@ -374,6 +376,47 @@ class VisitRecorder:
                 self._stats["sent"] += visits
                 self._stats["batches"] += 1 if visits else 0
                 self._wake.notify_all()
+
+    def _send(self, task: str, batch_id: str, items: list[dict[str, Any]]) -> None:
+        """Publish one batch under its id (nothing, when refusals left it empty)."""
+        if not items:
+            return
+        shown_args, shown_kwargs = masked_reprs([items], {})
+        self.app.send_task(
+            task,
+            args=[items],
+            task_id=batch_id,
+            queue=self.queue,
+            retry=False,
+            serializer=COMPACT_JSON,
+            argsrepr=shown_args,
+            kwargsrepr=shown_kwargs,
+        )
+
+    def _without_unsendable(
+        self, kind: Kind | None, task: str, items: list[dict[str, Any]], visits: int, error: BaseException
+    ) -> tuple[list[dict[str, Any]], int]:
+        """A batch that could not be merged or encoded (``error``: an item ``record()``'s checks
+        let through, e.g. an app's own kind with a check missing) without the items that cannot
+        be, each tried alone: those are refused (``stats()["refused"]``, logged), never retried
+        for ever nor holding the others back. Returns the items left, merged as the batch would
+        have been, and the recorded items they carry."""
+        kept: list[dict[str, Any]] = []
+        refused = 0
+        for item in items:
+            try:
+                one = kind.merge([item]) if kind is not None and kind.merge is not None else [item]
+                kombu_json.dumps(one, separators=(",", ":")).encode("utf-8")
+            except Exception as exc:  # noqa: BLE001  refused alone, whatever it is
+                refused += 1
+                log.error("VisitRecorder: a %s item cannot be sent (%r): refused", task, exc)
+                continue
+            kept += one
+        refused_visits = min(refused, visits)  # (skips carry no visits)
+        with self._lock:
+            self._stats["refused"] += refused_visits
+        log.error("VisitRecorder: %d of %d %s items refused as unsendable (%r)", refused, len(items), task, error)
+        return kept, visits - refused_visits
 
     def _after_fork_in_child(self) -> None:
         self._init_state()

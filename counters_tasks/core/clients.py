@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 from ..errors import InvalidInput
 from .pageviews import is_crawler
 from .settings import get_settings
+from .validation import check_unicode
 
 TAB = "\t"
 
@@ -147,15 +148,19 @@ def _checked_client(client: tuple[Any, ...]) -> Client:
     for name in client:
         if not isinstance(name, str) or not name or len(name) > MAX_NAME or _CONTROL.search(name.replace(TAB, " ")):
             raise InvalidInput(f"client holds a bad name: {name!r:.60}")
+        check_unicode(name, "client")
     if client[2] not in DEVICE_TYPES:
         raise InvalidInput(f"client's device must be one of {', '.join(DEVICE_TYPES)}, got {client[2]!r:.40}")
     return Client(*client)
 
 
 def check_user_agent(user_agent: Any) -> str | None:
-    """``user_agent`` checked as the app's process sends it (a str or None; parsed by the worker)."""
-    if user_agent is not None and not isinstance(user_agent, str):
-        raise InvalidInput(f"user_agent must be a str, got {type(user_agent).__name__}")
+    """``user_agent`` checked as the app's process sends it (a str UTF-8 can encode, or None;
+    parsed by the worker)."""
+    if user_agent is not None:
+        if not isinstance(user_agent, str):
+            raise InvalidInput(f"user_agent must be a str, got {type(user_agent).__name__}")
+        check_unicode(user_agent, "user_agent")
     return user_agent
 
 
@@ -257,8 +262,10 @@ def check_headers(user_agent: Any = None, language: Any = None, client: Any = No
     """What ``who_of`` refuses, checked without parsing anything: a visit's who-visits fields where
     the tables are off (COUNTERS_CLIENT_TABLES), so that bad input is refused the same either way."""
     check_user_agent(user_agent)
-    if language is not None and not isinstance(language, str):
-        raise InvalidInput(f"language must be a str, got {type(language).__name__}")
+    if language is not None:
+        if not isinstance(language, str):
+            raise InvalidInput(f"language must be a str, got {type(language).__name__}")
+        check_unicode(language, "language")
     if client is not None:
         check_client(client)
 

@@ -20,6 +20,7 @@ from functools import cached_property
 from typing import Any
 
 from ..errors import MalformedMessage
+from .validation import check_item_text
 
 Call = tuple[list[Any], str | None]
 """One write call of a kind: the prepared items it writes, and its dedupe id (None: no dedupe)."""
@@ -110,9 +111,12 @@ class Kind:
     def bind(self, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
         """One item's fields by name, from its positional and named values (TypeError when they
         do not fit ``fields``: a name it does not have, one given twice, a required one missing),
-        the defaults left out. The one rule of an item's shape: a per-event message's arguments
-        and a batch item's dict (``item_fields``) both go through it."""
+        the defaults left out, every text in them checked (``core.validation.check_item_text``:
+        InvalidInput for a string UTF-8 cannot encode). The one rule of an item's shape and text:
+        a per-event message's arguments, a batch item's dict (``item_fields``) and an item the
+        app's process queues (``VisitRecorder.add``) all go through it."""
         if not args and kwargs.keys() <= self.field_names and self.required_names <= kwargs.keys():
+            check_item_text(kwargs)
             return dict(kwargs)  # the common case, a batch item that fits: one set test, not four
         if len(args) > len(self.fields):
             raise TypeError(f"takes at most {len(self.fields)} arguments")
@@ -127,11 +131,12 @@ class Kind:
         missing = [name for name in self.fields[: self.required] if name not in bound]
         if missing:
             raise TypeError(f"needs {' and '.join(missing)}")
+        check_item_text(bound)
         return bound
 
     def item_fields(self, item: Any) -> dict[str, Any]:
         """An item of a batch message (a dict of ``fields``) checked for its shape by ``bind``
-        (MalformedMessage): what ``prepare`` then takes by name."""
+        (MalformedMessage) and its text (InvalidInput): what ``prepare`` then takes by name."""
         if not isinstance(item, dict):
             raise MalformedMessage(f"must be a dict, got {type(item).__name__}")
         try:

@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from ..errors import InvalidInput
+from .validation import check_unicode
 
 DIRECT, INTERNAL, UNKNOWN = "(direct)", "(internal)", "(unknown)"
 """The referrers that are not a domain: none given, the site's own pages, no host in it."""
@@ -47,7 +48,7 @@ def referrer_domain(referrer: Any, own_hosts: Collection[str] = ()) -> str:
         return DIRECT
     if not isinstance(referrer, str):
         raise InvalidInput(f"referrer must be a str, got {type(referrer).__name__}")
-    text = referrer.strip()
+    text = check_unicode(referrer, "referrer").strip()
     if not text or text == "-":
         return DIRECT
     if text in (DIRECT, INTERNAL, UNKNOWN):
@@ -117,7 +118,7 @@ def check_campaign(campaign: Any) -> dict[str, str]:
             continue
         if not isinstance(value, str):
             raise InvalidInput(f"utm {key} must be a str, got {type(value).__name__}")
-        value = value.strip()[:MAX_TAG]
+        value = check_unicode(value, f"utm {key}").strip()[:MAX_TAG]
         if value and not _CONTROL.search(value):
             out[key] = value
     return out

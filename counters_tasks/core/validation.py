@@ -32,11 +32,54 @@ def check_text(value: Any, what: str = "name", max_length: int = MAX_TEXT) -> st
         return value
     if _CONTROL.search(value):
         raise InvalidInput(f"{what} contains control characters")
+    return check_unicode(value, what)
+
+
+def check_unicode(value: str, what: str = "name") -> str:
+    """``value`` when it is text that UTF-8 can encode: a ``str`` with a lone surrogate (what
+    ``surrogateescape`` makes of bytes that are not UTF-8, or ``"\\udcff"`` written by hand) is
+    refused with InvalidInput. The one rule of every text field of every kind (``check_text``'s
+    names, and ``check_item_text``'s walk of every item): such a string cannot reach Redis, the
+    broker's UTF-8 or a user-agent parser written in Rust, and would fail the whole call it is in."""
+    if value.isascii():
+        return value
     try:
         value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidInput(f"{what} is not valid Unicode text (lone surrogates)") from None
+    except UnicodeEncodeError as exc:
+        raise InvalidInput(f"{what} is not valid Unicode text (a lone surrogate at {exc.start})") from None
     return value
+
+
+MAX_ITEM_DEPTH = 4
+"""How deep ``check_item_text`` looks into an item's lists and dicts (a visit's ``utm`` and
+``client`` are one level down); anything deeper is refused: no kind takes it."""
+
+
+def check_item_text(fields: dict[str, Any], depth: int = 0) -> None:
+    """Every ``str`` in an item's fields (and in their lists and dicts, keys too) encodable as
+    UTF-8 (``check_unicode``; InvalidInput naming the field): checked once for every item of
+    every kind as its fields are bound (``core.kind.Kind.bind``), on each route, before any of
+    its checks parses a field or anything is written, so one bad string is refused with its own
+    item and never takes a batch (or a sender thread) down with it."""
+    for name, value in fields.items():
+        if type(value) is str:
+            if not value.isascii():
+                check_unicode(value, str(name))
+        elif isinstance(value, (list, tuple, dict)):
+            _check_nested(value, str(name), depth + 1)
+
+
+def _check_nested(value: list[Any] | tuple[Any, ...] | dict[Any, Any], what: str, depth: int) -> None:
+    if depth > MAX_ITEM_DEPTH:
+        raise InvalidInput(f"{what} is nested more than {MAX_ITEM_DEPTH} levels deep")
+    pairs = value.items() if isinstance(value, dict) else enumerate(value)
+    for key, inner in pairs:
+        if isinstance(key, str):
+            check_unicode(key, what)
+        if isinstance(inner, str):
+            check_unicode(inner, what)
+        elif isinstance(inner, (list, tuple, dict)):
+            _check_nested(inner, what, depth + 1)
 
 
 def check_amount(value: Any, what: str = "count") -> int:

@@ -131,18 +131,50 @@ def apply_batch(
     away, BUSY, READONLY, OOM, LOADING, a cluster failing over) is waited out; any other error
     makes each message of the batch go alone, so one message that cannot be applied holds no
     other back, and a message still failing after ``COUNTERS_MAX_ATTEMPTS`` tries is handed to
-    ``give_up`` (dead-lettered by the task) instead of being acknowledged as if applied.
+    ``give_up`` (dead-lettered by the task) instead of being acknowledged as if applied. A
+    message whose reading itself breaks (not bad input: a check that raised something else) is
+    set aside alone at once; and should anything else of the batch raise (a bug), every message
+    is set aside rather than acknowledged unapplied (the claims make a requeued message that was
+    applied count once).
     """
-    task = short_name(kind.event_task or kind.name)
     eager = all((r.delivery_info or {}).get("is_eager") for r in requests)
+    try:
+        return _apply_batch(conn, kind, requests, eager, max_backoff, give_up)
+    except Exception as exc:
+        if eager or give_up is None:
+            raise
+        task = short_name(kind.event_task or kind.name)
+        log.error("%s batch of %d failed (%r): every message set aside", task, len(requests), exc, exc_info=True)
+        for request in requests:
+            until_recorded(functools.partial(give_up, kind.event_task or task, request, exc), max_backoff)
+        why = f"SetAside: {SetAside(1, exc)}"
+        return {"applied": 0, "refused": 0, "given_up": len(requests), FAILED: dict.fromkeys(range(len(requests)), why)}
+
+
+def _apply_batch(
+    conn: RedisClient,
+    kind: Kind,
+    requests: list[Any],
+    eager: bool,
+    max_backoff: float,
+    give_up: Callable[[str, Any, BaseException], None] | None,
+) -> dict[str, Any]:
+    task = short_name(kind.event_task or kind.name)
     tally = throughput.Tally()
     items, refused = [], []  # (item, message id, position); (position, message id or None, error)
+    outcome: dict[str, Any] = {"applied": 0, "refused": 0, "given_up": 0, FAILED: {}}
     for position, request in enumerate(requests):
         try:
             items.append((parse_arguments(request, kind), check_message_id(request.id), position))
         except InvalidInput as exc:
             refused.append((position, usable_id(request.id), exc))
-    outcome: dict[str, Any] = {"applied": 0, "refused": 0, "given_up": 0, FAILED: {}}
+        except Exception as exc:  # noqa: BLE001  a check that broke on this message: it alone is set aside
+            if eager or give_up is None:
+                raise
+            log.error("%s %s could not be read (%r): set aside", task, usable_id(request.id), exc, exc_info=True)
+            until_recorded(functools.partial(give_up, kind.event_task or task, request, exc), max_backoff)
+            outcome["given_up"] += 1
+            outcome[FAILED][position] = f"SetAside: {SetAside(1, exc)}"
 
     def write_all(group: list[tuple[Any, str | None, int]]) -> None:
         attempts = 0

@@ -26,7 +26,7 @@ from kombu.utils.uuid import uuid
 
 from .. import refusals
 from ..core.settings import RETRY_BACKOFF_MAX, get_settings
-from ..errors import InvalidInput, SetAside
+from ..errors import ConfigurationError, InvalidInput, SetAside
 from ..store.client import get_redis, is_transient
 from . import dead_letters
 from .batch_consumer import Batcher, MaskedRequest, SimpleRequest
@@ -50,6 +50,10 @@ class CountingTask(Task):
     @property
     def message_id(self) -> str | None:
         return self.request.id
+
+    def apply(self, *args: Any, **options: Any) -> Any:
+        """Celery's eager run, raising a ConfigurationError (``eager_result``)."""
+        return eager_result(super().apply(*args, **options))
 
     def set_aside(self, exc: BaseException, attempts: int) -> None:
         """Keep this call in the dead letters (it is then acknowledged, not lost)."""
@@ -175,4 +179,15 @@ class WorkerBatches(Task):
             },
             hostname=gethostname(),
         )
-        return super().apply(([request],), {}, *rest, **options)
+        return eager_result(super().apply(([request],), {}, *rest, **options))
+
+
+def eager_result(result: Any) -> Any:
+    """The result of a task run eagerly (an app's tests: ``task_always_eager``), raising the
+    ConfigurationError it failed with (COUNTERS_SECRET missing, a malformed setting) whatever
+    ``task_eager_propagates`` says: a worker would refuse to start, and kept in the result the
+    test would read zeros with the cause only in a log. Bad input stays Celery's to propagate
+    or keep (a worker refuses it and goes on)."""
+    if isinstance(result.result, ConfigurationError):
+        raise result.result
+    return result
