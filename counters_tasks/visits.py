@@ -29,7 +29,7 @@ from . import counters, live, refusals, sitestats, throughput, uniques
 from .core.clients import UNKNOWN, check_user_agent, client_of, language_of
 from .core.days import local_day
 from .core.kind import Kind, register
-from .core.settings import DEFAULT_SITE, get_settings
+from .core.settings import DEFAULT_SITE
 from .core.sites import check_site, zone_of
 from .core.sources import DIRECT, check_campaign, referrer_domain
 from .core.validation import check_event_time, check_ip, check_message_id, check_path
@@ -148,11 +148,12 @@ def app_visit(
         visit["referrer"] = domain
     if campaign:
         visit["utm"] = campaign
-    if get_settings().client_tables:  # else the worker keeps no such tables: nothing to send
-        if user_agent is not None:
-            visit["user_agent"] = user_agent
-        if preferred is not None and preferred != UNKNOWN:
-            visit["language"] = preferred
+    # sent whatever this process's COUNTERS_CLIENT_TABLES says: the workers' setting decides
+    # whether the tables are kept (an app and its workers set apart must not read "(unknown)")
+    if user_agent is not None:
+        visit["user_agent"] = user_agent
+    if preferred is not None and preferred != UNKNOWN:
+        visit["language"] = preferred
     return visit
 
 

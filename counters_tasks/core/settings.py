@@ -93,9 +93,9 @@ class Settings:
     # sources (referrers, campaign tags) a day tracks of each kind; the rest count as "(other)"
     max_day_sources: int = 1_000
     # who visits (core/clients.py): browser, system, device, country and language tables a day,
-    # each tracking this many values, the rest as "(other)"; off by default (their cost a visit:
-    # docs/clients.md), COUNTERS_CLIENT_TABLES=on on the producers and the workers keeps them
-    client_tables: bool = False
+    # each tracking this many values, the rest as "(other)"; on by default, read by the workers
+    # (producers send a visit's headers whatever their own setting: docs/clients.md)
+    client_tables: bool = True
     max_day_clients: int = 200
     # pages whose views are counted again in who-visits tables of their own (who reads /pricing)
     client_pages: tuple[str, ...] = ()
@@ -341,6 +341,19 @@ def _flag(env: Mapping[str, str], name: str) -> bool:
     return env.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def _switch(env: Mapping[str, str], name: str, default: bool) -> bool:
+    """An on/off setting whose default is ``default`` when unset: ``on``/``1``/``true``/``yes`` or
+    ``off``/``0``/``false``/``no``; anything else raises (a typo never turns a feature off unseen)."""
+    raw = env.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ConfigurationError(f"{name} must be on or off (or unset: {'on' if default else 'off'}), got {raw!r}")
+
+
 def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str | None:
     raw = (env.get(name) or "").strip().lower()
     if not raw:
@@ -499,7 +512,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         uniques_count_days=_int(env, "COUNTERS_UNIQUES_COUNT_DAYS", 400),
         max_day_paths=_int(env, "COUNTERS_MAX_DAY_PATHS", 10_000),
         max_day_sources=_int(env, "COUNTERS_MAX_DAY_SOURCES", 1_000),
-        client_tables=_flag(env, "COUNTERS_CLIENT_TABLES"),
+        client_tables=_switch(env, "COUNTERS_CLIENT_TABLES", default=True),
         max_day_clients=_int(env, "COUNTERS_MAX_DAY_CLIENTS", 200, minimum=1),
         client_pages=_client_pages(env, "COUNTERS_CLIENT_PAGES"),
         tag_key=_tag_key(env),

@@ -391,19 +391,20 @@ def test_jsonl_lines(raw_conn, tmp_path):
     check_summary(run_import("--json", "--format", "jsonl", str(log)), expected, counted=0)
 
 
-@pytest.mark.parametrize("who", ["", "tables", "pages"], ids=["", "who-visits", "who-visits-pages"])
+@pytest.mark.parametrize("who", ["off", "", "pages"], ids=["who-visits-off", "default", "who-visits-pages"])
 def test_every_key_the_import_writes_is_documented(raw_conn, tmp_path, monkeypatch, who):
     from tests.system.test_scaleout import documented_patterns
 
     lines, _expected = make_log(random.Random(9), 600, time.time())
-    if who:  # the tables of who visits (core.clients), off by default; and a page's own
-        pages = ",".join(PAGES[:2]) if who == "pages" else ""
-        use_settings(monkeypatch, COUNTERS_CLIENT_TABLES="on", COUNTERS_CLIENT_PAGES=pages)
+    if who == "off":  # the tables of who visits (core.clients), on by default
+        use_settings(monkeypatch, COUNTERS_CLIENT_TABLES="off")
+    elif who == "pages":  # and a page's own
+        use_settings(monkeypatch, COUNTERS_CLIENT_PAGES=",".join(PAGES[:2]))
     run_import(str(write(tmp_path / "access.log", lines)))
     patterns = documented_patterns()
     stored = [key.decode() for key in raw_conn.scan_iter(count=1000)]
     assert keys.import_ledger() in stored
-    assert any(":who:" in key for key in stored) == bool(who)
+    assert any(":who:" in key for key in stored) == (who != "off")
     assert any("%1E" in key for key in stored) == (who == "pages")
     for key in stored:
         found = [ttl for regex, ttl in patterns if regex.fullmatch(key)]

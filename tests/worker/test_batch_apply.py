@@ -319,3 +319,29 @@ def test_recorder_ranking_events_reach_the_board(worker, raw_conn):
     wait_until(
         lambda: board.top(limit=10, withscores=True, now=now) == expected, timeout=30, what="the ranking batches"
     )
+
+
+@pytest.mark.processes
+def test_the_worker_keeps_who_visits_whatever_the_app_says(worker, raw_conn, monkeypatch):
+    """The app's process set COUNTERS_CLIENT_TABLES=off, its worker keeps the tables (the default):
+    the views still tell their browser (the producer sends the headers whatever its own setting),
+    through ``VisitRecorder`` and ``.delay()`` alike, instead of a table of ``(unknown)``."""
+    from counters_tasks import sitestats
+    from counters_tasks.core.days import local_day
+    from counters_tasks.core.settings import reset_settings
+
+    monkeypatch.setenv("COUNTERS_CLIENT_TABLES", "off")
+    reset_settings()
+    agent = "Mozilla/5.0 (X11; Linux x86_64; rv:121.0) Gecko/20100101 Firefox/121.0"
+    now = time.time()
+    recorder = VisitRecorder(max_delay=0.05)
+    for n in range(3):
+        recorder.record(f"192.0.2.{n + 1}", "/app-off", ts=now, user_agent=agent, language="de-DE")
+    assert recorder.close(timeout=10)
+    tasks.record_visit.delay("192.0.2.9", "/app-off", ts=now, user_agent=agent, language="de-DE")
+    day = local_day(now)
+    wait_until(lambda: sitestats.site_visit_info(raw_conn, day).pv == 4, timeout=30, what="the four views")
+    browsers = sitestats.top_clients(raw_conn, day, day, "browser")
+    languages = sitestats.top_clients(raw_conn, day, day, "language")
+    assert [(row.source, row.pv) for row in browsers] == [("Firefox", 4)]
+    assert [(row.source, row.pv) for row in languages] == [("de-DE", 4)]
