@@ -82,11 +82,40 @@ def request_path(raw_target: bytes | None, decoded_path: str) -> str:
     """The page's canonical name (``core.validation.page_name``, the function the importer names
     a logged target with): from the target as the client sent it when the server gives it
     (``raw_target``: ASGI's ``raw_path``, a WSGI server's ``REQUEST_URI``), else from the path
-    the server decoded. Never raises: a target of any length has a name, cut to 512 bytes, so a
+    the server decoded (a byte that was not UTF-8 given as its ``surrogateescape`` character:
+    ``wire_text``). Never raises: a target of any length has a name, cut to 512 bytes, so a
     long path counts under its cut name; one the recorder still refuses (a name that is not
     text) is a skip of reason ``refused``."""
     text = encode_target_bytes(raw_target) if raw_target else encode_decoded_path(decoded_path or "/")
     return page_name(text) or decoded_path or "/"
+
+
+def wire_bytes(value: str | bytes) -> bytes | None:
+    """A request's header or path as its bytes on the wire: bytes (ASGI) as given; a PEP 3333
+    string (WSGI's environ, Django's ``request.META`` under WSGI and ASGI: each byte one
+    character, latin-1) taken back to them; None for a str that is not one (a character past
+    U+00FF: a framework or test transport that decoded it already)."""
+    if isinstance(value, bytes):
+        return value
+    try:
+        return value.encode("latin-1")
+    except UnicodeEncodeError:
+        return None
+
+
+def wire_text(value: str | bytes, errors: str = "replace") -> str:
+    """The text of a request's header (Referer, User-Agent, Accept-Language, Host, Cookie) or
+    path: its bytes (``wire_bytes``) read as UTF-8, never as latin-1 (``http://bücher.example/``
+    sent as UTF-8 is that, not ``bã¼cher``). Bytes that are not UTF-8 become U+FFFD
+    (``errors="replace"``: a Referer's host of such bytes is ``(unknown)``, ``core.sources``) or,
+    for a path, their ``surrogateescape`` characters, which ``core.paths`` writes as ``%XX``
+    escapes. A str that is not a PEP 3333 string is its own text."""
+    raw = wire_bytes(value)
+    if raw is None:
+        return cast(str, value)
+    if raw.isascii():
+        return raw.decode("ascii")
+    return raw.decode("utf-8", errors)
 
 
 class Recorder(Protocol):
