@@ -2,7 +2,8 @@
 figures leave out (``/metrics``: ``counters_skipped_total{route, reason}``).
 
 - ``middleware``: a web process's middleware counts its skips by reason (``core.pageviews``:
-  method, static, status, not_page, crawler; ``app`` for one the app left out) and its
+  method, static, status, not_page, crawler; ``app`` for one the app left out, ``host`` for one
+  of no site, ``refused`` for a page view the recorder refused as bad input) and its
   ``VisitRecorder`` sends them with its batches (``counters_tasks.count_skips``, one message per
   batch interval at most), added once per message id like the refusals.
 - ``import``: ``counters-tasks import`` adds the lines each import skipped (its summary's
@@ -27,7 +28,7 @@ from typing import Any
 from . import refusals
 from .core.days import DAY, days_between, local_day
 from .core.kind import Kind, register
-from .core.pageviews import APP, HOST, REASONS
+from .core.pageviews import APP, HOST, REASONS, REFUSED
 from .core.settings import get_settings
 from .core.sites import check_site, zone_of
 from .core.validation import check_event_time, check_int, check_message_id
@@ -43,7 +44,7 @@ ROUTES = (MIDDLEWARE, IMPORT)
 IMPORT_REASONS = ("blank", "malformed", "already_imported")
 """The importer's reasons besides the page view rule's."""
 
-KNOWN_REASONS = frozenset((*REASONS, APP, HOST, *IMPORT_REASONS))
+KNOWN_REASONS = frozenset((*REASONS, APP, HOST, REFUSED, *IMPORT_REASONS))
 
 MAX_REASONS = 64
 """Most (route, reason) entries one message carries."""

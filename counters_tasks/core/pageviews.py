@@ -46,6 +46,10 @@ HOST = "host"
 """Why a request was not counted for any site: its Host is not in the allowlist of ``COUNTERS_SITES``
 (``core.sites.site_for_host``) or the app's ``site`` callable named none (or an unknown site)."""
 
+REFUSED = "refused"
+"""Why the middleware did not count a page view the recorder refused (``InvalidInput``: a path or a
+header the API does not take): counted with the skips, so a view not counted always says why."""
+
 METHODS: tuple[str, ...] = ("GET",)
 """Methods of a page view (rule 1)."""
 

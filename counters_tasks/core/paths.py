@@ -105,13 +105,20 @@ def encode_decoded_path(path: str) -> str:
     """A path a server or framework already decoded (WSGI's ``PATH_INFO``, ASGI's ``path``,
     Django's ``request.path``) as text for ``canonical_path``, when the raw target is not known:
     ``%``, ``?`` and ``#`` in it can only come from ``%25``, ``%3F`` and ``%23`` (literal ones end
-    the path before decoding), so they are escaped again; control characters too. (A ``%2F``
-    decoded to ``/`` cannot be told from a ``/``: use the raw target where the server gives it.)"""
+    the path before decoding), so they are escaped again; control characters too, and a byte that
+    was not UTF-8 (given as its ``surrogateescape`` character, U+DC80 to U+DCFF) becomes its
+    ``%XX`` escape, as in a raw target. (A ``%2F`` decoded to ``/`` cannot be told from a ``/``:
+    use the raw target where the server gives it.)"""
     if not _NEEDS_ESCAPE_AGAIN.search(path):
         return path
-    return _NEEDS_ESCAPE_AGAIN.sub(
-        lambda m: "".join(f"%{b:02X}" for b in m.group(0).encode("utf-8", "surrogatepass")), path
-    )
+    return _NEEDS_ESCAPE_AGAIN.sub(_escape_again, path)
 
 
-_NEEDS_ESCAPE_AGAIN = re.compile(r"[%?#\x00-\x1f\x7f-\x9f]")
+def _escape_again(match: re.Match[str]) -> str:
+    char = match.group(0)
+    if "\udc80" <= char <= "\udcff":  # an undecodable byte (surrogateescape)
+        return f"%{ord(char) - 0xDC00:02X}"
+    return "".join(f"%{b:02X}" for b in char.encode("utf-8", "surrogatepass"))
+
+
+_NEEDS_ESCAPE_AGAIN = re.compile("[%?#\x00-\x1f\x7f-\x9f\udc80-\udcff]")

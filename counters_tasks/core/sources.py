@@ -5,7 +5,11 @@ the same source whichever way it was counted:
 
 - the **referrer** is reduced to its host name, lower-cased, without a leading ``www.`` (no path,
   no query string, no user or port is ever kept or sent on): ``https://www.google.com/search?q=x``
-  is ``google.com``; a referrer on one of the site's own hosts is ``(internal)``; no referrer
+  is ``google.com``; an international name is kept in its IDNA (punycode) form, the one browsers
+  send (``http://bücher.example/``, ``http://b%C3%BCcher.example/`` and
+  ``http://xn--bcher-kva.example/`` are all ``xn--bcher-kva.example``: one source, however it
+  was written), and a host that is not text (bytes that were not UTF-8, read as U+FFFD by the
+  middleware) is ``(unknown)``; a referrer on one of the site's own hosts is ``(internal)``; no referrer
   (or an empty one) is ``(direct)``; one with no host (``about:blank``, garbage) is
   ``(unknown)``. Reducing a value already reduced gives it back, so a producer may reduce and the
   worker check again.
@@ -19,7 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Mapping
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote_to_bytes, urlsplit
 
 from ..errors import InvalidInput
 from .validation import check_unicode
@@ -64,12 +68,36 @@ def referrer_domain(referrer: Any, own_hosts: Collection[str] = ()) -> str:
         host = urlsplit(text).hostname
     except ValueError:
         return UNKNOWN
-    host = (host or "").rstrip(".")
+    host = ascii_host((host or "").rstrip("."))
     if not host or not _HOST.fullmatch(host):
         return UNKNOWN
-    if host in own_hosts or _strip_www(host) in {_strip_www(h.split(":")[0]) for h in own_hosts}:
+    if host in own_hosts or _strip_www(host) in {_strip_www(ascii_host(h.split(":")[0])) for h in own_hosts}:
         return INTERNAL
     return _strip_www(host)
+
+
+def ascii_host(host: str) -> str:
+    """A host name in the form browsers send it: ``%XX`` escapes decoded as UTF-8, then an
+    international name in its IDNA (punycode) form, lower-case (``bücher.example`` is
+    ``xn--bcher-kva.example``); an ASCII name as given. ``""`` when it is not a name: escapes or
+    text that are not UTF-8 (U+FFFD, what a header's undecodable bytes are read as), or a name
+    IDNA refuses. (Python's ``idna`` codec, IDNA 2003: the same form as browsers' for all but a
+    few characters, such as ``ß``, which it writes ``ss``.)"""
+    if "%" in host:
+        try:
+            host = unquote_to_bytes(host).decode("utf-8")
+        except UnicodeDecodeError:
+            return ""
+        if _CONTROL.search(host):
+            return ""
+    if host.isascii():
+        return host.lower()
+    if "\ufffd" in host:
+        return ""
+    try:
+        return host.encode("idna").decode("ascii").lower()
+    except UnicodeError:
+        return ""
 
 
 def _strip_www(host: str) -> str:

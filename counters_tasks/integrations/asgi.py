@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from .common import REQUEST_KEY, Counting, Options, RequestInfo, Stats, request_path
+from .common import REQUEST_KEY, Counting, Options, RequestInfo, Stats, request_path, wire_text
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -26,11 +26,13 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 def request_info(scope: Scope) -> RequestInfo:
-    """The request of an ASGI ``http`` scope, as the counting rules see it."""
+    """The request of an ASGI ``http`` scope, as the counting rules see it: its headers and query
+    string read as UTF-8 (``common.wire_text``), its page named from ``raw_path`` when the server
+    gives it (the ``path`` a server decoded has lost the bytes that were not UTF-8)."""
     headers: dict[str, str] = {}
     for raw_name, raw_value in scope.get("headers", ()):
         name = raw_name.decode("latin-1").lower()
-        value = raw_value.decode("latin-1")
+        value = wire_text(raw_value)
         if name in headers:  # HTTP/2 splits Cookie in several fields; other repeats join with ", "
             value = headers[name] + ("; " if name == "cookie" else ", ") + value
         headers[name] = value
@@ -44,7 +46,7 @@ def request_info(scope: Scope) -> RequestInfo:
         remote_addr=client[0] if client else None,
         headers=headers,
         raw=scope,
-        query=query.decode("latin-1") if isinstance(query, bytes) else "",
+        query=wire_text(query) if isinstance(query, bytes) else "",
     )
 
 

@@ -25,7 +25,7 @@ from ..core import pageviews
 from ..core.paths import encode_decoded_path, encode_target_bytes
 from ..core.sites import check_site, hosts_of, site_for_host
 from ..core.sources import source_fields
-from ..core.validation import check_path, check_session_id
+from ..core.validation import check_session_id, page_name
 from ..errors import InvalidInput
 from ..recorder import VisitRecorder, call_shared, shared_recorder
 from ..skips import MIDDLEWARE
@@ -42,6 +42,7 @@ DEFAULT_CONTENT_TYPES = pageviews.PAGE_MEDIA_TYPES
 
 SKIPPED_BY_APP = pageviews.APP
 HOST = pageviews.HOST
+REFUSED = pageviews.REFUSED
 
 COOKIE_MAX_AGE = 365 * 24 * 3600
 
@@ -78,15 +79,43 @@ class RequestInfo:
 
 
 def request_path(raw_target: bytes | None, decoded_path: str) -> str:
-    """The page's canonical name (``core.paths``): from the target as the client sent it when the
-    server gives it (``raw_target``: ASGI's ``raw_path``, a WSGI server's ``REQUEST_URI``), else
-    from the path the server decoded. Never raises: a target the rule cannot name (over 1,024 characters) is
-    given as decoded, and the recorder refuses it (counted)."""
+    """The page's canonical name (``core.validation.page_name``, the function the importer names
+    a logged target with): from the target as the client sent it when the server gives it
+    (``raw_target``: ASGI's ``raw_path``, a WSGI server's ``REQUEST_URI``), else from the path
+    the server decoded (a byte that was not UTF-8 given as its ``surrogateescape`` character:
+    ``wire_text``). Never raises: a target of any length has a name, cut to 512 bytes, so a
+    long path counts under its cut name; one the recorder still refuses (a name that is not
+    text) is a skip of reason ``refused``."""
     text = encode_target_bytes(raw_target) if raw_target else encode_decoded_path(decoded_path or "/")
+    return page_name(text) or decoded_path or "/"
+
+
+def wire_bytes(value: str | bytes) -> bytes | None:
+    """A request's header or path as its bytes on the wire: bytes (ASGI) as given; a PEP 3333
+    string (WSGI's environ, Django's ``request.META`` under WSGI and ASGI: each byte one
+    character, latin-1) taken back to them; None for a str that is not one (a character past
+    U+00FF: a framework or test transport that decoded it already)."""
+    if isinstance(value, bytes):
+        return value
     try:
-        return check_path(text)
-    except InvalidInput:
-        return decoded_path or "/"
+        return value.encode("latin-1")
+    except UnicodeEncodeError:
+        return None
+
+
+def wire_text(value: str | bytes, errors: str = "replace") -> str:
+    """The text of a request's header (Referer, User-Agent, Accept-Language, Host, Cookie) or
+    path: its bytes (``wire_bytes``) read as UTF-8, never as latin-1 (``http://bücher.example/``
+    sent as UTF-8 is that, not ``bã¼cher``). Bytes that are not UTF-8 become U+FFFD
+    (``errors="replace"``: a Referer's host of such bytes is ``(unknown)``, ``core.sources``) or,
+    for a path, their ``surrogateescape`` characters, which ``core.paths`` writes as ``%XX``
+    escapes. A str that is not a PEP 3333 string is its own text."""
+    raw = wire_bytes(value)
+    if raw is None:
+        return cast(str, value)
+    if raw.isascii():
+        return raw.decode("ascii")
+    return raw.decode("utf-8", errors)
 
 
 class Recorder(Protocol):
@@ -222,8 +251,9 @@ def request_counters(environ_or_scope: Mapping[str, Any]) -> RequestCounters:
 @dataclass
 class Stats:
     """What a middleware did, per process: page views handed to the recorder, requests skipped
-    (in all, and by reason in ``skipped_by``: the page view rule's reasons and ``app``), visits
-    the recorder refused (InvalidInput), visits lost to an error of the recorder (closed while
+    (in all, and by reason in ``skipped_by``: the page view rule's reasons, ``app``, ``host``
+    and ``refused``), visits the recorder refused (InvalidInput; each also skipped as
+    ``refused``), visits lost to an error of the recorder (closed while
     shutting down), requests without a client address, cookies set, bumps sent and refused."""
 
     counted: int = 0
@@ -482,7 +512,7 @@ class Counting:
         extra: dict[str, Any] = {"site": visit.site} if visit.site else {}  # what a one-site stand-in need not take
         extra.update(self.source_of(visit))
         extra.update(self.client_of(visit))
-        self._hand_over(
+        refused = self._hand_over(
             "visit",
             ("counted", "refused"),
             "record",
@@ -492,6 +522,9 @@ class Counting:
             ts=visit.ts,
             **extra,
         )
+        if refused:  # never silent: a skip of its own reason, shown with the others (health, /metrics)
+            visit.reason = REFUSED
+            self.skipped(visit)
 
     def source_of(self, visit: InFlight) -> dict[str, Any]:
         """The view's source as the recorder takes it (``core.sources``): ``referrer``, reduced to
@@ -509,9 +542,10 @@ class Counting:
         found = {"user_agent": headers.get("user-agent"), "language": headers.get("accept-language")}
         return {name: value for name, value in found.items() if value}
 
-    def _hand_over(self, what: str, outcomes: tuple[str, str], method: str, *args: Any, **kwargs: Any) -> None:
+    def _hand_over(self, what: str, outcomes: tuple[str, str], method: str, *args: Any, **kwargs: Any) -> bool:
         """One call of the recorder, counted in ``stats`` under ``outcomes`` (taken, refused) or
-        ``failed``; never raises (a refusal is logged at debug, a recorder error as a warning)."""
+        ``failed``; True when the recorder refused it (InvalidInput). Never raises (a refusal is
+        logged at debug, a recorder error as a warning)."""
         taken, refused = outcomes
         try:
             self._call_recorder(method, *args, **kwargs)
@@ -519,9 +553,11 @@ class Counting:
         except InvalidInput as exc:
             self.stats.add(refused)
             log.debug("counters middleware: %s refused: %s", what, exc)
+            return True
         except Exception:
             self.stats.add("failed")
             log.warning("counters middleware: %s not recorded", what, exc_info=True)
+        return False
 
     def _call_recorder(self, method: str, *args: Any, **kwargs: Any) -> None:
         """Call the recorder; the shared one through ``recorder.call_shared`` (once more on a

@@ -14,35 +14,57 @@ the middleware (to read its settings), so the package imports without Django ins
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .common import Counting, Options, RequestInfo, Stats, request_path
+from .common import Counting, Options, RequestInfo, Stats, request_path, wire_text
+from .wsgi import raw_target
 
 SETTING = "COUNTERS_MIDDLEWARE"
 """The Django setting holding the middleware's options (a dict of ``common.Options`` fields)."""
 
 
 def request_info(request: Any) -> RequestInfo:
-    """A Django ``HttpRequest`` as the counting rules see it."""
-    raw = request.META.get("REQUEST_URI") or request.META.get("RAW_URI")  # under WSGI servers
-    raw_bytes = raw.encode("latin-1", "replace") if isinstance(raw, str) else None
+    """A Django ``HttpRequest`` as the counting rules see it: the page named from the target as
+    sent when the server gives it (under WSGI ``REQUEST_URI`` or ``RAW_URI``, as the WSGI
+    middleware, ``wsgi.raw_target``; under ASGI the scope's ``raw_path``), else from
+    ``request.path``. Headers are latin-1 strings in ``request.META`` under WSGI and ASGI alike:
+    read as UTF-8 (``common.wire_text``)."""
     scope = getattr(request, "scope", None)  # under ASGI
-    if raw_bytes is None and isinstance(scope, dict) and isinstance(scope.get("raw_path"), bytes):
-        raw_bytes = scope["raw_path"]
+    if isinstance(scope, dict):
+        raw_path = scope.get("raw_path")
+        path = request_path(raw_path if isinstance(raw_path, bytes) else None, request.path or "/")
+    else:
+        path = request_path(raw_target(request.META), wsgi_decoded_path(request.path or "/"))
     return RequestInfo(
         method=request.method or "GET",
-        path=request_path(raw_bytes, request.path or "/"),
+        path=path,
         remote_addr=request.META.get("REMOTE_ADDR") or None,
         headers=_headers(request.META),
         raw=request,
-        query=request.META.get("QUERY_STRING") or "",
+        query=wire_text(request.META.get("QUERY_STRING") or ""),
     )
+
+
+_UNDECODED = re.compile(r"%([89A-F][0-9A-F])")
+
+
+def wsgi_decoded_path(path: str) -> str:
+    """``request.path`` under WSGI as ``common.request_path`` takes a decoded path: Django writes
+    each byte of PATH_INFO that is not UTF-8 as ``%XX`` (and sets META's PATH_INFO so too), which
+    becomes that byte's ``surrogateescape`` character, so the page has the name the raw target
+    gives (``/%FF%FE``), not ``/%25FF%25FE``. (A ``%25`` followed by those digits in the
+    target, which decodes to the same text, is rarer still: the raw target, which gunicorn,
+    uWSGI and mod_wsgi give, tells them apart.)"""
+    if "%" not in path:
+        return path
+    return _UNDECODED.sub(lambda match: chr(0xDC00 + int(match.group(1), 16)), path)
 
 
 def _headers(meta: Mapping[str, Any]) -> dict[str, str]:
     return {
-        key[5:].replace("_", "-").lower(): value
+        key[5:].replace("_", "-").lower(): wire_text(value)
         for key, value in meta.items()
         if key.startswith("HTTP_") and isinstance(value, str)
     }

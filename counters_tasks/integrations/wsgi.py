@@ -10,50 +10,47 @@ body (to hand the visit to the recorder once the server has sent it and closed t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from .common import REQUEST_KEY, Counting, InFlight, Options, RequestInfo, Stats, request_path
+from .common import REQUEST_KEY, Counting, InFlight, Options, RequestInfo, Stats, request_path, wire_bytes, wire_text
 
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 
 def request_info(environ: dict[str, Any]) -> RequestInfo:
-    """The request of a WSGI environ, as the counting rules see it."""
+    """The request of a WSGI environ, as the counting rules see it: its headers and query string
+    read as UTF-8 (``common.wire_text``: PEP 3333 hands them over as latin-1 strings)."""
     headers: dict[str, str] = {}
     for key, value in environ.items():
         if key.startswith("HTTP_") and isinstance(value, str):
-            headers[key[5:].replace("_", "-").lower()] = value
+            headers[key[5:].replace("_", "-").lower()] = wire_text(value)
     return RequestInfo(
         method=environ.get("REQUEST_METHOD", "GET"),
         path=environ_path(environ),
         remote_addr=environ.get("REMOTE_ADDR") or None,
         headers=headers,
         raw=environ,
-        query=environ.get("QUERY_STRING") or "",
+        query=wire_text(environ.get("QUERY_STRING") or ""),
     )
 
 
-def environ_path(environ: dict[str, Any]) -> str:
+def environ_path(environ: Mapping[str, Any]) -> str:
     """The page's canonical name: from the target as sent (``REQUEST_URI`` or ``RAW_URI``, set by
     gunicorn, uWSGI, mod_wsgi and Werkzeug), else from ``SCRIPT_NAME`` + ``PATH_INFO`` (which the
-    server decoded). PEP 3333: each is the request's bytes decoded as latin-1."""
-    raw = environ.get("REQUEST_URI") or environ.get("RAW_URI")
-    raw_bytes = _latin1_bytes(raw) if isinstance(raw, str) else None
+    server decoded). PEP 3333: each is the request's bytes decoded as latin-1, so their bytes are
+    taken back and read as UTF-8 (``common.wire_text``; a byte that is not UTF-8 stays a ``%XX``
+    escape in the name, with or without the raw target)."""
     decoded = environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")
-    try:  # the bytes of the path, decoded as latin-1; pages are named in UTF-8
-        decoded = decoded.encode("latin-1").decode("utf-8")
-    except UnicodeError:  # not UTF-8 bytes, or not a PEP 3333 string (a test transport's): as given
-        pass
-    return request_path(raw_bytes, decoded)
+    return request_path(raw_target(environ), wire_text(decoded, "surrogateescape"))
 
 
-def _latin1_bytes(text: str) -> bytes | None:
-    try:
-        return text.encode("latin-1")
-    except UnicodeError:  # not a PEP 3333 string
-        return None
+def raw_target(environ: Mapping[str, Any]) -> bytes | None:
+    """The request target as the client sent it, when the server gives it (``REQUEST_URI`` or
+    ``RAW_URI``, PEP 3333 strings): its bytes; else None."""
+    raw = environ.get("REQUEST_URI") or environ.get("RAW_URI")
+    return wire_bytes(raw) if isinstance(raw, str) else None
 
 
 class CountersMiddleware:

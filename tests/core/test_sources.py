@@ -266,3 +266,51 @@ def test_a_source_of_many_visitors_has_an_estimated_uv_that_lua_and_python_agree
     # its count when it became one (counting 256 registers at each change is left to readers)
     assert (int(pv), page_sketch.union_count([sketch])[0]) == (900, found.uv)
     assert 42 < int(uv) <= found.uv
+
+
+def test_an_international_referrer_is_one_source_in_its_idna_form_and_unreadable_bytes_are_unknown():
+    """``http://bücher.example/`` however it reaches the package (text, ``%XX`` escapes, the
+    punycode browsers send) is one source, ``xn--bcher-kva.example``; a host that is not text
+    (U+FFFD, what the middleware reads bytes that are not UTF-8 as; escapes that are not UTF-8
+    or are control characters) is ``(unknown)`` (docs/sources.md)."""
+    cases = {
+        "http://bücher.example/": "xn--bcher-kva.example",
+        "http://www.BÜCHER.example:8080/x?y": "xn--bcher-kva.example",
+        "http://b%C3%BCcher.example/": "xn--bcher-kva.example",
+        "https://www.xn--bcher-kva.example/a": "xn--bcher-kva.example",
+        "bücher.example": "xn--bcher-kva.example",  # a bare host, as a producer reduced it
+        "http://\ufffd\ufffd.example/": "(unknown)",
+        "http://%FF%FE.example/": "(unknown)",
+        "http://a%00b.example/": "(unknown)",
+        "http://a%2Fb.example/": "(unknown)",
+        "http://日本.example/": "xn--wgv71a.example",
+    }
+    for referrer, expected in cases.items():
+        assert sources.referrer_domain(referrer) == expected, referrer
+        assert sources.referrer_domain(expected) == expected  # idempotent
+    assert sources.referrer_domain("http://bücher.example/a", {"xn--bcher-kva.example"}) == "(internal)"
+    assert sources.referrer_domain("http://xn--bcher-kva.example/", {"bücher.example:8080"}) == "(internal)"
+
+
+def test_the_importer_reads_a_logged_referrer_as_the_middleware_reads_the_header():
+    """A combined line's referer as nginx and Apache write it (bytes past ASCII as ``\\xHH``), as
+    a log written in UTF-8 has it, and as gunicorn writes it (the header's bytes read as latin-1,
+    written in UTF-8): the source the middleware gives the same header, ``xn--bcher-kva.example``;
+    bytes that are not UTF-8, escaped, are ``(unknown)``. A target of 3,000 characters counts
+    under its name cut to 512 bytes, as the middleware counts it (``core.validation.page_name``)."""
+    when = datetime.now(timezone.utc).strftime("%d/%b/%Y:%H:%M:%S +0000")
+
+    def line(referer: str, target: str = "/p") -> str:
+        return f'203.0.113.9 - - [{when}] "GET {target} HTTP/1.1" 200 10 "{referer}" "{BROWSER_AGENT}"'
+
+    logged = {
+        r"http://b\xC3\xBCcher.example/": "xn--bcher-kva.example",  # nginx, Apache
+        "http://bücher.example/": "xn--bcher-kva.example",  # a log in UTF-8
+        "http://b\u00c3\u00bccher.example/": "xn--bcher-kva.example",  # gunicorn: UTF-8 bytes as latin-1 text
+        r"http://\xFF\xFE.example/": "(unknown)",
+    }
+    for referer, expected in logged.items():
+        visit = importer.log_line_visit(line(referer), "combined", "secret")
+        assert isinstance(visit, dict) and visit["referrer"] == expected, (referer, visit)
+    visit = importer.log_line_visit(line("-", "/long/" + "a" * 3000), "combined", "secret")
+    assert isinstance(visit, dict) and visit["path"] == "/long/" + "a" * 506

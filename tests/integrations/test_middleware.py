@@ -383,22 +383,34 @@ def test_wsgi_middleware_counts_pages_sets_the_cookie_and_bumps():
 
 @pytest.mark.parametrize("failure, stat", [(InvalidInput("refused"), "refused"), (RuntimeError("closed"), "failed")])
 def test_a_visit_the_recorder_refuses_never_breaks_the_request(failure, stat):
-    middleware = CountersMiddleware(wsgi_page, recorder=FakeRecorder(fail=failure))
+    recorder = FakeRecorder(fail=failure)
+    middleware = CountersMiddleware(wsgi_page, recorder=recorder)
     with wsgi_client(middleware) as client:
         response = client.get("/")
     assert response.status_code == 200 and response.text == "<p>page</p>"
     assert middleware.stats.as_dict()[stat] == 1 and middleware.stats.counted == 0
+    # a refusal is never silent: a skip of its own reason, which the recorder sends on (health, /metrics)
+    refused = isinstance(failure, InvalidInput)
+    assert recorder.skips == (Counter({("middleware", "refused"): 1}) if refused else Counter())
+    assert middleware.stats.skipped_by == (Counter({"refused": 1}) if refused else Counter())
 
 
-def test_a_path_the_recorder_refuses_is_counted_as_refused():
+def test_a_long_path_counts_under_its_cut_name():
+    """A path over the API's 1,024 characters counts under its name cut to 512 bytes (``core.paths``),
+    as ``counters-tasks import`` counts its logged line, instead of being refused."""
     recorder = FakeRecorder()
     middleware = CountersMiddleware(wsgi_page, recorder=recorder)
-    with wsgi_client(middleware) as client:
-        assert client.get("/" + "é" * 1100).status_code == 200  # too long (1,024 characters at most): InvalidInput
-        assert client.get("/bad%01path").status_code == 200  # a control character stays encoded: a page
-        assert client.get("/" + "é" * 600).status_code == 200  # named by its first 512 bytes
-    assert [path for _ip, path, _session in recorder.visits] == ["/bad%01path", "/" + "é" * 255]
-    assert middleware.stats.refused == 1
+    for target in ("/" + "é" * 1100, "/bad%01path", "/" + "é" * 600, "/long/" + "a" * 3000):
+        raw = latin1(target.encode())  # a PEP 3333 string, as gunicorn gives it
+        environ = {"REQUEST_METHOD": "GET", "REQUEST_URI": raw, "PATH_INFO": raw, "REMOTE_ADDR": SOCKET}
+        middleware(environ | {"HTTP_USER_AGENT": BROWSER_AGENT}, lambda status, headers, exc_info=None: None).close()
+    paths = [path for _ip, path, _session in recorder.visits]
+    assert paths == ["/" + "é" * 255, "/bad%01path", "/" + "é" * 255, "/long/" + "a" * 506]
+    assert middleware.stats.refused == 0 and not recorder.skips
+
+
+def latin1(raw: bytes) -> str:
+    return raw.decode("latin-1")
 
 
 def test_a_static_file_keeps_the_servers_file_wrapper():
@@ -675,14 +687,17 @@ def test_an_asgi_app_under_uvicorn_counts_pages_by_the_proxy_rule_and_loses_noth
     )
     try:
         expected = exercise(server)
-        assert server.get("/direct/bad" + "x" * 5000)[0] == 200  # the recorder refuses it; the page still works
+        # over the API's 1,024 characters: counted under its name cut to 512 bytes (a known visitor and session)
+        long_page = "/direct/bad" + "x" * 5000
+        assert server.get(long_page, {"Cookie": f"ct_sid={SID_A}"})[0] == 200
         stats = json.loads(server.get("/stats")[2])
-        assert stats["direct"]["refused"] == 1 and stats["direct"]["counted"] == expected["direct"]
+        assert stats["direct"]["refused"] == 0 and stats["direct"]["counted"] == expected["direct"] + 1
         assert stats["proxied"]["counted"] == expected["proxied"] and stats["direct"]["bumps"] == 3
         assert read_counts(raw_conn, day)["pv"] == 0  # still buffered in the server (max_delay 60 s)
     finally:
         server.stop()
-    wait_for_counts(raw_conn, day, expected_counts(expected))
+    wait_for_counts(raw_conn, day, expected_counts(expected) | {"pv": expected["direct"] + expected["proxied"] + 1})
+    assert sitestats.site_visit_info(raw_conn, day, long_page[:512]).pv == 1
 
 
 WITHOUT_FRAMEWORKS = """

@@ -5,7 +5,10 @@ those equal a count made here by hand from the requests (``EXPECTED``), not by t
 
 The requests: encoded and non-ASCII paths in several spellings, ``%23`` and ``%3F`` inside a
 name, a query string, a browser's revalidation (304, no Content-Type), a HEAD, a stylesheet, a
-404, crawlers and scripts, and in the log a line whose user agent was cut off by the logger.
+404, crawlers and scripts, paths of 1,500 and 3,000 characters (counted under their names cut
+to 512 bytes, issue 40), Referers sent as UTF-8 bytes, as punycode and as bytes that are not
+UTF-8 (their sources: ``EXPECTED_SOURCES``), and in the log a line whose user agent was cut off
+by the logger.
 Each live route and the import count under their own key prefix on one Redis.
 
 Who visits (issue 33, ``COUNTERS_CLIENT_TABLES=on`` on every route): the browser, system,
@@ -62,13 +65,17 @@ class Request(NamedTuple):
     extra: dict[str, str] = {}
 
 
+BUCHER = "http://bücher.example/".encode().decode("latin-1")
+"""A Referer sent as UTF-8 bytes (``http.client`` sends a header's str as latin-1: one byte a character)."""
+NOT_UTF8 = "http://\xff\xfe.example/"
+"""A Referer whose host is two bytes that are not UTF-8 (docs/sources.md: ``(unknown)``)."""
 A, B, C = "81.2.69.142", "5.9.0.1", "1.0.16.1"  # public addresses of known countries: GB, DE, JP (iptocc)
 LANGUAGES = {A: "en-GB,en;q=0.9", B: "de-DE,de;q=0.8", C: "ja"}
 """Each visitor's Accept-Language, sent with each of its requests on the live routes (the
 crawlers and scripts send none)."""
 REQUESTS = [
     Request(A, FIREFOX, "GET", "/caf%C3%A9"),
-    Request(A, FIREFOX, "GET", "/a%20b"),
+    Request(A, FIREFOX, "GET", "/a%20b", {"Referer": BUCHER}),
     Request(A, FIREFOX, "GET", "/%E6%97%A5%E6%9C%AC"),
     Request(A, FIREFOX, "GET", "/tags/c%23"),
     Request(A, FIREFOX, "GET", "/tags/c"),
@@ -79,8 +86,8 @@ REQUESTS = [
     Request(A, FIREFOX, "GET", "/static/app.css", {"Accept": "text/css", "Sec-Fetch-Dest": "style"}),
     Request(A, FIREFOX, "GET", "/missing"),
     Request(B, CHROME, "GET", "/caf%c3%a9"),  # the same page, lower-case escapes
-    Request(B, CHROME, "GET", "/tags/f%23"),
-    Request(B, CHROME, "GET", "/pricing"),
+    Request(B, CHROME, "GET", "/tags/f%23", {"Referer": NOT_UTF8}),
+    Request(B, CHROME, "GET", "/pricing", {"Referer": "https://www.xn--bcher-kva.example/x?y"}),  # as browsers send it
     Request(B, CHROME, "GET", "/pricing", {"If-None-Match": '"v1"'}),  # revisit: 304
     Request(C, SAFARI, "GET", "/%E6%97%A5%E6%9C%AC"),  # its log line is cut inside the user agent
     Request("66.249.66.1", GOOGLEBOT, "GET", "/pricing"),
@@ -88,6 +95,8 @@ REQUESTS = [
     Request("40.77.167.5", BINGBOT, "GET", "/tags/c%23"),
     Request("192.0.2.99", "curl/8.5.0", "GET", "/pricing"),
     Request("192.0.2.98", "python-requests/2.32.3", "GET", "/a%20b"),
+    Request(A, FIREFOX, "GET", "/long/" + "a" * 1500),  # over the API's 1,024 characters: counted under its cut name
+    Request(B, CHROME, "GET", "/long/" + "b" * 3000, {"Referer": BUCHER}),
 ]
 CUT_LINE = 15
 """The request whose log line loses the end of its user agent (as a logger cutting long lines does)."""
@@ -101,29 +110,44 @@ EXPECTED_VIEWS = {  # counted by hand from REQUESTS: page -> (views, visitors)
     "/faq/why%3F": (1, {A}),
     "/pricing": (4, {A, B}),
     "/tags/f%23": (1, {B}),
+    "/long/" + "a" * 506: (1, {A}),  # cut to 512 bytes (core.paths)
+    "/long/" + "b" * 506: (1, {B}),
 }
+EXPECTED_SOURCES = [  # (source, views, visitors), counted by hand: the Referer's host in its IDNA form, as browsers send it
+    ("(direct)", 11, 3),
+    ("xn--bcher-kva.example", 3, 2),
+    ("(unknown)", 1, 1),
+]
+EXPECTED_IMPORTED_SOURCES = [  # what gunicorn's access log can say of the same Referers
+    ("(direct)", 11, 3),
+    ("xn--bcher-kva.example", 3, 2),
+    # gunicorn logs a header's bytes as latin-1 text (written in UTF-8): the two bytes that are
+    # not UTF-8 are the text "ÿþ" in its log, which the importer cannot tell from a host so
+    # named (importer.formats.logged_header); the live routes read the bytes themselves
+    ("xn--vdab.example", 1, 1),
+]
 EXPECTED_SKIPS = {"method": 1, "static": 1, "status": 1, "crawler": 5}
 EXPECTED_CLIENTS = {  # counted by hand from REQUESTS, live: kind -> value -> (views, visitors)
-    # A's views: 6 pages + /pricing twice (its query string, the 304); B's: /café, /tags/f%23
-    # and /pricing twice; C's: /日本. Crawlers and scripts are skipped: no "bot" row.
-    "browser": {"Firefox": (8, {A}), "Chrome": (4, {B}), "Mobile Safari": (1, {C})},
-    "browser_version": {"Firefox 128": (8, {A}), "Chrome 131": (4, {B}), "Mobile Safari 17": (1, {C})},
-    "os": {"Linux": (8, {A}), "Windows": (4, {B}), "iOS": (1, {C})},
-    "os_version": {"Linux": (8, {A}), "Windows 10": (4, {B}), "iOS 17.5": (1, {C})},  # Firefox's says no version
-    "device": {"desktop": (12, {A, B}), "mobile": (1, {C})},
-    "country": {"GB": (8, {A}), "DE": (4, {B}), "JP": (1, {C})},
-    "language": {"en-GB": (8, {A}), "de-DE": (4, {B}), "ja": (1, {C})},
+    # A's views: 7 pages + /pricing twice (its query string, the 304); B's: /café, /tags/f%23,
+    # a long path and /pricing twice; C's: /日本. Crawlers and scripts are skipped: no "bot" row.
+    "browser": {"Firefox": (9, {A}), "Chrome": (5, {B}), "Mobile Safari": (1, {C})},
+    "browser_version": {"Firefox 128": (9, {A}), "Chrome 131": (5, {B}), "Mobile Safari 17": (1, {C})},
+    "os": {"Linux": (9, {A}), "Windows": (5, {B}), "iOS": (1, {C})},
+    "os_version": {"Linux": (9, {A}), "Windows 10": (5, {B}), "iOS 17.5": (1, {C})},  # Firefox's says no version
+    "device": {"desktop": (14, {A, B}), "mobile": (1, {C})},
+    "country": {"GB": (9, {A}), "DE": (5, {B}), "JP": (1, {C})},
+    "language": {"en-GB": (9, {A}), "de-DE": (5, {B}), "ja": (1, {C})},
 }
 EXPECTED_IMPORTED_CLIENTS = EXPECTED_CLIENTS | {  # what the access log can say of the same views
     # C's line (CUT_LINE) was cut inside its user agent: what was logged ends "(KHTML, like
     # Gecko) ", without "Version/17.5 Mobile/15E148 Safari/604.1"; an iPhone's WebKit without
     # Safari's tokens is what an app's web view sends, and ua-parser names it so, with no
     # version. The importer can only read what was logged: not a disagreement of the routes.
-    "browser": {"Firefox": (8, {A}), "Chrome": (4, {B}), "Mobile Safari UI/WKWebView": (1, {C})},
-    "browser_version": {"Firefox 128": (8, {A}), "Chrome 131": (4, {B}), "Mobile Safari UI/WKWebView": (1, {C})},
+    "browser": {"Firefox": (9, {A}), "Chrome": (5, {B}), "Mobile Safari UI/WKWebView": (1, {C})},
+    "browser_version": {"Firefox 128": (9, {A}), "Chrome 131": (5, {B}), "Mobile Safari UI/WKWebView": (1, {C})},
     # a combined access log carries no Accept-Language: every imported view's language is
     # "(unknown)" (core.clients.language_of(None), UNKNOWN)
-    "language": {"(unknown)": (13, {A, B, C})},
+    "language": {"(unknown)": (15, {A, B, C})},
 }
 
 
@@ -135,6 +159,7 @@ def figures(conn: redis.Redis, day) -> dict:
         "site": tuple(sitestats.site_visit_info(conn, day))[1:],
         "site range": _range(sitestats.site_visit_range(conn, yesterday, day)),
         "top": sitestats.top_pages(conn, day, day, limit=50),
+        "sources": [(s.source, s.pv, s.uv) for s in sitestats.top_sources(conn, day, day, limit=50)],
     }
     for page in EXPECTED_VIEWS:
         out[page] = tuple(sitestats.site_visit_info(conn, day, page))[1:]
@@ -149,14 +174,16 @@ def _range(result: sitestats.SiteRange) -> tuple:
     return result.pv, result.uv, [(d.pv, d.uv) for d in result.days]
 
 
-def expected_figures(clients: dict = EXPECTED_CLIENTS) -> dict:
-    """``figures`` as counted by hand: EXPECTED_VIEWS, and the who-visits tables ``clients``."""
+def expected_figures(clients: dict = EXPECTED_CLIENTS, sources: list = EXPECTED_SOURCES) -> dict:
+    """``figures`` as counted by hand: EXPECTED_VIEWS, the who-visits tables ``clients`` and the
+    referrers ``sources``."""
     views = sum(n for n, _ in EXPECTED_VIEWS.values())
     visitors = set().union(*(who for _, who in EXPECTED_VIEWS.values()))
     out: dict = {
         "site": (views, len(visitors)),
         "site range": (views, len(visitors), [(0, 0), (views, len(visitors))]),
         "top": sorted(((p, n) for p, (n, _) in EXPECTED_VIEWS.items()), key=lambda item: (-item[1], item[0])),
+        "sources": sources,
     }
     for page, (n, who) in EXPECTED_VIEWS.items():
         out[page] = (n, len(who))
@@ -278,10 +305,11 @@ def test_live_and_imported_requests_give_the_same_figures(redis_url, tmp_path, m
     results["import"] = counts_under(redis_url, monkeypatch, "import:", day)
 
     # no Accept-Language in an access log: the import's language table is all "(unknown)"
-    assert results["import"][0]["language"] == [("(unknown)", 13, 3, False)]
+    assert results["import"][0]["language"] == [("(unknown)", 15, 3, False)]
     for route, (found, skipped) in results.items():
         today_skipped = found.pop("skipped today")
-        assert found == (expected_figures(EXPECTED_IMPORTED_CLIENTS) if route == "import" else expected), route
+        imported = expected_figures(EXPECTED_IMPORTED_CLIENTS, EXPECTED_IMPORTED_SOURCES)
+        assert found == (imported if route == "import" else expected), route
         by_reason = defaultdict(int)
         for (_route, reason), n in skipped.items():
             by_reason[reason] += n

@@ -132,6 +132,22 @@ def unescape(text: str) -> str:
     return re.sub(r'\\(["\\])|\\x([0-9A-Fa-f]{2})', lambda m: m[1] or f"%{m[2].upper()}", text)
 
 
+def logged_header(text: str) -> str:
+    """A logged header's text. nginx and Apache write a header's bytes past ASCII as ``\\xHH``
+    (``unescape``: ``%HH``, which ``core.sources`` reads as UTF-8); gunicorn (any Python WSGI
+    server's log) writes the header's PEP 3333 string, each byte read as latin-1, in UTF-8: a
+    text whose characters past ASCII are all latin-1 and whose latin-1 bytes are UTF-8 is taken
+    back to those bytes, read as UTF-8, as the middleware reads the header itself
+    (``http://bÃ¼cher.example/`` is ``http://bücher.example/``). Bytes that were not UTF-8 cannot
+    be told from latin-1 text there: they stay as written."""
+    if text.isascii():
+        return text
+    try:
+        return text.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        return text
+
+
 def parse_log_line(text: str, fmt: str) -> LogLine | None:
     """The fields of one line in the ``combined`` or ``common`` format; None when it is malformed
     (its time, request or status unreadable). A combined line cut short has the user agent it
@@ -145,7 +161,7 @@ def parse_log_line(text: str, fmt: str) -> LogLine | None:
         rest = COMBINED_REST.fullmatch(match["rest"]) or CUT_COMBINED_REST.fullmatch(match["rest"])
         if rest is None:
             return None
-        agent, referer = rest["agent"], rest["referer"] and unescape(rest["referer"])
+        agent, referer = rest["agent"], rest["referer"] and logged_header(unescape(rest["referer"]))
     ts = parse_log_time(match["time"])
     status_text = match["status"]
     if ts is None or not (status_text == "-" or (status_text.isdigit() and len(status_text) == 3)):
@@ -207,7 +223,7 @@ def log_line_visit(
         **source_fields(line.referer, query, own_hosts),
     }
     if line.agent and line.agent != "-":  # who visits (core.clients): the worker parses it
-        visit["user_agent"] = line.agent
+        visit["user_agent"] = logged_header(line.agent)  # (its session id: from the agent as logged, as before)
     return visit
 
 
