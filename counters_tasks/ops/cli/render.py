@@ -70,8 +70,28 @@ def emit(
         click.echo(json.dumps(payload, indent=2, ensure_ascii=False, default=str))
     elif output == "csv" and rows is not None:
         write_csv(*rows(payload))
+        more = more_line(payload)
+        if more:  # stdout stays one CSV
+            click.echo(more, err=True)
     else:
         render(_console(), payload)
+
+
+def more_line(data: dict) -> str | None:
+    """Under a list cut at its ``--limit`` (``views.listed_view``: ``more`` of ``total``): "N more
+    (--limit to see them)"; None when nothing was cut. The table's caption, stderr beside a CSV."""
+    more = data.get("more") or 0
+    return f"{more} more (--limit to see them; {data['total']} in all)" if more else None
+
+
+def uv_note(data: dict, rows: list[dict]) -> str | None:
+    """The caption of a table whose UV is marked estimated (``≈``): over several days, the union of
+    the days' sketches; on one day, a value with more than 42 visitors that day."""
+    if not any(row["uv_approximate"] for row in rows):
+        return None
+    if data["from"] == data["to"]:
+        return "UV estimated (≈): more than 42 visitors of a value that day"
+    return "UV over several days: estimated (≈)"
 
 
 SPARKS = "▁▂▃▄▅▆▇█"
@@ -262,7 +282,12 @@ def pages_rows(data: dict) -> Rows:
 def render_pages(console: Any, data: dict) -> None:
     from rich.table import Table
 
-    table = Table(title=f"top pages {data['from']} .. {data['to']}", title_justify="left")
+    table = Table(
+        title=f"top pages {data['from']} .. {data['to']}",
+        title_justify="left",
+        caption=more_line(data),
+        caption_justify="left",
+    )
     table.add_column("#", justify="right")
     table.add_column("path")
     table.add_column("PV", justify="right")
@@ -285,11 +310,12 @@ def sources_rows(data: dict) -> Rows:
 def render_sources(console: Any, data: dict) -> None:
     from rich.table import Table
 
-    approximate = any(s["uv_approximate"] for s in data["sources"])
+    notes = [note for note in (uv_note(data, data["sources"]), more_line(data)) if note]
     table = Table(
         title=f"{data['kind']} {data['from']} .. {data['to']}",
         title_justify="left",
-        caption="UV over several days: estimated (≈)" if approximate else None,
+        caption="\n".join(notes) or None,
+        caption_justify="left",
     )
     table.add_column("#", justify="right")
     table.add_column(data["kind"])
@@ -341,6 +367,16 @@ def other_line(data: dict) -> str | None:
     )
 
 
+def not_in_table_line(data: dict) -> str | None:
+    """The period's page views a who-visits table does not hold (``views.coverage_view``): views
+    counted while the tables were off (or before the page was listed); None when it holds them all."""
+    missing = data.get("not_in_table") or 0
+    if not missing:
+        return None
+    when = "tables off, or the page not in COUNTERS_CLIENT_PAGES, then" if data.get("path") else "tables off then"
+    return f"{missing} page views not in this table ({when}): {data['table_pv']} of the period's {data['pv']} are"
+
+
 NO_CLIENTS = (
     "none counted in the range: who visits is counted with COUNTERS_CLIENT_TABLES=on "
     "on the producers and the workers (docs/clients.md)"
@@ -352,11 +388,12 @@ def render_clients(console: Any, data: dict) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    notes = [note for note in (other_line(data),) if note]
+    notes = [note for note in (other_line(data), more_line(data), not_in_table_line(data)) if note]
     if not data["clients"]:
         notes.append(NO_CLIENTS)
-    if any(c["uv_approximate"] for c in data["clients"]):
-        notes.append("UV over several days: estimated (≈)")
+    elif not data.get("client_tables", True):
+        notes.append("who visits tables off now (COUNTERS_CLIENT_TABLES): no view is counted in them")
+    notes.extend(note for note in (uv_note(data, data["clients"]),) if note)
     site = "" if data["site"] == "default" else f", site {data['site']}"
     page = f", page {data['path']}" if data.get("path") else ""
     table = Table(

@@ -162,6 +162,17 @@
         (listed ? "" : ", not among the " + data.clients.length + " listed") :
         data.clients.length ? "" :
         "None counted in the range: who visits is counted with COUNTERS_CLIENT_TABLES=on on the producers and the workers.";
+      // what the table does not show: the rows past its limit, and the period's page views counted
+      // while the tables were off (or before the page was listed): views.listed_view, coverage_view
+      var coverage = [];
+      if (data.more) coverage.push(data.more + " more values not listed (" + data.total + " in all)");
+      if (data.not_in_table) {
+        coverage.push(data.not_in_table + " page views not in this table (" +
+          (data.path ? "tables off, or the page not in COUNTERS_CLIENT_PAGES, then" : "tables off then") +
+          "): " + data.table_pv + " of the period's " + data.pv + " are");
+      }
+      if (!data.client_tables && data.clients.length) coverage.push("who visits tables off now (COUNTERS_CLIENT_TABLES)");
+      $("clients-coverage").textContent = coverage.join("; ");
       $("clients-error").textContent = "";
       loaded("clients");
     }).catch(function (e) { failed("clients", e); });
