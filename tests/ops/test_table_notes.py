@@ -117,3 +117,16 @@ def test_the_several_days_note_only_for_several_days(raw_conn, monkeypatch, offs
     code, out, _err = run("browsers", "--from", first, "--to", last)
     assert code == 0 and "≈" in out
     assert ("several days" in out) == (len(offsets) > 1)
+
+
+@pytest.mark.parametrize("tables", ["on", "off"])
+def test_health_says_whether_the_tables_are_on_and_which_pages(raw_conn, monkeypatch, tables):
+    """``counters-tasks health`` (text and JSON) says whether who visits is counted and the pages
+    of COUNTERS_CLIENT_PAGES (none while the tables are off)."""
+    use_settings(monkeypatch, COUNTERS_CLIENT_TABLES=tables, COUNTERS_CLIENT_PAGES="/pricing,/docs/")
+    _code, out, _err = run("health", "--json")
+    pages = ["/docs/", "/pricing"] if tables == "on" else []
+    assert json.loads(out)["who_visits"] == {"client_tables": tables == "on", "client_pages": pages}
+    _code, out, _err = run("health")
+    [line] = [line for line in out.splitlines() if "who visits tables" in line]
+    assert f"who visits tables {tables}" in line and (("/docs/, /pricing" in line) is (tables == "on"))

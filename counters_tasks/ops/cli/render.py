@@ -20,6 +20,7 @@ from typing import Any
 import click
 
 from ...core.settings import get_settings
+from ... import sitestats
 from ...sitestats import OTHER
 from ...store import deployment
 
@@ -509,6 +510,8 @@ def render_health(console: Any, data: dict) -> None:
         took = "" if info["last_duration"] is None else f", took {info['last_duration'] * 1000:.1f} ms"
         result = "" if info["last_result"] is None else f", result {info['last_result']}"
         console.print(f"     job      {job}: {_ago(info['age_seconds'])}{took}{result}, skipped {info['skipped']}")
+    if "who_visits" in data:
+        console.print(f"     who      {sitestats.client_tables_said(data['who_visits'])}", markup=False)
     if data["refused"]:
         console.print("     refused  " + "  ".join(f"{reason}={n}" for reason, n in data["refused"].items()))
     if "dead_letters" in data:
