@@ -19,8 +19,8 @@ from typing import Any
 
 import click
 
-from ...core.settings import get_settings
 from ... import sitestats
+from ...core.settings import get_settings
 from ...sitestats import OTHER
 from ...store import deployment
 
