@@ -130,3 +130,30 @@ def test_health_says_whether_the_tables_are_on_and_which_pages(raw_conn, monkeyp
     _code, out, _err = run("health")
     [line] = [line for line in out.splitlines() if "who visits tables" in line]
     assert f"who visits tables {tables}" in line and (("/docs/, /pricing" in line) is (tables == "on"))
+
+
+def test_a_log_line_without_a_user_agent_is_a_bot_as_the_crawler_rule_says(raw_conn, monkeypatch, tmp_path):
+    """Issue 40: ``import --all`` of a combined log's ``-`` user agent (no User-Agent sent) put the
+    view under device ``(unknown)``, where docs/clients.md says the crawler rule's answer is
+    ``bot`` (``core.pageviews.is_crawler``: empty or ``-`` is a script). One rule: ``bot``; its
+    browser and system stay ``(unknown)``. A visit sent with no user agent at all (None) did not
+    tell: ``(unknown)``."""
+    from counters_tasks.core import clients
+    from counters_tasks.core.pageviews import is_crawler
+
+    use_settings(monkeypatch, COUNTERS_CLIENT_TABLES="on")
+    assert is_crawler("-") and is_crawler("")
+    assert clients.client_of("-") == clients.client_of("") == (clients.UNKNOWN, clients.UNKNOWN, clients.BOT)
+    assert clients.client_of(None) == clients.UNKNOWN_CLIENT
+    now = time.time()
+    when = time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime(now))
+    log = tmp_path / "access.log"
+    log.write_text(
+        f'198.51.100.1 - - [{when}] "GET /a HTTP/1.1" 200 5 "-" "-"\n'
+        f'198.51.100.2 - - [{when}] "GET /b HTTP/1.1" 200 5 "-" "{FIREFOX_121}"\n'
+    )
+    code, out, err = run("import", "--all", str(log), "--output", "json")
+    assert code == 0, out + err
+    day = local_day(now).isoformat()
+    data = json.loads(run("devices", "--from", day, "--to", day, "--json")[1])
+    assert sorted((c["value"], c["pv"]) for c in data["clients"]) == [("bot", 1), ("desktop", 1)]
