@@ -112,3 +112,12 @@ def test_readme_stays_short_and_in_a_users_order():
         "Configuration",
     ]
     assert len(README.splitlines()) < 230
+
+
+def test_the_session_ids_size_is_the_codes():
+    """README said 56-bit session ids where the code (and docs/keys.md) reads 15 hex digits: 60 bits."""
+    from counters_tasks.uniques import SESSION_DIGITS
+
+    bits = SESSION_DIGITS * 4
+    assert f"{bits}-bit ids" in README and f"first {SESSION_DIGITS} hex digits" in README
+    assert f"first {SESSION_DIGITS} hex digits ({bits} bits)" in (REPO / "docs" / "keys.md").read_text()
