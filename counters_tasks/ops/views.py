@@ -127,16 +127,17 @@ def board_view(
         known = ", ".join(ranking.known_boards(conn, site=site)) or "none"
         raise InvalidInput(f"no board named {board!r} (boards: {known})")
     period, interval = stored
+    board_ = ranking.Ranking(conn, board, period, interval, site=site)
     # (member, total) pairs with withscores=True (Ranking.top is typed with both shapes)
-    top = cast(
-        "list[tuple[str, int]]",
-        ranking.Ranking(conn, board, period, interval, site=site).top(0, limit, withscores=True, now=now),
-    )
+    top = cast("list[tuple[str, int]]", board_.top(0, limit, withscores=True, now=now))
+    # the members past the limit: those of the board's totals (rotation drops a member at zero)
+    total = len(top) if len(top) < limit else int(board_.stats()["members"] or 0)
     return {
         "board": board,
         "period_hours": period,
         "interval_hours": interval,
         "top": [[member, total] for member, total in top],
+        **listed_view(len(top), total),
     }
 
 

@@ -157,3 +157,29 @@ def test_a_log_line_without_a_user_agent_is_a_bot_as_the_crawler_rule_says(raw_c
     day = local_day(now).isoformat()
     data = json.loads(run("devices", "--from", day, "--to", day, "--json")[1])
     assert sorted((c["value"], c["pv"]) for c in data["clients"]) == [("bot", 1), ("desktop", 1)]
+
+
+def test_a_board_and_the_dead_letters_cut_at_their_limit_say_how_many_more(raw_conn):
+    """``top`` (11 members, default limit 10) and ``dead-letters list`` (3 records, --limit 2)."""
+    from counters_tasks import ranking
+    from counters_tasks.store import keys
+    from counters_tasks.worker import dead_letters
+
+    board = ranking.Ranking(raw_conn, "pages")
+    for n in range(11):
+        board.incr(f"/m/{n}", n + 1)
+    data = json.loads(run("top", "pages", "--json")[1])
+    assert len(data["top"]) == 10 and (data["total"], data["more"]) == (11, 1)
+    assert "1 more (--limit to see them; 11 in all)" in run("top", "pages")[1]
+    assert "more (--limit" not in run("top", "pages", "-n", "11")[1]
+    assert "1 more (--limit" in run("top", "pages", "--format", "csv")[2]
+    client = dead_letters.store_client()
+    client.delete(keys.dead_letters())
+    try:
+        for n in range(3):
+            dead_letters.set_aside_call("counters.update_counter", f"id,{n}", [n], {}, "visits", ValueError("bad"), 5)
+        data = json.loads(run("dead-letters", "list", "--limit", "2", "--json")[1])
+        assert len(data["records"]) == 2 and (data["count"], data["total"], data["more"]) == (3, 3, 1)
+        assert "1 more (--limit to see them; 3 in all)" in run("dead-letters", "list", "--limit", "2")[1]
+    finally:
+        client.delete(keys.dead_letters())

@@ -203,7 +203,10 @@ def render_board(console: Any, data: dict) -> None:
     from rich.table import Table
 
     table = Table(
-        title=f"{data['board']} (last {data['period_hours']} h, every {data['interval_hours']} h)", title_justify="left"
+        title=f"{data['board']} (last {data['period_hours']} h, every {data['interval_hours']} h)",
+        title_justify="left",
+        caption=more_line(data),
+        caption_justify="left",
     )
     table.add_column("#", justify="right")
     table.add_column("member")
@@ -557,6 +560,9 @@ def render_dead_letters(console: Any, data: dict) -> None:
             f"{row['id'] or '-'} from {row['queue'] or '-'}",
             markup=False,
         )
+    more = more_line(data)
+    if more:
+        console.print(f"  {more}", markup=False)
 
 
 TOKEN_COLUMNS = ("name", "created_epoch", "created_iso", "scope", "site")
