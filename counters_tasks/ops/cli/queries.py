@@ -24,16 +24,11 @@ from .render import (
     STATS_COLUMNS,
     UNIQUES_COLUMNS,
     board_rows,
-    clients_columns,
-    clients_rows,
     counter_rows,
     counters_rows,
     emit,
-    not_in_table_line,
-    other_line,
     pages_rows,
     render_board,
-    render_clients,
     render_counter,
     render_pages,
     render_sources,
@@ -43,6 +38,7 @@ from .render import (
     stats_rows,
     uniques_rows,
 )
+from .render_clients import clients_columns, clients_rows, not_in_table_line, other_line, render_clients
 
 
 @click.command("counter")
