@@ -1037,21 +1037,9 @@ def top_clients(
         check_int(limit, "limit", 1, CLIENTS_LIMIT)
         if kind not in CLIENT_VIEWS:
             raise InvalidInput(f"kind must be one of {', '.join(CLIENT_VIEWS)}, got {kind!r}")
-        table, _by, how = kind.partition("_")
-        letter = keys.CLIENT_KINDS[table]
+        letter = keys.CLIENT_KINDS[kind.partition("_")[0]]
         span = days.days_between(start, end)
-        grouped = table in ("browser", "os") and how != "version"
-        pipe = read_pipeline(conn)
-        for day in span:  # (a table holds at most COUNTERS_MAX_DAY_CLIENTS values and "")
-            pipe.hgetall(keys.site_day_table(day, letter, site=scope))
-        views: Counter[str] = Counter()
-        fields_of: dict[str, set[str]] = defaultdict(set)
-        for day_table in pipe.execute():
-            for field, count in day_table.items():
-                value = as_str(field)
-                name = family(value) if grouped and value else value
-                views[name] += int(count)
-                fields_of[name].add(value)
+        views, fields_of = _client_views(conn, span, kind, scope)
 
         def day_sketches(fields: list[str]) -> list[dict[str, str]]:  # a value's sketch is apart, by "<letter>:<value>"
             pipe = read_pipeline(conn)
@@ -1063,6 +1051,30 @@ def top_clients(
             ]
 
         return _ranked_counts(views, fields_of, limit, day_sketches)
+
+
+def _client_views(
+    conn: RedisClient, span: list[date], kind: str, scope: str
+) -> tuple[Counter[str], dict[str, set[str]]]:
+    """The page views of each value of ``kind`` over the days ``span`` of ``scope`` (a family's
+    versions summed for ``browser`` and ``os``; "" the views past a day's cap), and the table
+    fields each value is made of: one HGETALL a day (a table holds at most
+    COUNTERS_MAX_DAY_CLIENTS values and "")."""
+    table, _by, how = kind.partition("_")
+    letter = keys.CLIENT_KINDS[table]
+    grouped = table in ("browser", "os") and how != "version"
+    pipe = read_pipeline(conn)
+    for day in span:
+        pipe.hgetall(keys.site_day_table(day, letter, site=scope))
+    views: Counter[str] = Counter()
+    fields_of: dict[str, set[str]] = defaultdict(set)
+    for day_table in pipe.execute():
+        for field, count in day_table.items():
+            value = as_str(field)
+            name = family(value) if grouped and value else value
+            views[name] += int(count)
+            fields_of[name].add(value)
+    return views, fields_of
 
 
 def folded_client_views(
@@ -1119,17 +1131,7 @@ def client_totals(
         check_day_range(start, end)
         if kind not in CLIENT_VIEWS:
             raise InvalidInput(f"kind must be one of {', '.join(CLIENT_VIEWS)}, got {kind!r}")
-        table, _by, how = kind.partition("_")
-        letter = keys.CLIENT_KINDS[table]
-        grouped = table in ("browser", "os") and how != "version"
-        pipe = read_pipeline(conn)
-        for day in days.days_between(start, end):
-            pipe.hgetall(keys.site_day_table(day, letter, site=scope))
-        views: Counter[str] = Counter()
-        for day_table in pipe.execute():
-            for field, count in day_table.items():
-                value = as_str(field)
-                views[family(value) if grouped and value else value] += int(count)
+        views, _fields_of = _client_views(conn, days.days_between(start, end), kind, scope)
         return TableTotals(sum(1 for n in views.values() if n > 0), sum(views.values()))
 
 
