@@ -183,3 +183,20 @@ def test_a_board_and_the_dead_letters_cut_at_their_limit_say_how_many_more(raw_c
         assert "1 more (--limit to see them; 3 in all)" in run("dead-letters", "list", "--limit", "2")[1]
     finally:
         client.delete(keys.dead_letters())
+
+
+def test_a_single_days_estimated_uv_is_not_said_to_be_over_several_days(raw_conn, monkeypatch):
+    """``stats`` of one day with ``COUNTERS_UV_MODE=hll``: the day's UV is its HyperLogLog's
+    estimate, not a union of days; two days are."""
+    use_settings(monkeypatch, COUNTERS_UV_MODE="hll")
+    now = time.time()
+    for n in range(60):
+        sitestats.record_visit(raw_conn, f"198.51.100.{n}", "/", now)
+        sitestats.record_visit(raw_conn, f"198.51.101.{n}", "/", now - 86400)
+    day, yesterday = local_day(now).isoformat(), local_day(now - 86400).isoformat()
+    data = json.loads(run("stats", "--day", day, "--json")[1])
+    assert data["uv_approximate"] and data["pv"] == 60
+    code, out, _err = run("stats", "--day", day)
+    assert code == 0 and "several days" not in out and "UV: an estimate" in out, out
+    code, out, _err = run("stats", "--from", yesterday, "--to", day)
+    assert code == 0 and "UV over several days: an estimate" in out, out

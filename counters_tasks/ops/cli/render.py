@@ -253,7 +253,14 @@ def render_stats(console: Any, data: dict) -> None:
 
     where = data["path"] or "whole site"
     uv = f"{'~' if data['uv_approximate'] else ''}{data['uv']}"
-    note = "  (UV over several days: an estimate of the union, docs/api.md)" if data["uv_approximate"] else ""
+    several = data["from"] != data["to"]
+    note = (
+        ""
+        if not data["uv_approximate"]
+        else "  (UV over several days: an estimate of the union, docs/api.md)"
+        if several
+        else "  (UV: an estimate, COUNTERS_UV_MODE=hll, docs/api.md)"
+    )
     console.print(f"[bold]{where}[/bold] {data['from']} .. {data['to']}: PV {data['pv']}, UV {uv}{note}")
     skipped = skipped_line(data)
     if skipped is not None:

@@ -76,7 +76,9 @@
       $("uv-total").textContent = data.uv;
       // "≈" only on a true estimate (views.stats_view: one day, or a range whose visitors all came
       // on one day, has that day's figure, exact in the default mode)
-      $("uv-note").textContent = data.uv_approximate ? " ≈ (an estimate of the union of the days)" : "";
+      // (one day's figure is an estimate only with COUNTERS_UV_MODE=hll: no union of days then)
+      $("uv-note").textContent = !data.uv_approximate ? "" :
+        data.from === data.to ? " ≈ (an estimate: COUNTERS_UV_MODE=hll)" : " ≈ (an estimate of the union of the days)";
       // what the figures leave out, beside them: the site's requests that were not page views
       // (a path's figures have none of their own)
       $("skipped").hidden = data.skipped === undefined;
