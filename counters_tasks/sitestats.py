@@ -967,6 +967,23 @@ def client_pages() -> frozenset[str]:
     return _client_pages(settings) if settings.client_tables else frozenset()
 
 
+def client_tables_status() -> dict[str, Any]:
+    """Whether the who-visits tables are kept (``client_tables``: COUNTERS_CLIENT_TABLES, read from
+    the settings: off by default) and the pages of COUNTERS_CLIENT_PAGES counted again
+    (``client_pages``, canonical names, sorted; none while the tables are off): what health,
+    ``/api/config``, the who-visits reads and ``make run`` say, so a table with no rows, or fewer
+    views than the site's, is explained where it is shown."""
+    return {"client_tables": get_settings().client_tables, "client_pages": sorted(client_pages())}
+
+
+def client_tables_said(status: dict[str, Any]) -> str:
+    """``client_tables_status`` as one line of text (``health``, ``make run``)."""
+    if not status["client_tables"]:
+        return "who visits tables off (COUNTERS_CLIENT_TABLES=on on the producers and workers keeps them)"
+    pages = ", ".join(status["client_pages"]) or "none"
+    return f"who visits tables on (COUNTERS_CLIENT_TABLES); pages of COUNTERS_CLIENT_PAGES: {pages}"
+
+
 @functools.lru_cache(maxsize=4)
 def _client_pages(settings: Settings) -> frozenset[str]:
     """(Cached per settings: a page's canonical name also follows COUNTERS_PATH_TRAILING_SLASH
@@ -1020,21 +1037,9 @@ def top_clients(
         check_int(limit, "limit", 1, CLIENTS_LIMIT)
         if kind not in CLIENT_VIEWS:
             raise InvalidInput(f"kind must be one of {', '.join(CLIENT_VIEWS)}, got {kind!r}")
-        table, _by, how = kind.partition("_")
-        letter = keys.CLIENT_KINDS[table]
+        letter = keys.CLIENT_KINDS[kind.partition("_")[0]]
         span = days.days_between(start, end)
-        grouped = table in ("browser", "os") and how != "version"
-        pipe = read_pipeline(conn)
-        for day in span:  # (a table holds at most COUNTERS_MAX_DAY_CLIENTS values and "")
-            pipe.hgetall(keys.site_day_table(day, letter, site=scope))
-        views: Counter[str] = Counter()
-        fields_of: dict[str, set[str]] = defaultdict(set)
-        for day_table in pipe.execute():
-            for field, count in day_table.items():
-                value = as_str(field)
-                name = family(value) if grouped and value else value
-                views[name] += int(count)
-                fields_of[name].add(value)
+        views, fields_of = _client_views(conn, span, kind, scope)
 
         def day_sketches(fields: list[str]) -> list[dict[str, str]]:  # a value's sketch is apart, by "<letter>:<value>"
             pipe = read_pipeline(conn)
@@ -1046,6 +1051,30 @@ def top_clients(
             ]
 
         return _ranked_counts(views, fields_of, limit, day_sketches)
+
+
+def _client_views(
+    conn: RedisClient, span: list[date], kind: str, scope: str
+) -> tuple[Counter[str], dict[str, set[str]]]:
+    """The page views of each value of ``kind`` over the days ``span`` of ``scope`` (a family's
+    versions summed for ``browser`` and ``os``; "" the views past a day's cap), and the table
+    fields each value is made of: one HGETALL a day (a table holds at most
+    COUNTERS_MAX_DAY_CLIENTS values and "")."""
+    table, _by, how = kind.partition("_")
+    letter = keys.CLIENT_KINDS[table]
+    grouped = table in ("browser", "os") and how != "version"
+    pipe = read_pipeline(conn)
+    for day in span:
+        pipe.hgetall(keys.site_day_table(day, letter, site=scope))
+    views: Counter[str] = Counter()
+    fields_of: dict[str, set[str]] = defaultdict(set)
+    for day_table in pipe.execute():
+        for field, count in day_table.items():
+            value = as_str(field)
+            name = family(value) if grouped and value else value
+            views[name] += int(count)
+            fields_of[name].add(value)
+    return views, fields_of
 
 
 def folded_client_views(
@@ -1071,3 +1100,71 @@ def folded_client_views(
         for day in days.days_between(start, end):
             pipe.hget(keys.site_day_table(day, letter, site=scope), "")
         return sum(int(views or 0) for views in pipe.execute())
+
+
+class TableTotals(NamedTuple):
+    """A who-visits or sources table over a range, whole (``client_totals``, ``source_totals``):
+    ``values``, the rows ``top_clients`` / ``top_sources`` would list with no limit (``(other)``
+    one of them), and ``pv``, the page views the table holds (every row's, ``(other)`` and
+    ``(unknown)`` included): what a reader says beside a table cut at its limit ("N more") or
+    that holds fewer views than the site's (or page's) PV (views counted while the tables were off)."""
+
+    values: int
+    pv: int
+
+
+def client_totals(
+    conn: RedisClient,
+    start: date,
+    end: date,
+    kind: str = "browser",
+    *,
+    site: str | None = None,
+    path: str | None = None,
+) -> TableTotals:
+    """The whole table of ``kind`` (one of ``CLIENT_VIEWS``) of the site (or its page ``path``)
+    over ``start``..``end``: how many values ``top_clients`` would list with no limit (a family's
+    versions one value for ``browser`` and ``os``), and the page views it holds. One HGETALL a day
+    (a table holds at most COUNTERS_MAX_DAY_CLIENTS values and ``(other)``)."""
+    scope = clients_scope(site, path)
+    with keys.bound(conn):
+        check_day_range(start, end)
+        if kind not in CLIENT_VIEWS:
+            raise InvalidInput(f"kind must be one of {', '.join(CLIENT_VIEWS)}, got {kind!r}")
+        views, _fields_of = _client_views(conn, days.days_between(start, end), kind, scope)
+        return TableTotals(sum(1 for n in views.values() if n > 0), sum(views.values()))
+
+
+def source_totals(
+    conn: RedisClient, start: date, end: date, kind: str = "referrer", *, site: str | None = None
+) -> TableTotals:
+    """The whole sources table of ``kind`` over ``start``..``end`` (``top_sources`` with no
+    limit): how many sources it lists (``(other)`` one of them) and the page views it holds. Each
+    day's table read in HSCAN pages, as ``top_sources`` reads it."""
+    scope = check_site(site)
+    with keys.bound(conn):
+        check_day_range(start, end)
+        letter = keys.SOURCE_KINDS.get(kind) if isinstance(kind, str) else None
+        if letter is None:
+            raise InvalidInput(f"kind must be one of {', '.join(keys.SOURCE_KINDS)}, got {kind!r}")
+        views: Counter[str] = Counter()
+        tables = [keys.site_day_table(day, letter, site=scope) for day in days.days_between(start, end)]
+        for day_views in _tables_views(conn, tables):
+            views.update(day_views)
+        return TableTotals(sum(1 for n in views.values() if n > 0), sum(views.values()))
+
+
+def page_totals(conn: RedisClient, start: date, end: date, *, site: str | None = None) -> TableTotals:
+    """Every page of the site over ``start``..``end`` (``top_pages`` with no limit): how many paths
+    it would list (``(other)`` one of them) and their page views. Reads every page of the days
+    (at most COUNTERS_MAX_DAY_PATHS a day, in HSCAN pages): for a reader that says "N more" under
+    a cut list (the CLI's ``top-pages``), not for every read of the dashboard."""
+    scope = check_site(site)
+    with keys.bound(conn):
+        check_day_range(start, end)
+        views: Counter[str] = Counter()
+        for day_views in _tables_views(
+            conn, [keys.site_day_pages(day, site=scope) for day in days.days_between(start, end)]
+        ):
+            views.update(day_views)
+        return TableTotals(sum(1 for n in views.values() if n > 0), sum(views.values()))

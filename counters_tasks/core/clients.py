@@ -67,6 +67,9 @@ class Client(NamedTuple):
 
 
 UNKNOWN_CLIENT = Client(UNKNOWN, UNKNOWN, UNKNOWN)
+"""A visit given no user agent at all (None: the caller did not tell), or an unreadable one. A
+request that sent none (``""``, a log's ``-``) is a script by the crawler rule
+(``pageviews.is_crawler``): device ``bot``, its browser and system ``(unknown)``."""
 
 DEVICE_RULE = {
     "tablet brands": ("Generic_Android_Tablet",),
@@ -114,9 +117,9 @@ def client_of(user_agent: Any) -> Client:
 def _client(user_agent: str, _crawler_pattern: str | None) -> Client:
     """(Cached per user agent as given, and per crawler setting: ``is_crawler`` reads it.)"""
     text = user_agent.strip()
-    if not text or text == "-" or len(text) > MAX_HEADER or _CONTROL.search(text):
+    if len(text) > MAX_HEADER or _CONTROL.search(text):
         return UNKNOWN_CLIENT
-    result = _parser().parse(text)
+    result = _parser().parse(text)  # (no User-Agent sent, "" or a log's "-": nothing found, a bot by the crawler rule)
     agent, system = result.user_agent, result.os
     browser = UNKNOWN if agent is None else _named(agent.family, agent.major)
     os = UNKNOWN if system is None else _named(system.family, system.major, system.minor)

@@ -4,9 +4,12 @@ a worker, one beat and Flower, stopped together on Ctrl-C.
 State lives in a local folder (``COUNTERS_HOME``, default ``./.counters-tasks``): the private
 Redis's data (AOF on), the generated ``COUNTERS_SECRET``, tag key (``COUNTERS_TAG_KEY``) and Flower password, logs, and
 ``env``: the ``export`` lines that point another shell (the README's snippets, the CLI) at this
-stack. The private Redis takes port 6379 (``COUNTERS_REDIS_PORT``); when that is taken it says
-so loudly, by whom, and takes a free port, which ``env`` then names. Stop order (Ctrl-C or
-SIGTERM): Flower, beat, the worker (it finishes the batch in hand), then Redis.
+stack. The private Redis takes port 6379 (``COUNTERS_REDIS_PORT``) and Flower 5555
+(``FLOWER_PORT``); when one is taken it says so loudly, by whom, and takes a free port (the
+Redis's is then in ``env``). A stack that runs (``stack.pid``) is not started twice on one
+folder: a second ``run`` says so (stop it, or use it); ``demo`` runs beside it, on its Redis, with
+a worker of its own and no beat. Stop order (Ctrl-C or SIGTERM): Flower, beat, the worker (it
+finishes the batch in hand), then Redis. The start says whether the who-visits tables are on.
 
 In a source checkout (``make run``) the worker, beat and Flower load its ``celeryconfig.py``, as
 docker-compose.yml's services do; installed, the package's defaults (``CELERY_CONFIG_MODULE``
@@ -29,6 +32,7 @@ from pathlib import Path
 
 import redis
 
+from .. import sitestats
 from ..app import PACKAGE_DEFAULTS, app
 from ..core.settings import get_settings, redact_url, reset_settings
 from ..store.client import as_str, get_redis
@@ -69,10 +73,20 @@ def _read_or_create(path: Path, make: Callable[[], str]) -> str:
 class Stack:
     """Start what is missing, in order; stop everything in reverse order."""
 
-    def __init__(self, flower: bool = True, concurrency: int = 2, log: Callable[[str], object] = print) -> None:
+    def __init__(
+        self,
+        flower: bool = True,
+        concurrency: int = 2,
+        log: Callable[[str], object] = print,
+        beside: bool = False,
+    ) -> None:
+        """``beside`` (``demo``): when a stack of this folder runs, use its Redis (with a worker of
+        this stack's own, no beat) instead of refusing to start."""
         self.settings = get_settings()
         self.home = self.settings.home
         self.flower = flower
+        self.beside = beside
+        self.shared = False
         self.concurrency = concurrency
         self.log = log
         self.redis: RedisServer | None = None
@@ -86,12 +100,27 @@ class Stack:
     def start(self) -> Stack:
         self.home.mkdir(parents=True, exist_ok=True)
         (self.home / "logs").mkdir(exist_ok=True)
-        if not self.settings.redis_url_given:
+        running = running_stack(self.home)
+        if not self.settings.redis_url_given and running is not None and self.beside:
+            self.shared = True  # the stack of `run` keeps its Redis and beat: this one adds a worker
+            self.env["COUNTERS_REDIS_URL"] = stack_env(self.home)["COUNTERS_REDIS_URL"]
+            self.log(
+                f"redis    the running stack's (pid {running}, {redact_url(self.env['COUNTERS_REDIS_URL'])}): "
+                "this one runs beside it, with a worker of its own"
+            )
+        elif not self.settings.redis_url_given:
+            if running is not None:
+                raise RuntimeError(
+                    f"a `counters-tasks run` of {self.home} runs already (pid {running}): use it (source "
+                    f"{self.env_file}), or stop it first (Ctrl-C in its terminal, or kill {running}); "
+                    "another stack needs its own COUNTERS_HOME"
+                )
             self.redis = RedisServer(self.home / "redis", port=self.redis_port(), appendonly=True).start()
             self.env["COUNTERS_REDIS_URL"] = self.redis.url
             self.log(
                 f"redis    private {Path(self.redis.command()[0]).name} at {self.redis.url} (data in {self.redis.data_dir})"
             )
+            self.pid_file.write_text(f"{os.getpid()}\n")
         else:
             self.log(f"redis    using COUNTERS_REDIS_URL={redact_url(self.env['COUNTERS_REDIS_URL'])}")
         if not self.settings.secret:
@@ -104,8 +133,10 @@ class Stack:
             self.log(f"tag key  COUNTERS_TAG_KEY from {self.home / 'tag-key'}")
         os.environ.update({k: self.env[k] for k in ENV_NAMES})
         reset_settings()
-        self.write_env_file()
+        if not self.shared:  # (the running stack's env file stays as it wrote it)
+            self.write_env_file()
         self.choose_config()
+        self.log(f"who      {sitestats.client_tables_said(sitestats.client_tables_status())}")
         self.started_at = time.time()
         self._spawn(
             "worker",
@@ -116,14 +147,16 @@ class Stack:
                 "-c",
                 str(self.concurrency),
                 "-n",
-                "counters@%h",
+                "demo@%h" if self.shared else "counters@%h",
                 "--loglevel",
                 "INFO",
             ],
         )
         self._spawn(
             "beat",
-            [
+            []
+            if self.shared
+            else [
                 "beat",
                 "--loglevel",
                 "INFO",
@@ -139,7 +172,7 @@ class Stack:
             auth = self.settings.flower_auth or _read_or_create(
                 self.home / "flower-auth", lambda: "admin:" + secrets.token_urlsafe(12)
             )
-            port = self.settings.flower_port
+            port = self.port_for("flower", self.settings.flower_port)
             # the password in Flower's environment, which only this user can read, not on its command
             # line, which any user of the machine sees in ps (Flower reads FLOWER_BASIC_AUTH itself)
             self._spawn(
@@ -196,9 +229,24 @@ class Stack:
             self.log(f"redis    !!! {line}")
         return port
 
+    def port_for(self, name: str, wanted: int) -> int:
+        """The wanted port of ``name`` (Flower) when it is free; else, said loudly with who holds
+        it (as the Redis's port), a free one."""
+        if port_is_free(wanted):
+            return wanted
+        port = free_port()
+        self.log(f"{name:<8} !!! port {wanted} is taken by {port_holder(wanted)}")
+        self.log(f"{name:<8} !!! {name} listens on port {port} instead")
+        return port
+
     @property
     def env_file(self) -> Path:
         return self.home / "env"
+
+    @property
+    def pid_file(self) -> Path:
+        """``stack.pid``: the pid of the process whose stack owns this folder's Redis, while it runs."""
+        return self.home / "stack.pid"
 
     def write_env_file(self) -> None:
         """``export`` lines for this stack (readable by the owner only: it holds the secret),
@@ -225,7 +273,9 @@ class Stack:
             )
 
     def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
-        log_path = self.home / "logs" / f"{name}.log"
+        if not args:  # (beat, beside a running stack: its beat runs the jobs)
+            return
+        log_path = self.home / "logs" / f"{name if not self.shared else 'demo-' + name}.log"
         log_file = open(log_path, "ab")
         process = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "counters_tasks", *self.config_args, *args],
@@ -291,6 +341,8 @@ class Stack:
             self.redis.stop()
             self.log("redis    stopped")
             self.redis = None
+            if running_stack(self.home) == os.getpid():
+                self.pid_file.unlink()
 
     def run_forever(self) -> int:
         """Block until Ctrl-C (SIGINT) or SIGTERM, then stop everything; 0 on a clean stop."""
@@ -321,15 +373,59 @@ def load_stack_env(home: Path) -> bool:
     """Take ``COUNTERS_REDIS_URL``, ``COUNTERS_SECRET`` and ``COUNTERS_TAG_KEY`` from the env file a local stack wrote
     under ``home``, where the environment does not set them (the CLI's queries in a new shell
     find the stack of ``make run``); True when it was read."""
-    env_file = home / "env"
-    if not env_file.is_file():
+    if not (home / "env").is_file():
         return False
-    for line in env_file.read_text().splitlines():
-        name, _, value = line.removeprefix("export ").partition("=")
-        if name in ENV_NAMES and value and not os.environ.get(name):
+    for name, value in stack_env(home).items():
+        if not os.environ.get(name):
             os.environ[name] = value
     reset_settings()
     return True
+
+
+def running_stack(home: Path) -> int | None:
+    """The pid of the process whose stack owns ``home``'s Redis (``stack.pid``) while it runs, else None."""
+    try:
+        pid = int((home / "stack.pid").read_text().strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):  # none, unreadable, or that process is gone (SIGKILLed)
+        return None
+    return pid
+
+
+def stack_env(home: Path) -> dict[str, str]:
+    """The names the env file of ``home``'s stack exports (``write_env_file``)."""
+    names = {}
+    for line in (home / "env").read_text().splitlines():
+        name, _, value = line.removeprefix("export ").partition("=")
+        if name in ENV_NAMES and value:
+            names[name] = value
+    return names
+
+
+def port_holder(port: int) -> str:
+    """Who listens on TCP ``port`` (any program): ``pid N (its command)`` when this user may see
+    it (``/proc/net/tcp`` gives the socket, a ``/proc/<pid>/fd`` entry its owner), else a sentence
+    saying it could not be told. For the ports the stack's programs other than Redis want."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                inodes.add(f"socket:[{fields[9]}]")
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or not inodes:
+            continue
+        try:
+            if any(os.readlink(fd) in inodes for fd in (entry / "fd").iterdir()):
+                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+                return f"pid {entry.name} ({command[:120] or 'no command line'})"
+        except OSError:  # another user's, or gone meanwhile
+            continue
+    return "another program (not one of this user's: `ss -ltnp` as root names it)"
 
 
 def describe_listener(port: int) -> dict[str, str]:

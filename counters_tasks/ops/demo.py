@@ -62,7 +62,7 @@ def day_summary(conn: RedisClient, day: date) -> list[str]:
 
 def run_demo(visits: int, concurrency: int = 2, seed: int = 1, timeout: float = 300) -> int:
     """Returns 0 when every figure the demo can check is exact, 1 otherwise."""
-    stack = Stack(flower=False, concurrency=concurrency)
+    stack = Stack(flower=False, concurrency=concurrency, beside=True)  # beside a running `run`: on its Redis
     try:
         stack.start()
         stack.wait_worker_ready()

@@ -158,7 +158,9 @@ def check(
     that need them are skipped and count as failed when missing. ``other_broker``: the broker is not a Redis (RabbitMQ...):
     the queues are read through the app's kombu connection and the dead letters from ``conn``."""
     now = time.time() if now is None else now
-    report: dict[str, Any] = {"checked_at": now}
+    # whether the who-visits tables are kept, as this process's settings say (not a check: a
+    # deployment may leave them off); said so that empty or partial tables are explained
+    report: dict[str, Any] = {"checked_at": now, "who_visits": sitestats.client_tables_status()}
     started = time.perf_counter()
     try:
         conn.ping()

@@ -81,6 +81,7 @@ def config_view(_conn: RedisClient | None = None, site: Any = None) -> dict[str,
         "max_range_days": MAX_RANGE_DAYS,
         "site": site_name(scope),
         "sites": site_names(),
+        **sitestats.client_tables_status(),
     }
 
 
@@ -126,16 +127,17 @@ def board_view(
         known = ", ".join(ranking.known_boards(conn, site=site)) or "none"
         raise InvalidInput(f"no board named {board!r} (boards: {known})")
     period, interval = stored
+    board_ = ranking.Ranking(conn, board, period, interval, site=site)
     # (member, total) pairs with withscores=True (Ranking.top is typed with both shapes)
-    top = cast(
-        "list[tuple[str, int]]",
-        ranking.Ranking(conn, board, period, interval, site=site).top(0, limit, withscores=True, now=now),
-    )
+    top = cast("list[tuple[str, int]]", board_.top(0, limit, withscores=True, now=now))
+    # the members past the limit: those of the board's totals (rotation drops a member at zero)
+    total = len(top) if len(top) < limit else int(board_.stats()["members"] or 0)
     return {
         "board": board,
         "period_hours": period,
         "interval_hours": interval,
         "top": [[member, total] for member, total in top],
+        **listed_view(len(top), total),
     }
 
 
@@ -194,13 +196,20 @@ def skipped_view(conn: RedisClient, first: date, last: date, site: Any = None) -
 
 
 def top_pages_view(
-    conn: RedisClient, start: Any = None, end: Any = None, limit: Any = 10, site: Any = None
+    conn: RedisClient, start: Any = None, end: Any = None, limit: Any = 10, site: Any = None, count: bool = False
 ) -> dict[str, Any]:
-    """Paths by page views summed over a range (ties by path)."""
+    """Paths by page views summed over a range (ties by path). ``count`` (the CLI's): with the
+    paths there are (``total``) and those not listed (``more``, ``listed_view``), which reads
+    every page of the days when the list was cut (``sitestats.page_totals``), so the dashboard
+    does not ask for it."""
     first, last = day_range(None, start, end, check_site(site))
     limit = parse_int(limit, "limit", 1, MAX_LIMIT)
     pages = sitestats.top_pages(conn, first, last, limit, site=site)
-    return {"from": first.isoformat(), "to": last.isoformat(), "pages": [[p, n] for p, n in pages]}
+    view: dict[str, Any] = {"from": first.isoformat(), "to": last.isoformat(), "pages": [[p, n] for p, n in pages]}
+    if count:
+        total = len(pages) if len(pages) < limit else sitestats.page_totals(conn, first, last, site=site).values
+        view.update(listed_view(len(pages), total))
+    return view
 
 
 def sources_view(
@@ -213,11 +222,13 @@ def sources_view(
     limit = parse_int(limit, "limit", 1, sitestats.SOURCES_LIMIT)
     kind = "referrer" if kind is None else kind
     found = sitestats.top_sources(conn, first, last, kind, limit, site=site)
+    total = len(found) if len(found) < limit else sitestats.source_totals(conn, first, last, kind, site=site).values
     return {
         "from": first.isoformat(),
         "to": last.isoformat(),
         "kind": kind,
         "sources": [{"source": s.source, "pv": s.pv, "uv": s.uv, "uv_approximate": s.uv_approximate} for s in found],
+        **listed_view(len(found), total),
     }
 
 
@@ -251,6 +262,8 @@ def clients_view(
     folded = [c.pv for c in found if c.source == sitestats.OTHER]
     if not folded and len(found) == limit:  # (a shorter list would have listed it)
         folded = [sitestats.folded_client_views(conn, first, last, kind, site=site, path=page)]
+    whole = sitestats.client_totals(conn, first, last, kind, site=site, path=page)
+    pv = sitestats.site_visit_range(conn, first, last, page, site=site).pv
     return {
         "from": first.isoformat(),
         "to": last.isoformat(),
@@ -258,9 +271,26 @@ def clients_view(
         "site": site_name(scope),
         "path": page,
         "pages": sorted(sitestats.client_pages()),
+        **sitestats.client_tables_status(),
         "clients": [{"value": c.source, "pv": c.pv, "uv": c.uv, "uv_approximate": c.uv_approximate} for c in found],
         "other": folded[0] if folded else 0,
+        **listed_view(len(found), whole.values),
+        **coverage_view(pv, whole.pv),
     }
+
+
+def listed_view(listed: int, total: int) -> dict[str, int]:
+    """What a table cut at its limit leaves out, beside its rows: ``total`` (the rows there are)
+    and ``more`` (those not listed), so a reader says "N more" under the table."""
+    return {"total": max(total, listed), "more": max(total - listed, 0)}
+
+
+def coverage_view(pv: int, table_pv: int) -> dict[str, int]:
+    """How much of the period's page views a who-visits table holds: ``pv`` (the site's, or the
+    page's, over the same days), ``table_pv`` (every row's, ``(other)`` and ``(unknown)``
+    included) and ``not_in_table``, the views counted while the tables were off (or before the
+    page was listed in COUNTERS_CLIENT_PAGES)."""
+    return {"pv": pv, "table_pv": table_pv, "not_in_table": max(pv - table_pv, 0)}
 
 
 def now_view(conn: RedisClient, site: Any = None, now: float | None = None) -> dict[str, Any]:

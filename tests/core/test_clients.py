@@ -50,7 +50,10 @@ def test_the_rules_on_real_user_agents_headers_and_addresses():
         assert clients.shown(client.browser) == f"{parsed.user_agent.family} {parsed.user_agent.major}"
         if parsed.os is not None:
             assert clients.family(client.os) == parsed.os.family
-    assert clients.client_of(None) == clients.client_of("") == clients.client_of("-") == clients.UNKNOWN_CLIENT
+    assert (
+        clients.client_of(None) == clients.UNKNOWN_CLIENT
+    )  # not told; "" and "-" (none sent) are bots: the crawler rule
+    assert clients.client_of("") == clients.client_of("-") == (clients.UNKNOWN, clients.UNKNOWN, clients.BOT)
     assert clients.client_of("x" * 5000) == clients.UNKNOWN_CLIENT
     assert clients.client_of("Mozilla/5.0\x00(evil)") == clients.UNKNOWN_CLIENT
     assert clients.client_of("curl/8.5.0").device == clients.BOT  # the crawler rule's: a script

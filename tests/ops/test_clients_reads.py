@@ -113,6 +113,13 @@ def test_the_commands_answer_the_apis_figures_in_json_csv_and_table(raw_conn, tw
                 "other": 0,
                 "path": None,
                 "pages": [],
+                "client_tables": True,
+                "client_pages": [],
+                "total": len(want),
+                "more": 0,
+                "pv": 3 if site == "blog" else 8,  # PLAN's views of the site, every one in the tables
+                "table_pv": 3 if site == "blog" else 8,
+                "not_in_table": 0,
             }, words
             code, out, err = run(*words, *span, *site_args, "--format", "csv")
             assert code == 0 and not err, (words, err)
@@ -188,7 +195,8 @@ def test_views_folded_into_other_are_said_wherever_the_figures_are(raw_conn, mon
     assert code == 0 and out.splitlines() == ["rank,language,pv,uv", "1,en,4,4"]
     assert "(other): 3 page views" in err and "not among the 1 listed" in err
     code, out, err = run("languages", "--from", day, "-n", "2", "--format", "csv")
-    assert code == 0 and "(other)" in out and not err  # a row of its own: nothing more to say
+    assert code == 0 and "(other)" in out and "(other)" not in err  # a row of its own: nothing more to say
+    assert err == "1 more (--limit to see them; 3 in all)\n"  # (the third value, cut at -n 2)
     # nothing folded: no note, other 0
     assert views.clients_view(raw_conn, day, day, "browser")["other"] == 0
     assert "(other)" not in run("browsers", "--from", day)[1]

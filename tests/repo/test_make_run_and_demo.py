@@ -195,3 +195,92 @@ def test_a_stack_already_running_on_the_same_data_is_refused_plainly(tmp_path):
         assert f"still runs on port {leftover.port}" in result.stderr and "Traceback" not in result.stderr
         assert f"kill {leftover.process.pid}" in result.stderr
         assert leftover.process.poll() is None  # left alone
+
+
+def start_run(tmp_path, env: dict[str, str], *args: str, log: str = "run.log") -> tuple[subprocess.Popen, object]:
+    """``counters-tasks run ARGS`` as a user starts it (its own process group), and its output so far."""
+    with open(tmp_path / log, "w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "counters_tasks", "run", "--concurrency", "1", *args],
+            cwd=tmp_path,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return process, lambda: (tmp_path / log).read_text()
+
+
+def test_flowers_port_taken_is_said_loudly_and_flower_takes_a_free_one(tmp_path):
+    """Issue 40: `make run` failed when another program held Flower's port 5555. As for the
+    Redis's port, the stack says who holds it and takes a free one; it also says whether the
+    who-visits tables are on."""
+    import socket
+
+    with socket.socket() as holder:  # a program that is not Flower, on Flower's port: this test's process
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        env = user_env(tmp_path, FLOWER_PORT=str(taken), COUNTERS_REDIS_PORT=str(free_port()))
+        process, output = start_run(tmp_path, env)
+        try:
+            wait_until(lambda: "ready" in output() or process.poll() is not None, timeout=180, what="the stack")
+            text = output()
+            assert process.poll() is None, text
+            assert f"flower   !!! port {taken} is taken by pid {os.getpid()} (" in text, text
+            port = int(re.search(r"flower listens on port (\d+) instead", text).group(1))
+            assert port != taken and f"flower   http://127.0.0.1:{port} " in text
+            auth = (tmp_path / "home" / "flower-auth").read_text().strip()
+            url = f"http://127.0.0.1:{port}/api/workers"
+            wait_until(lambda: http_status(url, auth) == 200, timeout=60, what="Flower to answer on its new port")
+            assert re.search(r"^who +who visits tables off \(COUNTERS_CLIENT_TABLES=on", text, re.M), text
+        finally:
+            os.killpg(process.pid, signal.SIGINT)
+            process.wait(90)
+
+
+def test_make_demo_runs_beside_a_running_make_run(tmp_path):
+    """Issue 40: `make demo` beside a running `make run` advised killing the run's Redis (which
+    would break the running stack). The demo now runs beside it, on its Redis with a worker of its
+    own, and leaves it running; a second `run` is refused naming the run's pid, not its Redis's."""
+    import redis
+
+    env = user_env(tmp_path, COUNTERS_REDIS_PORT=str(free_port()), COUNTERS_CLIENT_TABLES="on")
+    process, output = start_run(tmp_path, env, "--no-flower")
+    try:
+        wait_until(lambda: "ready" in output() or process.poll() is not None, timeout=180, what="the stack")
+        assert process.poll() is None, output()
+        assert (
+            "who      who visits tables on (COUNTERS_CLIENT_TABLES); pages of COUNTERS_CLIENT_PAGES: none" in output()
+        )
+        demo = subprocess.run(
+            [sys.executable, "-m", "counters_tasks", "demo", "--visits", "300", "--concurrency", "1"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
+        assert (
+            "this one runs beside it" in demo.stdout
+            and "this burst exact (sent = hits = rank = PV, per path): yes" in demo.stdout
+        )
+        assert process.poll() is None, output()  # the run's stack is left running
+        redis.Redis.from_url(private_redis_url(output()), socket_timeout=5).ping()
+        again = subprocess.run(
+            [sys.executable, "-m", "counters_tasks", "run", "--no-flower"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert again.returncode == 1 and f"runs already (pid {process.pid})" in again.stderr, again.stderr
+        assert f"kill {process.pid}" in again.stderr and "Traceback" not in again.stderr
+    finally:
+        os.killpg(process.pid, signal.SIGINT)
+        process.wait(90)
+    stops = [line.split()[0] for line in output().splitlines() if line.endswith(" stopped")]
+    assert stops == ["beat", "worker", "redis"], output()[-3000:]
+    assert not (tmp_path / "home" / "stack.pid").exists()

@@ -89,6 +89,19 @@ def test_every_relative_link_of_the_docs_resolves():
     assert broken == []
 
 
+def test_every_docs_page_named_in_the_text_exists():
+    """A page named in prose or code, not as a link (``(docs/cli.md, docs/dashboard.md)``), is a
+    reference too: the link check above reads ``](target)`` only, so docs/clients.md named a
+    docs/dashboard.md that never existed (issue 40). Every ``docs/<path>`` of README.md,
+    CHANGELOG.md and docs/**/*.md names a file of the repository."""
+    missing = []
+    for page in [REPO / "README.md", REPO / "CHANGELOG.md", *sorted((REPO / "docs").rglob("*.md"))]:
+        for target in re.findall(r"(?<![\w/.-])(docs/[\w./-]*\w)", page.read_text()):
+            if not (REPO / target).exists():
+                missing.append(f"{page.relative_to(REPO)} names {target}")
+    assert missing == []
+
+
 def test_readme_stays_short_and_in_a_users_order():
     headings = re.findall(r"^## (.+)$", README, re.M)
     assert headings[:5] == [
@@ -99,3 +112,12 @@ def test_readme_stays_short_and_in_a_users_order():
         "Configuration",
     ]
     assert len(README.splitlines()) < 230
+
+
+def test_the_session_ids_size_is_the_codes():
+    """README said 56-bit session ids where the code (and docs/keys.md) reads 15 hex digits: 60 bits."""
+    from counters_tasks.uniques import SESSION_DIGITS
+
+    bits = SESSION_DIGITS * 4
+    assert f"{bits}-bit ids" in README and f"first {SESSION_DIGITS} hex digits" in README
+    assert f"first {SESSION_DIGITS} hex digits ({bits} bits)" in (REPO / "docs" / "keys.md").read_text()

@@ -252,6 +252,7 @@ def _broker(action: Callable[[Any], Any]) -> Any:
 def dead_letters_list(limit: int, output: str) -> None:
     """The newest set-aside messages (index 0 = newest), with why and when."""
     data = _broker(lambda client: {**dead_letters.summary(client), "records": dead_letters.listing(client, limit)})
+    data.update(views.listed_view(len(data["records"]), data["count"]))  # "N more" past --limit
     emit(data, output, render_dead_letters, dead_letter_rows)
 
 

@@ -24,15 +24,11 @@ from .render import (
     STATS_COLUMNS,
     UNIQUES_COLUMNS,
     board_rows,
-    clients_columns,
-    clients_rows,
     counter_rows,
     counters_rows,
     emit,
-    other_line,
     pages_rows,
     render_board,
-    render_clients,
     render_counter,
     render_pages,
     render_sources,
@@ -42,6 +38,7 @@ from .render import (
     stats_rows,
     uniques_rows,
 )
+from .render_clients import clients_columns, clients_rows, not_in_table_line, other_line, render_clients
 
 
 @click.command("counter")
@@ -123,7 +120,12 @@ def stats_command(
 @output_options(PAGES_COLUMNS)
 def top_pages_command(start: str | None, end: str | None, limit: int, site: str | None, output: str) -> None:
     """Paths by page views over a range of days."""
-    emit(query(lambda conn: views.top_pages_view(conn, start, end, limit, site=site)), output, render_pages, pages_rows)
+    emit(
+        query(lambda conn: views.top_pages_view(conn, start, end, limit, site=site, count=True)),
+        output,
+        render_pages,
+        pages_rows,
+    )
 
 
 @click.command("sources")
@@ -154,8 +156,9 @@ def sources_command(start: str | None, end: str | None, kind: str, limit: int, s
 def clients_command(name: str, kind: str, summary: str, versions: str | None = None) -> click.Command:
     """A who-visits command (``views.clients_view`` of ``kind``; with ``--versions``, of
     ``versions``): the options of ``sources`` but ``--kind``, which the command's name is. In CSV
-    mode the page views folded into ``(other)``, when it is not among the rows, are said on
-    stderr (stdout stays one CSV)."""
+    mode the page views folded into ``(other)``, when it is not among the rows, the rows past
+    ``--limit`` and the period's page views the table does not hold are said on stderr (stdout
+    stays one CSV)."""
 
     def run(
         start: str | None,
@@ -174,6 +177,9 @@ def clients_command(name: str, kind: str, summary: str, versions: str | None = N
         emit(data, output, render_clients, clients_rows)
         if output == "csv" and data["other"] and all(c["value"] != OTHER for c in data["clients"]):
             click.echo(other_line(data), err=True)
+        missing = not_in_table_line(data)
+        if output == "csv" and missing:
+            click.echo(missing, err=True)
 
     by = f"; with --versions: rank,{versions},pv,uv" if versions else ""
     decorators: list[Callable[[Any], Any]] = [

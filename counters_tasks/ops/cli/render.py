@@ -19,8 +19,8 @@ from typing import Any
 
 import click
 
+from ... import sitestats
 from ...core.settings import get_settings
-from ...sitestats import OTHER
 from ...store import deployment
 
 
@@ -70,8 +70,28 @@ def emit(
         click.echo(json.dumps(payload, indent=2, ensure_ascii=False, default=str))
     elif output == "csv" and rows is not None:
         write_csv(*rows(payload))
+        more = more_line(payload)
+        if more:  # stdout stays one CSV
+            click.echo(more, err=True)
     else:
         render(_console(), payload)
+
+
+def more_line(data: dict) -> str | None:
+    """Under a list cut at its ``--limit`` (``views.listed_view``: ``more`` of ``total``): "N more
+    (--limit to see them)"; None when nothing was cut. The table's caption, stderr beside a CSV."""
+    more = data.get("more") or 0
+    return f"{more} more (--limit to see them; {data['total']} in all)" if more else None
+
+
+def uv_note(data: dict, rows: list[dict]) -> str | None:
+    """The caption of a table whose UV is marked estimated (``≈``): over several days, the union of
+    the days' sketches; on one day, a value with more than 42 visitors that day."""
+    if not any(row["uv_approximate"] for row in rows):
+        return None
+    if data["from"] == data["to"]:
+        return "UV estimated (≈): more than 42 visitors of a value that day"
+    return "UV over several days: estimated (≈)"
 
 
 SPARKS = "▁▂▃▄▅▆▇█"
@@ -182,7 +202,10 @@ def render_board(console: Any, data: dict) -> None:
     from rich.table import Table
 
     table = Table(
-        title=f"{data['board']} (last {data['period_hours']} h, every {data['interval_hours']} h)", title_justify="left"
+        title=f"{data['board']} (last {data['period_hours']} h, every {data['interval_hours']} h)",
+        title_justify="left",
+        caption=more_line(data),
+        caption_justify="left",
     )
     table.add_column("#", justify="right")
     table.add_column("member")
@@ -230,7 +253,14 @@ def render_stats(console: Any, data: dict) -> None:
 
     where = data["path"] or "whole site"
     uv = f"{'~' if data['uv_approximate'] else ''}{data['uv']}"
-    note = "  (UV over several days: an estimate of the union, docs/api.md)" if data["uv_approximate"] else ""
+    several = data["from"] != data["to"]
+    note = (
+        ""
+        if not data["uv_approximate"]
+        else "  (UV over several days: an estimate of the union, docs/api.md)"
+        if several
+        else "  (UV: an estimate, COUNTERS_UV_MODE=hll, docs/api.md)"
+    )
     console.print(f"[bold]{where}[/bold] {data['from']} .. {data['to']}: PV {data['pv']}, UV {uv}{note}")
     skipped = skipped_line(data)
     if skipped is not None:
@@ -262,7 +292,12 @@ def pages_rows(data: dict) -> Rows:
 def render_pages(console: Any, data: dict) -> None:
     from rich.table import Table
 
-    table = Table(title=f"top pages {data['from']} .. {data['to']}", title_justify="left")
+    table = Table(
+        title=f"top pages {data['from']} .. {data['to']}",
+        title_justify="left",
+        caption=more_line(data),
+        caption_justify="left",
+    )
     table.add_column("#", justify="right")
     table.add_column("path")
     table.add_column("PV", justify="right")
@@ -285,11 +320,12 @@ def sources_rows(data: dict) -> Rows:
 def render_sources(console: Any, data: dict) -> None:
     from rich.table import Table
 
-    approximate = any(s["uv_approximate"] for s in data["sources"])
+    notes = [note for note in (uv_note(data, data["sources"]), more_line(data)) if note]
     table = Table(
         title=f"{data['kind']} {data['from']} .. {data['to']}",
         title_justify="left",
-        caption="UV over several days: estimated (≈)" if approximate else None,
+        caption="\n".join(notes) or None,
+        caption_justify="left",
     )
     table.add_column("#", justify="right")
     table.add_column(data["kind"])
@@ -298,80 +334,6 @@ def render_sources(console: Any, data: dict) -> None:
     for row, source in zip(sources_rows(data)[1], data["sources"], strict=True):
         uv = ("≈" if source["uv_approximate"] else "") + str(row["uv"])
         table.add_row(str(row["rank"]), row["source"], str(row["pv"]), uv)
-    console.print(table)
-
-
-CLIENT_TITLES = {
-    "browser": "browsers",
-    "browser_version": "browser versions",
-    "os": "operating systems",
-    "os_version": "operating system versions",
-    "device": "devices",
-    "country": "countries",
-    "language": "languages",
-}
-"""The table title of each kind of ``views.clients_view`` (``sitestats.CLIENT_VIEWS``)."""
-
-
-def clients_columns(kind: str) -> tuple[str, ...]:
-    """The CSV columns of a who-visits command (``browsers``, ``countries``, ...): the value's
-    column is named for its kind (``browser``, ``browser_version``, ``os``, ``country``, ...), so
-    a file says what it lists."""
-    return ("rank", kind, "pv", "uv")
-
-
-def clients_rows(data: dict) -> Rows:
-    """One row a value (a browser, system, device type, country or language; ``(unknown)``,
-    ``(other)``), most viewed first: its rank (from 1), the value, its page views and distinct
-    visitors."""
-    kind = data["kind"]
-    return clients_columns(kind), [
-        {"rank": rank, kind: c["value"], "pv": c["pv"], "uv": c["uv"]} for rank, c in enumerate(data["clients"], 1)
-    ]
-
-
-def other_line(data: dict) -> str | None:
-    """The page views folded into ``(other)`` (values past a day's cap), said beside the figures
-    (also when ``(other)`` ranks below the rows listed); None when nothing was folded."""
-    if not data["other"]:
-        return None
-    listed = any(c["value"] == OTHER for c in data["clients"])
-    return f"{OTHER}: {data['other']} page views of values past a day's cap (COUNTERS_MAX_DAY_CLIENTS)" + (
-        "" if listed else f", not among the {len(data['clients'])} listed"
-    )
-
-
-NO_CLIENTS = (
-    "none counted in the range: who visits is counted with COUNTERS_CLIENT_TABLES=on "
-    "on the producers and the workers (docs/clients.md)"
-)
-"""Said under an empty who-visits table: the tables are off by default."""
-
-
-def render_clients(console: Any, data: dict) -> None:
-    from rich.table import Table
-    from rich.text import Text
-
-    notes = [note for note in (other_line(data),) if note]
-    if not data["clients"]:
-        notes.append(NO_CLIENTS)
-    if any(c["uv_approximate"] for c in data["clients"]):
-        notes.append("UV over several days: estimated (≈)")
-    site = "" if data["site"] == "default" else f", site {data['site']}"
-    page = f", page {data['path']}" if data.get("path") else ""
-    table = Table(
-        title=Text(f"{CLIENT_TITLES.get(data['kind'], data['kind'])} {data['from']} .. {data['to']}{site}{page}"),
-        title_justify="left",
-        caption=Text("\n".join(notes)) if notes else None,
-        caption_justify="left",
-    )
-    table.add_column("#", justify="right")
-    table.add_column(data["kind"])
-    table.add_column("PV", justify="right")
-    table.add_column("UV", justify="right")
-    for row, client in zip(clients_rows(data)[1], data["clients"], strict=True):
-        uv = ("≈" if client["uv_approximate"] else "") + str(row["uv"])
-        table.add_row(str(row["rank"]), Text(row[data["kind"]]), str(row["pv"]), uv)
     console.print(table)
 
 
@@ -472,6 +434,8 @@ def render_health(console: Any, data: dict) -> None:
         took = "" if info["last_duration"] is None else f", took {info['last_duration'] * 1000:.1f} ms"
         result = "" if info["last_result"] is None else f", result {info['last_result']}"
         console.print(f"     job      {job}: {_ago(info['age_seconds'])}{took}{result}, skipped {info['skipped']}")
+    if "who_visits" in data:
+        console.print(f"     who      {sitestats.client_tables_said(data['who_visits'])}", markup=False)
     if data["refused"]:
         console.print("     refused  " + "  ".join(f"{reason}={n}" for reason, n in data["refused"].items()))
     if "dead_letters" in data:
@@ -517,6 +481,9 @@ def render_dead_letters(console: Any, data: dict) -> None:
             f"{row['id'] or '-'} from {row['queue'] or '-'}",
             markup=False,
         )
+    more = more_line(data)
+    if more:
+        console.print(f"  {more}", markup=False)
 
 
 TOKEN_COLUMNS = ("name", "created_epoch", "created_iso", "scope", "site")

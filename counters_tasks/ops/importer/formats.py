@@ -222,7 +222,7 @@ def log_line_visit(
         "session_id": session,
         **source_fields(line.referer, query, own_hosts),
     }
-    if line.agent and line.agent != "-":  # who visits (core.clients): the worker parses it
+    if line.agent is not None:  # who visits (core.clients): the worker parses it ("-", none sent: a bot)
         visit["user_agent"] = logged_header(line.agent)  # (its session id: from the agent as logged, as before)
     return visit
 

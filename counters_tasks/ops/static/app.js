@@ -76,7 +76,9 @@
       $("uv-total").textContent = data.uv;
       // "≈" only on a true estimate (views.stats_view: one day, or a range whose visitors all came
       // on one day, has that day's figure, exact in the default mode)
-      $("uv-note").textContent = data.uv_approximate ? " ≈ (an estimate of the union of the days)" : "";
+      // (one day's figure is an estimate only with COUNTERS_UV_MODE=hll: no union of days then)
+      $("uv-note").textContent = !data.uv_approximate ? "" :
+        data.from === data.to ? " ≈ (an estimate: COUNTERS_UV_MODE=hll)" : " ≈ (an estimate of the union of the days)";
       // what the figures leave out, beside them: the site's requests that were not page views
       // (a path's figures have none of their own)
       $("skipped").hidden = data.skipped === undefined;
@@ -162,6 +164,17 @@
         (listed ? "" : ", not among the " + data.clients.length + " listed") :
         data.clients.length ? "" :
         "None counted in the range: who visits is counted with COUNTERS_CLIENT_TABLES=on on the producers and the workers.";
+      // what the table does not show: the rows past its limit, and the period's page views counted
+      // while the tables were off (or before the page was listed): views.listed_view, coverage_view
+      var coverage = [];
+      if (data.more) coverage.push(data.more + " more values not listed (" + data.total + " in all)");
+      if (data.not_in_table) {
+        coverage.push(data.not_in_table + " page views not in this table (" +
+          (data.path ? "tables off, or the page not in COUNTERS_CLIENT_PAGES, then" : "tables off then") +
+          "): " + data.table_pv + " of the period's " + data.pv + " are");
+      }
+      if (!data.client_tables && data.clients.length) coverage.push("who visits tables off now (COUNTERS_CLIENT_TABLES)");
+      $("clients-coverage").textContent = coverage.join("; ");
       $("clients-error").textContent = "";
       loaded("clients");
     }).catch(function (e) { failed("clients", e); });
