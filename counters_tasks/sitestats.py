@@ -969,7 +969,7 @@ def client_pages() -> frozenset[str]:
 
 def client_tables_status() -> dict[str, Any]:
     """Whether the who-visits tables are kept (``client_tables``: COUNTERS_CLIENT_TABLES, read from
-    the settings: off by default) and the pages of COUNTERS_CLIENT_PAGES counted again
+    the settings: on by default) and the pages of COUNTERS_CLIENT_PAGES counted again
     (``client_pages``, canonical names, sorted; none while the tables are off): what health,
     ``/api/config``, the who-visits reads and ``make run`` say, so a table with no rows, or fewer
     views than the site's, is explained where it is shown."""
@@ -979,7 +979,7 @@ def client_tables_status() -> dict[str, Any]:
 def client_tables_said(status: dict[str, Any]) -> str:
     """``client_tables_status`` as one line of text (``health``, ``make run``)."""
     if not status["client_tables"]:
-        return "who visits tables off (COUNTERS_CLIENT_TABLES=on on the producers and workers keeps them)"
+        return "who visits tables off (COUNTERS_CLIENT_TABLES=off; unset or on, on the workers, keeps them)"
     pages = ", ".join(status["client_pages"]) or "none"
     return f"who visits tables on (COUNTERS_CLIENT_TABLES); pages of COUNTERS_CLIENT_PAGES: {pages}"
 

@@ -24,6 +24,58 @@ from ..recorder import VisitRecorder
 from ..store.client import RedisClient, get_redis
 
 DEMO_PATHS = ["/", "/about", "/blog", "/blog/redis-counters", "/pricing", "/docs", "/docs/api", "/contact"]
+
+DEMO_NETWORKS = {  # a /24 of each country (iptocc): the demo's visitors come from these
+    "81.2.69": ("GB", "en-GB,en;q=0.9"),
+    "5.9.0": ("DE", "de-DE,de;q=0.9,en;q=0.6"),
+    "80.12.0": ("FR", "fr-FR,fr;q=0.9"),
+    "133.0.0": ("JP", "ja"),
+    "3.0.0": ("US", "en-US,en;q=0.9"),
+    "200.160.0": ("BR", "pt-BR,pt;q=0.9"),
+}
+"""Where the demo's visitors are (a network's country, and the Accept-Language its browsers send),
+so that the who-visits panels show countries and languages as a real site's would."""
+
+DEMO_BROWSERS = [  # (user agent, weight): browsers of 2026 on desktops, phones and a tablet
+    (
+        "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/142.0.0.0 Safari/537.36",
+        30,
+    ),
+    (
+        "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/18.6 Safari/605.1.15",
+        12,
+    ),
+    ("Mozilla/5.0 (Windows NT 10.0; Win64; x64; rv:145.0) Gecko/20100101 Firefox/145.0", 8),
+    ("Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/142.0.0.0 Safari/537.36", 4),
+    (
+        "Mozilla/5.0 (iPhone; CPU iPhone OS 18_6 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/18.6 Mobile/15E148 Safari/604.1",
+        20,
+    ),
+    (
+        "Mozilla/5.0 (Linux; Android 15; Pixel 9) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/142.0.0.0 Mobile Safari/537.36",
+        16,
+    ),
+    (
+        "Mozilla/5.0 (iPad; CPU OS 18_6 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/18.6 Mobile/15E148 Safari/604.1",
+        6,
+    ),
+]
+"""The user agents the demo's visitors send, by weight (no crawler: the middleware skips those)."""
+
+
+def demo_visitors(rng: random.Random, count: int = 450) -> list[tuple[str, str, str]]:
+    """``count`` visitors, each ``(ip, user agent, accept-language)``: an address of one of
+    ``DEMO_NETWORKS``, a browser of ``DEMO_BROWSERS`` and its network's language, kept by the
+    visitor for the whole burst (a visitor keeps its browser)."""
+    networks = list(DEMO_NETWORKS.items())
+    agents, weights = zip(*DEMO_BROWSERS, strict=True)
+    visitors = []
+    for n in range(count):
+        prefix, (_country, language) = networks[n % len(networks)]
+        visitors.append((f"{prefix}.{n // len(networks) + 1}", rng.choices(agents, weights)[0], language))
+    return visitors
+
+
 BOARD = "demo:pages"
 
 
@@ -60,6 +112,18 @@ def day_summary(conn: RedisClient, day: date) -> list[str]:
     ]
 
 
+def who_summary(conn: RedisClient, day: date) -> list[str]:
+    """The report's lines on who visited the site on ``day`` (every run in it): the top three of
+    each who-visits table, or why there are none (the tables off on the workers)."""
+    if not sitestats.client_tables_status()["client_tables"]:
+        return ["who visits: the tables are off (COUNTERS_CLIENT_TABLES=off)"]
+    lines = []
+    for kind in ("browser", "os", "device", "country", "language"):
+        rows = sitestats.top_clients(conn, day, day, kind, limit=3)
+        lines.append(f"who visits today, {kind}: " + ", ".join(f"{row.source} {row.pv}" for row in rows))
+    return lines
+
+
 def run_demo(visits: int, concurrency: int = 2, seed: int = 1, timeout: float = 300) -> int:
     """Returns 0 when every figure the demo can check is exact, 1 otherwise."""
     stack = Stack(flower=False, concurrency=concurrency, beside=True)  # beside a running `run`: on its Redis
@@ -68,7 +132,7 @@ def run_demo(visits: int, concurrency: int = 2, seed: int = 1, timeout: float = 
         stack.wait_worker_ready()
         conn = get_redis()
         rng = random.Random(seed)
-        visitors = [f"198.51.100.{i}" for i in range(1, 255)] + [f"2001:db8::{i:x}" for i in range(1, 200)]
+        visitors = demo_visitors(rng)
         sessions = [str(uuid.uuid4()) for _ in range(300)]
         board = ranking.Ranking(conn, BOARD)
         before_hits = {path: _hits(conn, counters.PAGE_HITS + path) for path in DEMO_PATHS}
@@ -81,7 +145,8 @@ def run_demo(visits: int, concurrency: int = 2, seed: int = 1, timeout: float = 
         for i in range(visits):
             path = rng.choices(DEMO_PATHS, weights=[8, 2, 4, 3, 2, 3, 1, 1])[0]
             ts = now - rng.uniform(0, 600)  # visits over the last ten minutes
-            recorder.record(rng.choice(visitors), path, rng.choice(sessions), ts)
+            ip, agent, language = rng.choice(visitors)
+            recorder.record(ip, path, rng.choice(sessions), ts, user_agent=agent, language=language)
             recorder.incr_ranking(BOARD, path, 1, ts)
             sent[path] += 1
             if i % 200 == 0 or i == visits - 1:
@@ -123,6 +188,7 @@ def run_demo(visits: int, concurrency: int = 2, seed: int = 1, timeout: float = 
                 f"{' '.join(map(str, series))}"
             )
         print("\n".join(day_summary(conn, today)))
+        print("\n".join(who_summary(conn, today)))
         print(f"top pages ({BOARD}, last 24 h): {', '.join(m for m, _ in _top(board, 3))}")
         print(
             f"known counters: {len(counters.known_counters(conn))}; "

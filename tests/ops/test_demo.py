@@ -25,3 +25,30 @@ def test_the_days_two_unique_visitor_figures_say_what_each_counts_and_why_they_d
     why = " ".join(lines[1:])
     assert "one IP shared by several browsers is one visitor and several sessions" in why
     assert "one browser on several networks one session and several visitors" in why
+
+
+def test_the_demos_visitors_fill_every_who_visits_table(raw_conn, eager_app):
+    """Issue 40: after ``make demo`` the who-visits panels read ``(unknown)`` (its visitors sent no
+    headers from documentation addresses). Its visitors now send browsers' headers from networks
+    of six countries: every table has real values, the countries those of iptocc for the IPs."""
+    import random
+    from collections import Counter
+
+    from iptocc import country_code
+
+    from counters_tasks.ops.demo import DEMO_NETWORKS, demo_visitors, who_summary
+    from counters_tasks.recorder import VisitRecorder
+
+    people = demo_visitors(random.Random(1), 60)
+    assert {country_code(ip) for ip, _agent, _language in people} == {c for c, _l in DEMO_NETWORKS.values()}
+    recorder = VisitRecorder()
+    now = time.time()
+    for ip, agent, language in people:
+        recorder.record(ip, "/", ts=now, user_agent=agent, language=language)
+    recorder.close()
+    lines = who_summary(raw_conn, local_day(now))
+    assert len(lines) == 5 and "(unknown)" not in " ".join(lines), lines
+    countries = Counter(country_code(ip) for ip, _a, _l in people)
+    top = countries.most_common(1)[0][1]
+    assert "country: " in lines[3] and all(n == top for n in countries.values())  # ten of each: a tie by name
+    assert lines[3] == "who visits today, country: BR 10, DE 10, FR 10"

@@ -55,6 +55,12 @@ def test_make_demo_counts_exactly_and_exits_cleanly(tmp_path):
     midnight_near = time.localtime().tm_hour == 0 and time.localtime().tm_min < 20  # visits span 10 minutes
     assert midnight_near or today_pv == 900  # the day's column: both runs, and said to be so
     assert "site today (all runs): " in second and "unique visitors" in second
+    # who visits, on by default: the panels are filled (the demo's visitors send browsers' headers
+    # from addresses of six countries), not "(unknown)"
+    who = {line.split(":")[0]: line for line in second.splitlines() if line.startswith("who visits today")}
+    assert set(who) == {f"who visits today, {kind}" for kind in ("browser", "os", "device", "country", "language")}
+    assert "(unknown)" not in "".join(who.values()), who
+    assert re.search(r"country: (GB|DE|FR|JP|US|BR) \d+", who["who visits today, country"]), who
     assert (tmp_path / "home" / "secret").stat().st_mode & 0o777 == 0o600
     for name in ("worker", "beat", "redis"):
         assert f"{name:<8} stopped" in second

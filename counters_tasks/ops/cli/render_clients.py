@@ -63,10 +63,10 @@ def not_in_table_line(data: dict) -> str | None:
 
 
 NO_CLIENTS = (
-    "none counted in the range: who visits is counted with COUNTERS_CLIENT_TABLES=on "
-    "on the producers and the workers (docs/clients.md)"
+    "none counted in the range: who visits is counted by the workers unless COUNTERS_CLIENT_TABLES=off "
+    "(docs/clients.md)"
 )
-"""Said under an empty who-visits table: the tables are off by default."""
+"""Said under an empty who-visits table: the tables were off, or no view came in the range."""
 
 
 def render_clients(console: Any, data: dict) -> None:

@@ -163,7 +163,7 @@
         "(other): " + data.other + " page views of values past a day's cap" +
         (listed ? "" : ", not among the " + data.clients.length + " listed") :
         data.clients.length ? "" :
-        "None counted in the range: who visits is counted with COUNTERS_CLIENT_TABLES=on on the producers and the workers.";
+        "None counted in the range: who visits is counted by the workers unless COUNTERS_CLIENT_TABLES=off.";
       // what the table does not show: the rows past its limit, and the period's page views counted
       // while the tables were off (or before the page was listed): views.listed_view, coverage_view
       var coverage = [];
