@@ -164,13 +164,17 @@ def pack_visits(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     bytes on the broker and no parse in the worker; each session id to the 15 hex digits that
     name its session (``uniques.short_session_id``: a UUID's other 21 characters change no
     figure). Packing packed items changes nothing."""
+    clients: dict[str, list[str]] = {}  # a batch's few distinct user agents, each reduced once
     for item in items:
         session_id = item.get("session_id")
         if session_id is not None:
             item["session_id"] = uniques.short_session_id(session_id)
         agent = item.get("user_agent")
-        if isinstance(agent, str):  # (anything else is the worker's to refuse)
-            item["client"] = list(client_of(agent))
+        if type(agent) is str:  # (anything else is the worker's to refuse)
+            client = clients.get(agent)
+            if client is None:
+                client = clients[agent] = list(client_of(agent))
+            item["client"] = client
             del item["user_agent"]
     return items
 
