@@ -365,13 +365,18 @@ def _day_tables(
     return pages, tables, who, "".join(short_ids), "".join(profiles)
 
 
-@functools.lru_cache(maxsize=4096)
 def who_digest(who: Who) -> str:
     """8 characters naming a view's five values (``core.clients``) in the day's pairs SET, after
     its visitor's 11: the member is new the first time that visitor shows that profile that day,
     and only then are its values' sketches worked (``site_day``: a visitor's later views add
     nothing to them). Made like a path's digest (``keys.path_digest``) of the values joined by a
-    control character, which no path has."""
+    control character, which no path has: with the tag key bound now (cached per tag key)."""
+    return _who_digest(keys.tag_key(), who)
+
+
+@functools.lru_cache(maxsize=4096)
+def _who_digest(tag_key: bytes, who: Who) -> str:
+    """(``tag_key``: the cache's key only; ``keys.path_digest`` reads the same bound one.)"""
     return keys.path_digest("\x1f".join(who))
 
 

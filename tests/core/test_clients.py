@@ -316,3 +316,18 @@ def test_fifty_thousand_user_agents_in_a_day_stay_under_the_cap_with_other_count
     costliest = sorted(call_budget.cpu.calls, reverse=True)[:3]
     print(f"[budget] {call_budget.measure}: costliest calls {costliest}; SLOWLOG over 5 ms {call_budget.wall_over()}")
     assert slow == []
+
+
+def test_a_profiles_digest_is_made_with_the_bound_deployments_tag_key(raw_conn, monkeypatch):
+    """A view's profile is named in its day's pairs SET by a digest keyed like a path's
+    (``keys.path_digest``): with the tag key of the deployment bound now, not of the one this
+    process met the profile under first (two deployments, or one whose key was made again after a
+    data loss, would name one profile two ways and work its sketches again)."""
+    who = ("Chrome", "Chrome 120", "Windows", "desktop", "US")
+    names = []
+    for prefix in ("ct:", "other:"):
+        use_settings(monkeypatch, COUNTERS_KEY_PREFIX=prefix)
+        with keys.bound(raw_conn, write=True):
+            names.append((sitestats.who_digest(who), keys.path_digest("\x1f".join(who))))
+    assert [made for made, _ in names] == [expected for _, expected in names]
+    assert names[0] != names[1]
