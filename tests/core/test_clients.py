@@ -251,6 +251,7 @@ def test_a_bad_header_is_refused_on_its_own_and_the_others_are_applied(raw_conn)
         sitestats.top_clients(raw_conn, day, day, "browser", 1001)
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_with_the_tables_off_nothing_is_parsed_or_kept(raw_conn, monkeypatch):
     use_settings(monkeypatch, COUNTERS_CLIENT_TABLES="off")
     now = time.time()
@@ -307,6 +308,7 @@ def fifty_thousand_user_agents(raw_conn, call_budget) -> list:
 
 
 @pytest.mark.budget
+@pytest.mark.usefixtures("bound_deployment")
 def test_fifty_thousand_user_agents_in_a_day_stay_under_the_cap_with_other_counted(raw_conn, call_budget):
     """And no call over 5 ms (the server's CPU time for each, ``tests/support/server_cpu.py``):
     a call takes at most DAY_WHO_VALUES_PER_CALL values (~30 such views, not 100: calls of

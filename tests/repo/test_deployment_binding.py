@@ -1,9 +1,8 @@
 """Every public function that makes the deployment's keys binds its deployment (``keys.bound``).
 
 A key made outside ``keys.bound(conn)`` raises ``DeploymentNotBound`` unless ``COUNTERS_TAG_KEY``
-is pinned, and the suite pins it (tests/conftest.py): so a function that forgot its binding
-passes every test here and fails in a deployment that does not pin. This reads the package
-instead: a public function that calls a key maker whose name depends on the tag key opens
+is pinned. The suite runs unpinned (tests/conftest.py), so a function that forgot its binding fails
+the tests that reach it; this reads the package for the ones no test reaches: a public function that calls a key maker whose name depends on the tag key opens
 ``keys.bound`` itself (a helper that takes no client, or a private one, is called from one that
 does). Before it, ``Ranking.stats``, ``ranking.register_board``, ``ranking.finish_maintenance`` and
 ``uniques.day_sets`` made their keys with whatever deployment the thread had used last."""
