@@ -365,13 +365,18 @@ def _day_tables(
     return pages, tables, who, "".join(short_ids), "".join(profiles)
 
 
-@functools.lru_cache(maxsize=4096)
 def who_digest(who: Who) -> str:
     """8 characters naming a view's five values (``core.clients``) in the day's pairs SET, after
     its visitor's 11: the member is new the first time that visitor shows that profile that day,
     and only then are its values' sketches worked (``site_day``: a visitor's later views add
     nothing to them). Made like a path's digest (``keys.path_digest``) of the values joined by a
-    control character, which no path has."""
+    control character, which no path has: with the tag key bound now (cached per tag key)."""
+    return _who_digest(keys.tag_key(), who)
+
+
+@functools.lru_cache(maxsize=4096)
+def _who_digest(tag_key: bytes, who: Who) -> str:
+    """(``tag_key``: the cache's key only; ``keys.path_digest`` reads the same bound one.)"""
     return keys.path_digest("\x1f".join(who))
 
 
@@ -991,19 +996,28 @@ def _client_pages(settings: Settings) -> frozenset[str]:
     return frozenset(check_path(path) for path in settings.client_pages)
 
 
-def clients_scope(site: str | None, path: str | None) -> str:
-    """The scope a who-visits read reads: the site's (``check_site``), or one of its pages' of
-    COUNTERS_CLIENT_PAGES (``keys.page_scope``); InvalidInput for a page whose tables are not kept."""
+def check_client_page(site: str | None, path: str | None) -> tuple[str, str | None]:
+    """What a who-visits read reads, checked: the site's scope (``check_site``) and the page
+    (``check_path``; None: the site's own tables). InvalidInput for a page whose tables are not
+    kept (not in COUNTERS_CLIENT_PAGES). It makes no key, so a reader can refuse a page before
+    Redis is asked, with or without a deployment bound: the page's scope (``keys.page_scope``)
+    needs the deployment's tag key, and is made inside ``keys.bound`` (``_clients_scope``)."""
     scope = check_site(site)
     if path is None:
-        return scope
+        return scope, None
     page = check_path(path)
     if page not in client_pages():
         raise InvalidInput(
             f"path {page[:100]!r} is not in COUNTERS_CLIENT_PAGES: who visits is kept for those pages alone"
             " (and with COUNTERS_CLIENT_TABLES=on)"
         )
-    return keys.page_scope(scope, page)
+    return scope, page
+
+
+def _clients_scope(scope: str, page: str | None) -> str:
+    """The scope whose tables a who-visits read reads (a checked ``check_client_page``): the site's,
+    or its page's (``keys.page_scope``: within ``keys.bound``, as it is keyed with the tag key)."""
+    return scope if page is None else keys.page_scope(scope, page)
 
 
 CLIENTS_LIMIT = 1000
@@ -1031,8 +1045,9 @@ def top_clients(
     ``uv_approximate``), most views first (ties by name), ``(other)`` for the views of the
     values past COUNTERS_MAX_DAY_CLIENTS on a day, ``(unknown)`` for views that did not tell
     (no User-Agent or Accept-Language given, an IP of no country). Bounded like ``top_sources``."""
-    scope = clients_scope(site, path)
+    scope, page = check_client_page(site, path)
     with keys.bound(conn):
+        scope = _clients_scope(scope, page)
         check_day_range(start, end)
         check_int(limit, "limit", 1, CLIENTS_LIMIT)
         if kind not in CLIENT_VIEWS:
@@ -1090,8 +1105,9 @@ def folded_client_views(
     ``start``..``end`` counted under ``(other)``: the views of the values past
     COUNTERS_MAX_DAY_CLIENTS on a day. One field a day: what a reader says beside the figures
     when ``(other)`` is not among the values ``top_clients`` listed."""
-    scope = clients_scope(site, path)
+    scope, page = check_client_page(site, path)
     with keys.bound(conn):
+        scope = _clients_scope(scope, page)
         check_day_range(start, end)
         if kind not in CLIENT_VIEWS:
             raise InvalidInput(f"kind must be one of {', '.join(CLIENT_VIEWS)}, got {kind!r}")

@@ -93,6 +93,7 @@ def test_random_stream_matches_model_with_cleaner_at_random_times(conn):
                             counters.get_counter(conn, n, p, now=now)
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_cleaner_removes_old_samples_and_empty_counters(conn):
     counters.update_counter(conn, "old", 1, now=T0)
     counters.update_counter(conn, "new", 1, now=T0 + 200 * 86400)
@@ -110,6 +111,7 @@ def samples_kept(conn, name: str, precision: int) -> int:
     return sum(1 for field in conn.hkeys(keys.counter_hash(name)) if counters.bucket_of(field)[0] == precision)
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_cleaner_takes_each_sample_when_it_leaves_the_window(conn):
     counters.update_counter(conn, "k", 1, now=T0)
     # first pass at T0 + 2 days: everything older than 120 samples goes, at every precision
@@ -127,6 +129,7 @@ def test_cleaner_takes_each_sample_when_it_leaves_the_window(conn):
     assert counters.clean_counters(conn, now=first + 120) == 0
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_a_counter_with_more_live_samples_than_a_call_examines_is_cleaned_and_the_pass_ends(conn):
     """A busy counter keeps up to 840 samples in its windows (120 at each of 7 precisions), more
     than one cleaner call examines (CLEAN_FIELDS_PER_CALL): it is cleaned a page at a time. Once
@@ -211,6 +214,7 @@ def test_totals_past_two_to_the_53_stay_exact_and_a_correction_empties_them(conn
 
 
 @pytest.mark.parametrize("held", ["abc", "1.5", "inf", "nan"])
+@pytest.mark.usefixtures("bound_deployment")
 def test_a_bucket_that_is_not_an_integer_fails_the_call_whole(raw_conn, held):
     """A bucket changed by hand to something HINCRBY would refuse: the call writes nothing (no
     other counter's bucket, no dedupe marker), so the repaired retry applies the message once."""

@@ -18,6 +18,7 @@ SITES = {"blog": {"timezone": "Asia/Tokyo"}}
 
 
 @pytest.mark.cluster
+@pytest.mark.usefixtures("bound_deployment")
 def test_distinct_visitors_of_the_last_minutes_per_site(raw_conn, monkeypatch):
     use_settings(monkeypatch, COUNTERS_SITES=json.dumps(SITES))
     now = time.time()

@@ -155,6 +155,7 @@ def test_now_defaults_to_the_clock(conn):
     assert board.top(limit=0) == []
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_non_positive_totals_are_not_listed_but_stay_exact(conn):
     board = Ranking(conn, "neg", 3, 1)
     board.incr("x", 5, now=T0)
@@ -171,6 +172,7 @@ def test_non_positive_totals_are_not_listed_but_stay_exact(conn):
     assert conn.zcard(keys.ranking_slots("neg")) == 0
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_top_is_exact_when_beat_is_late_and_rotation_catches_up(conn):
     board = Ranking(conn, "late-beat", 3, 1)
     board.incr("old", 10, now=T0)
@@ -217,6 +219,7 @@ def test_rotation_is_idempotent(conn):
     assert board.top(0, 10, True, now=later) == answer
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_big_slot_rotates_in_several_bounded_calls(conn, monkeypatch):
     monkeypatch.setattr(ranking, "ROTATE_BUDGET", 100)
     board = Ranking(conn, "big", 2, 1)
@@ -241,6 +244,7 @@ def test_big_slot_rotates_in_several_bounded_calls(conn, monkeypatch):
     assert not conn.exists(keys.ranking_slot("big", ranking.slot_of(T0, 1)))
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_concurrent_incr_and_rotation_end_exact(conn):
     """Writers stream events (some delayed past the window) while a rotator follows their clock."""
     period, interval = 4, 1
@@ -306,6 +310,7 @@ def test_concurrent_incr_and_rotation_end_exact(conn):
     assert conn.zrange(keys.ranking_top("race"), 0, -1, withscores=True) == before
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_rebuild_equals_incremental_result(conn):
     rng = random.Random(3)
     board = Ranking(conn, "rb", 6, 1)
@@ -324,6 +329,7 @@ def test_rebuild_equals_incremental_result(conn):
     assert board.stats()["rebuilds"] == 2
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_expired_slot_hash_is_recovered_by_rebuild(conn):
     """The safety-net TTL fired before beat rotated: reads and rotation stay exact."""
     board = Ranking(conn, "ttl", 3, 1)
@@ -343,6 +349,7 @@ def test_expired_slot_hash_is_recovered_by_rebuild(conn):
     assert board.top(withscores=True, now=T0 + 5 * HOUR) == [("kept2", 2)]
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_message_id_applies_once(conn):
     board = Ranking(conn, "dedupe")
     board.incr("m", 5, now=T0, message_id="task-1")
@@ -409,6 +416,7 @@ def test_registration_interrupted_by_a_crash_is_repaired_by_the_next_write(conn,
     assert calls == []  # registered boards pay no extra round trip
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_keys_of_a_board_share_its_tag_and_names_are_escaped():
     name = "{evil} *name\u00e9"
     t = keys.board_tag(name)
@@ -520,6 +528,7 @@ def test_task_counts_a_redelivered_message_once(eager_app, raw_conn):
         incr_ranking.apply(kwargs={"board": "daily", "member": "p", "ts": T0}, task_id="w")
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_rotate_rankings_task_skips_while_locked_then_rotates(eager_app, raw_conn):
     from counters_tasks.tasks import rotate_rankings
 

@@ -82,6 +82,7 @@ def big_board_work(raw_conn, call_budget) -> list:
 
 
 @pytest.mark.budget
+@pytest.mark.usefixtures("bound_deployment")
 def test_a_big_board_is_read_rebuilt_rotated_and_deleted_in_short_calls(raw_conn, call_budget):
     """Every call under the 5 ms budget, judged by the server's CPU time for it
     (``tests/support/server_cpu.py``). SLOWLOG's wall time judged it before: late in a full
@@ -122,6 +123,7 @@ def test_batches_of_new_members_go_in_calls_under_5_ms(raw_conn, call_budget):
     assert call_budget.slow_by_design(lambda: fresh_batch_work(raw_conn, call_budget)) == []
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_writes_and_reads_during_a_rebuild_wait_for_it_and_stay_exact(raw_conn):
     now = time.time()
     totals = build_board(raw_conn, "live", now, members=5_000)
@@ -137,6 +139,7 @@ def test_writes_and_reads_during_a_rebuild_wait_for_it_and_stay_exact(raw_conn):
     assert board.stats()["rebuilds"] == 1
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_a_write_after_a_delete_starts_a_new_board(raw_conn):
     now = time.time()
     board = ranking.Ranking(raw_conn, "contest", 48, 2)
@@ -150,6 +153,7 @@ def test_a_write_after_a_delete_starts_a_new_board(raw_conn):
     assert not ranking.delete_board(raw_conn, "missing")
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_idle_boards_go_with_the_rotation_job(raw_conn, monkeypatch):
     now = time.time()
     ranking.Ranking(raw_conn, "daily").incr("x", 1, now=now)
@@ -165,6 +169,7 @@ def test_idle_boards_go_with_the_rotation_job(raw_conn, monkeypatch):
 
 
 @pytest.mark.budget
+@pytest.mark.usefixtures("bound_deployment")
 def test_a_read_with_big_slots_ahead_of_its_now_is_exact_and_short(raw_conn, call_budget):
     """``top(now=an hour ago)`` on a board whose current slot holds 20,000 members: that slot is
     ahead of ``now`` and cannot be rotated away, so the read goes in bounded parts."""
@@ -187,6 +192,7 @@ def test_a_read_with_big_slots_ahead_of_its_now_is_exact_and_short(raw_conn, cal
 
 
 @pytest.mark.skipif(is_cluster_run(), reason="commandstats of one server")
+@pytest.mark.usefixtures("bound_deployment")
 def test_a_big_expired_slot_is_rotated_one_page_per_call(raw_conn):
     """One hourly slot of 50,000 members (a viral hour) leaves the window. Each rotation call reads
     one HSCAN page from where the last call stopped: a scan restarted at 0 walked every bucket the

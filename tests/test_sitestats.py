@@ -192,6 +192,7 @@ def test_missing_secret_is_a_configuration_error_and_writes_nothing(raw_conn, mo
     assert dump_all(raw_conn) == {}
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_path_normalization_and_byte_cap(conn):
     now = time.time()
     today = days.local_day(now)
@@ -207,6 +208,7 @@ def test_path_normalization_and_byte_cap(conn):
     assert conn.exists(keys.path_totals(cut))
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_all_time_site_figures_sum_the_shards(raw_conn):
     now = time.time()
     for i in range(200):
@@ -217,6 +219,7 @@ def test_all_time_site_figures_sum_the_shards(raw_conn):
     assert sitestats.site_visit_info(raw_conn) == SiteCount(None, 201, 200)
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_retention_visitor_sets_expire_after_grace_totals_kept(raw_conn, monkeypatch):
     use_settings(monkeypatch, COUNTERS_TIMEZONE="America/New_York")
     now = time.time()
@@ -272,6 +275,7 @@ def test_day_boundaries_follow_local_midnight_with_dst(monkeypatch):
         days.check_day(datetime(2026, 1, 1))
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_event_a_minute_before_local_midnight_counts_for_its_own_day(conn, monkeypatch):
     """Queued at 23:59 on a 23 or 25 hour day, processed after midnight (now): still that day."""
     use_settings(
@@ -290,6 +294,7 @@ def test_event_a_minute_before_local_midnight_counts_for_its_own_day(conn, monke
     assert abs(expires_at(conn, keys.site_day_visitors(day, "exact")) - (time.time() + 400 * 86400)) < 5
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_hll_mode_within_two_percent_at_100k_visitors(raw_conn, monkeypatch):
     use_settings(monkeypatch, COUNTERS_UV_MODE="hll")
     now = time.time()

@@ -132,6 +132,7 @@ def test_unique_visitors_over_a_range_is_the_exact_union(conn):
         assert got.missing_days == []
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_days_whose_shards_expired_are_reported_missing(conn):
     now = time.time()
     today = local_day(now)
@@ -165,6 +166,7 @@ def test_bad_ranges_raise_before_anything(conn, call):
     assert dump_all(conn) == before
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_range_keys_expire_with_the_days_totals_and_dedupe_holds(conn):
     now = time.time()
     day = local_day(now)

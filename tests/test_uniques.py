@@ -93,6 +93,7 @@ def test_count_visit_new_then_not_and_exact_count(conn):
     assert uniques.unique_visitors(conn, day - timedelta(days=1)) == 0
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_tiny_history_gives_one_shard_no_crash(raw_conn):
     """Fewer than ~86 uniques yesterday: the seed divided by zero; here one shard."""
     day, now = today_and_now()
@@ -109,6 +110,7 @@ def test_tiny_history_gives_one_shard_no_crash(raw_conn):
     assert raw_conn.scard(shards[0]) == 40
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_count_visit_fixes_a_missing_figure_from_yesterday(raw_conn):
     day, now = today_and_now()
     rng = random.Random(3)
@@ -131,6 +133,7 @@ def test_layout_never_changes_once_fixed(raw_conn):
     assert uniques.precompute_expected(raw_conn, day) == 1_000_000
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_precompute_race_first_writer_wins(raw_conn):
     """Threads fix the same day while yesterday's count keeps growing: all get one figure."""
     day, now = today_and_now()
@@ -178,6 +181,7 @@ def test_concurrent_first_visits_of_a_new_day(raw_conn):
     assert uniques.unique_visitors(raw_conn, day) == 1 + 8 * 30
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_shards_stay_intsets_and_within_size(raw_conn):
     day, now = today_and_now()
     rng = random.Random(6)
@@ -193,6 +197,7 @@ def test_shards_stay_intsets_and_within_size(raw_conn):
         assert 0 < raw_conn.scard(key) <= 512
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_figure_changed_behind_the_cache_is_followed(raw_conn):
     """A process that remembered another figure re-reads it; ids land in the fixed layout."""
     day, now = today_and_now()
@@ -204,6 +209,7 @@ def test_figure_changed_behind_the_cache_is_followed(raw_conn):
     assert uniques.unique_visitors(raw_conn, day) == 1
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_retention(raw_conn, monkeypatch):
     use_settings(monkeypatch, COUNTERS_TIMEZONE="Asia/Kolkata")
     day, now = today_and_now()
@@ -215,6 +221,7 @@ def test_retention(raw_conn, monkeypatch):
     assert expires_at(raw_conn, keys.uniques_expected(day)) == end + 400 * 86400
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_a_day_whose_shards_are_gone_is_closed_and_reported(raw_conn):
     _, now = today_and_now()
     old = now - 8 * 86400
@@ -238,6 +245,7 @@ def test_message_id_applies_once(conn):
     assert uniques.unique_visitors(conn, day) == 2
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_precompute_due_fixes_tomorrow_only_from_local_23h(raw_conn, monkeypatch):
     use_settings(monkeypatch, COUNTERS_TIMEZONE="Europe/Berlin")
     day = days.local_day(time.time()) - timedelta(days=1)  # a past day: events ahead of the clock are refused
@@ -289,6 +297,7 @@ def test_unknown_day_is_zero(conn):
 
 
 @pytest.mark.parametrize("clobbered", ["shard", "level set", "levels", "count", "marker"])
+@pytest.mark.usefixtures("bound_deployment")
 def test_a_key_changed_by_hand_fails_the_call_before_any_write(raw_conn, clobbered):
     """A key of the wrong type (set by hand, or by another program) makes the call fail with
     nothing written and no dedupe marker, so the retry, once the key is repaired, applies all."""

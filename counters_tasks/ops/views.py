@@ -257,7 +257,7 @@ def clients_view(
     if kind not in sitestats.CLIENT_VIEWS:  # said before Redis is asked anything
         raise InvalidInput(f"kind must be one of {', '.join(sitestats.CLIENT_VIEWS)}, got {kind!r}")
     page = None if path in (None, "") else sitestats.normalize_path(path)
-    sitestats.clients_scope(site, page)  # (a page whose tables are not kept: said before Redis is asked)
+    sitestats.check_client_page(site, page)  # (a page whose tables are not kept: said before Redis is asked)
     found = sitestats.top_clients(conn, first, last, kind, limit, site=site, path=page)
     folded = [c.pv for c in found if c.source == sitestats.OTHER]
     if not folded and len(found) == limit:  # (a shorter list would have listed it)

@@ -254,6 +254,7 @@ def test_a_bad_header_is_refused_on_its_own_and_the_others_are_applied(raw_conn)
         sitestats.top_clients(raw_conn, day, day, "browser", 1001)
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_with_the_tables_off_nothing_is_parsed_or_kept(raw_conn, monkeypatch):
     use_settings(monkeypatch, COUNTERS_CLIENT_TABLES="off")
     now = time.time()
@@ -310,6 +311,7 @@ def fifty_thousand_user_agents(raw_conn, call_budget) -> list:
 
 
 @pytest.mark.budget
+@pytest.mark.usefixtures("bound_deployment")
 def test_fifty_thousand_user_agents_in_a_day_stay_under_the_cap_with_other_counted(raw_conn, call_budget):
     """And no call over 5 ms (the server's CPU time for each, ``tests/support/server_cpu.py``):
     a call takes at most DAY_WHO_VALUES_PER_CALL values (~30 such views, not 100: calls of
@@ -319,3 +321,18 @@ def test_fifty_thousand_user_agents_in_a_day_stay_under_the_cap_with_other_count
     costliest = sorted(call_budget.cpu.calls, reverse=True)[:3]
     print(f"[budget] {call_budget.measure}: costliest calls {costliest}; SLOWLOG over 5 ms {call_budget.wall_over()}")
     assert slow == []
+
+
+def test_a_profiles_digest_is_made_with_the_bound_deployments_tag_key(raw_conn, monkeypatch):
+    """A view's profile is named in its day's pairs SET by a digest keyed like a path's
+    (``keys.path_digest``): with the tag key of the deployment bound now, not of the one this
+    process met the profile under first (two deployments, or one whose key was made again after a
+    data loss, would name one profile two ways and work its sketches again)."""
+    who = ("Chrome", "Chrome 120", "Windows", "desktop", "US")
+    names = []
+    for prefix in ("ct:", "other:"):
+        use_settings(monkeypatch, COUNTERS_KEY_PREFIX=prefix)
+        with keys.bound(raw_conn, write=True):
+            names.append((sitestats.who_digest(who), keys.path_digest("\x1f".join(who))))
+    assert [made for made, _ in names] == [expected for _, expected in names]
+    assert names[0] != names[1]

@@ -190,6 +190,7 @@ def test_a_site_counts_its_days_in_its_own_zone(raw_conn, two_sites):
     }
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_no_site_pushes_its_or_another_sites_keys_onto_one_slot(monkeypatch):
     many = {f"site{n}": {} for n in range(200)}
     use_settings(monkeypatch, COUNTERS_SITES=json.dumps(many))

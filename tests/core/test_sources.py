@@ -246,6 +246,7 @@ def test_a_2015_access_logs_referrers_and_campaigns_equal_a_plain_python_count(r
 
 
 @pytest.mark.cluster
+@pytest.mark.usefixtures("bound_deployment")
 def test_a_source_of_many_visitors_has_an_estimated_uv_that_lua_and_python_agree_on(raw_conn):
     from counters_tasks.store import keys, page_sketch
 

@@ -65,6 +65,7 @@ def test_an_event_within_the_tolerance_never_makes_current_events_late(conn, mon
     assert board.top(withscores=True, now=clock) == [("now", 1)]
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_a_board_poisoned_by_a_far_future_watermark_heals(conn):
     now = time.time()
     board = ranking.Ranking(conn, "poisoned")

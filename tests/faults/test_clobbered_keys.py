@@ -84,6 +84,7 @@ def expected_figures() -> dict:
 
 
 @pytest.mark.parametrize("kind", list(CLOBBERED))
+@pytest.mark.usefixtures("bound_deployment")
 def test_a_clobbered_key_fails_its_call_whole_and_the_retry_applies_the_message_once(raw_conn, kind):
     clobbered = CLOBBERED[kind]()
     for key in clobbered:
@@ -112,6 +113,7 @@ def paths_of_one_group(count: int) -> list[str]:
 
 
 @pytest.mark.parametrize("mode", ["exact", "hll"])
+@pytest.mark.usefixtures("bound_deployment")
 def test_a_clobbered_path_after_others_in_its_call_takes_theirs_back_exactly(raw_conn, monkeypatch, mode):
     """``path_all`` checks a path's hash by its read (an HMGET, no TYPE first, issue 21); meeting a
     clobbered one after paths it has already planned, it has written none of them, so they read
@@ -143,6 +145,7 @@ def test_a_clobbered_path_after_others_in_its_call_takes_theirs_back_exactly(raw
 
 
 @pytest.mark.parametrize("held", ["abc", "1.5", "nan"])
+@pytest.mark.usefixtures("bound_deployment")
 def test_a_path_total_that_is_not_an_integer_fails_the_call_whole(raw_conn, held):
     """Exact mode sums a path's pv and uv in Lua (issue 21): a total changed by hand to what
     HINCRBY would refuse fails the call with nothing written, and the repaired retry counts once."""
@@ -163,6 +166,7 @@ def test_a_path_total_that_is_not_an_integer_fails_the_call_whole(raw_conn, held
     assert [sitestats.site_visit_info(raw_conn, None, path)[1:] for path in (first, second)] == [(1, 1), (2, 2)]
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_a_path_total_past_two_to_the_53_stays_exact(raw_conn):
     path = "/big"
     sitestats.record_visit(raw_conn, "192.0.2.1", path, NOW - 5)
@@ -172,6 +176,7 @@ def test_a_path_total_past_two_to_the_53_stays_exact(raw_conn):
 
 
 @pytest.mark.parametrize("kind", ["slot", "top", "slot index"])
+@pytest.mark.usefixtures("bound_deployment")
 def test_a_clobbered_ranking_key_fails_the_call_before_any_write(raw_conn, kind):
     board = ranking.Ranking(raw_conn, "posts")
     slot = board.slot_of(NOW)
@@ -191,6 +196,7 @@ def test_a_clobbered_ranking_key_fails_the_call_before_any_write(raw_conn, kind)
 
 
 @pytest.mark.processes
+@pytest.mark.usefixtures("bound_deployment")
 def test_a_real_worker_sets_the_message_aside_and_a_requeue_applies_it_once(raw_conn, redis_url, tmp_path, monkeypatch):
     """The worker retries a call that meets a clobbered key, then sets it aside (never acknowledged
     as applied); repaired, ``dead-letters requeue`` applies it whole."""

@@ -59,6 +59,7 @@ def old_board(conn) -> ranking.Ranking:
 
 
 @pytest.mark.parametrize("kind", ["meta", "top", "slot index", "expired slot"])
+@pytest.mark.usefixtures("bound_deployment")
 def test_a_clobbered_board_key_fails_the_rotation_before_any_write(raw_conn, kind):
     board = old_board(raw_conn)
     key = {
@@ -74,6 +75,7 @@ def test_a_clobbered_board_key_fails_the_rotation_before_any_write(raw_conn, kin
     assert board.top(withscores=True, now=NOW) == [("all", 3), ("p3", 3), ("p2", 2), ("p1", 1)]
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_rotate_all_rotates_the_other_boards_and_names_the_broken_one(raw_conn):
     board = old_board(raw_conn)
     other = ranking.Ranking(raw_conn, "other", period_hours=4, interval_hours=1)
@@ -89,6 +91,7 @@ def test_rotate_all_rotates_the_other_boards_and_names_the_broken_one(raw_conn):
 
 
 @pytest.mark.parametrize("kind", ["top", "slot index", "slot"])
+@pytest.mark.usefixtures("bound_deployment")
 def test_a_clobbered_board_key_fails_the_rebuild_and_the_deletion_before_any_write(raw_conn, kind):
     board = old_board(raw_conn)
     key = {
@@ -107,6 +110,7 @@ def test_a_clobbered_board_key_fails_the_rebuild_and_the_deletion_before_any_wri
 
 
 @pytest.mark.parametrize("kind", ["counter hash", "due subset", "due summary", "scan cursors"])
+@pytest.mark.usefixtures("bound_deployment")
 def test_a_clobbered_counter_key_fails_the_cleaner_before_any_write(raw_conn, kind):
     counters.update_counter(raw_conn, "hits:/old", 3, NOW - 10 * 86400, message_id="c1")
     tag, group = keys.counter_tag("hits:/old"), keys.counter_tag("hits:/old")
@@ -206,6 +210,7 @@ def overflowing_call(conn, write, key_part: str) -> str:
     raise AssertionError("no write was refused")
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_a_counter_bucket_about_to_overflow_fails_the_call_whole(raw_conn):
     """HINCRBY fails once a field would pass 2**63; met midway, it left the earlier buckets and the
     marker (the retry then skipped the message). Checked first, the call fails whole."""
@@ -218,6 +223,7 @@ def test_a_counter_bucket_about_to_overflow_fails_the_call_whole(raw_conn):
     assert "overflow" in error
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_a_ranking_slot_about_to_overflow_fails_the_call_whole(raw_conn):
     board = ranking.Ranking(raw_conn, "big")
     error = overflowing_call(
@@ -228,6 +234,7 @@ def test_a_ranking_slot_about_to_overflow_fails_the_call_whole(raw_conn):
     assert "overflow" in error
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_a_ranking_slot_member_that_is_not_an_integer_fails_the_call_whole(raw_conn):
     """``ranking_incr`` sums a slot's members in Lua (one HSET a slot, issue 21): a member changed
     by hand to what HINCRBY would refuse fails the call before any write, with no marker."""

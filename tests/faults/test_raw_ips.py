@@ -49,7 +49,8 @@ def test_no_raw_ip_in_the_counters_redis_nor_on_the_broker_but_its_dead_letters(
 ):
     now = time.time() - 30
     day = local_day(now)
-    counters_conn.rpush(keys.counter_hash(f"hits:{raw_ips.FAILING_PATH}"), "written by hand")
+    with keys.bound(counters_conn, write=True):
+        counters_conn.rpush(keys.counter_hash(f"hits:{raw_ips.FAILING_PATH}"), "written by hand")
     env = celery_env(fault_env["COUNTERS_REDIS_URL"], **fault_env, COUNTERS_MAX_ATTEMPTS="2")
     worker = start_worker(env, tmp_path / "worker.log").wait_ready()
     poison = poison_messages(raw_ips.PATHS["poison"])

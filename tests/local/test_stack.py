@@ -107,10 +107,11 @@ def test_the_stack_hides_its_secrets_loads_the_checkouts_config_and_is_healthy_w
         redis.Redis.from_url(broker).flushdb()
 
 
-def test_the_stacks_output_never_shows_the_redis_password(monkeypatch, tmp_path):
+def test_the_stacks_output_never_shows_the_redis_password(pinned_tag_key, monkeypatch, tmp_path):
     """Issue 30: a stack pointed at a Redis with a password (``COUNTERS_REDIS_URL`` given) printed
     the whole URL twice: in its ``redis`` line and in the ``export`` lines it shows. The env file
-    keeps it (mode 600: other shells need it); what is printed shows ``***``."""
+    keeps it (mode 600: other shells need it); what is printed shows ``***``. (Pinned: a stack's
+    tag key is, which ``Stack.start`` sets before it writes the file.)"""
     from counters_tasks.core.settings import reset_settings
     from counters_tasks.local.stack import Stack
 

@@ -344,3 +344,38 @@ def test_a_pages_readers_through_the_commands_the_api_and_the_view(raw_conn, mon
     assert refused.status_code == 400 and "COUNTERS_CLIENT_PAGES" in refused.json()["error"]
     code, out, err = run("devices", "--path", "/about")
     assert code == 2 and not out and "COUNTERS_CLIENT_PAGES" in err
+
+
+@pytest.fixture
+def unpinned_pricing(raw_conn, monkeypatch) -> date:
+    """COUNTERS_CLIENT_PAGES=/pricing with COUNTERS_TAG_KEY unset (a pip install's default: the tag
+    key read from Redis, so every key is made inside ``keys.bound``), and /pricing read twice from
+    the US today: the day."""
+    monkeypatch.delenv("COUNTERS_TAG_KEY", raising=False)
+    use_settings(monkeypatch, COUNTERS_CLIENT_PAGES="/pricing")
+    now = time.time()
+    for path in ("/pricing", "/pricing?ref=mail"):
+        sitestats.record_visit(raw_conn, "8.8.8.8", path, now, user_agent=CHROME_120)
+    return local_day(now)
+
+
+def test_a_pages_readers_unpinned_through_the_python_api(raw_conn, unpinned_pricing):
+    day = unpinned_pricing
+    found = sitestats.top_clients(raw_conn, day, day, "country", path="/pricing")
+    assert [(c.source, c.pv, c.uv) for c in found] == [("US", 2, 1)]
+    assert sitestats.folded_client_views(raw_conn, day, day, "country", path="/pricing") == 0
+
+
+def test_a_pages_readers_unpinned_through_the_command(raw_conn, unpinned_pricing):
+    code, out, err = run("countries", "--path", "/pricing", "--json")
+    assert code == 0, err
+    assert [(c["value"], c["pv"], c["uv"]) for c in json.loads(out)["clients"]] == [("US", 2, 1)]
+
+
+def test_a_pages_readers_unpinned_through_the_api(raw_conn, unpinned_pricing):
+    client = TestClient(create_app(raw_conn, auth=None, health=fake_health), raise_server_exceptions=False)
+    answer = client.get("/api/clients", params={"kind": "country", "path": "/pricing"})
+    assert answer.status_code == 200, answer.text
+    assert [(c["value"], c["pv"], c["uv"]) for c in answer.json()["clients"]] == [("US", 2, 1)]
+    refused = client.get("/api/clients", params={"path": "/about"})  # still refused before Redis is asked
+    assert refused.status_code == 400 and "COUNTERS_CLIENT_PAGES" in refused.json()["error"]

@@ -1,9 +1,8 @@
 """Every public function that makes the deployment's keys binds its deployment (``keys.bound``).
 
 A key made outside ``keys.bound(conn)`` raises ``DeploymentNotBound`` unless ``COUNTERS_TAG_KEY``
-is pinned, and the suite pins it (tests/conftest.py): so a function that forgot its binding
-passes every test here and fails in a deployment that does not pin. This reads the package
-instead: a public function that calls a key maker whose name depends on the tag key opens
+is pinned. The suite runs unpinned (tests/conftest.py), so a function that forgot its binding fails
+the tests that reach it; this reads the package for the ones no test reaches: a public function that calls a key maker whose name depends on the tag key opens
 ``keys.bound`` itself (a helper that takes no client, or a private one, is called from one that
 does). Before it, ``Ranking.stats``, ``ranking.register_board``, ``ranking.finish_maintenance`` and
 ``uniques.day_sets`` made their keys with whatever deployment the thread had used last."""
@@ -72,3 +71,96 @@ def test_the_key_makers_are_found():
 
 def test_every_public_function_given_a_client_binds_its_deployment():
     assert unbound_public_functions() == []
+
+
+def is_binding(node: ast.AST) -> bool:
+    """A ``with keys.bound(...)`` block."""
+    return isinstance(node, ast.With) and any(
+        isinstance(item.context_expr, ast.Call)
+        and isinstance(item.context_expr.func, ast.Attribute)
+        and item.context_expr.func.attr == "bound"
+        for item in node.items
+    )
+
+
+def called_name(call: ast.Call, module: str) -> tuple[str, str] | None:
+    """(module, function) of a call of ``name(...)`` (this module's) or ``mod.name(...)``."""
+    if isinstance(call.func, ast.Name):
+        return module, call.func.id
+    if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name):
+        return call.func.value.id, call.func.attr
+    return None
+
+
+def parsed_functions(sources: dict[str, str] | None = None) -> dict[tuple[str, str], ast.FunctionDef]:
+    """Every function of the package but store/keys.py's, by (module's last name, name); ``sources``
+    (module -> text) stands in for files of the package (the test of this test)."""
+    functions: dict[tuple[str, str], ast.FunctionDef] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name == "keys.py" and path.parent.name == "store":
+            continue
+        text = (sources or {}).get(path.stem) or path.read_text()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef):
+                functions.setdefault((path.stem, node.name), node)
+    return functions
+
+
+def keys_made_outside_a_binding(sources: dict[str, str] | None = None) -> list[str]:
+    """Where a public function given a client makes a key outside its ``keys.bound`` block, itself
+    or through a helper that makes keys without binding (one given no client, or a private one):
+    what ``sitestats.clients_scope`` did before ``top_clients``'s binding (and ``views.clients_view``
+    with none), which raised ``DeploymentNotBound`` unpinned."""
+    functions = parsed_functions(sources)
+    makers = {("keys", name) for name in tag_key_makers()}
+    while True:  # the helpers that make keys with the binding of their caller
+        more = {
+            name
+            for name, node in functions.items()
+            if name not in makers
+            and (name[1].startswith("_") or not takes_a_client(node))
+            and not any(is_binding(n) for n in ast.walk(node))
+            and any(isinstance(c, ast.Call) and called_name(c, name[0]) in makers for c in ast.walk(node))
+        }
+        if not more:
+            break
+        makers |= more
+    found = []
+    for (module, name), node in functions.items():
+        if not name.startswith("_") and takes_a_client(node):
+            found += [
+                f"{module}.{name}:{call.lineno} {'.'.join(made)}"
+                for call, made in unbound_calls(node, module, makers, bound=False)
+            ]
+    return found
+
+
+def unbound_calls(
+    branch: ast.AST, module: str, makers: set[tuple[str, str]], bound: bool
+) -> list[tuple[ast.Call, tuple[str, str]]]:
+    """The calls of ``makers`` under ``branch`` that no ``keys.bound`` block around them encloses."""
+    found = []
+    for child in ast.iter_child_nodes(branch):
+        made = called_name(child, module) if isinstance(child, ast.Call) else None
+        if made in makers and not bound:
+            found.append((child, made))
+        found += unbound_calls(child, module, makers, bound or is_binding(child))
+    return found
+
+
+def test_every_key_is_made_inside_the_binding():
+    assert keys_made_outside_a_binding() == []
+
+
+def test_a_helper_making_keys_before_the_binding_is_found():
+    """The check finds the bug it is for: ``clients_scope`` as it was (a key made before any binding)."""
+    before = """
+def clients_scope(site, path):
+    return keys.page_scope(check_site(site), check_path(path))
+
+def top_clients(conn, start, end, *, site=None, path=None):
+    scope = clients_scope(site, path)
+    with keys.bound(conn):
+        return conn.hgetall(keys.site_day_table(start, "b", site=scope))
+"""
+    assert keys_made_outside_a_binding({"sitestats": before}) == ["sitestats.top_clients:6 sitestats.clients_scope"]

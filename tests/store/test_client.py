@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import redis
 from redis.connection import HiredisRespSerializer
 from redis.exceptions import DataError
@@ -34,12 +35,14 @@ def test_one_bounded_client_per_process_rebuilt_after_fork(monkeypatch):
     assert store_client.get_redis() is client and client.ping()
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_tag_groups_spread():
     groups = {keys.counter_tag(f"counter-{i}") for i in range(5000)}
     assert len(groups) == keys.TAG_GROUPS
     assert len({keys.path_tag(f"/p/{i}") for i in range(5000)}) == keys.TAG_GROUPS
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_user_strings_never_pick_the_slot():
     for name in ["{evil}", "a}{b", "{", "}", "*", "x y\u00e9", "n" * 10_000]:
         key = keys.counter_hash(name)

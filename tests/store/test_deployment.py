@@ -68,10 +68,9 @@ def own_server(tmp_path_factory):
 
 @pytest.fixture
 def own_redis(own_server, monkeypatch):
-    """``own_server`` emptied, and the test process pointed at it with no pinned tag key: the
-    key is generated and kept in Redis."""
+    """``own_server`` emptied, and the test process pointed at it with no pinned tag key (the
+    suite's default): the key is generated and kept in Redis."""
     make_client(own_server.url).flushall()
-    monkeypatch.delenv("COUNTERS_TAG_KEY")
     use_settings(monkeypatch, COUNTERS_REDIS_URL=own_server.url)
     return own_server
 
@@ -79,7 +78,6 @@ def own_redis(own_server, monkeypatch):
 @pytest.mark.processes
 def test_a_redis_restarted_without_persistence_under_a_running_worker(own_redis, tmp_path):
     env = celery_env(own_redis.url)
-    env.pop("COUNTERS_TAG_KEY")
     worker = start_worker(env, tmp_path / "worker.log").wait_ready()
     try:
         send_visits(own_redis, "/before", 20)
@@ -106,7 +104,6 @@ def test_a_redis_restarted_without_persistence_under_a_running_worker(own_redis,
 @pytest.mark.processes
 def test_a_deleted_tag_key_is_put_back_by_the_worker(own_redis, tmp_path):
     env = celery_env(own_redis.url)
-    env.pop("COUNTERS_TAG_KEY")
     worker = start_worker(env, tmp_path / "worker.log").wait_ready()
     conn = make_client(own_redis.url)
     try:
@@ -130,7 +127,7 @@ def test_a_deleted_tag_key_is_put_back_by_the_worker(own_redis, tmp_path):
         worker.stop()
 
 
-def test_a_flushall_is_reported_with_a_pinned_tag_key(raw_conn, caplog):
+def test_a_flushall_is_reported_with_a_pinned_tag_key(pinned_tag_key, raw_conn, caplog):
     """A pinned key is never lost, but the data still is: the marker tells every process."""
     day = local_day(time.time())
     sitestats.record_visit(raw_conn, "192.0.2.1", "/", time.time())
@@ -146,9 +143,7 @@ def test_a_flushall_is_reported_with_a_pinned_tag_key(raw_conn, caplog):
     assert sitestats.site_visit_info(raw_conn, day).pv == 1
 
 
-def test_readers_never_make_the_tag_key(raw_conn, monkeypatch):
-    monkeypatch.delenv("COUNTERS_TAG_KEY")
-    use_settings(monkeypatch)
+def test_readers_never_make_the_tag_key(raw_conn):
     assert sitestats.site_visit_info(raw_conn, None, "/x").pv == 0
     assert raw_conn.get(deployment.tag_key_name()) is None and not raw_conn.exists(deployment.marker_name())
     sitestats.record_visit(raw_conn, "192.0.2.1", "/x", time.time())
@@ -181,9 +176,7 @@ def test_migrate_runs_each_step_in_order(raw_conn, monkeypatch):
     assert deployment.migrate(raw_conn) == "the deployment is at layout 3: nothing to migrate"
 
 
-def test_a_deployment_of_before_the_marker_is_adopted(raw_conn, monkeypatch):
-    monkeypatch.delenv("COUNTERS_TAG_KEY")
-    use_settings(monkeypatch)
+def test_a_deployment_of_before_the_marker_is_adopted(raw_conn):
     raw_conn.set(deployment.tag_key_name(), "0123456789abcdef0123456789abcdef")  # what 0.1 made
     assert "marker written" in deployment.migrate(raw_conn)
     with keys.bound(raw_conn) as key:
@@ -240,7 +233,6 @@ def writers(env: dict[str, str], count: int, path: str) -> list[str]:
 @pytest.mark.processes
 def test_processes_writing_together_on_an_empty_redis_end_on_one_key(own_redis):
     env = celery_env(own_redis.url)
-    env.pop("COUNTERS_TAG_KEY")
     held = writers(env, 6, PATH)
     kept = make_client(own_redis.url).get(deployment.tag_key_name()).decode()
     assert held == [kept] * 6  # SET NX: one maker wins, the others take its key
@@ -254,7 +246,6 @@ def test_a_new_writer_first_after_a_loss_and_the_running_worker_converge(own_red
     confirmed, found under a key that lost, and made again under Redis's, so every visit after
     the loss lands under one key."""
     env = celery_env(own_redis.url)
-    env.pop("COUNTERS_TAG_KEY")
     worker = start_worker(env, tmp_path / "worker.log").wait_ready()
     conn = make_client(own_redis.url)
     try:
@@ -273,10 +264,9 @@ def test_a_new_writer_first_after_a_loss_and_the_running_worker_converge(own_red
 
 
 @pytest.fixture
-def unpinned(redis_url, raw_conn, monkeypatch):
-    """The session's Redis, emptied, and this process with no pinned tag key: its URL."""
-    monkeypatch.delenv("COUNTERS_TAG_KEY")
-    use_settings(monkeypatch)
+def unpinned(redis_url, raw_conn):
+    """The session's Redis, emptied, and this process with no pinned tag key (the suite's
+    default, tests/conftest.py): its URL."""
     return redis_url
 
 
@@ -358,7 +348,6 @@ def test_a_reader_without_the_pin_sees_what_a_pinned_worker_wrote(own_redis, tmp
     finally:
         worker.stop()
     bare = celery_env(own_redis.url)
-    bare.pop("COUNTERS_TAG_KEY")
     assert page_views(bare, PATH) == 12
     report = json.loads(cli(bare, "health", "--json", "--timeout", "1").stdout)
     assert report["deployment"]["visible"] is True and report["deployment"]["ok"] is True
@@ -401,7 +390,7 @@ def test_health_fails_when_this_process_cannot_see_the_data(unpinned, monkeypatc
     sitestats.record_visit(conn, "192.0.2.1", "/old", time.time())
     conn.delete(deployment.tag_key_name())  # as a pinned writer of before left it
     env = celery_env(unpinned)
-    env.pop("COUNTERS_TAG_KEY")
+    env.pop("COUNTERS_TAG_KEY")  # (this process's pin, which the environment passed on)
     out = cli(env, "health", "--json", "--timeout", "1")
     report = json.loads(out.stdout)
     assert out.returncode == 1 and report["deployment"]["ok"] is False and report["deployment"]["visible"] is False

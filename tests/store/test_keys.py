@@ -29,7 +29,7 @@ def unkeyed_group(path: str) -> int:
 @pytest.fixture
 def generated_key(raw_conn, monkeypatch):
     """The default: no pinned key, so the deployment's key is made in (and read from) Redis."""
-    monkeypatch.delenv("COUNTERS_TAG_KEY")
+    monkeypatch.delenv("COUNTERS_TAG_KEY", raising=False)
     use_settings(monkeypatch)
     return raw_conn
 

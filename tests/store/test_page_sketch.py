@@ -34,6 +34,7 @@ def expected_sketch(ips: list[str]) -> str:
 
 
 @pytest.mark.parametrize("visitors", [1, 42, 43, 500])
+@pytest.mark.usefixtures("bound_deployment")
 def test_the_scripts_sketch_is_the_one_the_reader_expects(raw_conn, visitors):
     now = time.time()
     ips = [f"10.1.{n // 250}.{n % 250}" for n in range(visitors)]
@@ -91,6 +92,7 @@ def test_the_scripts_register_and_value_of_an_id_are_the_readers_for_every_kind_
     assert got == [(page_sketch.position(i)[0] + 1) * 100 + page_sketch.position(i)[1] for i in ids]
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_a_call_makes_at_most_24_sketches_registers_and_the_others_wait_exact(raw_conn):
     """100 pages each at 42 visitors, then one call of a 43rd visitor for each: a sketch turning
     into registers costs the call ~30 us, so a call makes at most 24 of them (``page_sketch.lua``,

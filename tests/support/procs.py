@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from counters_tasks.local.waiting import wait_until
-from tests.support.servers import TEST_SECRET, TEST_TAG_KEY
+from tests.support.servers import TEST_SECRET
 
 BROWSER_AGENT = "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0"
 """A browser's user agent: what the tests' requests of pages send (the page view rule skips
@@ -49,7 +49,6 @@ def celery_env(redis_url: str, **extra: str) -> dict[str, str]:
     env.update(
         COUNTERS_REDIS_URL=redis_url,
         COUNTERS_SECRET=env.get("COUNTERS_SECRET", TEST_SECRET),
-        COUNTERS_TAG_KEY=env.get("COUNTERS_TAG_KEY", TEST_TAG_KEY),  # as the test process (conftest)
         PYTHONPATH=str(REPO) + os.pathsep + env.get("PYTHONPATH", ""),
         PYTHONUNBUFFERED="1",
     )

@@ -42,6 +42,22 @@ def flush(client) -> None:
         client.flushdb()
 
 
+def empty(client) -> None:
+    """Every key of the test Redis deleted but the deployment's (its tag key and marker, of every
+    key prefix: ``DEPLOYMENT_KEYS``): a test that starts over with its clients and processes in
+    use. A plain flush is a data loss: the tag key goes, a writer makes a new one, and a client
+    or process that holds the old one reads zeros until its next check of the deployment (every
+    ``store.deployment.CHECK_EVERY`` seconds)."""
+    kept = [
+        (key, client.dump(key))
+        for key in client.scan_iter(count=1000)
+        if (key if isinstance(key, bytes) else key.encode()).endswith(DEPLOYMENT_KEYS)
+    ]
+    flush(client)
+    for key, value in kept:
+        client.restore(key, 0, value, replace=True)
+
+
 def use_settings(monkeypatch: pytest.MonkeyPatch, **env: object) -> None:
     """Set COUNTERS_* variables for this test and read the settings afresh."""
     for name, value in env.items():

@@ -80,6 +80,7 @@ def test_a_batch_costs_at_most_its_budget_of_commands_a_visit(raw_conn, monkeypa
 @pytest.mark.parametrize(
     "precisions, kept", [("3600,60,86400", (60, 3600, 86400)), ("", (60, 300, 3600, 18000, 86400))]
 )
+@pytest.mark.usefixtures("bound_deployment")
 def test_a_page_counter_keeps_the_precisions_set_and_the_site_counter_all(raw_conn, monkeypatch, precisions, kept):
     """A page's ``hits:<path>`` keeps COUNTERS_PATH_HITS_PRECISIONS (by default all but 1 s and
     5 s), the site's ``hits`` all seven; a read of a precision the page does not keep is refused,

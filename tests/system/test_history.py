@@ -86,6 +86,7 @@ def test_tasks_count_old_days(eager_app, conn):
     assert uniques.unique_visitors(conn, day) == len({v["session_id"] for v in batch if local_day(v["ts"]) == day}) + 1
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_a_backfilled_day_stays_open_for_its_grace_from_the_write(raw_conn):
     now = time.time()
     day = local_day(JUNE_2015)
@@ -107,6 +108,7 @@ def _close_site_day(conn, day: date) -> None:
     conn.delete(keys.site_day_visitors(day, "exact"), keys.site_day_pairs(day))
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_a_late_visit_of_a_closed_day_counts_where_exact_and_is_reported(raw_conn):
     old = time.time() - 30 * 86400
     day = local_day(old)
@@ -130,6 +132,7 @@ def test_a_late_visit_of_a_closed_day_counts_where_exact_and_is_reported(raw_con
     assert not raw_conn.exists(keys.site_day_visitors(day, "exact"))  # no set reopened for a closed day
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_a_day_past_its_path_cap_counts_the_rest_as_other(raw_conn, monkeypatch):
     use_settings(monkeypatch, COUNTERS_MAX_DAY_PATHS=50)
     now = time.time()
@@ -150,6 +153,7 @@ def test_a_day_past_its_path_cap_counts_the_rest_as_other(raw_conn, monkeypatch)
     assert sitestats.site_visit_info(raw_conn, None, untracked).pv == sum(1 for v in batch if v["path"] == untracked)
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_shards_stay_intsets_when_a_day_outgrows_its_figure(raw_conn):
     now = time.time()
     day = local_day(now)
@@ -171,6 +175,7 @@ def test_shards_stay_intsets_when_a_day_outgrows_its_figure(raw_conn):
     assert uniques.unique_visitors_range(raw_conn, day, day).visitors == len(set(ids))
 
 
+@pytest.mark.usefixtures("bound_deployment")
 def test_closed_day_changes_nothing_of_the_day_uniques(raw_conn):
     before_any = dump_all(raw_conn)
     assert before_any == {}

@@ -133,6 +133,7 @@ def clean_backfilled(raw_conn, call_budget) -> list:
 
 
 @pytest.mark.budget
+@pytest.mark.usefixtures("bound_deployment")
 def test_backfilled_samples_are_cleaned_in_short_calls(raw_conn, call_budget):
     """The old cleaner took them in one 254 ms call. Each call is judged by the server's CPU
     time for it, and up to three runs decide (``CallBudget.slow_by_design``)."""
@@ -158,6 +159,7 @@ def uniques_on_a_quiet_days_layout(raw_conn, call_budget, ids: int) -> tuple[lis
 
 
 @pytest.mark.budget
+@pytest.mark.usefixtures("bound_deployment")
 def test_uniques_calls_stay_short_on_a_day_far_above_its_figure(raw_conn, call_budget):
     """100,000 ids on a one-shard day (a quiet yesterday, then a busy day): every id used to be
     checked against every overflow set, 562 calls over 5 ms and the slowest 18-23 ms. Counts
