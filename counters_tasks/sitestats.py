@@ -1142,8 +1142,9 @@ def client_totals(
     over ``start``..``end``: how many values ``top_clients`` would list with no limit (a family's
     versions one value for ``browser`` and ``os``), and the page views it holds. One HGETALL a day
     (a table holds at most COUNTERS_MAX_DAY_CLIENTS values and ``(other)``)."""
-    scope = clients_scope(site, path)
+    scope, page = check_client_page(site, path)
     with keys.bound(conn):
+        scope = _clients_scope(scope, page)
         check_day_range(start, end)
         if kind not in CLIENT_VIEWS:
             raise InvalidInput(f"kind must be one of {', '.join(CLIENT_VIEWS)}, got {kind!r}")
