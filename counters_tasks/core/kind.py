@@ -118,6 +118,10 @@ class Kind:
         if not args and kwargs.keys() <= self.field_names and self.required_names <= kwargs.keys():
             check_item_text(kwargs)
             return dict(kwargs)  # the common case, a batch item that fits: one set test, not four
+        if not kwargs and self.required <= len(args) <= len(self.fields):
+            bound = dict(zip(self.fields, args, strict=False))  # a call by position (VisitRecorder.record)
+            check_item_text(bound)
+            return bound
         if len(args) > len(self.fields):
             raise TypeError(f"takes at most {len(self.fields)} arguments")
         unknown = set(kwargs) - self.field_names

@@ -61,12 +61,19 @@ def check_item_text(fields: dict[str, Any], depth: int = 0) -> None:
     every kind as its fields are bound (``core.kind.Kind.bind``), on each route, before any of
     its checks parses a field or anything is written, so one bad string is refused with its own
     item and never takes a batch (or a sender thread) down with it."""
-    for name, value in fields.items():
+    for value in fields.values():  # (the names looked up only for an error)
         if type(value) is str:
             if not value.isascii():
-                check_unicode(value, str(name))
-        elif isinstance(value, (list, tuple, dict)):
-            _check_nested(value, str(name), depth + 1)
+                check_unicode(value, _name_of(fields, value))
+        elif value is not None and isinstance(value, _NESTED):
+            _check_nested(value, _name_of(fields, value), depth + 1)
+
+
+_NESTED = (list, tuple, dict)
+
+
+def _name_of(fields: dict[str, Any], value: Any) -> str:
+    return next(str(name) for name, found in fields.items() if found is value)
 
 
 def _check_nested(value: list[Any] | tuple[Any, ...] | dict[Any, Any], what: str, depth: int) -> None:
