@@ -22,6 +22,7 @@ SMOKE = {
     "ranking.py": (["--members", "3000", "--filler", "100", "--incr-ops", "300", "--top-calls", "50"], "ours/seed"),
     "ingest.py": (["--visits", "600"], "all counts exact for every path"),
     "commands.py": (["--visits", "100", "--shape", "zipf"], "each call timed (SLOWLOG)"),
+    "client_tables.py": (["--visits", "600", "--rounds", "1"], "client tables: every count checked"),
     "markers.py": (["--visits", "500"], "marker"),
     "cluster.py": (["--visits", "500", "--procs", "1"], "cluster"),
     "reads.py": (
