@@ -142,6 +142,7 @@ def test_a_ranking_event_of_a_board_with_other_settings_is_refused_alone(raw_con
         batch_apply.apply_batch(raw_conn, RANKING, requests)
 
 
+@pytest.mark.usefixtures("bound_deployment")  # (the journal's key made by hand below)
 def test_claims_and_journals_share_the_slot_of_their_group(raw_conn):
     """On one server one claim group; on a cluster CLAIM_GROUPS_CLUSTER, each its own slot."""
     groups = claims.claim_groups(raw_conn)

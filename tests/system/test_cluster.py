@@ -51,6 +51,7 @@ def test_the_layer_builds_a_cluster_client_with_its_retries():
     assert len(conn.get_primaries()) == 3
 
 
+@pytest.mark.usefixtures("bound_deployment")  # (keys read by hand below)
 def test_maintenance_reaches_every_node_through_the_registries(raw_conn):
     """The cleaner, the rotation and the precomputation find data on every master without KEYS or SCAN."""
     now = time.time()
@@ -221,7 +222,8 @@ def test_a_master_killed_under_load_fails_over_and_counting_goes_on(broker_url, 
             wait_until(
                 lambda: total(conn, names, now) > 300, timeout=30, what=f"counting; log:\n{worker.output()[-2000:]}"
             )
-            port = conn.nodes_manager.get_node_from_slot(key_slot(keys.counter_hash(names[0]).encode())).port
+            with keys.bound(conn):  # (the counter's key made by hand: the deployment's tag key)
+                port = conn.nodes_manager.get_node_from_slot(key_slot(keys.counter_hash(names[0]).encode())).port
             victim = next(node for node in cluster.nodes if node.port == port)
             time.sleep(1)  # steady load
             replication = redis.Redis(port=port).info("replication")
