@@ -222,8 +222,7 @@ def test_a_master_killed_under_load_fails_over_and_counting_goes_on(broker_url, 
             wait_until(
                 lambda: total(conn, names, now) > 300, timeout=30, what=f"counting; log:\n{worker.output()[-2000:]}"
             )
-            with keys.bound(conn):  # (the counter's key made by hand: the deployment's tag key)
-                port = conn.nodes_manager.get_node_from_slot(key_slot(keys.counter_hash(names[0]).encode())).port
+            port = master_port(conn, names[0])
             victim = next(node for node in cluster.nodes if node.port == port)
             time.sleep(1)  # steady load
             replication = redis.Redis(port=port).info("replication")
@@ -290,7 +289,9 @@ def last_retry_due(worker) -> float:
 
 
 def master_port(conn, name: str) -> int:
-    return conn.nodes_manager.get_node_from_slot(key_slot(keys.counter_hash(name).encode())).port
+    """The port of the master holding counter ``name`` (its key made within the deployment's binding)."""
+    with keys.bound(conn):
+        return conn.nodes_manager.get_node_from_slot(key_slot(keys.counter_hash(name).encode())).port
 
 
 def total(conn, names, now) -> int:
