@@ -199,6 +199,7 @@ def test_malformed_messages_are_set_aside_and_the_worker_goes_on(rabbit, env, ra
     assert raw_conn.llen(keys.dead_letters()) == len(poison) and not raw_conn.exists("visits")
 
 
+@pytest.mark.usefixtures("bound_deployment")  # (a counter's key clobbered by hand)
 def test_a_failing_call_is_set_aside_in_the_counters_redis_and_requeued(rabbit, env, raw_conn, tmp_path):
     """Calls that keep failing are set aside in the counters' Redis; once mended, ``requeue``
     applies the one that holds no IP, and keeps the visit, whose IP is masked there."""
@@ -234,6 +235,7 @@ def test_a_failing_call_is_set_aside_in_the_counters_redis_and_requeued(rabbit, 
         worker.stop()
 
 
+@pytest.mark.usefixtures("bound_deployment")  # (a counter's key clobbered by hand)
 def test_no_raw_ip_is_kept_in_the_counters_redis(rabbit, env, raw_conn, tmp_path):
     """Visits through every path a message can take with RabbitMQ as the broker (applied, refused
     as bad input or malformed, set aside after failing, undecodable and set aside), sent by an app's
