@@ -85,7 +85,7 @@ def _check_nested(value: list[Any] | tuple[Any, ...] | dict[Any, Any], what: str
             check_unicode(key, what)
         if isinstance(inner, str):
             check_unicode(inner, what)
-        elif isinstance(inner, (list, tuple, dict)):
+        elif isinstance(inner, _NESTED):
             _check_nested(inner, what, depth + 1)
 
 

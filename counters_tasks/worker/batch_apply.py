@@ -145,10 +145,17 @@ def apply_batch(
             raise
         task = short_name(kind.event_task or kind.name)
         log.error("%s batch of %d failed (%r): every message set aside", task, len(requests), exc, exc_info=True)
-        for request in requests:
-            until_recorded(functools.partial(give_up, kind.event_task or task, request, exc), max_backoff)
-        why = f"SetAside: {SetAside(1, exc)}"
-        return {"applied": 0, "refused": 0, "given_up": len(requests), FAILED: dict.fromkeys(range(len(requests)), why)}
+        failed = {n: set_aside_now(give_up, kind, request, exc, max_backoff) for n, request in enumerate(requests)}
+        return {"applied": 0, "refused": 0, "given_up": len(requests), FAILED: failed}
+
+
+def set_aside_now(
+    give_up: Callable[[str, Any, BaseException], None], kind: Kind, request: Any, exc: BaseException, max_backoff: float
+) -> str:
+    """One message of ``kind`` handed to ``give_up`` (the dead letters) at its first failure, until
+    Redis takes it; returns why it was not applied (its batch result's ``FAILED`` text)."""
+    until_recorded(functools.partial(give_up, kind.event_task or kind.name, request, exc), max_backoff)
+    return f"SetAside: {SetAside(1, exc)}"
 
 
 def _apply_batch(
@@ -172,9 +179,8 @@ def _apply_batch(
             if eager or give_up is None:
                 raise
             log.error("%s %s could not be read (%r): set aside", task, usable_id(request.id), exc, exc_info=True)
-            until_recorded(functools.partial(give_up, kind.event_task or task, request, exc), max_backoff)
             outcome["given_up"] += 1
-            outcome[FAILED][position] = f"SetAside: {SetAside(1, exc)}"
+            outcome[FAILED][position] = set_aside_now(give_up, kind, request, exc, max_backoff)
 
     def write_all(group: list[tuple[Any, str | None, int]]) -> None:
         attempts = 0
