@@ -1,0 +1,143 @@
+"""What a stored *table* is (a site's day totals, a page's all-time figures, the daily uniques
+shards, a ranking board...): one declaration, ``Table``, from which every list of tables is read:
+``counters-tasks tables`` (what an operator or a privacy officer asks first: every table, its
+keys, who writes and reads it, how long it is kept, whether one visitor can be erased from it),
+the key model's check (every row of docs/keys.md is a key of exactly one table:
+``tests/repo/test_tables.py``), and the write of every kind (``payloads.write_planned``: a table
+declaring a feeder for a kind gets that kind's calls queued on the same ``store.scripts.WritePlan``
+as the kind's own writes, in the same round trip).
+
+A table is declared and registered by the module that writes it, at import, as a kind is
+(``core.kind``); ``counters_tasks.kinds`` imports every module of the package that declares one.
+docs/architecture.md "Adding a table" walks through a new one.
+
+This module holds the declaration's type and the registry only: it imports nothing of the store
+or data modules, so every layer can read the registry.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .settings import Settings
+
+Feeder = Callable[[Any, list[tuple[list[Any], str | None]]], None]
+"""How the items of a kind feed a table: ``feeder(plan, calls)`` queues, on the write's
+``store.scripts.WritePlan``, the table's writes of ``calls`` (each ``(prepared items, call
+id)``, as ``core.kind.Kind.write`` gets them), each call at most once per its id."""
+
+
+@dataclass(frozen=True)
+class StoredKey:
+    """One key of a table, as docs/keys.md writes it (``ct:site:{tag(D)}:day:<D>``) and its type."""
+
+    pattern: str
+    type: str
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How long a table's data is kept: ``horizon`` in words (what an operator reads), the
+    setting that changes it (None: none does), and the horizon in days under given settings
+    (``days(settings)``; None: kept until deleted, or for as long as the table's data is
+    written)."""
+
+    horizon: str
+    setting: str | None = None
+    days: Callable[[Settings], float | None] | None = None
+
+    def days_under(self, settings: Settings) -> float | None:
+        """The horizon in days under ``settings`` (None: no horizon in days)."""
+        return None if self.days is None else self.days(settings)
+
+
+@dataclass(frozen=True)
+class Erasure:
+    """Whether one visitor can be erased from a table, and how, or the declared reason why not.
+
+    ``holds``: what of a visitor the table holds (``"visitor ids"``, ``"nothing"``, ...);
+    ``erasable``: one visitor's part can be taken out; ``how``: how (when erasable) or why not
+    (an estimate, with its error bound; nothing of a visitor is held)."""
+
+    holds: str
+    erasable: bool
+    how: str
+
+
+@dataclass(frozen=True)
+class Table:
+    """The declaration of one stored table.
+
+    ``name``: its name (``site_day``), what ``counters-tasks tables`` lists;
+    ``what``: what it holds, in one line;
+    ``module``: the module that declares, writes and reads it (its ``__name__``);
+    ``keys``: its keys, as docs/keys.md has them (each row of docs/keys.md is a key of one table);
+    ``tag``: the hash tag its keys share (one per counter group, board, day...);
+    ``fed_by``: the kinds (``core.kind.Kind.name``) whose items are written to it;
+    ``writers``: the scripts (``store/lua/<name>.lua``) and jobs that write or delete it;
+    ``readers``: the public functions, CLI commands and pages that read it;
+    ``retention``, ``erasure``: how long it is kept, and whether one visitor can be erased from it;
+    ``feeds``: kind name -> its ``Feeder``, for a table another module adds to a kind's write (the
+    package's own tables are written by their kind's ``write``: none here);
+    ``read``: ``read(conn, **options)`` -> rows (dicts), for a table that has no reader of its own
+    in the CLI (``counters-tasks table NAME``)."""
+
+    name: str
+    what: str
+    module: str
+    keys: tuple[StoredKey, ...]
+    tag: str
+    fed_by: tuple[str, ...]
+    writers: tuple[str, ...]
+    readers: tuple[str, ...]
+    retention: Retention
+    erasure: Erasure
+    feeds: Mapping[str, Feeder] = field(default_factory=dict)
+    read: Callable[..., list[dict[str, Any]]] | None = None
+
+    def __post_init__(self) -> None:
+        unfed = set(self.feeds) - set(self.fed_by)
+        if unfed:
+            raise ValueError(f"table {self.name!r} feeds kinds it does not say it is fed by: {sorted(unfed)}")
+        if not self.keys:
+            raise ValueError(f"table {self.name!r} declares no key")
+
+
+_registry: dict[str, Table] = {}
+_lock = threading.Lock()
+
+
+def register(table: Table) -> Table:
+    """Make ``table`` known to every list of tables (the CLI, the key model's check, the kinds'
+    writes); registering the same declaration again changes nothing, another one under a taken
+    name raises ValueError, as does a key pattern another table declares."""
+    with _lock:
+        other = _registry.get(table.name)
+        if other is table:
+            return table
+        if other is not None:
+            raise ValueError(f"table {table.name!r} is declared twice ({other.module}, {table.module})")
+        for other in _registry.values():
+            shared = {key.pattern for key in table.keys} & {key.pattern for key in other.keys}
+            if shared:
+                raise ValueError(f"table {table.name!r}: keys {sorted(shared)} are table {other.name!r}'s")
+        _registry[table.name] = table
+    return table
+
+
+def registered() -> list[Table]:
+    """Every table registered in this process, in the order they were."""
+    return list(_registry.values())
+
+
+def by_name(name: str) -> Table | None:
+    """The table named ``name``, if one is registered."""
+    return _registry.get(name)
+
+
+def fed_by(kind: str) -> list[tuple[Table, Feeder]]:
+    """The tables a feeder adds to ``kind``'s write, with their feeders (``payloads.write_planned``)."""
+    return [(table, table.feeds[kind]) for table in _registry.values() if kind in table.feeds]
