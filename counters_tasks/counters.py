@@ -18,6 +18,7 @@ from collections import defaultdict
 from typing import Any
 from urllib.parse import unquote
 
+from .core import table
 from .core.kind import Kind, register
 from .core.settings import COUNTER_PRECISIONS, get_settings
 from .core.sites import check_site
@@ -350,3 +351,34 @@ def clean_counters(conn: RedisClient, now: float | None = None) -> int:
             removed += sum(int(reply[0]) for reply in replies)
             pending = [group for group, reply in zip(pending, replies, strict=True) if int(reply[1])]
         return removed
+
+
+COUNTERS = table.register(
+    table.Table(
+        name="counters",
+        what="named counters at every precision, the latest SAMPLE_COUNT samples each, and the cleaner's due indexes",
+        module=__name__,
+        keys=(
+            table.StoredKey("ct:cnt:{group(name)}:h:<name>", "HASH"),
+            table.StoredKey("ct:cnt:{group}:due:<n>", "ZSET"),
+            table.StoredKey("ct:cnt:{group}:due", "ZSET"),
+            table.StoredKey("ct:cnt:{group}:scan", "HASH"),
+        ),
+        tag="the counter's group (256 groups)",
+        fed_by=("counter", "visit"),
+        writers=("store/lua/counter_update.lua", "store/lua/counter_clean.lua (clean_counters, beat, every minute)"),
+        readers=(
+            "counters.get_counter",
+            "counters.known_counters",
+            "counters-tasks counters",
+            "the dashboard's series",
+        ),
+        retention=table.Retention(
+            f"the latest {SAMPLE_COUNT} samples of each precision (of days: {SAMPLE_COUNT} days); the cleaner drops older",
+            None,
+            lambda _settings: SAMPLE_COUNT * max(PRECISIONS) / 86400,
+        ),
+        erasure=table.Erasure("nothing of a visitor", False, "counts by time only: no visitor id is kept"),
+    )
+)
+"""The counters' table (``core.table``): ``hits`` and ``hits:<path>`` are fed by every visit."""

@@ -16,6 +16,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+from .core import table
 from .core.sites import check_site, site_names
 from .core.validation import check_now
 from .store import keys
@@ -76,3 +77,27 @@ def visitors_now_by_site(conn: RedisClient, now: float | None = None) -> dict[st
                 pipe.pfcount(*window)
             counts = pipe.execute()
         return {name: int(n) for name, n in zip(names, counts, strict=True)}
+
+
+VISITORS_NOW = table.register(
+    table.Table(
+        name="visitors_now",
+        what="a HyperLogLog of visitor ids a site and minute: who visits right now",
+        module=__name__,
+        keys=(table.StoredKey("ct:live:{tag(S now)}:<S><minute>", "HLL"),),
+        tag="the site's (its minutes together)",
+        fed_by=("visit",),
+        writers=("PFADD + EXPIRE with every write of page views (live.queue_sightings)",),
+        readers=("live.visitors_now", "counters-tasks now", "health", "/metrics"),
+        retention=table.Retention(
+            f"{KEEP_SECONDS} seconds after its minute", None, lambda _settings: KEEP_SECONDS / 86400
+        ),
+        erasure=table.Erasure(
+            "visitor ids, as an estimate (HyperLogLog)",
+            False,
+            f"an estimate (standard error 0.81%): one visitor cannot be taken out of it, and it is gone in "
+            f"{KEEP_SECONDS // 60} minutes",
+        ),
+    )
+)
+"""The visitors-now table (``core.table``)."""

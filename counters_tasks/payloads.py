@@ -14,6 +14,7 @@ from collections.abc import Hashable
 from typing import Any
 
 from . import refusals, throughput
+from .core import table
 from .core.kind import Kind, short_name
 from .core.validation import check_message_id
 from .errors import InvalidInput, MalformedMessage
@@ -96,3 +97,32 @@ def apply_payload(conn: RedisClient, kind: Kind, items: Any, *, message_id: str 
     refusals.count_refused(conn, short_name(kind.batch_task), message_id, refused + conflicts)
     throughput.count(conn, kind.name, tally, batch=(short_name(kind.batch_task), len(items)))
     return len(accepted) - len(conflicts)
+
+
+MARKERS = table.register(
+    table.Table(
+        name="markers",
+        what="a call's dedupe marker in the hash tag of what it wrote: the call was applied (a redelivery is a no-op)",
+        module=__name__,
+        keys=(
+            table.StoredKey("ct:cnt:{group}:seen:<msg>", "STRING"),
+            table.StoredKey("ct:rank:{tag(board)}:seen:<msg>", "STRING"),
+            table.StoredKey("ct:refused:{refused}:seen:<message id>", "STRING"),
+            table.StoredKey("ct:skipped:{skipped}:seen:<message id>", "STRING"),
+            table.StoredKey("ct:site:{tag}:seen:<msg>", "STRING"),
+            table.StoredKey("ct:path:{group}:seen:<msg>", "STRING"),
+            table.StoredKey("ct:uniq:{tag(D)}:seen:<msg>", "STRING"),
+        ),
+        tag="the tag of the keys its call wrote",
+        fed_by=(),
+        writers=("every script given a message id (SET NX EX in the call it marks)",),
+        readers=("the same script, on a redelivery",),
+        retention=table.Retention(
+            "COUNTERS_DEDUPE_TTL after it is written (the window a redelivery must fall in)",
+            "COUNTERS_DEDUPE_TTL",
+            lambda settings: settings.dedupe_ttl / 86400,
+        ),
+        erasure=table.Erasure("nothing of a visitor", False, "message ids only"),
+    )
+)
+"""The dedupe markers of every table (``core.table``): a call applied at most once per its id."""

@@ -37,6 +37,7 @@ from typing import Any, NamedTuple, cast
 from redis.exceptions import ResponseError
 
 from . import throughput
+from .core import table
 from .core.settings import Settings, get_settings
 from .core.sites import check_site
 from .core.validation import check_amount, check_event_time, check_int, check_message_id, check_now, check_text
@@ -577,3 +578,40 @@ def rotate_all(conn: RedisClient, now: float | None = None) -> int:
         if failed:
             raise RuntimeError(f"rotation failed for {len(failed)} board(s): {failed[:10]!r}")
         return dropped
+
+
+BOARDS = table.register(
+    table.Table(
+        name="rankings",
+        what="sliding-window boards: a hash a time slot, a totals zset a board, its settings and the board registry",
+        module=__name__,
+        keys=(
+            table.StoredKey("ct:rank:{tag(board)}:meta:<board>", "HASH"),
+            table.StoredKey("ct:rank:{tag(board)}:top:<board>", "ZSET"),
+            table.StoredKey("ct:rank:{tag(board)}:slots:<board>", "ZSET"),
+            table.StoredKey("ct:rank:{tag(board)}:s:<slot>:<board>", "HASH"),
+            table.StoredKey("ct:rank:{tag(board)}:rebuild:<board>", "ZSET"),
+            table.StoredKey("ct:rank:{tag(board)}:rebuilt:<board>", "SET"),
+            table.StoredKey("ct:boards:{b<0..15>}", "ZSET"),
+        ),
+        tag="the board's (one a board); the registry in 16 shards",
+        fed_by=("ranking",),
+        writers=(
+            "store/lua/ranking_incr.lua",
+            "store/lua/ranking_rotate.lua (rotate_rankings, beat, hourly)",
+            "delete_board (counters-tasks delete-board)",
+        ),
+        readers=("Ranking.top", "ranking.known_boards", "counters-tasks top", "the dashboard's rankings"),
+        retention=table.Retention(
+            "a board's window (period_hours), each slot rotated out hourly; an idle board deleted after COUNTERS_BOARD_IDLE_DAYS",
+            "COUNTERS_BOARD_IDLE_DAYS",
+            lambda settings: settings.board_idle_days,
+        ),
+        erasure=table.Erasure(
+            "nothing of a visitor",
+            False,
+            "members are what the app names (posts, products), amounts by slot: no visitor id",
+        ),
+    )
+)
+"""The boards' table (``core.table``)."""

@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .core import table
 from .core.settings import get_settings
 from .errors import REFUSAL_REASONS, ClosedDay, InvalidInput
 from .store import keys
@@ -79,3 +80,20 @@ def parse_counts(reply: dict[Any, Any]) -> dict[str, int]:
     pipelines it with other reads)."""
     stored = {as_str(reason): int(count) for reason, count in reply.items()}
     return {reason: stored.get(reason, 0) for reason in REFUSAL_REASONS} | stored
+
+
+REFUSALS = table.register(
+    table.Table(
+        name="refusals",
+        what="items refused, by reason (bad input, a closed day, from the future, board settings, malformed)",
+        module=__name__,
+        keys=(table.StoredKey("ct:refused:{refused}", "HASH"),),
+        tag="{refused}",
+        fed_by=(),
+        writers=("store/lua/refusal_count.lua (every payload, batch and task that refuses)",),
+        readers=("refusals.counts", "health", "/metrics"),
+        retention=table.Retention("counts since the start: never deleted"),
+        erasure=table.Erasure("nothing of a visitor", False, "counts by reason only"),
+    )
+)
+"""The refusals' table (``core.table``)."""

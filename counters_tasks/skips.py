@@ -26,6 +26,7 @@ from datetime import date
 from typing import Any
 
 from . import refusals
+from .core import table
 from .core.days import DAY, days_between, local_day
 from .core.kind import Kind, register
 from .core.pageviews import APP, HOST, REASONS, REFUSED
@@ -187,3 +188,27 @@ def day_counts(conn: RedisClient, first: date, last: date, site: Any = None) -> 
             by_reason[reason] += count
         found[day] = dict(sorted(by_reason.items()))
     return found
+
+
+SKIPPED = table.register(
+    table.Table(
+        name="skips",
+        what="requests and log lines that were not page views, by route and reason, all time and by day",
+        module=__name__,
+        keys=(
+            table.StoredKey("ct:skipped:{skipped}", "HASH"),
+            table.StoredKey("ct:skipped:{skipped}:day:<day>", "HASH"),
+        ),
+        tag="{skipped}",
+        fed_by=("skip",),
+        writers=("store/lua/skip_count.lua",),
+        readers=("skips.counts", "skips.day_counts", "health", "/metrics"),
+        retention=table.Retention(
+            "all-time counts never deleted; a day's counts COUNTERS_DAY_TOTALS_DAYS",
+            "COUNTERS_DAY_TOTALS_DAYS",
+            lambda settings: settings.day_totals_days,
+        ),
+        erasure=table.Erasure("nothing of a visitor", False, "counts by route and reason only"),
+    )
+)
+"""The skips' table (``core.table``)."""

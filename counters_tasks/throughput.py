@@ -29,6 +29,7 @@ from typing import Any
 
 import redis
 
+from .core import table
 from .core.kind import registered, short_name
 from .store import keys
 from .store.client import RedisClient, as_str
@@ -152,3 +153,20 @@ def parse_totals(reply: dict[Any, Any]) -> Totals:
             buckets.append(("+Inf" if bound == "inf" else str(bound), running))
         result.batches[kind] = BatchSizes(buckets, int(stored.get(f"batch_sum:{kind}", 0)))
     return result
+
+
+THROUGHPUT = table.register(
+    table.Table(
+        name="throughput",
+        what="items applied and skipped as applied before, by kind; batch sizes; the newest item's time",
+        module=__name__,
+        keys=(table.StoredKey("ct:throughput:{throughput}", "HASH"),),
+        tag="{throughput}",
+        fed_by=(),
+        writers=("store/lua/throughput_add.lua (one call a batch, after its write)",),
+        readers=("throughput.totals", "/metrics", "health"),
+        retention=table.Retention("totals since the start: never deleted (Prometheus takes the rates)"),
+        erasure=table.Erasure("nothing of a visitor", False, "totals by kind only"),
+    )
+)
+"""The throughput table (``core.table``)."""

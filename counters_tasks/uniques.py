@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo
 
 from . import refusals
-from .core import days
+from .core import days, table
 from .core.days import local_day
 from .core.kind import Kind, register
 from .core.settings import get_settings
@@ -383,3 +383,39 @@ def unique_visitors_range(conn: RedisClient, start: date, end: date, *, site: st
             if not found:
                 missing.append(day)
         return UniquesRange(start, end, len(union), list(zip(span, counts, strict=True)), missing)
+
+
+DAILY_UNIQUES = table.register(
+    table.Table(
+        name="daily_uniques",
+        what="the day's session ids in sharded intsets (at most 512 a set), the exact count and the expected figure",
+        module=__name__,
+        keys=(
+            table.StoredKey("ct:uniq:{tag(D)}:count:<D>", "STRING"),
+            table.StoredKey("ct:uniq:{tag(D)}:expected:<D>", "STRING"),
+            table.StoredKey("ct:uniq:{tag(D)}:open:<D>", "STRING"),
+            table.StoredKey("ct:uniq:{tag(D)}:shard:<D>:<n>", "SET"),
+            table.StoredKey("ct:uniq:{tag(D)}:shard:<D>:<n>:L<l>:<i>", "SET"),
+            table.StoredKey("ct:uniq:{tag(D)}:levels:<D>", "HASH"),
+            table.StoredKey("ct:uniq:{tag(D)}:shard:<D>:<n>:<k>", "SET"),
+            table.StoredKey("ct:uniq:{tag(D)}:overflow:<D>", "HASH"),
+        ),
+        tag="the day's (one a site and day)",
+        fed_by=("unique", "visit"),
+        writers=("store/lua/unique_visit.lua", "store/lua/unique_expected.lua (precompute_expected, beat, daily)"),
+        readers=("uniques.unique_visitors", "uniques.unique_visitors_range", "counters-tasks uniques", "health"),
+        retention=table.Retention(
+            "the shards COUNTERS_UNIQUES_SHARD_DAYS past the day's end; its count and expected figure "
+            "COUNTERS_UNIQUES_COUNT_DAYS",
+            "COUNTERS_UNIQUES_SHARD_DAYS",
+            lambda settings: settings.uniques_count_days,
+        ),
+        erasure=table.Erasure(
+            "session ids (the first 15 hex digits of the session UUID)",
+            True,
+            "SREM of the session's id from the shard (or level set) it hashes to while the day's shards are kept, "
+            "and the day's count minus one when it was there",
+        ),
+    )
+)
+"""The daily uniques' table (``core.table``)."""

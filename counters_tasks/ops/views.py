@@ -16,6 +16,7 @@ from datetime import date, timedelta
 from typing import Any, cast
 
 from .. import counters, live, ranking, sitestats, skips, uniques
+from ..core import table
 from ..core.days import today
 from ..core.sites import check_site, site_name, site_names, zone_of
 from ..core.validation import MAX_RANGE_DAYS, check_day_range, check_int, check_text
@@ -423,3 +424,20 @@ def token_allows_read(conn: RedisClient, token: str, site: str | None = None) ->
     if sites is None:
         return False
     return not sites or (site is not None and (site or "default") in sites)
+
+
+API_TOKENS = table.register(
+    table.Table(
+        name="api_tokens",
+        what="the dashboard API's read-only tokens: a SHA-256 of each, its name, creation time and scope",
+        module=__name__,
+        keys=(table.StoredKey("ct:tokens:{tokens}", "HASH"),),
+        tag="{tokens}",
+        fed_by=(),
+        writers=("counters-tasks tokens create", "counters-tasks tokens revoke"),
+        readers=("every dashboard API request with a token", "counters-tasks tokens list"),
+        retention=table.Retention("until revoked"),
+        erasure=table.Erasure("nothing of a visitor", False, "tokens of operators, not of visitors"),
+    )
+)
+"""The dashboard API's tokens (``core.table``)."""

@@ -42,6 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..core import table
 from ..core.settings import get_settings
 from ..errors import CountersError, TagKeyChanged
 from . import server
@@ -377,3 +378,20 @@ def migrate(conn: RedisClient) -> str:
     if not done:
         return f"the deployment is at layout {LAYOUT}: nothing to migrate"
     return f"migrated the key layout {', '.join(done)}"
+
+
+DEPLOYMENT = table.register(
+    table.Table(
+        name="deployment",
+        what="the deployment's tag key (every hash tag is made with it) and its marker (id, key layout, losses)",
+        module=__name__,
+        keys=(table.StoredKey("ct:tagkey", "STRING"), table.StoredKey("ct:deployment", "HASH")),
+        tag="none",
+        fed_by=(),
+        writers=("the deployment's first write (keys.bound(conn, write=True))", "counters-tasks migrate"),
+        readers=("every process, every 2 s of its Redis use", "health"),
+        retention=table.Retention("never deleted"),
+        erasure=table.Erasure("nothing of a visitor", False, "a key and the deployment's history only"),
+    )
+)
+"""The deployment's keys (``core.table``)."""

@@ -32,6 +32,7 @@ import uuid
 from collections import defaultdict
 from typing import Any
 
+from ..core import table
 from ..core.settings import get_settings
 from ..store import keys
 from ..store.client import RedisClient, as_str, is_cluster, read_pipeline
@@ -114,3 +115,31 @@ def done(conn: RedisClient, batch_ids: list[str]) -> None:
     for batch_id in batch_ids:
         pipe.delete(keys.batch_journal(batch_id, batch_group(batch_id)))
     pipe.execute()
+
+
+CLAIMS = table.register(
+    table.Table(
+        name="claims",
+        what="which worker batch applies a message, and each batch's journal of prepared items until it is applied",
+        module=__name__,
+        keys=(
+            table.StoredKey("ct:claim:{m<n>}:<message id>", "STRING"),
+            table.StoredKey("ct:journal:{m<n>}:<batch id>", "STRING"),
+        ),
+        tag="the message id's claim group",
+        fed_by=(),
+        writers=("store/lua/batch_claim.lua (a worker's claimed batch)", "claims.done (the journal, once applied)"),
+        readers=("claims.batches (a batch retried after its worker died)",),
+        retention=table.Retention(
+            "COUNTERS_DEDUPE_TTL after it is written (the window a redelivery must fall in)",
+            "COUNTERS_DEDUPE_TTL",
+            lambda settings: settings.dedupe_ttl / 86400,
+        ),
+        erasure=table.Erasure(
+            "visitor ids in a journal's prepared visits, for the minutes a batch is being applied",
+            False,
+            "deleted once its batch is applied (seconds); a journal left by a dead worker expires with COUNTERS_DEDUPE_TTL",
+        ),
+    )
+)
+"""The worker batches' claims and journals (``core.table``)."""

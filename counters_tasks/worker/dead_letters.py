@@ -42,6 +42,7 @@ from typing import Any
 import redis
 from kombu.utils.json import loads as kombu_loads
 
+from ..core import table
 from ..core.privacy import masked, masked_text
 from ..core.settings import get_settings, is_redis_url, redis_py_url
 from ..core.validation import finite_number
@@ -398,3 +399,29 @@ def requeue(client: Any, app: Any, index: int | None) -> int:
             continue
         done += 1
     return done
+
+
+DEAD_LETTERS = table.register(
+    table.Table(
+        name="dead_letters",
+        what="messages set aside (undecodable, refused whole, failed past their attempts), newest first, "
+        "with the count of each reason; in the broker's Redis (the counters' with another broker)",
+        module=__name__,
+        keys=(table.StoredKey("ct:dead", "LIST"), table.StoredKey("ct:dead:reasons", "HASH")),
+        tag="none",
+        fed_by=(),
+        writers=("store/lua/dead_letter.lua (the broker transport, the tasks)", "expire_dead_letters (beat, hourly)"),
+        readers=("counters-tasks dead-letters", "health", "/metrics"),
+        retention=table.Retention(
+            "COUNTERS_DEAD_LETTER_DAYS, at most COUNTERS_DEAD_LETTER_MAX records",
+            "COUNTERS_DEAD_LETTER_DAYS",
+            lambda settings: settings.dead_letter_days,
+        ),
+        erasure=table.Erasure(
+            "a message's arguments, IP addresses masked",
+            True,
+            "counters-tasks dead-letters drop (a record), or its expiry after COUNTERS_DEAD_LETTER_DAYS",
+        ),
+    )
+)
+"""The dead letters (``core.table``)."""

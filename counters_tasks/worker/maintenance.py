@@ -11,6 +11,7 @@ from typing import TypeVar
 from celery import signals
 from redis.exceptions import RedisError
 
+from ..core import table
 from ..store import keys
 from ..store.client import RedisClient, as_str, get_redis
 
@@ -81,3 +82,20 @@ def _note_beat_started(**_: object) -> None:
 def job_status(conn: RedisClient, job: str) -> dict[str, str]:
     """What is known of the last run of ``job``."""
     return {as_str(k): as_str(v) for k, v in conn.hgetall(keys.job_stats(job)).items()}
+
+
+BEAT_JOBS = table.register(
+    table.Table(
+        name="beat_jobs",
+        what="each beat job's lock while it runs and its last run (start, duration, result, runs skipped)",
+        module=__name__,
+        keys=(table.StoredKey("ct:lock:<job>", "STRING"), table.StoredKey("ct:job:<job>", "HASH")),
+        tag="none",
+        fed_by=(),
+        writers=("maintenance.run_exclusive (every beat job)",),
+        readers=("maintenance.job_status", "health", "/metrics"),
+        retention=table.Retention("a lock its job's lock time; a job's last run until the next"),
+        erasure=table.Erasure("nothing of a visitor", False, "job names and times only"),
+    )
+)
+"""The beat jobs' locks and last runs (``core.table``)."""

@@ -21,6 +21,8 @@ import json
 from collections import Counter
 from typing import Any
 
+from ...core import table
+
 SOURCE_FIELDS = frozenset({"referrer", "utm", "user_agent", "language"})
 """A visit's source and who made it: derived from the same line as the rest, so left out of what
 its ids hash (a log imported before sources or user agents were kept is not counted again; its
@@ -48,3 +50,24 @@ def visit_fields(ordinal: int, texts: list[str]) -> list[str]:
         fields.append("v:" + content_digest(f"{ordinal}\n{seen[text]}\n{text}"))
         seen[text] += 1
     return fields
+
+
+IMPORT_LEDGER = table.register(
+    table.Table(
+        name="import_ledger",
+        what="the chunks of access-log lines imported (a digest of their content each): importing again counts nothing twice",
+        module=__name__,
+        keys=(table.StoredKey("ct:import:{imports}", "HASH"),),
+        tag="{imports}",
+        fed_by=(),
+        writers=("counters-tasks import",),
+        readers=("counters-tasks import",),
+        retention=table.Retention(
+            "COUNTERS_DAY_TOTALS_DAYS after its latest import", "COUNTERS_DAY_TOTALS_DAYS", lambda s: s.day_totals_days
+        ),
+        erasure=table.Erasure(
+            "nothing of a visitor", False, "digests of chunks of 500 lines: no line can be read back from one"
+        ),
+    )
+)
+"""The import ledger (``core.table``)."""
