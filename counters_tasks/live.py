@@ -88,7 +88,7 @@ VISITORS_NOW = table.register(
         tag="the site's (its minutes together)",
         fed_by=("visit",),
         writers=("PFADD + EXPIRE with every write of page views (live.queue_sightings)",),
-        readers=("live.visitors_now", "counters-tasks now", "health", "/metrics"),
+        readers=("live.visitors_now", "the dashboard (/api/now)", "/metrics"),
         retention=table.Retention(
             f"{KEEP_SECONDS} seconds after its minute", None, lambda _settings: KEEP_SECONDS / 86400
         ),

@@ -6,7 +6,7 @@ runs it too (``__main__``).
 
 - ``queries``: the read commands (``counter``, ``counters``, ``top``, ``stats``, ``top-pages``,
   ``sources``, ``uniques``, and who visits: ``browsers``, ``operating-systems``, ``devices``,
-  ``countries``, ``languages``);
+  ``countries``, ``languages``), and the stored tables (``tables``, ``table NAME``);
 - ``admin``: the commands that change or run things (``run``, ``demo``, ``import``,
   ``delete-board``, ``health``, ``migrate``, ``dead-letters``, ``tokens``, ``serve``);
 - ``render``: the renderers: each command's rows (the same for its table and its CSV), its rich
@@ -53,6 +53,8 @@ from .queries import (
     operating_systems_command,
     sources_command,
     stats_command,
+    table_command,
+    tables_command,
     top_command,
     top_pages_command,
     uniques_command,
@@ -117,6 +119,8 @@ COMMANDS = (
     countries_command,
     languages_command,
     uniques_command,
+    tables_command,
+    table_command,
     health_command,
     migrate_command,
     dead_letters_group,

@@ -11,9 +11,10 @@ from typing import Any
 
 import click
 
+from ...errors import InvalidInput
 from ...sitestats import OTHER
 from ...store.keys import SOURCE_KINDS
-from .. import views
+from .. import tables, views
 from .common import output_options, query, site_option
 from .render import (
     BOARD_COLUMNS,
@@ -39,6 +40,7 @@ from .render import (
     uniques_rows,
 )
 from .render_clients import clients_columns, clients_rows, not_in_table_line, other_line, render_clients
+from .render_tables import TABLES_COLUMNS, render_table_read, render_tables, table_read_rows, tables_rows
 
 
 @click.command("counter")
@@ -245,3 +247,35 @@ languages_command = clients_command(
 def uniques_command(day: str | None, start: str | None, end: str | None, site: str | None, output: str) -> None:
     """Distinct session ids per day and over a range (an exact union)."""
     emit(query(lambda conn: views.uniques_view(conn, day, start, end, site=site)), output, render_uniques, uniques_rows)
+
+
+import_option = click.option(
+    "--import",
+    "modules",
+    multiple=True,
+    metavar="MODULE",
+    help="a module of the app that declares tables of its own (core.table), imported first; repeatable",
+)
+
+
+@click.command("tables")
+@import_option
+@output_options(TABLES_COLUMNS)
+def tables_command(modules: tuple[str, ...], output: str) -> None:
+    """Every stored table: its keys, who writes and reads it, how long it is kept, and whether one
+    visitor can be erased from it (or why not). Reads no Redis: the declarations say it."""
+    try:
+        data = tables.tables_view(modules)
+    except InvalidInput as exc:
+        raise click.UsageError(str(exc)) from None
+    emit(data, output, render_tables, tables_rows)
+
+
+@click.command("table")
+@click.argument("name")
+@import_option
+@output_options(("the reader's own columns",))
+def table_command(name: str, modules: tuple[str, ...], output: str) -> None:
+    """The rows of table NAME through its declared reader (an app's table; the package's tables
+    have commands of their own, which `tables` names)."""
+    emit(query(lambda conn: tables.table_read_view(conn, name, modules)), output, render_table_read, table_read_rows)
