@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
 
@@ -26,7 +27,7 @@ from .core.validation import check_amount, check_event_time, check_int, check_me
 from .errors import InvalidInput
 from .store import keys
 from .store.client import RedisClient, as_str, read_pipeline
-from .store.scripts import execute_in_order, run_script
+from .store.scripts import WritePlan, execute_in_order, run_script, write_through
 
 PRECISIONS = COUNTER_PRECISIONS
 SAMPLE_COUNT = 120
@@ -163,12 +164,12 @@ def write_counters(conn: RedisClient, per_counter: dict[str, Buckets], message_i
     if not per_counter:
         return
     per_fields = {name: fields_of(buckets) for name, buckets in per_counter.items()}
-    with keys.bound(conn, write=True) as used:
-        if len({keys.counter_tag(name) for name in per_fields}) == 1:  # one call: no pipeline needed
-            queue_counter_writes(conn, conn, per_fields, message_id)
-        else:
-            execute_in_order(conn, lambda pipe: queue_counter_writes(conn, pipe, per_fields, message_id))
-        keys.confirm_written(conn, used)
+
+    def queue(plan: WritePlan) -> Callable[[], None]:
+        plan.add(lambda pipe: queue_counter_writes(conn, pipe, per_fields, message_id))
+        return lambda: None
+
+    write_through(conn, queue)
 
 
 COUNTER_UPDATE = register(

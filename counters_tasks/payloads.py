@@ -10,7 +10,7 @@ The worker's claimed batches of per-event messages cut their items into calls th
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from . import refusals, throughput
@@ -20,6 +20,7 @@ from .core.validation import check_message_id
 from .errors import InvalidInput, MalformedMessage
 from .store.client import RedisClient
 from .store.keys import chunk_ids
+from .store.scripts import WritePlan, write_through
 
 Positioned = tuple[int, Any]
 """An item and its position in its message (or its worker batch)."""
@@ -64,13 +65,24 @@ def plan_calls(
 def write_planned(
     conn: RedisClient, kind: Kind, calls: list[tuple[list[Positioned], str | None]], tally: throughput.Tally
 ) -> list[tuple[int, InvalidInput]]:
-    """Write planned calls (``kind.write``, one round trip); the items refused as they were written
-    (a board fixed to other settings meanwhile), by position."""
-    if kind.write is None:
+    """Write planned calls in one ``WritePlan`` (one round trip): the kind's own writes
+    (``kind.write``) and those of every table a feeder adds to the kind (``core.table.fed_by``);
+    the items refused as they were written (a board fixed to other settings meanwhile), by
+    position."""
+    write = kind.write
+    if write is None:
         raise TypeError(f"kind {kind.name!r} declares no write")
     if not calls:
         return []
-    results = kind.write(conn, [([item for _n, item in call], call_id) for call, call_id in calls], tally)
+    item_calls = [([item for _n, item in call], call_id) for call, call_id in calls]
+
+    def queue(plan: WritePlan) -> Callable[[], list[Any]]:
+        outcome = write(plan, item_calls, tally)
+        for _table, feed in table.fed_by(kind.name):
+            feed(plan, item_calls)
+        return outcome
+
+    results = write_through(conn, queue)
     return [
         (n, result)
         for (call, _id), result in zip(calls, results, strict=True)

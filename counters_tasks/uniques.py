@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import zlib
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import date, datetime, timedelta
 from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo
@@ -28,7 +28,7 @@ from .core.validation import check_day, check_day_range, check_event_time, check
 from .errors import InvalidInput
 from .store import keys
 from .store.client import RedisClient, as_str, read_pipeline
-from .store.scripts import execute_in_order, run_script
+from .store.scripts import WritePlan, run_script, write_through
 
 SHARD_SIZE = 512
 """Members a shard is sized for; Redis keeps a set of integers an intset up to 512 members."""
@@ -214,6 +214,15 @@ def queue_ids(
         run_script(conn, "unique_visit", script_keys, args, client=pipe)
 
 
+def _queue(
+    conn: RedisClient, day: date, numbers: list[int], expected: int, message_id: str | None, site: str
+) -> Callable[[Any], None]:
+    """``queue_ids`` of these ids, as a part of a ``WritePlan``."""
+    return functools.partial(
+        queue_ids, conn, day=day, numbers=numbers, expected=expected, message_id=message_id, site=site
+    )
+
+
 CLOSED = -1
 """What ``apply_ids`` returns for ids of a closed day (counted nowhere: they cannot be deduplicated)."""
 
@@ -232,13 +241,10 @@ def apply_ids(
         for _ in range(3):
             if reply is None:
                 expected = expected_for(conn, day, site)
-                # execute_in_order loads the script on a NOSCRIPT reply (a server that never saw it)
-                [[reply]] = execute_in_order(
-                    conn,
-                    functools.partial(
-                        queue_ids, conn, day=day, numbers=numbers, expected=expected, message_id=message_id, site=site
-                    ),
-                )
+                plan, replies = WritePlan(conn), list[Any]()  # (a NOSCRIPT reply loads the script: a server that never saw it)
+                plan.add(_queue(conn, day, numbers, expected, message_id, site), replies.extend)
+                plan.run()
+                [reply] = replies
             result = int(reply)
             if result == -2:
                 return CLOSED
@@ -280,12 +286,20 @@ def count_visit(
     check_message_id(message_id)
     scope = check_site(site)
     day, number = prepare_id(session_id, now, scope)
-    with keys.bound(conn, write=True) as used:
-        new = apply_ids(conn, day, [number], message_id, site=scope)
-        keys.confirm_written(conn, used)
-        if new == CLOSED:
-            refusals.count_partial(conn, "count_unique", message_id, 1)
-        return new > 0
+
+    def queue(plan: WritePlan) -> Callable[[], bool]:
+        replies: list[Any] = []
+        plan.add(_queue(conn, day, [number], expected_for(conn, day, scope), message_id, scope), replies.extend)
+
+        def outcome() -> bool:
+            new = apply_ids(conn, day, [number], message_id, replies[0], site=scope)
+            if new == CLOSED:
+                refusals.count_partial(conn, "count_unique", message_id, 1)
+            return new > 0
+
+        return outcome
+
+    return write_through(conn, queue)
 
 
 def unique_visitors(conn: RedisClient, day: date, *, site: str | None = None) -> int:

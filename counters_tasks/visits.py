@@ -20,7 +20,7 @@ import functools
 import math
 import time
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date
 from typing import Any, NamedTuple
@@ -37,7 +37,7 @@ from .payloads import apply_payload
 from .store import keys
 from .store.client import RedisClient
 from .store.keys import chunk_ids
-from .store.scripts import WritePlan
+from .store.scripts import WritePlan, write_through
 
 CHUNK = 500
 """Visits per group of a batch: one Lua call per slot per chunk, each under 5 ms (SLOWLOG)."""
@@ -310,39 +310,38 @@ def _add_views(plan: WritePlan, call: _Call) -> None:
 
 
 def write_calls(
-    conn: RedisClient, groups: Sequence[tuple[Sequence[Visit], str | None]], tally: throughput.Tally | None = None
-) -> list[None]:
-    """Apply groups of validated visits, each at most once per its message id, in one round trip
-    (a second only to re-send a day whose uniques layout moved): one ``WritePlan`` of each group's
-    uniques, views and counters, and the live sightings. ``tally``, when given, gets the visits
-    applied now and those skipped as applied before (from the ``site_day`` replies). Returns None
-    per group (no group is refused as written: the visit kind's ``write``)."""
-    with keys.bound(conn, write=True) as used:
-        calls = [_plan(visits, message_id) for visits, message_id in groups if visits]
-        if not calls:
-            return [None] * len(groups)
-        expected = {
-            (site, day): uniques.expected_for(conn, day, site)
-            for call in calls
-            for site, day, _ids, _id in call.sessions
-        }
-        plan = WritePlan(conn)
-        for call in calls:
-            _add_sessions(plan, call, expected)
-            _add_views(plan, call)
-            plan.add(functools.partial(_queue_counters, conn, call))
+    plan: WritePlan, groups: Sequence[tuple[Sequence[Visit], str | None]], tally: throughput.Tally | None = None
+) -> Callable[[], list[None]]:
+    """Queue groups of validated visits on ``plan`` (the write's one round trip; a second only to
+    re-send a day whose uniques layout moved), each group at most once per its message id: each
+    group's uniques, views and counters, and the live sightings. Returns how to read the outcome
+    once sent: ``tally``, when given, gets the visits applied now and those skipped as applied
+    before (from the ``site_day`` replies), a closed day's views are counted (``refusals``), and
+    None per group (no group is refused as written: the visit kind's ``write``)."""
+    conn = plan.conn
+    calls = [_plan(visits, message_id) for visits, message_id in groups if visits]
+    expected = {
+        (site, day): uniques.expected_for(conn, day, site) for call in calls for site, day, _ids, _id in call.sessions
+    }
+    for call in calls:
+        _add_sessions(plan, call, expected)
+        _add_views(plan, call)
+        plan.add(functools.partial(_queue_counters, conn, call))
+    if calls:
         plan.add(
             lambda pipe: live.queue_sightings(
                 pipe, ((v.view.site, v.ts, v.view.visitor) for call in calls for v in call.visits)
             )
         )
-        plan.run()
-        keys.confirm_written(conn, used)  # raises TagKeyChanged (made again) when written where no one reads
+
+    def outcome() -> list[None]:
         for call in calls:
             if tally is not None:
                 tally.add(call.applied, call.duplicates, max(visit.ts for visit in call.visits))
             refusals.count_partial(conn, "record_visits", call.message_id, call.closed)
         return [None] * len(groups)
+
+    return outcome
 
 
 def _queue_counters(conn: RedisClient, call: _Call, pipe: Any) -> None:
@@ -365,7 +364,8 @@ def apply_visit(
     of ``site`` (a site of ``COUNTERS_SITES``; None: the default site), with its source: the
     ``referrer`` (a URL or a domain, reduced to its domain) and the ``utm`` campaign tags."""
     check_message_id(message_id)
-    write_calls(conn, [([prepare_visit(ip, path, session_id, now, site, referrer, utm)], message_id)])
+    visit = prepare_visit(ip, path, session_id, now, site, referrer, utm)
+    write_through(conn, lambda plan: write_calls(plan, [([visit], message_id)]))
 
 
 def apply_visits(conn: RedisClient, visits: list[dict[str, Any]], *, message_id: str | None = None) -> int:

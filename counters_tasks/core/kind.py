@@ -51,9 +51,11 @@ class Kind:
       returned as the dict a batch message carries (``VisitRecorder`` and a buffered ``.delay()``);
       ``to_entry`` / ``from_entry``: a prepared item as JSON-able data and back (the journal of a
       worker's claimed batch);
-      ``write(conn, calls, tally)``: write calls of prepared items in one round trip, each call at
-      most once per its id; returns per call None, or the InvalidInput refusing all of it
-      (nothing of it written); fills in ``tally`` (``throughput.Tally``);
+      ``write(plan, calls, tally)``: queue the writes of calls of prepared items on ``plan`` (the
+      write's one ``store.scripts.WritePlan``: one round trip, with the tables a feeder adds to the
+      kind, ``core.table``), each call at most once per its id; returns how to read the outcome
+      once the plan is sent: a function giving per call None, or the InvalidInput refusing all of
+      it (nothing of it written), and filling in ``tally`` (``throughput.Tally``);
       ``per_call`` and ``call_key``: a payload is cut into calls of ``per_call`` positions, and
       within those, one call per ``call_key(item)`` (a ranking's board; None: one call);
       ``screen(conn, accepted)``: a check of a payload's prepared items against what Redis holds
@@ -76,7 +78,7 @@ class Kind:
     app_item: Callable[..., dict[str, Any]] | None = None
     to_entry: Callable[[Any], Any] | None = None
     from_entry: Callable[[Any], Any] | None = None
-    write: Callable[[Any, list[Call], Any], list[Any]] | None = None
+    write: Callable[[Any, list[Call], Any], Callable[[], list[Any]]] | None = None
     per_call: int = 500
     call_key: Callable[[Any], Hashable] | None = None
     screen: Callable[[Any, list[tuple[int, Any]]], tuple[list[tuple[int, Any]], list[tuple[int, Any]]]] | None = None

@@ -9,12 +9,13 @@ import re
 import weakref
 from collections.abc import Callable
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 from redis.cluster import ClusterPipeline
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
+from . import keys
 from .client import RedisClient, as_str, is_cluster
 
 _scripts: weakref.WeakKeyDictionary[Any, dict[str, Script]] = weakref.WeakKeyDictionary()
@@ -130,11 +131,16 @@ def execute_in_order(conn: RedisClient, *stages: Callable[[Any], Any]) -> list[l
     return out
 
 
+T = TypeVar("T")
+
+
 class WritePlan:
-    """What one group of writes sends in one round trip, each part with the reader of its own
-    replies: a data module adds a part (``add``: a function that queues commands on the pipeline,
-    and one that reads their replies, in order), ``run`` sends every part and hands each reader its
-    replies. No caller keeps track of which replies are whose."""
+    """What one write sends in one round trip, each part with the reader of its own replies: a
+    data module adds a part (``add``: a function that queues commands on the pipeline, and one
+    that reads their replies, in order), ``run`` sends every part and hands each reader its
+    replies. No caller keeps track of which replies are whose. Every kind's write is one plan
+    (``core.kind.Kind.write`` queues on it; ``write_through``), with the tables a feeder adds to
+    that kind's writes (``core.table``) on the same plan."""
 
     def __init__(self, conn: RedisClient) -> None:
         self.conn = conn
@@ -158,3 +164,17 @@ class WritePlan:
         for (_queue, read), (start, end) in zip(self._parts, spans, strict=True):
             if read is not None:
                 read(replies[start:end])
+
+
+def write_through(conn: RedisClient, queue: Callable[[WritePlan], Callable[[], T]]) -> T:
+    """One write: ``queue(plan)`` adds its parts to a new ``WritePlan`` and returns how to read
+    its outcome; the plan is sent (one round trip on one server) under the binding of ``conn``'s
+    deployment (``keys.bound``: every key made with its tag key, confirmed once the write is made,
+    ``TagKeyChanged`` when another won), then the outcome is read, still bound (a reader that
+    sends again, as a ranking board being rebuilt does, makes its keys with the same tag key)."""
+    with keys.bound(conn, write=True) as used:
+        plan = WritePlan(conn)
+        outcome = queue(plan)
+        plan.run()
+        keys.confirm_written(conn, used)
+        return outcome()

@@ -30,13 +30,14 @@ from __future__ import annotations
 import json
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from ..core import table
 from ..core.settings import get_settings
 from ..store import keys
 from ..store.client import RedisClient, as_str, is_cluster, read_pipeline
-from ..store.scripts import execute_in_order, run_script
+from ..store.scripts import WritePlan, run_script
 
 Entry = tuple[str, Any]
 """(message id, the prepared item as JSON-able data)."""
@@ -55,7 +56,8 @@ def claim(conn: RedisClient, kind: str, entries: list[Entry]) -> tuple[list[tupl
     """Claim the messages of ``entries`` for new batches of ``kind`` (one a claim group; a message
     id met twice counts once), journaling what each claimed: ``(the new batches as (batch id,
     entries claimed), the earlier batches that hold the others)``. One round trip."""
-    with keys.bound(conn, write=True):
+
+    def plan_claims(plan: WritePlan) -> Callable[[], tuple[list[tuple[str, list[Entry]]], list[str]]]:
         groups = claim_groups(conn)
         ttl = get_settings().dedupe_ttl
         by_group: dict[int, dict[str, Any]] = defaultdict(dict)
@@ -71,15 +73,26 @@ def claim(conn: RedisClient, kind: str, entries: list[Entry]) -> tuple[list[tupl
                 texts = [json.dumps(entry, separators=(",", ":")) for entry in part]
                 run_script(conn, "batch_claim", script_keys, [ttl, batch_id, *texts], client=pipe)
 
-        [replies] = execute_in_order(conn, queue)
-        new: list[tuple[str, list[Entry]]] = []
-        earlier: dict[str, None] = {}
-        for (batch_id, _group, part), owners in zip(planned, replies, strict=True):
-            mine = [entry for entry, owner in zip(part, owners, strict=True) if not owner]
-            if mine:
-                new.append((batch_id, mine))
-            earlier.update(dict.fromkeys(as_str(owner) for owner in owners if owner))
-        return new, list(earlier)
+        replies: list[Any] = []
+        plan.add(queue, replies.extend)
+
+        def outcome() -> tuple[list[tuple[str, list[Entry]]], list[str]]:
+            new: list[tuple[str, list[Entry]]] = []
+            earlier: dict[str, None] = {}
+            for (batch_id, _group, part), owners in zip(planned, replies, strict=True):
+                mine = [entry for entry, owner in zip(part, owners, strict=True) if not owner]
+                if mine:
+                    new.append((batch_id, mine))
+                earlier.update(dict.fromkeys(as_str(owner) for owner in owners if owner))
+            return new, list(earlier)
+
+        return outcome
+
+    with keys.bound(conn, write=True):  # (no tag key in a claim's keys: nothing to confirm once written)
+        plan = WritePlan(conn)
+        outcome = plan_claims(plan)
+        plan.run()
+        return outcome()
 
 
 def journaled(conn: RedisClient, batch_ids: list[str]) -> list[tuple[str, list[Entry]]]:

@@ -41,16 +41,24 @@ def app_like(post: Any, ts: Any = None) -> dict[str, Any]:
     return {"post": post, "ts": ts}
 
 
-def write_likes(conn: Any, calls: list[tuple[list[list[Any]], str | None]], tally: Any) -> list[None]:
-    """Each call's likes added to the totals, at most once per its id, in one round trip."""
-    script = conn.register_script(WRITE)
-    pipe = conn.pipeline(transaction=False)
-    for likes, call_id in calls:
-        marker = TOTALS if call_id is None else SEEN + call_id
-        script(keys=[TOTALS, marker], args=[3600, *(post for post, _ts in likes)], client=pipe)
-    for (likes, _call_id), written in zip(calls, pipe.execute(), strict=True):
-        tally.add(len(likes), 0) if written else tally.add(0, len(likes))
-    return [None] * len(calls)
+def write_likes(plan: Any, calls: list[tuple[list[list[Any]], str | None]], tally: Any) -> Any:
+    """Each call's likes added to the totals, at most once per its id, queued on the write's plan;
+    once sent, the tally filled in from the replies (written now, or applied before)."""
+    script = plan.conn.register_script(WRITE)
+    written: list[Any] = []
+
+    def queue(pipe: Any) -> None:
+        for likes, call_id in calls:
+            marker = TOTALS if call_id is None else SEEN + call_id
+            script(keys=[TOTALS, marker], args=[3600, *(post for post, _ts in likes)], client=pipe)
+
+    def outcome() -> list[None]:
+        for (likes, _call_id), reply in zip(calls, written, strict=True):
+            tally.add(len(likes), 0) if reply else tally.add(0, len(likes))
+        return [None] * len(calls)
+
+    plan.add(queue, written.extend)
+    return outcome
 
 
 TOY = register(
