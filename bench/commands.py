@@ -104,19 +104,19 @@ def main() -> int:
     )
     args = parser.parse_args()
     with bench_redis() as url:
-        from counters_tasks import ranking, ranking_events, sitestats, visits
+        from counters_tasks import ranking, ranking_bumps, sitestats, visits
 
         conn = redis.Redis.from_url(url)
         shas = script_names(conn)
         stream = SHAPES[args.shape](args.visits, 3)
         items = [{"ip": ip, "path": path, "session_id": sid, "ts": ts} for ip, path, sid, ts in stream]
-        events = [{"board": "pages", "member": item["path"], "ts": item["ts"]} for item in items]
+        bumps = [{"board": "pages", "member": item["path"], "ts": item["ts"]} for item in items]
         visits.apply_visits(conn, items[:20], message_id="warm-up")  # scripts loaded, the day's figure fixed
         conn.flushdb()
 
         def batch() -> None:
             visits.apply_visits(conn, items, message_id="batch")
-            ranking_events.incr_events(conn, events, message_id="events")
+            ranking_bumps.incr_bumps(conn, bumps, message_id="bumps")
 
         batch_cost = report(
             f"one batch of {len(items)} visits ({args.shape})", by_script(watched(url, batch), shas), len(items)
@@ -178,7 +178,7 @@ def batch_redis_cpu(conn: redis.Redis, shape: str, size: int, batches: int) -> t
     """The server's CPU (us) and commands a visit over ``batches`` batches of ``size`` visits of
     one stream (each with its ranking bump), unwatched (MONITOR costs the server more than the
     work): what a change to a script costs Redis, beside the commands it sends."""
-    from counters_tasks import ranking_events, sitestats, visits
+    from counters_tasks import ranking_bumps, sitestats, visits
 
     conn.flushdb()
     stream = SHAPES[shape](size * (batches + 1), 5)
@@ -190,7 +190,7 @@ def batch_redis_cpu(conn: redis.Redis, shape: str, size: int, batches: int) -> t
     for first in range(0, len(measured), size):
         part = measured[first : first + size]
         visits.apply_visits(conn, part, message_id=f"cpu-{first}")
-        ranking_events.incr_events(
+        ranking_bumps.incr_bumps(
             conn, [{"board": "cpu", "member": v["path"], "ts": v["ts"]} for v in part], message_id=f"cpu-r-{first}"
         )
     used = redis_cpu(conn) - before

@@ -175,7 +175,7 @@ def run(conn, members: int, filler: int, incr_ops: int, top_calls: int) -> dict[
     out["load_ours_s"], _ = timed(load_ours, conn, board, data)
     out["load_seed_s"], _ = timed(load_seed, conn, "bench", data, hour)
     print(
-        f"  loaded: ours {out['load_ours_s']:.1f} s (one Lua call per event, pipelined), "
+        f"  loaded: ours {out['load_ours_s']:.1f} s (one Lua call per bump, pipelined), "
         f"seed {out['load_seed_s']:.1f} s (HINCRBY + ZINCRBY, pipelined)"
     )
 

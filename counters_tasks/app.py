@@ -9,7 +9,7 @@ which sets ``CELERY_CONFIG_MODULE``); such a module starts from the package's de
 
 Every task message this app sends shows its arguments with IP addresses masked (``MaskingAMQP``):
 ``.delay()``, ``apply_async``, ``send_task``, retries and dead-letter requeues alike; and it
-carries the time it was sent (``SENT_AT_HEADER``): how old a waiting event is when the call gave
+carries the time it was sent (``SENT_AT_HEADER``): how old a waiting item is when the call gave
 no ``ts`` (the metrics' lag).
 """
 
@@ -36,12 +36,12 @@ log = logging.getLogger(__name__)
 PACKAGE_DEFAULTS = "counters_tasks.worker.celery_defaults"
 SENT_AT_HEADER = "ct_sent_at"
 """Message header: when the producer made the message (epoch seconds, its clock). Read only for
-the lag of a waiting message that carries no ``ts``; never as an event time."""
+the lag of a waiting message that carries no ``ts``; never as an item time."""
 
 
 class MaskingAMQP(AMQP):
     """Celery's message maker, with the arguments' text form (``argsrepr`` / ``kwargsrepr``: the
-    message headers, the ``task-sent`` and ``task-received`` events, Flower) made by
+    message headers, the ``task-sent`` and ``task-received`` items, Flower) made by
     ``core.privacy`` with IP addresses masked, unless the caller gave its own; and the time it
     was made in ``SENT_AT_HEADER``."""
 

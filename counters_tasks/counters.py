@@ -23,7 +23,7 @@ from .core import table
 from .core.kind import Kind, register
 from .core.settings import COUNTER_PRECISIONS, get_settings
 from .core.sites import check_site
-from .core.validation import check_amount, check_event_time, check_int, check_message_id, check_now, check_text
+from .core.validation import check_amount, check_int, check_item_time, check_message_id, check_now, check_text
 from .errors import InvalidInput
 from .store import keys
 from .store.client import RedisClient, as_str, read_pipeline
@@ -78,12 +78,12 @@ Fields = dict[int, int]
 
 def indexed(precisions: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
     """``(precision, its index in PRECISIONS)`` of each of ``precisions``: what ``add_to_fields``
-    takes, made once a batch rather than looked up once an event."""
+    takes, made once a batch rather than looked up once an item."""
     return tuple((precision, PRECISION_INDEX[precision]) for precision in precisions)
 
 
 def add_to_fields(fields: Fields, second: int, count: int, precisions: tuple[tuple[int, int], ...]) -> None:
-    """Fold ``count`` events of one whole ``second`` into ``fields`` at ``precisions``
+    """Fold ``count`` items of one whole ``second`` into ``fields`` at ``precisions``
     (``indexed``): one dict update a precision."""
     for precision, index in precisions:
         field = second // precision * 10 + index
@@ -173,7 +173,7 @@ def write_counters(conn: RedisClient, per_counter: dict[str, Buckets], message_i
 
 
 COUNTER_UPDATE = register(
-    Kind(name="counter", fields=("name", "count", "ts", "site"), required=1, event_task="counters_tasks.update_counter")
+    Kind(name="counter", fields=("name", "count", "ts", "site"), required=1, item_task="counters_tasks.update_counter")
 )
 """An update of a named counter, one an ``update_counter`` message."""
 
@@ -195,7 +195,7 @@ def update_counter(
     """
     check_text(name, "name")
     check_amount(count, "count")
-    now = check_event_time(now, "now")
+    now = check_item_time(now, "now")
     check_message_id(message_id)
     scope = check_site(site)
     buckets: Buckets = {p: {bucket_start(now, p): count} for p in kept_precisions(name)}

@@ -18,21 +18,21 @@ class InvalidInput(CountersError, ValueError):
 
 
 class ClosedDay(InvalidInput):
-    """An event of a day whose per-visitor data has expired. Never raised for a visit (any past
+    """An item of a day whose per-visitor data has expired. Never raised for a visit (any past
     time is accepted); its reason names the visits counted without that day's unique visitors
     (``refusals.count_partial``)."""
 
     reason = "closed_day"
 
 
-class FutureEvent(InvalidInput):
-    """An event further ahead of this process's clock than ``COUNTERS_FUTURE_TOLERANCE``."""
+class FutureTime(InvalidInput):
+    """An item further ahead of this process's clock than ``COUNTERS_FUTURE_TOLERANCE``."""
 
     reason = "future"
 
 
 class BoardSettingsConflict(InvalidInput):
-    """A ranking event for a board that is fixed to other (period, interval) settings."""
+    """A ranking bump for a board that is fixed to other (period, interval) settings."""
 
     reason = "board_settings"
 
@@ -45,7 +45,7 @@ class MalformedMessage(InvalidInput):
 
 
 REFUSAL_REASONS = tuple(
-    cls.reason for cls in (InvalidInput, ClosedDay, FutureEvent, BoardSettingsConflict, MalformedMessage)
+    cls.reason for cls in (InvalidInput, ClosedDay, FutureTime, BoardSettingsConflict, MalformedMessage)
 )
 """Every reason a refusal is counted under."""
 

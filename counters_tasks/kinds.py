@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .core.kind import Kind, by_task
 from .counters import COUNTER_UPDATE
-from .ranking_events import RANKING
+from .ranking_bumps import RANKING
 from .skips import SKIPS
 from .uniques import UNIQUE
 from .visits import VISIT
@@ -18,7 +18,7 @@ PACKAGE_KINDS: tuple[Kind, ...] = (VISIT, RANKING, COUNTER_UPDATE, UNIQUE, SKIPS
 
 
 def of_task(task: str) -> Kind | None:
-    """The kind whose per-event or batch task is named ``task``: the package's kinds (declared by
+    """The kind whose per-item or batch task is named ``task``: the package's kinds (declared by
     importing this module) and any an app registered."""
     return by_task(task)
 

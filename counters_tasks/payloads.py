@@ -4,7 +4,7 @@ checked before anything is written, a bad one refused on its own (counted, ``ref
 others written in calls of the kind's size, each at most once per its id made from the message
 id, then the batch counted for the metrics (``throughput``).
 
-The worker's claimed batches of per-event messages cut their items into calls the same way
+The worker's claimed batches of per-item messages cut their items into calls the same way
 (``plan_calls``; ``worker.batch_apply``).
 """
 
@@ -95,7 +95,7 @@ def apply_payload(conn: RedisClient, kind: Kind, items: Any, *, message_id: str 
     """A payload of ``kind`` (its batch task's one argument) applied at most once per ``message_id``
     (the batch id): every item checked before anything is written, a bad item refused on its own
     (logged and counted) and the others written. Returns the items applied (for a ranking, late
-    events included: taken, and ignored as their window has gone)."""
+    items included: taken, and ignored as their window has gone)."""
     check_message_id(message_id)
     if kind.batch_task is None:
         raise TypeError(f"kind {kind.name!r} declares no batch task")

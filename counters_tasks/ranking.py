@@ -3,17 +3,17 @@
 A board keeps one HASH per time slot (member -> amount added in that slot), an index of its
 live slots, and one ZSET with every member's total over the live slots, all under the board's
 hash tag. Every write is one Lua call that keeps the invariant "top = sum of the indexed slots",
-so a reader or a rotation never sees half an event:
+so a reader or a rotation never sees half a bump:
 
-- ``incr`` adds to the slot of the event's own ``now`` (a task that waited in the queue still
+- ``incr`` adds to the slot of the bump's own ``now`` (a task that waited in the queue still
   expires on time). The board's watermark is the newest slot it has seen or been rotated to; an
-  event whose slot is not among the last ``period // interval`` slots up to the watermark is
+  bump whose slot is not among the last ``period // interval`` slots up to the watermark is
   late: ignored, and counted (``stats()["late"]``).
 - ``rotate`` moves the rotation point forward to the window of its ``now`` and subtracts every
   expired slot from the totals, member by member in the same calls that delete them from the slot,
   so a repeated or concurrent rotation subtracts nothing twice.
 - ``top`` reads the totals; slots of the index outside the window of its ``now`` (beat is late,
-  or events came from ahead of ``now``) are corrected for in the same read, so the answer is exact
+  or bumps came from ahead of ``now``) are corrected for in the same read, so the answer is exact
   for any ``now`` at or after the latest rotation, whether or not beat has run.
 
 The totals ZSET stores minus the total, so Redis's own ascending order is "highest total first,
@@ -21,7 +21,7 @@ ties by ascending member name (UTF-8 byte order, which is code point order)": pa
 overlap. A slot hash has a TTL as a safety net only (the window + 2 days, refreshed on each
 write to it); if one ever expires before beat rotated it, the next rotation or read sees its
 index entry without a hash and rebuilds the totals from the live slots, which still holds every
-in-window event (an expired slot is always days out of the window).
+in-window bump (an expired slot is always days out of the window).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from . import throughput
 from .core import table
 from .core.settings import Settings, get_settings
 from .core.sites import check_site
-from .core.validation import check_amount, check_event_time, check_int, check_message_id, check_now, check_text
+from .core.validation import check_amount, check_int, check_item_time, check_message_id, check_now, check_text
 from .errors import BoardSettingsConflict, InvalidInput
 from .store import keys, registry
 from .store.client import RedisClient, as_str, is_transient
@@ -85,7 +85,7 @@ def slot_of(ts: float, interval_hours: int) -> int:
 
 @dataclass(frozen=True)
 class Board:
-    """A board's name and settings, validated (``check_board``); no connection: what events are
+    """A board's name and settings, validated (``check_board``); no connection: what bumps are
     prepared for and what a batch groups by."""
 
     name: str
@@ -104,7 +104,7 @@ def check_board(name: Any, period_hours: Any = 24, interval_hours: Any = 1, site
     """A valid board name and settings (raises InvalidInput; reads and writes nothing). The
     board's ``name`` is scoped to its site (``store.keys.scoped``: the name itself for the
     default site), which is how its keys and the registry know it. A board is checked once a
-    process and settings (most events name a few boards): values of other types than a str
+    process and settings (most bumps name a few boards): values of other types than a str
     name, int settings and a str or None site are checked every time."""
     if (
         type(name) is str
@@ -128,9 +128,9 @@ def _check_board(name: Any, period_hours: Any, interval_hours: Any, site: Any) -
     return Board(keys.scoped(check_site(site), name), period_hours, interval_hours)
 
 
-class RankingEvent(NamedTuple):
-    """One validated ranking event: ``amount`` added to ``member`` of ``board`` in ``slot``. (A
-    NamedTuple: one is made per event a worker applies.)"""
+class RankingBump(NamedTuple):
+    """One validated ranking bump: ``amount`` added to ``member`` of ``board`` in ``slot``. (A
+    NamedTuple: one is made per bump a worker applies.)"""
 
     board: Board
     member: str
@@ -138,19 +138,19 @@ class RankingEvent(NamedTuple):
     slot: int
 
 
-def event_on(board: Board, member: Any, amount: Any, ts: Any, what: str = "ts") -> RankingEvent:
-    """One event of ``board`` checked (raises InvalidInput; writes nothing): the one check of a
-    member, an amount and a time that ``Ranking.incr_many`` and ``ranking_events.prepare_event``
+def bump_on(board: Board, member: Any, amount: Any, ts: Any, what: str = "ts") -> RankingBump:
+    """One bump of ``board`` checked (raises InvalidInput; writes nothing): the one check of a
+    member, an amount and a time that ``Ranking.incr_many`` and ``ranking_bumps.prepare_bump``
     share (``what``: the time's name in the message, ``now`` for the contract's methods)."""
     check_text(member, "member")
     check_amount(amount, "amount")
-    return RankingEvent(board, member, amount, board.slot_of(check_event_time(ts, what)))
+    return RankingBump(board, member, amount, board.slot_of(check_item_time(ts, what)))
 
 
-def _incr_call(board: Board, events: Sequence[RankingEvent], message_id: str | None) -> tuple[list, list]:
-    """The keys and args of the one ``ranking_incr`` call applying ``events`` (all of ``board``), in order."""
+def _incr_call(board: Board, bumps: Sequence[RankingBump], message_id: str | None) -> tuple[list, list]:
+    """The keys and args of the one ``ranking_incr`` call applying ``bumps`` (all of ``board``), in order."""
     tag = keys.board_tag(board.name)
-    slots = list(dict.fromkeys(event.slot for event in events))
+    slots = list(dict.fromkeys(bump.slot for bump in bumps))
     position = {slot: n for n, slot in enumerate(slots, 1)}
     script_keys = [*_board_keys(board.name, tag)[0], *(keys.ranking_slot(board.name, slot, tag=tag) for slot in slots)]
     ttl = 0
@@ -167,10 +167,10 @@ def _incr_call(board: Board, events: Sequence[RankingEvent], message_id: str | N
         clock_slot,
         len(slots),
         *slots,
-        len(events),
+        len(bumps),
     ]
-    for event in events:
-        args += [position[event.slot], event.member, event.amount, -event.amount]
+    for bump in bumps:
+        args += [position[bump.slot], bump.member, bump.amount, -bump.amount]
     return script_keys, args
 
 
@@ -182,7 +182,7 @@ def register_board(conn: RedisClient, name: str) -> None:
 
 
 def settings_mismatch(conn: RedisClient, board: Board) -> BoardSettingsConflict:
-    """The error for events given other settings than the ones ``board.name`` is fixed to."""
+    """The error for bumps given other settings than the ones ``board.name`` is fixed to."""
     stored = board_settings(conn, board.name)
     return BoardSettingsConflict(
         f"board {board.name!r} is fixed to (period_hours, interval_hours) = {stored}, "
@@ -190,24 +190,24 @@ def settings_mismatch(conn: RedisClient, board: Board) -> BoardSettingsConflict:
     )
 
 
-def write_events(
-    conn: RedisClient, calls: Sequence[tuple[Sequence[RankingEvent], str | None]], tally: throughput.Tally | None = None
+def write_bumps(
+    conn: RedisClient, calls: Sequence[tuple[Sequence[RankingBump], str | None]], tally: throughput.Tally | None = None
 ) -> list[int | InvalidInput]:
-    """Apply calls of prepared events, one Lua call each (every event of a call of one board), in
+    """Apply calls of prepared bumps, one Lua call each (every bump of a call of one board), in
     one round trip; each call at most once per its message id. Returns, per call, the number of
-    its events that were late (ignored), or the InvalidInput refusing it when its board is fixed
+    its bumps that were late (ignored), or the InvalidInput refusing it when its board is fixed
     to other settings (then nothing of that call was written). Boards written for the first time
-    are listed in the registry the rotation job walks. ``tally``, when given, gets the events
+    are listed in the registry the rotation job walks. ``tally``, when given, gets the bumps
     applied now (late ones are not) and those skipped because their message was applied before."""
     with keys.bound(conn, write=True) as used:
-        calls = [(events, message_id) for events, message_id in calls]
-        for events, _message_id in calls:
-            if not events or any(event.board != events[0].board for event in events):
-                raise ValueError("every call holds events of exactly one board")
+        calls = [(bumps, message_id) for bumps, message_id in calls]
+        for bumps, _message_id in calls:
+            if not bumps or any(bump.board != bumps[0].board for bump in bumps):
+                raise ValueError("every call holds bumps of exactly one board")
 
-        def queue(pipe: Any, some: Sequence[tuple[Sequence[RankingEvent], str | None]]) -> None:
-            for events, message_id in some:
-                script_keys, args = _incr_call(events[0].board, events, message_id)
+        def queue(pipe: Any, some: Sequence[tuple[Sequence[RankingBump], str | None]]) -> None:
+            for bumps, message_id in some:
+                script_keys, args = _incr_call(bumps[0].board, bumps, message_id)
                 run_script(conn, "ranking_incr", script_keys, args, client=pipe)
 
         [replies] = execute_in_order(conn, lambda pipe: queue(pipe, calls)) if calls else [[]]
@@ -224,15 +224,15 @@ def write_events(
                 replies[n] = reply
         results: list[int | InvalidInput] = []
         registered: set[str] = set()
-        for (events, _message_id), (status, unregistered, late) in zip(calls, replies, strict=True):
-            board = events[0].board
+        for (bumps, _message_id), (status, unregistered, late) in zip(calls, replies, strict=True):
+            board = bumps[0].board
             if int(status) == BUSY:
                 raise RuntimeError(f"ranking {board.name!r} stays busy (rebuilt or deleted by others)")
             if int(status) == -1:
                 results.append(settings_mismatch(conn, board))
                 continue
             if tally is not None:
-                tally.add(0, len(events)) if int(status) == 0 else tally.add(len(events) - int(late), 0)
+                tally.add(0, len(bumps)) if int(status) == 0 else tally.add(len(bumps) - int(late), 0)
             if int(unregistered) and board.name not in registered:
                 registered.add(board.name)
                 register_board(conn, board.name)
@@ -272,20 +272,20 @@ class Ranking:
     def incr(self, member: str, amount: int = 1, now: float | None = None, *, message_id: str | None = None) -> None:
         """Add ``amount`` to ``member`` in the slot of ``now``, in one Lua call (one round trip).
 
-        An event whose slot already left the window is ignored and counted as late. With
+        A bump whose slot already left the window is ignored and counted as late. With
         ``message_id``, a second call with the same id (a redelivered task) changes nothing.
         The board's first writes also list it in the registry the rotation job walks.
         """
         self.incr_many([(member, amount, now)], message_id=message_id)
 
-    def incr_many(self, events: list[tuple[str, int, float | None]], *, message_id: str | None = None) -> int:
-        """Apply ``(member, amount, now)`` events in order, in one Lua call, as ``incr`` would one
+    def incr_many(self, bumps: list[tuple[str, int, float | None]], *, message_id: str | None = None) -> int:
+        """Apply ``(member, amount, now)`` bumps in order, in one Lua call, as ``incr`` would one
         by one (all validated first; at most once per ``message_id``). Returns the late ones."""
         check_message_id(message_id)
-        prepared = [event_on(self.board, member, amount, now, "now") for member, amount, now in events]
+        prepared = [bump_on(self.board, member, amount, now, "now") for member, amount, now in bumps]
         if not prepared:
             return 0
-        [result] = write_events(self.conn, [(prepared, message_id)])
+        [result] = write_bumps(self.conn, [(prepared, message_id)])
         if isinstance(result, InvalidInput):
             raise result
         return result
@@ -400,7 +400,7 @@ class Ranking:
         return _rebuild(self.conn, self.board.name)
 
     def stats(self) -> dict[str, int | None]:
-        """Operator figures: late events ignored, watermark and rotation slots, rebuilds, sizes."""
+        """Operator figures: late bumps ignored, watermark and rotation slots, rebuilds, sizes."""
         with keys.bound(self.conn):
             pipe = self.conn.pipeline(transaction=False)
             pipe.hmget(keys.ranking_meta(self.board.name), "period", "interval", "wm", "rot", "late", "rebuilds")
@@ -540,7 +540,7 @@ def known_boards(conn: RedisClient, *, site: str | None = None) -> list[str]:
 
 def idle_for(period_hours: int) -> float | None:
     """Seconds without a write after which a board with this period is deleted: the longer of
-    COUNTERS_BOARD_IDLE_DAYS and the period (so no event still in its window goes); None: never."""
+    COUNTERS_BOARD_IDLE_DAYS and the period (so no bump still in its window goes); None: never."""
     days = get_settings().board_idle_days
     return None if days == 0 else max(days * 86400, period_hours * 3600)
 

@@ -1,4 +1,4 @@
-"""VisitRecorder: buffer visits (and ranking events) in the app process and send them as
+"""VisitRecorder: buffer visits (and ranking bumps) in the app process and send them as
 ``record_visits`` (and ``incr_rankings``) batches.
 
 ``record()`` validates (without COUNTERS_SECRET, which only workers need), stamps ``ts`` and
@@ -42,7 +42,7 @@ from .app import package_app
 from .core.kind import Kind, by_task
 from .core.privacy import masked_reprs
 from .core.settings import get_settings
-from .ranking_events import RANKING
+from .ranking_bumps import RANKING
 from .skips import SKIPS
 from .visits import VISIT
 
@@ -170,11 +170,11 @@ class VisitRecorder:
         interval_hours: int = 1,
         site: str | None = None,
     ) -> None:
-        """Queue one ranking event (as ``incr_ranking`` would apply it), validated now."""
+        """Queue one ranking bump (as ``incr_ranking`` would apply it), validated now."""
         self.add(RANKING, board, member, amount, ts, period_hours, interval_hours, site)
 
     def add(self, kind: Kind, *args: Any, **kwargs: Any) -> None:
-        """Queue one item of ``kind`` (``core.kind``), given as its per-event task takes it: checked
+        """Queue one item of ``kind`` (``core.kind``), given as its per-item task takes it: checked
         now (``kind.app_item``: bad input raises InvalidInput here, not in a worker; ``ts`` None is
         now), sent in a batch of its batch task. ``record`` and ``incr_ranking`` are this for the
         package's kinds; an app's own kind is queued the same way."""
@@ -527,7 +527,7 @@ def buffer_delay(task: Any, args: Any, kwargs: Any, options: dict[str, Any]) -> 
         not get_settings().delay_buffer
         or options
         or kind is None
-        or kind.event_task != task.name
+        or kind.item_task != task.name
         or kind.app_item is None
         or task.app is not package_app()
         or task.app.conf.task_always_eager

@@ -51,9 +51,9 @@ from .core.sources import DIRECT, check_campaign, referrer_domain
 from .core.validation import (
     check_day,
     check_day_range,
-    check_event_time,
     check_int,
     check_ip,
+    check_item_time,
     check_message_id,
     check_now,
     check_path,
@@ -138,7 +138,7 @@ def prepare_view(
 ) -> SiteView:
     """Validate one page view (raises InvalidInput; writes nothing), with its visitor id."""
     scope = check_site(site)
-    day = local_day(check_event_time(now, "now"), zone_of(scope))
+    day = local_day(check_item_time(now, "now"), zone_of(scope))
     return view_on(ip, path, day, scope, referrer, utm, user_agent, language, client)
 
 
@@ -472,7 +472,7 @@ def record_visit(
     day's tables of them.
     """
     check_message_id(message_id)
-    ts = check_event_time(now, "now")
+    ts = check_item_time(now, "now")
     view = prepare_view(ip, path, ts, site, referrer, utm, user_agent, language)
     with keys.bound(conn, write=True) as used:
 

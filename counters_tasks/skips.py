@@ -32,7 +32,7 @@ from .core.kind import Kind, register
 from .core.pageviews import APP, HOST, REASONS, REFUSED
 from .core.settings import get_settings
 from .core.sites import check_site, zone_of
-from .core.validation import check_event_time, check_int, check_message_id
+from .core.validation import check_int, check_item_time, check_message_id
 from .errors import InvalidInput
 from .store import keys
 from .store.client import RedisClient, as_str, read_pipeline
@@ -61,7 +61,7 @@ SKIPS = register(
     )
 )
 """Requests that were not page views: a ``count_skips`` message's items (written by ``count_skipped``,
-not by the payload path: they are counts, not events to claim)."""
+not by the payload path: they are counts, not items to claim)."""
 
 
 SkipField = tuple[str, date | None, str]
@@ -105,7 +105,7 @@ def check_item(item: Any, now: float | None = None) -> tuple[SkipField, int]:
     if "ts" in item and item["ts"] is None:
         day = None
     else:
-        day = local_day(check_event_time(item.get("ts", now if now is not None else time.time())), zone_of(scope))
+        day = local_day(check_item_time(item.get("ts", now if now is not None else time.time())), zone_of(scope))
     return (scope, day, f"{item['route']}:{item['reason']}"), count
 
 

@@ -1,9 +1,9 @@
 """The Celery tasks, one line of work each: validate, call the module, nothing more. Their
-delivery rules are their bases' (``worker.task_bases``); the per-event tasks are applied by the
+delivery rules are their bases' (``worker.task_bases``); the per-item tasks are applied by the
 worker in batches (``worker.batch_consumer``, ``worker.batch_apply``). The tasks of a kind with
-payloads (visits, ranking events) are made from its declaration (``worker.kind_tasks``).
+payloads (visits, ranking bumps) are made from its declaration (``worker.kind_tasks``).
 
-The per-event tasks' base here, ``DelayBuffered``, takes a plain ``.delay()`` into the app side's
+The per-item tasks' base here, ``DelayBuffered``, takes a plain ``.delay()`` into the app side's
 buffer (``recorder.buffer_delay``, COUNTERS_DELAY_BUFFER).
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import counters, ranking, ranking_events, recorder, sitestats, skips, uniques, visits
+from . import counters, ranking, ranking_bumps, recorder, sitestats, skips, uniques, visits
 from .app import app
 from .core.kind import Kind
 from .store.client import get_redis
@@ -22,7 +22,7 @@ from .worker.task_bases import CountingTask, MaintenanceTask, WorkerBatches, cou
 
 
 class DelayBuffered(WorkerBatches):
-    """The per-event tasks' base on the app side: with ``COUNTERS_DELAY_BUFFER`` on, a plain
+    """The per-item tasks' base on the app side: with ``COUNTERS_DELAY_BUFFER`` on, a plain
     ``.delay()`` goes to the process's shared recorder (``recorder.buffer_delay``)."""
 
     abstract = True
@@ -31,9 +31,9 @@ class DelayBuffered(WorkerBatches):
 
 def define_kind_tasks(kind: Kind) -> tuple[Any, Any]:
     """The tasks of ``kind`` on the package's app (``worker.kind_tasks.define_tasks``), its
-    per-event task's ``.delay()`` buffered like ``record_visit``'s: what an app calls to count a
+    per-item task's ``.delay()`` buffered like ``record_visit``'s: what an app calls to count a
     kind of its own (docs/architecture.md, "Adding a kind")."""
-    return define_tasks(app, kind, event_base=DelayBuffered)
+    return define_tasks(app, kind, item_base=DelayBuffered)
 
 
 @app.task(name="counters_tasks.update_counter", base=CountingTask, bind=True)
@@ -50,9 +50,9 @@ def clean_counters(self: MaintenanceTask) -> Any:
     return run_exclusive(conn, "clean_counters", lambda: counters.clean_counters(conn), self.lock_seconds)
 
 
-incr_ranking, incr_rankings = define_kind_tasks(ranking_events.RANKING)
+incr_ranking, incr_rankings = define_kind_tasks(ranking_bumps.RANKING)
 """``incr_ranking.delay(board, member, amount=1, ts=None, period_hours=24, interval_hours=1, site=None)``,
-applied by the worker in batches; ``incr_rankings``: many events in one message
+applied by the worker in batches; ``incr_rankings``: many bumps in one message
 (``VisitRecorder.incr_ranking`` sends these)."""
 
 

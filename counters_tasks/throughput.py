@@ -5,15 +5,15 @@ no one process sees everything: each adds what it applied to one Redis hash
 (``store.keys.throughput``), one small Lua call (``throughput_add``) per batch after its
 write, and the dashboard server reads the hash when Prometheus scrapes it (``ops.metrics``).
 The writes themselves stay one round trip: the data modules fill in a ``Tally`` from their
-scripts' replies, and the batch's caller (``record_visits``, ``incr_events``, the worker-side
+scripts' replies, and the batch's caller (``record_visits``, ``incr_bumps``, the worker-side
 ``apply_batch``) adds it with the batch's size. Direct library calls outside a batch
 (``visits.apply_visit``, ``Ranking.incr``) are not counted. What is kept:
 
-- ``applied`` and ``duplicates``, per kind of event (``visit``, ``ranking``): counted from the
+- ``applied`` and ``duplicates``, per kind of item (``visit``, ``ranking``): counted from the
   replies of the writes themselves, so a redelivered message whose dedupe marker was found
   counts as a duplicate, never as applied twice;
 - batch sizes per kind of batch, as histogram buckets (``BATCH_BUCKETS``);
-- the newest event time (``ts``) of any visit applied: how far counting lags behind events.
+- the newest item time (``ts``) of any visit applied: how far counting lags behind items.
 
 The totals are best effort: they never make a write fail. An error while adding to them (Redis
 went away between a batch's write and its count, milliseconds apart) is logged and that count
@@ -38,17 +38,17 @@ from .store.scripts import run_script
 log = logging.getLogger(__name__)
 
 
-def event_kinds() -> list[str]:
-    """The kinds of events counted (``core.kind``: every kind registered with a ``write``: page
-    views, ranking events, an app's own)."""
+def item_kinds() -> list[str]:
+    """The kinds of items counted (``core.kind``: every kind registered with a ``write``: page
+    views, ranking bumps, an app's own)."""
     return [kind.name for kind in registered() if kind.write is not None]
 
 
 def batch_kinds() -> list[str]:
-    """Batches whose sizes are kept, by task: the worker-side batches of per-event messages
+    """Batches whose sizes are kept, by task: the worker-side batches of per-item messages
     (messages per batch), then the app-side batch messages (items per message)."""
     written = [kind for kind in registered() if kind.write is not None]
-    return [short_name(kind.event_task) for kind in written if kind.worker_batches and kind.event_task] + [
+    return [short_name(kind.item_task) for kind in written if kind.worker_batches and kind.item_task] + [
         short_name(kind.batch_task) for kind in written if kind.batch_task
     ]
 
@@ -85,8 +85,8 @@ def increment(conn: RedisClient, increments: dict[str, int], newest_ts: float | 
 @dataclass
 class Tally:
     """What writes applied, filled in by the data modules (``visits.write_calls``,
-    ``ranking.write_events``) from their scripts' replies: events written now, events skipped
-    because their message was applied before, and the newest event time written (visits)."""
+    ``ranking.write_bumps``) from their scripts' replies: items written now, items skipped
+    because their message was applied before, and the newest item time written (visits)."""
 
     applied: int = 0
     duplicates: int = 0
@@ -100,7 +100,7 @@ class Tally:
 
 
 def count(conn: RedisClient, kind: str, tally: Tally, batch: tuple[str, int] | None = None) -> bool:
-    """Add what ``tally`` holds for events of ``kind`` (one of ``event_kinds``) and, when given, one
+    """Add what ``tally`` holds for items of ``kind`` (one of ``item_kinds``) and, when given, one
     ``batch`` of ``(batch kind, size)`` (one of ``batch_kinds``) to the totals, in one call."""
     increments = {f"applied:{kind}": tally.applied, f"duplicate:{kind}": tally.duplicates}
     if batch is not None:
@@ -122,7 +122,7 @@ class BatchSizes:
 
 @dataclass
 class Totals:
-    """The totals as read back: per event kind, per batch kind, and the newest event time."""
+    """The totals as read back: per item kind, per batch kind, and the newest item time."""
 
     applied: dict[str, int] = field(default_factory=dict)
     duplicates: dict[str, int] = field(default_factory=dict)
@@ -142,7 +142,7 @@ def parse_totals(reply: dict[Any, Any]) -> Totals:
     stored = {as_str(name): as_str(value) for name, value in reply.items()}
     result = Totals(newest_ts=float(stored[NEWEST]) if NEWEST in stored else None)
     counted = [name.split(":", 1)[1] for name in stored if name.startswith(("applied:", "duplicate:"))]
-    for kind in dict.fromkeys([*event_kinds(), *sorted(counted)]):  # a kind this process does not import too
+    for kind in dict.fromkeys([*item_kinds(), *sorted(counted)]):  # a kind this process does not import too
         result.applied[kind] = int(stored.get(f"applied:{kind}", 0))
         result.duplicates[kind] = int(stored.get(f"duplicate:{kind}", 0))
     sized = [name.split(":")[1] for name in stored if name.startswith("batch_sum:")]

@@ -24,7 +24,7 @@ from .core.days import local_day
 from .core.kind import Kind, register
 from .core.settings import get_settings
 from .core.sites import check_site, site_names, zone_of
-from .core.validation import check_day, check_day_range, check_event_time, check_message_id, check_now, check_session_id
+from .core.validation import check_day, check_day_range, check_item_time, check_message_id, check_now, check_session_id
 from .errors import InvalidInput
 from .store import keys
 from .store.client import RedisClient, as_str, read_pipeline
@@ -259,11 +259,11 @@ def prepare_id(session_id: Any, now: Any = None, site: Any = None) -> tuple[date
     """Validate one sighting (raises InvalidInput; writes nothing): its site's local day and
     integer id."""
     number = session_number(session_id)
-    return local_day(check_event_time(now, "now"), zone_of(check_site(site))), number
+    return local_day(check_item_time(now, "now"), zone_of(check_site(site))), number
 
 
 UNIQUE = register(
-    Kind(name="unique", fields=("session_id", "ts", "site"), required=1, event_task="counters_tasks.count_unique")
+    Kind(name="unique", fields=("session_id", "ts", "site"), required=1, item_task="counters_tasks.count_unique")
 )
 """A session seen on its day, one a ``count_unique`` message."""
 

@@ -32,7 +32,7 @@ from .core.kind import Kind, register
 from .core.settings import DEFAULT_SITE
 from .core.sites import check_site, zone_of
 from .core.sources import DIRECT, check_campaign, referrer_domain
-from .core.validation import check_event_time, check_ip, check_message_id, check_path
+from .core.validation import check_ip, check_item_time, check_message_id, check_path
 from .payloads import apply_payload
 from .store import keys
 from .store.client import RedisClient
@@ -110,7 +110,7 @@ def check_visit(
     Returns its time (``ts``; None: now), its referrer reduced to its domain (None when not
     given), its campaign (``core.sources``) and its language reduced (``core.clients``; None when
     not given), each worked out once. The user agent is only checked: the worker parses it."""
-    ts = time.time() if ts is None else check_event_time(ts)
+    ts = time.time() if ts is None else check_item_time(ts)
     check_path(path)
     check_ip(ip)
     check_site(site)
@@ -196,7 +196,7 @@ def prepare_visit(
     ``referrer`` and ``utm``: its source (``core.sources``); ``user_agent`` and ``language`` (the
     User-Agent and Accept-Language headers), or ``client`` (the user agent as ``pack_visits``
     reduced it): who visits (``core.clients``)."""
-    ts = check_event_time(ts)
+    ts = check_item_time(ts)
     scope = check_site(site)
     day = local_day(ts, zone_of(scope))  # the time checked and its day computed once, for every part of the visit
     view = sitestats.view_on(ip, path, day, scope, referrer, utm, user_agent, language, client)
@@ -385,7 +385,7 @@ VISIT = register(
         name="visit",
         fields=("ip", "path", "session_id", "ts", "site", "referrer", "utm", "user_agent", "language", "client"),
         required=2,
-        event_task="counters_tasks.record_visit",
+        item_task="counters_tasks.record_visit",
         worker_batches=True,
         batch_task="counters_tasks.record_visits",
         items_argument="visits",

@@ -26,9 +26,9 @@ def bucket(now, p):
     return int(now // p) * p
 
 
-def model_answer(events, name, precision, now):
+def model_answer(updates, name, precision, now):
     totals = defaultdict(int)
-    for n, count, ts in events:
+    for n, count, ts in updates:
         if n == name:
             totals[bucket(ts, precision)] += count
     cutoff = now - SAMPLE_COUNT * precision
@@ -73,21 +73,21 @@ def test_corrections_to_zero_are_not_listed(conn):
 def test_random_stream_matches_model_with_cleaner_at_random_times(conn):
     rng = random.Random(7)
     names = ["hits", "hits:/", "sales", "x"]
-    events = []
+    updates = []
     now = T0
     for step in range(600):
         now += rng.choice([0, 0.3, 1, 2, 7, 61, 400, 3000])
         ts = now - rng.choice([0, 0, 0, 3, 30, 500])  # out of order, as queued tasks arrive
         name, count = rng.choice(names), rng.randint(-2, 9)
         counters.update_counter(conn, name, count, now=ts)
-        events.append((name, count, ts))
+        updates.append((name, count, ts))
         if rng.random() < 0.05:
             counters.clean_counters(conn, now=now)
         if step % 50 == 0:
             for n in names:
                 for p in PRECISIONS:
                     if p in counters.kept_precisions(n):
-                        assert counters.get_counter(conn, n, p, now=now) == model_answer(events, n, p, now)
+                        assert counters.get_counter(conn, n, p, now=now) == model_answer(updates, n, p, now)
                     else:  # a page's counter keeps fewer: read, its 1 s would be zeros
                         with pytest.raises(InvalidInput, match="keeps precisions"):
                             counters.get_counter(conn, n, p, now=now)

@@ -17,9 +17,9 @@ pytestmark = pytest.mark.cluster
 T0 = 1_700_000_000
 
 
-def model_series(events, name, precision, start, end, now):
+def model_series(updates, name, precision, start, end, now):
     totals = defaultdict(int)
-    for n, count, ts in events:
+    for n, count, ts in updates:
         if n == name:
             totals[int(ts // precision) * precision] += count
     out = []
@@ -33,21 +33,21 @@ def model_series(events, name, precision, start, end, now):
 
 def test_random_streams_match_the_model(conn):
     rng = random.Random(8)
-    events = []
+    updates = []
     now = T0
     for _ in range(400):
         now += rng.choice([0, 0.4, 1, 3, 59, 290, 3500])
         ts = now - rng.choice([0, 0, 2, 40, 700])
         name, count = rng.choice(["a", "b"]), rng.randint(-1, 5)
         counters.update_counter(conn, name, count, now=ts)
-        events.append((name, count, ts))
+        updates.append((name, count, ts))
     for _ in range(60):
         p = rng.choice(PRECISIONS)
         query_now = now + rng.choice([0, 0, 1, p * 3])
         start = query_now - rng.uniform(0, 150 * p)
         end = start + rng.uniform(0, 140 * p)
         got = counters.get_series(conn, "a", p, start, end, now=query_now)
-        assert got == model_series(events, "a", p, start, end, query_now), (p, start, end)
+        assert got == model_series(updates, "a", p, start, end, query_now), (p, start, end)
         assert all(isinstance(b, int) and isinstance(t, int) for b, t in got)
         if rng.random() < 0.2:
             counters.clean_counters(conn, now=now)  # cleaning never changes an answer at or after its now

@@ -77,7 +77,7 @@ MEMBERS = ["a", "b", "c", "post:1", "post:10", "post:2", "é", "Z", "{x}", "日�
 @pytest.mark.parametrize("read_rotates", [False, True], ids=["reads-correct", "reads-rotate"])
 @pytest.mark.parametrize("period,interval", [(6, 1), (8, 2), (72, 24)])
 def test_random_stream_matches_model(conn, period, interval, read_rotates, monkeypatch):
-    """Out-of-order, late, early and corrective events, rotations at random (some repeated).
+    """Out-of-order, late, early and corrective bumps, rotations at random (some repeated).
 
     Reads either correct for expired slots beat has not dropped yet, or (past CORRECT_AT_MOST
     members, here 0) rotate first; the model mirrors that rotation.
@@ -95,7 +95,7 @@ def test_random_stream_matches_model(conn, period, interval, read_rotates, monke
         now += rng.choice([0, 1, 60, 600, 1800, HOUR, 3 * HOUR]) * (interval if interval >= 24 else 1)
         delay = rng.choice([0, 0, 0, 30, HOUR, 2 * HOUR, span // 2, span, span + interval * HOUR])
         if rng.random() < 0.05:
-            delay = -rng.choice([1, HOUR, interval * HOUR])  # clock skew: an event from ahead of now
+            delay = -rng.choice([1, HOUR, interval * HOUR])  # clock skew: a bump from ahead of now
         ts = max(0.0, now - delay)
         member, amount = rng.choice(MEMBERS), rng.choice([1, 1, 1, 2, 3, 5, -1, -3, 0])
         board.incr(member, amount, now=ts)
@@ -123,7 +123,7 @@ def test_random_stream_matches_model(conn, period, interval, read_rotates, monke
     assert checks == 100
     assert (read_rotations > 0) == read_rotates
     assert board.stats()["late"] == model.late
-    assert model.late > 0 and model.ranked(now)  # the stream did exercise late events and a non-empty board
+    assert model.late > 0 and model.ranked(now)  # the stream did exercise late bumps and a non-empty board
     # paging: pages of 2 concatenate to the whole ranking, never overlapping
     full = board.top(0, 1000, True, now=now)
     assert full == model.ranked(now)
@@ -246,7 +246,7 @@ def test_big_slot_rotates_in_several_bounded_calls(conn, monkeypatch):
 
 @pytest.mark.usefixtures("bound_deployment")
 def test_concurrent_incr_and_rotation_end_exact(conn):
-    """Writers stream events (some delayed past the window) while a rotator follows their clock."""
+    """Writers stream bumps (some delayed past the window) while a rotator follows their clock."""
     period, interval = 4, 1
     per_writer, writers = 300, 4
     span = 30 * HOUR
@@ -292,7 +292,7 @@ def test_concurrent_incr_and_rotation_end_exact(conn):
     rot.join()
     assert not errors
     assert sum(rotations) > 0  # the rotator did drop slots while writers ran
-    assert Ranking(conn, "race", period, interval).stats()["late"] > 0  # and some events came too late
+    assert Ranking(conn, "race", period, interval).stats()["late"] > 0  # and some bumps came too late
     board = Ranking(conn, "race", period, interval)
     board.rotate(now=t_end)
     end_slot = ranking.slot_of(t_end, interval)
@@ -358,7 +358,7 @@ def test_message_id_applies_once(conn):
     assert board.top(withscores=True, now=T0 + 60) == [("m", 10)]
     seen = keys.ranking_seen("dedupe", "task-1")
     assert 0 < conn.ttl(seen) <= 6 * 3600
-    # a late event with a message id is counted late once
+    # a late bump with a message id is counted late once
     board.rotate(now=T0 + 48 * HOUR)
     board.incr("m", 1, now=T0, message_id="task-3")
     board.incr("m", 1, now=T0, message_id="task-3")

@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from counters_tasks import ranking, ranking_events
+from counters_tasks import ranking, ranking_bumps
 from counters_tasks.local.waiting import wait_until
 from counters_tasks.store import keys
 from counters_tasks.store.scripts import run_script
@@ -97,29 +97,29 @@ def test_a_big_board_is_read_rebuilt_rotated_and_deleted_in_short_calls(raw_conn
 
 
 def fresh_batch_work(raw_conn, call_budget) -> list:
-    """Batches of ranking events (incr_rankings, the worker's ranking batch) of 2,000 distinct
+    """Batches of ranking bumps (incr_rankings, the worker's ranking batch) of 2,000 distinct
     new members each into a board's new hour, the costliest write: every member a new field of
     the slot hash and a new member of the top. Checked exact; the calls over the budget."""
     raw_conn.flushdb()
     now = time.time()
-    ranking_events.incr_events(raw_conn, [{"board": "fresh", "member": "warm", "ts": now}], message_id="warm")
+    ranking_bumps.incr_bumps(raw_conn, [{"board": "fresh", "member": "warm", "ts": now}], message_id="warm")
     call_budget.reset()
     expected = Counter({"warm": 1})
     for batch in range(3):
-        events = [
+        bumps = [
             {"board": "fresh", "member": f"/post/{batch}/{n}", "amount": n % 3 + 1, "ts": now} for n in range(2_000)
         ]
-        ranking_events.incr_events(raw_conn, events, message_id=f"fresh-{batch}")
-        expected.update({event["member"]: event["amount"] for event in events})
+        ranking_bumps.incr_bumps(raw_conn, bumps, message_id=f"fresh-{batch}")
+        expected.update({bump["member"]: bump["amount"] for bump in bumps})
     assert ranking.Ranking(raw_conn, "fresh").top(0, 50, withscores=True, now=now) == ranked(expected)[:50]
     return call_budget.over()
 
 
 @pytest.mark.budget
 def test_batches_of_new_members_go_in_calls_under_5_ms(raw_conn, call_budget):
-    """``ranking_incr`` took 5-12 ms for 500 events of new members on this 2-core machine, 200 up
+    """``ranking_incr`` took 5-12 ms for 500 bumps of new members on this 2-core machine, 200 up
     to 6.5 ms (issue 21's benchmark): a new slot hash is a listpack up to 512 members, scanned for
-    each one. Batches now go EVENTS_PER_CALL events a call. Up to three runs decide, as above."""
+    each one. Batches now go BUMPS_PER_CALL bumps a call. Up to three runs decide, as above."""
     assert call_budget.slow_by_design(lambda: fresh_batch_work(raw_conn, call_budget)) == []
 
 

@@ -6,8 +6,8 @@ Checked with real processes: an app that calls ``.delay()`` per page view and ex
 reaching the broker as a few batch messages, applied exactly by a real worker; and in-process:
 bad input refused at the call, a call with options published as its own message, eager mode
 applied at once, the setting off publishing one message a call. And what a recorder's batch of
-ranking bumps carries: one event per board, member and slot (``Kind.merge``,
-``ranking_events.merge_events``), with the same figures."""
+ranking bumps carries: one bump per board, member and slot (``Kind.merge``,
+``ranking_bumps.merge_bumps``), with the same figures."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from counters_tasks.core.validation import MAX_AMOUNT
 from counters_tasks.errors import InvalidInput
 from counters_tasks.local.waiting import wait_until
 from counters_tasks.ranking import Ranking, slot_of
-from counters_tasks.ranking_events import incr_events
+from counters_tasks.ranking_bumps import incr_bumps
 from counters_tasks.recorder import VisitRecorder, shared_recorder
 from tests.support.procs import REPO, celery_env, purge_broker, start_worker
 from tests.support.servers import make_client, use_settings
@@ -48,7 +48,7 @@ APP = textwrap.dedent("""
 
 
 def broker_messages(client: redis.Redis) -> list[tuple[str, list]]:
-    """(task name, its items) of each message waiting on the ``visits`` queue (a per-event
+    """(task name, its items) of each message waiting on the ``visits`` queue (a per-item
     message: its arguments, as one item)."""
     out = []
     for raw in client.lrange("visits", 0, -1):
@@ -84,9 +84,9 @@ def test_an_app_counting_with_delay_sends_batches_that_a_worker_applies_exactly(
     messages = broker_messages(broker)
     assert {name for name, _ in messages} == {"counters_tasks.record_visits", "counters_tasks.incr_rankings"}
     assert sum(len(items) for name, items in messages if name.endswith("record_visits")) == n
-    bumps = [event for name, items in messages if name.endswith("incr_rankings") for event in items]
-    assert sum(event.get("amount", 1) for event in bumps) == n
-    # a batch's bumps of one member in one slot travel as one event (Kind.merge): 7 members, in
+    bumps = [bump for name, items in messages if name.endswith("incr_rankings") for bump in items]
+    assert sum(bump.get("amount", 1) for bump in bumps) == n
+    # a batch's bumps of one member in one slot travel as one bump (Kind.merge): 7 members, in
     # one hour's slot or two (the run may cross an hour)
     assert len(bumps) <= 2 * 7 * sum(name.endswith("incr_rankings") for name, _ in messages) < n
     assert len(messages) <= 8  # a few batches, not 1,200 messages
@@ -144,7 +144,7 @@ def test_without_the_setting_each_delay_is_its_own_message(redis_url, broker, mo
     assert message["headers"]["task"] == "counters_tasks.record_visit" and message["headers"]["id"] == result.id
 
 
-def test_a_batch_carries_one_event_per_member_and_slot_with_the_same_figures(redis_url, broker, conn):
+def test_a_batch_carries_one_bump_per_member_and_slot_with_the_same_figures(redis_url, broker, conn):
     board, other = f"merge{uuid.uuid4().hex[:8]}", f"merge2{uuid.uuid4().hex[:8]}"
     now = time.time()
     earlier = now - 2 * 3600  # two hours back: another slot of a 1-hour board, still in its window
@@ -159,7 +159,7 @@ def test_a_batch_carries_one_event_per_member_and_slot_with_the_same_figures(red
         recorder.incr_ranking(board, "/amounts", 5, now)
         recorder.incr_ranking(board, "/amounts", -2, now)
         recorder.incr_ranking(board, "/huge", MAX_AMOUNT, now)
-        recorder.incr_ranking(board, "/huge", 1, now)  # past the bound: its own event
+        recorder.incr_ranking(board, "/huge", 1, now)  # past the bound: its own bump
         for _ in range(4):  # another board, other settings: never merged with the first's
             recorder.incr_ranking(other, "/popular", 1, now, period_hours=48, interval_hours=2)
         assert recorder.flush(timeout=10)
@@ -167,9 +167,9 @@ def test_a_batch_carries_one_event_per_member_and_slot_with_the_same_figures(red
     finally:
         recorder.close(timeout=10)
 
-    [events] = [items for name, items in broker_messages(broker) if name.endswith("incr_rankings")]
+    [bumps] = [items for name, items in broker_messages(broker) if name.endswith("incr_rankings")]
     seen = sorted(
-        (e["board"], e["member"], slot_of(e["ts"], e.get("interval_hours", 1)), e.get("amount", 1)) for e in events
+        (e["board"], e["member"], slot_of(e["ts"], e.get("interval_hours", 1)), e.get("amount", 1)) for e in bumps
     )
     slot, slot_before, slot_other = slot_of(now, 1), slot_of(earlier, 1), slot_of(now, 2)
     assert seen == sorted(
@@ -184,9 +184,9 @@ def test_a_batch_carries_one_event_per_member_and_slot_with_the_same_figures(red
         ]
     )
     # each keeps the latest time of the bumps merged into it (in their slot)
-    assert sorted(e["ts"] for e in events) == [earlier] + [now] * (len(events) - 1)
+    assert sorted(e["ts"] for e in bumps) == [earlier] + [now] * (len(bumps) - 1)
 
-    assert incr_events(conn, events, message_id=str(uuid.uuid4())) == len(events)  # as the worker applies it
+    assert incr_bumps(conn, bumps, message_id=str(uuid.uuid4())) == len(bumps)  # as the worker applies it
     assert dict(Ranking(conn, board).top(limit=10, withscores=True)) == {
         "/huge": MAX_AMOUNT + 1,
         "/popular": 33,

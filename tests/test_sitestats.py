@@ -276,7 +276,7 @@ def test_day_boundaries_follow_local_midnight_with_dst(monkeypatch):
 
 
 @pytest.mark.usefixtures("bound_deployment")
-def test_event_a_minute_before_local_midnight_counts_for_its_own_day(conn, monkeypatch):
+def test_an_item_a_minute_before_local_midnight_counts_for_its_own_day(conn, monkeypatch):
     """Queued at 23:59 on a 23 or 25 hour day, processed after midnight (now): still that day."""
     use_settings(
         monkeypatch, COUNTERS_TIMEZONE="Europe/Berlin", COUNTERS_DAY_GRACE_DAYS=400, COUNTERS_UNIQUES_SHARD_DAYS=400

@@ -248,7 +248,7 @@ def test_message_id_applies_once(conn):
 @pytest.mark.usefixtures("bound_deployment")
 def test_precompute_due_fixes_tomorrow_only_from_local_23h(raw_conn, monkeypatch):
     use_settings(monkeypatch, COUNTERS_TIMEZONE="Europe/Berlin")
-    day = days.local_day(time.time()) - timedelta(days=1)  # a past day: events ahead of the clock are refused
+    day = days.local_day(time.time()) - timedelta(days=1)  # a past day: items ahead of the clock are refused
     zone = ZoneInfo("Europe/Berlin")
     at = datetime(day.year, day.month, day.day, 22, 30, tzinfo=zone).timestamp()
     assert uniques.precompute_due(raw_conn, at) == {day.isoformat(): 1_000_000}

@@ -1,7 +1,7 @@
 """What "a day" is: a local date in the site's zone (``COUNTERS_TIMEZONE``, or the site's own in
-``COUNTERS_SITES``: ``zone`` below, None for ``COUNTERS_TIMEZONE``), taken from the event's own time.
+``COUNTERS_SITES``: ``zone`` below, None for ``COUNTERS_TIMEZONE``), taken from the item's own time.
 
-Site PV/UV, daily uniques and dashboards all use these helpers, so an event queued at 23:59
+Site PV/UV, daily uniques and dashboards all use these helpers, so an item queued at 23:59
 and processed after midnight still counts for the day it happened, and DST days (23 or 25
 hours) end at the real local midnight.
 """
@@ -39,7 +39,7 @@ def local_day(ts: float, zone: str | None = None) -> date:
 
 @functools.lru_cache(maxsize=4096)
 def _local_day(second: int, timezone: str) -> date:
-    """Cached per whole second (zone offsets are whole seconds): events come in bursts."""
+    """Cached per whole second (zone offsets are whole seconds): items come in bursts."""
     try:
         day = datetime.fromtimestamp(second, ZoneInfo(timezone)).date()
     except (OverflowError, ValueError, OSError):

@@ -1,7 +1,7 @@
 """What a *kind* of thing counted is (visits, ranking bumps, counter updates, skips...): one
 declaration, ``Kind``, from which every table of the package is derived. The task table and the
 worker's batches (``worker.kind_tasks``, ``worker.batch_apply``), the app-side buffer
-(``recorder``), the metrics' event times (``ops.metrics``) and the throughput totals
+(``recorder``), the metrics' item times (``ops.metrics``) and the throughput totals
 (``throughput``) read a kind's declaration instead of keeping their own list of task names,
 argument positions and fields. The package's own kinds are declared in ``counters_tasks.kinds``;
 docs/architecture.md "Adding a kind" walks through a new one.
@@ -38,10 +38,10 @@ class Kind:
 
     The names:
       ``name``: its name in the worker's claims and in the throughput totals (``visit``);
-      ``fields``: the arguments of one item, in the order its per-event task takes them, the first
+      ``fields``: the arguments of one item, in the order its per-item task takes them, the first
       ``required`` of them required (an item of a batch message is a dict of these names);
-      ``event_task``: the task sent once per event (``counters_tasks.record_visit``), if any;
-      ``worker_batches``: the worker applies ``event_task``'s messages in claimed batches;
+      ``item_task``: the task sent once per item (``counters_tasks.record_visit``), if any;
+      ``worker_batches``: the worker applies ``item_task``'s messages in claimed batches;
       ``batch_task`` and ``items_argument``: the task that carries many items in one message
       (``counters_tasks.record_visits``, argument ``visits``), if any; ``max_items`` the most it
       may carry.
@@ -69,7 +69,7 @@ class Kind:
     name: str
     fields: tuple[str, ...]
     required: int
-    event_task: str | None = None
+    item_task: str | None = None
     worker_batches: bool = False
     batch_task: str | None = None
     items_argument: str = "items"
@@ -86,7 +86,7 @@ class Kind:
 
     @property
     def signature(self) -> str:
-        """How its per-event task is called, for messages that do not fit (``ip, path,
+        """How its per-item task is called, for messages that do not fit (``ip, path,
         session_id=None, ...``)."""
         return ", ".join(f if n < self.required else f"{f}=None" for n, f in enumerate(self.fields))
 
@@ -97,7 +97,7 @@ class Kind:
 
     @property
     def ts_position(self) -> int | None:
-        """Where the event's time (``ts``) sits among its per-event task's arguments, if it has one."""
+        """Where the item's time (``ts``) sits among its per-item task's arguments, if it has one."""
         return self.fields.index("ts") if "ts" in self.fields else None
 
     @cached_property
@@ -115,7 +115,7 @@ class Kind:
         do not fit ``fields``: a name it does not have, one given twice, a required one missing),
         the defaults left out, every text in them checked (``core.validation.check_item_text``:
         InvalidInput for a string UTF-8 cannot encode). The one rule of an item's shape and text:
-        a per-event message's arguments, a batch item's dict (``item_fields``) and an item the
+        a per-item message's arguments, a batch item's dict (``item_fields``) and an item the
         app's process queues (``VisitRecorder.add``) all go through it."""
         if not args and kwargs.keys() <= self.field_names and self.required_names <= kwargs.keys():
             check_item_text(kwargs)
@@ -163,8 +163,8 @@ def register(kind: Kind) -> Kind:
         for other in _registry.values():
             if other is kind:
                 return kind
-            taken = {other.name, other.event_task, other.batch_task} - {None}
-            if {kind.name, kind.event_task, kind.batch_task} & taken:
+            taken = {other.name, other.item_task, other.batch_task} - {None}
+            if {kind.name, kind.item_task, kind.batch_task} & taken:
                 raise ValueError(f"kind {kind.name!r}: its name or a task name is taken by kind {other.name!r}")
         _registry[kind.name] = kind
     return kind
@@ -176,8 +176,8 @@ def registered() -> list[Kind]:
 
 
 def by_task(task: str) -> Kind | None:
-    """The kind whose per-event or batch task is named ``task``, if any."""
+    """The kind whose per-item or batch task is named ``task``, if any."""
     for kind in _registry.values():
-        if task in (kind.event_task, kind.batch_task):
+        if task in (kind.item_task, kind.batch_task):
             return kind
     return None

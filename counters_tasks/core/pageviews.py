@@ -1,6 +1,6 @@
 """What a page view is: one rule for every route that decides it (the middleware on a live
 request, ``counters-tasks import`` on a logged one), so a site's live figures and its imported
-history count the same events.
+history count the same items.
 
 A request is a page view when all of these hold (``PageViewRule.skip_reason`` returns the first
 that does not, as the reason it is skipped and counted in ``/metrics``):

@@ -1,7 +1,7 @@
 """What task arguments show outside the message body: visitor IPs masked to their network.
 
 Celery writes a text form of every call's arguments (``argsrepr`` / ``kwargsrepr``) into the
-message headers, and workers copy it into their ``task-received`` events: that is what Flower,
+message headers, and workers copy it into their ``task-received`` task events: that is what Flower,
 ``celery events`` and ``celery inspect`` show. The arguments of ``record_visit`` and
 ``record_visits`` hold raw visitor IPs, so the text form is made here with every IP address cut
 to its network: an IPv4 address to its /24 (``203.0.113.x``), an IPv6 address to its /48

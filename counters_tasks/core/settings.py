@@ -113,7 +113,7 @@ class Settings:
     crawler_pattern: str | None = None
     # reliability: broker redelivery of unacknowledged messages
     visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT
-    # clock policy: how far ahead of this process's clock an event may be (seconds)
+    # clock policy: how far ahead of this process's clock an item may be (seconds)
     future_tolerance: int = 300
     # a counting message that fails for a reason that is not Redis being away is tried this often
     max_attempts: int = 5

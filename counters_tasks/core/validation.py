@@ -10,7 +10,7 @@ import time
 from datetime import date, datetime
 from typing import Any
 
-from ..errors import FutureEvent, InvalidInput, MalformedMessage
+from ..errors import FutureTime, InvalidInput, MalformedMessage
 from .paths import canonical_path
 from .settings import get_settings
 
@@ -100,7 +100,7 @@ def check_amount(value: Any, what: str = "count") -> int:
 
 def finite_number(value: Any) -> float | None:
     """``value`` as a float when it is a finite int or float (not a bool), else None: a lenient
-    reading of a number in data the package keeps or relays (an event time in a waiting message,
+    reading of a number in data the package keeps or relays (an item time in a waiting message,
     a send-time header, a dead letter's time), where a bad value is passed over, not refused."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     return float(value) if ok else None
@@ -121,16 +121,16 @@ def check_now(value: Any, what: str = "now") -> float | int:
     return value
 
 
-def check_event_time(value: Any, what: str = "ts") -> float | int:
-    """The time of an event (``None``: now): as ``check_now``, and not more than
+def check_item_time(value: Any, what: str = "ts") -> float | int:
+    """The time of an item (``None``: now): as ``check_now``, and not more than
     ``COUNTERS_FUTURE_TOLERANCE`` seconds ahead of this process's clock. A clock that runs ahead
     would otherwise count into buckets, days and ranking slots that have not begun, and push a
-    board's watermark so far that current events look late."""
+    board's watermark so far that current items look late."""
     checked = check_now(value, what)
     if value is not None:
         ahead = checked - time.time()
         if ahead > 0 and ahead > get_settings().future_tolerance:  # (the tolerance is never negative)
-            raise FutureEvent(
+            raise FutureTime(
                 f"{what} is {ahead:.0f} s ahead of this worker's clock "
                 f"(more than COUNTERS_FUTURE_TOLERANCE, {get_settings().future_tolerance} s)"
             )

@@ -44,19 +44,19 @@ UNACKED, UNACKED_INDEX = "unacked", "unacked_index"
 each was taken (ZSET); the package keeps kombu's default names."""
 
 LAG_QUEUE = "visits"
-"""The queue whose head message tells how long the oldest waiting event has waited."""
+"""The queue whose head message tells how long the oldest waiting item has waited."""
 
 
-def event_time(task: str, args: list[Any], kwargs: dict[str, Any]) -> float | None:
-    """The oldest event time (``ts``) a waiting task message carries, or None when it carries
-    none (``.delay()`` without ``ts``: such an event is stamped when a worker applies it). Where
-    ``ts`` sits is its kind's declaration (``core.kind``): a per-event task's argument, or each
+def item_time(task: str, args: list[Any], kwargs: dict[str, Any]) -> float | None:
+    """The oldest item time (``ts``) a waiting task message carries, or None when it carries
+    none (``.delay()`` without ``ts``: such an item is stamped when a worker applies it). Where
+    ``ts`` sits is its kind's declaration (``core.kind``): a per-item task's argument, or each
     item's of a batch task's one argument."""
     kind = kinds.of_task(task)
     position = None if kind is None else kind.ts_position
     if kind is None or position is None:
         return None
-    if task == kind.event_task:
+    if task == kind.item_task:
         found = [kwargs.get("ts"), args[position] if len(args) > position else None]
     else:
         items = kwargs.get(kind.items_argument, args[0] if args else None)
@@ -66,7 +66,7 @@ def event_time(task: str, args: list[Any], kwargs: dict[str, Any]) -> float | No
 
 
 def oldest_waiting(heads: Iterable[bytes | str | None]) -> float | None:
-    """The oldest event time among the messages at the head of a queue's lists (the next to be
+    """The oldest item time among the messages at the head of a queue's lists (the next to be
     taken from each), or None when none carries one. A message with no ``ts`` is as old as
     when it was sent (``app.SENT_AT_HEADER``; a producer other than this package's app sets none)."""
     times = []
@@ -75,7 +75,7 @@ def oldest_waiting(heads: Iterable[bytes | str | None]) -> float | None:
         if reason is not None or message is None:
             continue
         args, kwargs = dead_letters.task_arguments(message) or ([], {})
-        ts = event_time(message["headers"]["task"], args, kwargs)
+        ts = item_time(message["headers"]["task"], args, kwargs)
         ts = finite_number(message["headers"].get(SENT_AT_HEADER)) if ts is None else ts
         if ts is not None:
             times.append(ts)
@@ -135,13 +135,13 @@ class CountersCollector(Collector):
             ),
             CounterMetricFamily(
                 "counters_ranking_events_applied",
-                "Ranking events applied (late ones not counted)",
+                "Ranking bumps applied (late ones not counted)",
                 value=totals.applied["ranking"],
             ),
         ]
         every_kind = CounterMetricFamily(
             "counters_events_applied",
-            "Events applied, by kind (core.kind: visit, "
+            "Items applied, by kind (core.kind: visit, "
             "ranking, and any kind an app declared; as the two above for theirs)",
             labels=["kind"],
         )
@@ -150,7 +150,7 @@ class CountersCollector(Collector):
         out.append(every_kind)
         duplicates = CounterMetricFamily(
             "counters_duplicates_skipped",
-            "Events skipped because their message was applied before (a redelivery)",
+            "Items skipped because their message was applied before (a redelivery)",
             labels=["kind"],
         )
         for kind, count in totals.duplicates.items():
@@ -213,14 +213,14 @@ class CountersCollector(Collector):
             out.append(
                 GaugeMetricFamily(
                     "counters_newest_applied_timestamp_seconds",
-                    "Event time (ts) of the newest visit applied",
+                    "Item time (ts) of the newest visit applied",
                     value=totals.newest_ts,
                 )
             )
             out.append(
                 GaugeMetricFamily(
                     "counters_lag_newest_applied_seconds",
-                    "Age of the newest visit applied: now minus its event time",
+                    "Age of the newest visit applied: now minus its item time",
                     value=max(0.0, now - totals.newest_ts),
                 )
             )
@@ -249,7 +249,7 @@ class CountersCollector(Collector):
         return [supported, evicting]
 
     def broker_metrics(self, now: float) -> list[Any]:
-        """Queue lengths, unacknowledged messages, dead letters and the oldest waiting event (one
+        """Queue lengths, unacknowledged messages, dead letters and the oldest waiting item (one
         round trip to the broker)."""
         broker = self.broker()
         if broker is None:
@@ -275,7 +275,7 @@ class CountersCollector(Collector):
         unacked, oldest_taken, dead_kept, dead_reasons = replies[position + len(heads) :]
         waiting = GaugeMetricFamily(
             "counters_lag_oldest_unapplied_seconds",
-            "Age of the oldest event waiting at the head of the visits queue (0 when the queue is empty)",
+            "Age of the oldest item waiting at the head of the visits queue (0 when the queue is empty)",
             labels=["queue"],
         )
         oldest = oldest_waiting(heads)
@@ -299,7 +299,7 @@ class CountersCollector(Collector):
     def other_broker_metrics(self) -> list[Any]:
         """A broker that is not a Redis (RabbitMQ...): queue lengths through kombu, dead letters
         from the counters' Redis (where they are kept then). The unacknowledged messages and the
-        waiting events' lag are not read: AMQP does not show a queue's messages without taking
+        waiting items' lag are not read: AMQP does not show a queue's messages without taking
         them (docs/metrics.md)."""
         kept = dead_letters.summary(self.conn())
         return [

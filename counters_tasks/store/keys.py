@@ -138,7 +138,7 @@ def unscoped(site: str, name: str) -> str | None:
     return name[len(head) :] if name.startswith(head) else None
 
 
-# --- worker batches of per-event messages ---------------------------------------------------
+# --- worker batches of per-item messages ---------------------------------------------------
 
 CLAIM_GROUPS_CLUSTER = 16
 """Claim groups on Redis Cluster (one on a single server): a worker batch is claimed, and applied,
@@ -151,7 +151,7 @@ def claim_group(message_id: str, groups: int) -> int:
 
 
 def message_claim(message_id: str, group: int) -> str:
-    """STRING: the id of the worker batch that applies this per-event message (a TTL)."""
+    """STRING: the id of the worker batch that applies this per-item message (a TTL)."""
     return f"{prefix()}claim:{{m{group}}}:{escape(message_id)}"
 
 

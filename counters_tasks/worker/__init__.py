@@ -8,7 +8,7 @@
 - ``batch_consumer``: how the worker's main process buffers those messages and runs them as
   batches (our own, replacing celery-batches): acknowledged after the batch, a task event for
   every message, and ``MaskedRequest``, which shows task arguments with IP addresses masked;
-- ``batch_apply``: what a batch of per-event messages does: applied together, refused one by one;
+- ``batch_apply``: what a batch of per-item messages does: applied together, refused one by one;
 - ``kind_tasks``: a kind's Celery tasks made from its declaration (``core.kind``);
 - ``claims``: how such a batch is applied as one group and each message still at most once
   (claimed for the batch with its entries journaled, so whoever meets a message of a batch

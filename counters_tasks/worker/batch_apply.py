@@ -1,5 +1,5 @@
-"""What a batch of per-event messages (``record_visit``, ``incr_ranking``) does when the worker
-applies it (the buffering, acknowledgement and task events are ``worker.batch_consumer``).
+"""What a batch of per-item messages (``record_visit``, ``incr_ranking``) does when the worker
+applies it (the buffering, acknowledgement and task items are ``worker.batch_consumer``).
 
 Apps that call ``.delay()`` once per page view get most of the gain of batches: the worker
 buffers up to ``COUNTERS_WORKER_BATCH`` messages (or ``COUNTERS_WORKER_BATCH_MS``), claims them
@@ -8,7 +8,7 @@ message at most once, the batch finished by whichever of its messages comes back
 worker died half way).
 
 Acks: the messages of a batch are acknowledged together after ``apply_batch`` returns
-(``acks_late``). So it must not return before the events are in Redis: on a Redis connection or
+(``acks_late``). So it must not return before the items are in Redis: on a Redis connection or
 timeout error (or BUSY, READONLY, OOM...) it waits and tries again (the messages stay
 unacknowledged meanwhile, and the claims make any redelivery harmless); on any
 other error its messages go one by one, and one that keeps failing is set aside (dead-lettered).
@@ -17,8 +17,8 @@ aside every message of that batch; requeued from the dead letters once the cause
 first of them applies the batch and the others find it applied.)
 A message with bad input is refused (logged, counted, acknowledged, nothing written for it);
 the others of its batch are applied. The result names the messages not applied (refused or set
-aside) by their position in the batch, so each message is reported on its own (task events).
-Each batch's size, and the events it applied or skipped as applied before, are added to the
+aside) by their position in the batch, so each message is reported on its own (task items).
+Each batch's size, and the items it applied or skipped as applied before, are added to the
 metrics' totals (``throughput``) in one call.
 """
 
@@ -123,7 +123,7 @@ def apply_batch(
     max_backoff: float = 30.0,
     give_up: Callable[[str, Any, BaseException], None] | None = None,
 ) -> dict[str, Any]:
-    """Apply a batch of requests of ``kind``'s per-event task; returns how many were applied, refused and given up,
+    """Apply a batch of requests of ``kind``'s per-item task; returns how many were applied, refused and given up,
     and under ``FAILED`` why each message not applied was not, by its position in ``requests``.
 
     It returns only once every message is applied or deliberately refused (the batch's messages
@@ -143,7 +143,7 @@ def apply_batch(
     except Exception as exc:
         if eager or give_up is None:
             raise
-        task = short_name(kind.event_task or kind.name)
+        task = short_name(kind.item_task or kind.name)
         log.error("%s batch of %d failed (%r): every message set aside", task, len(requests), exc, exc_info=True)
         failed = {n: set_aside_now(give_up, kind, request, exc, max_backoff) for n, request in enumerate(requests)}
         return {"applied": 0, "refused": 0, "given_up": len(requests), FAILED: failed}
@@ -154,7 +154,7 @@ def set_aside_now(
 ) -> str:
     """One message of ``kind`` handed to ``give_up`` (the dead letters) at its first failure, until
     Redis takes it; returns why it was not applied (its batch result's ``FAILED`` text)."""
-    until_recorded(functools.partial(give_up, kind.event_task or kind.name, request, exc), max_backoff)
+    until_recorded(functools.partial(give_up, kind.item_task or kind.name, request, exc), max_backoff)
     return f"SetAside: {SetAside(1, exc)}"
 
 
@@ -166,7 +166,7 @@ def _apply_batch(
     max_backoff: float,
     give_up: Callable[[str, Any, BaseException], None] | None,
 ) -> dict[str, Any]:
-    task = short_name(kind.event_task or kind.name)
+    task = short_name(kind.item_task or kind.name)
     tally = throughput.Tally()
     items, refused = [], []  # (item, message id, position); (position, message id or None, error)
     outcome: dict[str, Any] = {"applied": 0, "refused": 0, "given_up": 0, FAILED: {}}
@@ -207,7 +207,7 @@ def _apply_batch(
                 attempts += 1
                 if attempts >= get_settings().max_attempts and give_up is not None:
                     log.error("%s %s failed %d times (%r): set aside", task, group[0][1], attempts, exc)
-                    give_up(kind.event_task or task, requests[group[0][2]], exc)
+                    give_up(kind.item_task or task, requests[group[0][2]], exc)
                     outcome["given_up"] += 1
                     outcome[FAILED][group[0][2]] = f"SetAside: {SetAside(attempts, exc)}"
                     return

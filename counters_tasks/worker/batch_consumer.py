@@ -2,8 +2,8 @@
 task (``worker.task_bases``) and applies them together, with Celery's acknowledgement rules and
 task events for every message (what a batch does is ``worker.batch_apply``).
 
-``record_visit`` and ``incr_ranking`` are sent one message per event (``.delay()`` once per
-page view). A worker applying each alone pays a pool round trip and a Redis round trip per event;
+``record_visit`` and ``incr_ranking`` are sent one message per item (``.delay()`` once per
+page view). A worker applying each alone pays a pool round trip and a Redis round trip per item;
 a ``WorkerBatches`` task instead has its messages buffered by the worker's main process, up to
 ``COUNTERS_WORKER_BATCH`` messages or for ``COUNTERS_WORKER_BATCH_MS`` after the first (the first
 message after a quiet spell, with no batch running, goes at once: an idle stack adds no wait), then
@@ -38,14 +38,14 @@ Task events (off by default; on with Flower connected, ``-E``, ``worker_send_tas
 sent by the worker's main process as Celery's own requests send them: ``task-received`` (with
 its masked arguments: ``core.privacy``) when its batch is formed, ``task-started`` when the batch
 starts in a pool process, then ``task-succeeded`` (with the batch's ``runtime``) or
-``task-failed``. The received events of a batch are sent together, up to
+``task-failed``. The received task events of a batch are sent together, up to
 ``COUNTERS_WORKER_BATCH_MS`` after the messages arrived, so the worker publishes them in a few
-event messages: sent one by one as each message arrived, they cost a publish each and cut
+task-event messages: sent one by one as each message arrived, they cost a publish each and cut
 ``.delay()``-per-visit throughput by about a third. A message buffered when a shutdown begins is
 never reported received: it was not applied, and the next worker reports it. A message refused as bad input, or set aside in the dead letters, is reported
 ``task-failed`` with the reason (``InvalidInput`` and its message, or the error that made it be
 set aside): as a refused ``record_visits`` message is, so Flower's failed tasks show what was not
-counted. The events carry argument texts made from the arguments here, never the producer's.
+counted. The task events carry argument texts made from the arguments here, never the producer's.
 
 ``MaskedRequest`` (the ``Request`` class of the counting tasks too) gives every message's
 ``argsrepr`` / ``kwargsrepr`` that masked form on the worker, whatever a producer wrote.
@@ -171,7 +171,7 @@ def run_batch(task: Task, batch_id: str, requests: list[SimpleRequest]) -> dict[
 
 
 def announce_received(request: Request) -> None:
-    """The ``task-received`` event of a message, as Celery's own strategy sends it."""
+    """The ``task-received`` task event of a message, as Celery's own strategy sends it."""
     request.send_event(
         "task-received",
         name=request.name,

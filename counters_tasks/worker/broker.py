@@ -64,7 +64,7 @@ WAIT = "WAIT "
 POOL_MARGIN = 10
 """Connections of a broker pool beyond the worker's concurrency: kombu's own ``max_connections``
 default, for what the worker's main process does with them besides acknowledging tasks (restore
-sweeps, control replies, waking its own wait, events)."""
+sweeps, control replies, waking its own wait, task events)."""
 
 
 def _number(value: Any) -> int | None:
@@ -190,7 +190,7 @@ class QoS(kombu_redis.QoS):
         round trip at the end (kombu's ``ack`` sends a ``MULTI`` / ``EXEC`` a message: a sixth of the worker's
         main process with one message a visit). Should that round trip fail, the records stay and
         the messages come back after the visibility timeout, as after a failed ``ack``; their
-        events are applied at most once (dedupe)."""
+        items are applied at most once (dedupe)."""
         self._acks = []
         try:
             yield

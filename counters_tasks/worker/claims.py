@@ -1,6 +1,6 @@
-"""A worker batch of per-event messages applied as one group, each message still at most once.
+"""A worker batch of per-item messages applied as one group, each message still at most once.
 
-``record_visit`` and ``incr_ranking`` arrive one message per event. Applied each under its own
+``record_visit`` and ``incr_ranking`` arrive one message per item. Applied each under its own
 dedupe id, a visit made seven Lua calls, each with its own marker and checks (~85 Redis commands
 a visit). A worker batch is now applied as a ``record_visits`` chunk is, under one id:
 

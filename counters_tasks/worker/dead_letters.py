@@ -26,7 +26,7 @@ Each record says why (``reason``), when (``at``) and from which queue; the reaso
 Records older than ``COUNTERS_DEAD_LETTER_DAYS`` (14) are removed by the beat job
 ``expire_dead_letters`` (``expire``): they hold task arguments, visitor IPs among them.
 Operators list, requeue or drop them with ``counters-tasks dead-letters``. ``message_problem``
-and ``task_arguments`` decode a raw message (the metrics read the event time of a queue's head
+and ``task_arguments`` decode a raw message (the metrics read the item time of a queue's head
 with them).
 """
 

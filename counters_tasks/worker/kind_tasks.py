@@ -1,4 +1,4 @@
-"""The Celery tasks of a kind (``core.kind.Kind``), made from its declaration: the per-event task
+"""The Celery tasks of a kind (``core.kind.Kind``), made from its declaration: the per-item task
 whose messages the worker applies in claimed batches (``WorkerBatches``, ``batch_apply``), and the
 task that carries many items in one message (``CountingTask``, ``payloads.apply_payload``). Both
 are thin: they hand the message to the one path of every kind. ``counters_tasks.tasks`` makes the
@@ -18,24 +18,24 @@ from . import batch_apply
 from .task_bases import CountingTask, WorkerBatches, counting, set_aside_request
 
 
-def define_tasks(app: Any, kind: Kind, event_base: type[WorkerBatches] = WorkerBatches) -> tuple[Any, Any]:
-    """Register ``kind``'s tasks on ``app``: ``(its per-event task, its batch task)``, each None
+def define_tasks(app: Any, kind: Kind, item_base: type[WorkerBatches] = WorkerBatches) -> tuple[Any, Any]:
+    """Register ``kind``'s tasks on ``app``: ``(its per-item task, its batch task)``, each None
     when the kind declares none (or no ``write``, for a kind written its own way).
-    ``event_base``: the per-event task's base (a ``WorkerBatches``; the package's app side gives
+    ``item_base``: the per-item task's base (a ``WorkerBatches``; the package's app side gives
     one that buffers ``.delay()``, ``tasks.DelayBuffered``)."""
-    event_task = batch_task = None
-    if kind.event_task is not None and kind.worker_batches:
-        event_task = app.task(name=kind.event_task, base=event_base, bind=True)(_event_runner(kind))
+    item_task = batch_task = None
+    if kind.item_task is not None and kind.worker_batches:
+        item_task = app.task(name=kind.item_task, base=item_base, bind=True)(_item_runner(kind))
     if kind.batch_task is not None and kind.write is not None:
         batch_task = app.task(name=kind.batch_task, base=CountingTask, bind=True)(counting(_batch_runner(kind)))
-    return event_task, batch_task
+    return item_task, batch_task
 
 
-def _event_runner(kind: Kind) -> Any:
+def _item_runner(kind: Kind) -> Any:
     def run(self: WorkerBatches, requests: list[Any]) -> dict[str, Any]:
         return batch_apply.apply_batch(get_redis(), kind, requests, give_up=set_aside_request)
 
-    run.__name__ = run.__qualname__ = short_name(kind.event_task or kind.name)
+    run.__name__ = run.__qualname__ = short_name(kind.item_task or kind.name)
     run.__doc__ = (
         f"Called as ``{run.__name__}.delay({kind.signature})``; the worker applies such messages "
         f"in batches (``worker.batch_apply``)."

@@ -7,7 +7,7 @@ base whose messages the worker applies in batches (its consumer is ``worker.batc
   write can succeed is retried with backoff and jitter for as long as it lasts; any other error
   is retried COUNTERS_MAX_ATTEMPTS times, then set aside in the dead letters.
 - ``MaintenanceTask``: a beat job, one run at a time, bounded by a time limit.
-- ``WorkerBatches``: a per-event task (``record_visit``, ``incr_ranking``) whose messages the
+- ``WorkerBatches``: a per-item task (``record_visit``, ``incr_ranking``) whose messages the
   worker buffers and applies in batches; its ``buffer_call`` lets the app side buffer a plain
   ``.delay()`` (``recorder.buffer_delay``, in the subclass ``tasks.DelayBuffered``).
 """

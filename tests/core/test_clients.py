@@ -89,24 +89,24 @@ def headers_lines(rng: random.Random, n: int) -> tuple[list[bytes], list[tuple[s
     start = int(datetime(2015, 6, 1, tzinfo=timezone.utc).timestamp())
     prefixes = ["8.8.8.", "1.0.16.", "81.2.69.", "5.9.0.", "10.1.2."]
     browsers = [(agent, weight) for agent, device, weight in AGENTS_2015 if device != "bot"]
-    lines, events = [], []
+    lines, seen = [], []
     for _ in range(n):
         ts = start + rng.randint(0, 3 * 86400 - 1)
         ip = rng.choice(prefixes) + str(rng.randint(1, 8))
         agent = rng.choices([a for a, _w in browsers], [w for _a, w in browsers])[0]
         when = datetime.fromtimestamp(ts, timezone.utc).strftime("%d/%b/%Y:%H:%M:%S +0000")
         lines.append(f'{ip} - - [{when}] "GET /post/{rng.randint(1, 9)} HTTP/1.1" 200 512 "-" "{agent}"'.encode())
-        events.append((ip, datetime.fromtimestamp(ts, timezone.utc).date(), agent))
-    return lines, events
+        seen.append((ip, datetime.fromtimestamp(ts, timezone.utc).date(), agent))
+    return lines, seen
 
 
-def plain_count(events: list[tuple[str, date, str]]) -> dict[tuple[str, date], dict[str, tuple[int, int]]]:
+def plain_count(seen: list[tuple[str, date, str]]) -> dict[tuple[str, date], dict[str, tuple[int, int]]]:
     """(view, day) -> value -> (pv, uv), counted with ua-parser and iptocc directly, the device
     as AGENTS_2015 labels it."""
     devices = {agent: device for agent, device, _w in AGENTS_2015}
     views: dict = defaultdict(lambda: defaultdict(int))
     visitors: dict = defaultdict(lambda: defaultdict(set))
-    for ip, day, agent in events:
+    for ip, day, agent in seen:
         parsed = ua_parser.parse(agent)
         browser, system = parsed.user_agent, parsed.os
         os_version = (
@@ -137,17 +137,17 @@ def read_all(conn, keys_: list[tuple[str, date]]) -> dict[tuple[str, date], dict
 
 
 def test_a_2015_access_logs_clients_equal_a_plain_python_count_with_the_same_libraries(raw_conn):
-    lines, events = headers_lines(random.Random(2015), 900)
+    lines, seen = headers_lines(random.Random(2015), 900)
     summary = importer.import_lines(raw_conn, lines)
     assert summary.counted == 900
-    expected = plain_count(events)
+    expected = plain_count(seen)
     assert len({day for _v, day in expected}) == 3 and len(expected[("country", date(2015, 6, 1))]) == 5
     assert read_all(raw_conn, list(expected)) == expected
     # over the range: each value's views summed, its visitors the union of the days'
     over = sitestats.top_clients(raw_conn, date(2015, 6, 1), date(2015, 6, 3), "device")
     per_device: dict[str, set[str]] = defaultdict(set)
     devices = {agent: device for agent, device, _w in AGENTS_2015}
-    for ip, _day, agent in events:
+    for ip, _day, agent in seen:
         per_device[devices[agent]].add(ip)
     assert {c.source: c.uv for c in over} == {device: len(ips) for device, ips in per_device.items()}
     assert sum(c.pv for c in over) == 900
@@ -160,13 +160,13 @@ def test_who_reads_a_page_of_client_pages_equals_a_plain_count_of_its_lines(raw_
     under another spelling (its query string) counts in it, from ``.delay()`` too; a page not
     listed is refused (its tables are not kept), and so is one read for another site's page."""
     use_settings(monkeypatch, COUNTERS_CLIENT_TABLES="on", COUNTERS_CLIENT_PAGES="/post/3, /post/7")
-    lines, events = headers_lines(random.Random(2015), 900)
+    lines, seen = headers_lines(random.Random(2015), 900)
     paths = [line.split(b'"GET ')[1].split(b" ")[0].decode() for line in lines]
     assert importer.import_lines(raw_conn, lines).counted == 900
-    whole = plain_count(events)
+    whole = plain_count(seen)
     assert read_all(raw_conn, list(whole)) == whole  # the site's own tables: every line
     for page in ("/post/3", "/post/7"):
-        expected = plain_count([event for event, path in zip(events, paths, strict=True) if path == page])
+        expected = plain_count([one for one, path in zip(seen, paths, strict=True) if path == page])
         assert 50 < sum(
             expected["device", day][d][0] for day in {d for _v, d in expected} for d in expected["device", day]
         )
@@ -175,7 +175,7 @@ def test_who_reads_a_page_of_client_pages_equals_a_plain_count_of_its_lines(raw_
             assert {c.source: (c.pv, c.uv) for c in found} == expected.get((view, day), {}), (page, view, day)
         over = sitestats.top_clients(raw_conn, date(2015, 6, 1), date(2015, 6, 3), "country", path=page)
         by_country: dict[str, set[str]] = defaultdict(set)
-        for (ip, _day, _agent), path in zip(events, paths, strict=True):
+        for (ip, _day, _agent), path in zip(seen, paths, strict=True):
             if path == page:
                 by_country[iptocc.country_code(ip) or "(unknown)"].add(ip)
         assert {c.source: c.uv for c in over} == {country: len(ips) for country, ips in by_country.items()}

@@ -1,7 +1,7 @@
 """The kinds of things counted, declared once (``core.kind``): the package's tables derive from
 the declarations, and a kind declared in the test tree alone (``tests.support.toy_kind``) runs
 through ``.delay()``, ``VisitRecorder``, the batch task, the refusals, the throughput totals and
-the metrics' event times, applied eagerly here (through real workers, SIGKILL included:
+the metrics' item times, applied eagerly here (through real workers, SIGKILL included:
 tests/faults/test_toy_kind.py)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from counters_tasks import kinds, refusals, throughput
 from counters_tasks.core.kind import Kind, by_task, register, registered
 from counters_tasks.errors import InvalidInput, MalformedMessage
-from counters_tasks.ops.metrics import event_time
+from counters_tasks.ops.metrics import item_time
 from counters_tasks.recorder import VisitRecorder
 from tests.support import toy_kind
 
@@ -38,25 +38,25 @@ def test_the_package_tables_come_from_the_declarations(eager_app):
             "count_skips",
         )
     ] == ["visit", "visit", "ranking", "ranking", "counter", "unique", "skip"]
-    assert event_time("counters_tasks.record_visit", ["1.2.3.4", "/", None, 120.5], {}) == 120.5
-    assert event_time("counters_tasks.update_counter", ["hits"], {"ts": 7}) == 7
-    assert event_time("counters_tasks.record_visits", [[{"ts": 9}, {"ts": 3}, "junk"]], {}) == 3
-    assert event_time("counters_tasks.clean_counters", [], {}) is None
-    assert {"visit", "ranking"} <= set(throughput.event_kinds())
+    assert item_time("counters_tasks.record_visit", ["1.2.3.4", "/", None, 120.5], {}) == 120.5
+    assert item_time("counters_tasks.update_counter", ["hits"], {"ts": 7}) == 7
+    assert item_time("counters_tasks.record_visits", [[{"ts": 9}, {"ts": 3}, "junk"]], {}) == 3
+    assert item_time("counters_tasks.clean_counters", [], {}) is None
+    assert {"visit", "ranking"} <= set(throughput.item_kinds())
     assert {"record_visit", "incr_ranking", "record_visits", "incr_rankings"} <= set(throughput.batch_kinds())
 
 
 def test_a_kind_is_registered_once_and_its_names_are_its_own():
     assert register(toy_kind.TOY) is toy_kind.TOY  # the same declaration again: nothing changes
     with pytest.raises(ValueError, match="taken"):
-        register(Kind(name="other", fields=("x",), required=1, event_task="tests.toy.like"))
+        register(Kind(name="other", fields=("x",), required=1, item_task="tests.toy.like"))
     with pytest.raises(ValueError, match="taken"):
         register(Kind(name="visit", fields=("x",), required=1))
     assert by_task("tests.toy.likes") is toy_kind.TOY
 
 
 def test_a_kind_declared_in_the_tests_counts_through_every_route(eager_app, raw_conn):
-    """``.delay()`` of its per-event task, ``VisitRecorder.add``, its batch task (a redelivery
+    """``.delay()`` of its per-item task, ``VisitRecorder.add``, its batch task (a redelivery
     counted once), each bad item refused on its own and counted, a call that does not fit refused;
     the throughput totals and batch sizes kept under its names."""
     toy_kind.like.delay("p1")
@@ -81,5 +81,5 @@ def test_a_kind_declared_in_the_tests_counts_through_every_route(eager_app, raw_
     totals = throughput.totals(raw_conn)
     assert totals.applied["toy_like"] == 5 and totals.duplicates["toy_like"] == 2
     assert totals.batches["like"].count == 4 and totals.batches["likes"].count == 3  # refused ones too
-    assert event_time("tests.toy.likes", [[{"post": "a", "ts": 40}, {"post": "b", "ts": 30}]], {}) == 30
-    assert event_time("tests.toy.like", [], {"post": "a", "ts": 12}) == 12
+    assert item_time("tests.toy.likes", [[{"post": "a", "ts": 40}, {"post": "b", "ts": 30}]], {}) == 30
+    assert item_time("tests.toy.like", [], {"post": "a", "ts": 12}) == 12

@@ -76,10 +76,10 @@ REFERRERS = [
 TAGS = [None, {"source": "newsletter", "medium": "email"}, {"campaign": "black-friday"}]
 
 
-def independent(events: list[tuple[str, date, str, str | None, dict | None]]) -> dict:
+def independent(seen: list[tuple[str, date, str, str | None, dict | None]]) -> dict:
     """(kind, day, source) -> (pv, uv) counted here, with plain urlsplit, not with core.sources."""
     views, who = Counter(), defaultdict(set)
-    for ip, day, _path, referrer, tags in events:
+    for ip, day, _path, referrer, tags in seen:
         host = urlsplit(referrer).hostname if referrer else None
         found = [("referrer", "(direct)" if host is None else host.removeprefix("www."))]
         found += [(f"utm_{k}", v) for k, v in (tags or {}).items()]
@@ -101,7 +101,7 @@ def read(conn, expected: dict, **options) -> dict:
 def test_sources_per_day_and_over_a_range_equal_an_independent_count(raw_conn):
     rng = random.Random(5)
     now = time.time() - 60
-    events, batch = [], []
+    seen, batch = [], []
     for n in range(400):
         ip, ts = f"198.51.100.{rng.randint(1, 40)}", now - rng.choice([0, 86400, 2 * 86400])
         referrer, tags = rng.choice(REFERRERS), rng.choice(TAGS)
@@ -111,7 +111,7 @@ def test_sources_per_day_and_over_a_range_equal_an_independent_count(raw_conn):
         if tags:
             visit["utm"] = tags
         batch.append(visit)
-        events.append((ip, local_day(ts), visit["path"], referrer, tags))
+        seen.append((ip, local_day(ts), visit["path"], referrer, tags))
     visits.apply_visits(raw_conn, batch[:200], message_id="a")
     for visit in batch[200:]:
         visits.apply_visit(
@@ -124,7 +124,7 @@ def test_sources_per_day_and_over_a_range_equal_an_independent_count(raw_conn):
             utm=visit.get("utm"),
         )
     visits.apply_visits(raw_conn, batch[:200], message_id="a")  # redelivered: nothing twice
-    expected = independent(events)
+    expected = independent(seen)
     assert read(raw_conn, expected) == expected
     for day in {d for _k, d, _s in expected}:  # every view has one referrer entry: they sum to the day's PV
         assert (
@@ -135,7 +135,7 @@ def test_sources_per_day_and_over_a_range_equal_an_independent_count(raw_conn):
     over = sitestats.top_sources(raw_conn, days[0], days[-1], "referrer", 3)
     pv = Counter()
     ips = defaultdict(set)
-    for ip, _day, _path, referrer, _tags in events:
+    for ip, _day, _path, referrer, _tags in seen:
         source = "(direct)" if not referrer else urlsplit(referrer).hostname.removeprefix("www.")
         pv[source] += 1
         ips[source].add(ip)
@@ -213,7 +213,7 @@ def log_2015(rng: random.Random) -> tuple[list[bytes], list[tuple]]:
         "http://t.co/abc",
         "https://duckduckgo.com/?q=y",
     ]
-    lines, events = [], []
+    lines, seen = [], []
     for n in range(600):
         ts = start + rng.randint(0, 3 * 86400)
         ip, referer = f"198.51.100.{rng.randint(1, 40)}", rng.choice(referers)  # <= 42 a day: exact UV
@@ -222,7 +222,7 @@ def log_2015(rng: random.Random) -> tuple[list[bytes], list[tuple]]:
         lines.append(f'{ip} - - [{when}] "GET {target} HTTP/1.1" 200 512 "{referer}" "{BROWSER_AGENT}"'.encode())
         query = dict(part.split("=") for part in target.partition("?")[2].split("&") if part)
         tags = {k.removeprefix("utm_"): v for k, v in query.items()}
-        events.append(
+        seen.append(
             (
                 ip,
                 datetime.fromtimestamp(ts, timezone.utc).date(),
@@ -231,16 +231,16 @@ def log_2015(rng: random.Random) -> tuple[list[bytes], list[tuple]]:
                 tags or None,
             )
         )
-    return lines, events
+    return lines, seen
 
 
 def test_a_2015_access_logs_referrers_and_campaigns_equal_a_plain_python_count(raw_conn, monkeypatch):
     use_settings(monkeypatch, COUNTERS_SITES=json.dumps({"default": {"hosts": ["blog.example.com"]}}))
-    lines, events = log_2015(random.Random(2015))
+    lines, seen = log_2015(random.Random(2015))
     summary = importer.import_lines(raw_conn, lines)
     assert summary.counted == 600
     expected = {}
-    for (kind, day, source), figures in independent(events).items():
+    for (kind, day, source), figures in independent(seen).items():
         expected[kind, day, "(internal)" if source == "blog.example.com" else source] = figures
     assert read(raw_conn, expected) == expected
 

@@ -7,7 +7,7 @@ import tracemalloc
 
 import pytest
 
-from counters_tasks import ranking_events, tasks, visits
+from counters_tasks import ranking_bumps, tasks, visits
 from counters_tasks.core.validation import MAX_IP_TEXT, MAX_MESSAGE_ID, check_ip
 from counters_tasks.errors import InvalidInput, MalformedMessage
 
@@ -34,7 +34,7 @@ def test_message_ids_are_short_strings_on_every_path(raw_conn, message_id):
     with pytest.raises(MalformedMessage):
         visits.apply_visits(raw_conn, [visit], message_id=message_id)
     with pytest.raises(MalformedMessage):
-        ranking_events.incr_events(raw_conn, [{"board": "b", "member": "m"}], message_id=message_id)
+        ranking_bumps.incr_bumps(raw_conn, [{"board": "b", "member": "m"}], message_id=message_id)
 
 
 def test_arguments_given_as_a_dict_are_refused_not_unpacked_as_names(eager_app, raw_conn):
@@ -48,4 +48,4 @@ def test_every_batch_task_has_a_size_cap(raw_conn):
     with pytest.raises(MalformedMessage):
         visits.apply_visits(raw_conn, [{"ip": "192.0.2.1", "path": "/"}] * (visits.MAX_BATCH + 1))
     with pytest.raises(MalformedMessage):
-        ranking_events.incr_events(raw_conn, [{"board": "b", "member": "m"}] * (ranking_events.MAX_EVENTS + 1))
+        ranking_bumps.incr_bumps(raw_conn, [{"board": "b", "member": "m"}] * (ranking_bumps.MAX_BUMPS + 1))

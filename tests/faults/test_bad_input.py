@@ -61,7 +61,7 @@ def visit_dicts():
     )
 
 
-def ranking_events():
+def ranking_bumps():
     return st.fixed_dictionaries(
         {"board": arg(texts), "member": arg(texts)},
         optional={
@@ -86,7 +86,7 @@ CALLS = {  # by task name: touching a task object here would load the Celery con
     "record_visit": {"ip": arg(ips), "path": arg(paths), "session_id": arg(sessions), "ts": arg(stamps)},
     "count_unique": {"session_id": arg(sessions), "ts": arg(stamps)},
     "record_visits": {"visits": arg(st.lists(st.one_of(visit_dicts(), visit_dicts(), junk), max_size=4))},
-    "incr_rankings": {"events": arg(st.lists(st.one_of(ranking_events(), ranking_events(), junk), max_size=4))},
+    "incr_rankings": {"events": arg(st.lists(st.one_of(ranking_bumps(), ranking_bumps(), junk), max_size=4))},
 }
 
 
@@ -125,7 +125,7 @@ def check_applied(name: str, call: dict, returned, before: dict, after: dict) ->
     """An applied call did what its task says (``before``/``after``: ``figures``), in plain terms."""
     if name == "update_counter":
         assert after["counter"] == before["counter"] + call.get("count", 1), (call, before, after)
-    elif name == "incr_ranking":  # an event older than its board's window is late: ignored
+    elif name == "incr_ranking":  # a bump older than its board's window is late: ignored
         shown = max(0, before["score"] + call.get("amount", 1))
         ts = call.get("ts")
         if ts is None or ts >= NOW - 3600:

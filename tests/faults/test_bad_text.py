@@ -1,5 +1,5 @@
 """Any ``str`` a caller can build (lone surrogates, NUL, 10 KB, any code point) in any text field of
-a visit or a ranking event, beside good items, through each app-side route run in-process: a
+a visit or a ranking bump, beside good items, through each app-side route run in-process: a
 ``record_visit`` / ``incr_ranking`` message applied eagerly, a ``record_visits`` /
 ``incr_rankings`` batch, and ``VisitRecorder`` under eager mode. Every item is counted exactly
 once or refused (InvalidInput, counted under its reason) alone: the good items beside it are

@@ -1,4 +1,4 @@
-"""Per-event messages applied by the worker in batches (``worker.claims``): a batch costs what a
+"""Per-item messages applied by the worker in batches (``worker.claims``): a batch costs what a
 ``record_visits`` chunk costs, and each message still counts exactly once whatever happens to
 the worker between claiming a batch and applying it, and however its messages come back."""
 
@@ -47,12 +47,12 @@ def test_a_worker_batch_of_per_visit_messages_costs_about_a_record_visits_chunk(
     commands a visit, each message applied under its own markers; the goal is 20 at most."""
     batch = random_visits(200, seed=21)
     now = time.time()
-    events = [SimpleRequest(f"r{n}", RANKING_TASK, ["posts", f"/post/{n % 40}"], {"ts": now}) for n in range(200)]
+    bumps = [SimpleRequest(f"r{n}", RANKING_TASK, ["posts", f"/post/{n % 40}"], {"ts": now}) for n in range(200)]
     raw_conn.config_resetstat()
     assert batch_apply.apply_batch(raw_conn, VISIT, visit_requests(batch))["applied"] == 200
-    assert batch_apply.apply_batch(raw_conn, RANKING, events)["applied"] == 200
+    assert batch_apply.apply_batch(raw_conn, RANKING, bumps)["applied"] == 200
     used = commands(raw_conn) / len(batch)
-    print(f"\n[claims] a worker batch of 200 visits + 200 ranking events: {used:.1f} Redis commands a visit")
+    print(f"\n[claims] a worker batch of 200 visits + 200 ranking bumps: {used:.1f} Redis commands a visit")
     assert used <= 20
     assert model_of(batch).mismatches(raw_conn) == []
     assert ranking.Ranking(raw_conn, "posts").top(0, 3, withscores=True, now=now) == [
@@ -124,7 +124,7 @@ def test_a_message_whose_journal_is_gone_was_applied(raw_conn):
     assert all(b"claim" in key for key in dump_all(raw_conn))
 
 
-def test_a_ranking_event_of_a_board_with_other_settings_is_refused_alone(raw_conn):
+def test_a_ranking_bump_of_a_board_with_other_settings_is_refused_alone(raw_conn):
     now = time.time()
     ranking.Ranking(raw_conn, "fixed").incr("seed", 1, now=now)  # (24, 1)
     requests = [

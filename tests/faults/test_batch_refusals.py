@@ -1,7 +1,7 @@
 """One bad item never loses its batch, through a real worker: a ``record_visits`` batch with a
-visit of a closed day, an ``incr_rankings`` batch with an event for a board fixed to other
+visit of a closed day, an ``incr_rankings`` batch with an bump for a board fixed to other
 settings, worker-side batches of per-visit messages holding a message whose id is not a
-string or is 100,000 characters long, and a ranking event from a clock a day ahead. The good items are applied exactly, each bad one is
+string or is 100,000 characters long, and a ranking bump from a clock a day ahead. The good items are applied exactly, each bad one is
 refused alone and counted by reason, the worker stays alive and the broker ends idle."""
 
 from __future__ import annotations
@@ -50,12 +50,12 @@ def test_bad_items_are_refused_alone(fault_env, counters_conn, broker_conn, publ
         {"ip": "203.0.113.4", "path": "/history", "ts": now - 30 * 86400},
     ]  # history: counted
     tasks.record_visits.apply_async((batch,), producer=publisher)
-    events = [
+    bumps = [
         {"board": "ok", "member": "a", "ts": now},
         {"board": "fixed", "member": "b", "ts": now},
         {"board": "ok", "member": "c", "amount": 2, "ts": now},
     ]
-    tasks.incr_rankings.apply_async((events,), producer=publisher)
+    tasks.incr_rankings.apply_async((bumps,), producer=publisher)
     tasks.incr_ranking.apply_async(("skewed", "from-tomorrow", 1, now + 86400), producer=publisher)  # a fast clock
     for _ in range(5):
         tasks.incr_ranking.apply_async(("skewed", "current", 1, now), producer=publisher)

@@ -48,7 +48,7 @@ def fails_naming(conn, key: str, call) -> None:
 
 
 def old_board(conn) -> ranking.Ranking:
-    """A 4-hour board with events in 6 hourly slots, the oldest 3 out of the window at NOW."""
+    """A 4-hour board with bumps in 6 hourly slots, the oldest 3 out of the window at NOW."""
     board = ranking.Ranking(conn, "posts", period_hours=4, interval_hours=1)
     for hours_ago in range(6, 0, -1):
         board.incr_many(

@@ -10,7 +10,7 @@ import uuid
 import pytest
 import redis
 
-from counters_tasks import counters, ranking, ranking_events, sitestats, tasks, uniques, visits
+from counters_tasks import counters, ranking, ranking_bumps, sitestats, tasks, uniques, visits
 from counters_tasks.core.days import local_day
 from counters_tasks.worker.task_bases import WorkerBatches
 from tests.support.faults import wait_idle
@@ -81,7 +81,7 @@ def test_published_twice_with_one_task_id_counts_once(fault_env, counters_conn, 
     finally:
         worker.stop()
     for task_id, (task, _args) in zip(ids, calls(ts), strict=True):
-        if not isinstance(task, WorkerBatches):  # per-event tasks run in worker-side batches, logged per batch
+        if not isinstance(task, WorkerBatches):  # per-item tasks run in worker-side batches, logged per batch
             assert len(re.findall(rf"\[{task_id}\] succeeded", worker.output())) == 2, task.name
     check_counted_once(counters_conn, ts)
 
@@ -147,7 +147,7 @@ WRITES = {
         [{"ip": f"10.0.1.{n % 7}", "path": f"/b/{n % 5}", "session_id": f"{n % 3:015x}", "ts": TS} for n in range(600)],
         message_id=mid,
     ),
-    "incr_rankings": lambda c, mid: ranking_events.incr_events(
+    "incr_rankings": lambda c, mid: ranking_bumps.incr_bumps(
         c,
         [{"board": f"partial-{n % 2}", "member": f"m{n % 9}", "amount": n, "ts": TS} for n in range(1200)],
         message_id=mid,

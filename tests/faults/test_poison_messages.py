@@ -19,9 +19,9 @@ from counters_tasks import counters, sitestats, tasks
 from counters_tasks.core.days import local_day
 from counters_tasks.local.waiting import wait_until
 from counters_tasks.store import keys
-from tests.support.events import EventLog
 from tests.support.faults import wait_idle
 from tests.support.procs import REPO, celery_env, start_worker
+from tests.support.task_events import TaskEventLog
 
 pytestmark = pytest.mark.processes
 
@@ -132,7 +132,7 @@ def test_calls_that_keep_failing_are_set_aside_then_requeued_once_fixed(
     env = {**fault_env, "COUNTERS_REDIS_URL": url, "COUNTERS_MAX_ATTEMPTS": "2"}
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    with EventLog.listening(fault_env["CELERY_BROKER_URL"]) as events:
+    with TaskEventLog.listening(fault_env["CELERY_BROKER_URL"]) as task_log:
         # task events on, as Flower turns them on when it watches (off by default)
         worker = start_worker(celery_env(url, **env), tmp_path / "w.log", extra=("-E",))
         try:
@@ -160,16 +160,16 @@ def test_calls_that_keep_failing_are_set_aside_then_requeued_once_fixed(
             assert sitestats.site_visit_info(counters_conn, day).pv == 0
             # Flower's failed tasks are the messages that did not count, batched or not
             wait_until(
-                lambda: set(sent) <= events.ids("task-failed"),
+                lambda: set(sent) <= task_log.ids("task-failed"),
                 timeout=30,
-                what=f"a task-failed event for each call set aside; got {events.ids('task-failed')}",
+                what=f"a task-failed event for each call set aside; got {task_log.ids('task-failed')}",
             )
-            failed = [e for e in events.of("task-failed") if e["uuid"] in sent]
+            failed = [e for e in task_log.of("task-failed") if e["uuid"] in sent]
             assert len(failed) == 5 and all(
                 "set aside in the dead letters after 2 tries" in e["exception"] and "NOPERM" in e["exception"].upper()
                 for e in failed
             ), failed
-            assert not set(sent) & events.ids("task-succeeded")
+            assert not set(sent) & task_log.ids("task-succeeded")
             counters_conn.execute_command("ACL", "SETUSER", "worker", "+evalsha", "+eval")  # the operator repairs it
             assert cli(env, "requeue", "--all").stdout.strip() == "requeued 5"
             wait_until(
@@ -179,7 +179,7 @@ def test_calls_that_keep_failing_are_set_aside_then_requeued_once_fixed(
             )
             wait_idle(broker_conn)
             wait_until(
-                lambda: set(sent) <= events.ids("task-succeeded"),
+                lambda: set(sent) <= task_log.ids("task-succeeded"),
                 timeout=30,
                 what="a task-succeeded event for each requeued call (same ids)",
             )

@@ -1,5 +1,5 @@
 """A kind declared in the test tree alone (``tests.support.toy_kind``: likes of a post) through
-real processes: per-event messages applied by a worker in claimed batches, the worker SIGKILLed
+real processes: per-item messages applied by a worker in claimed batches, the worker SIGKILLed
 half way and its messages applied by the next one (none lost, none counted twice), a
 ``VisitRecorder`` and a buffered ``.delay()`` in this process, and ``/metrics`` of a ``serve``
 process that never imported the kind."""
@@ -41,7 +41,7 @@ APP = textwrap.dedent("""
         toy_kind.like.delay("delayed")
     print(recorder.stats()["sent"], shared_recorder().stats()["recorded"], flush=True)
 """)
-PER_EVENT, RECORDED, DELAYED = int(os.environ.get("FAULTS_VISITS", 3_000)), 500, 200
+PER_ITEM, RECORDED, DELAYED = int(os.environ.get("FAULTS_VISITS", 3_000)), 500, 200
 
 
 def metric(base: str, name: str, **labels: str) -> float | None:
@@ -58,18 +58,18 @@ def test_a_kind_of_the_tests_counts_exactly_through_a_sigkill(
     fault_env, counters_conn, broker_conn, publisher, tmp_path, capsys
 ):
     env = celery_env(fault_env["COUNTERS_REDIS_URL"], **fault_env, COUNTERS_VISIBILITY_TIMEOUT="2")
-    expected = Counter(f"post{n % 17}" for n in range(PER_EVENT))
+    expected = Counter(f"post{n % 17}" for n in range(PER_ITEM))
     first = start_worker(env, tmp_path / "w1.log", name="w1", extra=WITH_THE_KIND)
     second = None
     sender = threading.Thread(
         target=lambda: [
-            toy_kind.like.apply_async((f"post{n % 17}", time.time()), producer=publisher) for n in range(PER_EVENT)
+            toy_kind.like.apply_async((f"post{n % 17}", time.time()), producer=publisher) for n in range(PER_ITEM)
         ]
     )
     sender.start()
     try:
         wait_until(
-            lambda: sum(toy_kind.totals(counters_conn).values()) >= PER_EVENT // 3,
+            lambda: sum(toy_kind.totals(counters_conn).values()) >= PER_ITEM // 3,
             timeout=120,
             interval=0.01,
             what=f"a third of the likes; log:\n{first.output()[-3000:]}",
@@ -115,11 +115,11 @@ def test_a_kind_of_the_tests_counts_exactly_through_a_sigkill(
     assert toy_kind.totals(counters_conn) == expected  # none lost, none twice
     assert "tests.toy.like" in first.output() and "Traceback" not in second.output()
 
-    total = PER_EVENT + RECORDED + DELAYED
+    total = PER_ITEM + RECORDED + DELAYED
     totals = throughput.totals(counters_conn)
     applied, duplicates = totals.applied["toy_like"], totals.duplicates["toy_like"]
     assert applied <= total <= applied + duplicates  # a batch killed before its count: counted as a duplicate later
-    assert totals.batches["like"].total >= PER_EVENT and totals.batches["likes"].total == RECORDED + DELAYED
+    assert totals.batches["like"].total >= PER_ITEM and totals.batches["likes"].total == RECORDED + DELAYED
     with serving(
         env, tmp_path / "serve.log", lambda base: metric(base, "counters_source_up", source="redis") == 1
     ) as base:
@@ -127,6 +127,6 @@ def test_a_kind_of_the_tests_counts_exactly_through_a_sigkill(
         assert metric(base, "counters_batch_size_sum", kind="likes") == RECORDED + DELAYED
     with capsys.disabled():
         print(
-            f"\n[kinds] toy kind: {total} likes ({PER_EVENT} per-event messages, a SIGKILL at a third), "
+            f"\n[kinds] toy kind: {total} likes ({PER_ITEM} per-item messages, a SIGKILL at a third), "
             f"counted exactly; throughput applied {applied}, duplicates {duplicates}"
         )

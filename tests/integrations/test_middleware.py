@@ -62,9 +62,9 @@ class FakeRecorder:
         self.visits.append((ip, path, session_id))
 
     def incr_ranking(self, board, member, amount=1, ts=None, period_hours=24, interval_hours=1):
-        from counters_tasks.ranking_events import prepare_event
+        from counters_tasks.ranking_bumps import prepare_bump
 
-        prepare_event(board, member, amount, ts, period_hours, interval_hours)
+        prepare_bump(board, member, amount, ts, period_hours, interval_hours)
         self.bumps.append((board, member, amount))
 
 

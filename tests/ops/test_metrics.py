@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from counters_tasks import ranking_events, skips, tasks, throughput, visits
+from counters_tasks import ranking_bumps, skips, tasks, throughput, visits
 from counters_tasks.core.settings import get_settings
 from counters_tasks.errors import InvalidInput
 from counters_tasks.kinds import VISIT
@@ -130,20 +130,20 @@ def test_a_visit_without_a_message_id_is_never_a_duplicate(conn):
     assert throughput.totals(conn).applied["visit"] == 2 and throughput.totals(conn).duplicates["visit"] == 0
 
 
-def test_ranking_events_late_ones_are_not_applied(conn):
+def test_ranking_bumps_late_ones_are_not_applied(conn):
     now = time.time()
-    events = [{"board": "mb", "member": f"m{n}", "ts": now} for n in range(3)]
+    bumps = [{"board": "mb", "member": f"m{n}", "ts": now} for n in range(3)]
     late = {"board": "mb", "member": "old", "ts": now - 3 * 86400}  # out of a 24 h window
-    assert ranking_events.incr_events(conn, events, message_id="r1") == 3
-    ranking_events.incr_events(conn, [*events, late], message_id="r2")
-    ranking_events.incr_events(conn, events, message_id="r1")  # redelivered
+    assert ranking_bumps.incr_bumps(conn, bumps, message_id="r1") == 3
+    ranking_bumps.incr_bumps(conn, [*bumps, late], message_id="r2")
+    ranking_bumps.incr_bumps(conn, bumps, message_id="r1")  # redelivered
     totals = throughput.totals(conn)
     assert (totals.applied["ranking"], totals.duplicates["ranking"]) == (6, 3)
     assert totals.batches["incr_rankings"].total == 10
     assert totals.newest_ts is None  # kept for visits only
 
 
-def test_the_newest_event_time_is_a_maximum(conn):
+def test_the_newest_item_time_is_a_maximum(conn):
     now = time.time()
     visits.apply_visits(conn, [{"ip": "192.0.2.1", "path": "/", "ts": now - 10}], message_id="new")
     visits.apply_visits(conn, [{"ip": "192.0.2.1", "path": "/", "ts": now - 500}], message_id="old")
@@ -160,7 +160,7 @@ def test_a_redis_error_never_fails_the_write(conn, monkeypatch, caplog):
 
 
 def test_worker_side_batches_count_each_message_once(conn):
-    """``apply_batch`` of per-event messages (as celery-batches hands them over): the batch's
+    """``apply_batch`` of per-item messages (as celery-batches hands them over): the batch's
     size once, each message's visit once, a message seen before as a duplicate."""
     from counters_tasks.worker.batch_apply import apply_batch
 
@@ -196,8 +196,8 @@ def test_metrics_of_an_idle_deployment(conn, broker):
 
 
 def test_waiting_messages_give_the_queue_length_and_the_lag(conn, broker):
-    """No worker: what is sent waits in the broker, and the oldest event time at the head of the
-    queue is the lag (a batch's oldest item; a per-event message's ts)."""
+    """No worker: what is sent waits in the broker, and the oldest item time at the head of the
+    queue is the lag (a batch's oldest item; a per-item message's ts)."""
     now = time.time()
     tasks.record_visits.apply_async(
         args=[[{"ip": "192.0.2.1", "path": "/", "ts": now - 300}, {"ip": "192.0.2.2", "path": "/", "ts": now - 400}]]
@@ -214,7 +214,7 @@ def test_waiting_messages_give_the_queue_length_and_the_lag(conn, broker):
 
 
 def test_a_delay_without_ts_is_as_old_as_when_it_was_sent(conn, broker):
-    """``.delay()`` without ``ts`` (the event is stamped when a worker applies it): the message
+    """``.delay()`` without ``ts`` (the item is stamped when a worker applies it): the message
     next in line still tells how long it has waited, from the time this app sent it."""
     sent = time.time()
     tasks.record_visit.delay("192.0.2.3", "/")  # oldest, without ts
@@ -260,8 +260,8 @@ def test_a_foreign_message_without_ts_leaves_the_lag_unknown(conn, broker):
         ("counters_tasks.clean_counters", [], {}, None),
     ],
 )
-def test_event_time_of_each_task(task, args, kwargs, expected):
-    assert metrics.event_time(task, args, kwargs) == expected
+def test_item_time_of_each_task(task, args, kwargs, expected):
+    assert metrics.item_time(task, args, kwargs) == expected
 
 
 def test_dead_letters_are_exported(conn, broker):
@@ -421,7 +421,7 @@ def test_a_known_mix_through_a_real_worker_is_counted_exactly(redis_url, raw_con
 
 def test_docs_list_every_metric_with_its_type(conn, broker):
     """docs/metrics.md's table names every family /metrics exports, with its type, and no other."""
-    visits.apply_visits(conn, [{"ip": "192.0.2.1", "path": "/"}])  # the newest-event gauges appear
+    visits.apply_visits(conn, [{"ip": "192.0.2.1", "path": "/"}])  # the newest-item gauges appear
     conn.hset(deployment.marker_name(), "lost_at", time.time())  # and the data-loss gauge (a loss recorded)
     text = TestClient(create_app(conn, auth=None)).get("/metrics").text
     exported = {

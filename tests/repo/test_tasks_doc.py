@@ -24,10 +24,8 @@ def documented_arguments() -> dict[str, str]:
 @pytest.mark.parametrize("kind", PACKAGE_KINDS, ids=lambda kind: kind.name)
 def test_each_kinds_task_lists_its_declared_fields_in_order(kind):
     documented = documented_arguments()
-    if (
-        kind.event_task is not None
-    ):  # `ip, path, session_id=None, ...`: the fields, those past `required` with a default
-        cell = documented[kind.event_task]
+    if kind.item_task is not None:  # `ip, path, session_id=None, ...`: the fields, those past `required` with a default
+        cell = documented[kind.item_task]
         arguments = [part.strip().strip("`") for part in cell.strip("`").split(",")]
         assert [argument.split("=")[0] for argument in arguments] == list(kind.fields), cell
         assert [("=" in argument) for argument in arguments] == [n >= kind.required for n in range(len(kind.fields))]
@@ -38,4 +36,4 @@ def test_each_kinds_task_lists_its_declared_fields_in_order(kind):
         if keys:
             assert [key.strip() for key in keys.group(1).split(",")] == list(kind.fields), cell
         else:
-            assert "with those keys" in cell and kind.event_task is not None, cell
+            assert "with those keys" in cell and kind.item_task is not None, cell

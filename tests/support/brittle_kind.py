@@ -1,6 +1,6 @@
 """A kind whose check breaks (raises something that is not InvalidInput) on one value, declared
 in the test tree alone: what a worker does with a message it cannot even read, when the others of
-its batch can be applied. Like ``toy_kind``, but its per-event task's check raises RuntimeError
+its batch can be applied. Like ``toy_kind``, but its per-item task's check raises RuntimeError
 for the post ``BREAKS``, and its app-side item carries whatever ``extra`` it is given unchecked
 (an app's own kind with a check missing: what ``VisitRecorder`` then cannot encode).
 
@@ -13,7 +13,7 @@ from typing import Any
 
 from counters_tasks import tasks
 from counters_tasks.core.kind import Kind, register
-from counters_tasks.core.validation import check_event_time, check_text
+from counters_tasks.core.validation import check_item_time, check_text
 from tests.support import toy_kind
 
 BREAKS = "breaks-the-check"
@@ -29,7 +29,7 @@ def prepare_like(post: Any, ts: Any = None, extra: Any = None) -> list[Any]:
 
 def app_like(post: Any, ts: Any = None, extra: Any = None) -> dict[str, Any]:
     """The item as the app sends it, ``extra`` passed on unchecked (any object)."""
-    item = {"post": check_text(post, "post"), "ts": check_event_time(ts)}
+    item = {"post": check_text(post, "post"), "ts": check_item_time(ts)}
     if extra is not None:
         item["extra"] = extra
     return item
@@ -40,7 +40,7 @@ BRITTLE = register(
         name="brittle_like",
         fields=("post", "ts", "extra"),
         required=1,
-        event_task="tests.brittle.like",
+        item_task="tests.brittle.like",
         worker_batches=True,
         batch_task="tests.brittle.likes",
         items_argument="likes",

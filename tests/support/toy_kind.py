@@ -13,7 +13,7 @@ from typing import Any
 
 from counters_tasks import tasks
 from counters_tasks.core.kind import Kind, register
-from counters_tasks.core.validation import check_event_time, check_text
+from counters_tasks.core.validation import check_item_time, check_text
 
 TOTALS = "toy:{likes}:totals"
 """HASH post -> likes (one hash tag: every key of a call in one slot)."""
@@ -32,7 +32,7 @@ return 1
 
 def prepare_like(post: Any, ts: Any = None) -> list[Any]:
     """One like checked (InvalidInput) and prepared: ``[post, ts]``, JSON-able as it is."""
-    return [check_text(post, "post"), check_event_time(ts)]
+    return [check_text(post, "post"), check_item_time(ts)]
 
 
 def app_like(post: Any, ts: Any = None) -> dict[str, Any]:
@@ -66,7 +66,7 @@ TOY = register(
         name="toy_like",
         fields=("post", "ts"),
         required=1,
-        event_task="tests.toy.like",
+        item_task="tests.toy.like",
         worker_batches=True,
         batch_task="tests.toy.likes",
         items_argument="likes",

@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from counters_tasks import counters, ranking, ranking_events, visits
+from counters_tasks import counters, ranking, ranking_bumps, visits
 from counters_tasks.core.settings import load_settings
 from counters_tasks.errors import ConfigurationError, InvalidInput
 from counters_tasks.ops import views
@@ -48,7 +48,7 @@ def uniform_batch(seed: int) -> list[dict]:
 def commands_per_visit(conn, batch: list[dict]) -> float:
     conn.config_resetstat()
     visits.apply_visits(conn, batch, message_id=f"budget-{uuid.uuid4()}")
-    ranking_events.incr_events(
+    ranking_bumps.incr_bumps(
         conn,
         [{"board": "budget", "member": v["path"], "ts": v["ts"]} for v in batch],
         message_id=f"budget-r-{uuid.uuid4()}",

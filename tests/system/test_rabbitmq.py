@@ -1,5 +1,5 @@
 """RabbitMQ as the broker (a private node started here): real workers count ``.delay()`` per visit,
-batches and ranking events exactly, a SIGKILLed worker loses nothing; ``counters-tasks health``,
+batches and ranking bumps exactly, a SIGKILLed worker loses nothing; ``counters-tasks health``,
 ``dead-letters`` and ``/metrics`` work (they crashed: "Redis URL must specify one of the following
 schemes"), the dead letters being kept in the counters' Redis."""
 

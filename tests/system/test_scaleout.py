@@ -18,7 +18,7 @@ import pytest
 import redis
 from redis.cluster import key_slot
 
-from counters_tasks import counters, ranking, ranking_events, sitestats, uniques, visits
+from counters_tasks import counters, ranking, ranking_bumps, sitestats, uniques, visits
 from counters_tasks.core import days
 from counters_tasks.core.settings import reset_settings, url_with_db
 from counters_tasks.local.redis_server import RedisServer
@@ -63,7 +63,7 @@ def realistic_load(conn, now: float) -> None:
     ]
     visits.apply_visits(conn, batch, message_id="batch-1")
     visits.apply_visits(conn, batch[:50])
-    ranking_events.incr_events(
+    ranking_bumps.incr_bumps(
         conn,
         [{"board": f"batch board {{x}}{i % 6}", "member": f"m{i % 9}", "amount": 1, "ts": now} for i in range(120)],
         message_id="rb-1",

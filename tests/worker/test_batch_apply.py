@@ -9,7 +9,7 @@ import time
 import pytest
 import redis
 
-from counters_tasks import ranking_events, refusals, tasks, visits
+from counters_tasks import ranking_bumps, refusals, tasks, visits
 from counters_tasks.core.settings import load_settings
 from counters_tasks.errors import InvalidInput, MalformedMessage
 from counters_tasks.local.waiting import wait_until
@@ -228,10 +228,10 @@ def test_recorder_in_a_forked_child_starts_empty(worker):
     assert recorder.close(timeout=10)
 
 
-# --- ranking events in batches ---------------------------------------------------------------
+# --- ranking bumps in batches ---------------------------------------------------------------
 
 
-def _ranking_events(n: int, seed: int, now: float) -> list[dict]:
+def _ranking_bumps(n: int, seed: int, now: float) -> list[dict]:
     import random
 
     rng = random.Random(seed)
@@ -246,18 +246,18 @@ def _ranking_events(n: int, seed: int, now: float) -> list[dict]:
     ]
 
 
-def test_incr_events_equal_incr_one_by_one(conn):
+def test_incr_bumps_equal_incr_one_by_one(conn):
     from counters_tasks import ranking
 
     now = 1_700_000_000
-    events = _ranking_events(1200, seed=12, now=now)
-    ranking_events.incr_events(conn, events, message_id="r1")
-    ranking_events.incr_events(conn, events, message_id="r1")  # redelivered: nothing more
-    for event in events:
-        ranking.Ranking(conn, event["board"]).incr(event["member"], event["amount"], event["ts"], message_id=None)
+    bumps = _ranking_bumps(1200, seed=12, now=now)
+    ranking_bumps.incr_bumps(conn, bumps, message_id="r1")
+    ranking_bumps.incr_bumps(conn, bumps, message_id="r1")  # redelivered: nothing more
+    for bump in bumps:
+        ranking.Ranking(conn, bump["board"]).incr(bump["member"], bump["amount"], bump["ts"], message_id=None)
     for board in ("posts", "pages"):
         totals: dict[str, int] = {}
-        for e in events:
+        for e in bumps:
             if e["board"] == board and ranking.slot_of(e["ts"], 1) > ranking.slot_of(now, 1) - 24:
                 totals[e["member"]] = totals.get(e["member"], 0) + 2 * e["amount"]
         expected = sorted(((m, t) for m, t in totals.items() if t > 0), key=lambda mt: (-mt[1], mt[0]))
@@ -279,19 +279,19 @@ def test_incr_events_equal_incr_one_by_one(conn):
         ([{"board": "b", "member": "m", "ts": time.time() + 86400}], "future"),
     ],
 )
-def test_one_bad_ranking_event_is_refused_alone_and_counted(raw_conn, bad, reason):
+def test_one_bad_ranking_bump_is_refused_alone_and_counted(raw_conn, bad, reason):
     from counters_tasks import ranking
 
     now = time.time()
     good = [{"board": "ok", "member": "m", "ts": now}, {"board": "b", "member": "n", "ts": now}]
     ranking.Ranking(raw_conn, "b").incr("seed", 1, now=now)
-    ranking_events.incr_events(raw_conn, good, message_id="e")
+    ranking_bumps.incr_bumps(raw_conn, good, message_id="e")
     only_good = dump_all(raw_conn)
     raw_conn.flushdb()
     ranking.Ranking(raw_conn, "b").incr("seed", 1, now=now)
     payload = good[:1] + bad + good[1:]
-    assert ranking_events.incr_events(raw_conn, payload, message_id="e") == 2
-    assert ranking_events.incr_events(raw_conn, payload, message_id="e") == 2  # redelivered: nothing more
+    assert ranking_bumps.incr_bumps(raw_conn, payload, message_id="e") == 2
+    assert ranking_bumps.incr_bumps(raw_conn, payload, message_id="e") == 2  # redelivered: nothing more
     assert dump_all(raw_conn) == only_good
     assert refusals.counts(raw_conn)[reason] == 1
 
@@ -299,14 +299,14 @@ def test_one_bad_ranking_event_is_refused_alone_and_counted(raw_conn, bad, reaso
 def test_ranking_batch_that_is_not_a_list_or_too_long_is_refused_whole(raw_conn):
 
     with pytest.raises(MalformedMessage):
-        ranking_events.incr_events(raw_conn, "x")
+        ranking_bumps.incr_bumps(raw_conn, "x")
     with pytest.raises(MalformedMessage):
-        ranking_events.incr_events(raw_conn, [{"board": "b", "member": "m"}] * (ranking_events.MAX_EVENTS + 1))
+        ranking_bumps.incr_bumps(raw_conn, [{"board": "b", "member": "m"}] * (ranking_bumps.MAX_BUMPS + 1))
     assert dump_all(raw_conn) == {}
 
 
 @pytest.mark.processes
-def test_recorder_ranking_events_reach_the_board(worker, raw_conn):
+def test_recorder_ranking_bumps_reach_the_board(worker, raw_conn):
     from counters_tasks import ranking
 
     now = time.time()

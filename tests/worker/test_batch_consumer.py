@@ -1,5 +1,5 @@
 """Worker-side batches through a real worker: a task event for every message (what Flower shows),
-no raw visitor IP in any event, the buffer left unacknowledged by a warm shutdown, and a batch
+no raw visitor IP in any task event, the buffer left unacknowledged by a warm shutdown, and a batch
 applied at the prefetch limit when that limit is below the batch size."""
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from counters_tasks.kinds import VISIT
 from counters_tasks.local.waiting import wait_until
 from counters_tasks.recorder import VisitRecorder
 from counters_tasks.worker.batch_consumer import MaskedRequest
-from tests.support.events import EventLog
 from tests.support.faults import broker_idle
 from tests.support.procs import celery_env, purge_broker, start_worker
+from tests.support.task_events import TaskEventLog
 from tests.support.visit_model import model_of, random_visits
 
 pytestmark = pytest.mark.workers
@@ -35,9 +35,9 @@ IPV4 = re.compile(r"(?<![\w.])\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}(?![\w.])")
 
 
 @pytest.fixture
-def events():
+def task_log():
     """The receiver on the test broker, listening."""
-    with EventLog.listening(app.conf.broker_url) as log:
+    with TaskEventLog.listening(app.conf.broker_url) as log:
         yield log
 
 
@@ -125,10 +125,10 @@ def test_a_batch_names_the_messages_it_did_not_apply_by_position(raw_conn):
 
 
 @pytest.mark.processes
-def test_every_batched_message_is_reported_and_no_event_shows_a_raw_ip(redis_url, raw_conn, events, tmp_path):
+def test_every_batched_message_is_reported_and_no_task_event_shows_a_raw_ip(redis_url, raw_conn, task_log, tmp_path):
     """N ``.delay()`` calls of the batched tasks: N task-received, N task-started and N
-    task-succeeded events with those ids (runtime included); the refused one task-failed with its
-    reason; and no raw IP in any event, from batched messages or from VisitRecorder batches."""
+    task-succeeded task events with those ids (runtime included); the refused one task-failed with its
+    reason; and no raw IP in any task event, from batched messages or from VisitRecorder batches."""
     purge_broker(redis_url)
     worker = start_worker(
         celery_env(redis_url, COUNTERS_WORKER_BATCH="50", COUNTERS_WORKER_BATCH_MS="20"),
@@ -136,13 +136,15 @@ def test_every_batched_message_is_reported_and_no_event_shows_a_raw_ip(redis_url
         extra=("-E",),
     )
     try:
-        wait_until(lambda: events.of("worker-online"), timeout=60, what=f"the worker; log:\n{worker.output()[-2000:]}")
+        wait_until(
+            lambda: task_log.of("worker-online"), timeout=60, what=f"the worker; log:\n{worker.output()[-2000:]}"
+        )
         visits = random_visits(600, seed=21)
         for v in visits[500:550]:  # sent by keyword, without a session id
             v.pop("session_id", None)
         ids = [tasks.record_visit.delay(v["ip"], v["path"], v.get("session_id"), v["ts"]).id for v in visits[:500]]
         ids += [tasks.record_visit.delay(ip=v["ip"], path=v["path"], ts=v["ts"]).id for v in visits[500:550]]
-        ids += [tasks.incr_ranking.delay("events-board", f"m{n % 5}").id for n in range(50)]
+        ids += [tasks.incr_ranking.delay("bumps-board", f"m{n % 5}").id for n in range(50)]
         refused = tasks.record_visit.delay("not an ip", "/").id
         recorder = VisitRecorder(max_batch=20, max_delay=0.05)
         for v in visits[550:]:
@@ -150,36 +152,38 @@ def test_every_batched_message_is_reported_and_no_event_shows_a_raw_ip(redis_url
         assert recorder.close(timeout=30)
         every = set(ids)
         wait_until(
-            lambda: every <= events.ids("task-succeeded"),
+            lambda: every <= task_log.ids("task-succeeded"),
             timeout=120,
-            what=f"{len(every)} task-succeeded events; log:\n{worker.output()[-2000:]}",
+            what=f"{len(every)} task-succeeded task events; log:\n{worker.output()[-2000:]}",
         )
-        wait_until(lambda: refused in events.ids("task-failed"), timeout=30, what="the refused message's event")
+        wait_until(lambda: refused in task_log.ids("task-failed"), timeout=30, what="the refused message's task event")
         wait_until(
-            lambda: len(events.of("task-succeeded")) >= len(every) + 3, timeout=30, what="the recorder's batches"
+            lambda: len(task_log.of("task-succeeded")) >= len(every) + 3, timeout=30, what="the recorder's batches"
         )
     finally:
         assert worker.stop() == 0, worker.output()[-3000:]
-    received, started = events.ids("task-received"), events.ids("task-started")
+    received, started = task_log.ids("task-received"), task_log.ids("task-started")
     assert every | {refused} <= received and every | {refused} <= started
-    succeeded = [e for e in events.of("task-succeeded") if e["uuid"] in every]
+    succeeded = [e for e in task_log.of("task-succeeded") if e["uuid"] in every]
     assert len(succeeded) == len(every)  # each once
     assert all(isinstance(e["runtime"], float) and e["runtime"] >= 0 for e in succeeded)
-    failed = [e for e in events.of("task-failed") if e["uuid"] == refused]
+    failed = [e for e in task_log.of("task-failed") if e["uuid"] == refused]
     assert len(failed) == 1 and "InvalidInput: bad_input" in failed[0]["exception"]
     assert model_of(visits).mismatches(raw_conn) == []
-    assert ranking.Ranking(raw_conn, "events-board").top(withscores=True) == [(f"m{n}", 10) for n in range(5)]
+    assert ranking.Ranking(raw_conn, "bumps-board").top(withscores=True) == [(f"m{n}", 10) for n in range(5)]
 
-    task_events = json.dumps([e for e in events.events if e["type"].startswith("task-")])
+    task_events = json.dumps([e for e in task_log.heard if e["type"].startswith("task-")])
     assert not IPV4.search(task_events), IPV4.search(task_events)
     leaked = {v["ip"] for v in visits if v["ip"] in task_events}
     assert leaked == set()
-    shown = [e["args"] for e in events.of("task-received") if e["uuid"] in every and e["name"].endswith("record_visit")]
+    shown = [
+        e["args"] for e in task_log.of("task-received") if e["uuid"] in every and e["name"].endswith("record_visit")
+    ]
     assert any("198.51." in text and ".x'" in text for text in shown)  # the network is still shown
 
 
 @pytest.mark.processes
-def test_warm_shutdown_leaves_the_buffer_unacknowledged_and_it_is_redelivered(redis_url, raw_conn, events, tmp_path):
+def test_warm_shutdown_leaves_the_buffer_unacknowledged_and_it_is_redelivered(redis_url, raw_conn, task_log, tmp_path):
     """A batch that waits for its time limit (10 minutes here) when SIGTERM comes: nothing of it
     is applied or acknowledged; the broker has it back, and the next worker applies it once."""
     purge_broker(redis_url)
@@ -201,7 +205,9 @@ def test_warm_shutdown_leaves_the_buffer_unacknowledged_and_it_is_redelivered(re
         what=f"the messages taken by the worker; log:\n{worker.output()[-2000:]}",
     )
     assert worker.stop() == 0, worker.output()[-3000:]
-    assert events.ids("task-started") & ids == set()  # never applied (nor reported received: see worker.batch_consumer)
+    assert (
+        task_log.ids("task-started") & ids == set()
+    )  # never applied (nor reported received: see worker.batch_consumer)
     assert model_of([first]).visits_counted(raw_conn) == 1  # the batch's visits: none
     assert client.llen("visits") + client.zcard("unacked_index") == len(ids)  # given back, not acknowledged
 
@@ -289,7 +295,7 @@ def test_flower_lists_every_batched_message_without_a_raw_ip(redis_url, raw_conn
 
         probes: list[str] = []
 
-        def a_probe_is_listed() -> bool:  # Flower hears the worker's events (its receiver is up)
+        def a_probe_is_listed() -> bool:  # Flower hears the worker's task events (its receiver is up)
             probes.append(tasks.incr_ranking.delay("flower-probe", "m").id)
             listed = flower_tasks()
             return any(listed.get(p, {}).get("state") == "SUCCESS" for p in probes)

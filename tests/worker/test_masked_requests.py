@@ -15,8 +15,8 @@ from counters_tasks import tasks
 from counters_tasks.app import app
 from counters_tasks.core.settings import load_settings
 from counters_tasks.local.waiting import wait_until
-from tests.support.events import EventLog
 from tests.support.procs import celery_env, purge_broker, start_worker
+from tests.support.task_events import TaskEventLog
 from tests.support.visit_model import model_of, random_visits
 
 pytestmark = [pytest.mark.workers, pytest.mark.processes]
@@ -44,7 +44,7 @@ def test_the_worker_masks_argument_texts_a_producer_left_raw(redis_url, raw_conn
     sent_texts = json.dumps([[h["argsrepr"], h["kwargsrepr"]] for h in headers])
     assert all(v["ip"] in sent_texts for v in visits)
 
-    with EventLog.listening(app.conf.broker_url) as events:
+    with TaskEventLog.listening(app.conf.broker_url) as task_log:
         worker = start_worker(
             celery_env(redis_url, COUNTERS_WORKER_BATCH="10", COUNTERS_WORKER_BATCH_MS="20"),
             tmp_path / "worker.log",
@@ -53,16 +53,18 @@ def test_the_worker_masks_argument_texts_a_producer_left_raw(redis_url, raw_conn
         )
         try:
             wait_until(
-                lambda: set(ids) <= events.ids("task-succeeded"),
+                lambda: set(ids) <= task_log.ids("task-succeeded"),
                 timeout=60,
-                what=f"{len(ids)} task-succeeded events; log:\n{worker.output()[-2000:]}",
+                what=f"{len(ids)} task-succeeded task events; log:\n{worker.output()[-2000:]}",
             )
         finally:
             assert worker.stop() == 0, worker.output()[-3000:]
-        received = {e["uuid"]: e for e in events.of("task-received") if e["uuid"] in ids}
-        task_events = json.dumps([e for e in events.events if e["type"].startswith("task-")])
+        received = {e["uuid"]: e for e in task_log.of("task-received") if e["uuid"] in ids}
+        task_events = json.dumps([e for e in task_log.heard if e["type"].startswith("task-")])
     assert set(received) == set(ids)
     assert [v["ip"] for v in visits if v["ip"] in task_events] == []  # no raw IP in any task event
-    for event in received.values():  # each shows its networks: 198.51.0.x, 2001:db8::/48
-        assert ".x'" in event["args"] + event["kwargs"] or "/48'" in event["args"] + event["kwargs"], event
+    for task_event in received.values():  # each shows its networks: 198.51.0.x, 2001:db8::/48
+        assert (
+            ".x'" in task_event["args"] + task_event["kwargs"] or "/48'" in task_event["args"] + task_event["kwargs"]
+        ), task_event
     assert model_of(visits).mismatches(raw_conn) == []  # counted all the same

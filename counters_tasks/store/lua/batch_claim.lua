@@ -1,4 +1,4 @@
--- Claim per-event messages for a worker batch and journal those claimed, in one step.
+-- Claim per-item messages for a worker batch and journal those claimed, in one step.
 -- KEYS: the batch's journal STRING, then per message its claim STRING; one hash tag (the claim
 --       group the message ids hash into).
 -- ARGV: TTL in seconds, the batch id, then per message (KEYS order) its entry as JSON text.

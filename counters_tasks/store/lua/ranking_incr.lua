@@ -1,22 +1,22 @@
--- Add amounts to members of one board, each in the time slot of its event, at most once per
+-- Add amounts to members of one board, each in the time slot of its bump, at most once per
 -- message.
 -- KEYS: the board's meta HASH, top ZSET, slot index ZSET, then k slot HASHes, then (when
 --       ARGV[1] > 0) the message's dedupe marker. All share the board's hash tag.
 -- ARGV: marker TTL (0 = no dedupe), period_hours, interval_hours, slot hash TTL in seconds,
 --       the writer's clock slot (the slot of its current time), k, the k slot numbers (in KEYS
---       order), then n, then per event: the index (1..k) of its slot, member, amount, -amount
+--       order), then n, then per bump: the index (1..k) of its slot, member, amount, -amount
 --       (as text: a Lua number would lose digits past 14).
--- Events are applied in order, each as a single incr would be. An event is late when its slot is
+-- Bumps are applied in order, each as a single incr would be. A bump is late when its slot is
 -- out of the window ending at the board's watermark (the newest slot written), or at the clock
--- slot when the watermark is ahead of it: an event from a clock running ahead can move the
--- watermark, never make current events late.
+-- slot when the watermark is ahead of it: a bump from a clock running ahead can move the
+-- watermark, never make current bumps late.
 -- Invariant kept by every ranking script: top[m] = -(sum of m over the slot hashes in the index),
 -- zero totals absent; an index entry exists exactly when its slot hash does.
 -- The board's meta keeps the writer's clock slot of its latest write (lw): idle boards expire.
 -- Every key's type is checked before the first write (wrong_type; the meta HASH by HMGET), and
 -- that no slot field would pass the 64-bit range (by the read of the slots' members).
 -- Returns {status, 1 when the board is not yet confirmed in the registry (meta.reg unset) else 0,
--- events ignored as late}; status 1 applied, 0 already applied (same message), 2 every event
+-- bumps ignored as late}; status 1 applied, 0 already applied (same message), 2 every bump
 -- late, -1 the board exists with other settings, -5 the board is being rebuilt or deleted (the
 -- caller finishes that, then sends again; nothing written in either case).
 local ttl = tonumber(ARGV[1])
@@ -43,7 +43,7 @@ if ttl > 0 and redis.call('EXISTS', KEYS[4 + k]) == 1 then
   return {0, unregistered, 0}
 end
 local per_slot = {}
-for e = 8 + k, 7 + k + 4 * tonumber(ARGV[7 + k]), 4 do  -- late events add nothing: a bound, not exact
+for e = 8 + k, 7 + k + 4 * tonumber(ARGV[7 + k]), 4 do  -- late bumps add nothing: a bound, not exact
   local s, member = tonumber(ARGV[e]), ARGV[e + 1]
   per_slot[s] = per_slot[s] or {}
   per_slot[s][member] = (per_slot[s][member] or 0) + tonumber(ARGV[e + 2])
@@ -79,19 +79,19 @@ if not meta[8] or tonumber(meta[8]) < clock then
 end
 local window = tonumber(ARGV[2]) / tonumber(ARGV[3])
 local wm = tonumber(meta[3])
-local wm_text = nil  -- the watermark to write, when an event moved it
+local wm_text = nil  -- the watermark to write, when a bump moved it
 local rot = tonumber(meta[4])
 local late = 0
--- First every event in order, deciding whether it is late (the watermark moves as it would one
+-- First every bump in order, deciding whether it is late (the watermark moves as it would one
 -- by one), its amount summed per (slot, member) and per member for the top: a member seen
--- several times costs one HINCRBY a slot and one ZINCRBY, not two commands an event (the end
+-- several times costs one HINCRBY a slot and one ZINCRBY, not two commands a bump (the end
 -- state is the same: additions commute). Once a member's amounts could add up past 2**53 (a Lua
--- number's exact range), its further events are not summed but go one by one, as text.
+-- number's exact range), its further bumps are not summed but go one by one, as text.
 local EXACT = 9007199254740991
 local sums, bound, one_by_one = {}, {}, {}
-local events = tonumber(ARGV[7 + k])
+local bumps = tonumber(ARGV[7 + k])
 local i = 8 + k
-for _ = 1, events do
+for _ = 1, bumps do
   local s = tonumber(ARGV[i])
   local slot = tonumber(ARGV[6 + s])
   local member, amount = ARGV[i + 1], ARGV[i + 2]
@@ -170,17 +170,17 @@ for first = 1, #movers, 1000 do
     redis.call('ZREM', KEYS[2], unpack(zeros))
   end
 end
-for _, event in ipairs(one_by_one) do
-  local key = KEYS[3 + event[1]]
-  if redis.call('HINCRBY', key, event[2], event[3]) == 0 then
-    redis.call('HDEL', key, event[2])
+for _, bump in ipairs(one_by_one) do
+  local key = KEYS[3 + bump[1]]
+  if redis.call('HINCRBY', key, bump[2], bump[3]) == 0 then
+    redis.call('HDEL', key, bump[2])
   end
-  if tonumber(redis.call('ZINCRBY', KEYS[2], event[4], event[2])) == 0 then
-    redis.call('ZREM', KEYS[2], event[2])
+  if tonumber(redis.call('ZINCRBY', KEYS[2], bump[4], bump[2])) == 0 then
+    redis.call('ZREM', KEYS[2], bump[2])
   end
 end
--- the slot index follows the slot hashes this call touched (once per slot, not per event: a
--- slot of a non-late event has its table in sums)
+-- the slot index follows the slot hashes this call touched (once per slot, not per bump: a
+-- slot of a non-late bump has its table in sums)
 for s in pairs(sums) do
   if redis.call('EXISTS', KEYS[3 + s]) == 1 then
     redis.call('ZADD', KEYS[3], ARGV[6 + s], ARGV[6 + s])
@@ -192,7 +192,7 @@ end
 if late > 0 then
   redis.call('HINCRBY', KEYS[1], 'late', late)
 end
-if late == events then
+if late == bumps then
   return {2, unregistered, late}
 end
 return {1, unregistered, late}

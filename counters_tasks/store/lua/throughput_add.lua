@@ -1,9 +1,9 @@
 -- Add to the workers' cumulative totals (what the metrics export), in one call.
 -- KEYS: the throughput HASH (one key, tag {throughput}).
--- ARGV: the newest event time applied (epoch seconds; '' when none), then field, increment
+-- ARGV: the newest item time applied (epoch seconds; '' when none), then field, increment
 --       pairs (integers).
--- The field 'newest_ts' keeps the largest event time ever given (a max, never lowered, so
--- workers applying old and new events in any order leave the newest).
+-- The field 'newest_ts' keeps the largest item time ever given (a max, never lowered, so
+-- workers applying old and new items in any order leave the newest).
 -- Returns 1.
 -- The HASH's type and the fields it adds to are checked before the first write (a field that
 -- holds no integer, changed by hand, fails the call naming it, nothing added).

@@ -1,4 +1,4 @@
-"""A real Celery event receiver for the tests: what Flower hears from the workers."""
+"""A real Celery task-event receiver for the tests: what Flower hears from the workers."""
 
 from __future__ import annotations
 
@@ -10,21 +10,21 @@ from counters_tasks.app import app
 from counters_tasks.local.waiting import wait_until
 
 
-class EventLog:
-    """Every event the workers send through the broker at ``url``, captured by a receiver in a
-    thread of the test."""
+class TaskEventLog:
+    """Every task event (and worker event) the workers send through the broker at ``url``, captured by a
+    receiver in a thread of the test."""
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.events: list[dict] = []
+        self.heard: list[dict] = []
         self.lock = threading.Lock()
         self.receiver = None
         self.thread = threading.Thread(target=self.run, daemon=True)
 
     @classmethod
     @contextlib.contextmanager
-    def listening(cls, url: str) -> Iterator[EventLog]:
-        """A receiver that has heard an event sent after it started (so none of the test's is missed)."""
+    def listening(cls, url: str) -> Iterator[TaskEventLog]:
+        """A receiver that has heard a test event sent after it started (so none of the test's is missed)."""
         log = cls(url)
         log.thread.start()
         try:
@@ -48,11 +48,11 @@ class EventLog:
 
     def add(self, event: dict) -> None:
         with self.lock:
-            self.events.append(event)
+            self.heard.append(event)
 
     def of(self, kind: str) -> list[dict]:
         with self.lock:
-            return [e for e in self.events if e["type"] == kind]
+            return [e for e in self.heard if e["type"] == kind]
 
     def ids(self, kind: str) -> set[str]:
         return {e["uuid"] for e in self.of(kind)}
