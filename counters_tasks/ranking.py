@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import NoneType
 from typing import Any, NamedTuple, cast
@@ -44,7 +44,7 @@ from .core.validation import check_amount, check_int, check_item_time, check_mes
 from .errors import BoardSettingsConflict, InvalidInput
 from .store import keys, registry
 from .store.client import RedisClient, as_str, is_transient
-from .store.scripts import execute_in_order, run_script
+from .store.scripts import WritePlan, run_script, write_through
 
 log = logging.getLogger(__name__)
 
@@ -191,35 +191,40 @@ def settings_mismatch(conn: RedisClient, board: Board) -> BoardSettingsConflict:
 
 
 def write_bumps(
-    conn: RedisClient, calls: Sequence[tuple[Sequence[RankingBump], str | None]], tally: throughput.Tally | None = None
-) -> list[int | InvalidInput]:
-    """Apply calls of prepared bumps, one Lua call each (every bump of a call of one board), in
-    one round trip; each call at most once per its message id. Returns, per call, the number of
-    its bumps that were late (ignored), or the InvalidInput refusing it when its board is fixed
-    to other settings (then nothing of that call was written). Boards written for the first time
-    are listed in the registry the rotation job walks. ``tally``, when given, gets the bumps
-    applied now (late ones are not) and those skipped because their message was applied before."""
-    with keys.bound(conn, write=True) as used:
-        calls = [(bumps, message_id) for bumps, message_id in calls]
-        for bumps, _message_id in calls:
-            if not bumps or any(bump.board != bumps[0].board for bump in bumps):
-                raise ValueError("every call holds bumps of exactly one board")
+    plan: WritePlan, calls: Sequence[tuple[Sequence[RankingBump], str | None]], tally: throughput.Tally | None = None
+) -> Callable[[], list[int | InvalidInput]]:
+    """Queue calls of prepared bumps on ``plan`` (the write's one round trip), one Lua call each
+    (every bump of a call of one board), each call at most once per its message id. Returns how to
+    read the outcome once sent: per call, the number of its bumps that were late (ignored), or the
+    InvalidInput refusing it when its board is fixed to other settings (then nothing of that call
+    was written). A board being rebuilt or deleted is finished, then its calls sent again; boards
+    written for the first time are listed in the registry the rotation job walks. ``tally``, when
+    given, gets the bumps applied now (late ones are not) and those skipped because their message
+    was applied before."""
+    conn = plan.conn
+    calls = [(bumps, message_id) for bumps, message_id in calls]
+    for bumps, _message_id in calls:
+        if not bumps or any(bump.board != bumps[0].board for bump in bumps):
+            raise ValueError("every call holds bumps of exactly one board")
 
-        def queue(pipe: Any, some: Sequence[tuple[Sequence[RankingBump], str | None]]) -> None:
-            for bumps, message_id in some:
-                script_keys, args = _incr_call(bumps[0].board, bumps, message_id)
-                run_script(conn, "ranking_incr", script_keys, args, client=pipe)
+    def queue(pipe: Any, some: Sequence[tuple[Sequence[RankingBump], str | None]]) -> None:
+        for bumps, message_id in some:
+            script_keys, args = _incr_call(bumps[0].board, bumps, message_id)
+            run_script(conn, "ranking_incr", script_keys, args, client=pipe)
 
-        [replies] = execute_in_order(conn, lambda pipe: queue(pipe, calls)) if calls else [[]]
-        keys.confirm_written(conn, used)
+    replies: list[Any] = []
+    plan.add(functools.partial(queue, some=calls), replies.extend)
+
+    def outcome() -> list[int | InvalidInput]:
         for _attempt in range(3):  # a board being rebuilt or deleted: finish that, then send again
             busy = [n for n, (status, _u, _l) in enumerate(replies) if int(status) == BUSY]
             if not busy:
                 break
             for name in {calls[n][0][0].board.name for n in busy}:
                 finish_maintenance(conn, name)
-            again = [calls[n] for n in busy]
-            [resent] = execute_in_order(conn, functools.partial(queue, some=again))
+            again, resent = WritePlan(conn), list[Any]()
+            again.add(functools.partial(queue, some=[calls[n] for n in busy]), resent.extend)
+            again.run()
             for n, reply in zip(busy, resent, strict=True):
                 replies[n] = reply
         results: list[int | InvalidInput] = []
@@ -238,6 +243,8 @@ def write_bumps(
                 register_board(conn, board.name)
             results.append(int(late))
         return results
+
+    return outcome
 
 
 class Ranking:
@@ -285,7 +292,7 @@ class Ranking:
         prepared = [bump_on(self.board, member, amount, now, "now") for member, amount, now in bumps]
         if not prepared:
             return 0
-        [result] = write_bumps(self.conn, [(prepared, message_id)])
+        [result] = write_through(self.conn, lambda plan: write_bumps(plan, [(prepared, message_id)]))
         if isinstance(result, InvalidInput):
             raise result
         return result

@@ -13,6 +13,7 @@ most once per its id made from the message id.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from . import throughput
@@ -23,6 +24,7 @@ from .errors import BoardSettingsConflict, InvalidInput
 from .payloads import apply_payload
 from .ranking import Board, RankingBump, board_settings, bump_on, check_board, slot_of, write_bumps
 from .store.client import RedisClient
+from .store.scripts import WritePlan
 
 
 def bump_entry(bump: RankingBump) -> list[Any]:
@@ -145,11 +147,12 @@ def screen_boards(
 
 
 def write_calls(
-    conn: RedisClient, calls: list[tuple[list[RankingBump], str | None]], tally: throughput.Tally
-) -> list[InvalidInput | None]:
+    plan: WritePlan, calls: list[tuple[list[RankingBump], str | None]], tally: throughput.Tally
+) -> Callable[[], list[InvalidInput | None]]:
     """``ranking.write_bumps`` as the ranking kind writes: per call, None, or the InvalidInput
     refusing it (its board fixed to other settings by another writer meanwhile)."""
-    return [result if isinstance(result, InvalidInput) else None for result in write_bumps(conn, calls, tally)]
+    outcome = write_bumps(plan, calls, tally)
+    return lambda: [result if isinstance(result, InvalidInput) else None for result in outcome()]
 
 
 def incr_bumps(conn: RedisClient, bumps: list[dict[str, Any]], *, message_id: str | None = None) -> int:

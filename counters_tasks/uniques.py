@@ -241,7 +241,10 @@ def apply_ids(
         for _ in range(3):
             if reply is None:
                 expected = expected_for(conn, day, site)
-                plan, replies = WritePlan(conn), list[Any]()  # (a NOSCRIPT reply loads the script: a server that never saw it)
+                plan, replies = (
+                    WritePlan(conn),
+                    list[Any](),
+                )  # (a NOSCRIPT reply loads the script: a server that never saw it)
                 plan.add(_queue(conn, day, numbers, expected, message_id, site), replies.extend)
                 plan.run()
                 [reply] = replies

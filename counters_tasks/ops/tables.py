@@ -54,6 +54,11 @@ def known_tables(extra_modules: tuple[str, ...] = ()) -> list[table.Table]:
     return sorted(declared, key=lambda each: (_listed_at(each.module), declared.index(each)))
 
 
+def package_tables() -> list[table.Table]:
+    """The package's own tables (those its modules declare), not an app's."""
+    return [each for each in known_tables() if _listed_at(each.module) < len(PACKAGE_TABLE_MODULES)]
+
+
 def _listed_at(module: str) -> int:
     """Where ``module`` (or the package holding it) stands in ``PACKAGE_TABLE_MODULES``: the
     package's tables in that order, an app's after them."""
