@@ -185,6 +185,7 @@ RANKING = register(
         call_key=lambda bump: bump.board,
         screen=screen_boards,
         merge=merge_bumps,
+        applied_metric=("counters_ranking_events_applied", "Ranking bumps applied (late ones not counted)"),
     )
 )
 """A ranking bump: one bump an ``incr_ranking`` message, many an ``incr_rankings`` one."""

@@ -393,6 +393,10 @@ VISIT = register(
         prepare=prepare_visit,
         app_item=app_visit,
         merge=pack_visits,
+        applied_metric=(
+            "counters_visits_applied",
+            "Page views applied (each counted once, a redelivery as a duplicate)",
+        ),
         to_entry=visit_entry,
         from_entry=visit_from_entry,
         write=write_calls,

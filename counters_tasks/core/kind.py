@@ -64,6 +64,9 @@ class Kind:
       ranking's bumps of one member and slot as one, amounts summed), applied by the app-side
       buffer to each batch before it is sent: what the whole chain then carries, checks and
       writes once.
+    ``applied_metric``: (name, help) of a Prometheus counter of its own for the items applied, besides
+    ``counters_events_applied_total{kind=...}`` (the visits' and the ranking bumps' names, kept for
+    the dashboards and alerts that read them).
     """
 
     name: str
@@ -83,6 +86,7 @@ class Kind:
     call_key: Callable[[Any], Hashable] | None = None
     screen: Callable[[Any, list[tuple[int, Any]]], tuple[list[tuple[int, Any]], list[tuple[int, Any]]]] | None = None
     merge: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None
+    applied_metric: tuple[str, str] | None = None
 
     @property
     def signature(self) -> str:

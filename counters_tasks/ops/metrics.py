@@ -30,6 +30,7 @@ from starlette.responses import Response
 from .. import kinds, live, refusals, skips, throughput
 from ..app import SENT_AT_HEADER
 from ..app import app as default_app
+from ..core.kind import registered
 from ..core.settings import get_settings, is_redis_url
 from ..core.validation import finite_number
 from ..store import deployment, keys, server
@@ -127,22 +128,15 @@ class CountersCollector(Collector):
         stored, refused, skipped, tag, marker = pipe.execute()
         held = deployment.describe(*deployment.parse(tag, marker), now=now)
         totals = throughput.parse_totals(stored)
-        out: list[Any] = [
-            CounterMetricFamily(
-                "counters_visits_applied",
-                "Page views applied (each counted once, a redelivery as a duplicate)",
-                value=totals.applied["visit"],
-            ),
-            CounterMetricFamily(
-                "counters_ranking_events_applied",
-                "Ranking bumps applied (late ones not counted)",
-                value=totals.applied["ranking"],
-            ),
+        out: list[Any] = [  # a kind's metric of its own (``Kind.applied_metric``), besides the one by kind
+            CounterMetricFamily(kind.applied_metric[0], kind.applied_metric[1], value=totals.applied[kind.name])
+            for kind in registered()
+            if kind.applied_metric is not None
         ]
         every_kind = CounterMetricFamily(
             "counters_events_applied",
-            "Items applied, by kind (core.kind: visit, "
-            "ranking, and any kind an app declared; as the two above for theirs)",
+            "Items applied, by kind (core.kind: visit, ranking, and any kind an app declared; "
+            "as counters_visits_applied and counters_ranking_events_applied for theirs)",
             labels=["kind"],
         )
         for kind, count in totals.applied.items():
