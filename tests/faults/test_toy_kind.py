@@ -20,13 +20,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from counters_tasks import throughput
 from counters_tasks.local.waiting import wait_until
-from tests.support import toy_kind
+from tests.support import toy_kind, toy_table
 from tests.support.faults import broker_idle
 from tests.support.procs import REPO, celery_env, serving, start_worker
 
 pytestmark = [pytest.mark.processes, pytest.mark.workers, pytest.mark.long]
 
-WITH_THE_KIND = ("-I", "tests.support.toy_kind", "-O", "fair")
+WITH_THE_KIND = ("-I", "tests.support.toy_kind,tests.support.toy_table", "-O", "fair")  # its table too
 APP = textwrap.dedent("""
     import sys, time
     from counters_tasks.recorder import VisitRecorder, shared_recorder
@@ -113,6 +113,8 @@ def test_a_kind_of_the_tests_counts_exactly_through_a_sigkill(
         if second is not None:
             second.stop()
     assert toy_kind.totals(counters_conn) == expected  # none lost, none twice
+    hours = toy_table.read_hours(counters_conn)  # the table an app added, fed in the kind's plans: the same
+    assert sum(hour["likes"] for hour in hours) == sum(expected.values()), hours
     assert "tests.toy.like" in first.output() and "Traceback" not in second.output()
 
     total = PER_ITEM + RECORDED + DELAYED
