@@ -13,6 +13,7 @@ most once per its id made from the message id.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from . import throughput
@@ -37,18 +38,12 @@ def event_from_entry(entry: list[Any]) -> RankingEvent:
     return RankingEvent(Board(name, period_hours, interval_hours), member, amount, slot)
 
 
-def prepare_event(
-    board: Any,
-    member: Any,
-    amount: Any = 1,
-    ts: Any = None,
-    period_hours: Any = 24,
-    interval_hours: Any = 1,
-    site: Any = None,
-) -> RankingEvent:
-    """Validate one event, given as ``incr_ranking`` takes it (raises InvalidInput; writes nothing).
+def prepare_event(fields: Mapping[str, Any]) -> RankingEvent:
+    """Validate one event, its fields as ``RANKING.bind`` returns them (raises InvalidInput; writes nothing).
     Whether the board's stored settings agree is known only when it is written (``write_events``)."""
-    return event_on(check_board(board, period_hours, interval_hours, site), member, amount, ts)
+    get = fields.get
+    board = check_board(fields["board"], get("period_hours", 24), get("interval_hours", 1), get("site"))
+    return event_on(board, fields["member"], get("amount", 1), get("ts"))
 
 
 EVENTS_PER_CALL = 100
@@ -60,21 +55,16 @@ MAX_EVENTS = 20_000
 """The most events one ``incr_rankings`` message may carry."""
 
 
-def app_event(
-    board: Any,
-    member: Any,
-    amount: Any = 1,
-    ts: Any = None,
-    period_hours: Any = 24,
-    interval_hours: Any = 1,
-    site: Any = None,
-) -> dict[str, Any]:
-    """One event checked in the app's process (``prepare_event``; ``ts`` None: now) and written as
-    an item of an ``incr_rankings`` message, the default amount, settings and site left out."""
-    if ts is None:
-        ts = time.time()
-    prepare_event(board, member, amount, ts, period_hours, interval_hours, site)
-    event: dict[str, Any] = {"board": board, "member": member, "ts": ts}
+def app_event(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """One event (its fields as ``RANKING.bind`` returns them) checked in the app's process
+    (``prepare_event``; ``ts`` None: now) and written as an item of an ``incr_rankings`` message,
+    the default amount, settings and site left out."""
+    event: dict[str, Any] = {"board": fields["board"], "member": fields["member"], "ts": fields.get("ts")}
+    if event["ts"] is None:
+        event["ts"] = time.time()
+    prepare_event({**fields, "ts": event["ts"]})
+    amount, site = fields.get("amount", 1), fields.get("site")
+    period_hours, interval_hours = fields.get("period_hours", 24), fields.get("interval_hours", 1)
     if type(amount) is not int or amount != 1:
         event["amount"] = amount
     if (period_hours, interval_hours) != (24, 1):
