@@ -25,7 +25,7 @@ from counters_tasks import counters, live, sitestats, tasks, uniques, visits
 from counters_tasks.core.kind import Kind, registered
 from counters_tasks.integrations import common
 from counters_tasks.integrations.common import Counting, RequestInfo
-from counters_tasks.kinds import COUNTER_UPDATE, PACKAGE_KINDS, RANKING, UNIQUE, VISIT
+from counters_tasks.kinds import COUNTER_UPDATE, PACKAGE_KINDS, RANKING, SKIPS, UNIQUE, VISIT
 from counters_tasks.ops.importer import formats, ledger
 from counters_tasks.recorder import VisitRecorder
 from tests.support import brittle_kind, toy_kind
@@ -70,6 +70,8 @@ RESTATED: list[tuple[str, Callable[[], Callable[..., Any]], Kind, tuple[str, ...
     ("the middleware's recorder .incr_ranking", lambda: middleware_recorder_type().incr_ranking, RANKING, ()),
     # a view's bump: timed when made, and of the request's site (the middleware fills both in)
     ("RequestCounters.bump", lambda: common.RequestCounters.bump, RANKING, ("ts", "site")),
+    # skips are counted by the time their reason was first seen since the last batch (stamped there)
+    ("VisitRecorder.skipped", lambda: VisitRecorder.skipped, SKIPS, ("ts",)),
     ("task update_counter", lambda: tasks.update_counter.run, COUNTER_UPDATE, ()),
     ("counters.update_counter (contract)", lambda: counters.update_counter, COUNTER_UPDATE, ()),
     ("task count_unique", lambda: tasks.count_unique.run, UNIQUE, ()),
