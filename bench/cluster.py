@@ -82,7 +82,7 @@ def ingest_worker(url: str, cluster: bool, seed: int, count: int, batch: int, re
     stream = make_visits(count, seed, time.time())
     record_many = visits.apply_visits if batch > 1 else None
     visits.apply_visit(conn, "192.0.2.1", "/warmup", "f" * 32)  # scripts, topology, the day's figure
-    uniques.expected_for(conn, visits.prepare_visit("192.0.2.1", "/", None).view.day)
+    uniques.expected_for(conn, visits.prepare_visit({"ip": "192.0.2.1", "path": "/"}).view.day)
     ready.release()
     go.wait()
     started = time.perf_counter()

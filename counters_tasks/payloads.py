@@ -40,7 +40,7 @@ def prepare_payload(kind: Kind, items: Any) -> tuple[list[Positioned], list[tupl
     refused: list[tuple[int, InvalidInput]] = []
     for n, item in enumerate(items):
         try:
-            accepted.append((n, kind.prepare(**kind.item_fields(item))))
+            accepted.append((n, kind.prepare(kind.item_fields(item))))
         except InvalidInput as exc:
             refused.append((n, type(exc)(f"{kind.item_noun} {n}: {exc}")))
     return accepted, refused

@@ -13,7 +13,7 @@ most once per its id made from the message id.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from . import throughput
@@ -39,18 +39,12 @@ def bump_from_entry(entry: list[Any]) -> RankingBump:
     return RankingBump(Board(name, period_hours, interval_hours), member, amount, slot)
 
 
-def prepare_bump(
-    board: Any,
-    member: Any,
-    amount: Any = 1,
-    ts: Any = None,
-    period_hours: Any = 24,
-    interval_hours: Any = 1,
-    site: Any = None,
-) -> RankingBump:
-    """Validate one bump, given as ``incr_ranking`` takes it (raises InvalidInput; writes nothing).
+def prepare_bump(fields: Mapping[str, Any]) -> RankingBump:
+    """Validate one bump, its fields as ``RANKING.bind`` returns them (raises InvalidInput; writes nothing).
     Whether the board's stored settings agree is known only when it is written (``write_bumps``)."""
-    return bump_on(check_board(board, period_hours, interval_hours, site), member, amount, ts)
+    get = fields.get
+    board = check_board(fields["board"], get("period_hours", 24), get("interval_hours", 1), get("site"))
+    return bump_on(board, fields["member"], get("amount", 1), get("ts"))
 
 
 BUMPS_PER_CALL = 100
@@ -62,21 +56,16 @@ MAX_BUMPS = 20_000
 """The most bumps one ``incr_rankings`` message may carry."""
 
 
-def app_bump(
-    board: Any,
-    member: Any,
-    amount: Any = 1,
-    ts: Any = None,
-    period_hours: Any = 24,
-    interval_hours: Any = 1,
-    site: Any = None,
-) -> dict[str, Any]:
-    """One bump checked in the app's process (``prepare_bump``; ``ts`` None: now) and written as
-    an item of an ``incr_rankings`` message, the default amount, settings and site left out."""
-    if ts is None:
-        ts = time.time()
-    prepare_bump(board, member, amount, ts, period_hours, interval_hours, site)
-    bump: dict[str, Any] = {"board": board, "member": member, "ts": ts}
+def app_bump(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """One bump (its fields as ``RANKING.bind`` returns them) checked in the app's process
+    (``prepare_bump``; ``ts`` None: now) and written as an item of an ``incr_rankings`` message,
+    the default amount, settings and site left out."""
+    bump: dict[str, Any] = {"board": fields["board"], "member": fields["member"], "ts": fields.get("ts")}
+    if bump["ts"] is None:
+        bump["ts"] = time.time()
+    prepare_bump({**fields, "ts": bump["ts"]})
+    amount, site = fields.get("amount", 1), fields.get("site")
+    period_hours, interval_hours = fields.get("period_hours", 24), fields.get("interval_hours", 1)
     if type(amount) is not int or amount != 1:
         bump["amount"] = amount
     if (period_hours, interval_hours) != (24, 1):

@@ -182,7 +182,7 @@ class VisitRecorder:
             raise TypeError(f"kind {kind.name!r} declares no app_item and batch task: it is not buffered")
         # bound first: its shape (TypeError, as a call would raise) and every text in it
         # (InvalidInput for a string UTF-8 cannot encode) before the kind's own checks
-        self._add(kind.batch_task, kind.app_item(**kind.bind(args, kwargs)))
+        self._add(kind.batch_task, kind.app_item(kind.bind(args, kwargs)))
 
     def skipped(self, route: str, reason: str, count: int = 1, site: str | None = None) -> None:
         """Count ``count`` requests that were not page views (``route``: ``middleware``; ``reason``:

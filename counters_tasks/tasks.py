@@ -51,7 +51,7 @@ def clean_counters(self: MaintenanceTask) -> Any:
 
 
 incr_ranking, incr_rankings = define_kind_tasks(ranking_bumps.RANKING)
-"""``incr_ranking.delay(board, member, amount=1, ts=None, period_hours=24, interval_hours=1, site=None)``,
+"""``incr_ranking.delay(board, member, ...)``, the fields of ``RANKING`` (its ``signature``; docs/tasks.md),
 applied by the worker in batches; ``incr_rankings``: many bumps in one message
 (``VisitRecorder.incr_ranking`` sends these)."""
 
@@ -65,8 +65,7 @@ def rotate_rankings(self: MaintenanceTask) -> Any:
 # --- visits and daily uniques -----------------------------------------------------------------
 
 record_visit, record_visits = define_kind_tasks(visits.VISIT)
-"""``record_visit.delay(ip, path, session_id=None, ts=None, site=None, referrer=None, utm=None,
-user_agent=None, language=None)``,
+"""``record_visit.delay(ip, path, ...)``, the fields of ``VISIT`` (its ``signature``; docs/tasks.md),
 applied by the worker in batches; ``record_visits``: many visits in one message (``VisitRecorder``
 sends these; the task id is the batch id)."""
 

@@ -20,7 +20,7 @@ import functools
 import math
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
 from typing import Any, NamedTuple
@@ -94,52 +94,38 @@ def visit_from_entry(entry: list[Any]) -> Visit:
     return Visit(view, ts, None if session is None else (date.fromisoformat(session[0]), session[1]))
 
 
-def check_visit(
-    ip: Any,
-    path: Any,
-    session_id: Any = None,
-    ts: Any = None,
-    site: Any = None,
-    referrer: Any = None,
-    utm: Any = None,
-    user_agent: Any = None,
-    language: Any = None,
-) -> tuple[float, str | None, dict[str, str], str | None]:
-    """Validate one visit as ``prepare_visit`` does, without making the visitor id (the HMAC under
-    COUNTERS_SECRET, which only workers hold) or its day: what the app-side producer checks.
-    Returns its time (``ts``; None: now), its referrer reduced to its domain (None when not
-    given), its campaign (``core.sources``) and its language reduced (``core.clients``; None when
-    not given), each worked out once. The user agent is only checked: the worker parses it."""
+def check_visit(fields: Mapping[str, Any]) -> tuple[float, str | None, dict[str, str], str | None]:
+    """Validate one visit (its fields as ``VISIT.bind`` returns them) as ``prepare_visit`` does,
+    without making the visitor id (the HMAC under COUNTERS_SECRET, which only workers hold) or its
+    day: what the app-side producer checks. Returns its time (``ts``; None: now), its referrer
+    reduced to its domain (None when not given), its campaign (``core.sources``) and its language
+    reduced (``core.clients``; None when not given), each worked out once. The user agent is only
+    checked: the worker parses it."""
+    get = fields.get
+    ts = get("ts")
     ts = time.time() if ts is None else check_item_time(ts)
-    check_path(path)
-    check_ip(ip)
-    check_site(site)
+    check_path(fields["path"])
+    check_ip(fields["ip"])
+    check_site(get("site"))
+    referrer, session_id, language = get("referrer"), get("session_id"), get("language")
     domain = None if referrer is None else referrer_domain(referrer)
-    campaign = check_campaign(utm)
+    campaign = check_campaign(get("utm"))
     if session_id is not None:
         uniques.session_number(session_id)
-    check_user_agent(user_agent)
+    check_user_agent(get("user_agent"))
     preferred = None if language is None else language_of(language)
     return ts, domain, campaign, preferred
 
 
-def app_visit(
-    ip: Any,
-    path: Any,
-    session_id: Any = None,
-    ts: Any = None,
-    site: Any = None,
-    referrer: Any = None,
-    utm: Any = None,
-    user_agent: Any = None,
-    language: Any = None,
-) -> dict[str, Any]:
-    """One visit checked in the app's process (``check_visit``; ``ts`` None: now) and written as
-    an item of a ``record_visits`` message: the referrer reduced to its domain (a full URL never
-    reaches the broker), the language to its preferred tag, what every visit has by default left
-    out."""
-    ts, domain, campaign, preferred = check_visit(ip, path, session_id, ts, site, referrer, utm, user_agent, language)
-    visit: dict[str, Any] = {"ip": ip, "path": path, "ts": ts}
+def app_visit(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """One visit (its fields as ``VISIT.bind`` returns them) checked in the app's process
+    (``check_visit``; ``ts`` None: now) and written as an item of a ``record_visits`` message:
+    the referrer reduced to its domain (a full URL never reaches the broker), the language to its
+    preferred tag, what every visit has by default left out."""
+    ts, domain, campaign, preferred = check_visit(fields)
+    get = fields.get
+    visit: dict[str, Any] = {"ip": fields["ip"], "path": fields["path"], "ts": ts}
+    session_id, site, user_agent = get("session_id"), get("site"), get("user_agent")
     if session_id is not None:
         visit["session_id"] = session_id
     if site is not None and site != DEFAULT_SITE:
@@ -179,29 +165,27 @@ def pack_visits(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return items
 
 
-def prepare_visit(
-    ip: Any,
-    path: Any,
-    session_id: Any = None,
-    ts: Any = None,
-    site: Any = None,
-    referrer: Any = None,
-    utm: Any = None,
-    user_agent: Any = None,
-    language: Any = None,
-    client: Any = None,
-) -> Visit:
-    """Validate one visit, given as ``record_visit`` takes it (raises InvalidInput; writes nothing).
-    ``site``: a site of ``COUNTERS_SITES`` (None: the default site), whose zone makes the day;
-    ``referrer`` and ``utm``: its source (``core.sources``); ``user_agent`` and ``language`` (the
-    User-Agent and Accept-Language headers), or ``client`` (the user agent as ``pack_visits``
-    reduced it): who visits (``core.clients``)."""
-    ts = check_item_time(ts)
-    scope = check_site(site)
+def prepare_visit(fields: Mapping[str, Any]) -> Visit:
+    """Validate one visit, its fields (``VISIT.fields``) as ``VISIT.bind`` returns them (raises
+    InvalidInput; writes nothing). ``site``: a site of ``COUNTERS_SITES`` (None: the default
+    site), whose zone makes the day; ``referrer`` and ``utm``: its source (``core.sources``);
+    ``user_agent`` and ``language`` (the User-Agent and Accept-Language headers), or ``client``
+    (the user agent as ``pack_visits`` reduced it): who visits (``core.clients``)."""
+    ts = check_item_time(fields.get("ts"))
+    scope = check_site(fields.get("site"))
     day = local_day(ts, zone_of(scope))  # the time checked and its day computed once, for every part of the visit
-    view = sitestats.view_on(ip, path, day, scope, referrer, utm, user_agent, language, client)
+    view = view_on(fields, day, scope)
+    session_id = fields.get("session_id")
     session = (day, uniques.session_number(session_id)) if session_id is not None else None
     return Visit(view, ts, session)
+
+
+# MERGE: drop when sitestats.view_on takes fields (the split branch), prepare_visit then calling it
+def view_on(fields: Mapping[str, Any], day: date, site: str) -> sitestats.SiteView:
+    get = fields.get
+    return sitestats.view_on(
+        get("ip"), get("path"), day, site, *map(get, ("referrer", "utm", "user_agent", "language", "client"))
+    )
 
 
 def hits_names(path: str, site: str = "") -> tuple[str, str]:
@@ -348,28 +332,18 @@ def _queue_counters(conn: RedisClient, call: _Call, pipe: Any) -> None:
     counters.queue_counter_writes(conn, pipe, call.per_counter, call.message_id)
 
 
-def apply_visit(
-    conn: RedisClient,
-    ip: str,
-    path: str,
-    session_id: str | None = None,
-    now: float | None = None,
-    *,
-    message_id: str | None = None,
-    site: str | None = None,
-    referrer: str | None = None,
-    utm: dict[str, str] | None = None,
-) -> None:
-    """One visit: site PV/UV, counters ``hits`` and ``hits:<path>``, and the session's daily unique,
-    of ``site`` (a site of ``COUNTERS_SITES``; None: the default site), with its source: the
-    ``referrer`` (a URL or a domain, reduced to its domain) and the ``utm`` campaign tags."""
+def apply_visit(conn: RedisClient, *args: Any, message_id: str | None = None, **kwargs: Any) -> None:
+    """One visit, its fields given as ``record_visit`` takes them (``VISIT.fields``, by position
+    or name: ``ip, path, session_id=None, ts=None, site=None, ...``), written at once in this
+    process: site PV/UV, counters ``hits`` and ``hits:<path>``, the session's daily unique, who
+    visits and its source, at most once per ``message_id``."""
     check_message_id(message_id)
-    visit = prepare_visit(ip, path, session_id, now, site, referrer, utm)
+    visit = prepare_visit(VISIT.bind(args, kwargs))
     write_through(conn, lambda plan: write_calls(plan, [([visit], message_id)]))
 
 
 def apply_visits(conn: RedisClient, visits: list[dict[str, Any]], *, message_id: str | None = None) -> int:
-    """Many visits (dicts with keys ip, path, session_id, ts, site, referrer, utm) as ``apply_visit`` each, in chunks,
+    """Many visits (dicts of ``VISIT.fields``: a ``record_visits`` message's items) as ``apply_visit`` each, in chunks,
     at most once per ``message_id`` (the batch id): the visit kind's payload (``payloads.apply_payload``).
     Every item is validated before anything is written; a bad item is refused on its own (logged
     and counted, ``refusals``) and the others are applied. Returns the number of visits applied.

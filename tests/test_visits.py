@@ -234,10 +234,12 @@ def test_a_batch_plan_keeps_the_order_of_a_view_by_view_fold(monkeypatch):
     now = time.time()
     batch = [
         visits.prepare_visit(
-            f"198.51.100.{rng.randrange(9)}",
-            f"/p{rng.randrange(30)}",
-            ts=now - rng.uniform(0, 3000),
-            site="blog" if rng.random() < 0.5 else None,
+            {
+                "ip": f"198.51.100.{rng.randrange(9)}",
+                "path": f"/p{rng.randrange(30)}",
+                "ts": now - rng.uniform(0, 3000),
+                "site": "blog" if rng.random() < 0.5 else None,
+            }
         )
         for _ in range(500)
     ]

@@ -46,8 +46,9 @@ class Kind:
       (``counters_tasks.record_visits``, argument ``visits``), if any; ``max_items`` the most it
       may carry.
     How an item is checked, kept and written (each None when the kind has no such path):
-      ``prepare(*fields)``: one item checked (InvalidInput) and prepared for writing, in a worker;
-      ``app_item(*fields)``: one item checked in the app's process (no COUNTERS_SECRET there) and
+      ``prepare(fields)``: one item, its fields as ``bind`` returns them (a dict by name, the
+      defaults left out), checked (InvalidInput) and prepared for writing, in a worker;
+      ``app_item(fields)``: the same checked in the app's process (no COUNTERS_SECRET there) and
       returned as the dict a batch message carries (``VisitRecorder`` and a buffered ``.delay()``);
       ``to_entry`` / ``from_entry``: a prepared item as JSON-able data and back (the journal of a
       worker's claimed batch);
@@ -77,8 +78,8 @@ class Kind:
     batch_task: str | None = None
     items_argument: str = "items"
     max_items: int = 20_000
-    prepare: Callable[..., Any] | None = None
-    app_item: Callable[..., dict[str, Any]] | None = None
+    prepare: Callable[[dict[str, Any]], Any] | None = None
+    app_item: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     to_entry: Callable[[Any], Any] | None = None
     from_entry: Callable[[Any], Any] | None = None
     write: Callable[[Any, list[Call], Any], Callable[[], list[Any]]] | None = None

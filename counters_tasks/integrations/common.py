@@ -19,7 +19,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 from ..core import pageviews
 from ..core.paths import encode_decoded_path, encode_target_bytes
@@ -118,34 +118,6 @@ def wire_text(value: str | bytes, errors: str = "replace") -> str:
     return raw.decode("utf-8", errors)
 
 
-class Recorder(Protocol):
-    """What the middleware needs of a recorder: ``VisitRecorder`` (or a stand-in in an app's tests).
-    ``site=`` is passed only for a site other than the default one, ``referrer=`` and ``utm=`` only
-    for a view that has them."""
-
-    def record(
-        self,
-        ip: str,
-        path: str,
-        session_id: str | None = None,
-        ts: float | None = None,
-        site: str | None = None,
-        referrer: str | None = None,
-        utm: dict[str, str] | None = None,
-    ) -> None: ...
-
-    def incr_ranking(
-        self,
-        board: str,
-        member: str,
-        amount: int = 1,
-        ts: float | None = None,
-        period_hours: int = 24,
-        interval_hours: int = 1,
-        site: str | None = None,
-    ) -> None: ...
-
-
 def new_session_id() -> str:
     """A fresh session id for the cookie: a random UUID's 32 hex digits."""
     return uuid.uuid4().hex
@@ -172,9 +144,13 @@ class Options:
     (a UUID or 15+ hex digits) or None for a visit without one. ``site(info)`` replaces the Host
     allowlist of ``COUNTERS_SITES`` (``core.sites.site_for_host``): it returns the name of the site
     the request counts for (one of ``COUNTERS_SITES``, or ``default``), or None to count it for none.
+    ``recorder``: a ``VisitRecorder`` (the middleware calls its ``record``, ``incr_ranking`` and
+    ``skipped``), or a callable returning one; a stand-in in an app's tests need only take what its
+    requests send (``site=`` comes only for a site other than the default one, ``referrer=``,
+    ``utm=``, ``user_agent=`` and ``language=`` only when the request has them).
     """
 
-    recorder: Recorder | Callable[[], Recorder] | None = None
+    recorder: VisitRecorder | Callable[[], VisitRecorder] | None = None
     methods: Collection[str] = pageviews.METHODS
     skip_prefixes: Collection[str] = DEFAULT_SKIP_PREFIXES
     skip_extensions: Collection[str] = DEFAULT_SKIP_EXTENSIONS
@@ -321,11 +297,11 @@ class Counting:
             options.skip_crawlers,
         )
         """The page view rule (``core.pageviews``) with this middleware's parameters."""
-        self._recorder: Recorder | None = None
+        self._recorder: VisitRecorder | None = None
         self._recorder_lock = threading.Lock()
 
     @property
-    def recorder(self) -> Recorder:
+    def recorder(self) -> VisitRecorder:
         """The recorder visits go to: the one given (or made by the callable given, once), else
         ``shared_recorder()``; resolved at the first counted request, so after a server's fork."""
         if self._recorder is None:
@@ -566,7 +542,7 @@ class Counting:
         if self.options.recorder is not None:  # the app's own: a closed one is the app's to renew
             getattr(recorder, method)(*args, **kwargs)
             return
-        taken = call_shared(cast(VisitRecorder, recorder), lambda shared: getattr(shared, method)(*args, **kwargs))
+        taken = call_shared(recorder, lambda shared: getattr(shared, method)(*args, **kwargs))
         if taken is not recorder:
             with self._recorder_lock:
                 self._recorder = taken

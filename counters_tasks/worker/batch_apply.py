@@ -53,7 +53,7 @@ def parse_arguments(request: Any, kind: Kind) -> Any:
     except TypeError:
         raise MalformedMessage(f"takes {kind.signature}") from None
     assert kind.prepare is not None  # a kind with worker batches declares it
-    return kind.prepare(**fields)
+    return kind.prepare(fields)
 
 
 Refusal = tuple[int, InvalidInput]

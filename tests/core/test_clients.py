@@ -210,7 +210,9 @@ def test_every_write_route_gives_the_same_tables(raw_conn, eager_app):
     now = time.time()
     day = days.local_day(now)
     tasks.record_visit.delay("8.8.8.8", "/a", None, now, user_agent=agent, language="de-DE,de;q=0.9").get()
-    items = [visits.app_visit("8.8.8.8", "/a", None, now, user_agent=agent, language="de-DE,de;q=0.9")]
+    items = [
+        visits.app_visit({"ip": "8.8.8.8", "path": "/a", "ts": now, "user_agent": agent, "language": "de-DE,de;q=0.9"})
+    ]
     assert (
         items[0]["language"] == "de-DE" and items[0]["user_agent"] == agent
     )  # reduced before the broker: the language only
@@ -244,7 +246,7 @@ def test_a_bad_header_is_refused_on_its_own_and_the_others_are_applied(raw_conn)
         {**good, "client": "Chrome"},
     ]
     with pytest.raises(InvalidInput):
-        visits.app_visit("8.8.8.8", "/", None, now, user_agent=42)
+        visits.app_visit({"ip": "8.8.8.8", "path": "/", "ts": now, "user_agent": 42})
     applied = visits.apply_visits(raw_conn, [bad[0], good, *bad[1:]], message_id="m-bad-headers")
     assert applied == 1
     assert [tuple(c) for c in sitestats.top_clients(raw_conn, day, day, "browser")] == [("Chrome", 1, 1, False)]

@@ -29,10 +29,7 @@ def visit_requests(batch: list[dict], first: int = 0) -> list[SimpleRequest]:
 
 
 def visit_items(batch: list[dict], first: int = 0) -> list[tuple[visits.Visit, str]]:
-    return [
-        (visits.prepare_visit(v["ip"], v["path"], v.get("session_id"), v["ts"]), f"v{first + n}")
-        for n, v in enumerate(batch)
-    ]
+    return [(visits.prepare_visit(v), f"v{first + n}") for n, v in enumerate(batch)]
 
 
 def commands(conn) -> int:

@@ -56,15 +56,15 @@ class FakeRecorder:
     def record(self, ip, path, session_id=None, ts=None, user_agent=None, language=None):
         if self.fail is not None:
             raise self.fail
-        from counters_tasks.visits import check_visit
+        from counters_tasks.visits import VISIT, check_visit
 
-        check_visit(ip, path, session_id, ts, user_agent=user_agent, language=language)
+        check_visit(VISIT.bind((ip, path, session_id, ts), {"user_agent": user_agent, "language": language}))
         self.visits.append((ip, path, session_id))
 
     def incr_ranking(self, board, member, amount=1, ts=None, period_hours=24, interval_hours=1):
-        from counters_tasks.ranking_bumps import prepare_bump
+        from counters_tasks.ranking_bumps import RANKING, prepare_bump
 
-        prepare_bump(board, member, amount, ts, period_hours, interval_hours)
+        prepare_bump(RANKING.bind((board, member, amount, ts, period_hours, interval_hours), {}))
         self.bumps.append((board, member, amount))
 
 

@@ -107,7 +107,7 @@ def seed_visits(conn) -> tuple[list[tuple[float, str, str, str]], str, str]:
     done = []
     for offset, ip, path, session in plan:
         ts = now - 86400 * offset
-        visits.apply_visit(conn, ip, path, session, now=ts)
+        visits.apply_visit(conn, ip, path, session, ts=ts)
         done.append((ts, ip, path, session))
     return done, yesterday.isoformat(), today.isoformat()
 

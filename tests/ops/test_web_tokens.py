@@ -80,7 +80,7 @@ def dashboard(redis_url, tmp_path_factory) -> Iterator[str]:
 def test_a_token_reads_the_api_without_the_password(dashboard, raw_conn):
     now = time.time()
     for ip, path in (("203.0.113.1", "/"), ("203.0.113.1", "/pricing"), ("203.0.113.2", "/pricing")):
-        visits.apply_visit(raw_conn, ip, path, now=now)
+        visits.apply_visit(raw_conn, ip, path, ts=now)
     day = local_day(now).isoformat()
     token = create("grafana")
 

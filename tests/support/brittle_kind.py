@@ -9,6 +9,7 @@ A worker runs its tasks with ``celery worker -I tests.support.brittle_kind``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from counters_tasks import tasks
@@ -20,18 +21,18 @@ BREAKS = "breaks-the-check"
 """The post whose check raises RuntimeError (a bug of the check, not bad input)."""
 
 
-def prepare_like(post: Any, ts: Any = None, extra: Any = None) -> list[Any]:
+def prepare_like(fields: Mapping[str, Any]) -> list[Any]:
     """One like checked, as ``toy_kind``'s, but broken on ``BREAKS``."""
-    if post == BREAKS:
+    if fields["post"] == BREAKS:
         raise RuntimeError("the check itself broke")
-    return toy_kind.prepare_like(post, ts)
+    return toy_kind.prepare_like(fields)
 
 
-def app_like(post: Any, ts: Any = None, extra: Any = None) -> dict[str, Any]:
+def app_like(fields: Mapping[str, Any]) -> dict[str, Any]:
     """The item as the app sends it, ``extra`` passed on unchecked (any object)."""
-    item = {"post": check_text(post, "post"), "ts": check_item_time(ts)}
-    if extra is not None:
-        item["extra"] = extra
+    item = {"post": check_text(fields["post"], "post"), "ts": check_item_time(fields.get("ts"))}
+    if fields.get("extra") is not None:
+        item["extra"] = fields["extra"]
     return item
 
 

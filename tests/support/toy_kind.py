@@ -9,6 +9,7 @@ with ``celery worker -I tests.support.toy_kind``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from counters_tasks import tasks
@@ -30,14 +31,15 @@ return 1
 """
 
 
-def prepare_like(post: Any, ts: Any = None) -> list[Any]:
-    """One like checked (InvalidInput) and prepared: ``[post, ts]``, JSON-able as it is."""
-    return [check_text(post, "post"), check_item_time(ts)]
+def prepare_like(fields: Mapping[str, Any]) -> list[Any]:
+    """One like (its fields as ``Kind.bind`` returns them) checked (InvalidInput) and prepared:
+    ``[post, ts]``, JSON-able as it is."""
+    return [check_text(fields["post"], "post"), check_item_time(fields.get("ts"))]
 
 
-def app_like(post: Any, ts: Any = None) -> dict[str, Any]:
+def app_like(fields: Mapping[str, Any]) -> dict[str, Any]:
     """One like checked in the app's process and written as an item of a ``tests.toy.likes`` message."""
-    post, ts = prepare_like(post, ts)
+    post, ts = prepare_like(fields)
     return {"post": post, "ts": ts}
 
 

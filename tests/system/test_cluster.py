@@ -154,7 +154,7 @@ def test_a_worker_batch_goes_on_after_a_failover_of_its_clients_default_node(tmp
     from counters_tasks.worker.batch_apply import write_claimed
 
     now = time.time()
-    items = [(visits.prepare_visit(f"10.3.0.{n}", f"/d{n}", None, now), f"dn-{n}") for n in range(40)]
+    items = [(visits.prepare_visit({"ip": f"10.3.0.{n}", "path": f"/d{n}", "ts": now}), f"dn-{n}") for n in range(40)]
     with RedisClusterProcesses(tmp_path / "cluster", masters=3, replicas=1) as cluster:
         conn = make_client(load_settings({**celery_env(cluster.url), "COUNTERS_REDIS_CLUSTER": "1"}))
         assert write_claimed(conn, visits.VISIT, items[:20], throughput.Tally()) == []
