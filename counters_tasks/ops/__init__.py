@@ -9,6 +9,8 @@
 - ``health``: Redis, broker, workers, beat and the beat jobs' last runs;
 - ``metrics``: the Prometheus ``/metrics`` of the dashboard server, read from Redis and the
   broker at each scrape (docs/metrics.md);
+- ``tables``: the stored tables from their declarations (``core.table``): ``counters-tasks tables``
+  and ``counters-tasks table NAME``;
 - ``demo``: the ``make demo`` burst of simulated visits and its report;
 - ``importer``: ``counters-tasks import``, access logs and JSON lines through the batches, a
   package: reading the input (``importer.reading``), the formats (``importer.formats``), the
