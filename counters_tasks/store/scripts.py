@@ -131,7 +131,7 @@ def execute_in_order(conn: RedisClient, *stages: Callable[[Any], Any]) -> list[l
 
 
 class WritePlan:
-    """What one group of writes sends in one round trip, each part with the reader of its own
+    """What one round trip of writes sends, each part with the reader of its own
     replies: a data module adds a part (``add``: a function that queues commands on the pipeline,
     and one that reads their replies, in order), ``run`` sends every part and hands each reader its
     replies. No caller keeps track of which replies are whose."""
