@@ -18,7 +18,7 @@ PACKAGE_KINDS: tuple[Kind, ...] = (VISIT, RANKING, COUNTER_UPDATE, UNIQUE, SKIPS
 
 
 def of_task(task: str) -> Kind | None:
-    """The kind whose per-item or batch task is named ``task``: the package's kinds (declared by
+    """The kind whose per-item or payload task is named ``task``: the package's kinds (declared by
     importing this module) and any an app registered."""
     return by_task(task)
 

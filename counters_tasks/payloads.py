@@ -1,5 +1,5 @@
 """The one path of a payload, a message of many items of one kind (``record_visits``,
-``incr_rankings``, or a new kind's batch task), whatever the kind (``core.kind``): every item
+``incr_rankings``, or a new kind's payload task), whatever the kind (``core.kind``): every item
 checked before anything is written, a bad one refused on its own (counted, ``refusals``) and the
 others written in calls of the kind's size, each at most once per its id made from the message
 id, then the batch counted for the metrics (``throughput``).
@@ -92,13 +92,13 @@ def write_planned(
 
 
 def apply_payload(conn: RedisClient, kind: Kind, items: Any, *, message_id: str | None = None) -> int:
-    """A payload of ``kind`` (its batch task's one argument) applied at most once per ``message_id``
+    """A payload of ``kind`` (its payload task's one argument) applied at most once per ``message_id``
     (the batch id): every item checked before anything is written, a bad item refused on its own
     (logged and counted) and the others written. Returns the items applied (for a ranking, late
     items included: taken, and ignored as their window has gone)."""
     check_message_id(message_id)
-    if kind.batch_task is None:
-        raise TypeError(f"kind {kind.name!r} declares no batch task")
+    if kind.payload_task is None:
+        raise TypeError(f"kind {kind.name!r} declares no payload task")
     accepted, refused = prepare_payload(kind, items)  # a payload refused whole raises (the task counts it)
     if kind.screen is not None:
         accepted, screened = kind.screen(conn, accepted)
@@ -106,8 +106,8 @@ def apply_payload(conn: RedisClient, kind: Kind, items: Any, *, message_id: str 
     tally = throughput.Tally()
     calls = plan_calls(kind, accepted, message_id, len(items))
     conflicts = write_planned(conn, kind, calls, tally)
-    refusals.count_refused(conn, short_name(kind.batch_task), message_id, refused + conflicts)
-    throughput.count(conn, kind.name, tally, batch=(short_name(kind.batch_task), len(items)))
+    refusals.count_refused(conn, short_name(kind.payload_task), message_id, refused + conflicts)
+    throughput.count(conn, kind.name, tally, batch=(short_name(kind.payload_task), len(items)))
     return len(accepted) - len(conflicts)
 
 

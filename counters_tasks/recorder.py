@@ -70,7 +70,7 @@ _register_compact_json()
 
 log = logging.getLogger(__name__)
 
-SKIPS_TASK = cast(str, SKIPS.batch_task)
+SKIPS_TASK = cast(str, SKIPS.payload_task)
 
 
 class VisitRecorder:
@@ -176,13 +176,13 @@ class VisitRecorder:
     def add(self, kind: Kind, *args: Any, **kwargs: Any) -> None:
         """Queue one item of ``kind`` (``core.kind``), given as its per-item task takes it: checked
         now (``kind.app_item``: bad input raises InvalidInput here, not in a worker; ``ts`` None is
-        now), sent in a batch of its batch task. ``record`` and ``incr_ranking`` are this for the
+        now), sent in a batch of its payload task. ``record`` and ``incr_ranking`` are this for the
         package's kinds; an app's own kind is queued the same way."""
-        if kind.app_item is None or kind.batch_task is None:
-            raise TypeError(f"kind {kind.name!r} declares no app_item and batch task: it is not buffered")
+        if kind.app_item is None or kind.payload_task is None:
+            raise TypeError(f"kind {kind.name!r} declares no app_item and payload task: it is not buffered")
         # bound first: its shape (TypeError, as a call would raise) and every text in it
         # (InvalidInput for a string UTF-8 cannot encode) before the kind's own checks
-        self._add(kind.batch_task, kind.app_item(kind.bind(args, kwargs)))
+        self._add(kind.payload_task, kind.app_item(kind.bind(args, kwargs)))
 
     def skipped(self, route: str, reason: str, count: int = 1, site: str | None = None) -> None:
         """Count ``count`` requests that were not page views (``route``: ``middleware``; ``reason``:

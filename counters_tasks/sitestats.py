@@ -128,7 +128,7 @@ def totals_expire_at(day: date, site: str = "") -> int:
 def prepare_view(
     ip: Any,
     path: Any,
-    now: Any = None,
+    ts: Any = None,
     site: Any = None,
     referrer: Any = None,
     utm: Any = None,
@@ -138,7 +138,7 @@ def prepare_view(
 ) -> SiteView:
     """Validate one page view (raises InvalidInput; writes nothing), with its visitor id."""
     scope = check_site(site)
-    day = local_day(check_item_time(now, "now"), zone_of(scope))
+    day = local_day(check_item_time(ts), zone_of(scope))
     return view_on(ip, path, day, scope, referrer, utm, user_agent, language, client)
 
 
@@ -176,7 +176,7 @@ def view_on(
 def queue_views(
     conn: RedisClient, pipe: Any, views: Iterable[SiteView], message_id: str | None
 ) -> list[tuple[date, int]]:
-    """Queue on ``pipe`` one script call per slot (day, visitor shard, path group) for ``views``.
+    """Queue on ``pipe`` one script call per slot (day, visitor shard, path tag group) for ``views``.
 
     Returns the day and number of views of each ``site_day`` call (DAY_VIEWS_PER_CALL views at
     most each), in order: they are queued first, and each one's reply is the number of its views
@@ -189,7 +189,7 @@ def queue_views(
         by_day: dict[tuple[str, date], list[SiteView]] = defaultdict(list)
         by_shard: dict[int, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
         by_group: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
-        group_of: dict[tuple[str, str], tuple[str, str]] = {}  # (site, path) -> (its group, its name): once a call
+        group_of: dict[tuple[str, str], tuple[str, str]] = {}  # (site, path) -> (its tag group, its name): once a call
         for view in views:
             site, visitor = view.site, view.visitor
             by_day[site, view.day].append(view)

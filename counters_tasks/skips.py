@@ -55,7 +55,7 @@ SKIPS = register(
         name="skip",
         fields=("route", "reason", "count", "ts", "site"),
         required=2,
-        batch_task="counters_tasks.count_skips",
+        payload_task="counters_tasks.count_skips",
         items_argument="items",
         max_items=MAX_REASONS,
     )

@@ -49,7 +49,7 @@ def batch_kinds() -> list[str]:
     (messages per batch), then the app-side batch messages (items per message)."""
     written = [kind for kind in registered() if kind.write is not None]
     return [short_name(kind.item_task) for kind in written if kind.worker_batches and kind.item_task] + [
-        short_name(kind.batch_task) for kind in written if kind.batch_task
+        short_name(kind.payload_task) for kind in written if kind.payload_task
     ]
 
 

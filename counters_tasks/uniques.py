@@ -258,11 +258,11 @@ def apply_ids(
         raise RuntimeError(f"the expected figure of {day.isoformat()} keeps changing")  # pragma: no cover
 
 
-def prepare_id(session_id: Any, now: Any = None, site: Any = None) -> tuple[date, int]:
+def prepare_id(session_id: Any, ts: Any = None, site: Any = None) -> tuple[date, int]:
     """Validate one sighting (raises InvalidInput; writes nothing): its site's local day and
     integer id."""
     number = session_number(session_id)
-    return local_day(check_item_time(now, "now"), zone_of(check_site(site))), number
+    return local_day(check_item_time(ts), zone_of(check_site(site))), number
 
 
 UNIQUE = register(
@@ -288,7 +288,7 @@ def count_visit(
     """
     check_message_id(message_id)
     scope = check_site(site)
-    day, number = prepare_id(session_id, now, scope)
+    day, number = prepare_id(session_id, check_item_time(now, "now"), scope)  # the contract names it now
 
     def queue(plan: WritePlan) -> Callable[[], bool]:
         replies: list[Any] = []

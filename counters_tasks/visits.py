@@ -3,13 +3,13 @@ the site's visitors right now (``live``).
 
 Every input is validated first (InvalidInput, nothing written), then all writes are queued on
 one pipeline: one Lua call per slot (uniques day, site day, visitor shard, path, each counter),
-in one round trip. Writes are grouped per slot, so a group of visits costs one call per
-distinct slot, and each group is applied at most once per its message id. A batch's visits
+in one round trip. Writes are grouped per slot, so a call of visits costs one Lua call per
+distinct slot, and each call is applied at most once per its id. A batch's visits
 applied, and those skipped as already applied, are then counted for the metrics
 (``throughput``).
 
 The kind's declaration is ``VISIT`` (``core.kind``). A batch (a ``record_visits`` message,
-``apply_visits``, the one path of every kind's payloads: ``payloads``) is cut into chunks of ``CHUNK`` visits, each chunk a group with its
+``apply_visits``, the one path of every kind's payloads: ``payloads``) is cut into chunks of ``CHUNK`` visits, each chunk a call with its
 own id derived from the batch id (``<batch id>#<n>``), so no single Lua call runs long and a
 redelivered batch, cut the same way, is applied once.
 """
@@ -40,7 +40,7 @@ from .store.keys import chunk_ids
 from .store.scripts import WritePlan, write_through
 
 CHUNK = 500
-"""Visits per group of a batch: one Lua call per slot per chunk, each under 5 ms (SLOWLOG)."""
+"""Visits per call of a payload: one Lua call per slot per chunk, each under 5 ms (SLOWLOG)."""
 
 UNIQUES_PER_CALL = 64
 """Session ids per Lua call: a new day's ids each create a shard, the costly case."""
@@ -227,7 +227,7 @@ def _plan(visits: Sequence[Visit], message_id: str | None) -> _Call:
         per_second[view.site, second] += 1
         per_unit[view.site, view.path, second - second % unit] += 1
     # The counters in the order their views first came (a site's hits before its first page's),
-    # their fields too: a batch's calls of a group, cut at FIELDS_PER_CALL, and so their dedupe
+    # their fields too: a payload's calls of a tag group, cut at FIELDS_PER_CALL, and so their dedupe
     # ids, stay what they were when each (page, second) was folded on its own.
     per_counter: dict[str, counters.Fields] = {}
     names: dict[tuple[str, str], tuple[str, str]] = {}  # (site, path) -> hits_names, made once a batch
@@ -294,36 +294,36 @@ def _add_views(plan: WritePlan, call: _Call) -> None:
 
 
 def write_calls(
-    plan: WritePlan, groups: Sequence[tuple[Sequence[Visit], str | None]], tally: throughput.Tally | None = None
+    plan: WritePlan, calls: Sequence[tuple[Sequence[Visit], str | None]], tally: throughput.Tally | None = None
 ) -> Callable[[], list[None]]:
-    """Queue groups of validated visits on ``plan`` (the write's one round trip; a second only to
-    re-send a day whose uniques layout moved), each group at most once per its message id: each
-    group's uniques, views and counters, and the live sightings. Returns how to read the outcome
+    """Queue calls of validated visits on ``plan`` (the write's one round trip; a second only to
+    re-send a day whose uniques layout moved), each call at most once per its message id: each
+    call's uniques, views and counters, and the live sightings. Returns how to read the outcome
     once sent: ``tally``, when given, gets the visits applied now and those skipped as applied
     before (from the ``site_day`` replies), a closed day's views are counted (``refusals``), and
-    None per group (no group is refused as written: the visit kind's ``write``)."""
+    None per call (no call is refused as written: the visit kind's ``write``)."""
     conn = plan.conn
-    calls = [_plan(visits, message_id) for visits, message_id in groups if visits]
+    planned = [_plan(visits, message_id) for visits, message_id in calls if visits]
     expected = {
-        (site, day): uniques.expected_for(conn, day, site) for call in calls for site, day, _ids, _id in call.sessions
+        (site, day): uniques.expected_for(conn, day, site) for call in planned for site, day, _ids, _id in call.sessions
     }
-    for call in calls:
+    for call in planned:
         _add_sessions(plan, call, expected)
         _add_views(plan, call)
         plan.add(functools.partial(_queue_counters, conn, call))
-    if calls:
+    if planned:
         plan.add(
             lambda pipe: live.queue_sightings(
-                pipe, ((v.view.site, v.ts, v.view.visitor) for call in calls for v in call.visits)
+                pipe, ((v.view.site, v.ts, v.view.visitor) for call in planned for v in call.visits)
             )
         )
 
     def outcome() -> list[None]:
-        for call in calls:
+        for call in planned:
             if tally is not None:
                 tally.add(call.applied, call.duplicates, max(visit.ts for visit in call.visits))
             refusals.count_partial(conn, "record_visits", call.message_id, call.closed)
-        return [None] * len(groups)
+        return [None] * len(calls)
 
     return outcome
 
@@ -361,7 +361,7 @@ VISIT = register(
         required=2,
         item_task="counters_tasks.record_visit",
         worker_batches=True,
-        batch_task="counters_tasks.record_visits",
+        payload_task="counters_tasks.record_visits",
         items_argument="visits",
         max_items=MAX_BATCH,
         prepare=prepare_visit,

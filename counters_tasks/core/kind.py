@@ -42,7 +42,7 @@ class Kind:
       ``required`` of them required (an item of a batch message is a dict of these names);
       ``item_task``: the task sent once per item (``counters_tasks.record_visit``), if any;
       ``worker_batches``: the worker applies ``item_task``'s messages in claimed batches;
-      ``batch_task`` and ``items_argument``: the task that carries many items in one message
+      ``payload_task`` and ``items_argument``: the task that carries many items in one message
       (``counters_tasks.record_visits``, argument ``visits``), if any; ``max_items`` the most it
       may carry.
     How an item is checked, kept and written (each None when the kind has no such path):
@@ -75,7 +75,7 @@ class Kind:
     required: int
     item_task: str | None = None
     worker_batches: bool = False
-    batch_task: str | None = None
+    payload_task: str | None = None
     items_argument: str = "items"
     max_items: int = 20_000
     prepare: Callable[[dict[str, Any]], Any] | None = None
@@ -168,8 +168,8 @@ def register(kind: Kind) -> Kind:
         for other in _registry.values():
             if other is kind:
                 return kind
-            taken = {other.name, other.item_task, other.batch_task} - {None}
-            if {kind.name, kind.item_task, kind.batch_task} & taken:
+            taken = {other.name, other.item_task, other.payload_task} - {None}
+            if {kind.name, kind.item_task, kind.payload_task} & taken:
                 raise ValueError(f"kind {kind.name!r}: its name or a task name is taken by kind {other.name!r}")
         _registry[kind.name] = kind
     return kind
@@ -181,8 +181,8 @@ def registered() -> list[Kind]:
 
 
 def by_task(task: str) -> Kind | None:
-    """The kind whose per-item or batch task is named ``task``, if any."""
+    """The kind whose per-item or payload task is named ``task``, if any."""
     for kind in _registry.values():
-        if task in (kind.item_task, kind.batch_task):
+        if task in (kind.item_task, kind.payload_task):
             return kind
     return None

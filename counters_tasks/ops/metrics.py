@@ -52,7 +52,7 @@ def item_time(task: str, args: list[Any], kwargs: dict[str, Any]) -> float | Non
     """The oldest item time (``ts``) a waiting task message carries, or None when it carries
     none (``.delay()`` without ``ts``: such an item is stamped when a worker applies it). Where
     ``ts`` sits is its kind's declaration (``core.kind``): a per-item task's argument, or each
-    item's of a batch task's one argument."""
+    item's of a payload task's one argument."""
     kind = kinds.of_task(task)
     position = None if kind is None else kind.ts_position
     if kind is None or position is None:
@@ -313,7 +313,7 @@ def queue_lengths(per_queue: dict[str, int]) -> Any:
 
 
 def dead_letter_metrics(kept: int, by_reason: dict[str, int]) -> list[Any]:
-    """``counters_dead_letters`` (records kept) and ``counters_dead_lettered`` (set aside ever, by
+    """``counters_dead_letters`` (dead letters kept) and ``counters_dead_lettered`` (set aside ever, by
     reason), wherever the dead letters are kept."""
     set_aside = CounterMetricFamily(
         "counters_dead_lettered", "Messages ever set aside in the dead letters, by reason", labels=["reason"]
@@ -321,9 +321,7 @@ def dead_letter_metrics(kept: int, by_reason: dict[str, int]) -> list[Any]:
     for reason, count in sorted(by_reason.items()):
         set_aside.add_metric([reason], count)
     return [
-        GaugeMetricFamily(
-            "counters_dead_letters", "Dead-letter records kept (counters-tasks dead-letters)", value=kept
-        ),
+        GaugeMetricFamily("counters_dead_letters", "Dead letters kept (counters-tasks dead-letters)", value=kept),
         set_aside,
     ]
 

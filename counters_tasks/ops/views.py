@@ -343,29 +343,29 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def _token_record(value: Any) -> dict[str, Any]:
-    """A stored record, or {} for one that is not a JSON object (changed by hand: it allows nothing)."""
+def _token_entry(value: Any) -> dict[str, Any]:
+    """A stored token entry, or {} for one that is not a JSON object (changed by hand: it allows nothing)."""
     try:
-        record = json.loads(value)
+        entry = json.loads(value)
     except ValueError:
         return {}
-    return record if isinstance(record, dict) else {}
+    return entry if isinstance(entry, dict) else {}
 
 
-def _token_records(pipe: Any) -> dict[str, dict[str, Any]]:
-    return {as_str(field): _token_record(value) for field, value in pipe.hgetall(keys.api_tokens()).items()}
+def _token_entries(pipe: Any) -> dict[str, dict[str, Any]]:
+    return {as_str(field): _token_entry(value) for field, value in pipe.hgetall(keys.api_tokens()).items()}
 
 
 def create_token(conn: RedisClient, name: Any, now: float | None = None, site: Any = None) -> dict[str, Any]:
-    """A new token named ``name`` (unique): its record and, this once, the token itself. ``site``:
+    """A new token named ``name`` (unique): its entry and, this once, the token itself. ``site``:
     the one site it reads (None: every site, and ``/metrics``)."""
     check_text(name, "name", 100)
     only = None if site is None else site_name(check_site(site))
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    record = {"name": name, "created": int(time.time() if now is None else now), "scope": TOKEN_SCOPE, "site": only}
+    entry = {"name": name, "created": int(time.time() if now is None else now), "scope": TOKEN_SCOPE, "site": only}
 
     def add(pipe: Any) -> None:  # WATCHed: two creates at once cannot both take a name or the last place
-        stored = _token_records(pipe).values()
+        stored = _token_entries(pipe).values()
         if any(r.get("name") == name for r in stored):
             raise InvalidInput(f"a token named {name!r} exists already (revoke it first)")
         if len(stored) >= MAX_TOKENS:
@@ -374,16 +374,16 @@ def create_token(conn: RedisClient, name: Any, now: float | None = None, site: A
                 f"revoke unused ones (counters-tasks tokens list / revoke NAME)"
             )
         pipe.multi()
-        pipe.hset(keys.api_tokens(), token_hash(token), json.dumps(record))
+        pipe.hset(keys.api_tokens(), token_hash(token), json.dumps(entry))
 
     conn.transaction(add, keys.api_tokens())
-    return {**record, "token": token}
+    return {**entry, "token": token}
 
 
 def tokens_list(conn: RedisClient) -> dict[str, Any]:
-    """The tokens' records (name, created, scope, site), oldest first: never a token or its hash."""
-    records = sorted(_token_records(conn).values(), key=lambda r: (r.get("created", 0), r.get("name", "")))
-    return {"tokens": [{k: r.get(k) for k in ("name", "created", "scope", "site")} for r in records], "max": MAX_TOKENS}
+    """The tokens' entries (name, created, scope, site), oldest first: never a token or its hash."""
+    entries = sorted(_token_entries(conn).values(), key=lambda r: (r.get("created", 0), r.get("name", "")))
+    return {"tokens": [{k: r.get(k) for k in ("name", "created", "scope", "site")} for r in entries], "max": MAX_TOKENS}
 
 
 def revoke_token(conn: RedisClient, name: Any) -> dict[str, Any]:
@@ -392,7 +392,7 @@ def revoke_token(conn: RedisClient, name: Any) -> dict[str, Any]:
     found: list[str] = []
 
     def remove(pipe: Any) -> None:
-        found[:] = [field for field, r in _token_records(pipe).items() if r.get("name") == name]
+        found[:] = [field for field, r in _token_entries(pipe).items() if r.get("name") == name]
         pipe.multi()
         if found:
             pipe.hdel(keys.api_tokens(), *found)
@@ -410,10 +410,10 @@ def token_sites(conn: RedisClient, token: str) -> set[str] | None:
     stored = conn.hget(keys.api_tokens(), token_hash(token))
     if stored is None:
         return None
-    record = _token_record(stored)
-    if record.get("scope") != TOKEN_SCOPE:
+    entry = _token_entry(stored)
+    if entry.get("scope") != TOKEN_SCOPE:
         return None
-    site = record.get("site")
+    site = entry.get("site")
     return set() if site is None else {site} if isinstance(site, str) else None
 
 

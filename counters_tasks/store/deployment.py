@@ -11,7 +11,7 @@ that made another would split the figures for good. So:
   ``lost_by``, ``previous``) is written with the tag key. Every process checks it at most every
   ``CHECK_EVERY`` seconds, on its normal Redis use (two commands in one round trip). A writer
   that finds it gone puts back the tag key it holds (``SET NX``: whoever comes first, all end on
-  one key) under a new ``id``, recording the loss; any process that finds another ``id`` than it
+  one key) under a new ``id``, noting the loss; any process that finds another ``id`` than it
   saw logs the loss at ERROR and takes Redis's tag key. Every write is confirmed after it is
   made (``confirm_written``, one GET): one made with a tag key that lost to another is made
   again under the winner, so no write lands where readers do not look. ``health`` and
@@ -129,7 +129,7 @@ def _state(conn: RedisClient) -> Held:
 def tag_key_for(conn: RedisClient, write: bool) -> bytes:
     """The tag key to make ``conn``'s deployment's keys with, checking the marker when due
     (see the module docstring). ``write``: the caller is about to write, so it may make the
-    tag key and the marker, put them back after a loss, and record the loss."""
+    tag key and the marker, put them back after a loss, and note the loss."""
     held = _state(conn)
     if _due(held, write):
         with held.lock:

@@ -287,7 +287,7 @@ def throughput() -> str:
 
 
 def dead_letters() -> str:
-    """LIST on the broker: records of messages set aside (newest first, COUNTERS_DEAD_LETTER_MAX)."""
+    """LIST on the broker: the dead letters, one a message set aside (newest first, COUNTERS_DEAD_LETTER_MAX)."""
     return f"{prefix()}dead"
 
 

@@ -25,7 +25,7 @@
   a warm shutdown must wait for rather than drop);
 - ``dead_letters``: messages set aside (undecodable, malformed, oversize, or failing for good),
   with their reasons, for operators to list, requeue or drop;
-- ``maintenance``: the beat jobs' cluster-wide lock and their last-run records, and beat's start;
+- ``maintenance``: the beat jobs' cluster-wide lock and their last-run statuses, and beat's start;
 - ``results``: the app's result backend, which keeps none and says so when a result is asked for.
 
 It imports the data modules, ``store`` and ``core``; nothing here imports ``tasks``, ``app``,

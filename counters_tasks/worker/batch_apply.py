@@ -154,7 +154,7 @@ def set_aside_now(
 ) -> str:
     """One message of ``kind`` handed to ``give_up`` (the dead letters) at its first failure, until
     Redis takes it; returns why it was not applied (its batch result's ``FAILED`` text)."""
-    until_recorded(functools.partial(give_up, kind.item_task or kind.name, request, exc), max_backoff)
+    until_written(functools.partial(give_up, kind.item_task or kind.name, request, exc), max_backoff)
     return f"SetAside: {SetAside(1, exc)}"
 
 
@@ -230,7 +230,7 @@ def _apply_batch(
         write_all(items)
     throughput.count(conn, kind.name, tally, batch=(task, len(requests)))  # for the metrics
     for position, message_id, error in refused:
-        until_recorded(functools.partial(refusals.count_refused, conn, task, message_id, [(None, error)]), max_backoff)
+        until_written(functools.partial(refusals.count_refused, conn, task, message_id, [(None, error)]), max_backoff)
         outcome[FAILED][position] = f"{type(error).__name__}: {error.reason}: {error}"
     if eager and refused:  # applied in-process (an app's tests): the caller sees the refusal
         raise refused[0][2]
@@ -238,13 +238,13 @@ def _apply_batch(
     return outcome
 
 
-def until_recorded(record: Callable[[], None], max_backoff: float) -> None:
-    """Run ``record`` (a refusal's count) until Redis takes it: a refused message is counted
-    before it is acknowledged."""
+def until_written(write: Callable[[], None], max_backoff: float) -> None:
+    """Run ``write`` (a refusal's count, or a message set aside) until Redis takes it: a refused
+    message is counted, or set aside, before it is acknowledged."""
     backoff = Backoff(maximum=max_backoff)
     while True:
         try:
-            return record()
+            return write()
         except Exception as exc:  # noqa: BLE001  counted later is better than acknowledged uncounted
             if not is_transient(exc):
                 raise

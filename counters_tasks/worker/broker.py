@@ -4,7 +4,7 @@ kombu's Redis transport takes messages with ``BRPOP``: the message leaves Redis 
 sends the reply, and is recorded as unacknowledged (so that it can be restored after the
 visibility timeout) only once the worker has read that reply. A worker killed (SIGKILL, OOM)
 in between loses the message for good (celery/kombu#305, celery/celery#4354). Here a message is
-taken by one Lua call that pops it and records it as unacknowledged at once (``broker_take``);
+taken by one Lua call that pops it and marks it unacknowledged at once (``broker_take``);
 to wait for messages without taking any, the worker blocks on ``BLMOVE q q RIGHT RIGHT``, which
 puts the message back where it was. ``BLMOVE`` waits on one list, so a worker consuming several
 queues waits on each on a connection of its own (``QueueWait``): the channel's own connection
@@ -180,15 +180,15 @@ class QoS(kombu_redis.QoS):
     def ack(self, delivery_tag: Any) -> None:
         if self._acks is None:
             super().ack(delivery_tag)
-        else:  # removed from the unacked records when acks_together ends
+        else:  # removed from the unacked entries when acks_together ends
             self._acks.append(delivery_tag)
             virtual.QoS.ack(self, delivery_tag)
 
     @contextmanager
     def acks_together(self) -> Iterator[None]:
-        """Acknowledgements made inside (by this thread) leave the broker's unacked records in one
+        """Acknowledgements made inside (by this thread) leave the broker's unacked entries in one
         round trip at the end (kombu's ``ack`` sends a ``MULTI`` / ``EXEC`` a message: a sixth of the worker's
-        main process with one message a visit). Should that round trip fail, the records stay and
+        main process with one message a visit). Should that round trip fail, the entries stay and
         the messages come back after the visibility timeout, as after a failed ``ack``; their
         items are applied at most once (dedupe)."""
         self._acks = []
@@ -214,7 +214,7 @@ def acks_together(messages: list[Any]) -> Iterator[None]:
 
 
 class Channel(AdaptedChannel):
-    """Takes messages atomically (pop + record as unacknowledged), waits without taking: kombu's
+    """Takes messages atomically (pop + mark unacknowledged), waits without taking: kombu's
     Redis channel with its consume command (``start_consume``, ``read_consume``) replaced."""
 
     QoS = QoS
@@ -252,7 +252,7 @@ class Channel(AdaptedChannel):
 
     def _forget_unacked(self, tag: Any) -> None:
         """The take recorded a message of a queue consumed without acknowledgements: forget it
-        (kombu's BRPOP path never records those), or the restore sweep would send it again and
+        (kombu's BRPOP path never marks those), or the restore sweep would send it again and
         again after every visibility timeout."""
         if isinstance(tag, str):
             with self.conn_or_acquire() as client:

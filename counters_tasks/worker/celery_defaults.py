@@ -30,8 +30,8 @@ broker_transport_options = {
     # a worker killed while it held the restore lock blocks sweeps until it expires
     "unacked_mutex_expire": min(300, _settings.visibility_timeout),
 }
-# A worker killed while taking a message (between kombu's BRPOP and its unacked record) lost it:
-# this transport pops and records in one Lua call (counters_tasks/worker/broker.py).
+# A worker killed while taking a message (between kombu's BRPOP and its unacked entry) lost it:
+# this transport pops and marks in one Lua call (counters_tasks/worker/broker.py).
 if _settings.broker_url.startswith(("redis://", "rediss://")):
     broker_transport = "counters_tasks.worker.broker:Transport"
 elif _settings.broker_url.startswith(SOCKET_BROKER_SCHEME + "://"):  # a unix socket: the same, see SocketTransport
@@ -120,7 +120,7 @@ beat_schedule = {
     },
     "expire-dead-letters": {
         "task": "counters_tasks.expire_dead_letters",
-        "schedule": crontab(minute=30),  # hourly, at :30: records older than COUNTERS_DEAD_LETTER_DAYS
+        "schedule": crontab(minute=30),  # hourly, at :30: dead letters older than COUNTERS_DEAD_LETTER_DAYS
         "options": {"expires": 3300},
     },
 }

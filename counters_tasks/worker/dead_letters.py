@@ -2,7 +2,7 @@
 dropped, and never able to stop a worker. They are kept on the broker's Redis, or in the
 counters' Redis when the broker is not a Redis (RabbitMQ...: ``store_client``).
 
-Two kinds of record go to one capped list (``store.keys.dead_letters``), newest first:
+Two kinds of dead letter go to one capped list (``store.keys.dead_letters``), newest first:
 
 - a message the worker cannot decode or whose shape is wrong (not JSON, not a kombu message, no
   task name or id, a body that is not Celery's ``[args, kwargs, embed]``, or larger than
@@ -22,8 +22,8 @@ every IP address of its arguments, body and error masked as Celery's output show
 ``requeue`` (a masked IP is not a visitor: it would be refused as bad input); the operator reads
 and drops it.
 
-Each record says why (``reason``), when (``at``) and from which queue; the reasons are counted.
-Records older than ``COUNTERS_DEAD_LETTER_DAYS`` (14) are removed by the beat job
+Each dead letter says why (``reason``), when (``at``) and from which queue; the reasons are counted.
+Dead letters older than ``COUNTERS_DEAD_LETTER_DAYS`` (14) are removed by the beat job
 ``expire_dead_letters`` (``expire``): they hold task arguments, visitor IPs among them.
 Operators list, requeue or drop them with ``counters-tasks dead-letters``. ``message_problem``
 and ``task_arguments`` decode a raw message (the metrics read the item time of a queue's head
@@ -53,7 +53,7 @@ from ..store.scripts import run_script
 log = logging.getLogger(__name__)
 
 PAYLOAD_KEPT = 1 << 20
-"""Bytes of a set-aside message's raw payload kept in its record (all of any decodable message)."""
+"""Bytes of a set-aside message's raw payload kept in its dead letter (all of any decodable message)."""
 
 _client: tuple[int, str, redis.Redis] | None = None
 
@@ -184,7 +184,7 @@ def _arguments(decoded: Any) -> tuple[list[Any], dict[str, Any]] | None:
 
 def payload_text(item: bytes | str) -> tuple[str, bool]:
     """A raw payload as text, and whether it had to be escaped: bytes that are not UTF-8 (a
-    foreign producer's) are kept as ``\\xNN`` escapes, so the record is JSON and can be listed,
+    foreign producer's) are kept as ``\\xNN`` escapes, so the dead letter is JSON and can be listed,
     but is not the message as it was (``requeue`` keeps it)."""
     if isinstance(item, str):
         return item, False
@@ -194,7 +194,7 @@ def payload_text(item: bytes | str) -> tuple[str, bool]:
         return item.decode("utf-8", "backslashreplace"), True
 
 
-def _record(reason: str, queue: str | None, task: str | None, task_id: Any, **extra: Any) -> str:
+def _dead_letter(reason: str, queue: str | None, task: str | None, task_id: Any, **extra: Any) -> str:
     return json.dumps(
         {
             "reason": reason,
@@ -215,7 +215,7 @@ def set_aside_message(
     headers = (message or {}).get("headers") or {}
     tag = ((message or {}).get("properties") or {}).get("delivery_tag")
     task = headers.get("task") if isinstance(headers.get("task"), str) else None
-    record = _record(
+    letter = _dead_letter(
         reason,
         queue,
         task,
@@ -228,14 +228,14 @@ def set_aside_message(
         client,
         "dead_letter",
         [keys.dead_letters(), keys.dead_letter_reasons(), *unacked],
-        [record, get_settings().dead_letter_max, reason, tag if isinstance(tag, str) else ""],
+        [letter, get_settings().dead_letter_max, reason, tag if isinstance(tag, str) else ""],
     )
     log.warning("message %s (task %s) from %s set aside: %s", headers.get("id"), task, queue, reason)
 
 
 def set_aside_delivered(message: Any, reason: str) -> None:
     """Set aside a task message as kombu delivered it (``worker.consumer``, any broker), for
-    ``reason`` (a ``task_problem``, or ``unknown_task``), before Celery handles it: its record
+    ``reason`` (a ``task_problem``, or ``unknown_task``), before Celery handles it: its dead letter
     keeps the body (``body_only``: without its message it cannot be sent again, ``requeue``
     keeps it). Kept in the counters' Redis (``kept_with_the_counters``), its body, task and id
     have their IP addresses masked (``masked`` when that changed them). The caller acknowledges
@@ -251,7 +251,7 @@ def set_aside_delivered(message: Any, reason: str) -> None:
         if shown != (text, task, task_id):
             (text, task, task_id), extra["masked"] = shown, True
     queue = (message.delivery_info or {}).get("routing_key")
-    record = _record(
+    letter = _dead_letter(
         reason,
         queue,
         task or None,
@@ -265,7 +265,7 @@ def set_aside_delivered(message: Any, reason: str) -> None:
         store_client(),
         "dead_letter",
         [keys.dead_letters(), keys.dead_letter_reasons(), "", ""],
-        [record, get_settings().dead_letter_max, reason, ""],
+        [letter, get_settings().dead_letter_max, reason, ""],
     )
     log.warning(
         "message %s (task %s) from %s set aside: %s", masked_text(task_id[:200]), masked_text(task[:200]), queue, reason
@@ -287,25 +287,25 @@ def set_aside_call(
         if (shown_args, shown_kwargs) != (args, kwargs):
             args, kwargs, extra["masked"] = shown_args, shown_kwargs, True
         error_text = masked_text(error_text)
-    record = _record(
+    letter = _dead_letter(
         reason, queue, task, task_id, args=args, kwargs=kwargs, attempts=attempts, error=error_text, **extra
     )
     run_script(
         store_client(),
         "dead_letter",
         [keys.dead_letters(), keys.dead_letter_reasons(), "", ""],
-        [record, get_settings().dead_letter_max, reason, ""],
+        [letter, get_settings().dead_letter_max, reason, ""],
     )
     log.error("%s %s failed %d times (%r): set aside in the dead letters", task, task_id, attempts, error)
 
 
 EXPIRE_PER_RUN = 10_000
-"""Most records one run of ``expire`` removes (the default cap of the list): the rest wait for
+"""Most dead letters one run of ``expire`` removes (the default cap of the list): the rest wait for
 the next run, an hour later."""
 
 
 def record_time(raw: bytes | str) -> float | None:
-    """When a record was written (its ``at``), or None when it cannot be read."""
+    """When a dead letter was written (its ``at``), or None when it cannot be read."""
     try:
         return finite_number(json.loads(raw).get("at"))
     except (ValueError, UnicodeDecodeError, AttributeError):
@@ -313,11 +313,11 @@ def record_time(raw: bytes | str) -> float | None:
 
 
 def expire(client: Any, older_than: float, limit: int = EXPIRE_PER_RUN) -> int:
-    """Delete the records written before ``older_than`` (a time; ``COUNTERS_DEAD_LETTER_DAYS``
+    """Delete the dead letters written before ``older_than`` (a time; ``COUNTERS_DEAD_LETTER_DAYS``
     ago for the beat job), so that the arguments and payloads kept here, visitor IPs among them,
-    are not kept for good. The list is newest first, so the oldest is its last record: each step
+    are not kept for good. The list is newest first, so the oldest is its last dead letter: each step
     reads that one (LINDEX -1) and removes it only if it is still the last one (WATCH), and a run
-    stops at the first record young enough. A run with nothing due costs one read. A record
+    stops at the first dead letter young enough. A run with nothing due costs one read. A dead letter
     whose time cannot be read is removed as due. Returns how many were removed."""
     removed = 0
 
@@ -342,24 +342,24 @@ def expire(client: Any, older_than: float, limit: int = EXPIRE_PER_RUN) -> int:
 
 
 def expire_due(client: Any, now: float | None = None) -> int:
-    """``expire`` the records older than ``COUNTERS_DEAD_LETTER_DAYS`` (none when it is 0)."""
+    """``expire`` the dead letters older than ``COUNTERS_DEAD_LETTER_DAYS`` (none when it is 0)."""
     days = get_settings().dead_letter_days
     return expire(client, (time.time() if now is None else now) - days * 86400) if days else 0
 
 
 def summary(client: Any) -> dict[str, Any]:
-    """How many records are kept, and how many messages were ever set aside, by reason."""
+    """How many dead letters are kept, and how many messages were ever set aside, by reason."""
     reasons = {as_str(k): int(v) for k, v in client.hgetall(keys.dead_letter_reasons()).items()}
     return {"count": int(client.llen(keys.dead_letters())), "by_reason": reasons}
 
 
 def listing(client: Any, limit: int = 100) -> list[dict[str, Any]]:
-    """The newest ``limit`` records, each with its ``index`` (0 = newest) for requeue and drop."""
+    """The newest ``limit`` dead letters, each with its ``index`` (0 = newest) for requeue and drop."""
     return [{"index": n, **json.loads(raw)} for n, raw in enumerate(client.lrange(keys.dead_letters(), 0, limit - 1))]
 
 
 def _take(client: Any, index: int | None) -> list[tuple[bytes, dict[str, Any]]]:
-    """Remove the record at ``index`` (or all, for None) from the list; returns what was removed."""
+    """Remove the dead letter at ``index`` (or all, for None) from the list; returns what was removed."""
     if index is None:
         raws = client.lrange(keys.dead_letters(), 0, -1)
     else:
@@ -373,26 +373,26 @@ def _take(client: Any, index: int | None) -> list[tuple[bytes, dict[str, Any]]]:
 
 
 def drop(client: Any, index: int | None) -> int:
-    """Delete the record at ``index`` (all for None); returns how many were deleted."""
+    """Delete the dead letter at ``index`` (all for None); returns how many were deleted."""
     return len(_take(client, index))
 
 
 def requeue(client: Any, app: Any, index: int | None) -> int:
-    """Send the record at ``index`` (all for None) again: a raw message back to its queue as it
+    """Send the dead letter at ``index`` (all for None) again: a raw message back to its queue as it
     was, a failed task call as a new message with the same task id (so dedupe still holds). A
     truncated payload, or a call whose IPs were masked, cannot be: it stays. Returns how many
     were sent."""
     done = 0
-    for raw, record in _take(client, index):
-        if "payload" in record and not any(record.get(k) for k in ("truncated", "escaped", "body_only")):
-            client.lpush(record["queue"], record["payload"])
-        elif "args" in record and not record.get("masked"):
+    for raw, letter in _take(client, index):
+        if "payload" in letter and not any(letter.get(k) for k in ("truncated", "escaped", "body_only")):
+            client.lpush(letter["queue"], letter["payload"])
+        elif "args" in letter and not letter.get("masked"):
             app.send_task(
-                record["task"],
-                args=record["args"],
-                kwargs=record["kwargs"],
-                task_id=record["id"],
-                queue=record.get("queue") or None,
+                letter["task"],
+                args=letter["args"],
+                kwargs=letter["kwargs"],
+                task_id=letter["id"],
+                queue=letter.get("queue") or None,
             )
         else:  # a payload not as it came (truncated, escaped, a body alone) or masked arguments: keep it
             client.rpush(keys.dead_letters(), raw)

@@ -19,16 +19,16 @@ from .task_bases import CountingTask, WorkerBatches, counting, set_aside_request
 
 
 def define_tasks(app: Any, kind: Kind, item_base: type[WorkerBatches] = WorkerBatches) -> tuple[Any, Any]:
-    """Register ``kind``'s tasks on ``app``: ``(its per-item task, its batch task)``, each None
+    """Register ``kind``'s tasks on ``app``: ``(its per-item task, its payload task)``, each None
     when the kind declares none (or no ``write``, for a kind written its own way).
     ``item_base``: the per-item task's base (a ``WorkerBatches``; the package's app side gives
     one that buffers ``.delay()``, ``tasks.DelayBuffered``)."""
-    item_task = batch_task = None
+    item_task = payload_task = None
     if kind.item_task is not None and kind.worker_batches:
         item_task = app.task(name=kind.item_task, base=item_base, bind=True)(_item_runner(kind))
-    if kind.batch_task is not None and kind.write is not None:
-        batch_task = app.task(name=kind.batch_task, base=CountingTask, bind=True)(counting(_batch_runner(kind)))
-    return item_task, batch_task
+    if kind.payload_task is not None and kind.write is not None:
+        payload_task = app.task(name=kind.payload_task, base=CountingTask, bind=True)(counting(_payload_runner(kind)))
+    return item_task, payload_task
 
 
 def _item_runner(kind: Kind) -> Any:
@@ -43,7 +43,7 @@ def _item_runner(kind: Kind) -> Any:
     return run
 
 
-def _batch_runner(kind: Kind) -> Any:
+def _payload_runner(kind: Kind) -> Any:
     argument = kind.items_argument
     parameter = inspect.Parameter
     signature = inspect.Signature(
@@ -55,7 +55,7 @@ def _batch_runner(kind: Kind) -> Any:
         return payloads.apply_payload(get_redis(), kind, items, message_id=self.message_id)
 
     run.__signature__ = signature  # type: ignore[attr-defined]  # what Celery checks a call against
-    run.__name__ = run.__qualname__ = short_name(kind.batch_task or kind.name)
+    run.__name__ = run.__qualname__ = short_name(kind.payload_task or kind.name)
     run.__doc__ = (
         f"Many {kind.items_argument} in one message (``{argument}``: a list of dicts of "
         f"{', '.join(kind.fields)}); the task id is the batch id."

@@ -24,7 +24,7 @@ HEARTBEAT_JOB = "clean_counters"
 """The job beat sends every minute: its last run, or beat's own start (``note_beat_started``),
 tells whether beat is alive (``ops.health``)."""
 BEAT_STARTED = "beat_started"
-"""The field of ``HEARTBEAT_JOB``'s record (``job_status``) holding when a beat last started."""
+"""The field of ``HEARTBEAT_JOB``'s status (``job_status``) holding when a beat last started."""
 
 
 def run_exclusive(conn: RedisClient, job: str, work: Callable[[], T], lock_seconds: float) -> T | str:
@@ -58,7 +58,7 @@ def run_exclusive(conn: RedisClient, job: str, work: Callable[[], T], lock_secon
 
 
 def note_beat_started(conn: RedisClient, now: float | None = None) -> None:
-    """Keep when a beat started (epoch seconds), in the record of its every-minute job: until that
+    """Keep when a beat started (epoch seconds), in the status of its every-minute job: until that
     job first runs (up to a minute later, at the next minute on the default schedule), it is what
     tells that beat is alive, so a deployment just started does not report a beat that never ran."""
     conn.hset(keys.job_stats(HEARTBEAT_JOB), BEAT_STARTED, repr(time.time() if now is None else now))

@@ -1,6 +1,6 @@
 """The kinds of things counted, declared once (``core.kind``): the package's tables derive from
 the declarations, and a kind declared in the test tree alone (``tests.support.toy_kind``) runs
-through ``.delay()``, ``VisitRecorder``, the batch task, the refusals, the throughput totals and
+through ``.delay()``, ``VisitRecorder``, the payload task, the refusals, the throughput totals and
 the metrics' item times, applied eagerly here (through real workers, SIGKILL included:
 tests/faults/test_toy_kind.py)."""
 
@@ -20,7 +20,7 @@ from tests.support import toy_kind
 
 def test_the_package_tables_come_from_the_declarations(eager_app):
     """What used to be kept in eight tables, read from the declarations: the task names, where
-    ``ts`` sits, each batch task's argument, the throughput kinds."""
+    ``ts`` sits, each payload task's argument, the throughput kinds."""
     assert {kind.name for kind in kinds.PACKAGE_KINDS} <= {kind.name for kind in registered()}
     assert (
         kinds.VISIT.signature
@@ -56,7 +56,7 @@ def test_a_kind_is_registered_once_and_its_names_are_its_own():
 
 
 def test_a_kind_declared_in_the_tests_counts_through_every_route(eager_app, raw_conn):
-    """``.delay()`` of its per-item task, ``VisitRecorder.add``, its batch task (a redelivery
+    """``.delay()`` of its per-item task, ``VisitRecorder.add``, its payload task (a redelivery
     counted once), each bad item refused on its own and counted, a call that does not fit refused;
     the throughput totals and batch sizes kept under its names."""
     toy_kind.like.delay("p1")

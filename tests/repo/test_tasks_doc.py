@@ -29,8 +29,8 @@ def test_each_kinds_task_lists_its_declared_fields_in_order(kind):
         arguments = [part.strip().strip("`") for part in cell.strip("`").split(",")]
         assert [argument.split("=")[0] for argument in arguments] == list(kind.fields), cell
         assert [("=" in argument) for argument in arguments] == [n >= kind.required for n in range(len(kind.fields))]
-    if kind.batch_task is not None:  # `visits` (list of dicts with those keys), or `items` (list of `{route, ...}`)
-        cell = documented[kind.batch_task]
+    if kind.payload_task is not None:  # `visits` (list of dicts with those keys), or `items` (list of `{route, ...}`)
+        cell = documented[kind.payload_task]
         assert cell.startswith(f"`{kind.items_argument}`"), cell
         keys = re.search(r"`\{([^}]*)\}`", cell)
         if keys:

@@ -257,7 +257,7 @@ def dead_letters_list(limit: int, output: str) -> None:
 
 
 def which_records(command: Callable) -> Callable:
-    """``--all`` or ``--index I``: the records a dead-letters command acts on (None for all)."""
+    """``--all`` or ``--index I``: the dead letters a dead-letters command acts on (None for all)."""
 
     @functools.wraps(command)
     def run(all_: bool, index: int | None) -> None:
@@ -265,8 +265,8 @@ def which_records(command: Callable) -> Callable:
             raise click.UsageError("give either --all or --index")
         command(index)
 
-    run = click.option("--index", type=click.IntRange(0), help="one record (see list)")(run)
-    return click.option("--all", "all_", is_flag=True, help="every record")(run)
+    run = click.option("--index", type=click.IntRange(0), help="one dead letter (see list)")(run)
+    return click.option("--all", "all_", is_flag=True, help="every dead letter")(run)
 
 
 @dead_letters_group.command("requeue")

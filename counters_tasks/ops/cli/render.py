@@ -448,20 +448,20 @@ DEAD_LETTER_COLUMNS = ("index", "at_epoch", "at_iso", "reason", "task", "id", "q
 
 
 def dead_letter_rows(data: dict) -> Rows:
-    """One row a record, newest first: its index (for requeue and drop), when it was set aside
+    """One row a dead letter, newest first: its index (for requeue and drop), when it was set aside
     (epoch seconds, and ISO 8601 in COUNTERS_TIMEZONE), why, and its task, id and queue."""
     zone = get_settings().zone
     return DEAD_LETTER_COLUMNS, [
         {
-            "index": record["index"],
-            "at_epoch": int(record["at"]),
-            "at_iso": datetime.fromtimestamp(int(record["at"]), zone).isoformat(),
-            "reason": record["reason"],
-            "task": record.get("task"),
-            "id": record.get("id"),
-            "queue": record.get("queue"),
+            "index": letter["index"],
+            "at_epoch": int(letter["at"]),
+            "at_iso": datetime.fromtimestamp(int(letter["at"]), zone).isoformat(),
+            "reason": letter["reason"],
+            "task": letter.get("task"),
+            "id": letter.get("id"),
+            "queue": letter.get("queue"),
         }
-        for record in data["records"]
+        for letter in data["records"]
     ]
 
 
@@ -492,7 +492,7 @@ TOKEN_COLUMNS = ("name", "created_epoch", "created_iso", "scope", "site")
 def token_rows(data: dict) -> Rows:
     """One row a token, oldest first: its name, when it was made (epoch seconds, and ISO 8601 in
     COUNTERS_TIMEZONE), its scope and the one site it reads (empty: every site, and /metrics).
-    Never the token or its hash: only its record is kept."""
+    Never the token or its hash: only its entry is kept."""
     zone = get_settings().zone
 
     def when(ts: int | None) -> str | None:

@@ -28,7 +28,7 @@ from .ledger import canonical, content_digest, visit_fields
 from .reading import chain_lines
 
 CHUNK = visits.CHUNK
-"""Page views per chunk: one ``record_visits`` call (one group, one message id) and one ledger entry."""
+"""Page views per chunk: one ``record_visits`` payload (one message id) and one ledger entry."""
 
 PROGRESS_EVERY = 5000
 """Lines between two progress reports (and one after every chunk written)."""

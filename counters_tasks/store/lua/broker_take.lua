@@ -1,6 +1,6 @@
--- Take one message for a worker: pop it and record it as unacknowledged in the same step, so a
+-- Take one message for a worker: pop it and mark it unacknowledged in the same step, so a
 -- worker killed at any moment leaves it in the broker (kombu's BRPOP takes it out of Redis
--- first and records it only after the reply was read: a SIGKILL in between lost it).
+-- first and marks it only after the reply was read: a SIGKILL in between lost it).
 -- KEYS: kombu's unacked HASH, its unacked index ZSET, the dead-letter LIST, the dead-letter
 --       reasons HASH, then the queue lists in priority order.
 -- ARGV: the largest message (bytes) decoded here, the most dead letters kept.
@@ -22,9 +22,9 @@ for i = 5, #KEYS do
     local now = redis.call('TIME')
     if #item > tonumber(ARGV[1]) then
       -- never decoded: decoding costs Redis time in proportion to the size a client chose
-      local record = cjson.encode({reason = 'oversize', queue = KEYS[i], at = now[1] + now[2] / 1000000,
+      local letter = cjson.encode({reason = 'oversize', queue = KEYS[i], at = now[1] + now[2] / 1000000,
                                    size = #item, payload = string.sub(item, 1, 4096), truncated = true})
-      redis.call('LPUSH', KEYS[3], record)
+      redis.call('LPUSH', KEYS[3], letter)
       redis.call('LTRIM', KEYS[3], 0, tonumber(ARGV[2]) - 1)
       redis.call('HINCRBY', KEYS[4], 'oversize', 1)
       return {KEYS[i], '', 'oversize'}

@@ -1,11 +1,11 @@
--- Set a message aside: keep its record in the dead-letter list (newest first, capped), count
+-- Set a message aside: keep it (its dead letter) in the dead-letter list (newest first, capped), count
 -- its reason, and forget it as unacknowledged so the broker never restores it.
 -- KEYS: the dead-letter LIST, the reasons HASH, kombu's unacked HASH, its unacked index ZSET.
--- ARGV: the record (JSON text), the most records kept, the reason, the message's delivery tag
---       ('' when it has none or was never recorded as unacknowledged).
--- Returns the number of records kept.
+-- ARGV: the dead letter (JSON text), the most dead letters kept, the reason, the message's delivery tag
+--       ('' when it has none or was never marked unacknowledged).
+-- Returns the number of dead letters kept.
 -- Every key's type is checked before the first write (wrong_type): a failed call keeps no
--- record, so the message stays where it was and a retry does not set it aside twice.
+-- dead letter, so the message stays where it was and a retry does not set it aside twice.
 local refused = wrong_type({KEYS[1], 'list', KEYS[2], 'hash', KEYS[3] ~= '' and KEYS[3] or KEYS[1],
                             KEYS[3] ~= '' and 'hash' or 'list', KEYS[4] ~= '' and KEYS[4] or KEYS[1],
                             KEYS[4] ~= '' and 'zset' or 'list'})
