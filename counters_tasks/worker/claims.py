@@ -56,43 +56,45 @@ def claim(conn: RedisClient, kind: str, entries: list[Entry]) -> tuple[list[tupl
     """Claim the messages of ``entries`` for new batches of ``kind`` (one a claim group; a message
     id met twice counts once), journaling what each claimed: ``(the new batches as (batch id,
     entries claimed), the earlier batches that hold the others)``. One round trip."""
-
-    def plan_claims(plan: WritePlan) -> Callable[[], tuple[list[tuple[str, list[Entry]]], list[str]]]:
-        groups = claim_groups(conn)
-        ttl = get_settings().dedupe_ttl
-        by_group: dict[int, dict[str, Any]] = defaultdict(dict)
-        for message_id, item in entries:
-            by_group[keys.claim_group(message_id, groups)].setdefault(message_id, item)
-        planned = [
-            (f"{kind}.{group}.{uuid.uuid4().hex}", group, list(part.items())) for group, part in by_group.items()
-        ]
-
-        def queue(pipe: Any) -> None:
-            for batch_id, group, part in planned:
-                script_keys = [keys.batch_journal(batch_id, group), *(keys.message_claim(m, group) for m, _i in part)]
-                texts = [json.dumps(entry, separators=(",", ":")) for entry in part]
-                run_script(conn, "batch_claim", script_keys, [ttl, batch_id, *texts], client=pipe)
-
-        replies: list[Any] = []
-        plan.add(queue, replies.extend)
-
-        def outcome() -> tuple[list[tuple[str, list[Entry]]], list[str]]:
-            new: list[tuple[str, list[Entry]]] = []
-            earlier: dict[str, None] = {}
-            for (batch_id, _group, part), owners in zip(planned, replies, strict=True):
-                mine = [entry for entry, owner in zip(part, owners, strict=True) if not owner]
-                if mine:
-                    new.append((batch_id, mine))
-                earlier.update(dict.fromkeys(as_str(owner) for owner in owners if owner))
-            return new, list(earlier)
-
-        return outcome
-
     with keys.bound(conn, write=True):  # (no tag key in a claim's keys: nothing to confirm once written)
         plan = WritePlan(conn)
-        outcome = plan_claims(plan)
+        outcome = _plan_claims(plan, kind, entries)
         plan.run()
         return outcome()
+
+
+def _plan_claims(
+    plan: WritePlan, kind: str, entries: list[Entry]
+) -> Callable[[], tuple[list[tuple[str, list[Entry]]], list[str]]]:
+    """``claim``'s script calls queued on ``plan``, and how to read what they claimed once sent."""
+    conn = plan.conn
+    groups = claim_groups(conn)
+    ttl = get_settings().dedupe_ttl
+    by_group: dict[int, dict[str, Any]] = defaultdict(dict)
+    for message_id, item in entries:
+        by_group[keys.claim_group(message_id, groups)].setdefault(message_id, item)
+    planned = [(f"{kind}.{group}.{uuid.uuid4().hex}", group, list(part.items())) for group, part in by_group.items()]
+
+    def queue(pipe: Any) -> None:
+        for batch_id, group, part in planned:
+            script_keys = [keys.batch_journal(batch_id, group), *(keys.message_claim(m, group) for m, _i in part)]
+            texts = [json.dumps(entry, separators=(",", ":")) for entry in part]
+            run_script(conn, "batch_claim", script_keys, [ttl, batch_id, *texts], client=pipe)
+
+    replies: list[Any] = []
+    plan.add(queue, replies.extend)
+
+    def outcome() -> tuple[list[tuple[str, list[Entry]]], list[str]]:
+        new: list[tuple[str, list[Entry]]] = []
+        earlier: dict[str, None] = {}
+        for (batch_id, _group, part), owners in zip(planned, replies, strict=True):
+            mine = [entry for entry, owner in zip(part, owners, strict=True) if not owner]
+            if mine:
+                new.append((batch_id, mine))
+            earlier.update(dict.fromkeys(as_str(owner) for owner in owners if owner))
+        return new, list(earlier)
+
+    return outcome
 
 
 def journaled(conn: RedisClient, batch_ids: list[str]) -> list[tuple[str, list[Entry]]]:

@@ -62,11 +62,16 @@ def test_a_worker_batch_of_per_visit_messages_costs_about_a_record_visits_chunk(
 
 def killed_after(monkeypatch, calls: int) -> None:
     """The next batch's apply dies (as a SIGKILLed worker) after its first ``calls`` commands
-    reached Redis: the rest of its pipeline is never sent (the visits' ``WritePlan`` sends through
-    ``store.scripts.execute_in_order``; the claims, before it, through their own import)."""
+    reached Redis: the rest of its pipeline is never sent. The batch's claim goes first, whole (a
+    ``WritePlan`` of its own); the write after it is cut (every ``WritePlan`` sends through
+    ``store.scripts.execute_in_order``)."""
     real = scripts.execute_in_order
+    sent = []
 
     def dying(conn, *stages):
+        sent.append(stages)
+        if len(sent) == 1:  # the claim
+            return real(conn, *stages)
         pipe = conn.pipeline(transaction=False)
         for stage in stages:
             stage(pipe)

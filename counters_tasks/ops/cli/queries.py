@@ -274,7 +274,7 @@ def tables_command(modules: tuple[str, ...], output: str) -> None:
 @click.command("table")
 @click.argument("name")
 @import_option
-@output_options(("the reader's own columns",))
+@output_options(("those_of_its_reader",))
 def table_command(name: str, modules: tuple[str, ...], output: str) -> None:
     """The rows of table NAME through its declared reader (an app's table; the package's tables
     have commands of their own, which `tables` names)."""
