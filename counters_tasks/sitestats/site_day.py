@@ -41,14 +41,14 @@ from typing import Any, NamedTuple
 from redis.client import NEVER_DECODE
 from redis.exceptions import RedisError
 
-from . import live, refusals
-from .core import days
-from .core.clients import Who, check_headers, family, shown, who_of
-from .core.days import local_day
-from .core.settings import Settings, get_settings
-from .core.sites import check_site, hosts_of, site_names, zone_of
-from .core.sources import DIRECT, check_campaign, referrer_domain
-from .core.validation import (
+from .. import live, refusals
+from ..core import days
+from ..core.clients import Who, check_headers, family, shown, who_of
+from ..core.days import local_day
+from ..core.settings import Settings, get_settings
+from ..core.sites import check_site, hosts_of, site_names, zone_of
+from ..core.sources import DIRECT, check_campaign, referrer_domain
+from ..core.validation import (
     check_day,
     check_day_range,
     check_event_time,
@@ -58,11 +58,11 @@ from .core.validation import (
     check_now,
     check_path,
 )
-from .errors import ConfigurationError, InvalidInput
-from .store import keys, page_sketch
-from .store.client import RedisClient, as_str, is_cluster, read_pipeline
-from .store.hll import union_count
-from .store.scripts import execute_in_order, run_script
+from ..errors import ConfigurationError, InvalidInput
+from ..store import keys, page_sketch
+from ..store.client import RedisClient, as_str, is_cluster, read_pipeline
+from ..store.hll import union_count
+from ..store.scripts import execute_in_order, run_script
 
 
 class SiteCount(NamedTuple):

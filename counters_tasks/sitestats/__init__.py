@@ -1,0 +1,3 @@
+"""Site PV/UV (being split by table: issue 41)."""
+
+from .site_day import *  # noqa: F403
