@@ -199,7 +199,16 @@ def prepare_visit(
     ts = check_event_time(ts)
     scope = check_site(site)
     day = local_day(ts, zone_of(scope))  # the time checked and its day computed once, for every part of the visit
-    view = sitestats.view_on(ip, path, day, scope, referrer, utm, user_agent, language, client)
+    fields = {
+        "ip": ip,
+        "path": path,
+        "referrer": referrer,
+        "utm": utm,
+        "user_agent": user_agent,
+        "language": language,
+        "client": client,
+    }
+    view = sitestats.view_on(fields, day, scope)
     session = (day, uniques.session_number(session_id)) if session_id is not None else None
     return Visit(view, ts, session)
 

@@ -11,8 +11,7 @@ from typing import Any
 
 import click
 
-from ...sitestats import OTHER
-from ...store.keys import SOURCE_KINDS
+from ...sitestats import OTHER, SOURCE_KINDS
 from .. import views
 from .common import output_options, query, site_option
 from .render import (

@@ -1,0 +1,23 @@
+"""The slots of a site's figures, and how their keys are named: one slot a site's local day
+(``site_day_tag``: every table of that day is in it, ``site_day``, ``page_day``, ``pairs``,
+``sources``, ``who_visits`` and ``day_tops``, so one ``site_day`` call writes them all), one a
+shard of its all-time visitors (``site_all``), one a group of paths (``page_all``); and how a table
+of visitors is named in each UV mode (``uv_kind``, COUNTERS_UV_MODE). The visitor ids those tables
+hold are made in ``core.visitors`` (HMACs of the IP, never raw IPs).
+"""
+
+from __future__ import annotations
+
+from datetime import date
+
+from ..store import keys
+
+
+def uv_kind(mode: str) -> str:
+    """How a table of visitors is named: ``vis`` (a SET of ids, the default, exact) or ``hll`` (a
+    HyperLogLog, COUNTERS_UV_MODE=hll)."""
+    return "hll" if mode == "hll" else "vis"
+
+
+def site_day_tag(day: date, site: str = "") -> str:
+    return keys.hash_tag("site-day", keys.scoped(site, day.isoformat()))
