@@ -12,9 +12,14 @@ arguments are shown without raw visitor IPs.
 - ``days``: local days (in a site's zone), their boundaries and retention;
 - ``privacy``: the text form of task arguments (Flower, task events) with IP addresses masked;
 - ``kind``: what a kind of thing counted declares (``Kind``: its tasks, fields, checks, journal
-  form and write) and the registry every table of kinds is derived from.
+  form and write) and the registry every table of kinds is derived from;
+- ``table``: what a stored table declares (``Table``: its keys, writers, readers, retention and
+  how one visitor is erased from it) and the registry of them;
+- ``visitors``: visitor identity: the ids every table holds of a visitor, made from what a visit
+  carries (``visitor_id``, an HMAC of the IP; ``pair_visitor``; ``session_number``).
 
 Modules here import nothing of the package but ``counters_tasks.errors`` (and each other:
-``days`` uses ``settings`` and ``validation``, ``validation`` uses ``paths``, ``sites`` uses ``settings``, ``clients`` uses ``pageviews`` and ``settings``). Every other layer builds on them
-(the layers: docs/architecture.md).
+``days`` uses ``settings`` and ``validation``, ``validation`` uses ``paths``, ``sites`` uses
+``settings``, ``clients`` uses ``pageviews`` and ``settings``, ``visitors`` uses ``settings`` and
+``validation``). Every other layer builds on them (the layers: docs/architecture.md).
 """

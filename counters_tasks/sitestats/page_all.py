@@ -1,8 +1,8 @@
 """Each page's all-time figures (``page_all``): a small HASH a path (scoped to its site) of
 ``pv``, ``uv`` and, in the exact mode, one empty field per visitor id that viewed it (an HLL
 beside it in ``hll`` mode), in 256 tag groups of paths, expiring COUNTERS_PATH_KEEP_DAYS after the
-path's latest view. Written by ``store/lua/path_all.lua`` (``queue_calls``, from
-``site_day.queue_views``); read by ``reads.site_visit_info``.
+path's latest view. Written by ``store/lua/path_all.lua`` (``script_calls``, queued
+by ``site_day.queue_views``); read by ``reads.site_visit_info``.
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ from ..core import days
 from ..core.settings import Settings
 from ..core.table import Erasure, Retention, StoredKey, Table, register
 from ..store import keys
-from ..store.client import RedisClient
-from ..store.scripts import run_script
 
 
 def path_tag(path: str) -> str:
@@ -63,18 +61,14 @@ PAGE_ALL = register(
 """Each page's all-time figures (``core.table``)."""
 
 
-def queue_calls(
-    conn: RedisClient,
-    pipe: Any,
-    by_group: dict[str, dict[str, list[str]]],
-    ttl: int,
-    settings: Settings,
-    message_id: str | None,
-) -> None:
-    """Queue on ``pipe`` one ``path_all`` call a tag group of ``by_group`` (group -> scoped path ->
-    the visitor ids of its views, in order)."""
+def script_calls(
+    by_group: dict[str, dict[str, list[str]]], ttl: int, settings: Settings, message_id: str | None
+) -> list[tuple[list[str], list[Any]]]:
+    """The keys and arguments of one ``path_all`` call a tag group of ``by_group`` (group ->
+    scoped path -> the visitor ids of its views, in order; ``site_day.queue_views`` queues them)."""
     mode = settings.uv_mode
     kept = settings.path_keep_days * days.DAY
+    calls = []
     for tag, per_path in by_group.items():
         script_keys = []
         args = [ttl, mode, kept, len(per_path)]
@@ -85,4 +79,5 @@ def queue_calls(
             args += [len(ids), *ids]
         if ttl and message_id is not None:
             script_keys.append(keys.path_seen(message_id, tag=tag))
-        run_script(conn, "path_all", script_keys, args, client=pipe)
+        calls.append((script_keys, args))
+    return calls

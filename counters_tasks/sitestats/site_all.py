@@ -1,7 +1,7 @@
 """The site's all-time figures (``site_all``): page views and unique visitors of every site, in
 SITE_SHARDS shards by visitor id (each its own slot, so no one key holds every visitor and the
 hot all-time key is spread): a HASH ``pv``, ``uv`` and a SET (or HLL) of the shard's visitor ids,
-never expiring. Written by ``store/lua/site_all.lua`` (``queue_calls``, from ``site_day.queue_views``);
+never expiring. Written by ``store/lua/site_all.lua`` (``script_calls``, queued by ``site_day.queue_views``);
 read by ``reads.site_visit_info``.
 """
 
@@ -11,8 +11,6 @@ from typing import Any
 
 from ..core.table import Erasure, Retention, StoredKey, Table, register
 from ..store import keys
-from ..store.client import RedisClient
-from ..store.scripts import run_script
 from . import slots
 
 SITE_SHARDS = 16
@@ -66,11 +64,13 @@ SITE_ALL = register(
 """The site's all-time figures (``core.table``)."""
 
 
-def queue_calls(
-    conn: RedisClient, pipe: Any, by_shard: dict[int, dict[str, list[str]]], ttl: int, mode: str, message_id: str | None
-) -> None:
-    """Queue on ``pipe`` one ``site_all`` call a shard of ``by_shard`` (shard -> site -> the
-    visitor ids of its views, in order): a shard's slot is every site's, one call for all of them."""
+def script_calls(
+    by_shard: dict[int, dict[str, list[str]]], ttl: int, mode: str, message_id: str | None
+) -> list[tuple[list[str], list[Any]]]:
+    """The keys and arguments of one ``site_all`` call a shard of ``by_shard`` (shard -> site ->
+    the visitor ids of its views, in order): a shard's slot is every site's, one call for all of
+    them (``site_day.queue_views`` queues them)."""
+    calls = []
     for shard, per_site in by_shard.items():
         script_keys, args = [], [ttl, mode]
         for site, ids in per_site.items():
@@ -78,4 +78,5 @@ def queue_calls(
             args += [len(ids), *ids]
         if ttl and message_id is not None:
             script_keys.append(keys.site_seen(message_id, tag=site_shard_tag(shard)))
-        run_script(conn, "site_all", script_keys, args, client=pipe)
+        calls.append((script_keys, args))
+    return calls

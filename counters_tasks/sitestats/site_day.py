@@ -176,8 +176,10 @@ def queue_views(
                 scope = who_visits.page_scope(site, path)
                 for part, part_id in zip(*_parts(page_views, message_id), strict=True):
                     _queue_day_call(conn, pipe, scope, site, day, part, part_id, ttl)
-        site_all.queue_calls(conn, pipe, by_shard, ttl, mode, message_id)
-        page_all.queue_calls(conn, pipe, by_group, ttl, settings, message_id)
+        for script_keys, args in site_all.script_calls(by_shard, ttl, mode, message_id):
+            run_script(conn, "site_all", script_keys, args, client=pipe)
+        for script_keys, args in page_all.script_calls(by_group, ttl, settings, message_id):
+            run_script(conn, "path_all", script_keys, args, client=pipe)
         return [(day, len(day_views)) for _site, day, day_views, _id in day_calls]
 
 
