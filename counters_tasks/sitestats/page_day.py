@@ -28,6 +28,17 @@ def site_day_pages(day: date, *, tag: str | None = None, site: str = "") -> str:
     return f"{keys.prefix()}site:{{{tag or slots.site_day_tag(day, site)}}}:pages:{keys.day_label(day, site)}"
 
 
+SKETCHED = Erasure(
+    "a sketch of each value's visitors (store.page_sketch), and counts of views",
+    False,
+    "a sketch, not the visitors' ids: 6-character sketch ids (36 bits of a visitor id) while a value "
+    "has at most 42 visitors a day, then 256 HyperLogLog registers (6.5% standard error) that cannot "
+    "forget one visitor",
+)
+"""Why one visitor cannot be erased from a day table of sketches: the pages (``page_day``), the
+sources (``sources``) and who visits (``who_visits``)."""
+
+
 PAGE_DAY = register(
     Table(
         name="page_day",
@@ -54,11 +65,7 @@ PAGE_DAY = register(
             "COUNTERS_DAY_TOTALS_DAYS",
             lambda settings: max(settings.day_totals_days, settings.day_grace_days),
         ),
-        erasure=Erasure(
-            "a sketch of each page's visitors",
-            False,
-            "a sketch of the visitors, not their ids: 6-character sketch ids (36 bits of a visitor id, store.page_sketch) while a value has at most 42 visitors a day, then 256 HyperLogLog registers (6.5% standard error) that cannot forget one visitor; the figures are counts of views",
-        ),
+        erasure=SKETCHED,
     )
 )
 """The pages table (``core.table``)."""

@@ -34,7 +34,8 @@ def site_all_totals(shard: int, site: str = "") -> str:
 
 def site_all_visitors(shard: int, mode: str, site: str = "") -> str:
     """SET (or HLL) of every visitor id ever seen whose id falls in this shard; never expires."""
-    return f"{keys.prefix()}site:{{{site_shard_tag(shard)}}}:{slots.uv_kind(mode)}:all:{keys.escape(keys.scoped(site, str(shard)))}"
+    name = keys.escape(keys.scoped(site, str(shard)))
+    return f"{keys.prefix()}site:{{{site_shard_tag(shard)}}}:{slots.uv_kind(mode)}:all:{name}"
 
 
 SITE_ALL = register(

@@ -61,7 +61,8 @@ def site_day_totals(day: date, *, tag: str | None = None, site: str = "") -> str
 
 def site_day_visitors(day: date, mode: str, *, tag: str | None = None, site: str = "") -> str:
     """SET of visitor ids (or HLL in ``hll`` mode) of one day (until the day's open_until)."""
-    return f"{keys.prefix()}site:{{{tag or slots.site_day_tag(day, site)}}}:{slots.uv_kind(mode)}:{keys.day_label(day, site)}"
+    tag = tag or slots.site_day_tag(day, site)
+    return f"{keys.prefix()}site:{{{tag}}}:{slots.uv_kind(mode)}:{keys.day_label(day, site)}"
 
 
 def site_day_range_hll(day: date, *, tag: str | None = None, site: str = "") -> str:
@@ -239,11 +240,12 @@ def _day_tables(
 ) -> tuple[dict[str, list[str]], dict[str, sources.SketchTable], list[who_visits.WhoTable], str, str]:
     """The entries of one ``site_day`` call (at most DAY_VIEWS_PER_CALL views): the pages (path
     -> its views' visitors in pairs form), each kind of source (``sources.SOURCE_KINDS`` letter)
-    its views have as a ``sources.SketchTable``, who visits (``who_visits.CLIENT_LETTERS``: five ``who_visits.WhoTable``, or
-    none when the views have no such values), the views' 6-character ids (``page_sketch``) one
-    after the other, and (with who visits) each view's pairs member of its visitor and profile
-    (``who_visits.who_digest``), one after the other. A view is a byte of each table, not an argument: a
-    call of 100 views with nine tables sends 100 ids once, not 900 times."""
+    its views have as a ``sources.SketchTable``, who visits (``who_visits.CLIENT_LETTERS``: five
+    ``who_visits.WhoTable``, or none when the views have no such values), the views' 6-character
+    ids (``page_sketch``) one after the other, and (with who visits) each view's pairs member of
+    its visitor and profile (``who_visits.who_digest``), one after the other. A view is a byte of
+    each table, not an argument: a call of 100 views with nine tables sends 100 ids once, not 900
+    times. (One loop over the views for every table of the call: the hot path of a worker.)"""
     count = len(views)
     pages: dict[str, list[str]] = defaultdict(list)
     referrers: sources.SketchTable = ({}, bytearray(count))

@@ -17,13 +17,13 @@ from ..core import days
 from ..core.clients import shown
 from ..core.settings import Settings
 from ..core.sites import check_site
-from ..core.table import Erasure, Retention, StoredKey, Table, register
+from ..core.table import Retention, StoredKey, Table, register
 from ..core.validation import check_day_range, check_int
 from ..errors import InvalidInput
 from ..store import keys, page_sketch
 from ..store.client import RedisClient, read_pipeline
 from . import slots
-from .page_day import OTHER, TableTotals, page_value, rank, tables_views
+from .page_day import OTHER, SKETCHED, TableTotals, page_value, rank, tables_views
 
 SOURCE_KINDS = {"referrer": "r", "utm_source": "s", "utm_medium": "m", "utm_campaign": "c"}
 """The kinds of source a view has (``core.sources``), each a table of its own a day, by letter."""
@@ -61,11 +61,7 @@ SOURCES = register(
             "COUNTERS_DAY_TOTALS_DAYS",
             lambda settings: max(settings.day_totals_days, settings.day_grace_days),
         ),
-        erasure=Erasure(
-            "a sketch of each source's visitors",
-            False,
-            "a sketch of the visitors, not their ids: 6-character sketch ids (36 bits of a visitor id, store.page_sketch) while a value has at most 42 visitors a day, then 256 HyperLogLog registers (6.5% standard error) that cannot forget one visitor; the figures are counts of views",
-        ),
+        erasure=SKETCHED,
     )
 )
 """The sources tables (``core.table``)."""

@@ -18,13 +18,13 @@ from ..core import days
 from ..core.clients import Who, family
 from ..core.settings import Settings, get_settings
 from ..core.sites import check_site
-from ..core.table import Erasure, Retention, StoredKey, Table, register
+from ..core.table import Retention, StoredKey, Table, register
 from ..core.validation import check_day_range, check_int, check_path
 from ..errors import InvalidInput
 from ..store import keys
 from ..store.client import RedisClient, as_str, read_pipeline
 from . import slots, sources
-from .page_day import TableTotals
+from .page_day import SKETCHED, TableTotals
 from .sources import SourceCount, ranked_counts
 
 CLIENT_KINDS = {"browser": "b", "os": "o", "device": "d", "country": "g", "language": "l"}
@@ -85,11 +85,7 @@ WHO_VISITS = register(
             "COUNTERS_DAY_TOTALS_DAYS",
             lambda settings: max(settings.day_totals_days, settings.day_grace_days),
         ),
-        erasure=Erasure(
-            "a sketch of each value's visitors",
-            False,
-            "a sketch of the visitors, not their ids: 6-character sketch ids (36 bits of a visitor id, store.page_sketch) while a value has at most 42 visitors a day, then 256 HyperLogLog registers (6.5% standard error) that cannot forget one visitor; the figures are counts of views",
-        ),
+        erasure=SKETCHED,
     )
 )
 """The who-visits tables (``core.table``)."""
