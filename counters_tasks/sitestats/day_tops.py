@@ -46,7 +46,7 @@ DAY_TOPS = register(
         retention=Retention(
             "the pages table's time to live when it was made (COUNTERS_DAY_TOTALS_DAYS)",
             "COUNTERS_DAY_TOTALS_DAYS",
-            lambda settings: max(settings.day_totals_days, settings.day_grace_days),
+            slots.DAY_TABLES_KEPT.days,
         ),
         erasure=Erasure("nothing", False, "paths and their views only, nothing of a visitor"),
     )

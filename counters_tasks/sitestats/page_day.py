@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 from ..core import days
 from ..core.settings import Settings
 from ..core.sites import check_site
-from ..core.table import Erasure, Retention, StoredKey, Table, register
+from ..core.table import Erasure, StoredKey, Table, register
 from ..core.validation import check_day_range
 from ..store import keys
 from ..store.client import RedisClient, as_str, read_pipeline
@@ -59,12 +59,7 @@ PAGE_DAY = register(
             "/api/stats",
             "/api/top-pages",
         ),
-        retention=Retention(
-            "the later of the end of D and the table's latest write, plus COUNTERS_DAY_TOTALS_DAYS "
-            "(never less than COUNTERS_DAY_GRACE_DAYS)",
-            "COUNTERS_DAY_TOTALS_DAYS",
-            lambda settings: max(settings.day_totals_days, settings.day_grace_days),
-        ),
+        retention=slots.DAY_TABLES_KEPT,
         erasure=SKETCHED,
     )
 )

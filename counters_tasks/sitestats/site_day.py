@@ -116,7 +116,7 @@ SITE_DAY = register(
             "COUNTERS_DAY_TOTALS_DAYS; the visitors: until the day's open_until (the later of the "
             "end of D and its first write, plus COUNTERS_DAY_GRACE_DAYS)",
             "COUNTERS_DAY_TOTALS_DAYS",
-            lambda settings: max(settings.day_totals_days, settings.day_grace_days),
+            slots.DAY_TABLES_KEPT.days,
         ),
         erasure=Erasure(
             "visitor ids",

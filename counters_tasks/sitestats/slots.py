@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import date
 
+from ..core.table import Retention
 from ..store import keys
 
 
@@ -21,3 +22,13 @@ def uv_kind(mode: str) -> str:
 
 def site_day_tag(day: date, site: str = "") -> str:
     return keys.hash_tag("site-day", keys.scoped(site, day.isoformat()))
+
+
+DAY_TABLES_KEPT = Retention(
+    "the later of the end of D and the table's latest write, plus COUNTERS_DAY_TOTALS_DAYS "
+    "(never less than COUNTERS_DAY_GRACE_DAYS)",
+    "COUNTERS_DAY_TOTALS_DAYS",
+    lambda settings: max(settings.day_totals_days, settings.day_grace_days),
+)
+"""How long the tables of a day's slot that hold figures are kept: the pages, the sources, who
+visits (each from its own latest write), as the day's totals (``site_day.totals_days``)."""

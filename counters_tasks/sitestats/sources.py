@@ -17,7 +17,7 @@ from ..core import days
 from ..core.clients import shown
 from ..core.settings import Settings
 from ..core.sites import check_site
-from ..core.table import Retention, StoredKey, Table, register
+from ..core.table import StoredKey, Table, register
 from ..core.validation import check_day_range, check_int
 from ..errors import InvalidInput
 from ..store import keys, page_sketch
@@ -55,12 +55,7 @@ SOURCES = register(
         fed_by=("visit",),
         writers=("store/lua/site_day.lua",),
         readers=("sitestats.top_sources", "sitestats.source_totals", "counters-tasks sources", "/api/sources"),
-        retention=Retention(
-            "the later of the end of D and the table's latest write, plus COUNTERS_DAY_TOTALS_DAYS "
-            "(never less than COUNTERS_DAY_GRACE_DAYS)",
-            "COUNTERS_DAY_TOTALS_DAYS",
-            lambda settings: max(settings.day_totals_days, settings.day_grace_days),
-        ),
+        retention=slots.DAY_TABLES_KEPT,
         erasure=SKETCHED,
     )
 )

@@ -18,7 +18,7 @@ from ..core import days
 from ..core.clients import Who, family
 from ..core.settings import Settings, get_settings
 from ..core.sites import check_site
-from ..core.table import Retention, StoredKey, Table, register
+from ..core.table import StoredKey, Table, register
 from ..core.validation import check_day_range, check_int, check_path
 from ..errors import InvalidInput
 from ..store import keys
@@ -79,12 +79,7 @@ WHO_VISITS = register(
             "counters-tasks browsers, operating-systems, devices, countries, languages",
             "/api/clients",
         ),
-        retention=Retention(
-            "the later of the end of D and the table's latest write, plus COUNTERS_DAY_TOTALS_DAYS "
-            "(never less than COUNTERS_DAY_GRACE_DAYS)",
-            "COUNTERS_DAY_TOTALS_DAYS",
-            lambda settings: max(settings.day_totals_days, settings.day_grace_days),
-        ),
+        retention=slots.DAY_TABLES_KEPT,
         erasure=SKETCHED,
     )
 )
