@@ -34,6 +34,7 @@ from datetime import timedelta
 from bench._common import bench_redis, client
 from counters_tasks import sitestats, visits
 from counters_tasks.core.days import local_day
+from counters_tasks.sitestats import day_tops, page_day
 from counters_tasks.store import keys
 
 
@@ -43,7 +44,7 @@ def every_page(conn, first, last) -> list[tuple[str, int]]:
     with keys.bound(conn):
         day = first
         while day <= last:
-            for field, value in conn.hscan_iter(keys.site_day_pages(day), count=sitestats.PAGES_PER_CALL):
+            for field, value in conn.hscan_iter(page_day.site_day_pages(day), count=sitestats.PAGES_PER_CALL):
                 totals[field.decode() or sitestats.OTHER] += int(value.split(b" ", 1)[0])
             day += timedelta(days=1)
     return sorted(totals.items(), key=lambda item: (-item[1], item[0]))[:10]
@@ -128,7 +129,7 @@ def main() -> None:
                 visits.apply_visits(conn, batch)
                 if how == "made again":
                     with keys.bound(conn):
-                        conn.delete(keys.site_day_pages_top(last))
+                        conn.delete(day_tops.site_day_pages_top(last))
                 ms, got = timed(lambda: sitestats.top_pages(conn, start, last, 10))  # noqa: B023
                 model = Counter()
                 for day in truth:

@@ -30,6 +30,7 @@ import redis  # noqa: E402
 
 from counters_tasks.core.settings import reset_settings  # noqa: E402
 from counters_tasks.local.redis_server import RedisServer  # noqa: E402
+from counters_tasks.sitestats import page_all, site_all
 
 BATCH = 20_000
 
@@ -196,8 +197,8 @@ def all_time_site(conn: redis.Redis, n: int) -> None:
         views = [sitestats.SiteView(str(rng.getrandbits(64) - 2**63), "/", day) for _ in range(min(BATCH, n - start))]
         execute_in_order(conn, lambda pipe, v=views: sitestats.queue_views(conn, pipe, v, None))
     with keys.bound(conn):
-        shard_sets = [keys.site_all_visitors(s, "exact") for s in range(keys.SITE_SHARDS)]
-        path_hash = [keys.path_totals("/")]
+        shard_sets = [site_all.site_all_visitors(s, "exact") for s in range(site_all.SITE_SHARDS)]
+        path_hash = [page_all.path_totals("/")]
     report("all-time exact site UV (16 plain SETs)", n, usage(conn, shard_sets), None, len(shard_sets))
     report("the same visitors in one path's all-time HASH", n, usage(conn, path_hash), None, 1)
     print(

@@ -24,8 +24,8 @@ from .core.days import local_day
 from .core.kind import Kind, register
 from .core.settings import get_settings
 from .core.sites import check_site, site_names, zone_of
-from .core.validation import check_day, check_day_range, check_item_time, check_message_id, check_now, check_session_id
-from .errors import InvalidInput
+from .core.validation import check_day, check_day_range, check_item_time, check_message_id, check_now
+from .core.visitors import SESSION_DIGITS, session_number, short_session_id  # noqa: F401  (the contract's: made there)
 from .store import keys
 from .store.client import RedisClient, as_str, read_pipeline
 from .store.scripts import WritePlan, run_script, write_through
@@ -38,45 +38,6 @@ DAILY_EXPECTED = 1_000_000
 """The expected figure of a day with no history (no count the day before)."""
 
 _expected_cache: dict[str, int] = {}
-
-
-def session_number(session_id: Any) -> int:
-    """The integer id of a session: its first 15 hex digits (dashes ignored, any case)."""
-    if type(session_id) is str and len(session_id) <= MAX_CACHED_SESSION_ID:
-        return _session_number(session_id)
-    return int(check_session_id(session_id)[:SESSION_DIGITS], 16)
-
-
-SESSION_DIGITS = 15
-"""The hex digits of a session id that name its session (``session_number``)."""
-
-
-def short_session_id(session_id: Any) -> Any:
-    """The part of a session id that ``session_number`` reads, its first 15 hex digits: what
-    ``VisitRecorder`` sends (a UUID's other 21 characters change no figure), or the value as it
-    is when it is not a session id (the worker refuses it, item by item)."""
-    if type(session_id) is str and len(session_id) <= MAX_CACHED_SESSION_ID:
-        return _short_session_id(session_id)
-    return session_id
-
-
-@functools.lru_cache(maxsize=65536)
-def _short_session_id(session_id: str) -> str:
-    try:
-        return check_session_id(session_id)[:SESSION_DIGITS]
-    except InvalidInput:
-        return session_id
-
-
-MAX_CACHED_SESSION_ID = 64
-"""Session ids up to this long (a UUID is 36) are checked once a process while they come back
-(``lru_cache``: a session's views come in a row); a longer one every time."""
-
-
-@functools.lru_cache(maxsize=65536)
-def _session_number(session_id: str) -> int:
-    """Cached: bad input raises, and is not cached."""
-    return int(check_session_id(session_id)[:SESSION_DIGITS], 16)
 
 
 def expected_from_count(previous: int | None) -> int:

@@ -174,18 +174,10 @@ def prepare_visit(fields: Mapping[str, Any]) -> Visit:
     ts = check_item_time(fields.get("ts"))
     scope = check_site(fields.get("site"))
     day = local_day(ts, zone_of(scope))  # the time checked and its day computed once, for every part of the visit
-    view = view_on(fields, day, scope)
+    view = sitestats.view_on(fields, day, scope)
     session_id = fields.get("session_id")
     session = (day, uniques.session_number(session_id)) if session_id is not None else None
     return Visit(view, ts, session)
-
-
-# MERGE: drop when sitestats.view_on takes fields (the split branch), prepare_visit then calling it
-def view_on(fields: Mapping[str, Any], day: date, site: str) -> sitestats.SiteView:
-    get = fields.get
-    return sitestats.view_on(
-        get("ip"), get("path"), day, site, *map(get, ("referrer", "utm", "user_agent", "language", "client"))
-    )
 
 
 def hits_names(path: str, site: str = "") -> tuple[str, str]:

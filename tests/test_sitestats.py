@@ -16,9 +16,9 @@ import pytest
 from counters_tasks import sitestats, uniques, visits
 from counters_tasks.core import days
 from counters_tasks.core.settings import reset_settings
+from counters_tasks.core.visitors import visitor_id
 from counters_tasks.errors import ConfigurationError, InvalidInput
-from counters_tasks.sitestats import SiteCount
-from counters_tasks.store import keys
+from counters_tasks.sitestats import SiteCount, page_all, page_day, pairs, site_all, site_day
 from counters_tasks.store.scripts import execute_in_order
 from tests.support.concurrency import run_threads
 from tests.support.servers import dump_all, expires_at, use_settings
@@ -175,13 +175,13 @@ def test_no_raw_ip_anywhere_in_redis(raw_conn, monkeypatch):
 
 
 def test_visitor_id_is_keyed_hmac_of_normalized_ip(monkeypatch):
-    a = sitestats.visitor_id("::ffff:192.0.2.1")
-    assert a == sitestats.visitor_id("192.0.2.1")
-    assert sitestats.visitor_id("2001:DB8::1") == sitestats.visitor_id("2001:db8:0:0:0:0:0:1")
-    assert sitestats.visitor_id("fe80::1%eth0") == sitestats.visitor_id("fe80::1")  # a zone is not identity
+    a = visitor_id("::ffff:192.0.2.1")
+    assert a == visitor_id("192.0.2.1")
+    assert visitor_id("2001:DB8::1") == visitor_id("2001:db8:0:0:0:0:0:1")
+    assert visitor_id("fe80::1%eth0") == visitor_id("fe80::1")  # a zone is not identity
     assert -(2**63) <= int(a) < 2**63
     use_settings(monkeypatch, COUNTERS_SECRET="another secret")
-    assert sitestats.visitor_id("192.0.2.1") != a
+    assert visitor_id("192.0.2.1") != a
 
 
 def test_missing_secret_is_a_configuration_error_and_writes_nothing(raw_conn, monkeypatch):
@@ -205,7 +205,7 @@ def test_path_normalization_and_byte_cap(conn):
     sitestats.record_visit(conn, "192.0.2.2", cut, now)
     assert sitestats.site_visit_info(conn, today, long_path) == SiteCount(today, 2, 2)
     assert sitestats.site_visit_info(conn, None, cut + "#x") == SiteCount(None, 2, 2)
-    assert conn.exists(keys.path_totals(cut))
+    assert conn.exists(page_all.path_totals(cut))
 
 
 @pytest.mark.usefixtures("bound_deployment")
@@ -214,7 +214,7 @@ def test_all_time_site_figures_sum_the_shards(raw_conn):
     for i in range(200):
         sitestats.record_visit(raw_conn, f"198.51.100.{i}", "/", now)
     sitestats.record_visit(raw_conn, "198.51.100.1", "/", now)
-    used = [s for s in range(keys.SITE_SHARDS) if raw_conn.exists(keys.site_all_totals(s))]
+    used = [s for s in range(site_all.SITE_SHARDS) if raw_conn.exists(site_all.site_all_totals(s))]
     assert len(used) > 8  # the visitors spread over the shards
     assert sitestats.site_visit_info(raw_conn) == SiteCount(None, 201, 200)
 
@@ -226,14 +226,14 @@ def test_retention_visitor_sets_expire_after_grace_totals_kept(raw_conn, monkeyp
     day = days.local_day(now)
     sitestats.record_visit(raw_conn, "192.0.2.1", "/r", now)
     end = days.day_end(day)
-    assert expires_at(raw_conn, keys.site_day_visitors(day, "exact")) == end + 2 * 86400
-    assert expires_at(raw_conn, keys.site_day_pairs(day)) == end + 2 * 86400
-    assert expires_at(raw_conn, keys.site_day_totals(day)) == end + 400 * 86400
-    assert expires_at(raw_conn, keys.site_day_pages(day)) == end + 400 * 86400
-    path_at = expires_at(raw_conn, keys.path_totals("/r"))
+    assert expires_at(raw_conn, site_day.site_day_visitors(day, "exact")) == end + 2 * 86400
+    assert expires_at(raw_conn, pairs.site_day_pairs(day)) == end + 2 * 86400
+    assert expires_at(raw_conn, site_day.site_day_totals(day)) == end + 400 * 86400
+    assert expires_at(raw_conn, page_day.site_day_pages(day)) == end + 400 * 86400
+    path_at = expires_at(raw_conn, page_all.path_totals("/r"))
     assert now + 400 * 86400 - 5 <= path_at <= now + 400 * 86400 + 5  # 400 days after the path's latest view
-    shard = keys.site_shard_of(sitestats.visitor_id("192.0.2.1"))
-    for key in (keys.site_all_totals(shard), keys.site_all_visitors(shard, "exact")):
+    shard = site_all.site_shard_of(visitor_id("192.0.2.1"))
+    for key in (site_all.site_all_totals(shard), site_all.site_all_visitors(shard, "exact")):
         assert raw_conn.ttl(key) == -1  # the site's all-time figures and members are kept
     use_settings(
         monkeypatch,
@@ -244,12 +244,12 @@ def test_retention_visitor_sets_expire_after_grace_totals_kept(raw_conn, monkeyp
     )
     sitestats.record_visit(raw_conn, "192.0.2.1", "/s", now)
     # the day was opened by its first write: its visitor sets go when fixed then, whatever came later
-    assert expires_at(raw_conn, keys.site_day_visitors(day, "exact")) == end + 2 * 86400
-    assert expires_at(raw_conn, keys.site_day_totals(day)) == end + 30 * 86400  # totals follow the setting
-    assert raw_conn.ttl(keys.path_totals("/s")) == -1  # COUNTERS_PATH_KEEP_DAYS=0: kept for ever
+    assert expires_at(raw_conn, site_day.site_day_visitors(day, "exact")) == end + 2 * 86400
+    assert expires_at(raw_conn, site_day.site_day_totals(day)) == end + 30 * 86400  # totals follow the setting
+    assert raw_conn.ttl(page_all.path_totals("/s")) == -1  # COUNTERS_PATH_KEEP_DAYS=0: kept for ever
     yesterday = day - timedelta(days=1)  # never counted: opened now, for COUNTERS_DAY_GRACE_DAYS from now
     sitestats.record_visit(raw_conn, "192.0.2.1", "/s", days.day_start(yesterday) + 60)
-    assert abs(expires_at(raw_conn, keys.site_day_visitors(yesterday, "exact")) - (now + 5 * 86400)) < 5
+    assert abs(expires_at(raw_conn, site_day.site_day_visitors(yesterday, "exact")) - (now + 5 * 86400)) < 5
 
 
 def _recent_dst_day(zone: str) -> date:
@@ -291,7 +291,7 @@ def test_an_item_a_minute_before_local_midnight_counts_for_its_own_day(conn, mon
     assert sitestats.site_visit_info(conn, nxt) == SiteCount(nxt, 1, 1)
     assert uniques.unique_visitors(conn, day) == 1 and uniques.unique_visitors(conn, nxt) == 1
     # opened by this write, months after its end: open COUNTERS_DAY_GRACE_DAYS from now
-    assert abs(expires_at(conn, keys.site_day_visitors(day, "exact")) - (time.time() + 400 * 86400)) < 5
+    assert abs(expires_at(conn, site_day.site_day_visitors(day, "exact")) - (time.time() + 400 * 86400)) < 5
 
 
 @pytest.mark.usefixtures("bound_deployment")
@@ -301,9 +301,7 @@ def test_hll_mode_within_two_percent_at_100k_visitors(raw_conn, monkeypatch):
     today = days.local_day(now)
     n = 100_000
     views = [
-        sitestats.SiteView(
-            sitestats.visitor_id(str(ipaddress.IPv4Address(0x0A000000 + i))), "/big" if i % 2 else "/half", today
-        )
+        sitestats.SiteView(visitor_id(str(ipaddress.IPv4Address(0x0A000000 + i))), "/big" if i % 2 else "/half", today)
         for i in range(n)
     ]
     views += views[:5000]  # repeat visits: PV grows, UV does not
@@ -316,8 +314,8 @@ def test_hll_mode_within_two_percent_at_100k_visitors(raw_conn, monkeypatch):
         assert abs(got.uv - n) <= 0.02 * n, got
     half = sitestats.site_visit_info(raw_conn, today, "/half")
     assert abs(half.uv - n / 2) <= 0.02 * n / 2, half
-    assert raw_conn.type(keys.site_day_visitors(today, "hll")) == b"string"
-    assert not raw_conn.exists(keys.site_day_visitors(today, "exact"))
+    assert raw_conn.type(site_day.site_day_visitors(today, "hll")) == b"string"
+    assert not raw_conn.exists(site_day.site_day_visitors(today, "exact"))
 
 
 def test_hll_mode_small_counts_are_exact(conn, monkeypatch):

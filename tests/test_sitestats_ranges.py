@@ -14,6 +14,7 @@ import pytest
 from counters_tasks import sitestats, uniques
 from counters_tasks.core.days import local_day
 from counters_tasks.errors import InvalidInput
+from counters_tasks.sitestats import page_day, reads, site_day
 from counters_tasks.store import keys, page_sketch
 from counters_tasks.visits import apply_visits
 from tests.support.servers import dump_all, expires_at
@@ -108,7 +109,7 @@ def test_cluster_path_unions_per_day_hlls_client_side(conn, stream, monkeypatch)
     today = local_day(now)
     first = today - timedelta(days=2)
     single_server = sitestats.site_visit_range(conn, first, today).uv
-    monkeypatch.setattr(sitestats, "is_cluster", lambda _conn: True)
+    monkeypatch.setattr(reads, "is_cluster", lambda _conn: True)
     assert sitestats.site_visit_range(conn, first, today).uv == single_server
 
 
@@ -172,9 +173,9 @@ def test_range_keys_expire_with_the_days_totals_and_dedupe_holds(conn):
     day = local_day(now)
     sitestats.record_visit(conn, "198.51.100.7", "/x?q=1", now=now, message_id="m-1")
     sitestats.record_visit(conn, "198.51.100.7", "/x", now=now, message_id="m-1")  # redelivered: no effect
-    totals_at = expires_at(conn, keys.site_day_totals(day))
+    totals_at = expires_at(conn, site_day.site_day_totals(day))
     assert totals_at == sitestats.totals_expire_at(day)
-    for key in (keys.site_day_range_hll(day), keys.site_day_pages(day)):
+    for key in (site_day.site_day_range_hll(day), page_day.site_day_pages(day)):
         assert expires_at(conn, key) == totals_at, key
     assert sitestats.top_pages(conn, day, day) == [("/x", 1)]
     assert sitestats.site_visit_range(conn, day, day, "/x").uv == 1

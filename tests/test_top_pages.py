@@ -12,6 +12,7 @@ import pytest
 
 from counters_tasks import sitestats
 from counters_tasks.core.days import local_day
+from counters_tasks.sitestats import day_tops
 from counters_tasks.visits import apply_visits
 from tests.support.visit_model import local_date
 
@@ -49,7 +50,7 @@ def hscans(conn) -> int:
 @pytest.fixture
 def history(conn, monkeypatch):
     """Twelve past days of views, each with more paths than a day's top keeps."""
-    monkeypatch.setattr(sitestats, "DAY_TOP_KEPT", 6)
+    monkeypatch.setattr(day_tops, "DAY_TOP_KEPT", 6)
     rng = random.Random(11)
     today = local_day(time.time())
     noons = [time.mktime((today - timedelta(days=back)).timetuple()) + DAY / 2 for back in range(14, 2, -1)]
@@ -105,7 +106,7 @@ def test_a_range_read_again_reads_each_days_top_not_its_pages(raw_conn, history)
 def test_paths_tied_at_the_bound_are_read_whole_and_stay_exact(raw_conn, monkeypatch):
     """Every day has the same views of many paths: no top can tell its first paths apart, so the
     read falls back to every page of the days, and is exact."""
-    monkeypatch.setattr(sitestats, "DAY_TOP_KEPT", 3)
+    monkeypatch.setattr(day_tops, "DAY_TOP_KEPT", 3)
     today = local_day(time.time())
     visits = []
     for back in range(3, 7):
@@ -133,7 +134,7 @@ def test_a_stored_top_that_is_not_ours_is_made_again(raw_conn, history):
     visits, days, _rng = history
     sitestats.top_pages(raw_conn, days[0], days[-1], 3)
     with keys.bound(raw_conn):
-        raw_conn.set(keys.site_day_pages_top(days[1]), b"not json")
+        raw_conn.set(day_tops.site_day_pages_top(days[1]), b"not json")
     assert sitestats.top_pages(raw_conn, days[0], days[-1], 3) == expected(visits, days[0], days[-1], 3)
 
 

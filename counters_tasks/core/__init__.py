@@ -13,11 +13,14 @@ arguments are shown without raw visitor IPs.
 - ``privacy``: the text form of task arguments (Flower, task events) with IP addresses masked;
 - ``kind``: what a kind of thing counted declares (``Kind``: its tasks, fields, checks, journal
   form and write) and the registry every table of kinds is derived from;
-- ``table``: what a stored table declares (``Table``: its keys, the kinds that feed it, its
-  writers and readers, how long it is kept, whether one visitor can be erased from it) and the
-  registry ``counters-tasks tables`` and every kind's write read.
+- ``table``: what a stored table declares (``Table``: its keys, writers, readers, retention and
+  how one visitor is erased from it) and the registry ``counters-tasks tables`` and every kind's
+  write read;
+- ``visitors``: visitor identity: the ids every table holds of a visitor, made from what a visit
+  carries (``visitor_id``, an HMAC of the IP; ``pair_visitor``; ``session_number``).
 
 Modules here import nothing of the package but ``counters_tasks.errors`` (and each other:
-``days`` uses ``settings`` and ``validation``, ``validation`` uses ``paths``, ``sites`` uses ``settings``, ``clients`` uses ``pageviews`` and ``settings``, ``table`` uses ``settings``). Every other layer builds on them
-(the layers: docs/architecture.md).
+``days`` uses ``settings`` and ``validation``, ``validation`` uses ``paths``, ``sites`` uses
+``settings``, ``clients`` uses ``pageviews`` and ``settings``, ``visitors`` uses ``settings`` and
+``validation``, ``table`` uses ``settings``). Every other layer builds on them (the layers: docs/architecture.md).
 """

@@ -256,7 +256,7 @@ def _country_lookup() -> Any:
 
 
 Who = tuple[str, str, str, str, str]
-"""A view's browser, system, device type, country and language (``store.keys.CLIENT_KINDS``'s order)."""
+"""A view's browser, system, device type, country and language (``sitestats.who_visits.CLIENT_KINDS``'s order)."""
 
 UNKNOWN_WHO: Who = (UNKNOWN, UNKNOWN, UNKNOWN, UNKNOWN, UNKNOWN)
 

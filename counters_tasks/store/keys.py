@@ -383,16 +383,10 @@ def board_registries() -> list[str]:
 
 
 # --- site PV/UV --------------------------------------------------------------------------
-# Three slots per visit: the site's day (tag of the day: the day's site and per-path figures),
-# the visitor's all-time shard (tag of the shard number) and the path's tag group (the path's
-# all-time figures). Visitor ids are HMACs of the IP (``sitestats.visitor_id``), never raw IPs.
-
-SITE_SHARDS = 16
-"""Site-wide all-time PV/UV is split over this many shards by visitor id (each its own slot)."""
-
-
-def _uv_kind(mode: str) -> str:
-    return "hll" if mode == "hll" else "vis"
+# The site's tables make their own keys (``counters_tasks.sitestats``: a module a table, its slots
+# in ``sitestats.slots``); what stays here is what other keys share: a day's label (the uniques'
+# and skips' days too), a path's digest (a day's pairs, a page's scope) and the site slots'
+# dedupe markers.
 
 
 def day_label(day: date, site: str = "") -> str:
@@ -401,109 +395,9 @@ def day_label(day: date, site: str = "") -> str:
     return escape(scoped(site, day.isoformat()))
 
 
-def site_day_tag(day: date, site: str = "") -> str:
-    return hash_tag("site-day", scoped(site, day.isoformat()))
-
-
-def site_day_totals(day: date, *, tag: str | None = None, site: str = "") -> str:
-    """HASH pv, uv, open_until of the whole site on one local day (kept COUNTERS_DAY_TOTALS_DAYS)."""
-    return f"{prefix()}site:{{{tag or site_day_tag(day, site)}}}:day:{day_label(day, site)}"
-
-
-def site_day_visitors(day: date, mode: str, *, tag: str | None = None, site: str = "") -> str:
-    """SET of visitor ids (or HLL in ``hll`` mode) of one day (until the day's open_until)."""
-    return f"{prefix()}site:{{{tag or site_day_tag(day, site)}}}:{_uv_kind(mode)}:{day_label(day, site)}"
-
-
-def site_day_range_hll(day: date, *, tag: str | None = None, site: str = "") -> str:
-    """HLL of the site's visitor ids on one day, in every UV mode: range UV is the union of days
-    (kept as long as the day's totals)."""
-    return f"{prefix()}site:{{{tag or site_day_tag(day, site)}}}:rhll:{day_label(day, site)}"
-
-
-def site_day_pages(day: date, *, tag: str | None = None, site: str = "") -> str:
-    """HASH path -> "<pv> <uv>" on one day, at most COUNTERS_MAX_DAY_PATHS paths, the rest
-    under the field "" ("(other)"); kept as long as the totals."""
-    return f"{prefix()}site:{{{tag or site_day_tag(day, site)}}}:pages:{day_label(day, site)}"
-
-
-def site_day_pages_top(day: date, *, tag: str | None = None, site: str = "") -> str:
-    """STRING (JSON) of one day's most viewed paths (``sitestats.DayTop``): made by a range read
-    of ``top_pages`` from the day's pages HASH, good while the day's totals pv is the one it
-    names; expires with the pages HASH it was made from."""
-    return f"{prefix()}site:{{{tag or site_day_tag(day, site)}}}:ptop:{day_label(day, site)}"
-
-
-def site_day_pairs(day: date, *, tag: str | None = None, site: str = "") -> str:
-    """SET of "<visitor><path digest>" (11 + 8 characters) seen on one day: each path's exact daily UV
-    (until the day's open_until)."""
-    return f"{prefix()}site:{{{tag or site_day_tag(day, site)}}}:pairs:{day_label(day, site)}"
-
-
-SOURCE_KINDS = {"referrer": "r", "utm_source": "s", "utm_medium": "m", "utm_campaign": "c"}
-"""The kinds of source a view has (``core.sources``), each a table of its own a day, by letter."""
-
-CLIENT_KINDS = {"browser": "b", "os": "o", "device": "d", "country": "g", "language": "l"}
-"""Who visits (``core.clients``): each a table of its own a day (``site_day_table``: value ->
-its page views), by letter, in the order of ``SiteView.who``; their values' visitors in
-``site_day_who_sketches``. A browser's and a system's value is ``<family><tab><version>`` (or
-the family alone)."""
-
-
-def site_day_who_sketches(day: date, *, tag: str | None = None, site: str = "") -> str:
-    """HASH "<letter>:<value>" -> the sketch of that value's visitors on one day (``page_sketch``),
-    for each value of the who-visits tables (``CLIENT_KINDS``; "<letter>:" the ``(other)`` of
-    one); kept as long as the day's totals (from its own latest write)."""
-    return f"{prefix()}site:{{{tag or site_day_tag(day, site)}}}:who:{day_label(day, site)}"
-
-
-def site_day_table(day: date, kind: str, *, tag: str | None = None, site: str = "") -> str:
-    """HASH of one kind of value on one day, the rest under the field "" ("(other)"), kept as long
-    as the day's totals (from its own latest write): a source (a letter of SOURCE_KINDS) ->
-    "<pv> <uv> <sketch>", at most COUNTERS_MAX_DAY_SOURCES; who visits (a letter of
-    CLIENT_KINDS) -> its page views, at most COUNTERS_MAX_DAY_CLIENTS (its sketch in
-    ``site_day_who_sketches``)."""
-    return f"{prefix()}site:{{{tag or site_day_tag(day, site)}}}:src{kind}:{day_label(day, site)}"
-
-
-def site_shard_of(visitor: str) -> int:
-    return int(visitor) % SITE_SHARDS
-
-
-def site_shard_tag(shard: int) -> str:
-    """The slot of one shard of the all-time figures: the same for every site (a batch's views of
-    several sites make one call a shard), each site's keys in it named for the site."""
-    return hash_tag("site-all", str(shard))
-
-
-def site_all_totals(shard: int, site: str = "") -> str:
-    """HASH pv, uv of one shard of the site's all-time totals (sum over shards = the site's)."""
-    return f"{prefix()}site:{{{site_shard_tag(shard)}}}:all:{escape(scoped(site, str(shard)))}"
-
-
-def site_all_visitors(shard: int, mode: str, site: str = "") -> str:
-    """SET (or HLL) of every visitor id ever seen whose id falls in this shard; never expires."""
-    return f"{prefix()}site:{{{site_shard_tag(shard)}}}:{_uv_kind(mode)}:all:{escape(scoped(site, str(shard)))}"
-
-
 def site_seen(message_id: str, *, tag: str) -> str:
     """STRING marker: this message was already applied in this site slot (dedupe, with a TTL)."""
     return f"{prefix()}site:{{{tag}}}:seen:{escape(message_id)}"
-
-
-def path_tag(path: str) -> str:
-    return group_tag("p", "path", path)
-
-
-PAGE_SCOPE_SEPARATOR = "\x1e"
-"""Between a site's scope and a page's digest in a page scope (``page_scope``): no site name has it."""
-
-
-def page_scope(scope: str, path: str) -> str:
-    """The scope of one page's who-visits tables (COUNTERS_CLIENT_PAGES): the site's scope, then
-    ``PAGE_SCOPE_SEPARATOR`` and the page's digest (``%1E<digest>`` in a key). Given as the site
-    of the site-day keys, it puts the page's tables in their own slot."""
-    return f"{scope}{PAGE_SCOPE_SEPARATOR}{path_digest(path)}"
 
 
 def path_digest(path: str) -> str:
@@ -515,17 +409,6 @@ def path_digest(path: str) -> str:
 @functools.lru_cache(maxsize=65536)
 def _path_digest(key: bytes, path: str) -> str:
     return base64.urlsafe_b64encode(_digest(key, "pair", path, 6)).decode()
-
-
-def path_totals(path: str, *, tag: str | None = None) -> str:
-    """HASH of one path, all time: pv, uv, and (exact mode) one empty field per visitor id seen;
-    expires COUNTERS_PATH_KEEP_DAYS after the path's latest view (0: kept for ever)."""
-    return f"{prefix()}path:{{{tag or path_tag(path)}}}:all:{escape(path)}"
-
-
-def path_visitors(path: str, *, tag: str | None = None) -> str:
-    """HLL of one path's visitor ids, all time (``hll`` mode only); expires with its totals."""
-    return f"{prefix()}path:{{{tag or path_tag(path)}}}:hll:all:{escape(path)}"
 
 
 def path_seen(message_id: str, *, tag: str) -> str:

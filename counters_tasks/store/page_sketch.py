@@ -30,7 +30,7 @@ STANDARD_ERROR = 1.04 / math.sqrt(REGISTERS)
 
 
 def visitor_sketch_id(pair_visitor: str) -> str:
-    """A visitor's id in the sketch: the first 6 characters of its pairs form (``sitestats.pair_visitor``)."""
+    """A visitor's id in the sketch: the first 6 characters of its pairs form (``core.visitors.pair_visitor``)."""
     return pair_visitor[:ID_CHARS]
 
 

@@ -17,6 +17,7 @@ from bench.traffic import AGENTS_2015
 from counters_tasks import InvalidInput, sitestats, tasks, visits
 from counters_tasks.core import clients, days
 from counters_tasks.ops import importer
+from counters_tasks.sitestats import sources, who_visits
 from counters_tasks.store import keys
 from tests.support.servers import use_settings
 
@@ -272,7 +273,7 @@ def test_with_the_tables_off_nothing_is_parsed_or_kept(raw_conn, monkeypatch):
     sitestats.record_visit(raw_conn, "8.8.8.8", "/", now, user_agent=AGENTS_2015[0][0], language="en")
     assert sitestats.site_visit_info(raw_conn, day).pv == 2
     assert all(sitestats.top_clients(raw_conn, day, day, view) == [] for view in VIEWS)
-    assert not raw_conn.exists(*[keys.site_day_table(day, letter) for letter in keys.CLIENT_KINDS.values()])
+    assert not raw_conn.exists(*[sources.site_day_table(day, letter) for letter in who_visits.CLIENT_KINDS.values()])
 
 
 def fifty_thousand_user_agents(raw_conn, call_budget) -> list:
@@ -299,12 +300,12 @@ def fifty_thousand_user_agents(raw_conn, call_budget) -> list:
         assert sum(c.pv for c in found) == 50_000 and other[0].pv == 50_000 - sum(
             c.pv for c in found if c.source != "(other)"
         )
-        assert raw_conn.hlen(keys.site_day_table(day, letter)) == cap + 1  # the cap's values and ""
+        assert raw_conn.hlen(sources.site_day_table(day, letter)) == cap + 1  # the cap's values and ""
     # a family is the sum of its tracked versions: the versions past the cap are under (other)
     by_family = [tuple(c)[:2] for c in sitestats.top_clients(raw_conn, day, day, "browser")]
     assert by_family == [("(other)", 50_000 - cap), ("Chrome", cap)]
-    tables = [keys.site_day_table(day, letter) for letter in keys.CLIENT_KINDS.values()]
-    sketches = keys.site_day_who_sketches(day)
+    tables = [sources.site_day_table(day, letter) for letter in who_visits.CLIENT_KINDS.values()]
+    sketches = who_visits.site_day_who_sketches(day)
     assert raw_conn.hlen(sketches) == 2 * (cap + 1) + 3  # 200 + (other) browsers and languages, one of each other kind
     memory = sum(raw_conn.memory_usage(key) or 0 for key in [*tables, sketches])
     print(f"who-visits tables of a site day with 50,000 user agents: {memory / 1024:.0f} KiB")

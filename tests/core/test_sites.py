@@ -24,6 +24,7 @@ from counters_tasks.errors import ConfigurationError
 from counters_tasks.integrations import common
 from counters_tasks.local.redis_server import free_port
 from counters_tasks.ops import importer
+from counters_tasks.sitestats import page_all, site_day, slots
 from counters_tasks.store import keys
 from tests.support.faults import wait_idle
 from tests.support.procs import BROWSER_AGENT, Server, celery_env, purge_broker, start_worker
@@ -195,12 +196,12 @@ def test_no_site_pushes_its_or_another_sites_keys_onto_one_slot(monkeypatch):
     many = {f"site{n}": {} for n in range(200)}
     use_settings(monkeypatch, COUNTERS_SITES=json.dumps(many))
     day = date(2026, 11, 25)
-    slots = {redis.cluster.key_slot(keys.site_day_totals(day, site=site).encode()) for site in many}
-    assert len(slots) > 190  # 200 sites' days: each its own slot (a few share by chance, 16,384 slots)
+    day_slots = {redis.cluster.key_slot(site_day.site_day_totals(day, site=site).encode()) for site in many}
+    assert len(day_slots) > 190  # 200 sites' days: each its own slot (a few share by chance, 16,384 slots)
     assert len({redis.cluster.key_slot(keys.uniques_count(day, site=site).encode()) for site in many}) > 190
-    assert keys.site_day_tag(day, "site1") != keys.site_day_tag(day) != keys.site_day_tag(day, "site2")
+    assert slots.site_day_tag(day, "site1") != slots.site_day_tag(day) != slots.site_day_tag(day, "site2")
     # one site's paths and counters spread over the tag groups as the default site's do
-    groups = {keys.path_tag(keys.scoped("site1", f"/p{n}")) for n in range(300)}
+    groups = {page_all.path_tag(keys.scoped("site1", f"/p{n}")) for n in range(300)}
     assert len(groups) > 150
     assert keys.scoped("site1", "hits") != "site1:hits" and keys.unscoped("site1", keys.scoped("site1", "x")) == "x"
     assert (

@@ -20,6 +20,7 @@ from counters_tasks.core.days import local_day
 from counters_tasks.integrations import common
 from counters_tasks.ops import importer
 from counters_tasks.ops.cli import cli
+from counters_tasks.sitestats import sources as source_tables
 from tests.support.procs import BROWSER_AGENT
 from tests.support.servers import use_settings
 
@@ -248,7 +249,7 @@ def test_a_2015_access_logs_referrers_and_campaigns_equal_a_plain_python_count(r
 @pytest.mark.cluster
 @pytest.mark.usefixtures("bound_deployment")
 def test_a_source_of_many_visitors_has_an_estimated_uv_that_lua_and_python_agree_on(raw_conn):
-    from counters_tasks.store import keys, page_sketch
+    from counters_tasks.store import page_sketch
 
     now = time.time() - 60
     batch = [
@@ -261,7 +262,7 @@ def test_a_source_of_many_visitors_has_an_estimated_uv_that_lua_and_python_agree
     [found] = sitestats.top_sources(raw_conn, day, day)
     assert (found.source, found.pv) == ("google.com", 900) and found.uv_approximate
     assert abs(found.uv - 600) < 600 * 4 * page_sketch.STANDARD_ERROR
-    stored = raw_conn.hget(keys.site_day_table(day, "r"), "google.com").decode()
+    stored = raw_conn.hget(source_tables.site_day_table(day, "r"), "google.com").decode()
     pv, uv, sketch = stored.split(" ", 2)
     # the registers Lua wrote count as the read's UV; the stored <uv> of a register sketch is
     # its count when it became one (counting 256 registers at each change is left to readers)

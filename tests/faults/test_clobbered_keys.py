@@ -15,6 +15,7 @@ import redis
 from counters_tasks import counters, ranking, sitestats, uniques, visits
 from counters_tasks.core.days import local_day
 from counters_tasks.local.waiting import wait_until
+from counters_tasks.sitestats import page_all, page_day, pairs, site_all, site_day
 from counters_tasks.store import keys
 from tests.support.procs import celery_env, cli, purge_broker, start_worker
 from tests.support.servers import dump_all, use_settings
@@ -39,13 +40,13 @@ def uniques_shard_of_first() -> str:
 
 
 CLOBBERED = {
-    "day totals": lambda: [keys.site_day_totals(DAY)],
-    "day visitors": lambda: [keys.site_day_visitors(DAY, "exact")],
-    "day range HLL": lambda: [keys.site_day_range_hll(DAY)],
-    "day pages": lambda: [keys.site_day_pages(DAY)],
-    "day pairs": lambda: [keys.site_day_pairs(DAY)],
-    "site shards": lambda: [keys.site_all_totals(shard) for shard in range(keys.SITE_SHARDS)],
-    "path totals": lambda: [keys.path_totals("/a")],
+    "day totals": lambda: [site_day.site_day_totals(DAY)],
+    "day visitors": lambda: [site_day.site_day_visitors(DAY, "exact")],
+    "day range HLL": lambda: [site_day.site_day_range_hll(DAY)],
+    "day pages": lambda: [page_day.site_day_pages(DAY)],
+    "day pairs": lambda: [pairs.site_day_pairs(DAY)],
+    "site shards": lambda: [site_all.site_all_totals(shard) for shard in range(site_all.SITE_SHARDS)],
+    "path totals": lambda: [page_all.path_totals("/a")],
     "counter hash": lambda: [keys.counter_hash("hits:/b")],
     "counter due index": lambda: [keys.counter_due_subset(keys.counter_tag("hits:/b"), keys.counter_subset("hits:/b"))],
     "counter due summary": lambda: [keys.counter_due(keys.counter_tag("hits:/b"))],
@@ -105,7 +106,7 @@ def paths_of_one_group(count: int) -> list[str]:
     by_group: dict[str, list[str]] = {}
     for n in range(100_000):
         path = f"/group/{n}"
-        found = by_group.setdefault(keys.path_tag(path), [])
+        found = by_group.setdefault(page_all.path_tag(path), [])
         found.append(path)
         if len(found) == count:
             return found
@@ -121,9 +122,9 @@ def test_a_clobbered_path_after_others_in_its_call_takes_theirs_back_exactly(raw
     use_settings(monkeypatch, COUNTERS_UV_MODE=mode)
     seen_before, other, clobbered = paths_of_one_group(3)
     sitestats.record_visit(raw_conn, "192.0.2.1", seen_before, NOW - 5, message_id="earlier")
-    before = {path: raw_conn.hgetall(keys.path_totals(path)) for path in (seen_before, other)}
+    before = {path: raw_conn.hgetall(page_all.path_totals(path)) for path in (seen_before, other)}
     assert before[seen_before] and not before[other]
-    raw_conn.rpush(keys.path_totals(clobbered), "written by hand")
+    raw_conn.rpush(page_all.path_totals(clobbered), "written by hand")
     batch = [
         {"ip": "192.0.2.1", "path": seen_before, "ts": NOW},
         {"ip": "192.0.2.2", "path": seen_before, "ts": NOW},
@@ -132,9 +133,9 @@ def test_a_clobbered_path_after_others_in_its_call_takes_theirs_back_exactly(raw
     ]
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
         visits.apply_visits(raw_conn, batch, message_id="batch-p")
-    assert {path: raw_conn.hgetall(keys.path_totals(path)) for path in (seen_before, other)} == before
-    assert not raw_conn.keys(keys.path_seen("*", tag=keys.path_tag(other)))  # no marker for the call
-    raw_conn.delete(keys.path_totals(clobbered))
+    assert {path: raw_conn.hgetall(page_all.path_totals(path)) for path in (seen_before, other)} == before
+    assert not raw_conn.keys(keys.path_seen("*", tag=page_all.path_tag(other)))  # no marker for the call
+    raw_conn.delete(page_all.path_totals(clobbered))
     for _ in range(2):  # the redelivery, then once more: counted once
         visits.apply_visits(raw_conn, batch, message_id="batch-p")
     assert [sitestats.site_visit_info(raw_conn, None, path)[1:] for path in (seen_before, other, clobbered)] == [
@@ -151,16 +152,16 @@ def test_a_path_total_that_is_not_an_integer_fails_the_call_whole(raw_conn, held
     HINCRBY would refuse fails the call with nothing written, and the repaired retry counts once."""
     first, second = paths_of_one_group(2)
     sitestats.record_visit(raw_conn, "192.0.2.1", second, NOW - 5, message_id="earlier")
-    raw_conn.hset(keys.path_totals(second), "pv", held)
+    raw_conn.hset(page_all.path_totals(second), "pv", held)
     before = dump_all(raw_conn)
     batch = [{"ip": "192.0.2.2", "path": first, "ts": NOW}, {"ip": "192.0.2.3", "path": second, "ts": NOW}]
     with pytest.raises(redis.ResponseError, match="not an integer"):
         visits.apply_visits(raw_conn, batch, message_id="batch-n")
-    group = f"{{{keys.path_tag(first)}}}".encode()  # the call's keys and its marker: untouched
+    group = f"{{{page_all.path_tag(first)}}}".encode()  # the call's keys and its marker: untouched
     assert {key: value for key, value in dump_all(raw_conn).items() if group in key} == {
         key: value for key, value in before.items() if group in key
     }
-    raw_conn.hset(keys.path_totals(second), "pv", 1)
+    raw_conn.hset(page_all.path_totals(second), "pv", 1)
     for _ in range(2):
         visits.apply_visits(raw_conn, batch, message_id="batch-n")
     assert [sitestats.site_visit_info(raw_conn, None, path)[1:] for path in (first, second)] == [(1, 1), (2, 2)]
@@ -170,7 +171,7 @@ def test_a_path_total_that_is_not_an_integer_fails_the_call_whole(raw_conn, held
 def test_a_path_total_past_two_to_the_53_stays_exact(raw_conn):
     path = "/big"
     sitestats.record_visit(raw_conn, "192.0.2.1", path, NOW - 5)
-    raw_conn.hset(keys.path_totals(path), "pv", 2**60)
+    raw_conn.hset(page_all.path_totals(path), "pv", 2**60)
     visits.apply_visits(raw_conn, [{"ip": f"192.0.2.{n}", "path": path, "ts": NOW} for n in (1, 2, 3)])
     assert sitestats.site_visit_info(raw_conn, None, path)[1:] == (2**60 + 3, 3)
 

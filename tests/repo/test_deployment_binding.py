@@ -17,19 +17,30 @@ from counters_tasks.store import keys
 PACKAGE = Path(keys.__file__).resolve().parents[1]
 
 
-def tag_key_makers() -> set[str]:
-    """The functions of store/keys.py whose keys depend on the tag key (calling it, directly or not)."""
-    tree = ast.parse(Path(keys.__file__).read_text())
-    functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+KEY_MODULES = [Path(keys.__file__), *sorted((PACKAGE / "sitestats").glob("*.py"))]
+"""Where keys are made: store/keys.py (the primitives and the keys of counters, rankings, uniques...)
+and the table modules of sitestats (each table's own keys)."""
 
-    def called(node: ast.AST) -> set[str]:
-        return {c.func.id for c in ast.walk(node) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
 
-    makers = {"tag_key"}
+def tag_key_makers() -> set[tuple[str, str]]:
+    """The functions given no client, of store/keys.py and the table modules, whose keys depend on
+    the tag key (calling it, directly or not): (module's last name, name)."""
+    functions = {
+        (path.stem, node.name): node
+        for path in KEY_MODULES
+        for node in ast.parse(path.read_text()).body
+        if isinstance(node, ast.FunctionDef) and not takes_a_client(node)
+    }
+    makers = {("keys", "tag_key")}
     while True:
-        more = {name for name, node in functions.items() if name not in makers and called(node) & makers}
+        more = {
+            name
+            for name, node in functions.items()
+            if name not in makers
+            and any(isinstance(c, ast.Call) and called_name(c, name[0]) in makers for c in ast.walk(node))
+        }
         if not more:
-            return makers - {"tag_key"}
+            return makers - {("keys", "tag_key")}
         makers |= more
 
 
@@ -51,22 +62,17 @@ def unbound_public_functions() -> list[str]:
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, ast.FunctionDef) or node.name.startswith("_") or not takes_a_client(node):
                 continue
-            used = {
-                c.func.attr
-                for c in ast.walk(node)
-                if isinstance(c, ast.Call)
-                and isinstance(c.func, ast.Attribute)
-                and getattr(c.func.value, "id", "") == "keys"
-            }
-            if used & makers and "bound" not in used:
+            used = {called_name(c, path.stem) for c in ast.walk(node) if isinstance(c, ast.Call)}
+            if used & makers and ("keys", "bound") not in used:
                 found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name}")
     return found
 
 
 def test_the_key_makers_are_found():
     makers = tag_key_makers()
-    assert {"path_tag", "counter_hash", "ranking_meta", "uniques_levels", "site_day_totals"} <= makers
-    assert "tag_key_name" not in makers and "dead_letters" not in makers  # keys without a tag
+    assert {("keys", "counter_hash"), ("keys", "ranking_meta"), ("keys", "uniques_levels")} <= makers
+    assert {("page_all", "path_tag"), ("site_day", "site_day_totals"), ("who_visits", "page_scope")} <= makers
+    assert ("keys", "tag_key_name") not in makers and ("keys", "dead_letters") not in makers  # keys without a tag
 
 
 def test_every_public_function_given_a_client_binds_its_deployment():
@@ -116,7 +122,7 @@ def keys_made_outside_a_binding(sources: dict[str, str] | None = None) -> list[s
     what ``sitestats.clients_scope`` did before ``top_clients``'s binding (and ``views.clients_view``
     with none), which raised ``DeploymentNotBound`` unpinned."""
     functions = parsed_functions(sources)
-    makers = {("keys", name) for name in tag_key_makers()}
+    makers = tag_key_makers()
     while True:  # the helpers that make keys with the binding of their caller
         more = {
             name
@@ -160,11 +166,12 @@ def test_a_helper_making_keys_before_the_binding_is_found():
     """The check finds the bug it is for: ``clients_scope`` as it was (a key made before any binding)."""
     before = """
 def clients_scope(site, path):
-    return keys.page_scope(check_site(site), check_path(path))
+    return page_scope(check_site(site), check_path(path))
 
 def top_clients(conn, start, end, *, site=None, path=None):
     scope = clients_scope(site, path)
     with keys.bound(conn):
-        return conn.hgetall(keys.site_day_table(start, "b", site=scope))
+        return conn.hgetall(sources.site_day_table(start, "b", site=scope))
 """
-    assert keys_made_outside_a_binding({"sitestats": before}) == ["sitestats.top_clients:6 sitestats.clients_scope"]
+    found = keys_made_outside_a_binding({"who_visits": before})
+    assert found == ["who_visits.top_clients:6 who_visits.clients_scope"]

@@ -65,7 +65,6 @@ RESTATED: list[tuple[str, Callable[[], Callable[..., Any]], Kind, tuple[str, ...
     ("VisitRecorder.record", lambda: VisitRecorder.record, VISIT, PACKED),
     ("the middleware's recorder .record", lambda: middleware_recorder_type().record, VISIT, PACKED),
     ("sitestats.record_visit (contract: no session)", lambda: sitestats.record_visit, VISIT, ("session_id", *PACKED)),
-    ("sitestats.prepare_view (a view: no session)", lambda: sitestats.prepare_view, VISIT, ("session_id",)),
     ("VisitRecorder.incr_ranking", lambda: VisitRecorder.incr_ranking, RANKING, ()),
     ("the middleware's recorder .incr_ranking", lambda: middleware_recorder_type().incr_ranking, RANKING, ()),
     # a view's bump: timed when made, and of the request's site (the middleware fills both in)

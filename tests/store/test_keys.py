@@ -15,6 +15,7 @@ import pytest
 from counters_tasks import sitestats, visits
 from counters_tasks.core.days import local_day
 from counters_tasks.errors import DeploymentNotBound
+from counters_tasks.sitestats import page_all
 from counters_tasks.store import keys
 from tests.support.procs import REPO
 from tests.support.servers import is_cluster_run, make_client, use_settings
@@ -46,7 +47,7 @@ def test_paths_aimed_at_one_group_still_spread(generated_key):
     now = time.time()
     visits.apply_visits(conn, [{"ip": "192.0.2.1", "path": p, "ts": now} for p in aimed])
     with keys.bound(conn):
-        groups = Counter(keys.path_tag(p) for p in aimed)
+        groups = Counter(page_all.path_tag(p) for p in aimed)
     assert len(groups) > 150  # 300 paths over 256 groups: ~177 distinct expected, not 1
     assert max(groups.values()) < 10
     key = conn.get(keys.tag_key_name())
@@ -72,18 +73,18 @@ def test_a_key_made_with_no_deployment_bound_is_refused_not_guessed(generated_ke
     the deployment a caller bound before (or of COUNTERS_REDIS_URL's)."""
     conn = generated_key
     with pytest.raises(DeploymentNotBound, match="keys.bound"):
-        keys.path_tag("/p")
+        page_all.path_tag("/p")
     with keys.bound(conn, write=True) as first:
-        tag = keys.path_tag("/p")
+        tag = page_all.path_tag("/p")
         use_settings(monkeypatch, COUNTERS_KEY_PREFIX="other:")
         with keys.bound(conn, write=True) as second:
-            assert second != first and keys.path_tag("/p") != tag
+            assert second != first and page_all.path_tag("/p") != tag
         use_settings(monkeypatch, COUNTERS_KEY_PREFIX="ct:")
-        assert keys.path_tag("/p") == tag  # the outer binding is back
+        assert page_all.path_tag("/p") == tag  # the outer binding is back
     with pytest.raises(DeploymentNotBound):
-        keys.path_tag("/p")
+        page_all.path_tag("/p")
     use_settings(monkeypatch, COUNTERS_TAG_KEY=first.decode())  # a pin names the key itself
-    assert keys.path_tag("/p") == tag
+    assert page_all.path_tag("/p") == tag
 
 
 def test_rotating_the_secret_moves_no_key(generated_key, monkeypatch):
@@ -105,22 +106,22 @@ def test_each_deployment_has_its_own_key(generated_key, monkeypatch):
         pass
     use_settings(monkeypatch, COUNTERS_KEY_PREFIX="other:")
     with keys.bound(conn, write=True) as two:
-        tags = [keys.path_tag(f"/p{i}") for i in range(50)]
+        tags = [page_all.path_tag(f"/p{i}") for i in range(50)]
     assert two != one and conn.get("other:tagkey") == two
     use_settings(monkeypatch, COUNTERS_KEY_PREFIX="ct:")
     with keys.bound(conn):
-        assert [keys.path_tag(f"/p{i}") for i in range(50)] != tags
+        assert [page_all.path_tag(f"/p{i}") for i in range(50)] != tags
 
 
 @pytest.mark.processes
 @pytest.mark.skipif(is_cluster_run(), reason="one server is enough to show processes agree")
 def test_another_process_makes_the_same_keys(generated_key):
     with keys.bound(generated_key, write=True):  # what every entry point given a client does
-        expected = keys.path_tag("/same")
+        expected = page_all.path_tag("/same")
     env = {k: v for k, v in os.environ.items() if k != "COUNTERS_TAG_KEY"}
     code = (
         "from counters_tasks.store import keys; from counters_tasks.store.client import get_redis\n"
-        "with keys.bound(get_redis()): print(keys.path_tag('/same'))"
+        "with keys.bound(get_redis()): print(page_all.path_tag('/same'))"
     )
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

@@ -13,7 +13,9 @@ import pytest
 
 from counters_tasks import sitestats
 from counters_tasks.core.days import local_day
-from counters_tasks.store import keys, page_sketch
+from counters_tasks.core.visitors import pair_visitor, visitor_id
+from counters_tasks.sitestats import page_day
+from counters_tasks.store import page_sketch
 from counters_tasks.visits import apply_visits
 
 pytestmark = pytest.mark.cluster
@@ -21,9 +23,7 @@ pytestmark = pytest.mark.cluster
 
 def expected_sketch(ips: list[str]) -> str:
     """The sketch the rule gives for these visitors (new to the page in this order), computed here."""
-    ids = list(
-        dict.fromkeys(page_sketch.visitor_sketch_id(sitestats.pair_visitor(sitestats.visitor_id(ip))) for ip in ips)
-    )
+    ids = list(dict.fromkeys(page_sketch.visitor_sketch_id(pair_visitor(visitor_id(ip))) for ip in ips))
     if len(ids) <= page_sketch.EXACT_IDS:
         return "".join(ids)
     registers = bytearray(page_sketch.REGISTERS)
@@ -39,7 +39,7 @@ def test_the_scripts_sketch_is_the_one_the_reader_expects(raw_conn, visitors):
     now = time.time()
     ips = [f"10.1.{n // 250}.{n % 250}" for n in range(visitors)]
     apply_visits(raw_conn, [{"ip": ip, "path": "/p", "ts": now} for ip in ips + ips[:1]], message_id="m1")
-    value = raw_conn.hget(keys.site_day_pages(local_day(now)), "/p").decode()
+    value = raw_conn.hget(page_day.site_day_pages(local_day(now)), "/p").decode()
     pv, uv, sketch = value.split(" ", 2)
     assert (int(pv), int(uv)) == (visitors + 1, visitors)
     assert sketch == expected_sketch(ips)
@@ -106,7 +106,7 @@ def test_a_call_makes_at_most_24_sketches_registers_and_the_others_wait_exact(ra
         apply_visits(raw_conn, [{"ip": ips[n], "path": page, "ts": now} for page in pages], message_id=f"w{n}")
 
     def sketches() -> dict[str, str]:
-        found = raw_conn.hmget(keys.site_day_pages(day), pages)
+        found = raw_conn.hmget(page_day.site_day_pages(day), pages)
         return {page: value.decode().split(" ", 2)[2] for page, value in zip(pages, found, strict=True)}
 
     assert all(not s.startswith("!") and len(s) == 42 * 6 for s in sketches().values())

@@ -13,7 +13,7 @@ import pytest
 
 from counters_tasks import counters, refusals, sitestats, tasks, uniques, visits
 from counters_tasks.core.days import local_day
-from counters_tasks.sitestats import SiteCount
+from counters_tasks.sitestats import SiteCount, page_day, pairs, site_day
 from counters_tasks.store import keys
 from tests.support.servers import dump_all, expires_at, use_settings
 
@@ -93,9 +93,9 @@ def test_a_backfilled_day_stays_open_for_its_grace_from_the_write(raw_conn):
     sitestats.record_visit(raw_conn, "192.0.2.1", "/", JUNE_2015)
     uniques.count_visit(raw_conn, str(uuid.uuid4()), JUNE_2015)
     for key, days_kept in (
-        (keys.site_day_visitors(day, "exact"), 2),
-        (keys.site_day_pairs(day), 2),
-        (keys.site_day_totals(day), 400),
+        (site_day.site_day_visitors(day, "exact"), 2),
+        (pairs.site_day_pairs(day), 2),
+        (site_day.site_day_totals(day), 400),
         (keys.uniques_count(day), 400),
         (keys.uniques_open(day), 7),
     ):
@@ -104,8 +104,8 @@ def test_a_backfilled_day_stays_open_for_its_grace_from_the_write(raw_conn):
 
 def _close_site_day(conn, day: date) -> None:
     """What Redis does when a day's open time passes: its visitor sets expire (done at once here)."""
-    conn.hset(keys.site_day_totals(day), "open_until", int(time.time()) - 1)
-    conn.delete(keys.site_day_visitors(day, "exact"), keys.site_day_pairs(day))
+    conn.hset(site_day.site_day_totals(day), "open_until", int(time.time()) - 1)
+    conn.delete(site_day.site_day_visitors(day, "exact"), pairs.site_day_pairs(day))
 
 
 @pytest.mark.usefixtures("bound_deployment")
@@ -129,7 +129,7 @@ def test_a_late_visit_of_a_closed_day_counts_where_exact_and_is_reported(raw_con
     assert sitestats.site_visit_info(raw_conn, None, "/a") == SiteCount(None, 2, 2)
     assert sum(t for _, t in counters.get_counter(raw_conn, "hits", 86400, now=old)) == 3
     assert refusals.counts(raw_conn)["closed_day"] == 2  # reported, once per message
-    assert not raw_conn.exists(keys.site_day_visitors(day, "exact"))  # no set reopened for a closed day
+    assert not raw_conn.exists(site_day.site_day_visitors(day, "exact"))  # no set reopened for a closed day
 
 
 @pytest.mark.usefixtures("bound_deployment")
@@ -140,7 +140,7 @@ def test_a_day_past_its_path_cap_counts_the_rest_as_other(raw_conn, monkeypatch)
     batch = [{"ip": f"10.0.{i % 7}.{i % 251}", "path": f"/p{i % 80}", "ts": now} for i in range(400)]
     visits.apply_visits(raw_conn, batch[:100])
     visits.apply_visits(raw_conn, batch[100:])
-    assert raw_conn.hlen(keys.site_day_pages(day)) == 51  # 50 paths and the overflow
+    assert raw_conn.hlen(page_day.site_day_pages(day)) == 51  # 50 paths and the overflow
     pages = dict(sitestats.top_pages(raw_conn, day, day, limit=100))
     assert sum(pages.values()) == 400 == sitestats.site_visit_info(raw_conn, day).pv
     tracked = [p for p in pages if p != sitestats.OTHER]

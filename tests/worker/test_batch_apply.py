@@ -88,7 +88,7 @@ def test_every_lua_call_of_a_full_batch_is_bounded(raw_conn, monkeypatch):
         return real(conn, name, keys, args, client=client)
 
     monkeypatch.setattr(scripts, "run_script", spy)
-    for module in ("counters", "sitestats", "uniques"):
+    for module in ("counters", "sitestats.site_day", "uniques"):
         monkeypatch.setattr(f"counters_tasks.{module}.run_script", spy)
     batch = random_visits(visits.MAX_BATCH, seed=6, visitors=5000, paths=1, sessions=5000)
     visits.apply_visits(raw_conn, batch, message_id="big")

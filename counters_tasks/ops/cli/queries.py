@@ -12,8 +12,7 @@ from typing import Any
 import click
 
 from ...errors import InvalidInput
-from ...sitestats import OTHER
-from ...store.keys import SOURCE_KINDS
+from ...sitestats import OTHER, SOURCE_KINDS
 from .. import tables, views
 from .common import output_options, query, site_option
 from .render import (

@@ -1,0 +1,92 @@
+"""Visitor identity: how the ids every table keeps of a visitor are made from what a visit
+carries, and nothing else (no key, no Redis).
+
+- ``visitor_id``: the visitor of a page view, an HMAC of its IP under COUNTERS_SECRET (raw IPs
+  never reach Redis); what the site's and the paths' visitor sets, and the visitors-now
+  sketches, hold;
+- ``pair_visitor``: the same id in 11 characters, what a day's pairs SET and the page sketches
+  hold (``store.page_sketch``: its first 6 characters);
+- ``session_number``: the session of a visit (a session UUID's first 15 hex digits as an
+  integer), what the daily uniques shards hold; ``short_session_id``, what the app's process
+  sends of it.
+
+Every table that holds one of these says so, and how one visitor is erased from it or why not
+(``core.table.Erasure``).
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import hmac
+from typing import Any
+
+from ..errors import ConfigurationError, InvalidInput
+from .settings import get_settings
+from .validation import check_ip, check_session_id
+
+
+def visitor_id(ip: Any) -> str:
+    """HMAC-SHA256 of the normalized IP under COUNTERS_SECRET, first 64 bits as a signed integer.
+
+    A signed 64-bit integer so small sets stay intsets; the IP cannot be recovered without the key.
+    """
+    ip = check_ip(ip)
+    secret = get_settings().secret
+    if not secret:
+        raise ConfigurationError("COUNTERS_SECRET is not set: visitor ids cannot be made")
+    return _visitor_id(secret, ip)
+
+
+@functools.lru_cache(maxsize=65536)
+def _visitor_id(secret: str, ip: str) -> str:
+    mac = hmac.new(secret.encode("utf-8"), ip.encode("utf-8"), hashlib.sha256).digest()
+    return str(int.from_bytes(mac[:8], "big", signed=True))
+
+
+@functools.lru_cache(maxsize=65536)
+def pair_visitor(visitor: str) -> str:
+    """A visitor id in 11 characters (base64 of its 64 bits) for the day's pairs SET: members
+    of 19 characters fit a smaller allocation than the decimal id's ~28. (Cached: a call per
+    view a worker applies.)"""
+    return base64.urlsafe_b64encode(int(visitor).to_bytes(8, "big", signed=True)).decode()[:11]
+
+
+def session_number(session_id: Any) -> int:
+    """The integer id of a session: its first 15 hex digits (dashes ignored, any case)."""
+    if type(session_id) is str and len(session_id) <= MAX_CACHED_SESSION_ID:
+        return _session_number(session_id)
+    return int(check_session_id(session_id)[:SESSION_DIGITS], 16)
+
+
+SESSION_DIGITS = 15
+"""The hex digits of a session id that name its session (``session_number``)."""
+
+
+def short_session_id(session_id: Any) -> Any:
+    """The part of a session id that ``session_number`` reads, its first 15 hex digits: what
+    ``VisitRecorder`` sends (a UUID's other 21 characters change no figure), or the value as it
+    is when it is not a session id (the worker refuses it, item by item)."""
+    if type(session_id) is str and len(session_id) <= MAX_CACHED_SESSION_ID:
+        return _short_session_id(session_id)
+    return session_id
+
+
+@functools.lru_cache(maxsize=65536)
+def _short_session_id(session_id: str) -> str:
+    try:
+        return check_session_id(session_id)[:SESSION_DIGITS]
+    except InvalidInput:
+        return session_id
+
+
+MAX_CACHED_SESSION_ID = 64
+"""Session ids up to this long (a UUID is 36) are checked once a process while they come back
+(``lru_cache``: a session's views come in a row); a longer one every time."""
+
+
+@functools.lru_cache(maxsize=65536)
+def _session_number(session_id: str) -> int:
+    """Cached: bad input raises, and is not cached."""
+    return int(check_session_id(session_id)[:SESSION_DIGITS], 16)

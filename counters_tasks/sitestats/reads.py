@@ -1,0 +1,136 @@
+"""The site's and a page's figures read: PV and UV of a day or all time (``site_visit_info``),
+and over a range of days (``site_visit_range``), from the tables ``site_day``, ``page_day``,
+``site_all`` and ``page_all``.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+from typing import Any, NamedTuple
+
+from redis.client import NEVER_DECODE
+
+from ..core import days
+from ..core.settings import get_settings
+from ..core.sites import check_site
+from ..core.validation import check_day, check_day_range
+from ..store import keys, page_sketch
+from ..store.client import RedisClient, is_cluster, read_pipeline
+from ..store.hll import union_count
+from . import page_all, page_day, site_all, site_day
+from .page_day import page_figures, page_value
+from .views import normalize_path
+
+
+class SiteCount(NamedTuple):
+    day: date | None
+    pv: int
+    uv: int
+
+
+def site_visit_info(
+    conn: RedisClient, day: date | None = None, path: str | None = None, *, site: str | None = None
+) -> SiteCount:
+    """PV and UV of the site (``path`` None) or a path, on a local ``day`` or all time (None).
+    ``site``: which site (None: the default one; its days are in its own zone).
+
+    A path's figures of a day are 0 when the path was not among the day's first
+    COUNTERS_MAX_DAY_PATHS paths (its views count under ``OTHER``, see ``top_pages``)."""
+    scope = check_site(site)
+    with keys.bound(conn):
+        if day is not None:
+            check_day(day)
+        if path is not None:
+            path = normalize_path(path)
+        if path is not None and day is not None:
+            return SiteCount(day, *page_figures(conn.hget(page_day.site_day_pages(day, site=scope), path)))
+        if path is not None:
+            pairs = [conn.hmget(page_all.path_totals(keys.scoped(scope, path)), "pv", "uv")]
+        elif day is not None:
+            pairs = [conn.hmget(site_day.site_day_totals(day, site=scope), "pv", "uv")]
+        else:
+            pipe = read_pipeline(conn)
+            for shard in range(site_all.SITE_SHARDS):
+                pipe.hmget(site_all.site_all_totals(shard, scope), "pv", "uv")
+            pairs = pipe.execute()
+        pv = sum(int(p or 0) for p, _ in pairs)
+        uv = sum(int(u or 0) for _, u in pairs)
+        return SiteCount(day, pv, uv)
+
+
+class SiteRange(NamedTuple):
+    """PV/UV over the days ``start``..``end``: ``pv`` summed, ``uv`` the distinct visitors of the
+    whole range (a union of the days: a visitor of several days counts once; ``uv_approximate``
+    when it is an estimate), with the per-day figures in ``days``."""
+
+    start: date
+    end: date
+    path: str | None
+    pv: int
+    uv: int | None
+    uv_approximate: bool
+    days: list[SiteCount]
+
+
+def site_visit_range(
+    conn: RedisClient, start: date, end: date, path: str | None = None, *, site: str | None = None
+) -> SiteRange:
+    """PV and UV of the site (or ``path``) over the local days ``start``..``end`` (at most 400).
+
+    PV is the sum of the days. UV of one day is that day's figure (exact in the default mode);
+    the site's UV over several days is the union of per-day HyperLogLogs (``uv_approximate``,
+    ~0.81% error): a visitor seen on several days counts once. A path's UV over several days is
+    the union of its days' sketches (``store.page_sketch``, kept in the day's pages HASH): exact
+    while each day of the range had at most 42 visitors of the path, else estimated
+    (``uv_approximate``, 6.5% standard error). A day counted before sketches were kept (before
+    0.5) adds its own UV as a floor, and the figure is marked approximate. ``site``: as in
+    ``site_visit_info``.
+    """
+    scope = check_site(site)
+    with keys.bound(conn):
+        check_day_range(start, end)
+        if path is not None:
+            path = normalize_path(path)
+        span = days.days_between(start, end)
+        pipe = read_pipeline(conn)
+        for day in span:
+            if path is not None:
+                pipe.hget(page_day.site_day_pages(day, site=scope), path)
+            else:
+                pipe.hmget(site_day.site_day_totals(day, site=scope), "pv", "uv")
+        replies = pipe.execute()
+        if path is not None:
+            per_day = [SiteCount(day, *page_figures(value)) for day, value in zip(span, replies, strict=True)]
+        else:
+            per_day = [SiteCount(day, int(pv or 0), int(uv or 0)) for day, (pv, uv) in zip(span, replies, strict=True)]
+        pv = sum(d.pv for d in per_day)
+        if len(span) == 1:
+            return SiteRange(
+                start, end, path, pv, per_day[0].uv, get_settings().uv_mode == "hll" and path is None, per_day
+            )
+        if path is not None:
+            uv, approximate = _path_range_uv(per_day, replies)
+            return SiteRange(start, end, path, pv, uv, approximate, per_day)
+        if not is_cluster(conn):
+            uv = int(conn.pfcount(*(site_day.site_day_range_hll(day, site=scope) for day in span)))
+        else:  # one slot per day: merge the HLLs here, read-only
+            uv = union_count(
+                conn.execute_command("GET", site_day.site_day_range_hll(day, site=scope), **{NEVER_DECODE: True})
+                for day in span
+            )
+        return SiteRange(start, end, path, pv, uv, True, per_day)
+
+
+def _path_range_uv(per_day: list[SiteCount], values: list[Any]) -> tuple[int, bool]:
+    """A path's distinct visitors over its days (``site_visit_range``): the union of the days'
+    sketches, and whether it is an estimate (or a floor, for days counted without sketches)."""
+    sketches = [page_value(value)[2] for value in values]
+    union, estimated = page_sketch.union_count(sketches)
+    unsketched = [
+        d.uv
+        for d, sketch in zip(per_day, sketches, strict=True)
+        if d.uv and not sketch.startswith("!") and len(sketch) // page_sketch.ID_CHARS < d.uv
+    ]
+    if unsketched:
+        return max(union, *unsketched), True
+    return union, estimated
