@@ -382,14 +382,17 @@ def record_visit(
     fields = {"ip": ip, "path": path, "referrer": referrer, "utm": utm, "user_agent": user_agent, "language": language}
     view = view_on(fields, local_day(ts, zone_of(scope)), scope)
 
-    def queue(plan: WritePlan) -> Callable[[], None]:
-        replies: list[Any] = []
+    write_through(conn, lambda plan: _queue_view(plan, view, ts, message_id))
 
-        def data(pipe: Any) -> None:
-            queue_views(conn, pipe, [view], message_id)
-            live.queue_sightings(pipe, [(view.site, ts, view.visitor)])
 
-        plan.add(data, replies.extend)
-        return lambda: refusals.count_partial(conn, "record_visit", message_id, closed_views(replies[:1]))
+def _queue_view(plan: WritePlan, view: SiteView, ts: float, message_id: str | None) -> Callable[[], None]:
+    """``record_visit``'s view and its sighting queued on ``plan``; once sent, a closed day's view
+    counted (``refusals``)."""
+    conn, replies = plan.conn, list[Any]()
 
-    write_through(conn, queue)
+    def data(pipe: Any) -> None:
+        queue_views(conn, pipe, [view], message_id)
+        live.queue_sightings(pipe, [(view.site, ts, view.visitor)])
+
+    plan.add(data, replies.extend)
+    return lambda: refusals.count_partial(conn, "record_visit", message_id, closed_views(replies[:1]))
