@@ -17,12 +17,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from . import throughput
+from .boards import Board, RankingBump, bump_on, check_board, slot_of
 from .core.kind import Kind, register
 from .core.settings import DEFAULT_SITE
 from .core.validation import MAX_AMOUNT
 from .errors import BoardSettingsConflict, InvalidInput
 from .payloads import apply_payload
-from .ranking import Board, RankingBump, board_settings, bump_on, check_board, slot_of, write_bumps
+from .ranking import board_settings, write_bumps
 from .store.client import RedisClient
 from .store.scripts import WritePlan
 

@@ -349,7 +349,7 @@ def apply_visits(conn: RedisClient, visits: list[dict[str, Any]], *, message_id:
 VISIT = register(
     Kind(
         name="visit",
-        fields=("ip", "path", "session_id", "ts", "site", "referrer", "utm", "user_agent", "language", "client"),
+        fields=("ip", "path", "session_id", "ts", *sitestats.VIEW_FIELDS, "client"),
         required=2,
         item_task="counters_tasks.record_visit",
         worker_batches=True,

@@ -32,7 +32,7 @@ from .site_day import (
     totals_expire_at,
 )
 from .sources import SOURCE_KINDS, SOURCES_LIMIT, SourceCount, source_totals, top_sources
-from .views import SiteView, normalize_path, view_on
+from .views import VIEW_FIELDS, SiteView, normalize_path, view_on
 from .who_visits import (
     CLIENT_VIEWS,
     CLIENTS_LIMIT,
@@ -63,6 +63,7 @@ __all__ = [
     "SiteCount",
     "SiteRange",
     "SiteView",
+    "VIEW_FIELDS",
     "SourceCount",
     "TableTotals",
     "applied_views",

@@ -51,7 +51,7 @@ from ..store import keys
 from ..store.client import RedisClient
 from ..store.scripts import WritePlan, run_script, write_through
 from . import page_all, page_day, pairs, site_all, slots, sources, who_visits
-from .views import SiteView, view_on
+from .views import VIEW_FIELDS, SiteView, view_on
 
 
 def site_day_totals(day: date, *, tag: str | None = None, site: str = "") -> str:
@@ -351,17 +351,7 @@ def applied_views(calls: Iterable[tuple[date, int]], replies: Iterable[Any]) -> 
 
 
 def record_visit(
-    conn: RedisClient,
-    ip: str,
-    path: str,
-    now: float | None = None,
-    *,
-    message_id: str | None = None,
-    site: str | None = None,
-    referrer: str | None = None,
-    utm: dict[str, str] | None = None,
-    user_agent: str | None = None,
-    language: str | None = None,
+    conn: RedisClient, ip: str, path: str, now: float | None = None, *, message_id: str | None = None, **view: Any
 ) -> None:
     """One page view of ``path`` by visitor ``ip``: site and path, all-time and per-day PV/UV.
 
@@ -369,20 +359,22 @@ def record_visit(
     Any past day is accepted: a day never counted is opened by its first view and is then
     exact. A view of a closed day (one counted before, whose visitor sets expired) counts in PV
     and the all-time figures but not in that day's UV, and is reported as ``closed_day``.
-    ``site``: a site of ``COUNTERS_SITES`` (None: the default site); its day is in its zone.
-    ``referrer`` (the Referer URL, or a domain) and ``utm`` (``{"source", "medium", "campaign"}``)
+    ``view``: the view's other fields by name (``views.VIEW_FIELDS``; another name raises TypeError,
+    as for any function): ``site``, a site of ``COUNTERS_SITES`` (None: the default site), whose
+    zone makes the day; ``referrer`` (the Referer URL, or a domain) and ``utm`` (``{"source", "medium", "campaign"}``)
     are the view's source (``core.sources``; none: ``(direct)``), counted in the day's sources.
     ``user_agent`` and ``language`` (the User-Agent and Accept-Language headers) with ``ip`` tell
     who visits (``core.clients``: browser, system, device, country, language), counted in the
     day's tables of them.
     """
+    unknown = view.keys() - set(VIEW_FIELDS)
+    if unknown:
+        raise TypeError(f"record_visit() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
     check_message_id(message_id)
     ts = check_item_time(now, "now")
-    scope = check_site(site)
-    fields = {"ip": ip, "path": path, "referrer": referrer, "utm": utm, "user_agent": user_agent, "language": language}
-    view = view_on(fields, local_day(ts, zone_of(scope)), scope)
-
-    write_through(conn, lambda plan: _queue_view(plan, view, ts, message_id))
+    scope = check_site(view.get("site"))
+    seen = view_on({"ip": ip, "path": path, **view}, local_day(ts, zone_of(scope)), scope)
+    write_through(conn, lambda plan: _queue_view(plan, seen, ts, message_id))
 
 
 def _queue_view(plan: WritePlan, view: SiteView, ts: float, message_id: str | None) -> Callable[[], None]:

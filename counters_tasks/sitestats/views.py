@@ -32,6 +32,10 @@ class SiteView(NamedTuple):
     who: Who | None = None  # browser, system, device, country, language (core.clients); None: no such tables
 
 
+VIEW_FIELDS = ("site", "referrer", "utm", "user_agent", "language")
+"""The fields of a visit a page view takes besides its ``ip``, ``path`` and time, in the visit's
+declared order (``visits.VISIT.fields`` is made with them): what ``record_visit`` takes by name."""
+
 normalize_ip = check_ip
 normalize_path = check_path
 

@@ -64,7 +64,6 @@ RESTATED: list[tuple[str, Callable[[], Callable[..., Any]], Kind, tuple[str, ...
     # (what, the signature, its kind, the fields it leaves out on purpose)
     ("VisitRecorder.record", lambda: VisitRecorder.record, VISIT, PACKED),
     ("the middleware's recorder .record", lambda: middleware_recorder_type().record, VISIT, PACKED),
-    ("sitestats.record_visit (contract: no session)", lambda: sitestats.record_visit, VISIT, ("session_id", *PACKED)),
     ("VisitRecorder.incr_ranking", lambda: VisitRecorder.incr_ranking, RANKING, ()),
     ("the middleware's recorder .incr_ranking", lambda: middleware_recorder_type().incr_ranking, RANKING, ()),
     # a view's bump: timed when made, and of the request's site (the middleware fills both in)
@@ -81,6 +80,15 @@ RESTATED: list[tuple[str, Callable[[], Callable[..., Any]], Kind, tuple[str, ...
 @pytest.mark.parametrize("what, signature, kind, left_out", RESTATED, ids=[row[0] for row in RESTATED])
 def test_each_restated_signature_is_its_kinds_fields_in_order(what, signature, kind, left_out):
     assert parameters(signature()) == fields_but(kind, left_out), what
+
+
+def test_record_visit_takes_the_contracts_fields_and_the_views_by_name():
+    """``sitestats.record_visit`` (the contract's ``ip, path, now``) takes the view's other fields
+    by name, ``VIEW_FIELDS``, which the visit's declaration is made with: no list restated."""
+    assert parameters(sitestats.record_visit) == ["ip", "path", "ts"]
+    assert list(sitestats.VIEW_FIELDS) == fields_but(VISIT, ("ip", "path", "session_id", "ts", *PACKED))
+    with pytest.raises(TypeError, match="session_id"):
+        sitestats.record_visit(None, "1.2.3.4", "/", session_id="x")
 
 
 def test_every_package_kind_with_a_per_item_task_is_checked_or_derived():
