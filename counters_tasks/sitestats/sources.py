@@ -50,7 +50,7 @@ SOURCES = register(
         "COUNTERS_MAX_DAY_SOURCES a kind, the rest as (other). The who-visits tables share this "
         "key pattern (letters b, o, d, g, l: table who_visits)",
         module=__name__,
-        keys=(StoredKey("ct:site:{tag(D)}:src<letter>:<D>", "HASH"),),
+        keys=(StoredKey("ct:site:{tag(D)}:src<source letter>:<D>", "HASH"),),
         tag="per site and day",
         fed_by=("visit",),
         writers=("store/lua/site_day.lua",),

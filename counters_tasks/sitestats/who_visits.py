@@ -64,11 +64,13 @@ WHO_VISITS = register(
     Table(
         name="who_visits",
         what="page views of a local day by browser, operating system, device type, country and "
-        "language (a table each, keys ct:site:{tag(D)}:src<letter>:<D> with the letters b, o, d, "
-        "g, l: the sources tables' pattern), and each value's sketch of visitors; for the site and "
-        "for each page of COUNTERS_CLIENT_PAGES; with COUNTERS_CLIENT_TABLES on",
+        "language (a table each), and each value's sketch of visitors; for the site and for each "
+        "page of COUNTERS_CLIENT_PAGES; with COUNTERS_CLIENT_TABLES on",
         module=__name__,
-        keys=(StoredKey("ct:site:{tag(D)}:who:<D>", "HASH"),),
+        keys=(
+            StoredKey("ct:site:{tag(D)}:src<client letter>:<D>", "HASH"),
+            StoredKey("ct:site:{tag(D)}:who:<D>", "HASH"),
+        ),
         tag="per site (or page of COUNTERS_CLIENT_PAGES) and day",
         fed_by=("visit",),
         writers=("store/lua/site_day.lua",),

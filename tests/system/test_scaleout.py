@@ -167,6 +167,7 @@ def documented_patterns() -> list[tuple[re.Pattern, str]]:
             # <D>: a day of the default site, or of a page's scope (COUNTERS_CLIENT_PAGES: "A page's who visits")
             regex = regex.replace("<kind>", "(vis|hll)").replace("<D>", r"(%1E[\w-]{8}%1F)?\d{4}-\d\d-\d\d")
             regex = re.sub(r"<(precision|slot|shard|n)>", r"-?\\d+", regex)
+            regex = regex.replace("<source\\ letter>", "[rsmc]").replace("<client\\ letter>", "[bodgl]")
             regex = re.sub(r"<[^>]+>", ".+", regex)
             out.append((re.compile(regex), cells[3]))
     return out
