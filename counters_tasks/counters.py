@@ -379,7 +379,7 @@ COUNTERS = table.register(
             None,
             lambda _settings: SAMPLE_COUNT * max(PRECISIONS) / 86400,
         ),
-        erasure=table.Erasure("nothing of a visitor", False, "counts by time only: no visitor id is kept"),
+        erasure=table.Erasure.none("counts by time only: no visitor id is kept"),
     )
 )
 """The counters' table (``core.table``): ``hits`` and ``hits:<path>`` are fed by every visit."""

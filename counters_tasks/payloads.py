@@ -134,7 +134,7 @@ MARKERS = table.register(
             "COUNTERS_DEDUPE_TTL",
             lambda settings: settings.dedupe_ttl / 86400,
         ),
-        erasure=table.Erasure("nothing of a visitor", False, "message ids only"),
+        erasure=table.Erasure.none("message ids only"),
     )
 )
 """The dedupe markers of every table (``core.table``): a call applied at most once per its id."""

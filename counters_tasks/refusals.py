@@ -93,7 +93,7 @@ REFUSALS = table.register(
         writers=("store/lua/refusal_count.lua (every payload, batch and task that refuses)",),
         readers=("refusals.counts", "health", "/metrics"),
         retention=table.Retention("counts since the start: never deleted"),
-        erasure=table.Erasure("nothing of a visitor", False, "counts by reason only"),
+        erasure=table.Erasure.none("counts by reason only"),
     )
 )
 """The refusals' table (``core.table``)."""

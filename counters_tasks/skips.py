@@ -208,7 +208,7 @@ SKIPPED = table.register(
             "COUNTERS_DAY_TOTALS_DAYS",
             lambda settings: settings.day_totals_days,
         ),
-        erasure=table.Erasure("nothing of a visitor", False, "counts by route and reason only"),
+        erasure=table.Erasure.none("counts by route and reason only"),
     )
 )
 """The skips' table (``core.table``)."""

@@ -166,7 +166,7 @@ THROUGHPUT = table.register(
         writers=("store/lua/throughput_add.lua (one call a batch, after its write)",),
         readers=("throughput.totals", "/metrics", "health"),
         retention=table.Retention("totals since the start: never deleted (Prometheus takes the rates)"),
-        erasure=table.Erasure("nothing of a visitor", False, "totals by kind only"),
+        erasure=table.Erasure.none("totals by kind only"),
     )
 )
 """The throughput table (``core.table``)."""

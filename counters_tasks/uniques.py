@@ -383,10 +383,10 @@ DAILY_UNIQUES = table.register(
         writers=("store/lua/unique_visit.lua", "store/lua/unique_expected.lua (precompute_expected, beat, daily)"),
         readers=("uniques.unique_visitors", "uniques.unique_visitors_range", "counters-tasks uniques", "health"),
         retention=table.Retention(
-            "the shards COUNTERS_UNIQUES_SHARD_DAYS past the day's end; its count and expected figure "
-            "COUNTERS_UNIQUES_COUNT_DAYS",
+            "the session ids (the shards) COUNTERS_UNIQUES_SHARD_DAYS past the day's end; the day's count and "
+            "expected figure (no id) COUNTERS_UNIQUES_COUNT_DAYS",
             "COUNTERS_UNIQUES_SHARD_DAYS",
-            lambda settings: settings.uniques_count_days,
+            lambda settings: settings.uniques_shard_days,
         ),
         erasure=table.Erasure(
             "session ids (the first 15 hex digits of the session UUID)",

@@ -66,6 +66,20 @@ class Erasure:
     erasable: bool
     how: str
 
+    @classmethod
+    def none(cls, why: str) -> Erasure:
+        """A table that holds nothing of a visitor (``why``: what it holds instead)."""
+        return cls(NOTHING_OF_A_VISITOR, False, why)
+
+    @property
+    def holds_visitor(self) -> bool:
+        """Whether it holds anything of a visitor (ids, sketches of them, a message's arguments)."""
+        return self.holds != NOTHING_OF_A_VISITOR
+
+
+NOTHING_OF_A_VISITOR = "nothing of a visitor"
+"""What ``Erasure.holds`` says of a table that holds no visitor's id, sketch or arguments."""
+
 
 @dataclass(frozen=True)
 class Table:

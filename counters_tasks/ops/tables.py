@@ -86,6 +86,7 @@ def table_entry(declared: table.Table) -> dict[str, Any]:
         "kept_setting": retention.setting,
         "kept_days": None if days is None else round(days, 3),
         "holds": erasure.holds,
+        "holds_visitor": erasure.holds_visitor,
         "visitor_erasable": erasure.erasable,
         "erasure": erasure.how,
         "readable_here": declared.read is not None,
@@ -96,7 +97,7 @@ def tables_view(extra_modules: tuple[str, ...] = ()) -> dict[str, Any]:
     """Every table (``table_entry``), in the order declared, and how many of them hold something of
     a visitor and can (or cannot) have one visitor erased."""
     entries = [table_entry(declared) for declared in known_tables(extra_modules)]
-    of_visitors = [entry for entry in entries if entry["holds"] != "nothing of a visitor"]
+    of_visitors = [entry for entry in entries if entry["holds_visitor"]]
     return {
         "tables": entries,
         "count": len(entries),

@@ -437,7 +437,7 @@ API_TOKENS = table.register(
         writers=("counters-tasks tokens create", "counters-tasks tokens revoke"),
         readers=("every dashboard API request with a token", "counters-tasks tokens list"),
         retention=table.Retention("until revoked"),
-        erasure=table.Erasure("nothing of a visitor", False, "tokens of operators, not of visitors"),
+        erasure=table.Erasure.none("tokens of operators, not of visitors"),
     )
 )
 """The dashboard API's tokens (``core.table``)."""

@@ -48,7 +48,7 @@ DAY_TOPS = register(
             "COUNTERS_DAY_TOTALS_DAYS",
             slots.DAY_TABLES_KEPT.days,
         ),
-        erasure=Erasure("nothing", False, "paths and their views only, nothing of a visitor"),
+        erasure=Erasure.none("paths and their views only"),
     )
 )
 """A day's top pages (``core.table``)."""

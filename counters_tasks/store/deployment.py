@@ -391,7 +391,7 @@ DEPLOYMENT = table.register(
         writers=("the deployment's first write (keys.bound(conn, write=True))", "counters-tasks migrate"),
         readers=("every process, every 2 s of its Redis use", "health"),
         retention=table.Retention("never deleted"),
-        erasure=table.Erasure("nothing of a visitor", False, "a key and the deployment's history only"),
+        erasure=table.Erasure.none("a key and the deployment's history only"),
     )
 )
 """The deployment's keys (``core.table``)."""

@@ -95,7 +95,7 @@ BEAT_JOBS = table.register(
         writers=("maintenance.run_exclusive (every beat job)",),
         readers=("maintenance.job_status", "health", "/metrics"),
         retention=table.Retention("a lock its job's lock time; a job's last run until the next"),
-        erasure=table.Erasure("nothing of a visitor", False, "job names and times only"),
+        erasure=table.Erasure.none("job names and times only"),
     )
 )
 """The beat jobs' locks and last runs (``core.table``)."""

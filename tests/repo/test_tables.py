@@ -87,14 +87,14 @@ def test_the_horizon_follows_its_setting(monkeypatch):
     """A table's horizon in days is read from the setting it names, not written down beside it."""
     from counters_tasks.core.settings import reset_settings
 
-    monkeypatch.setenv("COUNTERS_UNIQUES_COUNT_DAYS", "90")
+    monkeypatch.setenv("COUNTERS_UNIQUES_SHARD_DAYS", "9")
     reset_settings()
     entry = {e["name"]: e for e in tables.tables_view()["tables"]}["daily_uniques"]
-    assert entry["kept_days"] == 90
-    monkeypatch.setenv("COUNTERS_UNIQUES_COUNT_DAYS", "30")
+    assert entry["kept_days"] == 9
+    monkeypatch.setenv("COUNTERS_UNIQUES_SHARD_DAYS", "3")
     reset_settings()
     entry = {e["name"]: e for e in tables.tables_view()["tables"]}["daily_uniques"]
-    assert entry["kept_days"] == 30
+    assert entry["kept_days"] == 3
 
 
 @pytest.mark.parametrize("output", ["json", "csv", "table"])
