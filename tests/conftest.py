@@ -27,7 +27,7 @@ from counters_tasks.local.redis_server import RedisServer
 from counters_tasks.local.waiting import wait_until
 from counters_tasks.store import keys
 from tests.support import timing
-from tests.support.isolation import forget_app_configuration, renew_the_shared_recorder
+from tests.support.isolation import check_unchanged, configure_once, renew_the_shared_recorder
 from tests.support.server_cpu import CallBudget
 from tests.support.servers import TEST_SECRET, TEST_TAG_KEY, flush, is_cluster_run, make_client
 
@@ -127,16 +127,16 @@ def bound_deployment(request: pytest.FixtureRequest) -> Iterator[bytes]:
 
 @pytest.fixture(autouse=True)
 def isolated_app_and_recorder(counters_env) -> Iterator[None]:
-    """Every test starts with the package's Celery app unconfigured, so that its first use reads
-    the settings of that test (a broker a test pointed the settings at never sticks in the app for
-    the tests after it, and the RabbitMQ tests, which set their broker before using the app, get
-    theirs), and with a new, open shared ``VisitRecorder``; after the test, the recorder it used is
-    closed (what it held sent to that test's broker, 2 s at most) and the app forgotten again
+    """The package's Celery app is configured once in this process, at the first test, from the
+    session's settings, and never reset (Celery has no public way to; a test that needs another
+    broker or configuration runs it in a process of its own); after each test, it is checked to
+    be still so, and the shared ``VisitRecorder`` the test used is closed (what it held sent to
+    the session's broker, 2 s at most) and a new, open one put in its place
     (``tests/support/isolation.py``)."""
-    forget_app_configuration()
+    configure_once()
     yield
     renew_the_shared_recorder()
-    forget_app_configuration()
+    check_unchanged()
 
 
 @pytest.fixture(autouse=True)
