@@ -206,6 +206,7 @@ def test_a_read_with_big_slots_ahead_of_its_now_is_exact_and_short(raw_conn, cal
     assert call_budget.within(LIMIT_AHEAD) == []
 
 
+@pytest.mark.scale  # a slot of 50,000 members
 @pytest.mark.skipif(is_cluster_run(), reason="commandstats of one server")
 @pytest.mark.usefixtures("bound_deployment")
 def test_a_big_expired_slot_is_rotated_one_page_per_call(raw_conn):

@@ -21,7 +21,10 @@ LIMIT_UNIQUES = 2.4
 """The budget tests' limits, in reference calls (``tests/support/server_cpu.py``): 1.6 times the
 most each measured on the machine of record (their docstrings)."""
 
-pytestmark = pytest.mark.skipif(is_cluster_run(), reason="figures of one server (used_memory, SLOWLOG, commandstats)")
+pytestmark = [
+    pytest.mark.skipif(is_cluster_run(), reason="figures of one server (used_memory, SLOWLOG, commandstats)"),
+    pytest.mark.scale,  # tens of thousands of keys each: make test runs them, not make check
+]
 
 
 def random_paths(rng: random.Random, n: int, prefix: str) -> list[str]:
