@@ -16,8 +16,10 @@ that the test makes on the same server every ``REFERENCE_EVERY`` calls of the wo
 (``CallBudget.kinds``). A moment taken from Redis moves neither median of tens or thousands of
 calls; a machine twice as slow makes both the calls and the references twice as slow; code twice
 as costly doubles the median. Each test states its limit, about 1.6 times the costliest median it
-measured on the machine of record, and why, in its docstring. What bounds each
-call's work is the design's plain counts (items a call), which the tests assert apart.
+measured on the machine of record, and why, in its docstring. What bounds each call's work is
+the design's plain counts (items a call), which tests assert apart
+(``tests/worker/test_batch_apply.py``: the arguments of each script's call; the uniques' budget
+test: its number of calls).
 
 The CPU time is read around each call the test's client makes, one call at a time: a pipeline
 that is not a transaction is sent one command after another while watched (the same commands in
