@@ -7,7 +7,7 @@ VISITS ?= 5000
 PYTEST_ARGS ?=
 CONSTRAINTS_OUT ?= constraints/tested.txt
 
-.PHONY: install run demo test test-reversed test-long test-cluster test-oldest test-newest test-oldest-redis test-redis-server test-rabbitmq constraints lint bench screenshots
+.PHONY: install run demo check test test-reversed test-long test-cluster test-oldest test-newest test-oldest-redis test-redis-server test-rabbitmq constraints lint bench screenshots
 
 install:
 	@VENV=$(VENV) scripts/bootstrap.sh
@@ -18,6 +18,12 @@ run: install
 demo: install
 	$(BIN)/counters-tasks demo --visits $(VISITS)
 
+# The fast loop, under 2 minutes on a 2-core machine: ruff and mypy, then every unit-level test of every
+# module (no processes started, none that measures time or the server's cost, none at scale: make test
+# runs those), in two worker processes.
+check: lint
+	$(BIN)/python -m pytest -m "not processes and not budget and not timing and not scale" -n 2 -q $(PYTEST_ARGS)
+
 # ruff and mypy (pyproject.toml's [tool.mypy]) first, then the suite but its long runs, in two worker
 # processes (pytest-xdist: most tests wait on processes); the tests that measure time run first, alone
 # (tests/support/timing.py).
@@ -25,7 +31,8 @@ test: install lint
 	$(BIN)/python -m pytest -m "not long" -n 2 --durations=15 $(PYTEST_ARGS)
 
 # The fast loop (no processes) in reverse order: a test that only passes after another one is seen
-# (tests/conftest.py undoes what a test leaves in the process: the Celery app's broker, the shared recorder).
+# (the Celery app is configured once, from the session's settings, and a test that changes it fails;
+# the shared recorder is renewed after each test: tests/support/isolation.py).
 test-reversed: install
 	$(BIN)/python -m pytest -q -m "not processes" --reverse $(PYTEST_ARGS)
 

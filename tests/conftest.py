@@ -27,7 +27,7 @@ from counters_tasks.local.redis_server import RedisServer
 from counters_tasks.local.waiting import wait_until
 from counters_tasks.store import keys
 from tests.support import timing
-from tests.support.isolation import forget_app_configuration, renew_the_shared_recorder
+from tests.support.isolation import check_unchanged, configure_once, renew_the_shared_recorder
 from tests.support.server_cpu import CallBudget
 from tests.support.servers import TEST_SECRET, TEST_TAG_KEY, flush, is_cluster_run, make_client
 
@@ -127,16 +127,16 @@ def bound_deployment(request: pytest.FixtureRequest) -> Iterator[bytes]:
 
 @pytest.fixture(autouse=True)
 def isolated_app_and_recorder(counters_env) -> Iterator[None]:
-    """Every test starts with the package's Celery app unconfigured, so that its first use reads
-    the settings of that test (a broker a test pointed the settings at never sticks in the app for
-    the tests after it, and the RabbitMQ tests, which set their broker before using the app, get
-    theirs), and with a new, open shared ``VisitRecorder``; after the test, the recorder it used is
-    closed (what it held sent to that test's broker, 2 s at most) and the app forgotten again
+    """The package's Celery app is configured once in this process, at the first test, from the
+    session's settings, and never reset (Celery has no public way to; a test that needs another
+    broker or configuration runs it in a process of its own); after each test, it is checked to
+    be still so, and the shared ``VisitRecorder`` the test used is closed (what it held sent to
+    the session's broker, 2 s at most) and a new, open one put in its place
     (``tests/support/isolation.py``)."""
-    forget_app_configuration()
+    configure_once()
     yield
     renew_the_shared_recorder()
-    forget_app_configuration()
+    check_unchanged()
 
 
 @pytest.fixture(autouse=True)
@@ -167,9 +167,9 @@ def raw_conn(redis_url: str):
 
 @pytest.fixture
 def call_budget(raw_conn, monkeypatch: pytest.MonkeyPatch) -> Iterator[CallBudget]:
-    """The package's Redis calls over the 5 ms budget (``tests/support/server_cpu.py``: the
-    server's CPU time for each call, SLOWLOG where that cannot be read). One server: a cluster
-    run skips. It starts once the server has freed what the tests before left (``raw_conn``'s
+    """The package's Redis calls and the verdict on their cost (``tests/support/server_cpu.py``:
+    each kind of call's median CPU time in reference calls, SLOWLOG's wall time where the CPU time
+    cannot be read). One server: a cluster run skips. It starts once the server has freed what the tests before left (``raw_conn``'s
     FLUSHDB is lazy on Valkey 8+ and where ``lazyfree-lazy-user-flush`` is on: a background
     thread frees a big board or 100,000 keys while the budget test's first calls run)."""
     if is_cluster_run():
@@ -177,6 +177,7 @@ def call_budget(raw_conn, monkeypatch: pytest.MonkeyPatch) -> Iterator[CallBudge
     wait_until(lambda: raw_conn.info("memory")["lazyfree_pending_objects"] == 0, timeout=30, what="lazy free")
     yield CallBudget(raw_conn, monkeypatch)
     raw_conn.config_set("slowlog-log-slower-than", 10000)
+    raw_conn.config_set("slowlog-max-len", 128)  # the defaults (SLOWLOG as the measure logs every call)
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import time
 from collections import Counter
 
 import pytest
+import redis
 
 from counters_tasks import ranking, ranking_bumps
 from counters_tasks.local.waiting import wait_until
@@ -18,6 +19,11 @@ from tests.support.servers import is_cluster_run, use_settings
 
 MEMBERS = 50_000
 SLOTS = 24
+LIMIT_BIG_BOARD = 1.3
+LIMIT_FRESH = 2.2
+LIMIT_AHEAD = 1.6
+"""The budget tests' limits, in reference calls (``tests/support/server_cpu.py``): 1.6 times the
+most each measured on the machine of record (their docstrings)."""
 
 
 def build_board(conn, name: str, now: float, members: int = MEMBERS) -> Counter:
@@ -51,8 +57,8 @@ def ranked(totals: Counter) -> list[tuple[str, int]]:
     return sorted(((m, t) for m, t in totals.items() if t > 0), key=lambda p: (-p[1], p[0]))
 
 
-def big_board_work(raw_conn, call_budget) -> list:
-    """Every operation on a big board, checked against the model; the calls over the budget."""
+def big_board_work(raw_conn, call_budget) -> None:
+    """Every operation on a big board, checked against the model; its calls left in ``call_budget``."""
     raw_conn.flushdb()
     now = time.time()
     totals = build_board(raw_conn, "big", now)
@@ -71,35 +77,39 @@ def big_board_work(raw_conn, call_budget) -> list:
     board.rotate(later)
     now_slot = ranking.slot_of(now, 1)
     kept = Counter()
+    by_hand = redis.Redis(connection_pool=raw_conn.connection_pool)  # the test's reads: not the package's calls
     for slot in range(ranking.slot_of(later, 1) - SLOTS + 1, now_slot + 1):
-        for member, amount in raw_conn.hscan_iter(keys.ranking_slot("big", slot), count=1000):  # short reads
+        for member, amount in by_hand.hscan_iter(keys.ranking_slot("big", slot), count=1000):  # short reads
             kept[member.decode()] += int(amount)
     assert board.top(0, 50, withscores=True, now=later) == ranked(kept)[:50]
     assert ranking.delete_board(raw_conn, "big")
     assert not [k for k in raw_conn.scan_iter(match="*big*", count=1000)]
     assert "big" not in ranking.known_boards(raw_conn)
-    return call_budget.over()
 
 
 @pytest.mark.budget
 @pytest.mark.usefixtures("bound_deployment")
 def test_a_big_board_is_read_rebuilt_rotated_and_deleted_in_short_calls(raw_conn, call_budget):
-    """Every call under the 5 ms budget, judged by the server's CPU time for it
-    (``tests/support/server_cpu.py``). SLOWLOG's wall time judged it before: late in a full
-    ``make test`` one ``ranking_top`` call of this 50,000-member board took 6.5-7.5 ms in every
-    run, and in a CI run calls of 7.6-29 ms in three runs of three, while the same calls took
-    1-3 ms alone; a trivial ``HGETALL`` was logged at 5.3 ms in one of those runs: the time
-    Redis waited for a core. Up to three runs decide (``CallBudget.slow_by_design``)."""
-    slow = call_budget.slow_by_design(lambda: big_board_work(raw_conn, call_budget))
-    costliest = sorted(call_budget.cpu.calls, reverse=True)[:3]
-    print(f"[budget] {call_budget.measure}: costliest calls {costliest}; SLOWLOG over 5 ms {call_budget.wall_over()}")
-    assert slow == []
+    """Every call bounded, judged by the server's CPU time for it in one run
+    (``tests/support/server_cpu.py``: the median of the 5 costliest calls, in reference calls of
+    about 1 ms). SLOWLOG's wall time judged it before: late in a full ``make test`` one
+    ``ranking_top`` call of this 50,000-member board took 6.5-7.5 ms, in a CI run calls of 7.6-29
+    ms, while the same calls took 1-3 ms alone: the time Redis waited for a core.
+
+    Measured: the costliest kind of call (the ranking's read and rotation scripts, thousands of
+    calls each) 0.6 to 0.8 reference calls at the median, on Redis 7.0 and Valkey 8 here. The
+    limit, 1.3 (``LIMIT_BIG_BOARD``), is 1.6 times the most: code that makes these calls twice as
+    costly fails, a machine twice as slow passes (its reference calls are twice as slow too), and
+    a moment taken from Redis moves neither median."""
+    big_board_work(raw_conn, call_budget)
+    print(call_budget.report())
+    assert call_budget.within(LIMIT_BIG_BOARD) == []
 
 
-def fresh_batch_work(raw_conn, call_budget) -> list:
+def fresh_batch_work(raw_conn, call_budget) -> None:
     """Batches of ranking bumps (incr_rankings, the worker's ranking batch) of 2,000 distinct
     new members each into a board's new hour, the costliest write: every member a new field of
-    the slot hash and a new member of the top. Checked exact; the calls over the budget."""
+    the slot hash and a new member of the top. Checked exact; its calls left in ``call_budget``."""
     raw_conn.flushdb()
     now = time.time()
     ranking_bumps.incr_bumps(raw_conn, [{"board": "fresh", "member": "warm", "ts": now}], message_id="warm")
@@ -112,15 +122,19 @@ def fresh_batch_work(raw_conn, call_budget) -> list:
         ranking_bumps.incr_bumps(raw_conn, bumps, message_id=f"fresh-{batch}")
         expected.update({bump["member"]: bump["amount"] for bump in bumps})
     assert ranking.Ranking(raw_conn, "fresh").top(0, 50, withscores=True, now=now) == ranked(expected)[:50]
-    return call_budget.over()
 
 
 @pytest.mark.budget
 def test_batches_of_new_members_go_in_calls_under_5_ms(raw_conn, call_budget):
     """``ranking_incr`` took 5-12 ms for 500 bumps of new members on this 2-core machine, 200 up
     to 6.5 ms (issue 21's benchmark): a new slot hash is a listpack up to 512 members, scanned for
-    each one. Batches now go BUMPS_PER_CALL bumps a call. Up to three runs decide, as above."""
-    assert call_budget.slow_by_design(lambda: fresh_batch_work(raw_conn, call_budget)) == []
+    each one. Batches now go BUMPS_PER_CALL bumps a call. One run decides, as above.
+
+    Measured: 1.1 to 1.4 reference calls at the median (``ranking_incr``, 60 calls); the limit,
+    2.2 (``LIMIT_FRESH``), 1.6 times the most, as above: 500 bumps a call would be over it."""
+    fresh_batch_work(raw_conn, call_budget)
+    print(call_budget.report())
+    assert call_budget.within(LIMIT_FRESH) == []
 
 
 @pytest.mark.usefixtures("bound_deployment")
@@ -172,7 +186,10 @@ def test_idle_boards_go_with_the_rotation_job(raw_conn, monkeypatch):
 @pytest.mark.usefixtures("bound_deployment")
 def test_a_read_with_big_slots_ahead_of_its_now_is_exact_and_short(raw_conn, call_budget):
     """``top(now=an hour ago)`` on a board whose current slot holds 20,000 members: that slot is
-    ahead of ``now`` and cannot be rotated away, so the read goes in bounded parts."""
+    ahead of ``now`` and cannot be rotated away, so the read goes in bounded parts.
+
+    Measured: 0.55 to 1.0 reference calls at the median (``ZMSCORE``, 82 calls); the limit, 1.6
+    (``LIMIT_AHEAD``), 1.6 times the most, as above."""
     now = time.time()
     build_board(raw_conn, "ahead", now, members=80_000)  # ~20,000 members a slot
     earlier = now - 3600
@@ -182,15 +199,14 @@ def test_a_read_with_big_slots_ahead_of_its_now_is_exact_and_short(raw_conn, cal
             in_window[member.decode()] += int(amount)
     board = ranking.Ranking(raw_conn, "ahead")
 
-    def reads() -> list:
-        call_budget.reset()
-        assert board.top(0, 20, withscores=True, now=earlier) == ranked(in_window)[:20]
-        assert board.top(1000, 10, withscores=True, now=earlier) == ranked(in_window)[1000:1010]
-        return call_budget.over()
-
-    assert call_budget.slow_by_design(reads) == []
+    call_budget.reset()
+    assert board.top(0, 20, withscores=True, now=earlier) == ranked(in_window)[:20]
+    assert board.top(1000, 10, withscores=True, now=earlier) == ranked(in_window)[1000:1010]
+    print(call_budget.report())
+    assert call_budget.within(LIMIT_AHEAD) == []
 
 
+@pytest.mark.scale  # a slot of 50,000 members
 @pytest.mark.skipif(is_cluster_run(), reason="commandstats of one server")
 @pytest.mark.usefixtures("bound_deployment")
 def test_a_big_expired_slot_is_rotated_one_page_per_call(raw_conn):

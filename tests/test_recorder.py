@@ -13,13 +13,12 @@ import time
 
 import pytest
 
-from counters_tasks import VisitRecorder, sitestats
+from counters_tasks import sitestats
 from counters_tasks.core.days import local_day
 from counters_tasks.core.settings import load_settings
 from counters_tasks.local.redis_server import free_port
 from counters_tasks.local.waiting import wait_until
-from tests.support.procs import REPO, celery_env, purge_broker
-from tests.support.servers import use_settings
+from tests.support.procs import REPO, celery_env, purge_broker, run_python
 
 pytestmark = pytest.mark.workers
 
@@ -136,15 +135,34 @@ def test_the_web_process_needs_no_secret(redis_url, broker):
         app.wait()
 
 
-def test_eager_mode_applies_in_process_without_a_broker(eager_app, raw_conn, monkeypatch):
-    use_settings(monkeypatch, CELERY_BROKER_URL=f"redis://127.0.0.1:{free_port()}/1")  # nothing listens there
-    recorder = VisitRecorder(app=eager_app)
-    now = time.time()
+EAGER_APP = textwrap.dedent("""
+    import sys
+    from counters_tasks import VisitRecorder
+    from counters_tasks.app import app
+    import counters_tasks.tasks  # registers the tasks
+    app.conf.update(task_always_eager=True, task_eager_propagates=True)
+    recorder = VisitRecorder(app=app)
+    now = float(sys.argv[1])
     recorder.record("192.0.2.1", "/eager", ts=now)
     recorder.incr_ranking("eager-board", "post", 2, ts=now)
-    assert sitestats.site_visit_info(raw_conn, local_day(now), "/eager").pv == 1  # at once, as .delay() would
-    assert recorder.close(timeout=5)
-    assert recorder.stats()["sent"] == 2 and recorder.stats()["send_errors"] == 0
+    from counters_tasks import sitestats
+    from counters_tasks.core.days import local_day
+    from counters_tasks.store.client import get_redis
+    print(sitestats.site_visit_info(get_redis(), local_day(now), "/eager").pv)  # at once, as .delay() would
+    print(recorder.close(timeout=5), recorder.stats()["sent"], recorder.stats()["send_errors"])
+""")
+
+
+@pytest.mark.processes
+def test_eager_mode_applies_in_process_without_a_broker(redis_url, raw_conn):
+    """In a process of its own, whose Celery app is configured with a broker where nothing listens
+    (this process's app keeps the session's broker: ``tests/support/isolation.py``)."""
+    env = celery_env(redis_url, CELERY_BROKER_URL=f"redis://127.0.0.1:{free_port()}/1")
+    now = time.time()
+    done = run_python(env, EAGER_APP, str(now))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "True", "2", "0"]
+    assert sitestats.site_visit_info(raw_conn, local_day(now), "/eager").pv == 1
 
 
 CHAINED_APP = (

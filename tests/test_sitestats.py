@@ -294,6 +294,7 @@ def test_an_item_a_minute_before_local_midnight_counts_for_its_own_day(conn, mon
     assert abs(expires_at(conn, site_day.site_day_visitors(day, "exact")) - (time.time() + 400 * 86400)) < 5
 
 
+@pytest.mark.scale  # 100,000 visitors
 @pytest.mark.usefixtures("bound_deployment")
 def test_hll_mode_within_two_percent_at_100k_visitors(raw_conn, monkeypatch):
     use_settings(monkeypatch, COUNTERS_UV_MODE="hll")

@@ -190,7 +190,7 @@ def test_shards_stay_intsets_and_within_size(raw_conn):
     assert uniques.precompute_expected(raw_conn, day) == 512  # 2 shards
     for _ in range(500):
         uniques.count_visit(raw_conn, sid(rng), now)
-    shards = [keys.uniques_shard(day, i) for i in range(uniques.shard_count(512))]
+    shards = [keys.uniques_shard(day, i) for i in range(2)]  # 512 expected: 2 shards of 256
     assert sum(raw_conn.scard(k) for k in shards) == 500
     for key in shards:
         assert raw_conn.object("encoding", key) == b"intset"

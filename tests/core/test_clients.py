@@ -39,6 +39,9 @@ def tables_on(monkeypatch):
     use_settings(monkeypatch, COUNTERS_CLIENT_TABLES="on")
 
 
+LIMIT_AGENTS = 3.4
+"""The budget test's limit, in reference calls (``tests/support/server_cpu.py``): 1.6 times the most
+it measured on the machine of record (its docstring)."""
 VIEWS = ("browser", "browser_version", "os", "os_version", "device", "country", "language")
 
 
@@ -276,10 +279,10 @@ def test_with_the_tables_off_nothing_is_parsed_or_kept(raw_conn, monkeypatch):
     assert not raw_conn.exists(*[sources.site_day_table(day, letter) for letter in who_visits.CLIENT_KINDS.values()])
 
 
-def fifty_thousand_user_agents(raw_conn, call_budget) -> list:
+def fifty_thousand_user_agents(raw_conn, call_budget) -> None:
     """50,000 visits of a day, each of a new user agent (a new browser version) and one of 400
     languages, in VisitRecorder's batches: the caps hold with (other) counted, memory stated;
-    returns the calls over the 5 ms budget."""
+    its calls left in ``call_budget``."""
     raw_conn.flushdb()
     call_budget.reset()
     now = time.time()
@@ -310,7 +313,6 @@ def fifty_thousand_user_agents(raw_conn, call_budget) -> list:
     memory = sum(raw_conn.memory_usage(key) or 0 for key in [*tables, sketches])
     print(f"who-visits tables of a site day with 50,000 user agents: {memory / 1024:.0f} KiB")
     assert memory < 5 * 201 * 400  # a tracked value's views and sketch (at most ~260 bytes) and their fields
-    return call_budget.over()
 
 
 @pytest.mark.budget
@@ -319,11 +321,17 @@ def test_fifty_thousand_user_agents_in_a_day_stay_under_the_cap_with_other_count
     """And no call over 5 ms (the server's CPU time for each, ``tests/support/server_cpu.py``):
     a call takes at most DAY_WHO_VALUES_PER_CALL values (~30 such views, not 100: calls of
     ~3.7 ms, some of 6-16 ms when 100 sketches became registers at once), and makes at most 24
-    sketches into registers (``page_sketch.lua``)."""
-    slow = call_budget.slow_by_design(lambda: fifty_thousand_user_agents(raw_conn, call_budget))
-    costliest = sorted(call_budget.cpu.calls, reverse=True)[:3]
-    print(f"[budget] {call_budget.measure}: costliest calls {costliest}; SLOWLOG over 5 ms {call_budget.wall_over()}")
-    assert slow == []
+    sketches into registers (``page_sketch.lua``). One run decides: each kind of call's median, in
+    reference calls of about 0.6 ms (``tests/support/server_cpu.py``).
+
+    Measured: the costliest kind (the site day's script, 1,734 calls) 2.0 to 2.1 reference calls,
+    on Redis 7.0 and Valkey 8 here. The limit, 3.4 (``LIMIT_AGENTS``), is 1.6 times the most: code
+    that makes these calls twice as costly fails (100 values a call would), a machine twice as
+    slow passes (its reference calls are twice as slow too), and a moment taken from Redis moves
+    neither median."""
+    fifty_thousand_user_agents(raw_conn, call_budget)
+    print(call_budget.report())
+    assert call_budget.within(LIMIT_AGENTS) == []
 
 
 def test_a_profiles_digest_is_made_with_the_bound_deployments_tag_key(raw_conn, monkeypatch):

@@ -1,7 +1,9 @@
 """Fault tests: real ``redis-server`` and ``celery worker`` processes, faults injected for real.
 
 Each test gets its own broker server (so the queue is private and survives a counters outage)
-and its own counters server (AOF on, ``appendfsync always``), and points the settings there.
+and its own counters server (AOF on, ``appendfsync always``), and points the settings there. This
+process's Celery app keeps the session's configuration (``tests/support/isolation.py``): a test
+reaches its private broker through ``publisher`` and its workers' environment.
 """
 
 from __future__ import annotations
@@ -13,18 +15,6 @@ import redis
 
 from counters_tasks.core.settings import reset_settings
 from counters_tasks.local.redis_server import RedisServer
-
-
-@pytest.fixture(autouse=True)
-def app_config_from_the_session(counters_env, isolated_app_and_recorder) -> None:
-    """This process's Celery app reads its configuration, and makes its producer pool, at its first
-    use in a test, from ``CELERY_BROKER_URL`` as it is then: in a fault test, let both happen with
-    the session's settings before ``fault_env`` points them at the test's private servers, which
-    the test reaches through ``publisher`` and its workers' environment. (After the test,
-    ``isolated_app_and_recorder`` forgets that configuration again.)"""
-    from counters_tasks.app import app
-
-    assert app.conf.broker_url and app.producer_pool
 
 
 @pytest.fixture

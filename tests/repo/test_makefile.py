@@ -79,7 +79,15 @@ def test_ci_runs_lint_before_the_tests():
     assert "ruff check ." in recipe and "mypy" in recipe
 
 
-SELECTING = ("test-reversed", "test-oldest", "test-newest", "test-oldest-redis", "test-redis-server", "test-rabbitmq")
+SELECTING = (
+    "check",
+    "test-reversed",
+    "test-oldest",
+    "test-newest",
+    "test-oldest-redis",
+    "test-redis-server",
+    "test-rabbitmq",
+)
 
 
 @pytest.mark.parametrize("target", SELECTING)
@@ -96,6 +104,27 @@ def test_targets_select_tests_by_markers(target):
     for marker in used:
         applied = [p for p in (REPO / "tests").rglob("test_*.py") if f"pytest.mark.{marker}" in p.read_text()]
         assert applied, f"no test module is marked {marker}"
+
+
+@pytest.mark.processes
+def test_make_check_runs_lint_then_selects_the_unit_level_tests():
+    """``make check`` (lint, then the fast loop) with ``--collect-only``: its lint passes and its
+    selection holds the unit-level tests of every module and none that starts a process or
+    measures time (the whole loop is what the target's user runs, in under 2 minutes)."""
+    done = subprocess.run(
+        ["make", "check", "PYTEST_ARGS=--collect-only"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [(selected, total)] = re.findall(r"(\d+)/(\d+) tests collected", done.stdout)
+    assert 900 < int(selected) < int(total)
+    for module in ("tests/test_visits.py", "tests/store/test_keys.py", "tests/worker/test_batch_apply.py"):
+        assert module in done.stdout, module
+    assert "test_a_big_board_is_read_rebuilt_rotated_and_deleted_in_short_calls" not in done.stdout  # budget
+    assert "test_worker_and_beat" not in done.stdout  # processes
 
 
 def canonical(name: str) -> str:

@@ -297,3 +297,24 @@ def test_celerys_private_names_are_seen():
         "counters_tasks/example.py:7 NoResults overrides _forget of a base from another package",
         "counters_tasks/example.py:7 NoResults overrides _get_task_meta_for of a base from another package",
     ]
+
+
+CELERY_APPS = ("app", "eager_app", "package_app")
+"""How the tests name the package's Celery app (``app``, the ``eager_app`` fixture, ``package_app()``)."""
+
+
+def test_no_test_touches_the_celery_apps_private_state():
+    """The tests' process configures the package's Celery app once, from the session's settings
+    (``tests/support/isolation.py``): no test reads or resets its private state (``app._pool``,
+    ``app._preconf``: Celery may change them in any release, and a reset by hand was one more
+    Celery for the tests to keep up with). A test that needs another broker or configuration runs
+    in a process of its own."""
+    found = []
+    for path in sorted((REPO / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):
+                continue
+            owner = node.value.func if isinstance(node.value, ast.Call) else node.value
+            if isinstance(owner, ast.Name) and owner.id in CELERY_APPS:
+                found.append(f"{path.relative_to(REPO)}:{node.lineno}: {owner.id}.{node.attr}")
+    assert found == []

@@ -1,51 +1,46 @@
-"""What one test leaves in this process that the next would see, undone (``tests/conftest.py``'s
-``isolated_app_and_recorder`` runs these around every test).
+"""What one test could leave in this process that the next would see: the package's Celery app
+configured for another broker, and the process's shared ``VisitRecorder`` closed.
 
-The package's Celery app reads its configuration once, from ``counters_tasks.worker.celery_defaults``,
-which reads the settings when first imported, and makes its broker pool once: a test that points
-``CELERY_BROKER_URL`` at a dead or private broker and uses the app froze that broker into it for
-every later test ("Connection refused" in tests/worker/test_batch_apply.py run after
-tests/test_recorder.py). The process's shared ``VisitRecorder`` outlives the test too: a test that
-closes it (as a SIGTERM does) left later tests a closed one.
+The package's Celery app reads its configuration once, at its first use, from the settings of
+that moment, and makes its broker pool once: Celery has no public way back. So no test changes
+it here: this process's app is configured once, at the first test, from the session's settings
+(``configure_once``), and ``check_unchanged`` fails a test that left it pointing elsewhere. A test
+that needs the app under another broker or configuration (a dead broker, RabbitMQ, a deployment's
+``celeryconfig``) runs that part in a process of its own (``tests/support/procs.py``'s
+``run_python``, a worker, a web server), with the settings it needs in that process's environment.
+
+The process's shared ``VisitRecorder`` outlives the test too: a test that closes it (as a SIGTERM
+does) would leave later tests a closed one, so each test ends with a new one
+(``renew_the_shared_recorder``: the package's public ``renew_shared_recorder``).
 """
 
 from __future__ import annotations
 
-import sys
-
-from celery.app.base import PendingConfiguration
-from celery.app.utils import Settings
-from kombu import pools
-
-from counters_tasks.app import PACKAGE_DEFAULTS, package_app
+from counters_tasks.app import package_app
 from counters_tasks.recorder import renew_shared_recorder, shared_recorder
 
-CONFIG_MODULES = (PACKAGE_DEFAULTS, "celeryconfig")
-"""The modules the app may be configured from (each reads the settings at import): forgotten with
-the configuration, so the next one is read from the settings of that time."""
+_session: dict[str, str] = {}
+"""The broker the app was configured with at its first use in this process."""
 
 
-def forget_app_configuration() -> None:
-    """The package's Celery app as if never configured: its next use reads the configuration from
-    the settings of that moment (a test that sets ``CELERY_BROKER_URL`` before using the app, as
-    the RabbitMQ tests do, gets its broker; any later test gets its own settings' broker again),
-    and makes a new broker pool.
-
-    Celery has no public way back, so this does what its constructor and its after-fork reset do:
-    kombu's registry of pools (by broker) closed and emptied (``kombu.pools.reset``), the app's
-    broker pool and AMQP helper (its queues, router and producer pool) dropped, and a pending
-    configuration in place of the loaded one, holding only the constructor's own arguments
-    (``include``): a change a test made to ``app.conf`` before it was loaded is not kept for the
-    next one, and the package's ``on_configure`` handler chooses the module again."""
+def configure_once() -> str:
+    """The package's Celery app configured (at the first call: from the settings of that moment,
+    the session's, and its producer pool made); its broker URL."""
     app = package_app()
-    pools.reset()
-    app._pool = None  # as Celery._after_fork: made again from the next configuration's broker
-    del app.amqp  # a kombu cached_property: made again, bound to the new configuration
-    app._preconf = {key: value for key, value in app._preconf.items() if key in app._preconf_set_by_auto}
-    app.conf = Settings(PendingConfiguration(app._preconf, app._finalize_pending_conf), prefix=app.namespace)
-    app.configured = False
-    for name in CONFIG_MODULES:
-        sys.modules.pop(name, None)
+    broker = str(app.conf.get("broker_url"))  # as configured (``conf.broker_url`` reads CELERY_BROKER_URL first)
+    assert app.producer_pool is not None
+    _session.setdefault("broker_url", broker)
+    return broker
+
+
+def check_unchanged() -> None:
+    """Fail when the app's configured broker is no longer the one it was configured with (a test
+    changed ``app.conf`` in this process and left it so: the tests after it would send elsewhere)."""
+    broker = str(package_app().conf.get("broker_url"))
+    assert broker == _session["broker_url"], (
+        f"the package's Celery app now has the broker {broker!r}, not the session's {_session['broker_url']!r}:"
+        " a test that needs another broker or configuration runs it in a process of its own"
+    )
 
 
 def renew_the_shared_recorder(timeout: float = 2.0) -> bool:

@@ -56,6 +56,15 @@ def celery_env(redis_url: str, **extra: str) -> dict[str, str]:
     return env
 
 
+def run_python(env: dict[str, str], code: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """``python -c CODE ARGS`` in a new process with exactly ``env``: for what must not happen in the
+    tests' own process (the package's Celery app under another broker or configuration: Celery
+    configures an app once, ``tests/support/isolation.py``). Its output captured."""
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
 def cli(env: dict[str, str], *args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
     """``counters-tasks ARGS`` (``python -m counters_tasks.ops.cli``) in a new process with exactly
     ``env``: a reader that has never seen the deployment. Its output captured, 60 s at most."""

@@ -1,5 +1,11 @@
 """An exact model of what visits should count (plain Python dicts and sets), and the check
-that Redis agrees with it: site and path PV/UV per day and all time, daily uniques, hits."""
+that Redis agrees with it: site and path PV/UV per day and all time, daily uniques, hits.
+
+The model is an independent, simple re-statement of the documented rules, not the package's
+code: a view counts once in PV, its address once in each UV set; its day comes from zoneinfo
+(not ``core.days``), its session's number from the seed article's rule written out here (not
+``uniques.session_number``), its path cut at ``?`` and ``#``. The package is used only to read
+the figures back (``sitestats``, ``uniques``, ``counters``), which the check compares."""
 
 from __future__ import annotations
 

@@ -18,11 +18,9 @@ from counters_tasks.core.days import local_day
 from counters_tasks.core.privacy import masked_ip
 from counters_tasks.local.waiting import wait_until
 from counters_tasks.ops import health
-from counters_tasks.ops.web import create_app
 from counters_tasks.store import keys
 from tests.support import raw_ips
-from tests.support.dashboard import TestClient
-from tests.support.procs import celery_env, cli, start_worker
+from tests.support.procs import celery_env, cli, run_python, start_worker
 from tests.support.rabbitmq import RabbitServer
 from tests.support.servers import use_settings
 
@@ -68,6 +66,15 @@ def visit_calls(count: int, first: int = 0, path: str = "/r") -> list[tuple]:
     return [(f"198.51.100.{(first + n) % 200 + 1}", path, None, NOW) for n in range(count)]
 
 
+SCRAPE = """
+from counters_tasks.ops.web import create_app
+from counters_tasks.store.client import get_redis
+from tests.support.dashboard import TestClient
+print(TestClient(create_app(get_redis(), auth=None)).get("/metrics").text)
+"""
+"""``/metrics`` scraped in a process whose Celery app is configured with the environment's broker."""
+
+
 def test_health_dead_letters_and_metrics_answer_with_rabbitmq(rabbit, env, raw_conn, tmp_path):
     publish(rabbit, tasks.record_visit, *visit_calls(7))
     out = cli(env, "health", "--json")
@@ -77,7 +84,9 @@ def test_health_dead_letters_and_metrics_answer_with_rabbitmq(rabbit, env, raw_c
     assert report["dead_letters"]["count"] == 0 and not report["workers"]["ok"]
     listed = cli(env, "dead-letters", "list", "--json")
     assert listed.returncode == 0 and json.loads(listed.stdout)["records"] == [], listed.stderr
-    scrape = TestClient(create_app(raw_conn, auth=None)).get("/metrics").text
+    scraped = run_python(env, SCRAPE)  # an app process of RabbitMQ's: this one's Celery app keeps the session's broker
+    assert scraped.returncode == 0, scraped.stderr
+    scrape = scraped.stdout
     assert 'counters_queue_length{queue="visits"} 7.0' in scrape and 'counters_source_up{source="broker"} 1.0' in scrape
     worker = start_worker(env, tmp_path / "worker.log").wait_ready()
     try:

@@ -16,7 +16,15 @@ from counters_tasks.local.waiting import wait_until
 from counters_tasks.store import keys
 from tests.support.servers import is_cluster_run, use_settings
 
-pytestmark = pytest.mark.skipif(is_cluster_run(), reason="figures of one server (used_memory, SLOWLOG, commandstats)")
+LIMIT_BACKFILL = 0.9
+LIMIT_UNIQUES = 2.4
+"""The budget tests' limits, in reference calls (``tests/support/server_cpu.py``): 1.6 times the
+most each measured on the machine of record (their docstrings)."""
+
+pytestmark = [
+    pytest.mark.skipif(is_cluster_run(), reason="figures of one server (used_memory, SLOWLOG, commandstats)"),
+    pytest.mark.scale,  # tens of thousands of keys each: make test runs them, not make check
+]
 
 
 def random_paths(rng: random.Random, n: int, prefix: str) -> list[str]:
@@ -65,8 +73,9 @@ def test_a_counter_hit_once_is_small(raw_conn):
 
 def cleaner_pass(conn, now: float) -> tuple[int, dict[str, int]]:
     """Redis's own time for one cleaner pass, and the commands it ran (scripts' inner calls
-    included): the quickest of 5 (commandstats are wall time too, and a 2-core machine lends
-    Redis's core away at moments), once no background free is pending."""
+    included): the median of 5 passes (commandstats are wall time, and a 2-core machine lends
+    Redis's core away at moments: a moment moves one pass, not the median), once no background
+    free is pending."""
     wait_until(lambda: conn.info("memory")["lazyfree_pending_objects"] == 0, timeout=30, what="lazy free")
     passes = []
     for _ in range(5):
@@ -79,7 +88,7 @@ def cleaner_pass(conn, now: float) -> tuple[int, dict[str, int]]:
             if "resetstat" not in name and name != "cmdstat_config"
         }
         passes.append((sum(int(s["usec"]) for s in stats.values()), {n: int(s["calls"]) for n, s in stats.items()}))
-    return min(passes, key=lambda timed: timed[0])
+    return sorted(passes, key=lambda timed: timed[0])[len(passes) // 2]
 
 
 @pytest.mark.timing  # Redis's time for two passes compared: alone under xdist
@@ -104,15 +113,12 @@ def test_an_idle_cleaner_pass_costs_the_same_for_100_or_50000_counters(raw_conn)
     )
     assert lots_commands == few_commands  # the same calls: no command per counter, no scan
     assert sum(lots_commands.values()) == 2 * len(keys.counter_groups())
-    if lots >= 4 * few:  # a cost that grows with the counters grows every time (500x here); a slow moment does not
-        lots, _ = cleaner_pass(raw_conn, now)
-        print(f"[scale] measured again: {lots} us at 50,100 ({lots / few:.2f}x)")
     assert lots < 4 * few  # 500x the counters, nothing due: about the same Redis time
 
 
-def clean_backfilled(raw_conn, call_budget) -> list:
+def clean_backfilled(raw_conn, call_budget) -> None:
     """100,000 one-second buckets of one counter from 90 days ago (an imported log), and counters
-    of 2015, written and cleaned; the calls of it all over the budget."""
+    of 2015, written and cleaned; their calls left in ``call_budget``."""
     raw_conn.flushdb()
     call_budget.reset()
     old = int(time.time() - 90 * 86400)
@@ -129,21 +135,28 @@ def clean_backfilled(raw_conn, call_budget) -> list:
     assert not raw_conn.exists(keys.counter_hash("hits"))
     assert counters.known_counters(raw_conn) == []
     assert counters.clean_counters(raw_conn, now) == 0
-    return call_budget.over()
 
 
 @pytest.mark.budget
 @pytest.mark.usefixtures("bound_deployment")
 def test_backfilled_samples_are_cleaned_in_short_calls(raw_conn, call_budget):
     """The old cleaner took them in one 254 ms call. Each call is judged by the server's CPU
-    time for it, and up to three runs decide (``CallBudget.slow_by_design``)."""
-    assert call_budget.slow_by_design(lambda: clean_backfilled(raw_conn, call_budget)) == []
+    time for it, in one run (``tests/support/server_cpu.py``: each kind of call's median, in
+    reference calls of about 0.6 ms).
+
+    Measured: the costliest kind (the cleaner's script, 1,160 calls) 0.38 to 0.56 reference calls,
+    on Redis 7.0 and Valkey 8 here. The limit, 0.9 (``LIMIT_BACKFILL``), is 1.6 times the most:
+    code that makes these calls twice as costly fails, a machine twice as slow passes (its
+    reference calls are twice as slow too), and a moment taken from Redis moves neither median."""
+    clean_backfilled(raw_conn, call_budget)
+    print(call_budget.report())
+    assert call_budget.within(LIMIT_BACKFILL) == []
 
 
-def uniques_on_a_quiet_days_layout(raw_conn, call_budget, ids: int) -> tuple[list, int, datetime.date, set[int]]:
+def uniques_on_a_quiet_days_layout(raw_conn, call_budget, ids: int) -> tuple[int, datetime.date, set[int]]:
     """``ids`` session ids on a day laid out for a quiet yesterday (one shard), in the calls of
-    ``visits.UNIQUES_PER_CALL`` ids the batches make; (the calls over the budget, the day's
-    count, the day, the ids)."""
+    ``visits.UNIQUES_PER_CALL`` ids the batches make (left in ``call_budget``); (the day's count,
+    the day, the ids)."""
     raw_conn.flushdb()
     uniques.forget_expected()
     now = time.time()
@@ -155,7 +168,7 @@ def uniques_on_a_quiet_days_layout(raw_conn, call_budget, ids: int) -> tuple[lis
     call_budget.reset()
     for first in range(0, ids, visits.UNIQUES_PER_CALL):
         uniques.apply_ids(raw_conn, day, numbers[first : first + visits.UNIQUES_PER_CALL], f"m{first}")
-    return call_budget.over(), uniques.unique_visitors(raw_conn, day), day, set(numbers)
+    return uniques.unique_visitors(raw_conn, day), day, set(numbers)
 
 
 @pytest.mark.budget
@@ -165,15 +178,15 @@ def test_uniques_calls_stay_short_on_a_day_far_above_its_figure(raw_conn, call_b
     checked against every overflow set, 562 calls over 5 ms and the slowest 18-23 ms. Counts
     exact, every set an intset, the range union exact too. When SLOWLOG's wall time judged the
     calls, a CI run had one call of 1,563 at 5.03 ms, then two in the second run (they take
-    1-2.5 ms); the server's CPU time for each call judges them now, three runs at most
-    (``CallBudget.slow_by_design``)."""
-    outcome: dict = {}
+    1-2.5 ms); the server's CPU time for each call judges them now, in one run, as above.
 
-    def work() -> None:
-        outcome["run"] = uniques_on_a_quiet_days_layout(raw_conn, call_budget, 100_000)
-
-    assert call_budget.slow_by_design(work) == []
-    _slow, counted, day, expected = outcome["run"]
+    Measured: 1.2 to 1.5 reference calls at the median (``unique_visit``, 1,564 calls); the limit,
+    2.4 (``LIMIT_UNIQUES``), 1.6 times the most, as above. The ids go in calls of
+    ``visits.UNIQUES_PER_CALL`` (a plain count: 100,000 ids, at least that many calls)."""
+    counted, day, expected = uniques_on_a_quiet_days_layout(raw_conn, call_budget, 100_000)
+    print(call_budget.report())
+    assert call_budget.within(LIMIT_UNIQUES) == []
+    assert len(call_budget.calls()) >= 100_000 / visits.UNIQUES_PER_CALL
     assert counted == len(expected)
     sets = uniques.day_sets(raw_conn, day, uniques.expected_for(raw_conn, day))
     sizes = [raw_conn.scard(key) for key in sets]
