@@ -121,6 +121,7 @@ def test_another_process_makes_the_same_keys(generated_key):
     env = {k: v for k, v in os.environ.items() if k != "COUNTERS_TAG_KEY"}
     code = (
         "from counters_tasks.store import keys; from counters_tasks.store.client import get_redis\n"
+        "from counters_tasks.sitestats import page_all\n"
         "with keys.bound(get_redis()): print(page_all.path_tag('/same'))"
     )
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, timeout=60)
