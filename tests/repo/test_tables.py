@@ -117,3 +117,9 @@ def test_the_tables_command(output):
 def test_a_module_that_cannot_be_imported_is_a_usage_error():
     result = CliRunner().invoke(cli, ["tables", "--import", "no.such.module"])
     assert result.exit_code == 2 and "no.such.module" in result.output
+
+
+def test_the_cli_doc_names_the_tables_columns():
+    from counters_tasks.ops.cli.render_tables import TABLES_COLUMNS
+
+    assert f"`{','.join(TABLES_COLUMNS)}`" in (REPO / "docs" / "cli.md").read_text()
