@@ -35,6 +35,7 @@ from typing import Any
 
 from ..core import table
 from ..core.settings import get_settings
+from ..payloads import MARKERS
 from ..store import keys
 from ..store.client import RedisClient, as_str, is_cluster, read_pipeline
 from ..store.scripts import WritePlan, run_script
@@ -145,11 +146,7 @@ CLAIMS = table.register(
         fed_by=(),
         writers=("store/lua/batch_claim.lua (a worker's claimed batch)", "claims.done (the journal, once applied)"),
         readers=("claims.batches (a batch retried after its worker died)",),
-        retention=table.Retention(
-            "COUNTERS_DEDUPE_TTL after it is written (the window a redelivery must fall in)",
-            "COUNTERS_DEDUPE_TTL",
-            lambda settings: settings.dedupe_ttl / 86400,
-        ),
+        retention=MARKERS.retention,  # (kept as the markers are: the window a redelivery must fall in)
         erasure=table.Erasure(
             "visitor ids in a journal's prepared visits, for the minutes a batch is being applied",
             False,
