@@ -175,13 +175,21 @@ def queue_ids(
         run_script(conn, "unique_visit", script_keys, args, client=pipe)
 
 
-def _queue(
-    conn: RedisClient, day: date, numbers: list[int], expected: int, message_id: str | None, site: str
-) -> Callable[[Any], None]:
-    """``queue_ids`` of these ids, as a part of a ``WritePlan``."""
-    return functools.partial(
-        queue_ids, conn, day=day, numbers=numbers, expected=expected, message_id=message_id, site=site
+def add_ids(
+    plan: WritePlan,
+    day: date,
+    numbers: list[int],
+    expected: int,
+    message_id: str | None,
+    site: str,
+    read: Callable[[list[Any]], None],
+) -> None:
+    """``queue_ids`` of these ids as a part of ``plan``, its one reply handed to ``read`` once sent
+    (``apply_ids`` takes it: a day whose figure moved is sent again)."""
+    queue = functools.partial(
+        queue_ids, plan.conn, day=day, numbers=numbers, expected=expected, message_id=message_id, site=site
     )
+    plan.add(queue, read)
 
 
 CLOSED = -1
@@ -202,11 +210,8 @@ def apply_ids(
         for _ in range(3):
             if reply is None:
                 expected = expected_for(conn, day, site)
-                plan, replies = (
-                    WritePlan(conn),
-                    list[Any](),
-                )  # (a NOSCRIPT reply loads the script: a server that never saw it)
-                plan.add(_queue(conn, day, numbers, expected, message_id, site), replies.extend)
+                plan, replies = WritePlan(conn), list[Any]()  # (a NOSCRIPT reply loads the script)
+                add_ids(plan, day, numbers, expected, message_id, site, replies.extend)
                 plan.run()
                 [reply] = replies
             result = int(reply)
@@ -253,7 +258,7 @@ def count_visit(
 
     def queue(plan: WritePlan) -> Callable[[], bool]:
         replies: list[Any] = []
-        plan.add(_queue(conn, day, [number], expected_for(conn, day, scope), message_id, scope), replies.extend)
+        add_ids(plan, day, [number], expected_for(conn, day, scope), message_id, scope, replies.extend)
 
         def outcome() -> bool:
             new = apply_ids(conn, day, [number], message_id, replies[0], site=scope)

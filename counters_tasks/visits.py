@@ -249,16 +249,8 @@ def _add_sessions(plan: WritePlan, call: _Call, expected: dict[tuple[str, date],
     again when the day's figure moved) and a closed day's ids counted."""
     conn = plan.conn
     for site, day, numbers, call_id in call.sessions:
-        queue = functools.partial(
-            uniques.queue_ids,
-            conn,
-            day=day,
-            numbers=numbers,
-            expected=expected[site, day],
-            message_id=call_id,
-            site=site,
-        )
-        plan.add(queue, functools.partial(_read_ids, conn, call, site, day, numbers, call_id))
+        read = functools.partial(_read_ids, conn, call, site, day, numbers, call_id)
+        uniques.add_ids(plan, day, numbers, expected[site, day], call_id, site, read)
 
 
 def _read_ids(
