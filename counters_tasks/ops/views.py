@@ -158,14 +158,14 @@ def stats_view(
     HyperLogLogs (which is an estimate even when all but one are empty)."""
     first, last = day_range(day, start, end, check_site(site))
     result = sitestats.site_visit_range(conn, first, last, path, site=site)
-    uv, approximate = result.uv, result.uv_approximate
+    uv, approximate, error = result.uv, result.uv_approximate, result.uv_error
     visited = [d.day for d in result.days if d.uv and d.day is not None]
     if first != last and len(visited) <= 1:
         if visited:  # the union of the days is that day's visitors: its own figure (sitestats says if exact)
             one = sitestats.site_visit_range(conn, visited[0], visited[0], path, site=site)
-            uv, approximate = one.uv, one.uv_approximate
+            uv, approximate, error = one.uv, one.uv_approximate, one.uv_error
         else:
-            uv, approximate = 0, False
+            uv, approximate, error = 0, False, 0.0
     view: dict[str, Any] = {
         "from": first.isoformat(),
         "to": last.isoformat(),
@@ -173,6 +173,7 @@ def stats_view(
         "pv": result.pv,
         "uv": uv,
         "uv_approximate": approximate,
+        "uv_error": error,
         "days": [{"day": d.day and d.day.isoformat(), "pv": d.pv, "uv": d.uv} for d in result.days],
     }
     if path is None:  # what the site's figures leave out, beside them (a path has no skips of its own)
@@ -228,7 +229,10 @@ def sources_view(
         "from": first.isoformat(),
         "to": last.isoformat(),
         "kind": kind,
-        "sources": [{"source": s.source, "pv": s.pv, "uv": s.uv, "uv_approximate": s.uv_approximate} for s in found],
+        "sources": [
+            {"source": s.source, "pv": s.pv, "uv": s.uv, "uv_approximate": s.uv_approximate, "uv_error": s.uv_error}
+            for s in found
+        ],
         **listed_view(len(found), total),
     }
 
@@ -273,7 +277,10 @@ def clients_view(
         "path": page,
         "pages": sorted(sitestats.client_pages()),
         **sitestats.client_tables_status(),
-        "clients": [{"value": c.source, "pv": c.pv, "uv": c.uv, "uv_approximate": c.uv_approximate} for c in found],
+        "clients": [
+            {"value": c.source, "pv": c.pv, "uv": c.uv, "uv_approximate": c.uv_approximate, "uv_error": c.uv_error}
+            for c in found
+        ],
         "other": folded[0] if folded else 0,
         **listed_view(len(found), whole.values),
         **coverage_view(pv, whole.pv),

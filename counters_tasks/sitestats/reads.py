@@ -14,7 +14,7 @@ from ..core import days
 from ..core.settings import get_settings
 from ..core.sites import check_site
 from ..core.validation import check_day, check_day_range
-from ..store import keys, page_sketch
+from ..store import hll, keys, page_sketch
 from ..store.client import RedisClient, is_cluster, read_pipeline
 from ..store.hll import union_count
 from . import page_all, page_day, site_all, site_day
@@ -70,6 +70,8 @@ class SiteRange(NamedTuple):
     uv: int | None
     uv_approximate: bool
     days: list[SiteCount]
+    uv_error: float = 0.0
+    """The relative standard error of ``uv``: 0.0 when it is exact."""
 
 
 def site_visit_range(
@@ -105,12 +107,15 @@ def site_visit_range(
             per_day = [SiteCount(day, int(pv or 0), int(uv or 0)) for day, (pv, uv) in zip(span, replies, strict=True)]
         pv = sum(d.pv for d in per_day)
         if len(span) == 1:
+            estimated = get_settings().uv_mode == "hll" and path is None
             return SiteRange(
-                start, end, path, pv, per_day[0].uv, get_settings().uv_mode == "hll" and path is None, per_day
+                start, end, path, pv, per_day[0].uv, estimated, per_day, hll.STANDARD_ERROR if estimated else 0.0
             )
         if path is not None:
             uv, approximate = _path_range_uv(per_day, replies)
-            return SiteRange(start, end, path, pv, uv, approximate, per_day)
+            return SiteRange(
+                start, end, path, pv, uv, approximate, per_day, page_sketch.STANDARD_ERROR if approximate else 0.0
+            )
         if not is_cluster(conn):
             uv = int(conn.pfcount(*(site_day.site_day_range_hll(day, site=scope) for day in span)))
         else:  # one slot per day: merge the HLLs here, read-only
@@ -118,7 +123,7 @@ def site_visit_range(
                 conn.execute_command("GET", site_day.site_day_range_hll(day, site=scope), **{NEVER_DECODE: True})
                 for day in span
             )
-        return SiteRange(start, end, path, pv, uv, True, per_day)
+        return SiteRange(start, end, path, pv, uv, True, per_day, hll.STANDARD_ERROR)
 
 
 def _path_range_uv(per_day: list[SiteCount], values: list[Any]) -> tuple[int, bool]:

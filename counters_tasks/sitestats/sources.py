@@ -83,6 +83,8 @@ class SourceCount(NamedTuple):
     pv: int
     uv: int
     uv_approximate: bool
+    uv_error: float = 0.0
+    """The relative standard error of ``uv``: 0.0 when it is exact."""
 
 
 SOURCES_LIMIT = 1000
@@ -145,7 +147,8 @@ def ranked_counts(
     out = []
     for name, pv in ranked:
         uv, approximate = page_sketch.union_count(day[field] for day in per_day for field in fields_of[name])
-        out.append(SourceCount(shown(name) if name else OTHER, pv, uv, approximate))
+        error = page_sketch.STANDARD_ERROR if approximate else 0.0
+        out.append(SourceCount(shown(name) if name else OTHER, pv, uv, approximate, error))
     return out
 
 
