@@ -112,10 +112,9 @@ def site_visit_range(
                 start, end, path, pv, per_day[0].uv, estimated, per_day, hll.STANDARD_ERROR if estimated else 0.0
             )
         if path is not None:
-            uv, approximate = _path_range_uv(per_day, replies)
-            return SiteRange(
-                start, end, path, pv, uv, approximate, per_day, page_sketch.STANDARD_ERROR if approximate else 0.0
-            )
+            tables = [page_day.site_day_pages(day, site=scope) for day in span]
+            uv, error = _path_range_uv(conn, path, tables, per_day, replies)
+            return SiteRange(start, end, path, pv, uv, error > 0, per_day, error)
         if not is_cluster(conn):
             uv = int(conn.pfcount(*(site_day.site_day_range_hll(day, site=scope) for day in span)))
         else:  # one slot per day: merge the HLLs here, read-only
@@ -126,16 +125,21 @@ def site_visit_range(
         return SiteRange(start, end, path, pv, uv, True, per_day, hll.STANDARD_ERROR)
 
 
-def _path_range_uv(per_day: list[SiteCount], values: list[Any]) -> tuple[int, bool]:
+def _path_range_uv(
+    conn: RedisClient, path: str, tables: list[str], per_day: list[SiteCount], values: list[Any]
+) -> tuple[int, float]:
     """A path's distinct visitors over its days (``site_visit_range``): the union of the days'
-    sketches, and whether it is an estimate (or a floor, for days counted without sketches)."""
+    sketches (``page_sketch.union``), and its relative standard error (0.0: exact). A day
+    counted before sketches were kept (before 0.5) gives its own UV as a floor, an estimate."""
     sketches = [page_value(value)[2] for value in values]
-    union, estimated = page_sketch.union_count(sketches)
+    uv, error = page_sketch.union(
+        conn, ((sketch, page_sketch.hll_key(table, path)) for sketch, table in zip(sketches, tables, strict=True))
+    )
     unsketched = [
         d.uv
         for d, sketch in zip(per_day, sketches, strict=True)
-        if d.uv and not sketch.startswith("!") and len(sketch) // page_sketch.ID_CHARS < d.uv
+        if d.uv and not sketch.startswith(("!", page_sketch.HLL)) and len(sketch) // page_sketch.ID_CHARS < d.uv
     ]
     if unsketched:
-        return max(union, *unsketched), True
-    return union, estimated
+        return max(uv, *unsketched), error or page_sketch.STANDARD_ERROR
+    return uv, error

@@ -9,7 +9,7 @@ are (``site_day_table``, by their own letters) and ranked the same way (``ranked
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import date
 from typing import Any, NamedTuple
 
@@ -69,15 +69,18 @@ def day_keys(day: date, tables: dict[str, SketchTable], tag: str, scope: str) ->
 
 def add_day_args(args: list[Any], tables: dict[str, SketchTable], settings: Settings) -> None:
     """The sources' part of a ``site_day`` call's arguments: each table's cap, how its UV is told
-    ("sketch": from each value's sketch), its values, and a byte a view (its value's number)."""
+    ("sketch": from each value's sketch), its values and their digests, and a byte a view (its
+    value's number)."""
     for fields, marks in tables.values():  # a kind of source: each one's UV from its sketch
-        args += [settings.max_day_sources, "sketch", len(fields), *fields, bytes(marks)]
+        digests = [keys.path_digest(field) for field in fields]  # (its HLL's key: page_sketch.hll_key)
+        args += [settings.max_day_sources, "sketch", len(fields), *fields, *digests, bytes(marks)]
 
 
 class SourceCount(NamedTuple):
     """One source of a site's page views over a range (``top_sources``): its page views, and its
     distinct visitors: the union of its days' sketches (``store.page_sketch``), exact while each
-    day had at most 42 visitors of it, else an estimate (``uv_approximate``, ~6.5%)."""
+    day had at most 42 visitors of it, else an estimate (``uv_approximate``; ``uv_error``, its
+    relative standard error: 0.81%)."""
 
     source: str
     pv: int
@@ -118,37 +121,41 @@ def _top_values(conn: RedisClient, tables: list[str], limit: int) -> list[Source
     for day_views in tables_views(conn, tables):
         views.update(day_views)
 
-    def day_sketches(fields: list[str]) -> list[dict[str, str]]:  # a source's sketch is in its value
+    def day_sketches(fields: list[str]) -> list[dict[str, page_sketch.Sketch]]:  # a source's sketch is in its value
         pipe = read_pipeline(conn)
         for table in tables:
             pipe.hmget(table, fields)
         return [
-            {field: page_value(value)[2] for field, value in zip(fields, values, strict=True)}
-            for values in pipe.execute()
+            {
+                field: (page_value(value)[2], page_sketch.hll_key(table, field))
+                for field, value in zip(fields, values, strict=True)
+            }
+            for table, values in zip(tables, pipe.execute(), strict=True)
         ]
 
-    return ranked_counts(views, {name: {name} for name in views}, limit, day_sketches)
+    return ranked_counts(views, {name: {name} for name in views}, limit, day_sketches, page_sketch.union_of(conn))
 
 
 def ranked_counts(
     views: Counter[str],
     fields_of: dict[str, set[str]],
     limit: int,
-    day_sketches: Callable[[list[str]], list[dict[str, str]]],
+    day_sketches: Callable[[list[str]], list[dict[str, page_sketch.Sketch]]],
+    union: Callable[[Iterable[page_sketch.Sketch]], tuple[int, float]],
 ) -> list[SourceCount]:
     """The first ``limit`` names of ``views`` (page views a name over a range, "" the views past
     a day's cap), most first (ties by name), each with its UV: the union of the sketches of its
     fields (``fields_of``: a source is its own field; a browser family is its versions) that
-    ``day_sketches`` reads, a ``{field: sketch}`` a day, for the fields of the names listed."""
+    ``day_sketches`` reads, a ``{field: (sketch, its HLL's key)}`` a day, for the fields of the
+    names listed, counted by ``union`` (``page_sketch.union_of``)."""
     ranked = sorted(((name, n) for name, n in views.items() if n > 0), key=rank)[:limit]
     if not ranked:
         return []
     per_day = day_sketches([field for name, _n in ranked for field in sorted(fields_of[name])])
     out = []
     for name, pv in ranked:
-        uv, approximate = page_sketch.union_count(day[field] for day in per_day for field in fields_of[name])
-        error = page_sketch.STANDARD_ERROR if approximate else 0.0
-        out.append(SourceCount(shown(name) if name else OTHER, pv, uv, approximate, error))
+        uv, error = union(day[field] for day in per_day for field in fields_of[name])
+        out.append(SourceCount(shown(name) if name else OTHER, pv, uv, error > 0, error))
     return out
 
 

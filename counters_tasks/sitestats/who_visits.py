@@ -21,7 +21,7 @@ from ..core.sites import check_site
 from ..core.table import StoredKey, Table, register
 from ..core.validation import check_day_range, check_int, check_path
 from ..errors import InvalidInput
-from ..store import keys
+from ..store import keys, page_sketch
 from ..store.client import RedisClient, as_str, read_pipeline
 from . import slots, sources
 from .page_day import SKETCHED, TableTotals
@@ -98,10 +98,11 @@ def day_keys(day: date, who: list[WhoTable], tag: str, scope: str) -> list[str]:
 
 def add_day_args(args: list[Any], who: list[WhoTable], settings: Settings) -> None:
     """The who-visits part of a ``site_day`` call's arguments: the cap, then each table's letter,
-    its values, their views in the call, and a byte a view (its value's number)."""
+    its values, their digests, their views in the call, and a byte a view (its value's number)."""
     args.append(settings.max_day_clients)
     for letter, values, counts, view_values in who:
-        args += [letter, len(values), *values, *counts, bytes(view_values)]
+        digests = [keys.path_digest(value) for value in values]  # (its HLL's key: page_sketch.hll_key)
+        args += [letter, len(values), *values, *digests, *counts, bytes(view_values)]
 
 
 def who_digest(who: Who) -> str:
@@ -212,16 +213,21 @@ def top_clients(
         span = days.days_between(start, end)
         views, fields_of = _client_views(conn, span, kind, scope)
 
-        def day_sketches(fields: list[str]) -> list[dict[str, str]]:  # a value's sketch is apart, by "<letter>:<value>"
+        tables = [site_day_who_sketches(day, site=scope) for day in span]
+
+        def day_sketches(fields: list[str]) -> list[dict[str, page_sketch.Sketch]]:  # apart, by "<letter>:<value>"
             pipe = read_pipeline(conn)
-            for day in span:
-                pipe.hmget(site_day_who_sketches(day, site=scope), [f"{letter}:{field}" for field in fields])
+            for table in tables:
+                pipe.hmget(table, [f"{letter}:{field}" for field in fields])
             return [
-                {field: as_str(sketch or b"") for field, sketch in zip(fields, sketches, strict=True)}
-                for sketches in pipe.execute()
+                {
+                    field: (as_str(sketch or b""), page_sketch.hll_key(table, field, letter))
+                    for field, sketch in zip(fields, sketches, strict=True)
+                }
+                for table, sketches in zip(tables, pipe.execute(), strict=True)
             ]
 
-        return ranked_counts(views, fields_of, limit, day_sketches)
+        return ranked_counts(views, fields_of, limit, day_sketches, page_sketch.union_of(conn))
 
 
 def _client_views(

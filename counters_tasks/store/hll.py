@@ -32,25 +32,66 @@ def registers(raw: bytes) -> bytearray:
             raise ValueError("truncated dense HyperLogLog")
         return _dense(bytes(body[:DENSE_BYTES]))
     if encoding == 1:  # sparse: ZERO, XZERO and VAL opcodes
-        out = bytearray(REGISTERS)
-        index, pos = 0, 0
-        while pos < len(body):
-            op = body[pos]
-            if op & 0xC0 == 0:  # ZERO 00xxxxxx
-                index += (op & 0x3F) + 1
-                pos += 1
-            elif op & 0xC0 == 0x40:  # XZERO 01xxxxxx yyyyyyyy
-                index += (((op & 0x3F) << 8) | body[pos + 1]) + 1
-                pos += 2
-            else:  # VAL 1vvvvvxx
-                value, run = ((op >> 2) & 0x1F) + 1, (op & 0x03) + 1
-                out[index : index + run] = bytes([value]) * run
-                index += run
-                pos += 1
-        if index != REGISTERS:
-            raise ValueError("corrupt sparse HyperLogLog")
-        return out
+        return _sparse(bytes(body))
     raise ValueError(f"unknown HyperLogLog encoding {encoding}")
+
+
+def _sparse(body: bytes) -> bytearray:
+    """The registers of a sparse body: runs of zeros (ZERO ``00xxxxxx``, XZERO ``01xxxxxx yyyyyyyy``)
+    and runs of one value (VAL ``1vvvvvxx``). Only the VAL runs are written (the rest stays 0), and a
+    run of one register, the common case, without a slice."""
+    out = bytearray(REGISTERS)
+    index, pos, size = 0, 0, len(body)
+    while pos < size:
+        op = body[pos]
+        pos += 1
+        if op >= 0x80:  # VAL
+            value, run = ((op >> 2) & 0x1F) + 1, (op & 0x03) + 1
+            if run == 1:
+                out[index] = value
+            else:
+                out[index : index + run] = bytes((value,)) * run
+            index += run
+        elif op >= 0x40:  # XZERO
+            index += (((op & 0x3F) << 8) | body[pos]) + 1
+            pos += 1
+        else:  # ZERO
+            index += op + 1
+    if index != REGISTERS:
+        raise ValueError("corrupt sparse HyperLogLog")
+    return out
+
+
+_M = 0xC6A4A7935BD1E995
+_MASK = (1 << 64) - 1
+SEED = 0xADC83B19
+
+
+def murmur64a(data: bytes, seed: int = SEED) -> int:
+    """Redis's ``MurmurHash64A`` (little-endian), the hash ``PFADD`` gives an element."""
+    length = len(data)
+    h = (seed ^ (length * _M)) & _MASK
+    whole = length - (length & 7)
+    for at in range(0, whole, 8):
+        k = (int.from_bytes(data[at : at + 8], "little") * _M) & _MASK
+        k ^= k >> 47
+        k = (k * _M) & _MASK
+        h = ((h ^ k) * _M) & _MASK
+    rest = length & 7
+    if rest:
+        h ^= int.from_bytes(data[whole:], "little")
+        h = (h * _M) & _MASK
+    h ^= h >> 47
+    h = (h * _M) & _MASK
+    return h ^ (h >> 47)
+
+
+def position(element: bytes) -> tuple[int, int]:
+    """(register, value) ``PFADD`` gives an element: the hash's low P bits, and one plus the
+    trailing zeros of the rest (Redis's ``hllPatLen``)."""
+    h = murmur64a(element)
+    rest = (h >> P) | (1 << Q)
+    return h & (REGISTERS - 1), (rest & -rest).bit_length()
 
 
 def _table(rule) -> bytes:
@@ -132,10 +173,15 @@ def count(regs: bytes | bytearray) -> int:
     return int(math.floor(ALPHA_INF * m * m / z + 0.5))
 
 
-def union_count(values: Iterable[bytes | None]) -> int:
-    """What ``PFCOUNT`` of all these HLL values together gives (missing values are empty)."""
+def union_count(values: Iterable[bytes | None], elements: Iterable[str] = ()) -> int:
+    """What ``PFCOUNT`` of all these HLL values together gives (missing values are empty), with
+    ``elements`` added as ``PFADD`` would add them."""
     merged = bytearray(REGISTERS)
     for raw in values:
         if raw:
             merged = _max(merged, registers(raw))
+    for element in elements:
+        register, value = position(element.encode())
+        if value > merged[register]:
+            merged[register] = value
     return count(merged)

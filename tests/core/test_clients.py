@@ -189,7 +189,7 @@ def test_who_reads_a_page_of_client_pages_equals_a_plain_count_of_its_lines(raw_
     tasks.record_visit.delay("8.8.8.8", "/post/3?from=mail#top", None, now, user_agent=agent).get()
     tasks.record_visit.delay("8.8.8.8", "/post/4", None, now, user_agent=agent).get()  # not a listed page
     assert [tuple(c) for c in sitestats.top_clients(raw_conn, day, day, "browser", path="/post/3?x=1")] == [
-        ("Firefox", 1, 1, False)
+        ("Firefox", 1, 1, False, 0.0)
     ]
     assert sitestats.site_visit_info(raw_conn, day).pv == 2  # the page's tables add no view to the site's
     with pytest.raises(InvalidInput, match="COUNTERS_CLIENT_PAGES"):
@@ -228,13 +228,13 @@ def test_every_write_route_gives_the_same_tables(raw_conn, eager_app):
     sitestats.record_visit(raw_conn, "8.8.8.8", "/a", now, user_agent=agent, language="de-DE,de;q=0.9")
     got = {view: [tuple(c) for c in sitestats.top_clients(raw_conn, day, day, view)] for view in VIEWS}
     assert got == {
-        "browser": [("Chrome Mobile", 4, 1, False)],
-        "browser_version": [("Chrome Mobile 45", 4, 1, False)],
-        "os": [("Android", 4, 1, False)],
-        "os_version": [("Android 5.0", 4, 1, False)],
-        "device": [("mobile", 4, 1, False)],
-        "country": [("US", 4, 1, False)],
-        "language": [("de-DE", 4, 1, False)],
+        "browser": [("Chrome Mobile", 4, 1, False, 0.0)],
+        "browser_version": [("Chrome Mobile 45", 4, 1, False, 0.0)],
+        "os": [("Android", 4, 1, False, 0.0)],
+        "os_version": [("Android 5.0", 4, 1, False, 0.0)],
+        "device": [("mobile", 4, 1, False, 0.0)],
+        "country": [("US", 4, 1, False, 0.0)],
+        "language": [("de-DE", 4, 1, False, 0.0)],
     }
 
 
@@ -253,7 +253,7 @@ def test_a_bad_header_is_refused_on_its_own_and_the_others_are_applied(raw_conn)
         visits.app_visit({"ip": "8.8.8.8", "path": "/", "ts": now, "user_agent": 42})
     applied = visits.apply_visits(raw_conn, [bad[0], good, *bad[1:]], message_id="m-bad-headers")
     assert applied == 1
-    assert [tuple(c) for c in sitestats.top_clients(raw_conn, day, day, "browser")] == [("Chrome", 1, 1, False)]
+    assert [tuple(c) for c in sitestats.top_clients(raw_conn, day, day, "browser")] == [("Chrome", 1, 1, False, 0.0)]
     with pytest.raises(InvalidInput):
         sitestats.top_clients(raw_conn, day, day, "browsers")
     with pytest.raises(InvalidInput):

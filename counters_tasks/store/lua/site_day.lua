@@ -13,15 +13,16 @@
 --       entry: the field (a path), its digest,
 --       k, then the k visitors of its views in their pairs form (11 characters; the n views
 --       grouped by entry; each entry once: one HMGET and one HSET a 1,000 entries take them);
---       for a source ('sketch'): its m fields, then a string of n bytes, each view's field
---       number (1..m; 0: the view has none in this table); then (with who visits) its
---       arguments, below at "who visits".
+--       for a source ('sketch'): its m fields, their m digests, then a string of n bytes, each
+--       view's field number (1..m; 0: the view has none in this table); then (with who visits)
+--       its arguments, below at "who visits".
 -- A table maps an entry to "<pv> <uv> <sketch>" (the sketch: its visitors of the day, for its
--- UV over a range; page_sketch.lua); once it tracks its most fields, views of other entries
+-- UV over a range; page_sketch.lua: a list of ids, or '#' and an HLL under the table's key,
+-- ':' and the entry's digest); once it tracks its most fields, views of other entries
 -- count under the field "" (shown as "(other)"). A page's UV is kept exact by the pairs SET of
 -- "<visitor><path digest>" members ("<visitor>" alone for the overflow, which has no sketch);
--- a source's UV is its sketch's count (exact up to 42 visitors a day, then estimated), which
--- costs no pairs member.
+-- a source's UV is its sketch's count (exact up to 42 visitors a day, then Redis's HLL
+-- estimate), which costs no pairs member.
 -- A day is open until totals.open_until, fixed by the day's first write, however old the day
 -- (history can be back-filled): the later of the visitors' day-based expiry and "kept" seconds
 -- from that write. The visitors and pairs expire then. A view of a closed day (totals left,
@@ -141,7 +142,7 @@ local function count_table(pages, i)
         tracked = tracked + 1
       end
     end
-    entries[#entries + 1] = {path, value, first, last, #members}
+    entries[#entries + 1] = {path, value, first, last, #members, digest}
     if open then
       for a = first, last do
         members[#members + 1] = ARGV[a] .. digest
@@ -165,6 +166,7 @@ local function count_table(pages, i)
   for _, entry in ipairs(entries) do
     local path, value, first, last, offset = entry[1], entry[2], entry[3], entry[4], entry[5]
     local pv, uv, sketch
+    local new_ids = {}
     if path == '' then
       if not other then
         local p, u = parse(redis.call('HGET', pages, ''))
@@ -182,9 +184,12 @@ local function count_table(pages, i)
           is_new[member] = nil
           uv = uv + 1
           if path ~= '' then
-            sketch = page_sketch_add(sketch, string.sub(ARGV[a], 1, 6))
+            new_ids[#new_ids + 1] = string.sub(ARGV[a], 1, 6)
           end
         end
+      end
+      if #new_ids > 0 then
+        sketch = page_sketch_add_all(sketch, new_ids, pages .. ':' .. entry[6])
       end
     end
     if path == '' then
@@ -240,13 +245,22 @@ if open and profiles ~= '' then
   end
 end
 
-local function sketch_with_views(sketch, views)
+local function sketch_with_views(sketch, views, key)
   -- the sketch with the visitors of views (view numbers) added, making one new string at most
-  -- (a string a visitor made Lua's allocation and collection the larger part of the work)
-  local list = string.byte(sketch, 1) ~= 33
+  -- (a string a visitor made Lua's allocation and collection the larger part of the work); an
+  -- HLL sketch ('#') takes them all in one PFADD, already there or not
+  local first = string.byte(sketch, 1)
+  if first == 35 then
+    local ids = {}
+    for _, v in ipairs(views) do
+      ids[#ids + 1] = view_ids[v]
+    end
+    return page_sketch_hll_add(key, ids)
+  end
+  local list = first ~= 33
   if #views == 1 then  -- (the common case: no table made)
     if list then
-      return page_sketch_with(sketch, view_ids[views[1]])
+      return page_sketch_with(sketch, view_ids[views[1]], key)
     end
     local register, rank = view_position(views[1])
     if rank <= (PAGE_SKETCH_VALUE[string.byte(sketch, register + 1)] or 0) then
@@ -270,7 +284,7 @@ local function sketch_with_views(sketch, views)
         end
       end
     end
-    return #new > 0 and page_sketch_add_all(sketch, new) or sketch
+    return #new > 0 and page_sketch_add_all(sketch, new, key) or sketch
   end
   return page_sketch_raise(sketch, views, view_position)  -- registers: the few raised, in one string
 end
@@ -283,8 +297,8 @@ local function count_sketch_table(table_key, i)
   -- change took a third of the table's time.
   local max_fields, nentries = tonumber(ARGV[i]), tonumber(ARGV[i + 2])
   local names = {unpack(ARGV, i + 3, i + 2 + nentries)}
-  local marks = ARGV[i + 3 + nentries]
-  local finish = i + 4 + nentries
+  local marks = ARGV[i + 3 + 2 * nentries]
+  local finish = i + 4 + 2 * nentries
   if nentries == 0 then
     return finish
   end
@@ -309,7 +323,8 @@ local function count_sketch_table(table_key, i)
         value = redis.call('HGET', table_key, '')
       end
       local pv, uv, sketch = parse(value or nil)
-      found[field] = {pv, sketch, uv, sketch, {}}  -- (as read: an unchanged sketch is not counted again; its views)
+      local digest = field == '' and '' or ARGV[i + 2 + nentries + e]  -- ("(other)"'s HLL: the key and ':')
+      found[field] = {pv, sketch, uv, sketch, {}, table_key .. ':' .. digest}  -- (as read: an unchanged sketch is not counted again; its views; its HLL's key)
       order[#order + 1] = field
     end
     entry_of[e] = found[field]
@@ -325,7 +340,7 @@ local function count_sketch_table(table_key, i)
   if open then
     for _, field in ipairs(order) do
       local entry = found[field]
-      entry[2] = sketch_with_views(entry[2], entry[5])
+      entry[2] = sketch_with_views(entry[2], entry[5], entry[6])
     end
   end
   local updates = {}
@@ -333,7 +348,7 @@ local function count_sketch_table(table_key, i)
     local entry = found[field]
     local uv = entry[3]
     if entry[2] ~= entry[4] and string.byte(entry[4], 1) ~= 33 then  -- a list, or one that became registers
-      uv = page_sketch_count(entry[2])
+      uv = page_sketch_count(entry[2], entry[6])
     end
     updates[#updates + 1] = field
     updates[#updates + 1] = format(entry[1], uv, entry[2])
@@ -353,10 +368,11 @@ for t = 1, ntables do
 end
 
 -- who visits (ARGV from at on): the most values a table tracks, then per table (five): its
--- letter, m, its m values, their m page view counts, then a string of n bytes (each view's
--- value number, 1..m). A table (KEYS[5 + T] on) maps a value to its page views; the sketches
--- (KEYS[10 + T]) map "<letter>:<value>" to its visitors of the day, worked only for the views
--- whose profile is fresh (above). Past the cap, a new value counts under "" ("(other)").
+-- letter, m, its m values, their m digests, their m page view counts, then a string of n bytes
+-- (each view's value number, 1..m). A table (KEYS[5 + T] on) maps a value to its page views; the
+-- sketches (KEYS[10 + T]) map "<letter>:<value>" to its visitors of the day (an HLL sketch under
+-- the sketches' key, ':', the letter and the value's digest, none for ""), worked only for the
+-- views whose profile is fresh (above). Past the cap, a new value counts under "" ("(other)").
 if nwho > 0 then
   local sketch_key = KEYS[10 + ntables]
   local cap = tonumber(ARGV[at])
@@ -369,16 +385,17 @@ if nwho > 0 then
       end
     end
   end
-  local names, adds = {}, {}  -- the sketches to work: "<letter>:<value>" -> views to add
+  local names, adds, hll_keys = {}, {}, {}  -- the sketches to work: "<letter>:<value>" -> views to add, its HLL's key
   for t = 1, 5 do
     local key = KEYS[4 + ntables + t]
     local letter, m = ARGV[at], tonumber(ARGV[at + 1])
-    local marks = ARGV[at + 2 + 2 * m]
+    local marks = ARGV[at + 2 + 3 * m]
     local counted = {}  -- value number -> the value it counts under (itself, or "" past the cap)
     local values = hash_total_read(key, {unpack(ARGV, at + 2, at + 1 + m)})
     local totals, order, tracked = {}, {}, nil
     for e = 1, m do
-      local value, pv = ARGV[at + 1 + e], tonumber(ARGV[at + 1 + m + e])
+      local value, pv = ARGV[at + 1 + e], tonumber(ARGV[at + 1 + 2 * m + e])
+      local digest = ARGV[at + 1 + m + e]
       local total = tonumber(values[e])
       if not total and not totals[value] then  -- new to the day: within the cap?
         tracked = tracked or (redis.call('HLEN', key) - redis.call('HEXISTS', key, ''))
@@ -394,6 +411,7 @@ if nwho > 0 then
       end
       totals[value] = totals[value] + pv
       counted[e] = letter .. ':' .. value
+      hll_keys[counted[e]] = sketch_key .. ':' .. letter .. (value == '' and '' or digest)
     end
     local updates = {}
     for _, value in ipairs(order) do
@@ -401,7 +419,7 @@ if nwho > 0 then
       updates[#updates + 1] = totals[value]
     end
     hash_total_send('HSET', key, updates, 2000)
-    at = at + 3 + 2 * m
+    at = at + 3 + 3 * m
     for _, v in ipairs(fresh_views) do
       local name = counted[string.byte(marks, v)]
       if name then
@@ -421,7 +439,7 @@ if nwho > 0 then
     local updates = {}
     for s, name in ipairs(names) do
       local before = sketches[s] or ''
-      local sketch = sketch_with_views(before, adds[name])
+      local sketch = sketch_with_views(before, adds[name], hll_keys[name])
       if sketch ~= before then
         updates[#updates + 1] = name
         updates[#updates + 1] = sketch
@@ -437,6 +455,7 @@ end
 for _, key in ipairs({totals, range_hll}) do
   redis.call('EXPIREAT', key, totals_at)
 end
+page_sketch_keep(totals_at)  -- the HLL sketches written, kept as their tables
 if open then
   return 0
 end

@@ -1,18 +1,21 @@
 -- Library: prepended by store/scripts.py to every script that calls page_sketch_add. A page's
--- visitors of one day, kept after "<pv> <uv> " in the day's pages HASH value so that a page's
--- unique visitors over a range of days can be counted (store/page_sketch.py reads it; the two
--- must agree). Each visitor is its 6-character id (the first 36 bits of the visitor id, as the
--- first 6 characters of its pairs form, base64url). A day's sketch is the list of those ids
--- while it holds at most 42 (exact), then '!' and 256 HyperLogLog registers, one base64url
--- character each (~6.5% standard error): register = the id's first 8 bits, value = one plus
--- the leading zeros of its other 28 bits. A call makes at most 24 lists into registers; a list
--- past 42 waits, exact, for a later call (up to 168 ids: page_sketch_stays_list).
--- page_sketch_add(sketch, id): the sketch with a visitor new to the page that day added.
--- page_sketch_add_all(sketch, ids): the same with several (a table), in one new string at most.
--- page_sketch_with(sketch, id): the sketch with a visitor added who may be in it already (a
--- source's sketch, kept without a pairs SET: an exact list is searched, registers take a max).
--- page_sketch_count(sketch): its distinct visitors: exact for a list, else the HyperLogLog
--- estimate (store/page_sketch.py's ``estimate``).
+-- (or a source's, or a who-visits value's) visitors of one day, kept after "<pv> <uv> " in the
+-- day's table value so that its unique visitors over a range of days can be counted
+-- (store/page_sketch.py reads it; the two must agree). Each visitor is its 6-character id (the
+-- first 36 bits of the visitor id, as the first 6 characters of its pairs form, base64url). A
+-- day's sketch is the list of those ids while it holds at most 42 (exact), then '#': the ids are
+-- in a Redis HyperLogLog of its own (PFADD of each 6-character id; 0.81% standard error), the
+-- key given by the caller: the table's key, ':', and the digest of the field (store/page_sketch.py's
+-- hll_key). A call makes at most 24 lists into HLLs; a list past 42 waits, exact, for a later
+-- call (up to 168 ids: page_sketch_stays_list).
+-- A sketch of key layout 1 ('!' and 256 registers of the package's own HyperLogLog, ~6.5%) is
+-- still read and added to as it is, until its day leaves retention.
+-- page_sketch_add(sketch, id, key): the sketch with a visitor new to the page that day added.
+-- page_sketch_add_all(sketch, ids, key): the same with several (a table), in one new string at most.
+-- page_sketch_with(sketch, id, key): the sketch with a visitor added who may be in it already (a
+-- source's sketch, kept without a pairs SET: an exact list is searched, an HLL takes it as is).
+-- page_sketch_count(sketch, key): its distinct visitors: exact for a list, else the estimate.
+-- page_sketch_keep(until): EXPIREAT of every HLL key the call wrote, at the end of a call.
 local PAGE_SKETCH_B64 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_'
 local PAGE_SKETCH_VALUE = {}
 for n = 1, 64 do
@@ -21,6 +24,38 @@ end
 local PAGE_SKETCH_EXACT, PAGE_SKETCH_REGISTERS = 42, 256
 local PAGE_SKETCH_CHANGES, PAGE_SKETCH_LONGEST = 24, 4 * 42
 local page_sketch_changes_left = PAGE_SKETCH_CHANGES  -- (a script's locals are new at each call)
+local page_sketch_written = {}  -- the HLL keys the call added to (page_sketch_keep)
+local page_sketch_written_keys = {}
+
+local function page_sketch_hll_add(key, ids, first)
+  -- PFADD of ids[first..] (a table of 6-character ids) to an HLL sketch's key, 1,000 at a time
+  for from = first or 1, #ids, 1000 do
+    redis.call('PFADD', key, unpack(ids, from, math.min(from + 999, #ids)))
+  end
+  if not page_sketch_written[key] then
+    page_sketch_written[key] = true
+    page_sketch_written_keys[#page_sketch_written_keys + 1] = key
+  end
+  return '#'
+end
+
+local function page_sketch_to_hll(list, ids, key)
+  -- a list's ids and more (a table) into the HLL of key: the sketch '#'
+  local all = {}
+  for at = 1, #list - 5, 6 do
+    all[#all + 1] = string.sub(list, at, at + 5)
+  end
+  for _, id in ipairs(ids) do
+    all[#all + 1] = id
+  end
+  return page_sketch_hll_add(key, all)
+end
+
+local function page_sketch_keep(until_at)
+  for _, key in ipairs(page_sketch_written_keys) do
+    redis.call('EXPIREAT', key, until_at)
+  end
+end
 local PAGE_SKETCH_ZEROS = {}  -- the leading zeros of a 6-bit value (0..63; 6 for 0)
 for x = 0, 63 do
   local zeros, rest = 6, x
@@ -68,42 +103,11 @@ local function page_sketch_position(id)
   return register, PAGE_SKETCH_MID_RANK[b2] or page_sketch_rank_after(id)
 end
 
-local PAGE_SKETCH_RANK_BYTE = {}  -- a register value's character, as a byte
-for n = 1, 64 do
-  PAGE_SKETCH_RANK_BYTE[n - 1] = string.byte(PAGE_SKETCH_B64, n)
-end
-local PAGE_SKETCH_EMPTY = string.rep(string.sub(PAGE_SKETCH_B64, 1, 1), PAGE_SKETCH_REGISTERS)
-
-local function page_sketch_registers(list, ids)
-  -- the registers (a '!' sketch) of a list's ids and the ids of a table: one byte table, one
-  -- string, the list's bytes read at once (a register a string, or a call an id, made the
-  -- change of 42 ids cost 60-120 us, and one call could make 100 such changes)
-  local bytes = {string.byte(PAGE_SKETCH_EMPTY, 1, PAGE_SKETCH_REGISTERS)}
-  local values, rank_byte = PAGE_SKETCH_VALUE, PAGE_SKETCH_RANK_BYTE
-  local high, mid, mid_rank = PAGE_SKETCH_HIGH, PAGE_SKETCH_MID, PAGE_SKETCH_MID_RANK
-  local chars = {string.byte(list, 1, #list)}
-  for at = 1, #chars - 5, 6 do
-    local b2 = chars[at + 1]
-    local register = (high[chars[at]] or 1) + (mid[b2] or 0)
-    local rank = mid_rank[b2] or page_sketch_rank_after(string.sub(list, at, at + 5))
-    if rank > values[bytes[register]] then
-      bytes[register] = rank_byte[rank]
-    end
-  end
-  for _, id in ipairs(ids) do
-    local register, rank = page_sketch_position(id)
-    if rank > values[bytes[register]] then
-      bytes[register] = rank_byte[rank]
-    end
-  end
-  return '!' .. string.char(unpack(bytes))
-end
-
 local function page_sketch_stays_list(sketch, more)
   -- whether a list of ids stays one with more ids: up to PAGE_SKETCH_EXACT, and past it while
-  -- the call has made PAGE_SKETCH_CHANGES lists into registers (~30 us each: a call whose views
-  -- took 100 lists past it took 6.5 ms), up to PAGE_SKETCH_LONGEST ids; a later call makes it
-  -- registers. A longer list is still exact (store/page_sketch.py reads any length).
+  -- the call has made PAGE_SKETCH_CHANGES lists into HLLs (a key made and 43 ids added each),
+  -- up to PAGE_SKETCH_LONGEST ids; a later call makes it an HLL. A longer list is still exact
+  -- (store/page_sketch.py reads any length).
   local ids = #sketch / 6 + more
   if ids <= PAGE_SKETCH_EXACT or (page_sketch_changes_left <= 0 and ids <= PAGE_SKETCH_LONGEST) then
     return true
@@ -112,12 +116,16 @@ local function page_sketch_stays_list(sketch, more)
   return false
 end
 
-local function page_sketch_add(sketch, id)
-  if string.byte(sketch, 1) ~= 33 then  -- ('!': registers)
+local function page_sketch_add(sketch, id, key)
+  local first = string.byte(sketch, 1)
+  if first == 35 then  -- ('#': an HLL of its own)
+    return page_sketch_hll_add(key, {id})
+  end
+  if first ~= 33 then  -- ('!': registers of layout 1)
     if page_sketch_stays_list(sketch, 1) then
       return sketch .. id
     end
-    return page_sketch_registers(sketch, {id})
+    return page_sketch_to_hll(sketch, {id}, key)
   end
   local register, rank = page_sketch_position(id)
   local held = PAGE_SKETCH_VALUE[string.byte(sketch, register + 1)] or 0
@@ -159,23 +167,31 @@ local function page_sketch_raise(sketch, items, position)
   return table.concat(pieces)
 end
 
-local function page_sketch_add_all(sketch, ids)
+local function page_sketch_add_all(sketch, ids, key)
   -- the sketch with visitors new to it added (ids: a table of ids, none in it yet), making one
   -- new string at most
   if #ids == 1 then
-    return page_sketch_add(sketch, ids[1])
+    return page_sketch_add(sketch, ids[1], key)
   end
-  if string.byte(sketch, 1) ~= 33 then
+  local first = string.byte(sketch, 1)
+  if first == 35 then
+    return page_sketch_hll_add(key, ids)
+  end
+  if first ~= 33 then
     if page_sketch_stays_list(sketch, #ids) then
       return sketch .. table.concat(ids)
     end
-    return page_sketch_registers(sketch, ids)
+    return page_sketch_to_hll(sketch, ids, key)
   end
   return page_sketch_raise(sketch, ids, page_sketch_position)
 end
 
-local function page_sketch_with(sketch, id)
-  if string.sub(sketch, 1, 1) ~= '!' then
+local function page_sketch_with(sketch, id, key)
+  local first = string.byte(sketch, 1)
+  if first == 35 then
+    return page_sketch_hll_add(key, {id})
+  end
+  if first ~= 33 then
     local at = string.find(sketch, id, 1, true)  -- a plain search, then only an id's own place counts
     while at do
       if at % 6 == 1 then
@@ -184,7 +200,7 @@ local function page_sketch_with(sketch, id)
       at = string.find(sketch, id, at + 1, true)
     end
   end
-  return page_sketch_add(sketch, id)
+  return page_sketch_add(sketch, id, key)
 end
 
 local PAGE_SKETCH_WEIGHT = {}  -- a register character's 2^-value, by its byte (0 for no value: 1)
@@ -192,8 +208,12 @@ for n = 1, 64 do
   PAGE_SKETCH_WEIGHT[string.byte(PAGE_SKETCH_B64, n)] = 2 ^ (-(n - 1))
 end
 
-local function page_sketch_count(sketch)
-  if string.sub(sketch, 1, 1) ~= '!' then
+local function page_sketch_count(sketch, key)
+  local first = string.byte(sketch, 1)
+  if first == 35 then
+    return redis.call('PFCOUNT', key)
+  end
+  if first ~= 33 then
     return math.floor(#sketch / 6)
   end
   local m, sum, zeros = PAGE_SKETCH_REGISTERS, 0, 0
