@@ -16,6 +16,7 @@ misses it exits non-zero.
     python -m bench.estimates                       # the generated log: 10,000 lines, 4 days of 2015
     python -m bench.estimates --lines 2000 --seed 7
     python -m bench.estimates --log access.log      # a real combined-format access log instead
+    python -m bench.estimates --log access.log --all   # imported with --all (crawlers, static files)
 
 It starts a private Redis (or uses ``COUNTERS_BENCH_REDIS_URL``, whose database it flushes).
 
@@ -53,7 +54,7 @@ from counters_tasks.core import clients, pageviews, sources
 from counters_tasks.core.settings import reset_settings
 from counters_tasks.core.sites import hosts_of
 from counters_tasks.ops.cli import cli
-from counters_tasks.ops.importer.formats import logged_header, page_path, parse_log_line, unescape
+from counters_tasks.ops.importer.formats import EVERY_PAGE, logged_header, page_path, parse_log_line
 
 LIMIT = 0.02
 """Issue 42: every approximate UV within 2% of the true count."""
@@ -248,10 +249,12 @@ class Truth:
         return {value: f for (name, value, d), f in self.rows.items() if name == table and d == day}
 
 
-def plain_count(lines: Iterable[bytes], own_hosts: Iterable[str] = ()) -> Truth:
+def plain_count(lines: Iterable[bytes], own_hosts: Iterable[str] = (), include_all: bool = False) -> Truth:
     """The page views of ``lines`` (combined format, UTC days: the default COUNTERS_TIMEZONE)
-    counted in plain Python with the package's rules (module docstring)."""
+    counted in plain Python with the package's rules (module docstring); ``include_all``: the
+    rule of the import's ``--all`` (static files and crawlers counted too)."""
     hosts = frozenset(own_hosts)
+    rule = EVERY_PAGE if include_all else pageviews.DEFAULT_RULE
     truth = Truth()
     for raw in lines:
         parsed = parse_log_line(raw.decode("utf-8").strip(), "combined")
@@ -260,14 +263,14 @@ def plain_count(lines: Iterable[bytes], own_hosts: Iterable[str] = ()) -> Truth:
         path = page_path(parsed.target)
         if path is None:
             continue
-        if pageviews.DEFAULT_RULE.skip_reason(parsed.method, path, parsed.status, user_agent=parsed.agent):
+        if rule.skip_reason(parsed.method, path, parsed.status, user_agent=parsed.agent):
             continue
         day = datetime.fromtimestamp(parsed.ts, timezone.utc).date()
         ip = parsed.ip
         truth.site[day].add(ip)
         truth.rows["page", path, day].add(ip)
         truth.rows["referrer", sources.referrer_domain(parsed.referer, hosts), day].add(ip)
-        for tag, value in sources.campaign_of(unescape(parsed.target).partition("?")[2]).items():
+        for tag, value in sources.campaign_of(parsed.target.partition("?")[2]).items():
             truth.rows[f"utm_{tag}", value, day].add(ip)
         agent = None if parsed.agent is None else logged_header(parsed.agent)
         who = clients.who_of(ip, agent)
@@ -320,9 +323,10 @@ def cli_json(*args: str) -> dict[str, Any]:
     return json.loads(result.stdout)
 
 
-def import_log(path: Path) -> dict[str, Any]:
-    """``counters-tasks import FILE --json`` (the server and secret of the environment)."""
-    return cli_json("import", str(path))
+def import_log(path: Path, include_all: bool = False) -> dict[str, Any]:
+    """``counters-tasks import FILE --json`` (the server and secret of the environment; with
+    ``--all`` when ``include_all``)."""
+    return cli_json("import", str(path), *(["--all"] if include_all else []))
 
 
 def read_rows(conn: Any, truth: Truth) -> dict[str, list[Row]]:
@@ -436,11 +440,12 @@ def report(summaries: list[Summary], out: Any = sys.stdout) -> None:
         print(f"  ... and {len(failing) - 25} more rows failing", file=out)
 
 
-def measure(conn: Any, lines: list[bytes], log: Path) -> tuple[Truth, list[Summary]]:
+def measure(conn: Any, lines: list[bytes], log: Path, include_all: bool = False) -> tuple[Truth, list[Summary]]:
     """Imports ``log`` (its lines ``lines``) with the CLI and compares every figure with the
-    plain count of ``lines``: the plain count, and each table's summary."""
-    summary = import_log(log)
-    truth = plain_count(lines, hosts_of(""))
+    plain count of ``lines``: the plain count, and each table's summary. ``include_all``: both
+    with the rule of ``--all``."""
+    summary = import_log(log, include_all)
+    truth = plain_count(lines, hosts_of(""), include_all)
     counted = sum(figure.pv for figure in truth.site.values())
     if summary["counted"] != counted:
         raise SystemExit(f"bench.estimates: the import counted {summary['counted']} views, the plain count {counted}")
@@ -457,6 +462,7 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=10_000, help="lines of the generated log")
     parser.add_argument("--seed", type=int, default=2015, help="the generated log's seed")
     parser.add_argument("--log", type=Path, help="a combined-format access log to read instead of the generated one")
+    parser.add_argument("--all", action="store_true", help="import with --all: static files and crawlers counted too")
     args = parser.parse_args()
     with bench_redis() as url, tempfile.TemporaryDirectory() as tmp:
         os.environ["COUNTERS_REDIS_URL"] = url  # the CLI's server (COUNTERS_BENCH_REDIS_URL's too)
@@ -471,7 +477,7 @@ def main() -> None:
             lines = log_2015(args.lines, args.seed)
             log = Path(tmp) / "access.log"
             log.write_bytes(b"\n".join(lines) + b"\n")
-        _truth, summaries = measure(conn, lines, log)
+        _truth, summaries = measure(conn, lines, log, args.all)
     report(summaries)
     failing = sum(len(s.problems) for s in summaries)
     if failing:
