@@ -128,7 +128,7 @@ def public_ip(rng: random.Random) -> str:
     """A random public IPv4 address (countries as the registries assigned its block)."""
     while True:
         a, b = rng.randint(1, 223), rng.randint(0, 255)
-        if a in (10, 100, 127, 169, 172, 192):  # private, shared, loopback, link-local blocks and their neighbours
+        if a in (10, 100, 127, 169, 172, 192):  # the first bytes of private, shared, loopback and link-local blocks
             continue
         return f"{a}.{b}.{rng.randint(0, 255)}.{rng.randint(1, 254)}"
 
