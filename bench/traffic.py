@@ -19,6 +19,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
 
 Visit = tuple[str, str, str, float]
 
@@ -88,6 +89,22 @@ def log2015(n: int, seed: int = 1) -> list[Visit]:
     2.5 views, one in ten by a returning visitor, over the last three hours of today (UTC)."""
     paths = ["/"] + [f"/{2015 - i % 4}/{i % 12 + 1:02d}/post-{i}/" for i in range(2999)]
     return sessions_of(n, seed, paths, 1.3, 2.5, 0.1, 3 * 3600)
+
+
+MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+"""An access log's month names (``%b`` of the C locale, whatever the machine's)."""
+
+
+def log_time(ts: float, offset_hours: float = 0) -> str:
+    """An access log line's time (``%t``) as Apache writes it, in a zone ``offset_hours`` from UTC
+    (the importer must undo it): ``17/May/2015:10:05:03 +0000``."""
+    when = datetime.fromtimestamp(ts, timezone(timedelta(hours=offset_hours)))
+    sign = "+" if offset_hours >= 0 else "-"
+    minutes = int(abs(offset_hours) * 60)
+    return (
+        f"{when.day:02d}/{MONTHS[when.month - 1]}/{when.year}:{when:%H:%M:%S} "
+        f"{sign}{minutes // 60:02d}{minutes % 60:02d}"
+    )
 
 
 SHAPES: dict[str, Callable[[int, int], list[Visit]]] = {"uniform": uniform, "zipf": zipf, "log2015": log2015}

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from bench.traffic import log_time
 from counters_tasks import counters, sitestats, skips, uniques
 from counters_tasks.core.settings import reset_settings
 from counters_tasks.local.redis_server import free_port
@@ -33,7 +34,6 @@ from counters_tasks.store import keys
 from tests.support.procs import REPO, celery_env
 from tests.support.servers import use_settings
 
-MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
 BROWSERS = [
     "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0 Safari/537.36",
     "Mozilla/5.0 (Macintosh; Intel Mac OS X 14_4) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.4 Safari/605.1.15",
@@ -58,17 +58,6 @@ STATIC = [
     "/img/hero.jpg?v=3",
 ]
 OFFSETS = [0, 2, -7, 5.5]
-
-
-def log_time(ts: int, offset_hours: float) -> str:
-    """``%t`` as Apache writes it, in a zone ``offset_hours`` from UTC (the importer must undo it)."""
-    when = datetime.fromtimestamp(ts, timezone(timedelta(hours=offset_hours)))
-    sign = "+" if offset_hours >= 0 else "-"
-    minutes = int(abs(offset_hours) * 60)
-    return (
-        f"{when.day:02d}/{MONTHS[when.month - 1]}/{when.year}:{when:%H:%M:%S} "
-        f"{sign}{minutes // 60:02d}{minutes % 60:02d}"
-    )
 
 
 def log_line(

@@ -24,6 +24,7 @@ SMOKE = {
     "commands.py": (["--visits", "100", "--shape", "zipf"], "each call timed (SLOWLOG)"),
     "client_tables.py": (["--visits", "600", "--rounds", "1"], "client tables: every count checked"),
     "markers.py": (["--visits", "500"], "marker"),
+    "estimates.py": (["--lines", "600"], "every approximate UV within 2%"),
     "cluster.py": (["--visits", "500", "--procs", "1"], "cluster"),
     "reads.py": (
         ["--days", "3", "--paths", "400", "--views", "900", "--spans", "1,3", "--repeat", "2"],
