@@ -3,11 +3,11 @@
 -- day's table value so that its unique visitors over a range of days can be counted
 -- (store/page_sketch.py reads it; the two must agree). Each visitor is its 6-character id (the
 -- first 36 bits of the visitor id, as the first 6 characters of its pairs form, base64url). A
--- day's sketch is the list of those ids while it holds at most 42 (exact), then '#': the ids are
+-- day's sketch is the list of those ids while it holds at most 256 (exact), then '#': the ids are
 -- in a Redis HyperLogLog of its own (PFADD of each 6-character id; 0.81% standard error), the
 -- key given by the caller: the table's key, ':', and the digest of the field (store/page_sketch.py's
--- hll_key). A call makes at most 24 lists into HLLs; a list past 42 waits, exact, for a later
--- call (up to 168 ids: page_sketch_stays_list).
+-- hll_key). A call makes at most 24 lists into HLLs; a list past 256 waits, exact, for a later
+-- call (up to 512 ids: page_sketch_stays_list). (Layout 1 kept 42 ids, then its own registers.)
 -- A sketch of key layout 1 ('!' and 256 registers of the package's own HyperLogLog, ~6.5%) is
 -- still read and added to as it is, until its day leaves retention.
 -- page_sketch_add(sketch, id, key): the sketch with a visitor new to the page that day added.
@@ -21,8 +21,8 @@ local PAGE_SKETCH_VALUE = {}
 for n = 1, 64 do
   PAGE_SKETCH_VALUE[string.byte(PAGE_SKETCH_B64, n)] = n - 1
 end
-local PAGE_SKETCH_EXACT, PAGE_SKETCH_REGISTERS = 42, 256
-local PAGE_SKETCH_CHANGES, PAGE_SKETCH_LONGEST = 24, 4 * 42
+local PAGE_SKETCH_EXACT, PAGE_SKETCH_REGISTERS = 256, 256
+local PAGE_SKETCH_CHANGES, PAGE_SKETCH_LONGEST = 24, 2 * 256
 local page_sketch_changes_left = PAGE_SKETCH_CHANGES  -- (a script's locals are new at each call)
 local page_sketch_written = {}  -- the HLL keys the call added to (page_sketch_keep)
 local page_sketch_written_keys = {}
@@ -105,7 +105,7 @@ end
 
 local function page_sketch_stays_list(sketch, more)
   -- whether a list of ids stays one with more ids: up to PAGE_SKETCH_EXACT, and past it while
-  -- the call has made PAGE_SKETCH_CHANGES lists into HLLs (a key made and 43 ids added each),
+  -- the call has made PAGE_SKETCH_CHANGES lists into HLLs (a key made and 257 ids added each),
   -- up to PAGE_SKETCH_LONGEST ids; a later call makes it an HLL. A longer list is still exact
   -- (store/page_sketch.py reads any length).
   local ids = #sketch / 6 + more
