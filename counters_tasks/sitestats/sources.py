@@ -50,7 +50,10 @@ SOURCES = register(
         "COUNTERS_MAX_DAY_SOURCES a kind, the rest as (other). The who-visits tables share this "
         "key pattern (letters b, o, d, g, l: table who_visits)",
         module=__name__,
-        keys=(StoredKey("ct:site:{tag(D)}:src<source letter>:<D>", "HASH"),),
+        keys=(
+            StoredKey("ct:site:{tag(D)}:src<source letter>:<D>", "HASH"),
+            StoredKey("ct:site:{tag(D)}:src<source letter>:<D>:<digest(source)>", "HLL"),
+        ),
         tag="per site and day",
         fed_by=("visit",),
         writers=("store/lua/site_day.lua",),
@@ -79,7 +82,7 @@ def add_day_args(args: list[Any], tables: dict[str, SketchTable], settings: Sett
 class SourceCount(NamedTuple):
     """One source of a site's page views over a range (``top_sources``): its page views, and its
     distinct visitors: the union of its days' sketches (``store.page_sketch``), exact while each
-    day had at most 42 visitors of it, else an estimate (``uv_approximate``; ``uv_error``, its
+    day had at most 256 visitors of it, else an estimate (``uv_approximate``; ``uv_error``, its
     relative standard error: 0.81%)."""
 
     source: str

@@ -70,6 +70,7 @@ WHO_VISITS = register(
         keys=(
             StoredKey("ct:site:{tag(D)}:src<client letter>:<D>", "HASH"),
             StoredKey("ct:site:{tag(D)}:who:<D>", "HASH"),
+            StoredKey("ct:site:{tag(D)}:who:<D>:<client letter><digest(value)>", "HLL"),
         ),
         tag="per site (or page of COUNTERS_CLIENT_PAGES) and day",
         fed_by=("visit",),
@@ -198,8 +199,8 @@ def top_clients(
     """Who visited the site (or its page ``path``, one of COUNTERS_CLIENT_PAGES: who reads
     ``/pricing``) over the local days ``start``..``end`` (``core.clients``), by
     ``kind`` (one of ``CLIENT_VIEWS``): each value's page views and distinct visitors (the union
-    of its days' sketches: exact while a day had at most 42 visitors of it, else an estimate,
-    ``uv_approximate``), most views first (ties by name), ``(other)`` for the views of the
+    of its days' sketches: exact while a day had at most 256 visitors of it, else an estimate,
+    ``uv_approximate``, ``uv_error``), most views first (ties by name), ``(other)`` for the views of the
     values past COUNTERS_MAX_DAY_CLIENTS on a day, ``(unknown)`` for views that did not tell
     (no User-Agent or Accept-Language given, an IP of no country). Bounded like ``top_sources``."""
     scope, page = check_client_page(site, path)

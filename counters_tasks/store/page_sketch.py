@@ -51,9 +51,13 @@ HLL = "#"
 def hll_key(table_key: str, field: str, letter: str = "") -> str:
     """The HyperLogLog of a field's visitors of the day once past ``EXACT_IDS``: the key of the
     table holding its sketch, ``:``, ``letter`` (a who-visits table's, whose sketches share one
-    HASH) and the field's digest (``keys.path_digest``; none for ``""``, the overflow). Made the
-    same way in ``lua/site_day.lua`` from the digests it is given."""
-    return f"{table_key}:{letter}{keys.path_digest(field) if field else ''}"
+    HASH) and the field's digest (``keys.path_digest``; ``~`` for ``""``, the overflow, which no
+    digest is). Made the same way in ``lua/site_day.lua`` from the digests it is given."""
+    return f"{table_key}:{letter}{keys.path_digest(field) if field else OVERFLOW_DIGEST}"
+
+
+OVERFLOW_DIGEST = "~"
+"""What names the overflow field's (``""``, "(other)") HyperLogLog in its key (``hll_key``)."""
 
 
 Sketch = tuple[str, str]

@@ -103,9 +103,9 @@ def test_a_range_with_days_of_key_layout_1_reads_them_as_they_are(raw_conn):
     now = time.time()
     today = local_day(now)
     old_day = today - timedelta(days=1)
-    ips = [f"10.3.{n // 250}.{n % 250}" for n in range(300)]
+    ips = [f"10.3.{n // 250}.{n % 250}" for n in range(500)]
     apply_visits(raw_conn, [{"ip": ip, "path": "/old", "ts": now - 86400} for ip in ips[:200]])
-    apply_visits(raw_conn, [{"ip": ip, "path": "/old", "ts": now} for ip in ips[200:]])
+    apply_visits(raw_conn, [{"ip": ip, "path": "/old", "ts": now} for ip in ips[200:]])  # 300: an HLL
     pages = page_day.site_day_pages(old_day)
     pv, uv, _sketch = raw_conn.hget(pages, "/old").decode().split(" ", 2)
     raw_conn.hset(pages, "/old", f"{pv} {uv} {layout1_sketch(ips[:200])}")  # as layout 1 left it
@@ -142,43 +142,38 @@ def test_the_scripts_register_and_value_of_an_id_are_the_readers_for_every_kind_
 
 @pytest.mark.usefixtures("bound_deployment")
 def test_a_call_makes_at_most_24_sketches_hlls_and_the_others_wait_exact(raw_conn):
-    """100 pages each at 42 visitors, then one call of a 43rd visitor for each: a call makes at
-    most 24 sketches into HLLs (``page_sketch.lua``, PAGE_SKETCH_CHANGES: a key made and 43 ids
-    added each); the others stay lists of 43 ids, exact, read as such, and become HLLs in later
+    """30 pages each at 256 visitors, then one call of a 257th visitor for each: a call makes at
+    most 24 sketches into HLLs (``page_sketch.lua``, PAGE_SKETCH_CHANGES: a key made and 257 ids
+    added each); the others stay lists of 257 ids, exact, read as such, and become HLLs in later
     calls that add to them."""
+    exact = page_sketch.EXACT_IDS
     now = time.time()
     day = local_day(now)
-    pages = [f"/wait/{n}" for n in range(100)]
-    ips = [f"10.2.{n // 250}.{n % 250}" for n in range(45)]
-    for n in range(42):  # 42 visitors each, in calls of 100 views
+    pages = [f"/wait/{n}" for n in range(30)]
+    ips = [f"10.2.{n // 250}.{n % 250}" for n in range(exact + 3)]
+    for n in range(exact):  # 256 visitors each, in calls of 30 views
         apply_visits(raw_conn, [{"ip": ips[n], "path": page, "ts": now} for page in pages], message_id=f"w{n}")
 
     def sketches() -> dict[str, str]:
         found = raw_conn.hmget(page_day.site_day_pages(day), pages)
         return {page: value.decode().split(" ", 2)[2] for page, value in zip(pages, found, strict=True)}
 
-    assert all(not s.startswith("#") and len(s) == 42 * 6 for s in sketches().values())
-    apply_visits(raw_conn, [{"ip": ips[42], "path": page, "ts": now} for page in pages], message_id="w42")
+    assert all(not s.startswith("#") and len(s) == exact * 6 for s in sketches().values())
+    apply_visits(raw_conn, [{"ip": ips[exact], "path": page, "ts": now} for page in pages], message_id="last")
     after = sketches()
     hlls = [page for page, s in after.items() if s == page_sketch.HLL]
     assert len(hlls) == 24
     table = page_day.site_day_pages(day)
     assert all(
-        hll.registers(raw_conn.get(page_sketch.hll_key(table, page))) == expected_registers(ips[:43]) for page in hlls
+        hll.registers(raw_conn.get(page_sketch.hll_key(table, page))) == expected_registers(ips[: exact + 1])
+        for page in hlls
     )
-    assert all(len(s) == 43 * 6 for page, s in after.items() if page not in hlls)  # a list: exact
-    assert [sitestats.site_visit_range(raw_conn, day, day, page).uv for page in pages] == [43] * 100
+    assert all(len(s) == (exact + 1) * 6 for page, s in after.items() if page not in hlls)  # a list: exact
+    assert [sitestats.site_visit_range(raw_conn, day, day, page).uv for page in pages] == [exact + 1] * 30
     assert all(not sitestats.site_visit_range(raw_conn, day, day, page).uv_approximate for page in pages[-10:])
-    for n in (43, 44):  # two more calls: 24 more each, the rest wait, each as the rule gives it
-        apply_visits(raw_conn, [{"ip": ips[n], "path": page, "ts": now} for page in pages], message_id=f"w{n}")
-        assert sum(s == page_sketch.HLL for s in sketches().values()) == 24 * (n - 41)
+    apply_visits(raw_conn, [{"ip": ips[exact + 1], "path": page, "ts": now} for page in pages], message_id="more")
+    assert sum(s == page_sketch.HLL for s in sketches().values()) == 30  # the 6 that waited too
     assert all(
-        hll.registers(raw_conn.get(page_sketch.hll_key(table, page))) == expected_registers(ips)
-        for page, s in sketches().items()
-        if s == page_sketch.HLL
-    )
-    assert all(
-        s == expected_sketch(ips[:42]) + "".join(expected_sketch([ip]) for ip in ips[42:])
-        for s in sketches().values()
-        if s != page_sketch.HLL
+        hll.registers(raw_conn.get(page_sketch.hll_key(table, page))) == expected_registers(ips[: exact + 2])
+        for page in pages
     )

@@ -21,7 +21,7 @@
 -- ':' and the entry's digest); once it tracks its most fields, views of other entries
 -- count under the field "" (shown as "(other)"). A page's UV is kept exact by the pairs SET of
 -- "<visitor><path digest>" members ("<visitor>" alone for the overflow, which has no sketch);
--- a source's UV is its sketch's count (exact up to 42 visitors a day, then Redis's HLL
+-- a source's UV is its sketch's count (exact up to 256 visitors a day, then Redis's HLL
 -- estimate), which costs no pairs member.
 -- A day is open until totals.open_until, fixed by the day's first write, however old the day
 -- (history can be back-filled): the later of the visitors' day-based expiry and "kept" seconds
@@ -323,7 +323,7 @@ local function count_sketch_table(table_key, i)
         value = redis.call('HGET', table_key, '')
       end
       local pv, uv, sketch = parse(value or nil)
-      local digest = field == '' and '' or ARGV[i + 2 + nentries + e]  -- ("(other)"'s HLL: the key and ':')
+      local digest = field == '' and '~' or ARGV[i + 2 + nentries + e]  -- ("(other)"'s HLL: '~')
       found[field] = {pv, sketch, uv, sketch, {}, table_key .. ':' .. digest}  -- (as read: an unchanged sketch is not counted again; its views; its HLL's key)
       order[#order + 1] = field
     end
@@ -371,7 +371,7 @@ end
 -- letter, m, its m values, their m digests, their m page view counts, then a string of n bytes
 -- (each view's value number, 1..m). A table (KEYS[5 + T] on) maps a value to its page views; the
 -- sketches (KEYS[10 + T]) map "<letter>:<value>" to its visitors of the day (an HLL sketch under
--- the sketches' key, ':', the letter and the value's digest, none for ""), worked only for the
+-- the sketches' key, ':', the letter and the value's digest, '~' for ""), worked only for the
 -- views whose profile is fresh (above). Past the cap, a new value counts under "" ("(other)").
 if nwho > 0 then
   local sketch_key = KEYS[10 + ntables]
@@ -411,7 +411,7 @@ if nwho > 0 then
       end
       totals[value] = totals[value] + pv
       counted[e] = letter .. ':' .. value
-      hll_keys[counted[e]] = sketch_key .. ':' .. letter .. (value == '' and '' or digest)
+      hll_keys[counted[e]] = sketch_key .. ':' .. letter .. (value == '' and '~' or digest)
     end
     local updates = {}
     for _, value in ipairs(order) do
