@@ -156,6 +156,20 @@ def uv_view(uv: int | None, approximate: bool, error: float) -> dict[str, Any]:
     return {"uv": uv, "uv_approximate": approximate, "uv_exact": error == 0.0, "uv_error": error}
 
 
+def uv_bound(error: float) -> str:
+    """An estimate's bound as every text prints it: its relative standard error in percent, one
+    decimal (``±0.8%``; the dashboard's app.js writes it the same way)."""
+    return f"±{error * 100:.1f}%"
+
+
+def uv_text(figure: dict[str, Any]) -> str:
+    """A ``uv_view`` figure as text (the CLI's tables, the demo's report): an estimate ``≈N ±X%``,
+    the bound from the read's own ``uv_error``; an exact figure plain."""
+    if figure["uv_exact"]:
+        return str(figure["uv"])
+    return f"≈{figure['uv']} {uv_bound(figure['uv_error'])}"
+
+
 def stats_view(
     conn: RedisClient, day: Any = None, start: Any = None, end: Any = None, path: Any = None, site: Any = None
 ) -> dict[str, Any]:

@@ -22,6 +22,7 @@ import click
 from ... import sitestats
 from ...core.settings import get_settings
 from ...store import deployment
+from ..views import uv_text
 
 
 def _console() -> Any:
@@ -87,20 +88,6 @@ def more_line(data: dict) -> str | None:
 UV_FIELDS = ("uv_exact", "uv_error")
 """The CSV columns beside every ``uv``: whether it is exact, and its relative standard error (0.0
 when exact), as the JSON has them (``views.uv_view``)."""
-
-
-def uv_bound(error: float) -> str:
-    """An estimate's bound as every table prints it: its relative standard error in percent, one
-    decimal (``±0.8%``)."""
-    return f"±{error * 100:.1f}%"
-
-
-def uv_cell(figure: dict) -> str:
-    """A UV as a table shows it (``figure``: a JSON dict with ``uv``, ``uv_exact``, ``uv_error``):
-    an estimate ``≈N ±X%``, the bound from the read's own ``uv_error``; an exact figure plain."""
-    if figure["uv_exact"]:
-        return str(figure["uv"])
-    return f"≈{figure['uv']} {uv_bound(figure['uv_error'])}"
 
 
 def uv_fields(figure: dict) -> dict[str, Any]:
@@ -283,7 +270,7 @@ def render_stats(console: Any, data: dict) -> None:
     from rich.table import Table
 
     where = data["path"] or "whole site"
-    uv = uv_cell(data)
+    uv = uv_text(data)
     several = data["from"] != data["to"]
     note = (
         ""
@@ -307,7 +294,7 @@ def render_stats(console: Any, data: dict) -> None:
     high = max((d["pv"] for d in days), default=0) or 1
     for d in days:
         bar = "█" * round(30 * d["pv"] / high)
-        cells = [d["day"], str(d["pv"]), uv_cell(d), *([str(d["skipped"])] if skipped is not None else []), bar]
+        cells = [d["day"], str(d["pv"]), uv_text(d), *([str(d["skipped"])] if skipped is not None else []), bar]
         table.add_row(*cells)
     console.print(table)
 
@@ -365,7 +352,7 @@ def render_sources(console: Any, data: dict) -> None:
     table.add_column("PV", justify="right")
     table.add_column("UV", justify="right")
     for row in sources_rows(data)[1]:
-        table.add_row(str(row["rank"]), row["source"], str(row["pv"]), uv_cell(row))
+        table.add_row(str(row["rank"]), row["source"], str(row["pv"]), uv_text(row))
     console.print(table)
 
 

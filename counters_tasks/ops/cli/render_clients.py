@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from ...sitestats import OTHER
-from .render import UV_FIELDS, Rows, more_line, uv_cell, uv_fields, uv_note
+from ..views import uv_text
+from .render import UV_FIELDS, Rows, more_line, uv_fields, uv_note
 
 CLIENT_TITLES = {
     "browser": "browsers",
@@ -93,5 +94,5 @@ def render_clients(console: Any, data: dict) -> None:
     table.add_column("PV", justify="right")
     table.add_column("UV", justify="right")
     for row in clients_rows(data)[1]:
-        table.add_row(str(row["rank"]), Text(row[data["kind"]]), str(row["pv"]), uv_cell(row))
+        table.add_row(str(row["rank"]), Text(row[data["kind"]]), str(row["pv"]), uv_text(row))
     console.print(table)
