@@ -549,6 +549,13 @@ def test_each_uv_on_the_page_is_marked_an_estimate_with_its_bound_or_left_plain(
     )
     assert total == str(stats["uv"]) and f"≈ {bound(stats['uv_error'])}" in note
     assert tip == f"estimate: {bound(stats['uv_error'])} standard error"
+    # each day's point says its own figure's mark on hover (the default mode: each day exact, plain)
+    points = browser.evaluate(
+        "[...document.querySelectorAll('#visitors-chart circle[data-series=\"UV\"] title')].map(t => t.textContent)"
+    )
+    assert points == [f"{d['day'][5:]}: UV {shown_uv(d)}" for d in stats["days"]] and all(
+        d["uv_exact"] for d in stats["days"]
+    )
     sources = get_json(f"{server}/api/sources?{span}")["sources"]
     clients = get_json(f"{server}/api/clients?{span}&kind=browser")["clients"]
     assert {s["source"]: s["uv_exact"] for s in sources} == {"big.example": False, "small.example": True}
@@ -563,3 +570,37 @@ def test_each_uv_on_the_page_is_marked_an_estimate_with_its_bound_or_left_plain(
         "['uv-total', 'uv-note'].map(id => document.getElementById(id).textContent)"
         ".concat([document.getElementById('uv-total').title])"
     ) == [str(day["uv"]), "", "exact"]
+
+
+def test_each_days_point_is_marked_an_estimate_in_the_hll_mode(
+    raw_conn, redis_url, broker_url, browser, tmp_path, monkeypatch
+):
+    """``COUNTERS_UV_MODE=hll``: each day's UV is its HyperLogLog's estimate; the chart's UV points
+    say ``≈N ±X%`` on hover (X the day's ``uv_error`` in the API), as one day's figure does."""
+    use_settings(monkeypatch, COUNTERS_UV_MODE="hll")
+    first, last = uv_marks_seed(raw_conn, time.time())
+    env = celery_env(redis_url, CELERY_BROKER_URL=broker_url, COUNTERS_UV_MODE="hll")
+    with serving(env, tmp_path / "serve.log", lambda base: "counters" in get_json(base + "/api/counters")) as base:
+        span = f"from={first.isoformat()}&to={last.isoformat()}"
+        browser.navigate(f"{base}/?refresh=300&{span}")
+        browser.wait_until("Number(document.getElementById('visitors').dataset.loaded) >= 1", what="the two days")
+        stats = get_json(f"{base}/api/stats?{span}")
+        assert [d["uv_exact"] for d in stats["days"]] == [False, False] and stats["days"][0]["uv_error"] > 0
+        points = browser.evaluate(
+            "[...document.querySelectorAll('#visitors-chart circle[data-series=\"UV\"] title')].map(t => t.textContent)"
+        )
+        assert points == [f"{d['day'][5:]}: UV {shown_uv(d)}" for d in stats["days"]]
+        assert all("≈" in point and "±" in point for point in points)
+        browser.navigate(f"{base}/?refresh=300&from={last.isoformat()}&to={last.isoformat()}")
+        browser.wait_until(
+            "Number(document.getElementById('visitors').dataset.loaded) >= 1 && "
+            f"document.getElementById('from').value === '{last.isoformat()}'",
+            what="one day",
+        )
+        day = get_json(f"{base}/api/stats?from={last.isoformat()}&to={last.isoformat()}")
+        assert not day["uv_exact"]
+        note, tip = browser.evaluate(
+            "[document.getElementById('uv-note').textContent, document.getElementById('uv-total').title]"
+        )
+        assert f"≈ {bound(day['uv_error'])}" in note and "COUNTERS_UV_MODE=hll" in note
+        assert tip == f"estimate: {bound(day['uv_error'])} standard error"
