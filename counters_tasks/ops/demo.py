@@ -22,6 +22,7 @@ from ..core import days
 from ..local.stack import Stack
 from ..recorder import VisitRecorder
 from ..store.client import RedisClient, get_redis
+from . import views
 
 DEMO_PATHS = ["/", "/about", "/blog", "/blog/redis-counters", "/pricing", "/docs", "/docs/api", "/contact"]
 
@@ -101,10 +102,10 @@ def day_summary(conn: RedisClient, day: date) -> list[str]:
     """The report's lines on the site's ``day`` (every run of the stack in it): page views and the
     two unique-visitor figures, each labelled with what it counts and why they differ (the
     dashboard says the same: visitors by IP in its UV, sessions by cookie in its uniques)."""
-    site = sitestats.site_visit_info(conn, day)
+    site = views.stats_view(conn, day=day)  # its UV marked as every table marks it: exact, or ≈N ±X%
     sessions = uniques.unique_visitors(conn, day)
     return [
-        f"site today (all runs): {site.pv} page views, {site.uv} unique visitors (by IP), "
+        f"site today (all runs): {site['pv']} page views, {views.uv_text(site)} unique visitors (by IP), "
         f"{sessions} unique sessions (by session cookie)",
         "  (two ways to count people: one IP shared by several browsers is one visitor and several sessions,",
         "  one browser on several networks one session and several visitors; the demo draws IPs and sessions",
@@ -181,10 +182,10 @@ def run_demo(visits: int, concurrency: int = 2, seed: int = 1, timeout: float = 
             rank = top_now.get(path, 0) - before_top.get(path, 0)
             page_pv = sitestats.site_visit_info(conn, None, path).pv - before_page_pv[path]
             exact &= hits == sent[path] == rank == page_pv
-            info = sitestats.site_visit_info(conn, today, path)
+            info = views.stats_view(conn, day=today, path=path)
             series = [t for _b, t in counters.get_counter(conn, counters.PAGE_HITS + path, 60)][-10:]
             print(
-                f"{path:<24}{sent[path]:>7}{hits:>7}{rank:>7}{page_pv:>7}  |{info.pv:>10}{info.uv:>10}   "
+                f"{path:<24}{sent[path]:>7}{hits:>7}{rank:>7}{page_pv:>7}  |{info['pv']:>10}{views.uv_text(info):>10}   "
                 f"{' '.join(map(str, series))}"
             )
         print("\n".join(day_summary(conn, today)))

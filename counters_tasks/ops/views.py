@@ -148,6 +148,28 @@ def delete_board_view(conn: RedisClient, board: Any, site: Any = None) -> dict[s
     return {"board": board, "deleted": ranking.delete_board(conn, board, site=site)}
 
 
+def uv_view(uv: int | None, approximate: bool, error: float) -> dict[str, Any]:
+    """A UV figure as every answer gives it: ``uv``, ``uv_approximate`` (as before), ``uv_exact``
+    and ``uv_error`` (the relative standard error the read gave, 0.0 when exact), so every reader
+    marks it from the read's own bound (the CLI's ``≈N ±X%``, the dashboard's), never from a
+    constant of its own."""
+    return {"uv": uv, "uv_approximate": approximate, "uv_exact": error == 0.0, "uv_error": error}
+
+
+def uv_bound(error: float) -> str:
+    """An estimate's bound as every text prints it: its relative standard error in percent, one
+    decimal (``±0.8%``; the dashboard's app.js writes it the same way)."""
+    return f"±{error * 100:.1f}%"
+
+
+def uv_text(figure: dict[str, Any]) -> str:
+    """A ``uv_view`` figure as text (the CLI's tables, the demo's report): an estimate ``≈N ±X%``,
+    the bound from the read's own ``uv_error``; an exact figure plain."""
+    if figure["uv_exact"]:
+        return str(figure["uv"])
+    return f"≈{figure['uv']} {uv_bound(figure['uv_error'])}"
+
+
 def stats_view(
     conn: RedisClient, day: Any = None, start: Any = None, end: Any = None, path: Any = None, site: Any = None
 ) -> dict[str, Any]:
@@ -155,26 +177,37 @@ def stats_view(
     (distinct visitors by IP). ``uv_approximate`` only when the figure is an estimate: a range
     whose visitors all came on one day (a new site, the dashboard's default week after a first
     ``make demo``) has that day's own figure, exact as a day's is, not the union of the days'
-    HyperLogLogs (which is an estimate even when all but one are empty)."""
+    HyperLogLogs (which is an estimate even when all but one are empty).
+
+    Each day's figure carries its own ``uv_exact`` and ``uv_error`` (``uv_view``): a day's UV is
+    read as sitestats reads a range of that one day (exact in the default mode, the day's
+    HyperLogLog in ``COUNTERS_UV_MODE=hll``), so its bound is that read's; a day, or a range, with
+    no visitor is an exact 0."""
     first, last = day_range(day, start, end, check_site(site))
     result = sitestats.site_visit_range(conn, first, last, path, site=site)
-    uv, approximate, error = result.uv, result.uv_approximate, result.uv_error
     visited = [d.day for d in result.days if d.uv and d.day is not None]
-    if first != last and len(visited) <= 1:
-        if visited:  # the union of the days is that day's visitors: its own figure (sitestats says if exact)
-            one = sitestats.site_visit_range(conn, visited[0], visited[0], path, site=site)
-            uv, approximate, error = one.uv, one.uv_approximate, one.uv_error
-        else:
-            uv, approximate, error = 0, False, 0.0
+    one = visited[0] if visited else first
+    own = result if first == last else sitestats.site_visit_range(conn, one, one, path, site=site)
+    if not visited:  # no visitor: an exact 0, as each of its days says
+        figure = uv_view(0, False, 0.0)
+    elif first == last or len(visited) > 1:
+        figure = uv_view(result.uv, result.uv_approximate, result.uv_error)
+    else:  # the union of the days is that day's visitors: its own figure (sitestats says if exact)
+        figure = uv_view(own.uv, own.uv_approximate, own.uv_error)
     view: dict[str, Any] = {
         "from": first.isoformat(),
         "to": last.isoformat(),
         "path": result.path,
         "pv": result.pv,
-        "uv": uv,
-        "uv_approximate": approximate,
-        "uv_error": error,
-        "days": [{"day": d.day and d.day.isoformat(), "pv": d.pv, "uv": d.uv} for d in result.days],
+        **figure,
+        "days": [
+            {
+                "day": d.day and d.day.isoformat(),
+                "pv": d.pv,
+                **(uv_view(d.uv, own.uv_approximate, own.uv_error) if d.uv else uv_view(0, False, 0.0)),
+            }
+            for d in result.days
+        ],
     }
     if path is None:  # what the site's figures leave out, beside them (a path has no skips of its own)
         view.update(skipped_view(conn, first, last, site))
@@ -229,10 +262,7 @@ def sources_view(
         "from": first.isoformat(),
         "to": last.isoformat(),
         "kind": kind,
-        "sources": [
-            {"source": s.source, "pv": s.pv, "uv": s.uv, "uv_approximate": s.uv_approximate, "uv_error": s.uv_error}
-            for s in found
-        ],
+        "sources": [{"source": s.source, "pv": s.pv, **uv_view(s.uv, s.uv_approximate, s.uv_error)} for s in found],
         **listed_view(len(found), total),
     }
 
@@ -277,10 +307,7 @@ def clients_view(
         "path": page,
         "pages": sorted(sitestats.client_pages()),
         **sitestats.client_tables_status(),
-        "clients": [
-            {"value": c.source, "pv": c.pv, "uv": c.uv, "uv_approximate": c.uv_approximate, "uv_error": c.uv_error}
-            for c in found
-        ],
+        "clients": [{"value": c.source, "pv": c.pv, **uv_view(c.uv, c.uv_approximate, c.uv_error)} for c in found],
         "other": folded[0] if folded else 0,
         **listed_view(len(found), whole.values),
         **coverage_view(pv, whole.pv),

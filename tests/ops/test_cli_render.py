@@ -121,10 +121,10 @@ def test_stats_top_pages_and_uniques_csv_equal_the_visits_written(raw_conn):
     sessions = {day: {s for ts, _ip, _p, s in done if day_of[ts] == day} for day in (first, last)}
 
     header, rows = export("stats", "--from", first, "--to", last)
-    assert header == ["day", "pv", "uv", "skipped"]
-    assert [(r["day"], int(r["pv"]), int(r["uv"]), int(r["skipped"])) for r in rows] == [
-        (day, pv[day], len(ips[day]), 0) for day in (first, last)
-    ]  # nothing skipped: every visit was a view
+    assert header == ["day", "pv", "uv", "skipped", "uv_exact", "uv_error"]
+    assert [(r["day"], int(r["pv"]), int(r["uv"]), int(r["skipped"]), r["uv_exact"], r["uv_error"]) for r in rows] == [
+        (day, pv[day], len(ips[day]), 0, "true", "0.0") for day in (first, last)
+    ]  # nothing skipped: every visit was a view; a day's UV exact (the default mode)
 
     header, rows = export("stats", "--from", first, "--to", last, "--path", ODD_PATH)
     odd = Counter(day_of[ts] for ts, _ip, path, _s in done if path == ODD_PATH)

@@ -20,6 +20,7 @@ from counters_tasks.ops import cli, views
 from counters_tasks.ops.web import create_app
 from tests.support.dashboard import TestClient
 from tests.support.servers import dead_client, use_settings
+from tests.support.uv_marks import shown_uv
 
 CHROME_120 = (
     "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.0.0 Safari/537.36"
@@ -89,7 +90,7 @@ def two_days(raw_conn, monkeypatch) -> tuple[date, date]:
 
 def expected(conn, kind: str, first: date, last: date, limit: int = 10, site: str | None = None) -> list[dict]:
     return [
-        {"value": c.source, "pv": c.pv, "uv": c.uv, "uv_approximate": c.uv_approximate}
+        {"value": c.source, "pv": c.pv, **views.uv_view(c.uv, c.uv_approximate, c.uv_error)}
         for c in sitestats.top_clients(conn, first, last, kind, limit, site=site)
     ]
 
@@ -125,17 +126,23 @@ def test_the_commands_answer_the_apis_figures_in_json_csv_and_table(raw_conn, tw
             assert code == 0 and not err, (words, err)
             reader = csv.DictReader(io.StringIO(out, newline=""))
             rows = list(reader)
-            assert reader.fieldnames == ["rank", kind, "pv", "uv"], words
+            assert reader.fieldnames == ["rank", kind, "pv", "uv", "uv_exact", "uv_error"], words
             assert rows == [
-                {"rank": str(rank), kind: c["value"], "pv": str(c["pv"]), "uv": str(c["uv"])}
+                {
+                    "rank": str(rank),
+                    kind: c["value"],
+                    "pv": str(c["pv"]),
+                    "uv": str(c["uv"]),
+                    "uv_exact": "true" if c["uv_exact"] else "false",
+                    "uv_error": str(c["uv_error"]),
+                }
                 for rank, c in enumerate(want, 1)
             ], words
             code, out, err = run(*words, *span, *site_args)
             assert code == 0, (words, err)
             lines = [line.split("│")[1:-1] for line in out.splitlines() if line.count("│") == 5]
             assert [[cell.strip() for cell in line] for line in lines] == [
-                [str(rank), c["value"], str(c["pv"]), ("≈" if c["uv_approximate"] else "") + str(c["uv"])]
-                for rank, c in enumerate(want, 1)
+                [str(rank), c["value"], str(c["pv"]), shown_uv(c)] for rank, c in enumerate(want, 1)
             ], (words, out)
             assert (f"site {site}" in out) is (site is not None) and first.isoformat() in out
 
@@ -184,7 +191,7 @@ def test_views_folded_into_other_are_said_wherever_the_figures_are(raw_conn, mon
     # (other) ranks below the one row asked for: the figure is still known and said
     write(raw_conn, [(0, None, "8.8.8.99", CHROME_120, "en")], now)  # en now leads: (other) is second
     data = views.clients_view(raw_conn, day, day, "language", 1)
-    assert data["clients"] == [{"value": "en", "pv": 4, "uv": 4, "uv_approximate": False}] and data["other"] == 3
+    assert data["clients"] == [{"value": "en", "pv": 4, **views.uv_view(4, False, 0.0)}] and data["other"] == 3
     assert sitestats.folded_client_views(raw_conn, local_day(now), local_day(now), "language") == 3  # read apart
     assert sitestats.folded_client_views(raw_conn, local_day(now), local_day(now), "browser") == 0
     with pytest.raises(InvalidInput):
@@ -192,7 +199,7 @@ def test_views_folded_into_other_are_said_wherever_the_figures_are(raw_conn, mon
     code, out, err = run("languages", "--from", day, "-n", "1")
     assert code == 0 and "(other): 3 page views" in out and "not among the 1 listed" in out
     code, out, err = run("languages", "--from", day, "-n", "1", "--format", "csv")
-    assert code == 0 and out.splitlines() == ["rank,language,pv,uv", "1,en,4,4"]
+    assert code == 0 and out.splitlines() == ["rank,language,pv,uv,uv_exact,uv_error", "1,en,4,4,true,0.0"]
     assert "(other): 3 page views" in err and "not among the 1 listed" in err
     code, out, err = run("languages", "--from", day, "-n", "2", "--format", "csv")
     assert code == 0 and "(other)" in out and "(other)" not in err  # a row of its own: nothing more to say
@@ -203,8 +210,9 @@ def test_views_folded_into_other_are_said_wherever_the_figures_are(raw_conn, mon
 
 
 def test_an_estimated_uv_is_marked_in_the_table_and_the_json(raw_conn):
-    """Past 42 visitors of a value on a day, its UV over the range is an estimate: ``≈`` and a
-    caption in the table, ``uv_approximate`` in the JSON; the exact value beside it is not marked."""
+    """Past 42 visitors of a value on a day, its UV over the range is an estimate: ``≈N ±X%`` and a
+    caption in the table, ``uv_approximate``, ``uv_exact`` false and ``uv_error`` in the JSON; the
+    exact value beside it is not marked."""
     now = time.time()
     plan = [(offset, None, f"198.51.{offset}.{n}", CHROME_120, "en") for offset in (0, 1) for n in range(60)]
     write(raw_conn, [*plan, (0, None, "8.8.8.8", FIREFOX_121, "de")], now)
@@ -212,9 +220,10 @@ def test_an_estimated_uv_is_marked_in_the_table_and_the_json(raw_conn):
     code, out, err = run("browsers", "--from", first, "--to", last, "--json")
     chrome, firefox = json.loads(out)["clients"]
     assert (chrome["value"], chrome["pv"], chrome["uv_approximate"]) == ("Chrome", 120, True)
-    assert 100 <= chrome["uv"] <= 140 and firefox == {"value": "Firefox", "pv": 1, "uv": 1, "uv_approximate": False}
+    assert 100 <= chrome["uv"] <= 140 and firefox == {"value": "Firefox", "pv": 1, **views.uv_view(1, False, 0.0)}
+    assert not chrome["uv_exact"] and chrome["uv_error"] > 0
     code, out, err = run("browsers", "--from", first, "--to", last)
-    assert code == 0 and f"≈{chrome['uv']}" in out and "UV over several days: estimated (≈)" in out
+    assert code == 0 and shown_uv(chrome) in out and "UV over several days" in out
     [firefox_line] = [line for line in out.splitlines() if "Firefox" in line]
     assert "≈" not in firefox_line and "1" in firefox_line
 
@@ -300,7 +309,7 @@ def test_without_client_tables_the_reads_say_how_to_count_them(raw_conn, monkeyp
     code, out, err = run("devices")
     assert code == 0 and "unless COUNTERS_CLIENT_TABLES=off" in out
     code, out, err = run("devices", "--format", "csv")
-    assert code == 0 and out.splitlines() == ["rank,device,pv,uv"]
+    assert code == 0 and out.splitlines() == ["rank,device,pv,uv,uv_exact,uv_error"]
 
 
 def test_a_pages_readers_through_the_commands_the_api_and_the_view(raw_conn, monkeypatch):

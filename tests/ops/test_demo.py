@@ -8,7 +8,10 @@ import uuid
 
 from counters_tasks import visits
 from counters_tasks.core.days import local_day
+from counters_tasks.ops import views
 from counters_tasks.ops.demo import day_summary
+from tests.support.servers import use_settings
+from tests.support.uv_marks import shown_uv
 
 
 def test_the_days_two_unique_visitor_figures_say_what_each_counts_and_why_they_differ(raw_conn):
@@ -50,3 +53,16 @@ def test_the_demos_visitors_fill_every_who_visits_table(raw_conn, eager_app):
     assert len(lines) == 5 and "(unknown)" not in " ".join(lines), lines
     assert set(Counter(country_code(ip) for ip, _a, _l in people).values()) == {10}  # ten of each country
     assert lines[3] == "who visits today, country: BR 10, DE 10, FR 10"  # a tie: by name
+
+
+def test_the_days_visitors_are_marked_an_estimate_in_the_hll_mode(raw_conn, monkeypatch):
+    """Issue 42: with ``COUNTERS_UV_MODE=hll`` the day's UV is its HyperLogLog's estimate, and the
+    report printed it as plainly as an exact figure; it is ``≈N ±X%`` now, X the read's own bound."""
+    use_settings(monkeypatch, COUNTERS_UV_MODE="hll")
+    now = time.time()
+    for i in range(6):
+        visits.apply_visit(raw_conn, f"198.51.100.{i + 1}", "/", None, now)
+    figure = views.stats_view(raw_conn, day=local_day(now))
+    assert not figure["uv_exact"] and figure["uv_error"] > 0
+    line = day_summary(raw_conn, local_day(now))[0]
+    assert f"6 page views, {shown_uv(figure)} unique visitors (by IP)" in line and "±" in line, line

@@ -21,10 +21,12 @@ from counters_tasks.core.days import local_day
 from counters_tasks.core.settings import reset_settings
 from counters_tasks.local.waiting import wait_until
 from counters_tasks.store import deployment
+from tests.ops.test_uv_marks import seed as uv_marks_seed
 from tests.support import demo_data
 from tests.support.browser import Browser, ensure_chromium
 from tests.support.procs import REPO, celery_env, serving, start_beat, start_serve, start_worker
 from tests.support.servers import use_settings
+from tests.support.uv_marks import bound, shown_uv
 
 pytestmark = pytest.mark.processes
 
@@ -159,9 +161,7 @@ def test_dashboard_in_chromium_shows_the_apis_numbers_and_updates_live(
     assert shown["pages"] == pages["pages"] and len(pages["pages"]) == len(demo_data.PATHS)
     who = get_json(f"{server}/api/clients?{span}&kind=browser&limit=10")  # the demo's views send no User-Agent
     assert who["clients"] and sum(c["pv"] for c in who["clients"]) == stats["pv"]
-    assert shown["clients"] == [
-        [c["value"], c["pv"], ("≈" if c["uv_approximate"] else "") + str(c["uv"])] for c in who["clients"]
-    ]
+    assert shown["clients"] == [[c["value"], c["pv"], shown_uv(c)] for c in who["clients"]]
     # the card's page choice (COUNTERS_CLIENT_PAGES): who viewed /pricing, read from its own tables
     assert browser.evaluate("[...document.getElementById('client-page').options].map(o => o.value)") == ["", PAGE]
     assert browser.evaluate("document.getElementById('client-page').hidden") is False
@@ -173,10 +173,7 @@ def test_dashboard_in_chromium_shows_the_apis_numbers_and_updates_live(
         " s.dispatchEvent(new Event('change')); })()"
     )
     wait_until(
-        lambda: (
-            dom_numbers(browser)["clients"]
-            == [[c["value"], c["pv"], ("≈" if c["uv_approximate"] else "") + str(c["uv"])] for c in of_page["clients"]]
-        ),
+        lambda: dom_numbers(browser)["clients"] == [[c["value"], c["pv"], shown_uv(c)] for c in of_page["clients"]],
         timeout=20,
         what="the card to show the page's readers",
     )
@@ -512,3 +509,98 @@ def test_the_who_visits_card_says_the_views_its_table_does_not_hold(raw_conn, se
     browser.wait_until("Number(document.getElementById('clients').dataset.loaded) >= 1", what="the who-visits card")
     shown = browser.evaluate("document.getElementById('clients-coverage').textContent")
     assert shown == "5 page views not in this table (tables off then): 3 of the period's 8 are"
+
+
+def uv_cell(figure: dict) -> list[str]:
+    """What the dashboard shows of a JSON figure's UV, as ``shown_uv_cells`` reads it: the cell's text
+    (an estimate ``≈N ±X%``, the bound from its ``uv_error``; an exact figure plain) and its hover text."""
+    return [
+        shown_uv(figure),
+        "exact" if figure["uv_exact"] else f"estimate: {bound(figure['uv_error'])} standard error",
+    ]
+
+
+def shown_uv_cells(browser: Browser, table: str) -> dict:
+    """A table's rows on the page: the value -> its UV cell's text and hover text."""
+    return dict(
+        browser.evaluate(
+            f"[...document.querySelectorAll('#{table} tr')].map(tr => "
+            "[tr.children[1].textContent, [tr.children[3].textContent, tr.children[3].title]])"
+        )
+    )
+
+
+def test_each_uv_on_the_page_is_marked_an_estimate_with_its_bound_or_left_plain(raw_conn, server, browser, monkeypatch):
+    """Issue 42: the page marked an estimate ``≈`` with no bound. Over two days: the site's UV, a
+    source's and a browser's of more than 42 visitors a day are estimates, shown ``≈N ±X%`` with
+    "estimate: ±X% standard error" on hover (X from the API's ``uv_error``); a source and a
+    browser of three visitors are exact and plain; one day's site UV is exact and plain."""
+    use_settings(monkeypatch, COUNTERS_CLIENT_TABLES="on")
+    first, last = uv_marks_seed(raw_conn, time.time())
+    span = f"from={first.isoformat()}&to={last.isoformat()}"
+    loaded = "['visitors', 'sources', 'clients'].every(s => Number(document.getElementById(s).dataset.loaded) >= 1)"
+    browser.navigate(f"{server}/?refresh=300&{span}")
+    browser.wait_until(loaded, what="the two days' figures")
+    stats = get_json(f"{server}/api/stats?{span}")
+    assert not stats["uv_exact"] and stats["uv_error"] > 0
+    total, note, tip = browser.evaluate(
+        "['uv-total', 'uv-note'].map(id => document.getElementById(id).textContent)"
+        ".concat([document.getElementById('uv-total').title])"
+    )
+    assert total == str(stats["uv"]) and f"≈ {bound(stats['uv_error'])}" in note
+    assert tip == f"estimate: {bound(stats['uv_error'])} standard error"
+    # each day's point says its own figure's mark on hover (the default mode: each day exact, plain)
+    points = browser.evaluate(
+        "[...document.querySelectorAll('#visitors-chart circle[data-series=\"UV\"] title')].map(t => t.textContent)"
+    )
+    assert points == [f"{d['day'][5:]}: UV {shown_uv(d)}" for d in stats["days"]] and all(
+        d["uv_exact"] for d in stats["days"]
+    )
+    sources = get_json(f"{server}/api/sources?{span}")["sources"]
+    clients = get_json(f"{server}/api/clients?{span}&kind=browser")["clients"]
+    assert {s["source"]: s["uv_exact"] for s in sources} == {"big.example": False, "small.example": True}
+    assert {c["value"]: c["uv_exact"] for c in clients} == {"Chrome": False, "Firefox": True}
+    assert shown_uv_cells(browser, "sources-table") == {s["source"]: uv_cell(s) for s in sources}
+    assert shown_uv_cells(browser, "clients-table") == {c["value"]: uv_cell(c) for c in clients}
+    browser.navigate(f"{server}/?refresh=300&from={last.isoformat()}&to={last.isoformat()}")
+    browser.wait_until(loaded + " && location.search.includes('from=' + document.getElementById('to').value)")
+    day = get_json(f"{server}/api/stats?from={last.isoformat()}&to={last.isoformat()}")
+    assert day["uv_exact"] and day["uv_error"] == 0.0
+    assert browser.evaluate(
+        "['uv-total', 'uv-note'].map(id => document.getElementById(id).textContent)"
+        ".concat([document.getElementById('uv-total').title])"
+    ) == [str(day["uv"]), "", "exact"]
+
+
+def test_each_days_point_is_marked_an_estimate_in_the_hll_mode(
+    raw_conn, redis_url, broker_url, browser, tmp_path, monkeypatch
+):
+    """``COUNTERS_UV_MODE=hll``: each day's UV is its HyperLogLog's estimate; the chart's UV points
+    say ``≈N ±X%`` on hover (X the day's ``uv_error`` in the API), as one day's figure does."""
+    use_settings(monkeypatch, COUNTERS_UV_MODE="hll")
+    first, last = uv_marks_seed(raw_conn, time.time())
+    env = celery_env(redis_url, CELERY_BROKER_URL=broker_url, COUNTERS_UV_MODE="hll")
+    with serving(env, tmp_path / "serve.log", lambda base: "counters" in get_json(base + "/api/counters")) as base:
+        span = f"from={first.isoformat()}&to={last.isoformat()}"
+        browser.navigate(f"{base}/?refresh=300&{span}")
+        browser.wait_until("Number(document.getElementById('visitors').dataset.loaded) >= 1", what="the two days")
+        stats = get_json(f"{base}/api/stats?{span}")
+        assert [d["uv_exact"] for d in stats["days"]] == [False, False] and stats["days"][0]["uv_error"] > 0
+        points = browser.evaluate(
+            "[...document.querySelectorAll('#visitors-chart circle[data-series=\"UV\"] title')].map(t => t.textContent)"
+        )
+        assert points == [f"{d['day'][5:]}: UV {shown_uv(d)}" for d in stats["days"]]
+        assert all("≈" in point and "±" in point for point in points)
+        browser.navigate(f"{base}/?refresh=300&from={last.isoformat()}&to={last.isoformat()}")
+        browser.wait_until(
+            "Number(document.getElementById('visitors').dataset.loaded) >= 1 && "
+            f"document.getElementById('from').value === '{last.isoformat()}'",
+            what="one day",
+        )
+        day = get_json(f"{base}/api/stats?from={last.isoformat()}&to={last.isoformat()}")
+        assert not day["uv_exact"]
+        note, tip = browser.evaluate(
+            "[document.getElementById('uv-note').textContent, document.getElementById('uv-total').title]"
+        )
+        assert f"≈ {bound(day['uv_error'])}" in note and "COUNTERS_UV_MODE=hll" in note
+        assert tip == f"estimate: {bound(day['uv_error'])} standard error"

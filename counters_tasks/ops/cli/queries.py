@@ -105,7 +105,11 @@ def with_range(command: Callable) -> Callable:
 @with_range
 @site_option
 @click.option("--path", "-p", help="one path instead of the whole site")
-@output_options(STATS_COLUMNS, "one row a day; the range's PV and UV are in json")
+@output_options(
+    STATS_COLUMNS,
+    "one row a day; uv_exact false: the day's UV is an estimate (COUNTERS_UV_MODE=hll), uv_error "
+    "its relative standard error; the range's PV and UV are in json",
+)
 def stats_command(
     day: str | None, start: str | None, end: str | None, site: str | None, path: str | None, output: str
 ) -> None:
@@ -142,7 +146,7 @@ def top_pages_command(start: str | None, end: str | None, limit: int, site: str 
 )
 @click.option("--limit", "-n", type=int, default=10, show_default=True)
 @site_option
-@output_options(SOURCES_COLUMNS, "the UV of a source over several days may be an estimate (uv_approximate in json)")
+@output_options(SOURCES_COLUMNS, "uv_exact false: the UV is an estimate, uv_error its relative standard error")
 def sources_command(start: str | None, end: str | None, kind: str, limit: int, site: str | None, output: str) -> None:
     """Where the page views came from over a range of days: referring domains ((direct) without a
     referrer, (internal) from the site's own pages) or campaign tags."""
@@ -182,7 +186,7 @@ def clients_command(name: str, kind: str, summary: str, versions: str | None = N
         if output == "csv" and missing:
             click.echo(missing, err=True)
 
-    by = f"; with --versions: rank,{versions},pv,uv" if versions else ""
+    by = f"; with --versions: rank,{versions},pv,uv,uv_exact,uv_error" if versions else ""
     decorators: list[Callable[[Any], Any]] = [
         click.command(name, help=summary),
         click.option("--from", "start", help="first day (default: the last day)"),
@@ -197,8 +201,8 @@ def clients_command(name: str, kind: str, summary: str, versions: str | None = N
         ),
         output_options(
             clients_columns(kind),
-            f"(other) holds the views of values past a day's COUNTERS_MAX_DAY_CLIENTS{by}; the UV "
-            "over several days may be an estimate (uv_approximate in json)",
+            f"(other) holds the views of values past a day's COUNTERS_MAX_DAY_CLIENTS{by}; uv_exact "
+            "false: the UV is an estimate, uv_error its relative standard error",
         ),
     ]
     command: Any = run

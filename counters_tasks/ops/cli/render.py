@@ -22,6 +22,7 @@ import click
 from ... import sitestats
 from ...core.settings import get_settings
 from ...store import deployment
+from ..views import uv_text
 
 
 def _console() -> Any:
@@ -84,14 +85,28 @@ def more_line(data: dict) -> str | None:
     return f"{more} more (--limit to see them; {data['total']} in all)" if more else None
 
 
+UV_FIELDS = ("uv_exact", "uv_error")
+"""The CSV columns beside every ``uv``: whether it is exact, and its relative standard error (0.0
+when exact), as the JSON has them (``views.uv_view``)."""
+
+
+def uv_fields(figure: dict) -> dict[str, Any]:
+    """The ``UV_FIELDS`` of a JSON figure, for its CSV row."""
+    return {name: figure[name] for name in UV_FIELDS}
+
+
 def uv_note(data: dict, rows: list[dict]) -> str | None:
-    """The caption of a table whose UV is marked estimated (``≈``): over several days, the union of
-    the days' sketches; on one day, a value with more than 42 visitors that day."""
-    if not any(row["uv_approximate"] for row in rows):
+    """The caption of a table whose UV is marked estimated (``≈N ±X%``): over several days, the
+    union of the days' sketches; on one day, a value with more than 42 visitors that day; and what
+    the bound is."""
+    if all(row["uv_exact"] for row in rows):
         return None
-    if data["from"] == data["to"]:
-        return "UV estimated (≈): more than 42 visitors of a value that day"
-    return "UV over several days: estimated (≈)"
+    why = (
+        "more than 42 visitors of a value that day"
+        if data["from"] == data["to"]
+        else "UV over several days, a union of the days' sketches"
+    )
+    return f"≈N ±X%: an estimate ({why}), ±X% its relative standard error; a plain UV is exact"
 
 
 SPARKS = "▁▂▃▄▅▆▇█"
@@ -223,14 +238,17 @@ def delete_board_rows(data: dict) -> Rows:
     return DELETE_BOARD_COLUMNS, [{"board": data["board"], "deleted": data["deleted"]}]
 
 
-STATS_COLUMNS = ("day", "pv", "uv", "skipped")
+STATS_COLUMNS = ("day", "pv", "uv", "skipped", *UV_FIELDS)
 
 
 def stats_rows(data: dict) -> Rows:
-    """One row a day of the range: the day (ISO 8601), its page views, unique visitors and the
-    requests that were not page views (``skipped``; empty for a path, which has none of its own)."""
+    """One row a day of the range: the day (ISO 8601), its page views, unique visitors, the
+    requests that were not page views (``skipped``; empty for a path, which has none of its own),
+    and whether the day's UV is exact and its error (``UV_FIELDS``: an estimate in
+    ``COUNTERS_UV_MODE=hll``)."""
     return STATS_COLUMNS, [
-        {"day": d["day"], "pv": d["pv"], "uv": d["uv"], "skipped": d.get("skipped", "")} for d in data["days"]
+        {"day": d["day"], "pv": d["pv"], "uv": d["uv"], "skipped": d.get("skipped", ""), **uv_fields(d)}
+        for d in data["days"]
     ]
 
 
@@ -252,14 +270,14 @@ def render_stats(console: Any, data: dict) -> None:
     from rich.table import Table
 
     where = data["path"] or "whole site"
-    uv = f"{'~' if data['uv_approximate'] else ''}{data['uv']}"
+    uv = uv_text(data)
     several = data["from"] != data["to"]
     note = (
         ""
-        if not data["uv_approximate"]
-        else "  (UV over several days: an estimate of the union, docs/api.md)"
+        if data["uv_exact"]
+        else "  (UV over several days: an estimate of the union, ± its relative standard error, docs/api.md)"
         if several
-        else "  (UV: an estimate, COUNTERS_UV_MODE=hll, docs/api.md)"
+        else "  (UV: an estimate, ± its relative standard error, COUNTERS_UV_MODE=hll, docs/api.md)"
     )
     console.print(f"[bold]{where}[/bold] {data['from']} .. {data['to']}: PV {data['pv']}, UV {uv}{note}")
     skipped = skipped_line(data)
@@ -276,7 +294,7 @@ def render_stats(console: Any, data: dict) -> None:
     high = max((d["pv"] for d in days), default=0) or 1
     for d in days:
         bar = "█" * round(30 * d["pv"] / high)
-        cells = [d["day"], str(d["pv"]), str(d["uv"]), *([str(d["skipped"])] if skipped is not None else []), bar]
+        cells = [d["day"], str(d["pv"]), uv_text(d), *([str(d["skipped"])] if skipped is not None else []), bar]
         table.add_row(*cells)
     console.print(table)
 
@@ -306,14 +324,16 @@ def render_pages(console: Any, data: dict) -> None:
     console.print(table)
 
 
-SOURCES_COLUMNS = ("rank", "source", "pv", "uv")
+SOURCES_COLUMNS = ("rank", "source", "pv", "uv", *UV_FIELDS)
 
 
 def sources_rows(data: dict) -> Rows:
     """One row a source, most viewed first: its rank (from 1), the source (a domain, ``(direct)``,
-    ``(internal)``, a campaign tag, ``(other)``), its page views and distinct visitors."""
+    ``(internal)``, a campaign tag, ``(other)``), its page views and distinct visitors, and
+    whether that UV is exact and its error (``UV_FIELDS``)."""
     return SOURCES_COLUMNS, [
-        {"rank": rank, "source": s["source"], "pv": s["pv"], "uv": s["uv"]} for rank, s in enumerate(data["sources"], 1)
+        {"rank": rank, "source": s["source"], "pv": s["pv"], "uv": s["uv"], **uv_fields(s)}
+        for rank, s in enumerate(data["sources"], 1)
     ]
 
 
@@ -331,9 +351,8 @@ def render_sources(console: Any, data: dict) -> None:
     table.add_column(data["kind"])
     table.add_column("PV", justify="right")
     table.add_column("UV", justify="right")
-    for row, source in zip(sources_rows(data)[1], data["sources"], strict=True):
-        uv = ("≈" if source["uv_approximate"] else "") + str(row["uv"])
-        table.add_row(str(row["rank"]), row["source"], str(row["pv"]), uv)
+    for row in sources_rows(data)[1]:
+        table.add_row(str(row["rank"]), row["source"], str(row["pv"]), uv_text(row))
     console.print(table)
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from ...sitestats import OTHER
-from .render import Rows, more_line, uv_note
+from ..views import uv_text
+from .render import UV_FIELDS, Rows, more_line, uv_fields, uv_note
 
 CLIENT_TITLES = {
     "browser": "browsers",
@@ -28,7 +29,7 @@ def clients_columns(kind: str) -> tuple[str, ...]:
     """The CSV columns of a who-visits command (``browsers``, ``countries``, ...): the value's
     column is named for its kind (``browser``, ``browser_version``, ``os``, ``country``, ...), so
     a file says what it lists."""
-    return ("rank", kind, "pv", "uv")
+    return ("rank", kind, "pv", "uv", *UV_FIELDS)
 
 
 def clients_rows(data: dict) -> Rows:
@@ -37,7 +38,8 @@ def clients_rows(data: dict) -> Rows:
     visitors."""
     kind = data["kind"]
     return clients_columns(kind), [
-        {"rank": rank, kind: c["value"], "pv": c["pv"], "uv": c["uv"]} for rank, c in enumerate(data["clients"], 1)
+        {"rank": rank, kind: c["value"], "pv": c["pv"], "uv": c["uv"], **uv_fields(c)}
+        for rank, c in enumerate(data["clients"], 1)
     ]
 
 
@@ -91,7 +93,6 @@ def render_clients(console: Any, data: dict) -> None:
     table.add_column(data["kind"])
     table.add_column("PV", justify="right")
     table.add_column("UV", justify="right")
-    for row, client in zip(clients_rows(data)[1], data["clients"], strict=True):
-        uv = ("≈" if client["uv_approximate"] else "") + str(row["uv"])
-        table.add_row(str(row["rank"]), Text(row[data["kind"]]), str(row["pv"]), uv)
+    for row in clients_rows(data)[1]:
+        table.add_row(str(row["rank"]), Text(row[data["kind"]]), str(row["pv"]), uv_text(row))
     console.print(table)

@@ -46,6 +46,18 @@
     return td;
   }
 
+  // A UV as the page shows it (views.uv_view): an estimate "≈N ±X%", X its relative standard error
+  // from the answer's own uv_error (one decimal, as the CLI prints it), hover text "estimate: ±X%
+  // standard error"; an exact figure plain, "exact" on hover.
+  function uvBound(f) { return "±" + (f.uv_error * 100).toFixed(1) + "%"; }
+  function uvText(f) { return f.uv_exact ? String(f.uv) : "≈" + f.uv + " " + uvBound(f); }
+  function uvTitle(f) { return f.uv_exact ? "exact" : "estimate: " + uvBound(f) + " standard error"; }
+  function uvCell(row, f) {
+    var td = cell(row, uvText(f), "num");
+    td.title = uvTitle(f);
+    return td;
+  }
+
   function fillTable(body, rows) {
     body.textContent = "";
     rows.forEach(function (cells, i) {
@@ -74,11 +86,12 @@
     return api("stats", q).then(function (data) {
       $("pv-total").textContent = data.pv;
       $("uv-total").textContent = data.uv;
-      // "≈" only on a true estimate (views.stats_view: one day, or a range whose visitors all came
-      // on one day, has that day's figure, exact in the default mode)
+      $("uv-total").title = uvTitle(data);
+      // "≈ ±X%" only on a true estimate (views.stats_view: one day, or a range whose visitors all
+      // came on one day, has that day's figure, exact in the default mode)
       // (one day's figure is an estimate only with COUNTERS_UV_MODE=hll: no union of days then)
-      $("uv-note").textContent = !data.uv_approximate ? "" :
-        data.from === data.to ? " ≈ (an estimate: COUNTERS_UV_MODE=hll)" : " ≈ (an estimate of the union of the days)";
+      $("uv-note").textContent = data.uv_exact ? "" : " ≈ " + uvBound(data) +
+        (data.from === data.to ? " (an estimate: COUNTERS_UV_MODE=hll)" : " (an estimate of the union of the days)");
       // what the figures leave out, beside them: the site's requests that were not page views
       // (a path's figures have none of their own)
       $("skipped").hidden = data.skipped === undefined;
@@ -92,7 +105,8 @@
       Charts.render($("visitors-chart"), {
         labels: data.days.map(function (d) { return shortDay(d.day); }),
         series: [{name: "PV", kind: "bar", values: data.days.map(function (d) { return d.pv; })},
-                 {name: "UV", kind: "line", values: data.days.map(function (d) { return d.uv; })}]});
+                 {name: "UV", kind: "line", values: data.days.map(function (d) { return d.uv; }),
+                  shown: data.days.map(uvText)}]});
       $("visitors-error").textContent = "";
       loaded("visitors");
     }).catch(function (e) { failed("visitors", e); });
@@ -120,7 +134,7 @@
         cell(tr, String(i + 1));
         cell(tr, s.source);
         cell(tr, String(s.pv), "num");
-        cell(tr, (s.uv_approximate ? "≈" : "") + s.uv, "num");
+        uvCell(tr, s);
         body.appendChild(tr);
       });
       $("sources-error").textContent = "";
@@ -153,7 +167,7 @@
         cell(tr, String(i + 1));
         cell(tr, c.value);
         cell(tr, String(c.pv), "num");
-        cell(tr, (c.uv_approximate ? "≈" : "") + c.uv, "num");
+        uvCell(tr, c);
         body.appendChild(tr);
         if (c.value === "(other)") listed = true;
       });

@@ -1,7 +1,8 @@
 /* A small SVG chart for the counters-tasks dashboard (no dependencies, MIT like the package).
- * Charts.render(element, {labels: [...], series: [{name, values, kind: "bar"|"line", color}]})
+ * Charts.render(element, {labels: [...], series: [{name, values, kind: "bar"|"line", color, shown}]})
  * draws bars and lines on one y axis starting at 0. Every bar and point carries data-series,
- * data-index and data-value, so what is drawn can be checked against the data. */
+ * data-index and data-value, so what is drawn can be checked against the data; a line's point
+ * says its value on hover, or shown[i] when given (a UV's mark: "≈53 ±0.8%"). */
 (function (global) {
   "use strict";
   var NS = "http://www.w3.org/2000/svg";
@@ -66,7 +67,7 @@
         s.values.forEach(function (v, i) {
           var dot = el("circle", {cx: x(i), cy: y(v), r: 3, fill: color, "data-series": s.name,
                                   "data-index": i, "data-value": v}, svg);
-          el("title", {}, dot).textContent = labels[i] + ": " + s.name + " " + v;
+          el("title", {}, dot).textContent = labels[i] + ": " + s.name + " " + (s.shown ? s.shown[i] : v);
         });
       }
     });
