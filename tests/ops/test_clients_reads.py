@@ -210,17 +210,21 @@ def test_views_folded_into_other_are_said_wherever_the_figures_are(raw_conn, mon
 
 
 def test_an_estimated_uv_is_marked_in_the_table_and_the_json(raw_conn):
-    """Past 42 visitors of a value on a day, its UV over the range is an estimate: ``≈N ±X%`` and a
+    """Past 256 visitors of a value on a day, its UV over the range is an estimate: ``≈N ±X%`` and a
     caption in the table, ``uv_approximate``, ``uv_exact`` false and ``uv_error`` in the JSON; the
     exact value beside it is not marked."""
     now = time.time()
-    plan = [(offset, None, f"198.51.{offset}.{n}", CHROME_120, "en") for offset in (0, 1) for n in range(60)]
+    plan = [
+        (offset, None, f"198.{51 + n // 250}.{offset}.{n % 250}", CHROME_120, "en")
+        for offset in (0, 1)
+        for n in range(300)
+    ]
     write(raw_conn, [*plan, (0, None, "8.8.8.8", FIREFOX_121, "de")], now)
     first, last = local_day(now - 86400).isoformat(), local_day(now).isoformat()
     code, out, err = run("browsers", "--from", first, "--to", last, "--json")
     chrome, firefox = json.loads(out)["clients"]
-    assert (chrome["value"], chrome["pv"], chrome["uv_approximate"]) == ("Chrome", 120, True)
-    assert 100 <= chrome["uv"] <= 140 and firefox == {"value": "Firefox", "pv": 1, **views.uv_view(1, False, 0.0)}
+    assert (chrome["value"], chrome["pv"], chrome["uv_approximate"]) == ("Chrome", 600, True)
+    assert 576 <= chrome["uv"] <= 624 and firefox == {"value": "Firefox", "pv": 1, **views.uv_view(1, False, 0.0)}
     assert not chrome["uv_exact"] and chrome["uv_error"] > 0
     code, out, err = run("browsers", "--from", first, "--to", last)
     assert code == 0 and shown_uv(chrome) in out and "UV over several days" in out

@@ -106,13 +106,14 @@ def test_a_table_cut_at_its_limit_says_how_many_more(raw_conn, monkeypatch):
 
 @pytest.mark.parametrize("offsets", [(0,), (0, 1)])
 def test_the_several_days_note_only_for_several_days(raw_conn, monkeypatch, offsets):
-    """60 visitors of Chrome a day make its UV an estimate: on one day the caption says why
+    """300 visitors of Chrome a day make its UV an estimate: on one day the caption says why
     without "several days"; over two days it says "UV over several days"."""
     use_settings(monkeypatch, COUNTERS_CLIENT_TABLES="on")
     now = time.time()
     for offset in offsets:
-        for n in range(60):
-            sitestats.record_visit(raw_conn, f"198.51.{offset}.{n}", "/", now - 86400 * offset, user_agent=CHROME_120)
+        for n in range(300):
+            ip = f"198.{51 + n // 250}.{offset}.{n % 250}"
+            sitestats.record_visit(raw_conn, ip, "/", now - 86400 * offset, user_agent=CHROME_120)
     first, last = local_day(now - 86400 * max(offsets)).isoformat(), local_day(now).isoformat()
     code, out, _err = run("browsers", "--from", first, "--to", last)
     assert code == 0 and "≈" in out

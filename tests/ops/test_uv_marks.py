@@ -1,7 +1,7 @@
 """Every UV says what it is (issue 42): exact, or an estimate with its error bound, in the CLI's
 table (``≈N ±X%``, the bound printed from the read's ``uv_error``; an exact figure plain), its
 CSV and JSON (``uv_exact``, ``uv_error`` beside every ``uv``) and the API's JSON. The estimates
-are made as users make them: a source, a browser and a page with more than 42 visitors on each of
+are made as users make them: a source, a browser and a page with more than 256 visitors on each of
 two days (their range UV a union of sketches), the site over two days with visitors on both (a
 union of HyperLogLogs), and each day of ``COUNTERS_UV_MODE=hll``. The expected marks are read
 from ``sitestats``, never from a constant of the test's."""
@@ -21,13 +21,14 @@ import pytest
 from counters_tasks import sitestats
 from counters_tasks.core.days import local_day
 from counters_tasks.ops.web import create_app
+from counters_tasks.store import page_sketch
 from tests.ops.test_clients_reads import CHROME_120, FIREFOX_121, fake_health, run
 from tests.support.dashboard import TestClient
 from tests.support.servers import use_settings
 from tests.support.uv_marks import bound
 
-BIG, SMALL = 50, 3
-"""Visitors a day of the estimated rows (past the 42 ids kept exactly) and of the exact ones."""
+BIG, SMALL = page_sketch.EXACT_IDS + 20, 3
+"""Visitors a day of the estimated rows (past the 256 ids kept exactly) and of the exact ones."""
 
 
 def seed(conn, now: float) -> tuple[date, date]:
@@ -37,7 +38,7 @@ def seed(conn, now: float) -> tuple[date, date]:
         for n in range(BIG):
             sitestats.record_visit(
                 conn,
-                f"198.51.{offset}.{n}",
+                f"198.{51 + n // 250}.{offset}.{n % 250}",
                 "/big",
                 now - 86400 * offset,
                 referrer="https://big.example/",
@@ -140,7 +141,7 @@ def check_row(text: str, value: str, uv: int, error: float) -> None:
     ],
 )
 def test_sources_and_who_visits_mark_each_estimate_with_its_bound(raw_conn, two_days, words, rows, name, read):
-    """big.example and Chrome: more than 42 visitors on each day, an estimate over the two; small.example
+    """big.example and Chrome: more than 256 visitors on each day, an estimate over the two; small.example
     and Firefox: exact. Table, CSV and JSON each say which, with the read's own error."""
     first, last = two_days
     expected = {c.source: c for c in read(raw_conn, first, last)}

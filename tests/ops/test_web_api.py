@@ -174,12 +174,12 @@ def test_a_range_with_visitors_on_one_day_only_has_that_days_exact_uv(conn):
     now = time.time()
     today = local_day(now)
     _visitors_on(conn, now, 400)
-    _visitors_on(conn, now, 60, path="/pricing")  # more than the 42 a path's day sketch keeps exactly
+    _visitors_on(conn, now, 300, path="/pricing")  # more than the 256 a path's day sketch keeps exactly
     week = {"start": (today - timedelta(days=6)).isoformat(), "end": today.isoformat()}
     site = views.stats_view(conn, **week)
     assert (site["uv"], site["uv_approximate"]) == (400, False)
     page = views.stats_view(conn, path="/pricing", **week)
-    assert (page["uv"], page["uv_approximate"]) == (60, False)
+    assert (page["uv"], page["uv_approximate"]) == (300, False)
     nobody = views.stats_view(conn, path="/nowhere", **week)
     assert (nobody["pv"], nobody["uv"], nobody["uv_approximate"]) == (0, 0, False)
     # the same through the dashboard's endpoint
@@ -190,13 +190,13 @@ def test_a_range_with_visitors_on_one_day_only_has_that_days_exact_uv(conn):
 def test_a_range_with_visitors_on_several_days_is_still_marked_an_estimate(conn):
     now = time.time()
     today = local_day(now)
-    _visitors_on(conn, now, 100)
-    _visitors_on(conn, now - 86400, 100, first=51)  # 50 of them again, 50 new
-    _visitors_on(conn, now, 50, path="/pricing")
-    _visitors_on(conn, now - 86400, 50, path="/pricing")
+    _visitors_on(conn, now, 400)
+    _visitors_on(conn, now - 86400, 400, first=201)  # 200 of them again, 200 new
+    _visitors_on(conn, now, 300, path="/pricing")
+    _visitors_on(conn, now - 86400, 300, path="/pricing", first=201)
     week = {"start": (today - timedelta(days=6)).isoformat(), "end": today.isoformat()}
     site = views.stats_view(conn, **week)
-    assert site["uv_approximate"] is True and abs(site["uv"] - 150) <= 6  # 0.81% standard error
+    assert site["uv_approximate"] is True and abs(site["uv"] - 600) <= 20  # 0.81% standard error
     assert views.stats_view(conn, path="/pricing", **week)["uv_approximate"] is True
 
 

@@ -97,12 +97,12 @@ def uv_fields(figure: dict) -> dict[str, Any]:
 
 def uv_note(data: dict, rows: list[dict]) -> str | None:
     """The caption of a table whose UV is marked estimated (``≈N ±X%``): over several days, the
-    union of the days' sketches; on one day, a value with more than 42 visitors that day; and what
+    union of the days' sketches; on one day, a value with more than 256 visitors that day; and what
     the bound is."""
     if all(row["uv_exact"] for row in rows):
         return None
     why = (
-        "more than 42 visitors of a value that day"
+        "more than 256 visitors of a value that day"
         if data["from"] == data["to"]
         else "UV over several days, a union of the days' sketches"
     )
