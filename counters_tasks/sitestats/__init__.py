@@ -24,11 +24,11 @@ from .page_day import OTHER, PAGES_PER_CALL, TABLES_PER_ROUND, TableTotals, page
 from .reads import SiteCount, SiteRange, site_visit_info, site_visit_range
 from .site_day import (
     DAY_VIEWS_PER_CALL,
-    DAY_WHO_VALUES_PER_CALL,
     applied_views,
     closed_views,
     queue_views,
     record_visit,
+    sent_calls,
     totals_expire_at,
 )
 from .sources import SOURCE_KINDS, SOURCES_LIMIT, SourceCount, source_totals, top_sources
@@ -51,7 +51,6 @@ __all__ = [
     "CLIENT_VIEWS",
     "DAY_TOP_KEPT",
     "DAY_VIEWS_PER_CALL",
-    "DAY_WHO_VALUES_PER_CALL",
     "OTHER",
     "PAGES_PER_CALL",
     "RESOLVE_LIMIT",
@@ -79,6 +78,7 @@ __all__ = [
     "page_totals",
     "queue_views",
     "record_visit",
+    "sent_calls",
     "site_visit_info",
     "site_visit_range",
     "source_totals",
