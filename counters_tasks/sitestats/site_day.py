@@ -300,7 +300,7 @@ def _day_tables(
     return pages, tables, who, "".join(short_ids), "".join(profiles)
 
 
-DAY_VIEWS_PER_CALL = 50
+DAY_VIEWS_PER_CALL = 40
 """Views one ``site_day`` call applies at most (under 256: a view's value in a table is one byte,
 ``_day_tables``). A view costs the server ~15-25 us there (its
 pages' and sources' values read, parsed and written back with their sketches): 150 a call took
