@@ -302,11 +302,16 @@ def _day_tables(
 
 DAY_VIEWS_PER_CALL = 40
 """Views one ``site_day`` call applies at most (under 256: a view's value in a table is one byte,
-``_day_tables``). A view costs the server ~15-25 us there (its
-pages' and sources' values read, parsed and written back with their sketches): 150 a call took
-2-3 ms of CPU, up to 6 ms on zipf traffic (issue 32). Fewer a call cost more a visit, as a
-popular page's value is read and written again by each call: 75 took the longest call to ~3 ms
-for 10-20% more of this script's CPU a visit; 100 is between."""
+``_day_tables``), the only cut of a day's views of a message (``_parts``): the same under every
+setting and version, so it bounds the worst input the API accepts, 100 views each of a new user
+agent, language and country (``tests/core/test_clients.py``'s flood: ~5 new who-visits values a
+view, each ~3-5 us of the call). Measured on that flood (issue 42, the server's CPU, medians in
+reference calls of ~0.6 ms, ``tests/support/server_cpu.py``): 100 a call 4.5, 50 3.05, 40 2.4,
+34 2.1 (layout 1's cut, at most 64 values a call: 2.0-2.1). On real traffic (``bench`` zipf and
+log2015 with their user agents, 30,000 visits, three alternated rounds) the counters Redis's CPU a
+visit was the same at 100, 50 and 40 within the machine's noise (zipf 54, 47, 54 us; log2015 39,
+43, 38 us), though a popular page's value is read and written again by each call (issue 32: 75
+took ~10-20% more of this script's CPU a visit than 150)."""
 
 DAY_PART_SEPARATOR = "/v"
 """A ``site_day`` call's dedupe id is ``<message id>/v<n>`` (key layout 2; layout 1's cut named

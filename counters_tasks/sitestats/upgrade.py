@@ -66,19 +66,20 @@ def applied_by_layout1(
     upgrade = deployment.upgrade(conn)
     if upgrade is None or message_id is None or not groups:
         return None
-    names: list[str] = []
-    spans: list[tuple[int, int, int]] = []  # (group, first view, past its last) of each marker
-    for number, (scope, day, views) in enumerate(groups):
-        tag, first = slots.site_day_tag(day, scope), 0
-        for part, part_id in layout1_parts(views, message_id, upgrade.client_tables):
-            names.append(keys.site_seen(part_id, tag=tag))
-            spans.append((number, first, first + len(part)))
-            first += len(part)
-    pipe = read_pipeline(conn)
-    for name in names:
-        pipe.exists(name)
-    applied = [[False] * len(views) for _scope, _day, views in groups]
-    for (number, first, last), found in zip(spans, pipe.execute(), strict=True):
-        if int(found):
-            applied[number][first:last] = [True] * (last - first)
-    return applied
+    with keys.bound(conn, write=True):  # (the markers are keys of the deployment queue_views writes to)
+        names: list[str] = []
+        spans: list[tuple[int, int, int]] = []  # (group, first view, past its last) of each marker
+        for number, (scope, day, views) in enumerate(groups):
+            tag, first = slots.site_day_tag(day, scope), 0
+            for part, part_id in layout1_parts(views, message_id, upgrade.client_tables):
+                names.append(keys.site_seen(part_id, tag=tag))
+                spans.append((number, first, first + len(part)))
+                first += len(part)
+        pipe = read_pipeline(conn)
+        for name in names:
+            pipe.exists(name)
+        applied = [[False] * len(views) for _scope, _day, views in groups]
+        for (number, first, last), found in zip(spans, pipe.execute(), strict=True):
+            if int(found):
+                applied[number][first:last] = [True] * (last - first)
+        return applied

@@ -18,7 +18,8 @@ that made another would split the figures for good. So:
   ``/metrics`` report ``lost_at`` (``status``).
 - ``layout`` is the version of the key layout (``LAYOUT``). A process whose layout differs
   refuses to read or write (``LayoutMismatch``) and the worker refuses to start;
-  ``counters-tasks migrate`` (``migrate``) moves the data from one layout to the next.
+  ``counters-tasks migrate`` (``migrate``) moves the data from one layout to the next. The step
+  from 1 to 2 records ``migrated_at`` and the layout-1 settings its markers need (``upgrade``).
 
 A pinned tag key (``COUNTERS_TAG_KEY``, what ``make run`` and compose set) is kept in Redis too:
 a writer with the pin makes ``ct:tagkey`` with it (and puts it back after a loss), so a process
