@@ -264,13 +264,13 @@ def _read_ids(
 def _add_views(plan: WritePlan, call: _Call) -> None:
     """The call's page views (``sitestats.queue_views``), their ``site_day`` replies read back:
     views written now or before, and those of a closed day."""
-    day_calls: list[tuple[date, int]] = []
+    day_calls: list[tuple[date, int, int]] = []
 
     def queue(pipe: Any) -> None:
         day_calls[:] = sitestats.queue_views(plan.conn, pipe, [visit.view for visit in call.visits], call.message_id)
 
     def read(replies: list[Any]) -> None:
-        day_replies = replies[: len(day_calls)]  # queue_views queues its site_day calls first
+        day_replies = replies[: sitestats.sent_calls(day_calls)]  # queue_views queues its site_day calls first
         call.applied, call.duplicates = sitestats.applied_views(day_calls, day_replies)
         call.closed += sitestats.closed_views(day_replies)
 

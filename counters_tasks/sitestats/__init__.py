@@ -11,7 +11,9 @@ path, their sources and who visits. One module a stored table, each with its dec
   day's top pages for range reads (``top_pages``, beat's ``make_day_tops``);
 - ``site_all``: the site's all-time figures (16 shards); ``page_all``: a path's all-time figures;
 - ``views``: a page view validated (``SiteView``, ``view_on``); ``reads``: ``site_visit_info``
-  and ``site_visit_range``; ``slots``: the slots their keys are in.
+  and ``site_visit_range``; ``slots``: the slots their keys are in;
+- ``upgrade``: exactly-once across the upgrade of key layout 1 to 2 (layout 1's cut of a
+  message's views recomputed, its markers read, for the layout-1 workers' dedupe TTL).
 
 A visit's write goes down: ``visits`` -> ``site_day`` -> the table modules -> ``store``. Visitor
 ids are made in ``core.visitors``. This module re-exports the names the package's other modules,
@@ -24,11 +26,11 @@ from .page_day import OTHER, PAGES_PER_CALL, TABLES_PER_ROUND, TableTotals, page
 from .reads import SiteCount, SiteRange, site_visit_info, site_visit_range
 from .site_day import (
     DAY_VIEWS_PER_CALL,
-    DAY_WHO_VALUES_PER_CALL,
     applied_views,
     closed_views,
     queue_views,
     record_visit,
+    sent_calls,
     totals_expire_at,
 )
 from .sources import SOURCE_KINDS, SOURCES_LIMIT, SourceCount, source_totals, top_sources
@@ -51,7 +53,6 @@ __all__ = [
     "CLIENT_VIEWS",
     "DAY_TOP_KEPT",
     "DAY_VIEWS_PER_CALL",
-    "DAY_WHO_VALUES_PER_CALL",
     "OTHER",
     "PAGES_PER_CALL",
     "RESOLVE_LIMIT",
@@ -79,6 +80,7 @@ __all__ = [
     "page_totals",
     "queue_views",
     "record_visit",
+    "sent_calls",
     "site_visit_info",
     "site_visit_range",
     "source_totals",

@@ -50,7 +50,7 @@ from ..core.visitors import pair_visitor
 from ..store import keys
 from ..store.client import RedisClient
 from ..store.scripts import WritePlan, run_script, write_through
-from . import page_all, page_day, pairs, site_all, slots, sources, who_visits
+from . import page_all, page_day, pairs, site_all, slots, sources, upgrade, who_visits
 from .views import VIEW_FIELDS, SiteView, view_on
 
 
@@ -133,15 +133,17 @@ SITE_DAY = register(
 
 def queue_views(
     conn: RedisClient, pipe: Any, views: Iterable[SiteView], message_id: str | None
-) -> list[tuple[date, int]]:
+) -> list[tuple[date, int, int]]:
     """Queue on ``pipe`` one script call per slot (day, visitor shard, path tag group) for ``views``:
     the day's ``site_day`` calls, each with every table of the day's part (its own, ``pairs``,
     ``page_day``, ``sources``, ``who_visits``), then the ``site_all`` and ``page_all`` calls.
 
-    Returns the day and number of views of each ``site_day`` call (DAY_VIEWS_PER_CALL views at
-    most each), in order: they are queued first, and each one's reply is the number of its views
-    that fell on a closed day (``closed_views``), or -1 when its message was applied there
-    before (``applied_views``). Every view is in exactly one of them."""
+    Returns, for each part of the site's days (DAY_VIEWS_PER_CALL views at most each, in order),
+    its day, the number of its views sent in its ``site_day`` call (0: no call) and the number
+    left out as applied by a layout-1 worker before the upgrade (``upgrade``). The calls are
+    queued first (``sent_calls`` of them), and each one's reply is the number of its views that
+    fell on a closed day (``closed_views``), or -1 when its message was applied there before
+    (``applied_views``). Every view is in exactly one part."""
     with keys.bound(conn, write=True):
         settings = get_settings()
         mode = settings.uv_mode
@@ -160,28 +162,33 @@ def queue_views(
                 named = group_of[site, view.path] = (page_all.path_tag(name), name)
             by_group[named[0]][named[1]].append(visitor)
 
-        day_calls = [
-            (site, day, part, part_id)
-            for (site, day), day_views in by_day.items()
-            for part, part_id in zip(*_parts(day_views, message_id), strict=True)
-        ]
-        for site, day, day_views, part_id in day_calls:
-            _queue_day_call(conn, pipe, site, site, day, day_views, part_id, ttl)
+        scopes = [(site, site, day, day_views) for (site, day), day_views in by_day.items()]
         pages = who_visits.client_pages()
         for (site, day), day_views in by_day.items() if pages else ():  # then each page's who visits
             by_page: dict[str, list[SiteView]] = defaultdict(list)
             for view in day_views:
                 if view.who is not None and view.path in pages:
                     by_page[view.path].append(view)
-            for path, page_views in by_page.items():
-                scope = who_visits.page_scope(site, path)
-                for part, part_id in zip(*_parts(page_views, message_id), strict=True):
-                    _queue_day_call(conn, pipe, scope, site, day, part, part_id, ttl)
+            scopes += [
+                (who_visits.page_scope(site, path), site, day, page_views) for path, page_views in by_page.items()
+            ]
+        before = upgrade.applied_by_layout1(conn, [(scope, day, v) for scope, _site, day, v in scopes], message_id)
+        day_calls: list[tuple[date, int, int]] = []
+        for number, (scope, site, day, day_views) in enumerate(scopes):
+            first = 0
+            for part, part_id in zip(*_parts(day_views, message_id), strict=True):
+                applied = before[number][first : first + len(part)] if before else ()
+                first += len(part)
+                sent = [view for view, done in zip(part, applied, strict=True) if not done] if any(applied) else part
+                if sent:
+                    _queue_day_call(conn, pipe, scope, site, day, sent, part_id, ttl)
+                if scope == site:  # (a page's calls count its views again: not in the returned calls)
+                    day_calls.append((day, len(sent), len(part) - len(sent)))
         for script_keys, args in site_all.script_calls(by_shard, ttl, mode, message_id):
             run_script(conn, "site_all", script_keys, args, client=pipe)
         for script_keys, args in page_all.script_calls(by_group, ttl, settings, message_id):
             run_script(conn, "path_all", script_keys, args, client=pipe)
-        return [(day, len(day_views)) for _site, day, day_views, _id in day_calls]
+        return day_calls
 
 
 def _queue_day_call(
@@ -293,44 +300,37 @@ def _day_tables(
     return pages, tables, who, "".join(short_ids), "".join(profiles)
 
 
-DAY_VIEWS_PER_CALL = 100
+DAY_VIEWS_PER_CALL = 40
 """Views one ``site_day`` call applies at most (under 256: a view's value in a table is one byte,
-``_day_tables``). A view costs the server ~15-25 us there (its
-pages' and sources' values read, parsed and written back with their sketches): 150 a call took
-2-3 ms of CPU, up to 6 ms on zipf traffic (issue 32). Fewer a call cost more a visit, as a
-popular page's value is read and written again by each call: 75 took the longest call to ~3 ms
-for 10-20% more of this script's CPU a visit; 100 is between."""
+``_day_tables``), the only cut of a day's views of a message (``_parts``): the same under every
+setting and version, so it bounds the worst input the API accepts, 100 views each of a new user
+agent, language and country (``tests/core/test_clients.py``'s flood: ~5 new who-visits values a
+view, each ~3-5 us of the call). Measured on that flood (issue 42, the server's CPU, medians in
+reference calls of ~0.6 ms, ``tests/support/server_cpu.py``): 100 a call 4.5, 50 3.05, 40 2.4,
+34 2.1 (layout 1's cut, at most 64 values a call: 2.0-2.1). On real traffic (``bench`` zipf and
+log2015 with their user agents, 30,000 visits, three alternated rounds) the counters Redis's CPU a
+visit was the same at 100, 50 and 40 within the machine's noise (zipf 54, 47, 54 us; log2015 39,
+43, 38 us), though a popular page's value is read and written again by each call (issue 32: 75
+took ~10-20% more of this script's CPU a visit than 150)."""
 
-
-DAY_WHO_VALUES_PER_CALL = 64
-"""Distinct who-visits values (``SiteView.who``, over its five tables) one ``site_day`` call
-takes at most. A value costs that call ~3-5 us (read, folded past the cap, written, and its
-sketch worked): traffic of real browsers brings ~30 to a call of 100 views, but 100 views each of
-a new user agent and language brought 200 and calls of ~3.7 ms (50,000 user agents in a day,
-``tests/core/test_clients.py``); such views go ~30 to a call."""
+DAY_PART_SEPARATOR = "/v"
+"""A ``site_day`` call's dedupe id is ``<message id>/v<n>`` (key layout 2; layout 1's cut named
+its parts ``/d<n>``: ``layout1_parts``)."""
 
 
 def _parts(views: list[SiteView], message_id: str | None) -> tuple[list[list[SiteView]], list[str | None]]:
-    """A day's views of one message in parts of DAY_VIEWS_PER_CALL, fewer when their who-visits
-    values pass DAY_WHO_VALUES_PER_CALL, each part with its own dedupe id (``<id>/d<n>``, the
-    same on every delivery: the views come in the message's order, and the parts follow them)."""
-    if all(view.who is None for view in views):  # (no who visits: parts of DAY_VIEWS_PER_CALL)
-        parts = [views[first : first + DAY_VIEWS_PER_CALL] for first in range(0, len(views), DAY_VIEWS_PER_CALL)]
-        return parts, keys.chunk_ids(message_id, len(parts), "/d")
-    parts = []
-    part: list[SiteView] = []
-    values: set[tuple[str, str]] = set()  # (letter, value) of the part's views
-    for view in views:
-        pairs = list(zip(who_visits.CLIENT_LETTERS, view.who or (), strict=False))
-        new = [pair for pair in pairs if pair not in values]
-        if part and (len(part) == DAY_VIEWS_PER_CALL or len(values) + len(new) > DAY_WHO_VALUES_PER_CALL):
-            parts.append(part)
-            part, values, new = [], set(), pairs  # (each of its values new to the new part)
-        part.append(view)
-        values.update(new)
-    if part:
-        parts.append(part)
-    return parts, keys.chunk_ids(message_id, len(parts), "/d")
+    """A day's views of one message in parts of DAY_VIEWS_PER_CALL, in the message's order, each
+    part with its own dedupe id (``<id>/v<n>``). The cut is a function of the views alone, the same
+    under every setting and version (not of their who-visits values, which COUNTERS_CLIENT_TABLES
+    and ua-parser's version decide): a message applied in part by one worker and delivered again
+    to another finds each part under the same id."""
+    parts = [views[first : first + DAY_VIEWS_PER_CALL] for first in range(0, len(views), DAY_VIEWS_PER_CALL)]
+    return parts, keys.chunk_ids(message_id, len(parts), DAY_PART_SEPARATOR)
+
+
+def sent_calls(calls: Iterable[tuple[date, int, int]]) -> int:
+    """How many ``site_day`` calls ``queue_views`` queued first (its parts with views sent)."""
+    return sum(1 for _day, sent, _before in calls if sent)
 
 
 def closed_views(replies: Iterable[Any]) -> int:
@@ -338,15 +338,20 @@ def closed_views(replies: Iterable[Any]) -> int:
     return sum(max(0, int(reply)) for reply in replies)
 
 
-def applied_views(calls: Iterable[tuple[date, int]], replies: Iterable[Any]) -> tuple[int, int]:
+def applied_views(calls: Iterable[tuple[date, int, int]], replies: Iterable[Any]) -> tuple[int, int]:
     """``(applied, duplicates)``: the views of the ``site_day`` calls (``queue_views``) written
-    now, and those skipped because their message was applied before (reply -1)."""
+    now, and those skipped because their message was applied before (reply -1, or left out as
+    applied by a layout-1 worker)."""
     applied = duplicates = 0
-    for (_day, count), reply in zip(calls, replies, strict=True):
-        if int(reply) == -1:
-            duplicates += count
+    answers = iter(replies)
+    for _day, sent, before in calls:
+        duplicates += before
+        if not sent:
+            continue
+        if int(next(answers)) == -1:
+            duplicates += sent
         else:
-            applied += count
+            applied += sent
     return applied, duplicates
 
 
@@ -382,9 +387,11 @@ def _queue_view(plan: WritePlan, view: SiteView, ts: float, message_id: str | No
     counted (``refusals``)."""
     conn, replies = plan.conn, list[Any]()
 
+    calls: list[tuple[date, int, int]] = []
+
     def data(pipe: Any) -> None:
-        queue_views(conn, pipe, [view], message_id)
+        calls[:] = queue_views(conn, pipe, [view], message_id)
         live.queue_sightings(pipe, [(view.site, ts, view.visitor)])
 
     plan.add(data, replies.extend)
-    return lambda: refusals.count_partial(conn, "record_visit", message_id, closed_views(replies[:1]))
+    return lambda: refusals.count_partial(conn, "record_visit", message_id, closed_views(replies[: sent_calls(calls)]))

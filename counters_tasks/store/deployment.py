@@ -18,7 +18,8 @@ that made another would split the figures for good. So:
   ``/metrics`` report ``lost_at`` (``status``).
 - ``layout`` is the version of the key layout (``LAYOUT``). A process whose layout differs
   refuses to read or write (``LayoutMismatch``) and the worker refuses to start;
-  ``counters-tasks migrate`` (``migrate``) moves the data from one layout to the next.
+  ``counters-tasks migrate`` (``migrate``) moves the data from one layout to the next. The step
+  from 1 to 2 records ``migrated_at`` and the layout-1 settings its markers need (``upgrade``).
 
 A pinned tag key (``COUNTERS_TAG_KEY``, what ``make run`` and compose set) is kept in Redis too:
 a writer with the pin makes ``ct:tagkey`` with it (and puts it back after a loss), so a process
@@ -51,13 +52,47 @@ from .client import RedisClient, as_str, read_pipeline
 if TYPE_CHECKING:
     from redis.typing import EncodableT, FieldT
 
-LAYOUT = 1
+LAYOUT = 2
 """The key layout this package reads and writes (docs/keys.md). 1: the layout of 0.1 (tag-keyed
 groups, one HASH per counter), the first with a marker; a deployment with ``ct:tagkey`` and no
-marker is of it."""
+marker is of it. 2 (issue 42): the approximate rows' sketches in Redis's HyperLogLog, and a
+message's ``site_day`` calls cut in fixed parts named ``<id>/v<n>`` (layout 1's ``<id>/d<n>`` were
+cut by the views' who-visits values, which settings and versions changed). Layout 1's register
+sketches are read as they are until their days leave retention."""
 
-MIGRATIONS: dict[int, Callable[[Any], None]] = {}
-"""``{n: step}``: the step that moves a deployment's data from layout n to n + 1 (none yet)."""
+
+@dataclass(frozen=True)
+class Upgrade:
+    """The last step from key layout 1 to 2, while its layout-1 dedupe markers may still be in
+    Redis: what a layout-2 write needs to find which views of a message a layout-1 worker applied
+    (``sitestats/upgrade.py``). ``client_tables``: the layout-1 workers' COUNTERS_CLIENT_TABLES (the
+    old cut depended on it); ``until``: the migration's time plus their COUNTERS_DEDUPE_TTL."""
+
+    migrated_at: float
+    until: float
+    client_tables: bool
+
+
+def _layout_1_to_2(conn: Any) -> None:
+    """Key layout 1 -> 2: converts nothing (layout 1's sketches are read as they are until their
+    days leave retention). It records in the marker ``migrated_at`` and what layout 1's cut of a
+    message needs to be recomputed (``layout1_client_tables``, ``layout1_dedupe_ttl``: this
+    process's settings, which are to be the layout-1 workers'), so that for the dedupe TTL a
+    layout-2 write skips the views a layout-1 worker applied (``upgrade``)."""
+    settings = get_settings()
+    conn.hset(
+        marker_name(),
+        mapping={
+            "migrated_at": repr(time.time()),
+            "migrated_by": process_name(),
+            "layout1_client_tables": "on" if settings.client_tables else "off",
+            "layout1_dedupe_ttl": settings.dedupe_ttl,
+        },
+    )
+
+
+MIGRATIONS: dict[int, Callable[[Any], None]] = {1: _layout_1_to_2}
+"""``{n: step}``: the step that moves a deployment's data from layout n to n + 1."""
 
 CHECK_EVERY = 2.0
 """Seconds between two checks of the marker by one process (per client)."""
@@ -104,6 +139,7 @@ class Held:
     deployment_id: str | None = None
     checked_at: float = float("-inf")
     server_checked: bool = False
+    marker: dict[str, str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -221,6 +257,7 @@ def _check(conn: RedisClient, held: Held, write: bool) -> None:
             if write and "lost_at" not in marker:
                 _record_loss(conn, held.deployment_id)
         held.deployment_id = marker["id"]
+    held.marker = marker
     if tag is not None:
         if held.tag_key is not None and tag != held.tag_key:
             log.error("counters-tasks: the deployment's tag key changed in Redis; this process now uses it")
@@ -302,6 +339,19 @@ def layout_message(found: int) -> str:
     )
 
 
+def upgrade(conn: RedisClient, now: float | None = None) -> Upgrade | None:
+    """The step from layout 1 to 2 (``Upgrade``) while its layout-1 markers may still live, as
+    this process last read the marker (every CHECK_EVERY seconds, on its Redis use); else None."""
+    marker = _state(conn).marker
+    if not marker.get("migrated_at") or not marker.get("layout1_dedupe_ttl"):
+        return None
+    migrated_at = float(marker["migrated_at"])
+    until = migrated_at + int(marker["layout1_dedupe_ttl"])
+    if (time.time() if now is None else now) >= until:
+        return None
+    return Upgrade(migrated_at, until, marker.get("layout1_client_tables") == "on")
+
+
 def ensure(conn: RedisClient) -> dict[str, str]:
     """Check the deployment at once as a writer (making its marker if new): what a worker does
     when it starts. Raises ``LayoutMismatch``; returns the marker."""
@@ -360,11 +410,14 @@ def migrate(conn: RedisClient) -> str:
     Returns what was done; raises ``LayoutMismatch`` when Redis is newer than the package or a
     step is missing. Run it with the workers stopped."""
     tag, marker = _read(conn)
+    adopted = ""
     if not marker.get("id"):
         if tag is None:
             return "nothing to migrate: this Redis holds no counters-tasks deployment yet"
-        ensure(conn)  # the layout of 0.1 without its marker: adopted as layout 1
-        return f"the deployment is at layout {LAYOUT} (marker written); nothing to migrate"
+        # the layout of 0.1 without its marker: marked as layout 1, then moved on step by step
+        if conn.hsetnx(marker_name(), "id", secrets.token_hex(8)):
+            conn.hset(marker_name(), mapping={"layout": 1, "created": repr(time.time()), "created_by": process_name()})
+        marker, adopted = _read(conn)[1], "a deployment of 0.1 found (marker written, layout 1); "
     layout = int(marker.get("layout") or LAYOUT)
     if layout > LAYOUT:
         raise LayoutMismatch(layout_message(layout))
@@ -376,8 +429,8 @@ def migrate(conn: RedisClient) -> str:
         conn.hset(marker_name(), "layout", step + 1)
         done.append(f"{step} -> {step + 1}")
     if not done:
-        return f"the deployment is at layout {LAYOUT}: nothing to migrate"
-    return f"migrated the key layout {', '.join(done)}"
+        return f"{adopted}the deployment is at layout {LAYOUT}: nothing to migrate"
+    return f"{adopted}migrated the key layout {', '.join(done)}"
 
 
 DEPLOYMENT = table.register(

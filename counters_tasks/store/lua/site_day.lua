@@ -3,7 +3,8 @@
 -- KEYS: the day's totals HASH (pv, uv, open_until), visitors SET (HLL in hll mode), range
 --       HLL, visitor-entry pairs SET, then T tables (HASH each: the pages, then the sources of
 --       the views, docs/keys.md), then (with who visits) its five tables and its sketches
---       HASH, then (when ARGV[1] > 0) the dedupe marker.
+--       HASH, then (when ARGV[1] > 0) the dedupe marker (of `<message id>/v<n>`: the n-th part of a
+--       day's views of a message, a function of the message alone: sitestats/site_day.py `_parts`).
 -- ARGV: marker TTL in seconds (0 = no dedupe), mode ('exact' or 'hll'), visitors expire-at
 --       (epoch s, from the day), visitors kept (s, from now), totals expire-at (from the day),
 --       totals kept (s, from now), n, then the n views' visitor ids, then their 6-character
