@@ -174,7 +174,7 @@ def test_a_site_s_own_hosts_are_internal_and_sources_past_the_cap_count_as_other
         sitestats.top_sources(raw_conn, day, day, "utm_term")
     result = CliRunner().invoke(cli, ["sources", "--site", "blog", "--from", day.isoformat(), "--format", "csv"])
     assert result.exit_code == 0, result.output
-    assert result.stdout.splitlines()[0] == "rank,source,pv,uv" and "6,6" in result.stdout
+    assert result.stdout.splitlines()[0] == "rank,source,pv,uv,uv_exact,uv_error" and "6,6,true,0.0" in result.stdout
 
 
 def test_the_middleware_sends_the_reduced_referrer_and_the_pages_campaign():

@@ -450,8 +450,8 @@ if nwho > 0 then
     redis.call('EXPIREAT', sketch_key, totals_at)
   end
 end
-if open and redis.call('EXISTS', pairs) == 1 then
-  redis.call('EXPIREAT', pairs, open_until)
+if open then
+  redis.call('EXPIREAT', pairs, open_until)  -- (nothing when no view made a member)
 end
 for _, key in ipairs({totals, range_hll}) do
   redis.call('EXPIREAT', key, totals_at)
