@@ -156,14 +156,15 @@ def slowest_of(read, start, site) -> float:
 
 
 def timed_reads(conn, sites: list[str | None], last, days: int) -> list[str]:
-    """Every dashboard read (the site's stats, top pages, top sources, a page's figures, the
-    site's counter) over 1, 30 and all ``days`` days ending ``last``, each site: the first read
+    """Every dashboard read (the site's stats, top pages, top sources, browsers (a who-visits table,
+    every visitor under ``(unknown)``: an HLL a day), a page's figures, the site's counter) over 1, 30 and all ``days`` days ending ``last``, each site: the first read
     (it may make the days' tops) and READ_REPEAT more (median and slowest), in ms. Returns the
     reads whose slowest repeat is over READ_TARGET_MS in each of three measures."""
     reads = {
         "stats": lambda start, site: sitestats.site_visit_range(conn, start, last, site=site),
         "top pages": lambda start, site: sitestats.top_pages(conn, start, last, 10, site=site),
         "top sources": lambda start, site: sitestats.top_sources(conn, start, last, "referrer", 10, site=site),
+        "browsers": lambda start, site: sitestats.top_clients(conn, start, last, "browser", 10, site=site),
         "a page": lambda start, site: sitestats.site_visit_range(conn, start, last, POPULAR[0], site=site),
         "counter": lambda start, site: counters.get_counter(conn, "hits", 3600, day_end(last), site=site),
     }
