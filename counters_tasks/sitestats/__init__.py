@@ -25,6 +25,7 @@ from .day_tops import DAY_TOP_KEPT, RESOLVE_LIMIT, TOP_DAYS_BACK, DayTop, make_d
 from .page_day import OTHER, PAGES_PER_CALL, TABLES_PER_ROUND, TableTotals, page_totals
 from .reads import SiteCount, SiteRange, site_visit_info, site_visit_range
 from .site_day import (
+    DAY_HEADERS_PER_CALL,
     DAY_VIEWS_PER_CALL,
     applied_views,
     closed_views,
@@ -52,6 +53,7 @@ __all__ = [
     "CLIENTS_LIMIT",
     "CLIENT_VIEWS",
     "DAY_TOP_KEPT",
+    "DAY_HEADERS_PER_CALL",
     "DAY_VIEWS_PER_CALL",
     "OTHER",
     "PAGES_PER_CALL",

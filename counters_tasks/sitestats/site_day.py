@@ -300,18 +300,23 @@ def _day_tables(
     return pages, tables, who, "".join(short_ids), "".join(profiles)
 
 
-DAY_VIEWS_PER_CALL = 40
+DAY_VIEWS_PER_CALL = 100
 """Views one ``site_day`` call applies at most (under 256: a view's value in a table is one byte,
-``_day_tables``), the only cut of a day's views of a message (``_parts``): the same under every
-setting and version, so it bounds the worst input the API accepts, 100 views each of a new user
-agent, language and country (``tests/core/test_clients.py``'s flood: ~5 new who-visits values a
-view, each ~3-5 us of the call). Measured on that flood (issue 42, the server's CPU, medians in
-reference calls of ~0.6 ms, ``tests/support/server_cpu.py``): 100 a call 4.5, 50 3.05, 40 2.4,
-34 2.1 (layout 1's cut, at most 64 values a call: 2.0-2.1). On real traffic (``bench`` zipf and
-log2015 with their user agents, 30,000 visits, three alternated rounds) the counters Redis's CPU a
-visit was the same at 100, 50 and 40 within the machine's noise (zipf 54, 47, 54 us; log2015 39,
-43, 38 us), though a popular page's value is read and written again by each call (issue 32: 75
-took ~10-20% more of this script's CPU a visit than 150)."""
+``_day_tables``). A view costs the server ~15-25 us there (its pages' and sources' values read,
+parsed and written back with their sketches): 150 a call took 2-3 ms of CPU, up to 6 ms on zipf
+traffic (issue 32). Fewer a call cost more a visit, as a popular page's value is read and written
+again by each call: 75 took the longest call to ~3 ms for 10-20% more of this script's CPU a
+visit; 100 is between. Issue 42: fixed parts of 40 (a cut by views alone) cost log2015's traffic
++16% commands and up to +29% of the counters Redis's CPU a visit (``bench.ingest``)."""
+
+DAY_HEADERS_PER_CALL = 64
+"""Distinct user agents (or reduced clients) and languages, as the views carry them, one ``site_day``
+call takes at most (``_parts``). Each brings up to five who-visits values new to the call, ~3-5 us
+each (read, folded past the cap, written, its sketch worked): 100 views each of a new user agent and
+language (``tests/core/test_clients.py``'s flood) made calls of 4.5 reference calls (~3 ms) at 100
+views, 2.4 at 40; such views go 32 to a call. Traffic of real browsers (~30 of them in 100 views)
+keeps its calls of 100. Counted on what the message holds, not on the values ua-parser, iptocc and
+COUNTERS_CLIENT_TABLES make of it, so the cut is the same under every setting and version."""
 
 DAY_PART_SEPARATOR = "/v"
 """A ``site_day`` call's dedupe id is ``<message id>/v<n>`` (key layout 2; layout 1's cut named
@@ -319,12 +324,26 @@ its parts ``/d<n>``: ``layout1_parts``)."""
 
 
 def _parts(views: list[SiteView], message_id: str | None) -> tuple[list[list[SiteView]], list[str | None]]:
-    """A day's views of one message in parts of DAY_VIEWS_PER_CALL, in the message's order, each
-    part with its own dedupe id (``<id>/v<n>``). The cut is a function of the views alone, the same
-    under every setting and version (not of their who-visits values, which COUNTERS_CLIENT_TABLES
-    and ua-parser's version decide): a message applied in part by one worker and delivered again
-    to another finds each part under the same id."""
-    parts = [views[first : first + DAY_VIEWS_PER_CALL] for first in range(0, len(views), DAY_VIEWS_PER_CALL)]
+    """A day's views of one message in parts of DAY_VIEWS_PER_CALL, fewer when their user agents
+    and languages pass DAY_HEADERS_PER_CALL, in the message's order, each part with its own dedupe
+    id (``<id>/v<n>``). The cut is a function of the views as the message holds them, the same under
+    every setting and version (not of their who-visits values, which COUNTERS_CLIENT_TABLES and
+    ua-parser's version decide): a message applied in part by one worker and delivered again to
+    another finds each part under the same id."""
+    parts: list[list[SiteView]] = []
+    part: list[SiteView] = []
+    seen: set[tuple[int, Any]] = set()  # (0, user agent) and (1, language) of the part's views
+    for view in views:
+        agent, language = view.headers
+        new = [key for key in ((0, agent), (1, language)) if key[1] is not None and key not in seen]
+        if part and (len(part) == DAY_VIEWS_PER_CALL or len(seen) + len(new) > DAY_HEADERS_PER_CALL):
+            parts.append(part)
+            part, seen = [], set()
+            new = [key for key in ((0, agent), (1, language)) if key[1] is not None]
+        part.append(view)
+        seen.update(new)
+    if part:
+        parts.append(part)
     return parts, keys.chunk_ids(message_id, len(parts), DAY_PART_SEPARATOR)
 
 

@@ -30,6 +30,10 @@ class SiteView(NamedTuple):
     referrer: str = DIRECT  # its referring domain, reduced (core.sources)
     campaign: tuple[tuple[str, str], ...] = ()  # (kind letter, tag) of its UTM tags: sources.SOURCE_KINDS
     who: Who | None = None  # browser, system, device, country, language (core.clients); None: no such tables
+    headers: tuple[Any, Any] = (
+        None,
+        None,
+    )  # the view's user agent (or reduced client) and language as sent: what cuts calls
 
 
 VIEW_FIELDS = ("site", "referrer", "utm", "user_agent", "language")
@@ -60,4 +64,7 @@ def view_on(fields: Mapping[str, Any], day: date, site: str) -> SiteView:
     else:  # nothing kept, but bad input refused as with the tables on
         check_headers(get("user_agent"), get("language"), get("client"))
         who = None
-    return SiteView(visitor_id(clean_ip), clean_path, day, site, source, campaign, who)
+    agent = get("user_agent")
+    if agent is None and get("client") is not None:
+        agent = tuple(get("client"))  # (a list in JSON)
+    return SiteView(visitor_id(clean_ip), clean_path, day, site, source, campaign, who, (agent, get("language")))
