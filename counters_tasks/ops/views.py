@@ -179,21 +179,19 @@ def stats_view(
     ``make demo``) has that day's own figure, exact as a day's is, not the union of the days'
     HyperLogLogs (which is an estimate even when all but one are empty).
 
-    Each day's figure carries its own ``uv_exact`` and ``uv_error`` (``uv_view``): a day's UV is
-    read as sitestats reads a range of that one day (exact in the default mode, the day's
-    HyperLogLog in ``COUNTERS_UV_MODE=hll``), so its bound is that read's; a day, or a range, with
-    no visitor is an exact 0."""
+    Each day's figure carries its own ``uv_exact`` and ``uv_error`` (``uv_view``), the bound
+    sitestats gives a day's UV (``sitestats.day_uv_error``: exact in the default mode, the day's
+    HyperLogLog in ``COUNTERS_UV_MODE=hll``); a day, or a range, with no visitor is an exact 0."""
     first, last = day_range(day, start, end, check_site(site))
     result = sitestats.site_visit_range(conn, first, last, path, site=site)
-    visited = [d.day for d in result.days if d.uv and d.day is not None]
-    one = visited[0] if visited else first
-    own = result if first == last else sitestats.site_visit_range(conn, one, one, path, site=site)
+    visited = [d for d in result.days if d.uv and d.day is not None]
+    day_error = sitestats.day_uv_error(result.path)  # each day's own figure's bound
     if not visited:  # no visitor: an exact 0, as each of its days says
         figure = uv_view(0, False, 0.0)
     elif first == last or len(visited) > 1:
         figure = uv_view(result.uv, result.uv_approximate, result.uv_error)
-    else:  # the union of the days is that day's visitors: its own figure (sitestats says if exact)
-        figure = uv_view(own.uv, own.uv_approximate, own.uv_error)
+    else:  # the union of the days is that day's visitors: its own figure, with its own bound
+        figure = uv_view(visited[0].uv, day_error > 0, day_error)
     view: dict[str, Any] = {
         "from": first.isoformat(),
         "to": last.isoformat(),
@@ -204,7 +202,7 @@ def stats_view(
             {
                 "day": d.day and d.day.isoformat(),
                 "pv": d.pv,
-                **(uv_view(d.uv, own.uv_approximate, own.uv_error) if d.uv else uv_view(0, False, 0.0)),
+                **(uv_view(d.uv, day_error > 0, day_error) if d.uv else uv_view(0, False, 0.0)),
             }
             for d in result.days
         ],

@@ -23,7 +23,7 @@ modules inside the package import from the module itself.
 
 from .day_tops import DAY_TOP_KEPT, RESOLVE_LIMIT, TOP_DAYS_BACK, DayTop, make_day_tops, top_pages
 from .page_day import OTHER, PAGES_PER_CALL, TABLES_PER_ROUND, TableTotals, page_totals
-from .reads import SiteCount, SiteRange, site_visit_info, site_visit_range
+from .reads import SiteCount, SiteRange, day_uv_error, site_visit_info, site_visit_range
 from .site_day import (
     DAY_HEADERS_PER_CALL,
     DAY_VIEWS_PER_CALL,
@@ -76,6 +76,7 @@ __all__ = [
     "client_tables_status",
     "client_totals",
     "closed_views",
+    "day_uv_error",
     "folded_client_views",
     "make_day_tops",
     "normalize_path",

@@ -58,6 +58,13 @@ def site_visit_info(
         return SiteCount(day, pv, uv)
 
 
+def day_uv_error(path: str | None = None) -> float:
+    """The relative standard error of one day's UV (``site_visit_info``, each of
+    ``SiteRange.days``): the site's day in ``COUNTERS_UV_MODE=hll`` is its HyperLogLog's estimate
+    (0.81%); a path's day (its pairs) and the site's in the default mode are exact (0.0)."""
+    return hll.STANDARD_ERROR if get_settings().uv_mode == "hll" and path is None else 0.0
+
+
 class SiteRange(NamedTuple):
     """PV/UV over the days ``start``..``end``: ``pv`` summed, ``uv`` the distinct visitors of the
     whole range (a union of the days: a visitor of several days counts once; ``uv_approximate``
@@ -107,10 +114,8 @@ def site_visit_range(
             per_day = [SiteCount(day, int(pv or 0), int(uv or 0)) for day, (pv, uv) in zip(span, replies, strict=True)]
         pv = sum(d.pv for d in per_day)
         if len(span) == 1:
-            estimated = get_settings().uv_mode == "hll" and path is None
-            return SiteRange(
-                start, end, path, pv, per_day[0].uv, estimated, per_day, hll.STANDARD_ERROR if estimated else 0.0
-            )
+            error = day_uv_error(path)
+            return SiteRange(start, end, path, pv, per_day[0].uv, error > 0, per_day, error)
         if path is not None:
             tables = [page_day.site_day_pages(day, site=scope) for day in span]
             uv, error = _path_range_uv(conn, path, tables, per_day, replies)

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from counters_tasks import counters, sitestats, tasks, uniques
+from counters_tasks import counters, sitestats, tasks
 from counters_tasks.core.clients import who_of
 from counters_tasks.core.days import local_day
 from counters_tasks.core.sources import referrer_domain
 from counters_tasks.local.waiting import wait_until
 from counters_tasks.store import deployment
-from tests.support.faults import broker_idle, site_pv
+from tests.support.faults import broker_idle, figures_of, site_pv
 from tests.support.procs import REPO, CeleryProcess, celery_env, cli, start_worker
 
 pytestmark = pytest.mark.processes
@@ -151,23 +151,15 @@ def plain_count(items: list[dict]) -> dict:
 
 
 def read_back(conn, items: list[dict]) -> dict:
-    """The same figures read through the public functions."""
+    """The same figures read through the public functions: the fault tests' (``figures_of``), and
+    the day's referrers, devices and languages."""
     ts = items[0]["ts"]
     day = local_day(ts)
-    paths = sorted({item["path"] for item in items})
     return {
-        "site_day": tuple(sitestats.site_visit_info(conn, day)[1:]),
-        "site_all": tuple(sitestats.site_visit_info(conn)[1:]),
-        "paths": {
-            p: (tuple(sitestats.site_visit_info(conn, day, p)[1:]), tuple(sitestats.site_visit_info(conn, None, p)[1:]))
-            for p in paths
-        },
+        **figures_of(conn, ts, sorted({item["path"] for item in items})),
         "referrers": {row.source: row.pv for row in sitestats.top_sources(conn, day, day, "referrer", 100)},
         "devices": {row.source: row.pv for row in sitestats.top_clients(conn, day, day, "device", 100)},
         "languages": {row.source: row.pv for row in sitestats.top_clients(conn, day, day, "language", 100)},
-        "uniques": uniques.unique_visitors(conn, day),
-        "hits": [pair for p in counters.PRECISIONS for pair in counters.get_counter(conn, "hits", p, now=ts)],
-        "hits_path": {p: counters.get_counter(conn, f"hits:{p}", 60, now=ts) for p in paths},
     }
 
 

@@ -105,8 +105,13 @@ def messages(model: VisitModel, sending: str) -> list[tuple]:
 def observed(conn, model: VisitModel) -> dict:
     """The same figures read back through the public functions."""
     ts = model.visits[0][3]
+    return {**figures_of(conn, ts, sorted({v[1] for v in model.visits})), "day": local_day(ts).isoformat()}
+
+
+def figures_of(conn, ts: float, paths: list[str]) -> dict:
+    """The figures of the day of ``ts`` and of ``paths`` (each path's of that day and all-time),
+    the daily uniques and the ``hits`` counters, read through the public functions."""
     day: date = local_day(ts)
-    paths = sorted({v[1] for v in model.visits})
     return {
         "site_day": tuple(sitestats.site_visit_info(conn, day)[1:]),
         "site_all": tuple(sitestats.site_visit_info(conn)[1:]),
@@ -117,7 +122,6 @@ def observed(conn, model: VisitModel) -> dict:
         "uniques": uniques.unique_visitors(conn, day),
         "hits": [pair for p in counters.PRECISIONS for pair in counters.get_counter(conn, "hits", p, now=ts)],
         "hits_path": {p: counters.get_counter(conn, f"hits:{p}", 60, now=ts) for p in paths},
-        "day": day.isoformat(),
     }
 
 
