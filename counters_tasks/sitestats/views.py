@@ -64,7 +64,7 @@ def view_on(fields: Mapping[str, Any], day: date, site: str) -> SiteView:
     else:  # nothing kept, but bad input refused as with the tables on
         check_headers(get("user_agent"), get("language"), get("client"))
         who = None
-    agent = get("user_agent")
-    if agent is None and get("client") is not None:
-        agent = tuple(get("client"))  # (a list in JSON)
+    agent, client = get("user_agent"), get("client")
+    if agent is None and client is not None:
+        agent = tuple(client)  # (a list in JSON)
     return SiteView(visitor_id(clean_ip), clean_path, day, site, source, campaign, who, (agent, get("language")))
