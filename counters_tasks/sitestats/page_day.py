@@ -48,6 +48,7 @@ PAGE_DAY = register(
         keys=(
             StoredKey("ct:site:{tag(D)}:pages:<D>", "HASH"),
             StoredKey("ct:site:{tag(D)}:pages:<D>:<digest(path)>", "HLL"),
+            StoredKey("ct:scratch:hll:<random>", "HLL"),
         ),
         tag="per site and day",
         fed_by=("visit",),

@@ -8,15 +8,12 @@ from __future__ import annotations
 from datetime import date
 from typing import Any, NamedTuple
 
-from redis.client import NEVER_DECODE
-
 from ..core import days
 from ..core.settings import get_settings
 from ..core.sites import check_site
 from ..core.validation import check_day, check_day_range
 from ..store import hll, keys, page_sketch
-from ..store.client import RedisClient, is_cluster, read_pipeline
-from ..store.hll import union_count
+from ..store.client import RedisClient, read_pipeline
 from . import page_all, page_day, site_all, site_day
 from .page_day import page_figures, page_value
 from .views import normalize_path
@@ -120,13 +117,7 @@ def site_visit_range(
             tables = [page_day.site_day_pages(day, site=scope) for day in span]
             uv, error = _path_range_uv(conn, path, tables, per_day, replies)
             return SiteRange(start, end, path, pv, uv, error > 0, per_day, error)
-        if not is_cluster(conn):
-            uv = int(conn.pfcount(*(site_day.site_day_range_hll(day, site=scope) for day in span)))
-        else:  # one slot per day: merge the HLLs here, read-only
-            uv = union_count(
-                conn.execute_command("GET", site_day.site_day_range_hll(day, site=scope), **{NEVER_DECODE: True})
-                for day in span
-            )
+        uv = page_sketch.hll_union(conn, [site_day.site_day_range_hll(day, site=scope) for day in span])
         return SiteRange(start, end, path, pv, uv, True, per_day, hll.STANDARD_ERROR)
 
 

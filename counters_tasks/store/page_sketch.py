@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
+import secrets
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -97,16 +98,33 @@ def union_of(conn: RedisClient) -> Callable[[Iterable[Sketch]], tuple[int, float
 
 
 def hll_union(conn: RedisClient, hll_keys: list[str], ids: Iterable[str] = ()) -> int:
-    """What ``PFCOUNT`` of ``hll_keys`` with ``ids`` added gives, read-only: one ``PFCOUNT`` on
-    one server when there are no ids; else (ids to add, or keys in several cluster slots) the
-    values read with ``GET`` and merged here."""
+    """What ``PFCOUNT`` of ``hll_keys`` with ``ids`` added gives. On one server, in Redis: one
+    ``PFCOUNT`` when there are no ids; else the keys merged into a scratch HLL (``scratch_key``),
+    the ids added to it and counted, and the scratch deleted, in one transaction (nothing stays:
+    the union of a browser family's 90 days, versions that are lists beside versions that are
+    HLLs, took 55-92 ms merged in Python). On a cluster, whose keys are in several slots, the
+    values are read with ``GET`` (one pipeline) and merged here (``store.hll``)."""
     ids = list(ids)
-    if not ids and not is_cluster(conn):
-        return int(conn.pfcount(*hll_keys))
-    pipe: Any = read_pipeline(conn)
+    if not is_cluster(conn):
+        if not ids:
+            return int(conn.pfcount(*hll_keys))
+        scratch = scratch_key()
+        pipe: Any = conn.pipeline(transaction=True)
+        pipe.pfmerge(scratch, *hll_keys)
+        for first in range(0, len(ids), 1000):
+            pipe.pfadd(scratch, *ids[first : first + 1000])
+        pipe.pfcount(scratch)
+        pipe.delete(scratch)
+        return int(pipe.execute()[-2])
+    pipe = read_pipeline(conn)
     for key in hll_keys:
         pipe.execute_command("GET", key, **{NEVER_DECODE: True})
     return hll.union_count(pipe.execute(), ids)
+
+
+def scratch_key() -> str:
+    """A key of its own for one read's union (``hll_union``), made and deleted in one transaction."""
+    return f"{keys.prefix()}scratch:hll:{secrets.token_hex(8)}"
 
 
 def visitor_sketch_id(pair_visitor: str) -> str:
