@@ -135,7 +135,9 @@ def main() -> None:
             seen[name] = figures(conns[name], start, last)
         check(seen["one node"]["all-time PV"] == total, f"all-time PV {seen['one node']['all-time PV']} != {total}")
         for what, value in seen["one node"].items():
-            check(value == seen["cluster"][what], f"{what} over {options.days} days: {value} != {seen['cluster'][what]}")
+            check(
+                value == seen["cluster"][what], f"{what} over {options.days} days: {value} != {seen['cluster'][what]}"
+            )
         one = seen["one node"]
         print(
             f"checked on both: all-time PV {total:,}; over {options.days} days the site's PV/UV "
@@ -157,9 +159,7 @@ def main() -> None:
                     use(*urls[name])
                     slowest, p50, first = timed_read(reads[name][read], from_day, [None])
                     row += [first, p50, slowest]
-                print(
-                    f"{read:>12} {span:>5} " + " ".join(f"{ms:>8.1f}" for ms in row) + f" {row[5] / row[2]:>8.1f}x"
-                )
+                print(f"{read:>12} {span:>5} " + " ".join(f"{ms:>8.1f}" for ms in row) + f" {row[5] / row[2]:>8.1f}x")
                 sys.stdout.flush()
         print("cluster reads: every check passed")
 

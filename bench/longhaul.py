@@ -201,7 +201,7 @@ def timed_reads(conn, sites: list[str | None], last, days: int) -> list[str]:
         for span in read_spans(days):
             start = last - timedelta(days=span - 1)
             worst = timed_read(read, start, sites)
-            again = []  # a read over the target is measured twice more: a stall of the machine
+            again: list[float] = []  # a read over the target is measured twice more: a stall of the machine
             while worst[0] > READ_TARGET_MS and len(again) < 2 and (not again or again[-1] > READ_TARGET_MS):
                 again.append(max(slowest_of(read, start, site) for site in sites))  # does not hit the same read thrice
             print(
