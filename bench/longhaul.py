@@ -154,12 +154,11 @@ def slowest_of(read, start, site) -> float:
     return max(times)
 
 
-def timed_reads(conn, sites: list[str | None], last, days: int) -> list[str]:
-    """Every dashboard read (the site's stats, top pages, top sources, browsers (a who-visits table,
-    every visitor under ``(unknown)``: an HLL a day), a page's figures, the site's counter) over 1, 30 and all ``days`` days ending ``last``, each site: the first read
-    (it may make the days' tops) and READ_REPEAT more (median and slowest), in ms. Returns the
-    reads whose slowest repeat is over READ_TARGET_MS in each of three measures."""
-    reads = {
+def dashboard_reads(conn, last) -> dict:
+    """Every dashboard read ending ``last``, by name: each ``read(start, site)``. ``conn`` is any
+    client of the package (one server or a ``RedisCluster``): ``bench.cluster_reads`` times the
+    same reads on both."""
+    return {
         "stats": lambda start, site: sitestats.site_visit_range(conn, start, last, site=site),
         "top pages": lambda start, site: sitestats.top_pages(conn, start, last, 10, site=site),
         "top sources": lambda start, site: sitestats.top_sources(conn, start, last, "referrer", 10, site=site),
@@ -167,24 +166,42 @@ def timed_reads(conn, sites: list[str | None], last, days: int) -> list[str]:
         "a page": lambda start, site: sitestats.site_visit_range(conn, start, last, POPULAR[0], site=site),
         "counter": lambda start, site: counters.get_counter(conn, "hits", 3600, day_end(last), site=site),
     }
-    spans = sorted({1, min(30, days), days})
+
+
+def read_spans(days: int) -> list[int]:
+    """The spans the reads are timed over: 1, 30 and all ``days`` days."""
+    return sorted({1, min(30, days), days})
+
+
+def timed_read(read, start, sites: list[str | None]) -> tuple[float, float, float]:
+    """(slowest, median, first) in ms of ``read`` from ``start``: for each site the first read (it
+    may make the days' tops) and READ_REPEAT more; the slowest site's."""
+    worst = (0.0, 0.0, 0.0)
+    for site in sites:
+        times = []
+        for _ in range(1 + READ_REPEAT):
+            began = time.perf_counter()
+            read(start, site)
+            times.append((time.perf_counter() - began) * 1000)
+        first, rest = times[0], sorted(times[1:])
+        worst = max(worst, (rest[-1], statistics.median(rest), first))
+    return worst
+
+
+def timed_reads(conn, sites: list[str | None], last, days: int) -> list[str]:
+    """Every dashboard read (``dashboard_reads``: the site's stats, top pages, top sources, browsers
+    (a who-visits table, every visitor under ``(unknown)`` here: an HLL a day), a page's figures,
+    the site's counter) over ``read_spans(days)`` ending ``last``, each site (``timed_read``), in ms.
+    Returns the reads whose slowest repeat is over READ_TARGET_MS in each of three measures."""
     print(
         f"{'read':>12} {'days':>5} {'first ms':>9} {'p50 ms':>8} {'max ms':>8}  (the slowest site; {READ_REPEAT} repeats)"
     )
     over = []
-    for name, read in reads.items():
-        for span in spans:
+    for name, read in dashboard_reads(conn, last).items():
+        for span in read_spans(days):
             start = last - timedelta(days=span - 1)
-            worst = (0.0, 0.0, 0.0)
-            for site in sites:
-                times = []
-                for _ in range(1 + READ_REPEAT):
-                    began = time.perf_counter()
-                    read(start, site)
-                    times.append((time.perf_counter() - began) * 1000)
-                first, rest = times[0], sorted(times[1:])
-                worst = max(worst, (rest[-1], statistics.median(rest), first))
-            again = []  # a read over the target is measured twice more: a stall of the machine
+            worst = timed_read(read, start, sites)
+            again: list[float] = []  # a read over the target is measured twice more: a stall of the machine
             while worst[0] > READ_TARGET_MS and len(again) < 2 and (not again or again[-1] > READ_TARGET_MS):
                 again.append(max(slowest_of(read, start, site) for site in sites))  # does not hit the same read thrice
             print(

@@ -26,6 +26,7 @@ SMOKE = {
     "markers.py": (["--visits", "500"], "marker"),
     "estimates.py": (["--lines", "600"], "every approximate UV within 2%"),
     "cluster.py": (["--visits", "500", "--procs", "1"], "cluster"),
+    "cluster_reads.py": (["--days", "3", "--views-per-day", "600", "--visitors", "2000"], "every check passed"),
     "reads.py": (
         ["--days", "3", "--paths", "400", "--views", "900", "--spans", "1,3", "--repeat", "2"],
         "every read equals the count of the visits written",
