@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 import secrets
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -72,7 +73,7 @@ def union(conn: RedisClient, sketches: Iterable[Sketch]) -> tuple[int, float]:
     is a list, else their values merged here (``store.hll``, the same estimator). Days of key
     layout 1 (registers) are estimated as that layout did, with its error (``STANDARD_ERROR``),
     and added to the rest: a visitor of days on both sides of the upgrade counts on each."""
-    ids: set[str] = set()
+    lists: list[str] = []
     old: list[str] = []
     hll_keys: list[str] = []
     for sketch, key in sketches:
@@ -80,8 +81,9 @@ def union(conn: RedisClient, sketches: Iterable[Sketch]) -> tuple[int, float]:
             hll_keys.append(key)
         elif sketch.startswith("!"):
             old.append(sketch)
-        else:
-            ids |= parse(sketch)[0] or set()
+        elif sketch:
+            lists.append(sketch)
+    ids: set[str] = set().union(*map(_split_ids, lists))  # (in C: a browser family's 90 days are ~1,000 lists)
     if old:
         before, _estimated = union_count([*old, "".join(ids)] if not hll_keys else old)
         if not hll_keys:
@@ -144,7 +146,11 @@ def parse(sketch: str) -> tuple[set[str] | None, bytearray | None]:
     """(the exact ids, None) or (None, the registers) of one day's sketch."""
     if sketch.startswith("!"):
         return None, bytearray(sketch[1 : 1 + REGISTERS].encode("ascii", "replace").translate(_VALUES))
-    return {sketch[at : at + ID_CHARS] for at in range(0, len(sketch) - ID_CHARS + 1, ID_CHARS)}, None
+    return set(_split_ids(sketch)), None
+
+
+_split_ids = re.compile(f".{{{ID_CHARS}}}", re.DOTALL).findall
+"""A list sketch's ids, one after the other (a trailing part shorter than an id left out)."""
 
 
 def union_count(sketches: Iterable[str]) -> tuple[int, bool]:
