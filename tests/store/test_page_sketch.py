@@ -177,3 +177,20 @@ def test_a_call_makes_at_most_24_sketches_hlls_and_the_others_wait_exact(raw_con
         hll.registers(raw_conn.get(page_sketch.hll_key(table, page))) == expected_registers(ips[: exact + 2])
         for page in pages
     )
+
+
+@pytest.mark.usefixtures("bound_deployment")
+def test_a_union_of_hlls_and_listed_ids_is_redis_s_own_count_and_leaves_no_key(raw_conn):
+    """``hll_union`` with ids: on one server counted in Redis (a scratch HLL made and deleted in
+    one transaction), on a cluster merged here: both what ``PFADD`` of every id into one key gives,
+    and no key is left behind."""
+    ids = [f"{n:06d}" for n in range(3000)]
+    raw_conn.pfadd("ct:test:a", *ids[:1000])
+    raw_conn.pfadd("ct:test:b", *ids[800:2000])
+    raw_conn.pfadd("ct:test:all", *ids)
+    before = set(raw_conn.keys("*"))
+    got = page_sketch.hll_union(raw_conn, ["ct:test:a", "ct:test:b"], ids[1500:])
+    assert got == raw_conn.pfcount("ct:test:all")
+    assert set(raw_conn.keys("*")) == before
+    merged_here = hll.union_count([raw_conn.get("ct:test:a"), raw_conn.get("ct:test:b")], ids[1500:])
+    assert merged_here == got
