@@ -190,7 +190,9 @@ def expected_figures(clients: dict = EXPECTED_CLIENTS, sources: list = EXPECTED_
         out[page + " range"] = (n, len(who), [(0, 0), (n, len(who))])
     for kind, table in clients.items():
         assert sum(n for n, _ in table.values()) == views, kind  # (every counted view has one value a table)
-        rows = sorted(((value, n, len(who), False) for value, (n, who) in table.items()), key=lambda r: (-r[1], r[0]))
+        rows = sorted(
+            ((value, n, len(who), False, 0.0) for value, (n, who) in table.items()), key=lambda r: (-r[1], r[0])
+        )
         out[kind] = out[kind + " range"] = rows  # the day before has no views: the range's figures are the day's
     return out
 
@@ -305,7 +307,7 @@ def test_live_and_imported_requests_give_the_same_figures(redis_url, tmp_path, m
     results["import"] = counts_under(redis_url, monkeypatch, "import:", day)
 
     # no Accept-Language in an access log: the import's language table is all "(unknown)"
-    assert results["import"][0]["language"] == [("(unknown)", 15, 3, False)]
+    assert results["import"][0]["language"] == [("(unknown)", 15, 3, False, 0.0)]
     for route, (found, skipped) in results.items():
         today_skipped = found.pop("skipped today")
         imported = expected_figures(EXPECTED_IMPORTED_CLIENTS, EXPECTED_IMPORTED_SOURCES)
