@@ -136,10 +136,16 @@ def test_a_ranking_bump_of_a_board_with_other_settings_is_refused_alone(raw_conn
         SimpleRequest("d", RANKING_TASK, ["fresh", "z"], {"ts": now, "period_hours": 48, "interval_hours": 2}),
     ]
     outcome = batch_apply.apply_batch(raw_conn, RANKING, requests)
-    assert outcome["applied"] == 2 and sorted(outcome[FAILED]) == [1, 3]
+    # the fresh board's first bump fixes its settings: "c" (24 h, 1 h) and "d" (48 h, 2 h) are in
+    # one batch on one server, but may be in two claim groups on a cluster (message ids hash into
+    # 16 there, under the deployment's tag key), applied in either order: the other is refused
+    refused = sorted(outcome[FAILED])
+    assert outcome["applied"] == 2 and refused in ([1, 3], [1, 2])
+    fresh_winner = [("x", 1)] if refused == [1, 3] else [("z", 1)]
+    assert refused == [1, 3] or is_cluster_run()  # (one server: the batch's order)
     for _delivery in range(2):  # then redelivered (an acknowledgement lost): nothing written twice
         assert ranking.Ranking(raw_conn, "fixed").top(withscores=True, now=now) == [("seed", 1), ("x", 1)]
-        assert ranking.Ranking(raw_conn, "fresh").top(withscores=True, now=now) == [("x", 1)]
+        assert ranking.Ranking(raw_conn, "fresh").top(withscores=True, now=now) == fresh_winner
         assert refusals.counts(raw_conn)["board_settings"] == 2
         batch_apply.apply_batch(raw_conn, RANKING, requests)
 
