@@ -69,8 +69,7 @@ Sketch = tuple[str, str]
 def union(conn: RedisClient, sketches: Iterable[Sketch]) -> tuple[int, float]:
     """``(distinct visitors, relative standard error)`` of the union of days' sketches: exact
     (0.0) when every day kept its ids; else Redis's estimate of the union of the days' HLLs and the
-    other days' ids (``hll.STANDARD_ERROR``): ``PFCOUNT`` of the keys on one server when no day
-    is a list, else their values merged here (``store.hll``, the same estimator). Days of key
+    other days' ids (``hll.STANDARD_ERROR``, counted by ``hll_union``). Days of key
     layout 1 (registers) are estimated as that layout did, with its error (``STANDARD_ERROR``),
     and added to the rest: a visitor of days on both sides of the upgrade counts on each."""
     lists: list[str] = []
@@ -85,7 +84,7 @@ def union(conn: RedisClient, sketches: Iterable[Sketch]) -> tuple[int, float]:
             lists.append(sketch)
     ids: set[str] = set().union(*map(_split_ids, lists))  # (in C: a browser family's 90 days are ~1,000 lists)
     if old:
-        before, _estimated = union_count([*old, "".join(ids)] if not hll_keys else old)
+        before, _estimated = union_count(old if hll_keys else [*old, *lists])  # (the lists: in one side only)
         if not hll_keys:
             return before, STANDARD_ERROR
         return before + hll_union(conn, hll_keys, ids), STANDARD_ERROR
