@@ -25,6 +25,7 @@ PACKAGE_TABLE_MODULES = (
     "counters_tasks.payloads",
     "counters_tasks.counters",
     "counters_tasks.sitestats",
+    "counters_tasks.events",
     "counters_tasks.live",
     "counters_tasks.uniques",
     "counters_tasks.ranking",
