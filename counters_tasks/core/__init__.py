@@ -17,10 +17,12 @@ arguments are shown without raw visitor IPs.
   how one visitor is erased from it) and the registry ``counters-tasks tables`` and every kind's
   write read;
 - ``visitors``: visitor identity: the ids every table holds of a visitor, made from what a visit
-  carries (``visitor_id``, an HMAC of the IP; ``pair_visitor``; ``session_number``).
+  carries (``visitor_id``, an HMAC of the IP; ``pair_visitor``; ``session_number``);
+- ``events``: what an analytics event is (its name and properties) and its caps, every route's one rule;
+- ``conversions``: goals and funnels as defined, and what a page view or an event must be to match one.
 
 Modules here import nothing of the package but ``counters_tasks.errors`` (and each other:
 ``days`` uses ``settings`` and ``validation``, ``validation`` uses ``paths``, ``sites`` uses
 ``settings``, ``clients`` uses ``pageviews`` and ``settings``, ``visitors`` uses ``settings`` and
-``validation``, ``table`` uses ``settings``). Every other layer builds on them (the layers: docs/architecture.md).
+``validation``, ``table`` uses ``settings``, ``events`` and ``conversions`` use ``validation`` and ``paths``). Every other layer builds on them (the layers: docs/architecture.md).
 """

@@ -4,7 +4,8 @@ table, each with its declaration (``core.table``), its keys, its part of a write
 - ``definitions``: the goals and funnels defined (the rules of what matches: ``core.conversions``);
 - ``report``: what the reads return (``EventReport``, ``GoalReport``, ``FunnelReport``).
 
-What an event is (its caps) is ``core.events``; the kind's declaration and the tables follow.
+What an event is (its caps) is ``core.events``. Modules here import ``core``, ``store`` and the
+other data modules of their layer (``sitestats`` for a range's visitors), nothing above.
 """
 
 from .definitions import define_funnel, define_goal, funnels, goals, remove_funnel, remove_goal

@@ -70,7 +70,7 @@ def _store(conn: RedisClient, what: str, definition: Goal | Funnel) -> None:
         ):
             raise InvalidInput(f"a site has at most {MAX_DEFINITIONS} {what}")
         conn.hset(key, field_name, json.dumps(to_json(definition), separators=(",", ":")))
-    _cache.clear()
+    _read_cache.clear()
 
 
 def define_goal(
@@ -121,7 +121,7 @@ def define_funnel(
 def _remove(conn: RedisClient, what: str, name: str, site: str | None) -> bool:
     with keys.bound(conn):
         removed = bool(conn.hdel(definitions_key(what), check_site(site) + SEPARATOR + name))
-    _cache.clear()
+    _read_cache.clear()
     return removed
 
 
@@ -174,14 +174,14 @@ class Defined:
         return not self.goals and not self.funnels
 
 
-_cache: dict[int, tuple[float, Defined]] = {}
-_cache_lock = threading.Lock()
+_read_cache: dict[int, tuple[float, Defined]] = {}
+_read_cache_lock = threading.Lock()
 
 
 def current(conn: RedisClient) -> Defined:
     """The goals and funnels of every site, as this process last read them (again every ``REFRESH`` s)."""
     now = time.monotonic()
-    cached = _cache.get(id(conn))
+    cached = _read_cache.get(id(conn))
     if cached is not None and now - cached[0] < REFRESH:
         return cached[1]
     by_site_goals: dict[str, list[Goal]] = {}
@@ -193,8 +193,8 @@ def current(conn: RedisClient) -> Defined:
     defined = Defined(
         {s: tuple(g) for s, g in by_site_goals.items()}, {s: tuple(f) for s, f in by_site_funnels.items()}
     )
-    with _cache_lock:
-        _cache[id(conn)] = (now, defined)
+    with _read_cache_lock:
+        _read_cache[id(conn)] = (now, defined)
     return defined
 
 
@@ -207,7 +207,7 @@ DEFINITIONS = register(
         tag="none (single-key commands)",
         fed_by=(),
         writers=("events.define_goal", "events.define_funnel", "events.remove_goal", "events.remove_funnel"),
-        readers=("counters-tasks goals", "counters-tasks funnel", "workers (every 5 s)"),
+        readers=("events.goals", "events.funnels", "events.definitions.current (workers, every 5 s)"),
         retention=Retention("until removed"),
         erasure=Erasure.none("definitions (pages, event names, properties), nothing of a visitor"),
     )
