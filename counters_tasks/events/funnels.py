@@ -57,8 +57,12 @@ event past it is not judged and is counted as ``capped`` (a visitor with 64 step
 window and lateness allowance is a robot)."""
 
 PER_CALL = 64
-"""Most step events one Lua call judges: a visitor's recompute at the cap is about 0.1 ms here, a
-call of 64 typical ones well under 1 ms of the server's CPU."""
+"""Most step events one Lua call judges."""
+
+VISITORS_PER_CALL = 8
+"""Most visitors one Lua call judges: each is recomputed from its whole state, about 0.2 ms of the
+server's CPU for a state at ``STATE_CAP`` (8 steps), a few tens of microseconds for a typical one,
+so a call stays near 2 ms at the worst (``tests/test_funnels.py``'s budget test)."""
 
 
 def funnel_tag(funnel: Funnel) -> str:
@@ -125,15 +129,22 @@ def _feeder(judge: Callable[[Funnel, Any], StepEvent | None], site_of: Callable[
 
 def _cut(found: list[StepEvent]) -> list[list[StepEvent]]:
     """Step events by visitor (each visitor's together, in the order they came), in parts of at
-    most ``PER_CALL``; the same items always cut the same way (a redelivery's ids match)."""
+    most ``PER_CALL`` step events and ``VISITORS_PER_CALL`` visitors; the same items always cut the
+    same way (a redelivery's ids match)."""
     by_visitor: dict[str, list[StepEvent]] = {}
     for one in found:
         by_visitor.setdefault(one[0], []).append(one)
     parts: list[list[StepEvent]] = [[]]
+    visitors = 0
     for visitor_events in by_visitor.values():
+        if visitors >= VISITORS_PER_CALL:
+            parts.append([])
+            visitors = 0
+        visitors += 1
         for one in visitor_events:
             if len(parts[-1]) >= PER_CALL:
                 parts.append([])
+                visitors = 1
             parts[-1].append(one)
     return parts
 
@@ -144,18 +155,22 @@ def call_args(funnel: Funnel, part: list[StepEvent], call_id: str | None, now: f
     base = funnel_base(funnel)
     ttl = settings.dedupe_ttl if call_id is not None else 0
     marker = base + "seen:" + ("" if call_id is None else keys.escape(call_id))
-    args: list[Any] = [ttl, repr(float(now)), funnel.window, settings.funnel_lateness, settings.future_tolerance]
-    args += [len(funnel.steps), STATE_CAP, _keep_seconds(settings), base]
-    args += [step.window or 0 for step in funnel.steps]
-    args += [len(TIME_BUCKETS) - 1, *(int(bound) for _label, bound in TIME_BUCKETS[:-1])]
+    args: list[Any] = [ttl, micros(now), micros(funnel.window), micros(settings.funnel_lateness)]
+    args += [micros(settings.future_tolerance), len(funnel.steps), STATE_CAP, _keep_seconds(settings), base]
+    args += [micros(step.window or 0) for step in funnel.steps]
+    args += [len(TIME_BUCKETS) - 1, *(micros(bound) for _label, bound in TIME_BUCKETS[:-1])]
     by_visitor: dict[str, list[StepEvent]] = {}
     for one in part:
         by_visitor.setdefault(one[0], []).append(one)
     for visitor, events in by_visitor.items():
         args += [visitor, len(events)]
-        for _v, ts, mask, day in events:
-            args += [repr(float(ts)), mask, day.isoformat()]
+        args += [f"{micros(ts):016d}|{mask:03d}|{day.isoformat()}" for _v, ts, mask, day in events]
     return [marker], args
+
+
+def micros(seconds: float) -> int:
+    """Seconds as the whole microseconds the judge works in (exact in Lua's numbers)."""
+    return round(seconds * 1_000_000)
 
 
 def _keep_seconds(settings: Settings) -> int:

@@ -2,13 +2,15 @@
 -- step events in its state, recompute its attempts from the whole state, and correct the day
 -- results by the difference, at most once per call id. Every key is in the funnel's hash tag.
 -- KEYS: the call's dedupe marker (`<base>seen:<call id>`).
--- ARGV: marker TTL (0 = no dedupe), now (epoch s), W (the funnel's window, s), L (the lateness
---       allowance, s), clock tolerance (s), n steps, the state's cap (entries), seconds a day's
+-- Times are whole microseconds (us) since the epoch: exact in a Lua number, and a step event's
+-- name, `<ts: 16 digits>|<mask: 3 digits>|<local day of ts>`, sorts as (ts, mask, day) as text.
+-- ARGV: marker TTL (0 = no dedupe), now (us), W (the funnel's window, us), L (the lateness
+--       allowance, us), clock tolerance (us), n steps, the state's cap (entries), seconds a day's
 --       figures are kept after the day's first attempt, base (`ct:fun:{tag}:`, the keys' common
---       start), then n step windows (0: none), then nb, nb bucket bounds (s, ascending), then
---       per visitor: its id, m, then m times: ts, step mask (bit k-1: step k), local day of ts.
+--       start), then n step windows (us; 0: none), then nb, nb bucket bounds (us, ascending),
+--       then per visitor: its id, m, then m step event names (mask: bit k-1 for step k).
 -- Keys made from base: `v:<visitor>` (HASH state: `a` the time up to which attempts were
--- pruned, `d` the days of its live attempts, `<ts>|<mask>|<day>` -> multiplicity), `res:<D>`
+-- pruned, `d` the days of its live attempts, a step event's name -> multiplicity), `res:<D>`
 -- (HASH visitor -> `f|t0|b2,b3,...`: its furthest step of day D, the chosen attempt's start and
 -- time buckets), `step:<D>:<k>` (SET of visitors at step k on day D), `day:<D>` (HASH `h<k>:<b>`
 -- -> visitors, `late`, `capped`).
@@ -33,7 +35,12 @@ end
 at = at + nb + 1
 local cutoff = now - W - L       -- older step events are not judged (late)
 local final = cutoff - tol       -- an attempt that ended before this can no longer change
-local result_ttl = 90000 + 2 * W + L + tol  -- a day's results may change until its end + 2W + L
+local US = 1000000
+local result_ttl = 90000 + (2 * W + L + tol) / US  -- (s) a day's results may change until its end + 2W + L
+
+local function parse_name(name)  -- a step event's name -> {ts, mask, day}
+  return { tonumber(string.sub(name, 1, 16)), tonumber(string.sub(name, 18, 20)), string.sub(name, 22) }
+end
 
 local function bucket(d)
   for i = 1, nb do
@@ -44,9 +51,9 @@ local function bucket(d)
   return nb + 1
 end
 
-local function expire_at(key, when)  -- push a key's expiry later, never earlier
+local function expire_at(key, when)  -- push a key's expiry (epoch s) later, never earlier
   local left = redis.call('TTL', key)
-  if left < 0 or now + left < when then
+  if left < 0 or now / US + left < when then
     redis.call('EXPIREAT', key, math.ceil(when))
   end
 end
@@ -55,7 +62,7 @@ local function parse_record(text)  -- `f|t0|b2,b3,...` -> f, t0, {buckets by ste
   if not text then
     return 0, nil, {}
   end
-  local f, t0, rest = string.match(text, '^(%d+)|([^|]+)|(.*)$')
+  local f, t0, rest = string.match(text, '^(%d+)|(%d+)|(.*)$')
   local buckets, k = {}, 2
   for b in string.gmatch(rest, '%d+') do
     buckets[k] = tonumber(b)
@@ -71,7 +78,7 @@ local function credit(v, day, old_text, f, t0, buckets)  -- correct day D's figu
     for k = 2, f do
       parts[#parts + 1] = tostring(buckets[k])
     end
-    new_text = f .. '|' .. string.format('%.17g', t0) .. '|' .. table.concat(parts, ',')
+    new_text = f .. '|' .. string.format('%d', t0) .. '|' .. table.concat(parts, ',')
   end
   if new_text == old_text then
     return
@@ -82,7 +89,7 @@ local function credit(v, day, old_text, f, t0, buckets)  -- correct day D's figu
     local set = base .. 'step:' .. day .. ':' .. k
     if k <= f and k > of then
       redis.call('SADD', set, v)
-      expire_at(set, t0 + keep)
+      expire_at(set, t0 / US + keep)
     elseif k > f and k <= of then
       redis.call('SREM', set, v)
     end
@@ -100,12 +107,12 @@ local function credit(v, day, old_text, f, t0, buckets)  -- correct day D's figu
     end
   end
   if f > 0 then
-    expire_at(day_key, t0 + keep)
+    expire_at(day_key, t0 / US + keep)
   end
   local res = base .. 'res:' .. day
   if new_text then
     redis.call('HSET', res, v, new_text)
-    expire_at(res, t0 + result_ttl)
+    expire_at(res, t0 / US + result_ttl)
   else
     redis.call('HDEL', res, v)
   end
@@ -132,48 +139,46 @@ while at <= #ARGV do
   if after == nil then
     after = final  -- a new (or expired) state: every attempt before it is over
   end
-  local added = false
-  for i = at, at + 3 * m - 1, 3 do
-    local ts, day = tonumber(ARGV[i]), ARGV[i + 2]
-    local name = ARGV[i] .. '|' .. ARGV[i + 1] .. '|' .. day
+  local added, changed = false, {}
+  for i = at, at + m - 1 do
+    local name = ARGV[i]
+    local e = parse_name(name)
+    local ts, day = e[1], e[3]
     if ts < cutoff or ts <= after then
       redis.call('HINCRBY', base .. 'day:' .. day, 'late', 1)
-      expire_at(base .. 'day:' .. day, ts + keep)
+      expire_at(base .. 'day:' .. day, ts / US + keep)
       late_total = late_total + 1
     elseif entries[name] then
       entries[name] = entries[name] + 1
+      changed[name] = true
       added = true
     elseif size >= cap then
       redis.call('HINCRBY', base .. 'day:' .. day, 'capped', 1)
-      expire_at(base .. 'day:' .. day, ts + keep)
+      expire_at(base .. 'day:' .. day, ts / US + keep)
       capped_total = capped_total + 1
     else
       entries[name] = 1
+      changed[name] = true
       size = size + 1
       added = true
     end
   end
-  at = at + 3 * m
+  at = at + m
   if added then
     recomputed = recomputed + 1
     -- the visitor's step events by time (ties by mask, then day: any order of arrival sorts alike)
+    local names = {}
+    for name, _ in pairs(entries) do
+      names[#names + 1] = name
+    end
+    table.sort(names)  -- as text: by (ts, mask, day)
     local list = {}
-    for name, count in pairs(entries) do
-      local ts, mask, day = string.match(name, '^([^|]+)|(%d+)|(.+)$')
-      local e = { tonumber(ts), tonumber(mask), day }
-      for _ = 1, count do
+    for _, name in ipairs(names) do
+      local e = parse_name(name)
+      for _ = 1, entries[name] do
         list[#list + 1] = e
       end
     end
-    table.sort(list, function(x, y)
-      if x[1] ~= y[1] then
-        return x[1] < y[1]
-      end
-      if x[2] ~= y[2] then
-        return x[2] < y[2]
-      end
-      return x[3] < y[3]
-    end)
     -- attempts: a step-1 event after the last attempt's window opens the next one
     local starts, open_end = {}, after
     for i, e in ipairs(list) do
@@ -264,13 +269,13 @@ while at <= #ARGV do
     -- the state: entries after the pruned attempts, expiring at the latest + 2W + L
     local latest = nil
     local remove = {}
-    for name, _ in pairs(entries) do
-      local ts = tonumber(string.match(name, '^([^|]+)|'))
+    for _, name in ipairs(names) do
+      local ts = tonumber(string.sub(name, 1, 16))
       if ts <= pruned_to then
         remove[#remove + 1] = name
         entries[name] = nil
-      elseif not latest or ts > latest then
-        latest = ts
+      else
+        latest = ts  -- (names in time order: the last kept is the latest)
       end
     end
     if latest == nil then
@@ -281,13 +286,15 @@ while at <= #ARGV do
           redis.call('HDEL', skey, unpack(remove, from, math.min(from + 499, #remove)))
         end
       end
-      local fields = { 'a', string.format('%.17g', pruned_to), 'd', table.concat(live, ',') }
-      for name, count in pairs(entries) do
-        fields[#fields + 1] = name
-        fields[#fields + 1] = count
+      local fields = { 'a', string.format('%d', pruned_to), 'd', table.concat(live, ',') }
+      for name, _ in pairs(changed) do
+        if entries[name] then
+          fields[#fields + 1] = name
+          fields[#fields + 1] = entries[name]
+        end
       end
       redis.call('HSET', skey, unpack(fields))
-      redis.call('EXPIREAT', skey, math.ceil(latest + 2 * W + L + tol))
+      redis.call('EXPIREAT', skey, math.ceil((latest + 2 * W + L + tol) / US))
     end
   end
 end
