@@ -319,7 +319,8 @@ def test_a_state_never_exceeds_its_cap_and_expires(raw_conn):
     settings = get_settings()
     expected = latest + 2 * funnel.window + settings.funnel_lateness + settings.future_tolerance
     assert abs(now + conn.ttl(key) - expected) <= 3
-    assert conn.memory_usage(key) < 64 * STATE_CAP + 512
+    print("state at the cap (bytes):", conn.memory_usage(key, samples=0))
+    assert conn.memory_usage(key, samples=0) < 3072  # 2,664 bytes measured (Redis 7, a listpack HASH)
 
 
 def test_attempts_over_for_good_leave_the_state_and_their_results_stay(conn):

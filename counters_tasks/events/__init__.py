@@ -6,6 +6,7 @@ table, each with its declaration (``core.table``), its keys, its part of a write
 - ``funnels``: the table ``funnel``, fed by page views and events, and its read ``funnel_report``.
 
 What an event is (its caps) is ``core.events``; the kind's declaration and the tables follow.
+Its modules import from ``core`` and ``store`` and from one another (layer 4, docs/architecture.md).
 """
 
 from . import definitions
