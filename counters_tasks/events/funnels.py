@@ -26,7 +26,7 @@ from ..core.conversions import Funnel
 from ..core.days import day_end, days_between, local_day, today
 from ..core.settings import Settings, get_settings
 from ..core.sites import check_site, zone_of
-from ..core.table import Erasure, Retention, StoredKey, Table, register
+from ..core.table import Erasure, Feeder, Retention, StoredKey, Table, register
 from ..core.validation import check_day_range
 from ..errors import InvalidInput
 from ..store import keys
@@ -105,7 +105,10 @@ def _of_event(funnel: Funnel, event: Any) -> StepEvent | None:
     return (event.visitor, event.ts, mask, event.day) if mask else None
 
 
-def _feeder(judge: Callable[[Funnel, Any], StepEvent | None], site_of: Callable[[Any], str]) -> Any:
+def _feeder(step_event: Callable[[Funnel, Any], StepEvent | None], site_of: Callable[[Any], str]) -> Feeder:
+    """A feeder of the items of one kind: each item's step events of its site's funnels, each
+    funnel's in calls (``_cut``) under ``<call id>/<n>``, queued on the kind's write plan."""
+
     def feed(plan: WritePlan, calls: list[tuple[list[Any], str | None]]) -> None:
         defined = definitions.current(plan.conn).funnels
         if not defined:
@@ -115,9 +118,9 @@ def _feeder(judge: Callable[[Funnel, Any], StepEvent | None], site_of: Callable[
             by_funnel: dict[Funnel, list[StepEvent]] = {}
             for item in items:
                 for funnel in defined.get(site_of(item), ()):
-                    found = judge(funnel, item)
-                    if found is not None:
-                        by_funnel.setdefault(funnel, []).append(found)
+                    one = step_event(funnel, item)
+                    if one is not None:
+                        by_funnel.setdefault(funnel, []).append(one)
             for funnel, found in by_funnel.items():
                 for n, part in enumerate(_cut(found)):
                     queued.append((funnel, part, None if call_id is None else f"{call_id}/{n}"))
