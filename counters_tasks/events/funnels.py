@@ -62,7 +62,7 @@ PER_CALL = 64
 VISITORS_PER_CALL = 8
 """Most visitors one Lua call judges: each is recomputed from its whole state, about 0.2 ms of the
 server's CPU for a state at ``STATE_CAP`` (8 steps), a few tens of microseconds for a typical one,
-so a call stays near 2 ms at the worst (``tests/test_funnels.py``'s budget test)."""
+so a call stays near 2 ms at the worst (``tests/events/test_funnels.py``'s budget test)."""
 
 
 def funnel_tag(funnel: Funnel) -> str:
@@ -316,9 +316,11 @@ FUNNEL = register(
             lambda settings: settings.day_totals_days,
         ),
         erasure=Erasure(
-            "visitor ids",
+            "visitor ids (its state, its outcome of each day, its membership of each step's set)",
             True,
-            "HDEL/SREM the visitor's id from the funnel's res and step keys (their figures move by one), DEL its state",
+            "DEL of the funnel's v:<visitor>; for each day, HGET then HDEL of its res:<D> field, SREM from "
+            "the step:<D>:<k> sets it reached, and HINCRBY -1 of the histogram buckets its outcome names "
+            "(by hand: no command does it yet)",
         ),
         feeds={"visit": feed_visits, "event": feed_events},
     )
