@@ -373,3 +373,28 @@ def test_the_costliest_funnel_calls_stay_in_budget(raw_conn, call_budget):
         assert replies == [[VISITORS_PER_CALL, 0, 0]]
     print(call_budget.report())
     assert call_budget.within(LIMIT_FUNNEL_CALL) == []
+
+
+def test_an_outcome_over_for_good_stays_when_a_late_step_event_takes_a_later_attempts_progress(conn):
+    """Day D: attempt A reaches step 2 and is over for good (pruned); attempt B of D reaches step
+    3; then a step-1 event a little before B (late, still judged) opens an attempt whose window
+    leaves out B's step 3. D's outcome is again A's (reached as far, and first), its time from A:
+    the state no longer holds A's step events, its day keeps A's outcome."""
+    settings = get_settings()
+    lateness, tolerance = settings.funnel_lateness, settings.future_tolerance
+    base = time.time() - 3 * HOUR
+    funnel = define(conn, [{"page": "/a"}, {"page": "/b"}, {"page": "/c"}], 600, since=base - 60)
+    who, day = visitor_id("6.6.6.6"), local_day(base)
+    a = [(who, base, 1, day), (who, base + 60, 2, day)]
+    b = [(who, base + 1500, 1, day), (who, base + 2000, 2, day), (who, base + 2080, 4, day)]
+    late = [(who, base + 1450, 1, day)]
+    judge(conn, funnel, a, now=base + 1000)
+    now = base + lateness + 2000  # A is over for good (its end before now - W - L - tolerance)
+    assert base + 600 < now - 600 - lateness - tolerance
+    judge(conn, funnel, b, now=now)
+    assert conn.hlen(state_key(conn, funnel, who)) == 2 + 3  # A's step events left the state
+    judge(conn, funnel, late, now=now + 10)
+    assert_matches(conn, funnel, a + b + late, [day])
+    report = funnel_report(conn, "f", None, day, day, now=now)
+    assert [s.visitors for s in report.steps] == [1, 1, 0]
+    assert dict(report.steps[1].time_to_convert)["<=1m"] == 1  # A's 60 s, not the late attempt's 550 s

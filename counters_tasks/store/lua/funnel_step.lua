@@ -12,7 +12,7 @@
 -- Keys made from base: `v:<visitor>` (HASH state: `a` the time up to which attempts were
 -- pruned, `d` the days of its live attempts, a step event's name -> multiplicity), `res:<D>`
 -- (HASH visitor -> `f|t0|b2,b3,...`: its furthest step of day D, the chosen attempt's start and
--- time buckets), `step:<D>:<k>` (SET of visitors at step k on day D), `day:<D>` (HASH `h<k>:<b>`
+-- time buckets; `<visitor>!` -> the same of its attempts of D that are over for good), `step:<D>:<k>` (SET of visitors at step k on day D), `day:<D>` (HASH `h<k>:<b>`
 -- -> visitors, `late`, `capped`).
 -- Returns {visitors recomputed, late entries, capped entries}, or -1 when the call was applied.
 local ttl = tonumber(ARGV[1])
@@ -71,14 +71,36 @@ local function parse_record(text)  -- `f|t0|b2,b3,...` -> f, t0, {buckets by ste
   return tonumber(f), tonumber(t0), buckets
 end
 
+local function record_of(text)  -- an outcome {f, t0, buckets}, or nil
+  if not text then
+    return nil
+  end
+  local f, t0, buckets = parse_record(text)
+  return { f, t0, buckets }
+end
+
+local function text_of(outcome)  -- `f|t0|b2,b3,...`
+  local parts = {}
+  for k = 2, outcome[1] do
+    parts[#parts + 1] = tostring(outcome[3][k])
+  end
+  return outcome[1] .. '|' .. string.format('%d', outcome[2]) .. '|' .. table.concat(parts, ',')
+end
+
+local function better(a, b)  -- the outcome that reached further; of two as far, the earlier
+  if not a then
+    return b
+  end
+  if not b or a[1] > b[1] or (a[1] == b[1] and a[2] <= b[2]) then
+    return a
+  end
+  return b
+end
+
 local function credit(v, day, old_text, f, t0, buckets)  -- correct day D's figures by the difference
   local new_text = nil
   if f > 0 then
-    local parts = {}
-    for k = 2, f do
-      parts[#parts + 1] = tostring(buckets[k])
-    end
-    new_text = f .. '|' .. string.format('%d', t0) .. '|' .. table.concat(parts, ',')
+    new_text = text_of({ f, t0, buckets })
   end
   if new_text == old_text then
     return
@@ -187,7 +209,7 @@ while at <= #ARGV do
         open_end = e[1] + W
       end
     end
-    local best, best_days, pruned_to = {}, {}, after
+    local best, best_days, ended, live_set, pruned_to = {}, {}, {}, {}, after
     for _, i0 in ipairs(starts) do
       local t0 = list[i0][1]
       local used, times, prev, lo = { [i0] = true }, { t0 }, t0, i0
@@ -217,24 +239,35 @@ while at <= #ARGV do
         end
       end
       local day, f = list[i0][3], #times
-      if not best[day] or f > best[day][1] then
-        if not best[day] then
-          best_days[#best_days + 1] = day
-        end
+      local over = t0 + W < final  -- over for good: its result is final, its entries go
+      if not best[day] or f > best[day][1] or (over and (not ended[day] or f > ended[day][1])) then
         local buckets = {}
         for k = 2, f do
           buckets[k] = bucket(times[k] - times[k - 1])
         end
-        best[day] = { f, t0, buckets }
+        local outcome = { f, t0, buckets }
+        if not best[day] then
+          best_days[#best_days + 1] = day
+        end
+        if not best[day] or f > best[day][1] then
+          best[day] = outcome
+        end
+        if over and (not ended[day] or f > ended[day][1]) then
+          ended[day] = outcome
+        end
       end
-      if t0 + W < final then
-        pruned_to = math.max(pruned_to, t0 + W)  -- over: its result is final, its entries go
+      if over then
+        pruned_to = math.max(pruned_to, t0 + W)
+      else
+        live_set[day] = true
       end
     end
     if #starts == 0 or list[starts[#starts]][1] + W < final then
       pruned_to = math.max(pruned_to, final)  -- no live attempt: nothing before final can count again
     end
-    -- each day of a live attempt, and each day credited before from one: its result corrected
+    -- each day of an attempt, and each day of a live attempt before: its result corrected. A
+    -- day's outcome is the best of its attempts in the state and of its attempts over for good
+    -- (the field `<visitor>!` of res:<D>, and a credited outcome whose attempt left the state).
     local seen, days = {}, {}
     for _, day in ipairs(best_days) do
       seen[day] = true
@@ -248,21 +281,29 @@ while at <= #ARGV do
     end
     local live = {}
     for _, day in ipairs(days) do
-      local old_text = redis.call('HGET', base .. 'res:' .. day, v) or nil
-      local of, ot0, ob = parse_record(old_text)
-      local f, t0, buckets = 0, nil, {}
-      if best[day] then
-        f, t0, buckets = best[day][1], best[day][2], best[day][3]
+      local res = base .. 'res:' .. day
+      local stored_res = redis.call('HMGET', res, v, v .. '!')
+      local old_text = stored_res[1] or nil
+      local fixed_text = stored_res[2] or nil
+      local fixed = record_of(fixed_text)
+      local old = record_of(old_text)
+      if old and old[2] <= after then  -- credited from an attempt that has left the state
+        fixed = better(fixed, old)
       end
-      if of > 0 and ot0 <= after and of >= f then  -- an attempt pruned before: fixed, and first
-        f, t0, buckets = of, ot0, ob
+      local outcome = better(fixed, best[day])
+      if ended[day] then
+        local now_fixed = better(fixed, ended[day])
+        if now_fixed ~= fixed then
+          redis.call('HSET', res, v .. '!', text_of(now_fixed))
+          expire_at(res, now_fixed[2] / US + result_ttl)
+        end
       end
-      if f > 0 then
-        credit(v, day, old_text, f, t0, buckets)
+      if outcome then
+        credit(v, day, old_text, outcome[1], outcome[2], outcome[3])
       elseif old_text then
         credit(v, day, old_text, 0, nil, {})
       end
-      if best[day] and best[day][2] > pruned_to then
+      if live_set[day] then
         live[#live + 1] = day
       end
     end
