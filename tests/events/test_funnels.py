@@ -16,7 +16,7 @@ from counters_tasks import payloads
 from counters_tasks.core.conversions import Funnel
 from counters_tasks.core.days import day_end, local_day
 from counters_tasks.core.events import Event
-from counters_tasks.core.settings import get_settings
+from counters_tasks.core.settings import get_settings, reset_settings
 from counters_tasks.core.visitors import visitor_id
 from counters_tasks.errors import InvalidInput
 from counters_tasks.events import definitions
@@ -398,3 +398,32 @@ def test_an_outcome_over_for_good_stays_when_a_late_step_event_takes_a_later_att
     report = funnel_report(conn, "f", None, day, day, now=now)
     assert [s.visitors for s in report.steps] == [1, 1, 0]
     assert dict(report.steps[1].time_to_convert)["<=1m"] == 1  # A's 60 s, not the late attempt's 550 s
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_arrivals_up_to_a_window_late_with_attempts_pruned_equal_the_plain_count(conn, monkeypatch, seed):
+    """No lateness allowance and no clock tolerance, so attempts leave the state as soon as they
+    are over for good: 150 visitors' step events over a few hours, each judged alone at its
+    arrival, up to a window after its time (in a shuffled order), equal the plain count of all of
+    them. (Their times are ahead of the server's clock: its expiries go by its own clock.)"""
+    monkeypatch.setenv("COUNTERS_FUNNEL_LATENESS", "0")
+    monkeypatch.setenv("COUNTERS_FUTURE_TOLERANCE", "0")
+    reset_settings()
+    rng, start = random.Random(seed), time.time() + HOUR
+    steps = [{"page": "/a"}, {"page": "/b", "window": 240}, {"page": "/c"}]
+    funnel = define(conn, steps, 600, since=start - 60)
+    found = []
+    for v in range(150):
+        at = start + rng.uniform(0, 3 * HOUR)
+        for _ in range(rng.randint(2, 14)):
+            at += rng.choice([5, 30, 90, 200, 400, 700, 1500])
+            found.append((f"v{v}", round(at, 3), rng.choice([1, 1, 2, 2, 4, 3, 6]), local_day(at)))
+    arrivals = sorted(found, key=lambda one: one[1] + rng.uniform(0, funnel.window))
+    for n, one in enumerate(arrivals):
+        arrival = max(one[1], max(a[1] for a in arrivals[: n + 1]) - 1)  # never a window late
+        arrival = min(arrival, one[1] + funnel.window)
+        assert judge(conn, funnel, [one], call_id=f"a{n}", now=arrival) == [[1, 0, 0]]
+    days = sorted({one[3] for one in found})
+    assert_matches(conn, funnel, found, days)
+    kept = sum(max(conn.hlen(state_key(conn, funnel, f"v{v}")) - 2, 0) for v in range(150))
+    assert kept < len(found) * 0.6  # many step events left their states: their attempts were over

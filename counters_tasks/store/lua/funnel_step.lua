@@ -51,9 +51,10 @@ local function bucket(d)
   return nb + 1
 end
 
+local clock = tonumber(redis.call('TIME')[1])  -- the server's, which its expiries go by
 local function expire_at(key, when)  -- push a key's expiry (epoch s) later, never earlier
   local left = redis.call('TTL', key)
-  if left < 0 or now / US + left < when then
+  if left < 0 or clock + left < when then
     redis.call('EXPIREAT', key, math.ceil(when))
   end
 end
