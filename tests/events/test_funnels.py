@@ -225,6 +225,7 @@ def test_ten_thousand_visitors_in_any_order_equal_the_plain_count(raw_conn):
 # --- (b) a funnel defined after the events ----------------------------------------------------
 
 
+@pytest.mark.cluster
 def test_a_funnel_defined_after_events_counts_from_its_since(conn):
     now = time.time()
     early = [("1.1.1.1", "/a", now - 2 * HOUR), ("1.1.1.1", "/b", now - 2 * HOUR + 60)]
@@ -244,6 +245,7 @@ def test_a_funnel_defined_after_events_counts_from_its_since(conn):
 # --- (c) windows, step windows, attempts --------------------------------------------------------
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize(
     "steps, window, stream",
     [
@@ -285,6 +287,7 @@ def test_windows_and_attempts_as_the_semantics_say(conn, steps, window, stream):
         assert_matches(conn, funnel, judged, sorted({local_day(base), local_day(now)}))
 
 
+@pytest.mark.cluster
 def test_a_late_step_event_is_counted_as_late_and_not_judged(conn):
     now = time.time()
     lateness = get_settings().funnel_lateness
@@ -375,6 +378,7 @@ def test_the_costliest_funnel_calls_stay_in_budget(raw_conn, call_budget):
     assert call_budget.within(LIMIT_FUNNEL_CALL) == []
 
 
+@pytest.mark.cluster
 def test_an_outcome_over_for_good_stays_when_a_late_step_event_takes_a_later_attempts_progress(conn):
     """Day D: attempt A reaches step 2 and is over for good (pruned); attempt B of D reaches step
     3; then a step-1 event a little before B (late, still judged) opens an attempt whose window
