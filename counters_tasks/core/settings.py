@@ -95,6 +95,10 @@ class Settings:
     # who visits (core/clients.py): browser, system, device, country and language tables a day,
     # each tracking this many values, the rest as "(other)"; on by default, read by the workers
     # (producers send a visit's headers whatever their own setting: docs/clients.md)
+    # events (docs/events.md): event names a site's day tracks, and values a day tracks of each
+    # (event, property); the rest count as "(other)"
+    max_day_events: int = 100
+    max_day_event_values: int = 100
     client_tables: bool = True
     max_day_clients: int = 200
     # pages whose views are counted again in who-visits tables of their own (who reads /pricing)
@@ -115,6 +119,8 @@ class Settings:
     visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT
     # clock policy: how far ahead of this process's clock an item may be (seconds)
     future_tolerance: int = 300
+    # funnels (events.funnels): how late a step event may arrive and still be judged (seconds past its window)
+    funnel_lateness: int = 86400
     # a counting message that fails for a reason that is not Redis being away is tried this often
     max_attempts: int = 5
     # messages: the largest payload a worker decodes, and how many set-aside messages are kept
@@ -512,6 +518,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         uniques_count_days=_int(env, "COUNTERS_UNIQUES_COUNT_DAYS", 400),
         max_day_paths=_int(env, "COUNTERS_MAX_DAY_PATHS", 10_000),
         max_day_sources=_int(env, "COUNTERS_MAX_DAY_SOURCES", 1_000),
+        max_day_events=_int(env, "COUNTERS_EVENT_NAMES_PER_DAY", 100, minimum=1),
+        max_day_event_values=_int(env, "COUNTERS_EVENT_VALUES_PER_DAY", 100, minimum=1),
         client_tables=_switch(env, "COUNTERS_CLIENT_TABLES", default=True),
         max_day_clients=_int(env, "COUNTERS_MAX_DAY_CLIENTS", 200, minimum=1),
         client_pages=_client_pages(env, "COUNTERS_CLIENT_PAGES"),
@@ -525,6 +533,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         visibility_timeout=_int(env, "COUNTERS_VISIBILITY_TIMEOUT", DEFAULT_VISIBILITY_TIMEOUT),
         redis_url_given=bool(env.get("COUNTERS_REDIS_URL")),
         future_tolerance=_int(env, "COUNTERS_FUTURE_TOLERANCE", 300, minimum=0),
+        funnel_lateness=_int(env, "COUNTERS_FUNNEL_LATENESS", 86400, minimum=0),
         max_attempts=_int(env, "COUNTERS_MAX_ATTEMPTS", 5),
         max_message_bytes=_int(env, "COUNTERS_MAX_MESSAGE_BYTES", 1 << 20, minimum=1024),
         dead_letter_max=_int(env, "COUNTERS_DEAD_LETTER_MAX", 10_000),

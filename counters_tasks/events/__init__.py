@@ -2,16 +2,29 @@
 table, each with its declaration (``core.table``), its keys, its part of a write and its reads.
 
 - ``definitions``: the goals and funnels defined (the rules of what matches: ``core.conversions``);
-- ``report``: what the reads return (``EventReport``, ``GoalReport``, ``FunnelReport``).
+- ``report``: what the reads return (``EventReport``, ``GoalReport``, ``FunnelReport``);
+- ``kind``: the event kind (``EVENT``: ``prepare_event``, ``app_event``, its write);
+- ``event_day``: what a site's events count on a local day (its table, its write and reads);
+- ``funnels``: the table ``funnel``, fed by page views and events, and its read ``funnel_report``.
 
 What an event is (its caps) is ``core.events``. Modules here import ``core``, ``store`` and the
-other data modules of their layer (``sitestats`` for a range's visitors), nothing above.
+data modules of their own layer they write through (``counters``, ``payloads``, ``throughput``),
+never the worker's side, the tasks or the recorder (the layers: docs/architecture.md).
 """
 
-from .definitions import define_funnel, define_goal, funnels, goals, remove_funnel, remove_goal
+from . import definitions, event_day, kind
+from .definitions import define_funnel, define_goal, goals, remove_funnel, remove_goal
+from .event_day import event_counter, event_report
+from .funnels import funnel_report
 from .report import EventReport, EventRow, FunnelReport, FunnelStep, GoalReport, GoalRow, ValueCount
 
+funnels = definitions.funnels
+"""The funnels defined (``definitions.funnels``): bound after the submodule ``funnels`` is imported,
+which would otherwise take the package's attribute of that name."""
+
 __all__ = [
+    "event_day",
+    "kind",
     "EventReport",
     "EventRow",
     "FunnelReport",
@@ -20,7 +33,10 @@ __all__ = [
     "GoalRow",
     "ValueCount",
     "define_funnel",
+    "event_counter",
+    "event_report",
     "define_goal",
+    "funnel_report",
     "funnels",
     "goals",
     "remove_funnel",
