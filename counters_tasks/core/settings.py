@@ -119,7 +119,7 @@ class Settings:
     visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT
     # clock policy: how far ahead of this process's clock an item may be (seconds)
     future_tolerance: int = 300
-    # funnels (events.funnels): how late a step event may arrive and still be judged (seconds past its window)
+    # funnels (events.funnel_steps): how late a step event may arrive and still be judged (seconds past its window)
     funnel_lateness: int = 86400
     # a counting message that fails for a reason that is not Redis being away is tried this often
     max_attempts: int = 5

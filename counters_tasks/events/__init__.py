@@ -5,22 +5,19 @@ table, each with its declaration (``core.table``), its keys, its part of a write
 - ``report``: what the reads return (``EventReport``, ``GoalReport``, ``FunnelReport``);
 - ``kind``: the event kind (``EVENT``: ``prepare_event``, ``app_event``, its write);
 - ``event_day``: what a site's events count on a local day (its table, its write and reads);
-- ``funnels``: the table ``funnel``, fed by page views and events, and its read ``funnel_report``.
+- ``funnel_steps``: the table ``funnel``, fed by page views and events (each a step event of the
+  steps it matches), and its read ``funnel_report``.
 
 What an event is (its caps) is ``core.events``. Modules here import ``core``, ``store`` and the
 data modules of their own layer they write through (``counters``, ``payloads``, ``throughput``),
 never the worker's side, the tasks or the recorder (the layers: docs/architecture.md).
 """
 
-from . import definitions, event_day, kind
-from .definitions import define_funnel, define_goal, goals, remove_funnel, remove_goal
+from . import event_day, kind
+from .definitions import define_funnel, define_goal, funnels, goals, remove_funnel, remove_goal
 from .event_day import event_counter, event_report
-from .funnels import funnel_report
+from .funnel_steps import funnel_report
 from .report import EventReport, EventRow, FunnelReport, FunnelStep, GoalReport, GoalRow, ValueCount
-
-funnels = definitions.funnels
-"""The funnels defined (``definitions.funnels``): bound after the submodule ``funnels`` is imported,
-which would otherwise take the package's attribute of that name."""
 
 __all__ = [
     "event_day",

@@ -74,7 +74,7 @@ class FunnelStep(NamedTuple):
     """One step of a funnel over the range: the visitors who reached it in order within the
     window (credited to the day they entered), their share of the first step's and of the step
     before's, and the time from the step before as a histogram (``(bucket label, visitors)``,
-    ``events.funnels.TIME_BUCKETS``; empty for the first step)."""
+    ``events.funnel_steps.TIME_BUCKETS``; empty for the first step)."""
 
     step: int
     label: str
@@ -89,7 +89,7 @@ class FunnelReport(NamedTuple):
     the days whose window is still open (their figures may still grow), and the step events that
     were not judged, counted on their own days: ``late`` (older than the funnel's window plus
     COUNTERS_FUNNEL_LATENESS when they came) and ``capped`` (past the cap of their visitor's
-    state, ``events.funnels.STATE_CAP``)."""
+    state, ``events.funnel_steps.STATE_CAP``)."""
 
     name: str
     site: str

@@ -1,4 +1,4 @@
-"""Funnels (``events.funnels``, docs/events.md "Funnels"): what the Lua judge counts equals a plain
+"""Funnels (``events.funnel_steps``, docs/events.md "Funnels"): what the Lua judge counts equals a plain
 Python count of the same step events made from the semantics (``reference`` below, written from
 docs/events.md, not from the script), whatever order and however often the events arrive."""
 
@@ -20,7 +20,7 @@ from counters_tasks.core.settings import get_settings, reset_settings
 from counters_tasks.core.visitors import visitor_id
 from counters_tasks.errors import InvalidInput
 from counters_tasks.events import definitions
-from counters_tasks.events.funnels import (  # (``events.funnels`` is the function that lists them)
+from counters_tasks.events.funnel_steps import (
     STATE_CAP,
     TIME_BUCKETS,
     VISITORS_PER_CALL,

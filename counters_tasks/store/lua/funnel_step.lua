@@ -1,4 +1,4 @@
--- Judge step events of one funnel (events.funnels, docs/events.md "Funnels"): keep each visitor's
+-- Judge step events of one funnel (events.funnel_steps, docs/events.md "Funnels"): keep each visitor's
 -- step events in its state, recompute its attempts from the whole state, and correct the day
 -- results by the difference, at most once per call id. Every key is in the funnel's hash tag.
 -- KEYS: the call's dedupe marker (`<base>seen:<call id>`).
