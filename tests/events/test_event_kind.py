@@ -288,3 +288,15 @@ def test_an_event_of_a_closed_day_counts_in_no_uv(eager_app, raw_conn):
     tasks.track_event.delay("late", None, now, "192.0.2.2")
     assert rows(event_report(raw_conn)) == {"late": (2, 1, 0, 0, {})}
     assert refusals.counts(raw_conn)["closed_day"] == 1
+
+
+def test_keys_past_the_days_cap_are_counted_as_dropped(eager_app, raw_conn):
+    """An event name tracks ``KEYS_PER_EVENT`` property keys a day: the properties of a key past
+    them are dropped and counted (``dropped_props``), the name's other figures kept."""
+    now = time.time() - 5
+    items = [{"name": "wide", "props": {f"k{n}": "v"}, "ts": now} for n in range(event_day.KEYS_PER_EVENT + 3)]
+    assert tasks.track_events.apply(args=[items], task_id=str(uuid.uuid4())).get() == len(items)
+    [row] = event_report(raw_conn).events
+    assert (row.total, row.dropped_props, len(row.props)) == (len(items), 3, event_day.KEYS_PER_EVENT)
+    assert {v.value: v.total for v in row.props["k0"]} == {"v": 1, NONE: len(items) - 1}
+    assert {v.value: v.total for v in row.props["k29"]} == {"v": 1, NONE: 29 + 3}
