@@ -37,9 +37,16 @@ KEYS_PER_EVENT = 30
 counted as dropped (``EventRow.dropped_props``), as those past ``core.events.MAX_PROPS`` are."""
 
 EVENTS_PER_CALL = 100
-"""Events a call of ``event_day.lua`` writes: at most ``MAX_PROPS`` (30) properties each, and the
-events' ``(none)`` of each tracked key, one call stays under 5 ms of server CPU
-(``tests/events/test_event_day.py``'s flood)."""
+"""Events a call of the event kind holds (``Kind.per_call``); a site's day of them is written in
+calls of ``event_day.lua`` of at most ``PROPS_PER_CALL`` properties, so one stays under 5 ms of the
+server's CPU (``tests/events/test_event_flood.py``)."""
+
+PROPS_PER_CALL = 120
+"""Properties a call of ``event_day.lua`` writes at most (its events' together): each is three
+arguments and a few lookups and sketch updates. 100 events of 30 properties took 8 to 14 ms of the
+server's CPU a call (Redis reads their 12,500 arguments in ~3 ms before the script runs); at 120,
+the costliest kind measured is 2.8 reference calls (~1.5 ms) at the median
+(``tests/events/test_event_flood.py``)."""
 
 SEP = "\x1f"
 """Between a name, a key and a value in a field of the day's HASH (no such text holds a control
@@ -76,15 +83,11 @@ def key_digest(name: str, key: str) -> str:
     return keys.path_digest(name + SEP + key)
 
 
-def value_digest(name: str, key: str, value: str) -> str:
-    """8 characters naming a property value: its sketch's HLL key."""
-    return keys.path_digest(name + SEP + key + SEP + value)
-
-
 def hll_key(table_key: str, letter: str, digest: str) -> str:
     """Where a sketch past ``page_sketch.EXACT_IDS`` visitors keeps them (``lua/event_day.lua``):
-    ``e`` a name (``~``: the names' ``(other)``), ``v`` a value, ``o`` a key's ``(other)``, ``z``
-    its ``(none)``."""
+    ``e`` and a name's digest (``~``: the names' ``(other)``), ``v`` and its key's digest, ``.``
+    and the value's number (its place among the key's tracked values that day), ``o`` and a key's
+    digest (its ``(other)``), ``z`` and a key's digest (its ``(none)``)."""
     return f"{table_key}:{letter}{digest}"
 
 
@@ -109,15 +112,26 @@ class CallOutcome(NamedTuple):
 
 
 def split_call(events: Sequence[Event], call_id: str | None) -> list[DayCall]:
-    """A call's events by site and day, in the order each first comes, each under its own id
-    (``<call id>/e<n>``: the same on every delivery of the same events)."""
+    """A call's events by site and day, in the order each first comes, each day's in parts of at
+    most ``PROPS_PER_CALL`` properties (an event with more is a part of its own), each part under
+    its own id (``<call id>/e<n>``: the same on every delivery of the same events)."""
     groups: dict[tuple[str, date], list[int]] = {}
     for n, event in enumerate(events):
         groups.setdefault((event.site, event.day), []).append(n)
-    ids = keys.chunk_ids(call_id, len(groups), "/e")
-    return [
-        DayCall(site, day, positions, id_) for ((site, day), positions), id_ in zip(groups.items(), ids, strict=True)
-    ]
+    parts: list[tuple[str, date, list[int]]] = []
+    for (site, day), positions in groups.items():
+        part: list[int] = []
+        props = 0
+        for n in positions:
+            size = len(events[n].props)
+            if part and props + size > PROPS_PER_CALL:
+                parts.append((site, day, part))
+                part, props = [], 0
+            part.append(n)
+            props += size
+        parts.append((site, day, part))
+    ids = keys.chunk_ids(call_id, len(parts), "/e")
+    return [DayCall(site, day, positions, id_) for (site, day, positions), id_ in zip(parts, ids, strict=True)]
 
 
 def script_args(events: Sequence[Event], positions: list[int], site: str, day: date, ttl: int) -> list[Any]:
@@ -148,7 +162,7 @@ def script_args(events: Sequence[Event], positions: list[int], site: str, day: d
             len(event.props),
         ]
         for key, value in event.props:
-            args += [key, key_digest(name, key), value, value_digest(name, key, value)]
+            args += [key, key_digest(name, key), value]
     return args
 
 
@@ -287,13 +301,16 @@ def _parse_day(table: str, fields: dict[Any, Any], found: dict[str, _EventFigure
     for name, key, held, text in tracked:
         row = found[name]
         row.keys.setdefault(key, set()).add(day)
-        count, _sep, kept = text.partition(" ")
         if held is None:
+            count, _sep, kept = text.partition(" ")
             hll, value = hll_key(table, "z", key_digest(name, key)), NONE
-        elif held:
-            hll, value = hll_key(table, "v", value_digest(name, key, held)), held
         else:
-            hll, value = hll_key(table, "o", key_digest(name, key)), OTHER
+            count, number, *sketch = text.split(" ", 2)
+            kept = sketch[0] if sketch else ""
+            if held:
+                hll, value = hll_key(table, "v", f"{key_digest(name, key)}.{number}"), held
+            else:
+                hll, value = hll_key(table, "o", key_digest(name, key)), OTHER
         row.values.setdefault((key, value), _Figures()).add(int(count), kept, hll)
 
 
