@@ -6,10 +6,11 @@ every route applies to it before anything is written: the task ``counters_tasks.
 Caps (docs/events.md has them as a table):
 
 - a name is a ``str`` of 1 to ``MAX_NAME`` characters without control characters or lone
-  surrogates (``core.validation.check_text``), else InvalidInput;
+  surrogates (``core.validation.check_text``), and not ``(none)`` or ``(other)`` (``RESERVED``),
+  else InvalidInput;
 - ``props`` is None or a dict whose keys are such texts of at most ``MAX_KEY`` characters and
   whose values are scalars: ``str`` (at most ``MAX_VALUE`` characters, no control character),
-  ``int``, finite ``float`` or ``bool``; a ``None`` value is a property left out; anything else
+  ``int``, finite ``float`` or ``bool``, a text not one of ``RESERVED``; a ``None`` value is a property left out; anything else
   (a list, a dict, NaN, a key too long) refuses the event with InvalidInput;
 - past the ``MAX_PROPS``-th property (in the order given) the rest are dropped, and counted
   (``Event.dropped``, shown where the event's figures are): never silently.
@@ -66,9 +67,18 @@ class Event(NamedTuple):
     visitor: str | None
 
 
+RESERVED = frozenset((NONE, OTHER))
+"""Texts the tables show for what no event sent (``(none)``, ``(other)``): refused as an event's
+name or a property's value, which would otherwise be counted in those rows."""
+
+
 def check_event_name(value: Any) -> str:
-    """An event's name checked (InvalidInput): a text of at most ``MAX_NAME`` characters."""
-    return check_text(value, "event name", MAX_NAME)
+    """An event's name checked (InvalidInput): a text of at most ``MAX_NAME`` characters, not one
+    of ``RESERVED``."""
+    name = check_text(value, "event name", MAX_NAME)
+    if name in RESERVED:
+        raise InvalidInput(f"event name {name!r} is reserved (the tables' row of what no event sent)")
+    return name
 
 
 def prop_text(value: Any, key: str) -> str | None:
@@ -85,7 +95,12 @@ def prop_text(value: Any, key: str) -> str | None:
             raise InvalidInput(f"property {key!r} must be a finite number, got {value!r}")
         return repr(value)
     if isinstance(value, str):
-        return check_text(value, f"property {key!r}", MAX_VALUE)
+        text = check_text(value, f"property {key!r}", MAX_VALUE)
+        if text in RESERVED:
+            raise InvalidInput(
+                f"property {key!r}: the value {text!r} is reserved (the tables' row of what no event sent)"
+            )
+        return text
     raise InvalidInput(f"property {key!r} must be a str, int, float or bool, got {type(value).__name__}")
 
 
