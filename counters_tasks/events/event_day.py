@@ -368,8 +368,10 @@ def event_counter(
 ) -> list[tuple[int, int]]:
     """The live counter of event ``name`` (``counters.get_counter`` of ``event:<name>``, scoped by
     ``site``): ``(bucket start, events)`` pairs within the retention window, oldest first. The
-    names past a day's COUNTERS_EVENT_NAMES_PER_DAY count in the counter of ``(other)``."""
-    check_event_name(name)
+    names past a day's COUNTERS_EVENT_NAMES_PER_DAY count in the counter of ``(other)`` (a name no
+    event may have, read here)."""
+    if name != OTHER:
+        check_event_name(name)
     return counters.get_counter(conn, COUNTER_PREFIX + name, precision, now, site=site)
 
 
