@@ -6,6 +6,7 @@ kind (an app's own, or the package's next one) is declared, given its tasks and 
 
 from __future__ import annotations
 
+from . import events  # noqa: F401  (registers the tables fed by visits and events: events.goal_day)
 from .core.kind import Kind, by_task
 from .counters import COUNTER_UPDATE
 from .ranking_bumps import RANKING

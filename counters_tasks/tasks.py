@@ -11,7 +11,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import counters, ranking, ranking_bumps, recorder, sitestats, skips, uniques, visits
+from . import (
+    counters,
+    kinds,  # noqa: F401  (every kind, and the tables that other modules feed from them: events.goal_day)
+    ranking,
+    ranking_bumps,
+    recorder,
+    sitestats,
+    skips,
+    uniques,
+    visits,
+)
 from .app import app
 from .core.kind import Kind
 from .store.client import get_redis
