@@ -2,20 +2,27 @@
 table, each with its declaration (``core.table``), its keys, its part of a write and its reads.
 
 - ``definitions``: the goals and funnels defined (the rules of what matches: ``core.conversions``);
+- ``report``: what the reads return (``EventReport``, ``GoalReport``, ``FunnelReport``);
+- ``kind``: the event kind (``EVENT``: ``prepare_event``, ``app_event``, its write);
+- ``event_day``: what a site's events count on a local day (its table, its write and reads);
 - ``goal_day``: each goal's conversions, converters and revenue of a day, fed by visits and
-  events, and their read (``goal_report``);
-- ``report``: what the reads return (``EventReport``, ``GoalReport``, ``FunnelReport``).
+  events, and their read (``goal_report``).
 
-What an event is (its caps) is ``core.events``; the kind's declaration and the tables follow.
-It imports ``core``, ``store`` and, beside it in layer 4, ``sitestats`` (a range's unique
-visitors, a goal's rate) and ``refusals``; nothing above.
+What an event is (its caps) is ``core.events``. Modules here import ``core``, ``store`` and the
+data modules of their own layer they write through (``counters``, ``payloads``, ``throughput``,
+``refusals``) or read (``sitestats``: a range's unique visitors, a goal's rate), never the
+worker's side, the tasks or the recorder (the layers: docs/architecture.md).
 """
 
+from . import event_day, kind
 from .definitions import define_funnel, define_goal, funnels, goals, remove_funnel, remove_goal
+from .event_day import event_counter, event_report
 from .goal_day import GOAL_DAY, goal_report
 from .report import EventReport, EventRow, FunnelReport, FunnelStep, GoalReport, GoalRow, ValueCount
 
 __all__ = [
+    "event_day",
+    "kind",
     "EventReport",
     "EventRow",
     "FunnelReport",
@@ -25,6 +32,8 @@ __all__ = [
     "GoalRow",
     "ValueCount",
     "define_funnel",
+    "event_counter",
+    "event_report",
     "define_goal",
     "funnels",
     "goal_report",
