@@ -206,6 +206,49 @@ def test_event_goals_fed_again_under_the_same_call_id_are_counted_once(conn):
     assert (sales.conversions, sales.converters, sales.revenue) == (4, 3, 40.0)
 
 
+def test_event_goals_through_the_event_kind_each_route_and_a_redelivery_counted_once(conn, eager_app):
+    """Through the event kind (``events.kind.EVENT``): ``track_event`` and a ``track_events``
+    batch, each delivered twice under one id, and ``VisitRecorder.track_event``; revenue from an
+    int, a float and a number in text, not from a bool or a missing property."""
+    from counters_tasks import tasks
+    from counters_tasks.recorder import VisitRecorder
+
+    now = time.time() - 5
+    events.define_goal(conn, "sales", event="purchase", revenue="amount", now=since_before(now))
+    events.define_goal(conn, "pro", event="signup", prop="plan", value="pro", now=since_before(now))
+    batch = [
+        {"name": "purchase", "props": {"amount": 10}, "ts": now, "ip": "192.0.2.1"},
+        {"name": "purchase", "props": {"amount": 2.5}, "ts": now, "ip": "192.0.2.1"},
+        {"name": "purchase", "props": {"amount": "3"}, "ts": now, "ip": "192.0.2.2"},
+        {"name": "purchase", "props": {"amount": True}, "ts": now, "ip": "192.0.2.3"},
+        {"name": "signup", "props": {"plan": "pro"}, "ts": now, "ip": "192.0.2.3"},
+        {"name": "signup", "props": {"plan": "free"}, "ts": now, "ip": "192.0.2.4"},
+    ]
+    for _ in range(2):  # a redelivered message: counted once
+        tasks.track_events.apply_async(args=[batch], task_id="events-1")
+        tasks.track_event.apply_async(args=["purchase", {"amount": 100}, now, "192.0.2.5"], task_id="event-1")
+    tasks.track_event.delay("purchase", None, now)  # no amount and no visitor: a conversion only
+    VisitRecorder(flush_on_sigterm=False).track_event("signup", {"plan": "pro"}, now, ip="192.0.2.6")
+    report = events.goal_report(conn)
+    figures = {r.name: (r.conversions, r.converters, r.revenue, r.no_revenue) for r in report.goals}
+    assert figures == {"pro": (2, 2, None, 0), "sales": (6, 4, 115.5, 2)}
+
+
+def test_page_and_event_goals_share_the_range_visitors(conn, eager_app):
+    from counters_tasks import tasks
+
+    now = time.time() - 5
+    events.define_goal(conn, "pricing", page="/pricing", now=since_before(now))
+    events.define_goal(conn, "signup", event="signup", now=since_before(now))
+    visits.apply_visits(
+        conn, [{"ip": f"192.0.2.{n}", "path": "/pricing" if n < 3 else "/", "ts": now} for n in range(1, 5)]
+    )
+    tasks.track_event.delay("signup", None, now, "192.0.2.1")
+    report = events.goal_report(conn)
+    assert report.visitors == 4
+    assert {r.name: r.rate for r in report.goals} == {"pricing": 0.5, "signup": 0.25}
+
+
 def test_a_site_counts_its_own_goals(conn, monkeypatch):
     from tests.support.servers import use_settings
 
