@@ -292,13 +292,14 @@ def test_a_bad_range_or_site_is_refused(conn):
 @pytest.mark.skipif(is_cluster_run(), reason="reads one server's key")
 def test_the_goal_day_key_is_the_one_written(conn):
     now = time.time()
-    events.define_goal(conn, "a", page="/a", now=since_before(now))
+    goal = events.define_goal(conn, "a", page="/a", now=since_before(now))
     visits.apply_visits(conn, [{"ip": "192.0.2.1", "path": "/a", "ts": now}], message_id="k")
     with keys.bound(conn):
         day_key = goal_day.goal_day_key(days.local_day(now))
         pairs = goal_day.goal_day_pairs(days.local_day(now))
     stored = {k.decode() if isinstance(k, bytes) else k for k in conn.hkeys(day_key)}
-    assert stored == {"open_until", "c:a", "u:a", "s:a"}
+    assert goal_day.goal_id(goal) == f"a@{int(goal.since)}"
+    assert stored == {"open_until", *(f"{letter}:a@{int(goal.since)}" for letter in "cus")}
     assert conn.scard(pairs) == 1 and conn.ttl(pairs) > 0 and conn.ttl(day_key) > 0
 
 
@@ -398,3 +399,24 @@ def test_a_worker_batch_killed_half_way_counts_each_goal_once_when_its_messages_
     report = events.goal_report(raw_conn)
     assert {r.name: (r.conversions, r.converters) for r in report.goals} == expected
     assert all(conversions > 0 for conversions, _converters in expected.values())
+
+
+def test_a_goal_defined_again_starts_again_from_its_new_since(conn):
+    """Defined again under its name (another page, a later ``since``), a goal counts apart: not
+    on top of what the goal it replaced counted that day."""
+    now = time.time()
+    first = events.define_goal(conn, "main", page="/a", now=now - 3 * HOUR)
+    visits.apply_visits(conn, [{"ip": "192.0.2.1", "path": "/a", "ts": first.since + 60}], message_id="one")
+    again = events.define_goal(conn, "main", page="/b", now=now - HOUR)
+    visits.apply_visits(
+        conn,
+        [
+            {"ip": "192.0.2.1", "path": "/a", "ts": again.since + 60},  # the old page: no longer the goal
+            {"ip": "192.0.2.2", "path": "/b", "ts": again.since - 60},  # before the new since
+            {"ip": "192.0.2.3", "path": "/b", "ts": again.since + 60},
+        ],
+        message_id="two",
+    )
+    start = days.local_day(first.since)
+    main = row(events.goal_report(conn, start=start, end=days.local_day(now)), "main")
+    assert (main.label, main.conversions, main.converters, main.since) == ("page /b", 1, 1, again.since)

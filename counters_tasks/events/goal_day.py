@@ -53,8 +53,15 @@ GOAL_COST = 4
 """What one goal of a call counts for against ``CONVERSIONS_PER_CALL`` beside its conversions."""
 
 FIELDS = ("c", "u", "s", "r", "x")
-"""A goal's fields in its day's HASH, ``<letter>:<goal name>``: conversions, converters, their
-sketch, revenue, conversions without a revenue number."""
+"""A goal's fields in its day's HASH, ``<letter>:<goal id>`` (``goal_id``): conversions,
+converters, their sketch, revenue, conversions without a revenue number."""
+
+
+def goal_id(goal: Goal) -> str:
+    """How a goal's figures are named in its days' keys: its name and ``since`` (``<name>@<since>``),
+    so a goal defined again under its name (``definitions.define_goal``: it starts again from its
+    new ``since``) counts in fields of its own, not on top of the figures of the goal it replaced."""
+    return f"{goal.name}@{int(goal.since)}"
 
 
 def goal_day_tag(day: date, site: str = "") -> str:
@@ -75,7 +82,7 @@ def goal_day_pairs(day: date, *, tag: str | None = None, site: str = "") -> str:
 
 
 def goal_seen(part_id: str, *, tag: str) -> str:
-    """HASH goal name -> 1: the goals of this part of a message already written (dedupe, with a TTL)."""
+    """HASH goal id (``goal_id``) -> 1: the goals of this part of a message already written (dedupe, with a TTL)."""
     return f"{keys.prefix()}goal:{{{tag}}}:seen:{keys.escape(part_id)}"
 
 
@@ -233,8 +240,8 @@ def _call(
     ]
     for one in batch:
         args += [
-            one.goal.name,
-            keys.path_digest(one.goal.name),
+            goal_id(one.goal),
+            keys.path_digest(goal_id(one.goal)),
             one.conversions,
             "" if one.goal.revenue is None else repr(one.revenue),
             one.no_revenue,
@@ -267,7 +274,7 @@ def goal_report(
         day_keys = [goal_day_key(day, site=scope) for day in span]
         pipe = read_pipeline(conn)
         for day_key in day_keys:
-            pipe.hmget(day_key, [f"{letter}:{goal.name}" for goal in defined for letter in FIELDS])
+            pipe.hmget(day_key, [f"{letter}:{goal_id(goal)}" for goal in defined for letter in FIELDS])
         replies = pipe.execute() if defined else []
         for number, goal in enumerate(defined):
             conversions, one_day_uv, revenue, no_revenue = 0, 0, 0.0, 0
@@ -278,7 +285,7 @@ def goal_report(
                 one_day_uv = int(u or 0)  # (read when the range is one day)
                 revenue += float(r or 0)
                 no_revenue += int(x or 0)
-                sketches.append((as_str(s or ""), page_sketch.hll_key(day_key, goal.name)))
+                sketches.append((as_str(s or ""), page_sketch.hll_key(day_key, goal_id(goal))))
             if len(span) == 1:
                 converters, error = one_day_uv, 0.0
             else:
