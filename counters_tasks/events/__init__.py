@@ -7,16 +7,20 @@ table, each with its declaration (``core.table``), its keys, its part of a write
 - ``event_day``: what a site's events count on a local day (its table, its write and reads);
 - ``funnel_steps``: the table ``funnel``, fed by page views and events (each a step event of the
   steps it matches), and its read ``funnel_report``.
+- ``goal_day``: each goal's conversions, converters and revenue of a day, fed by visits and
+  events, and their read (``goal_report``).
 
 What an event is (its caps) is ``core.events``. Modules here import ``core``, ``store`` and the
-data modules of their own layer they write through (``counters``, ``payloads``, ``throughput``),
-never the worker's side, the tasks or the recorder (the layers: docs/architecture.md).
+data modules of their own layer they write through (``counters``, ``payloads``, ``throughput``,
+``refusals``) or read (``sitestats``: a range's unique visitors, a goal's rate), never the
+worker's side, the tasks or the recorder (the layers: docs/architecture.md).
 """
 
 from . import event_day, kind
 from .definitions import define_funnel, define_goal, funnels, goals, remove_funnel, remove_goal
 from .event_day import event_counter, event_report
 from .funnel_steps import funnel_report
+from .goal_day import GOAL_DAY, goal_report
 from .report import EventReport, EventRow, FunnelReport, FunnelStep, GoalReport, GoalRow, ValueCount
 
 __all__ = [
@@ -26,6 +30,7 @@ __all__ = [
     "EventRow",
     "FunnelReport",
     "FunnelStep",
+    "GOAL_DAY",
     "GoalReport",
     "GoalRow",
     "ValueCount",
@@ -35,6 +40,7 @@ __all__ = [
     "define_goal",
     "funnel_report",
     "funnels",
+    "goal_report",
     "goals",
     "remove_funnel",
     "remove_goal",
