@@ -47,7 +47,8 @@ class EventReport(NamedTuple):
 class GoalRow(NamedTuple):
     """One goal over the range: conversions (each view or event), unique converters (a visitor
     once), the conversion rate (converters / the range's unique visitors), revenue (the sum of its
-    revenue property; None when it has none), and the time it counts from."""
+    revenue property; None when it has none), the time it counts from, and the conversions of a
+    goal with revenue whose property was missing or not a number (counted, without revenue)."""
 
     name: str
     label: str
@@ -57,6 +58,7 @@ class GoalRow(NamedTuple):
     rate: float
     revenue: float | None
     since: float
+    no_revenue: int = 0
 
 
 class GoalReport(NamedTuple):
