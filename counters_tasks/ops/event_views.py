@@ -111,7 +111,8 @@ def goals_json(report: GoalReport) -> dict[str, Any]:
     """A ``GoalReport`` as the CLI's ``--json`` and ``/api/goals`` give it: each goal's
     conversions, unique converters (``converters_exact``, ``converters_error``), its conversion
     rate of the range's unique visitors (``rate_exact`` false when either figure is an estimate),
-    revenue (None for a goal without a revenue property) and when it counts from (``partial``:
+    revenue (None for a goal without a revenue property; ``no_revenue``: its conversions whose
+    property was missing or not a number, counted without revenue) and when it counts from (``partial``:
     defined after the range began)."""
     scope = check_site(report.site)  # (a report names its site by scope or by name)
     return {
@@ -128,6 +129,7 @@ def goals_json(report: GoalReport) -> dict[str, Any]:
                 "rate": goal.rate,
                 "rate_exact": goal.converters_error == 0.0 and report.visitors_error == 0.0,
                 "revenue": goal.revenue,
+                "no_revenue": goal.no_revenue,
                 **_since(goal.since, scope, report.start),
             }
             for goal in report.goals

@@ -94,7 +94,7 @@ GOALS = GoalReport(
     visitors=200,
     visitors_error=0.0,
     goals=[
-        GoalRow("bought", "event purchase", 30, 25, 0.0, 0.125, 1234.5, SINCE),
+        GoalRow("bought", "event purchase", 30, 25, 0.0, 0.125, 1234.5, SINCE, no_revenue=2),
         GoalRow("pricing", "page /pricing", 90, 60, 0.0, 0.3, None, SINCE + 86400 + 120),  # defined later: partial
     ],
 )
@@ -183,15 +183,20 @@ def test_goals_table_csv_and_json(reports):
     assert "rates of 200 unique visitors" in out
     assert "12.5%" in out and "30.0%" in out and "1234.5" in out
     assert "*: defined after the range began" in out
+    assert "bought: 2 conversions without a numeric revenue property" in out
     code, out, err = run("goals", *RANGE, "--format", "csv")
     header, rows = csv_of(out)
     assert header == [
         "goal", "label", "conversions", "converters", "converters_exact", "converters_error",
-        "rate", "rate_exact", "revenue", "since_iso", "partial",
+        "rate", "rate_exact", "revenue", "no_revenue", "since_iso", "partial",
     ]  # fmt: skip
-    assert [(r["goal"], r["conversions"], r["converters"], r["rate"], r["revenue"], r["partial"]) for r in rows] == [
-        ("bought", "30", "25", "0.125", "1234.5", "false"),
-        ("pricing", "90", "60", "0.3", "", "true"),
+    got = [
+        (r["goal"], r["conversions"], r["converters"], r["rate"], r["revenue"], r["no_revenue"], r["partial"])
+        for r in rows
+    ]
+    assert got == [
+        ("bought", "30", "25", "0.125", "1234.5", "2", "false"),
+        ("pricing", "90", "60", "0.3", "", "0", "true"),
     ]
     data = json.loads(run("goals", *RANGE, "--json")[1])
     assert data["visitors"] == 200 and data["visitors_exact"] is True

@@ -25,6 +25,7 @@ GOALS_COLUMNS = (
     "rate",
     "rate_exact",
     "revenue",
+    "no_revenue",
     "since_iso",
     "partial",
 )
@@ -133,7 +134,8 @@ def render_events(console: Any, data: dict) -> None:
 
 def goals_rows(data: dict) -> Rows:
     """One row a goal, as defined (by name): its conversions, converters, rate, revenue (empty
-    without a revenue property) and when it counts from (``partial``: after the range began)."""
+    without a revenue property; ``no_revenue``: conversions whose property was missing or not a
+    number) and when it counts from (``partial``: after the range began)."""
     return GOALS_COLUMNS, [
         {
             "goal": goal["name"],
@@ -145,6 +147,7 @@ def goals_rows(data: dict) -> Rows:
             "rate": goal["rate"],
             "rate_exact": goal["rate_exact"],
             "revenue": goal["revenue"],
+            "no_revenue": goal["no_revenue"],
             "since_iso": goal["since_iso"],
             "partial": goal["partial"],
         }
@@ -173,7 +176,11 @@ def render_goals(console: Any, data: dict) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    notes = []
+    notes = [
+        f"{g['name']}: {g['no_revenue']} conversions without a numeric revenue property (in conversions, not revenue)"
+        for g in data["goals"]
+        if g["no_revenue"]
+    ]
     if any(g["partial"] for g in data["goals"]):
         notes.append("*: defined after the range began: counts from its time only")
     if not data["visitors_exact"] or not all(g["converters_exact"] for g in data["goals"]):

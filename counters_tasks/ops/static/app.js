@@ -260,11 +260,15 @@
         cell(tr, String(g.conversions), "num");
         uvCell(tr, {uv: g.converters, uv_exact: g.converters_exact, uv_error: g.converters_error});
         cell(tr, pct(g.rate, g.rate_exact), "num");
-        cell(tr, g.revenue == null ? "" : String(g.revenue), "num");
+        var revenue = cell(tr, g.revenue == null ? "" : String(g.revenue) + (g.no_revenue ? " *" : ""), "num");
+        if (g.no_revenue) revenue.title = g.no_revenue + " conversions without a numeric revenue property";
         body.appendChild(tr);
         partial = partial || g.partial;
       });
-      $("goals-notes").textContent = (partial ? "*: defined after the range began: counts from its time only (hover). " : "") +
+      var noRevenue = data.goals.filter(function (g) { return g.no_revenue; }).map(function (g) {
+        return g.name + ": " + g.no_revenue + " conversions without a numeric revenue property (in conversions, not revenue). ";
+      }).join("");
+      $("goals-notes").textContent = noRevenue + (partial ? "*: defined after the range began: counts from its time only (hover). " : "") +
         (data.goals.length ? "" : "No goal defined: counters-tasks define-goal NAME (--page P | --event E) (docs/events.md).");
       $("goals-error").textContent = "";
       loaded("goals");
