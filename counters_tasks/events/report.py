@@ -89,7 +89,9 @@ class FunnelStep(NamedTuple):
 class FunnelReport(NamedTuple):
     """A funnel over ``start``..``end``: its steps, its window (seconds), the time it counts from,
     the days whose window is still open (their figures may still grow), and the step events that
-    came too late to be judged (after their visitor's state had expired: counted, not judged)."""
+    were not judged, counted on their own days: ``late`` (older than the funnel's window plus
+    COUNTERS_FUNNEL_LATENESS when they came) and ``capped`` (past the cap of their visitor's
+    state, ``events.funnels.STATE_CAP``)."""
 
     name: str
     site: str
@@ -100,3 +102,4 @@ class FunnelReport(NamedTuple):
     steps: list[FunnelStep]
     open_days: list[date]
     late: int
+    capped: int
