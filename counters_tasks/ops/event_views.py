@@ -150,7 +150,9 @@ def funnel_json(report: FunnelReport) -> dict[str, Any]:
     """A ``FunnelReport`` as the CLI's ``--json`` and ``/api/funnel`` give it: each step's
     visitors, their share of the first step's and of the step before's, and the time from the
     step before (``time_to_convert``: ``{"bucket", "visitors"}`` in the buckets' order); the
-    window, when it counts from, the days still open and the late step events."""
+    window, when it counts from, the days still open, and the step events not judged: ``late``
+    (older than the window plus COUNTERS_FUNNEL_LATENESS when they came) and ``capped`` (past
+    their visitor's state cap)."""
     scope = check_site(report.site)
     return {
         "name": report.name,
@@ -173,6 +175,7 @@ def funnel_json(report: FunnelReport) -> dict[str, Any]:
         ],
         "open_days": [day.isoformat() for day in report.open_days],
         "late": report.late,
+        "capped": report.capped,
     }
 
 

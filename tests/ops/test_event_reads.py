@@ -113,6 +113,7 @@ FUNNEL = FunnelReport(
     ],
     open_days=[LAST],
     late=3,
+    capped=4,
 )
 
 
@@ -210,7 +211,8 @@ def test_funnel_table_csv_and_json(reports):
     assert code == 0, err
     assert "funnel checkout" in out and "40.0%" in out and "25.0%" in out and "within 30m" in out
     assert f"still open (their window not over, figures may grow): {LAST}" in out
-    assert "3 step events came after their visitor's state expired" in out
+    assert "3 step events came later than the window plus COUNTERS_FUNNEL_LATENESS: not judged" in out
+    assert "4 step events past their visitor's state cap: not judged" in out
     assert "█" * 20 in out  # the first step's bar, the longest
     assert reports[-1] == ("funnel_report", {"args": ("checkout",), "site": "", "start": DAY, "end": LAST})
     code, out, err = run("funnel", "checkout", *RANGE, "--format", "csv")

@@ -243,7 +243,8 @@ def funnel_rows(data: dict) -> Rows:
 
 
 def funnel_notes(data: dict) -> list[str]:
-    """Under a funnel: its window and since, the days whose window is still open, the late events."""
+    """Under a funnel: its window and since, the days whose window is still open, and the step
+    events not judged (late, or past their visitor's state cap)."""
     notes = [
         f"visitors who reached each step in order within {data['window_text']}, credited to the day they entered; "
         f"counted from {data['since_iso']}"
@@ -252,7 +253,9 @@ def funnel_notes(data: dict) -> list[str]:
     if data["open_days"]:
         notes.append(f"still open (their window not over, figures may grow): {', '.join(data['open_days'])}")
     if data["late"]:
-        notes.append(f"{data['late']} step events came after their visitor's state expired: counted, not judged")
+        notes.append(f"{data['late']} step events came later than the window plus COUNTERS_FUNNEL_LATENESS: not judged")
+    if data["capped"]:
+        notes.append(f"{data['capped']} step events past their visitor's state cap: not judged")
     return notes
 
 

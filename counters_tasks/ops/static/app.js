@@ -302,7 +302,8 @@
     var notes = ["within " + data.window_text + ", by the day each visitor entered; counts from " + data.since_iso +
       (data.partial ? " (defined after the range began)" : "")];
     if (data.open_days.length) notes.push("still open (may grow): " + data.open_days.join(", "));
-    if (data.late) notes.push(data.late + " step events came after their visitor's state expired: counted, not judged");
+    if (data.late) notes.push(data.late + " step events came later than the window plus COUNTERS_FUNNEL_LATENESS: not judged");
+    if (data.capped) notes.push(data.capped + " step events past their visitor's state cap: not judged");
     $("funnel-notes").textContent = notes.join("; ");
   }
 
