@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Iterator
 from datetime import date
 from typing import Any
 
@@ -30,8 +31,11 @@ from counters_tasks.events.report import (
     GoalRow,
     ValueCount,
 )
+from counters_tasks.local.redis_server import free_port
+from counters_tasks.local.waiting import wait_until
 from counters_tasks.ops import cli, event_views, views
 from counters_tasks.ops.web import create_app
+from tests.support.browser import Browser, ensure_chromium
 from tests.support.dashboard import TestClient
 
 DAY = date(2026, 11, 30)
@@ -339,3 +343,79 @@ def test_an_empty_site_says_how_to_fill_each_table(monkeypatch, raw_conn):
     assert code == 0 and "none counted in the range: an app sends them with track_event" in out
     code, out, _ = run("goals")
     assert code == 0 and "no goal defined for this site" in out
+
+
+# --- the dashboard's panels, in headless Chromium ---------------------------------------------
+
+
+@pytest.fixture
+def dashboard(reports, raw_conn) -> Iterator[str]:
+    """The dashboard app (``web.create_app``) over the test Redis, served by uvicorn in a thread of
+    this process, so the stubbed reports are what its endpoints read."""
+    import threading
+
+    import uvicorn
+
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(raw_conn, auth=None, health=lambda _c: {"ok": True}), port=free_port(), log_level="warning"
+        )
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_until(lambda: server.started, timeout=20, what="the dashboard to start")
+    yield f"http://127.0.0.1:{server.config.port}"
+    server.should_exit = True
+    thread.join(15)
+
+
+@pytest.mark.processes
+def test_the_panels_show_the_reports(dashboard, tmp_path):
+    try:
+        browser = Browser(ensure_chromium(), tmp_path / "profile")
+    except RuntimeError as exc:
+        pytest.skip(f"chromium cannot be installed here: {exc}")
+    try:
+        browser.navigate(f"{dashboard}/?from={DAY}&to={LAST}&funnel=checkout&refresh=600000")
+        for section in ("events", "goals", "funnel"):
+            browser.wait_until(f"Number(document.getElementById('{section}').dataset.loaded) >= 1", what=section)
+        shown = browser.evaluate("""(() => ({
+            events: [...document.querySelectorAll('#events-table tr')]
+                .map(tr => [...tr.children].slice(1).map(td => td.textContent)),
+            eventNotes: document.getElementById('events-notes').textContent,
+            goals: [...document.querySelectorAll('#goals-table tr')].map(tr => [...tr.children].map(td => td.textContent)),
+            goalsVisitors: document.getElementById('goals-visitors').textContent,
+            goalNotes: document.getElementById('goals-notes').textContent,
+            funnels: [...document.getElementById('funnel-name').options].map(o => o.value),
+            steps: [...document.querySelectorAll('#funnel-chart .funnel-step')].map(s =>
+                [Number(s.dataset.visitors), s.querySelector('.bar').style.width, s.querySelector('.share').textContent]),
+            stepTitle: document.querySelectorAll('#funnel-chart .bar')[1].title,
+            funnelNotes: document.getElementById('funnel-notes').textContent,
+            funnelEmpty: document.getElementById('funnel-empty').hidden,
+        }))()""")
+        assert shown["events"] == [
+            ["signup", "12", "9", 'plan: pro 7, free, "trial" 4, (none) 1'],
+            ["download", "5000", "≈1553 ±0.8%", "file: a.pdf 3000, (other) 2000"],
+        ]
+        for note in ("2 events had no visitor", "3 properties dropped", "(other): the event names", "(none): the"):
+            assert note in shown["eventNotes"]
+        assert shown["goals"] == [
+            ["bought", "event purchase", "30", "25", "12.5%", "1234.5 *"],
+            ["pricing *", "page /pricing", "90", "60", "30.0%", ""],
+        ]
+        assert shown["goalsVisitors"] == "rates of 200 unique visitors in the range"
+        assert "bought: 2 conversions without a numeric revenue property" in shown["goalNotes"]
+        assert "defined after the range began" in shown["goalNotes"]
+        assert shown["funnels"] == ["checkout"] and shown["funnelEmpty"] is True
+        assert shown["steps"] == [
+            [100, "100%", "100 visitors, 100.0% of the first"],
+            [40, "40%", "40 visitors, 40.0% of the first, 40.0% of the step before"],
+            [10, "10%", "10 visitors, 10.0% of the first, 25.0% of the step before"],
+        ]
+        assert shown["stepTitle"] == "<1m: 10, 1-5m: 30"
+        for note in ("within 30m", f"still open (may grow): {LAST}", "3 step events came later", "4 step events past"):
+            assert note in shown["funnelNotes"]
+        shot = browser.screenshot(tmp_path / "events.png")
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    finally:
+        browser.close()
