@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .core.kind import Kind, by_task
 from .counters import COUNTER_UPDATE
+from .events.funnels import FUNNEL  # noqa: F401  (registers the funnel table's feeders of views and events)
 from .ranking_bumps import RANKING
 from .skips import SKIPS
 from .uniques import UNIQUE

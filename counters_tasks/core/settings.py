@@ -115,6 +115,8 @@ class Settings:
     visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT
     # clock policy: how far ahead of this process's clock an item may be (seconds)
     future_tolerance: int = 300
+    # funnels (events.funnels): how late a step event may arrive and still be judged (seconds past its window)
+    funnel_lateness: int = 86400
     # a counting message that fails for a reason that is not Redis being away is tried this often
     max_attempts: int = 5
     # messages: the largest payload a worker decodes, and how many set-aside messages are kept
@@ -525,6 +527,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         visibility_timeout=_int(env, "COUNTERS_VISIBILITY_TIMEOUT", DEFAULT_VISIBILITY_TIMEOUT),
         redis_url_given=bool(env.get("COUNTERS_REDIS_URL")),
         future_tolerance=_int(env, "COUNTERS_FUTURE_TOLERANCE", 300, minimum=0),
+        funnel_lateness=_int(env, "COUNTERS_FUNNEL_LATENESS", 86400, minimum=0),
         max_attempts=_int(env, "COUNTERS_MAX_ATTEMPTS", 5),
         max_message_bytes=_int(env, "COUNTERS_MAX_MESSAGE_BYTES", 1 << 20, minimum=1024),
         dead_letter_max=_int(env, "COUNTERS_DEAD_LETTER_MAX", 10_000),
