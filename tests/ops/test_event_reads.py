@@ -112,7 +112,7 @@ FUNNEL = FunnelReport(
     since=SINCE,
     steps=[
         FunnelStep(1, "page /pricing", 100, 1.0, 1.0, []),
-        FunnelStep(2, "event signup[plan=pro]", 40, 0.4, 0.4, [("<1m", 10), ("1-5m", 30)]),
+        FunnelStep(2, "event signup[plan=pro]", 40, 0.4, 0.4, [("<1m", 10), ("1-5m", 30), ("5-15m", 0)]),
         FunnelStep(3, "page /done", 10, 0.1, 0.25, [("<1m", 4), ("1-5m", 6)]),
     ],
     open_days=[LAST],
@@ -218,13 +218,14 @@ def test_funnel_table_csv_and_json(reports):
     assert "3 step events came later than the window plus COUNTERS_FUNNEL_LATENESS: not judged" in out
     assert "4 step events past their visitor's state cap: not judged" in out
     assert "█" * 20 in out  # the first step's bar, the longest
+    assert "<1m 10; 1-5m 30" in out and "5-15m" not in out  # the table: the buckets with visitors
     assert reports[-1] == ("funnel_report", {"args": ("checkout",), "site": "", "start": DAY, "end": LAST})
     code, out, err = run("funnel", "checkout", *RANGE, "--format", "csv")
     header, rows = csv_of(out)
     assert header == ["step", "label", "visitors", "of_first", "of_previous", "time_to_convert"]
     assert [(r["step"], r["visitors"], r["of_first"], r["time_to_convert"]) for r in rows] == [
         ("1", "100", "1.0", ""),
-        ("2", "40", "0.4", "<1m=10; 1-5m=30"),
+        ("2", "40", "0.4", "<1m=10; 1-5m=30; 5-15m=0"),  # every bucket in the CSV
         ("3", "10", "0.1", "<1m=4; 1-5m=6"),
     ]
     data = json.loads(run("funnel", "checkout", *RANGE, "--json")[1])

@@ -275,11 +275,12 @@ def render_funnel(console: Any, data: dict) -> None:
     table.add_column("")
     table.add_column("of first", justify="right")
     table.add_column("of previous", justify="right")
-    table.add_column("time from the step before")
+    table.add_column("time from the step before (visitors)")
     _, rows = funnel_rows(data)
     high = max((row["visitors"] for row in rows), default=0) or 1
-    for row in rows:
+    for row, step in zip(rows, data["steps"], strict=True):
         first = row["step"] == rows[0]["step"]
+        reached = "; ".join(f"{b['bucket']} {b['visitors']}" for b in step["time_to_convert"] if b["visitors"])
         table.add_row(
             str(row["step"]),
             Text(row["label"]),
@@ -287,7 +288,7 @@ def render_funnel(console: Any, data: dict) -> None:
             "█" * round(20 * row["visitors"] / high),
             share_text(row["of_first"]),
             "" if first else share_text(row["of_previous"]),
-            Text(row["time_to_convert"].replace("=", " ")),
+            Text(reached),
         )
     console.print(table)
 

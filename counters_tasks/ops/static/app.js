@@ -289,7 +289,8 @@
       var bar = document.createElement("div");
       bar.className = "bar";
       bar.style.width = (100 * step.of_first).toFixed(1) + "%";
-      bar.title = step.time_to_convert.map(function (b) { return b.bucket + ": " + b.visitors; }).join(", ");
+      bar.title = step.time_to_convert.filter(function (b) { return b.visitors; })
+        .map(function (b) { return b.bucket + ": " + b.visitors; }).join(", ");
       var share = document.createElement("div");
       share.className = "share";
       share.textContent = step.visitors + " visitors, " + pct(step.of_first) + " of the first" +
