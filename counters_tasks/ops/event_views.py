@@ -191,15 +191,11 @@ def funnel_view(conn: RedisClient, name: Any, start: Any = None, end: Any = None
 
 
 def funnels_list(conn: RedisClient, site: Any = None) -> dict[str, Any]:
-    """The funnels and goals defined for a site (``events.definitions``): each with its steps or
-    match, its window and when it counts from (the dashboard's funnel choice; ``define-funnel``'s
-    and ``define-goal``'s answers are of the same shape)."""
+    """The funnels defined for a site (``events.definitions``), by name: each with its steps, its
+    window and when it counts from (the dashboard's funnel choice; ``define-funnel`` answers one of
+    the same shape)."""
     scope = check_site(site)
-    return {
-        "site": site_name(scope),
-        "funnels": [funnel_definition_json(f) for f in definitions.funnels(conn, scope)],
-        "goals": [goal_definition_json(g) for g in definitions.goals(conn, scope)],
-    }
+    return {"site": site_name(scope), "funnels": [funnel_definition_json(f) for f in definitions.funnels(conn, scope)]}
 
 
 def funnel_definition_json(made: Funnel) -> dict[str, Any]:
