@@ -26,7 +26,7 @@ from ..core.conversions import Funnel
 from ..core.days import day_end, days_between, local_day, today
 from ..core.settings import Settings, get_settings
 from ..core.sites import check_site, zone_of
-from ..core.table import Erasure, Retention, StoredKey, Table, register
+from ..core.table import Erasure, Feeder, Retention, StoredKey, Table, register
 from ..core.validation import check_day_range
 from ..errors import InvalidInput
 from ..store import keys
@@ -57,8 +57,12 @@ event past it is not judged and is counted as ``capped`` (a visitor with 64 step
 window and lateness allowance is a robot)."""
 
 PER_CALL = 64
-"""Most step events one Lua call judges: a visitor's recompute at the cap is about 0.1 ms here, a
-call of 64 typical ones well under 1 ms of the server's CPU."""
+"""Most step events one Lua call judges."""
+
+VISITORS_PER_CALL = 8
+"""Most visitors one Lua call judges: each is recomputed from its whole state, about 0.2 ms of the
+server's CPU for a state at ``STATE_CAP`` (8 steps), a few tens of microseconds for a typical one,
+so a call stays near 2 ms at the worst (``tests/events/test_funnels.py``'s budget test)."""
 
 
 def funnel_tag(funnel: Funnel) -> str:
@@ -101,7 +105,10 @@ def _of_event(funnel: Funnel, event: Any) -> StepEvent | None:
     return (event.visitor, event.ts, mask, event.day) if mask else None
 
 
-def _feeder(judge: Callable[[Funnel, Any], StepEvent | None], site_of: Callable[[Any], str]) -> Any:
+def _feeder(step_event: Callable[[Funnel, Any], StepEvent | None], site_of: Callable[[Any], str]) -> Feeder:
+    """A feeder of the items of one kind: each item's step events of its site's funnels, each
+    funnel's in calls (``_cut``) under ``<call id>/<n>``, queued on the kind's write plan."""
+
     def feed(plan: WritePlan, calls: list[tuple[list[Any], str | None]]) -> None:
         defined = definitions.current(plan.conn).funnels
         if not defined:
@@ -111,9 +118,9 @@ def _feeder(judge: Callable[[Funnel, Any], StepEvent | None], site_of: Callable[
             by_funnel: dict[Funnel, list[StepEvent]] = {}
             for item in items:
                 for funnel in defined.get(site_of(item), ()):
-                    found = judge(funnel, item)
-                    if found is not None:
-                        by_funnel.setdefault(funnel, []).append(found)
+                    one = step_event(funnel, item)
+                    if one is not None:
+                        by_funnel.setdefault(funnel, []).append(one)
             for funnel, found in by_funnel.items():
                 for n, part in enumerate(_cut(found)):
                     queued.append((funnel, part, None if call_id is None else f"{call_id}/{n}"))
@@ -125,15 +132,22 @@ def _feeder(judge: Callable[[Funnel, Any], StepEvent | None], site_of: Callable[
 
 def _cut(found: list[StepEvent]) -> list[list[StepEvent]]:
     """Step events by visitor (each visitor's together, in the order they came), in parts of at
-    most ``PER_CALL``; the same items always cut the same way (a redelivery's ids match)."""
+    most ``PER_CALL`` step events and ``VISITORS_PER_CALL`` visitors; the same items always cut the
+    same way (a redelivery's ids match)."""
     by_visitor: dict[str, list[StepEvent]] = {}
     for one in found:
         by_visitor.setdefault(one[0], []).append(one)
     parts: list[list[StepEvent]] = [[]]
+    visitors = 0
     for visitor_events in by_visitor.values():
+        if visitors >= VISITORS_PER_CALL:
+            parts.append([])
+            visitors = 0
+        visitors += 1
         for one in visitor_events:
             if len(parts[-1]) >= PER_CALL:
                 parts.append([])
+                visitors = 1
             parts[-1].append(one)
     return parts
 
@@ -144,18 +158,22 @@ def call_args(funnel: Funnel, part: list[StepEvent], call_id: str | None, now: f
     base = funnel_base(funnel)
     ttl = settings.dedupe_ttl if call_id is not None else 0
     marker = base + "seen:" + ("" if call_id is None else keys.escape(call_id))
-    args: list[Any] = [ttl, repr(float(now)), funnel.window, settings.funnel_lateness, settings.future_tolerance]
-    args += [len(funnel.steps), STATE_CAP, _keep_seconds(settings), base]
-    args += [step.window or 0 for step in funnel.steps]
-    args += [len(TIME_BUCKETS) - 1, *(int(bound) for _label, bound in TIME_BUCKETS[:-1])]
+    args: list[Any] = [ttl, micros(now), micros(funnel.window), micros(settings.funnel_lateness)]
+    args += [micros(settings.future_tolerance), len(funnel.steps), STATE_CAP, _keep_seconds(settings), base]
+    args += [micros(step.window or 0) for step in funnel.steps]
+    args += [len(TIME_BUCKETS) - 1, *(micros(bound) for _label, bound in TIME_BUCKETS[:-1])]
     by_visitor: dict[str, list[StepEvent]] = {}
     for one in part:
         by_visitor.setdefault(one[0], []).append(one)
     for visitor, events in by_visitor.items():
         args += [visitor, len(events)]
-        for _v, ts, mask, day in events:
-            args += [repr(float(ts)), mask, day.isoformat()]
+        args += [f"{micros(ts):016d}|{mask:03d}|{day.isoformat()}" for _v, ts, mask, day in events]
     return [marker], args
+
+
+def micros(seconds: float) -> int:
+    """Seconds as the whole microseconds the judge works in (exact in Lua's numbers)."""
+    return round(seconds * 1_000_000)
 
 
 def _keep_seconds(settings: Settings) -> int:
@@ -298,9 +316,11 @@ FUNNEL = register(
             lambda settings: settings.day_totals_days,
         ),
         erasure=Erasure(
-            "visitor ids",
+            "visitor ids (its state, its outcome of each day, its membership of each step's set)",
             True,
-            "HDEL/SREM the visitor's id from the funnel's res and step keys (their figures move by one), DEL its state",
+            "DEL of the funnel's v:<visitor>; for each day, HGET then HDEL of its res:<D> field, SREM from "
+            "the step:<D>:<k> sets it reached, and HINCRBY -1 of the histogram buckets its outcome names "
+            "(by hand: no command does it yet)",
         ),
         feeds={"visit": feed_visits, "event": feed_events},
     )
