@@ -22,8 +22,10 @@ from click.testing import CliRunner
 from counters_tasks import counters, events, ranking, visits
 from counters_tasks.core.days import local_day
 from counters_tasks.core.settings import reset_settings
+from counters_tasks.events.kind import EVENT
 from counters_tasks.local.redis_server import free_port
 from counters_tasks.ops import cli, views
+from counters_tasks.payloads import apply_payload
 from counters_tasks.store import keys
 from counters_tasks.worker import dead_letters
 from tests.support import toy_table
@@ -403,6 +405,8 @@ def seed_every_table(conn) -> None:
     dead_letters.set_aside_call("counters.update_counter", "walk-id", [1], {}, "visits", ValueError("bad"), 5)
     views.create_token(conn, ODD_NAME)
     conn.hset(toy_table.HOURS, mapping={"3600": 2, "7200": 1})  # an app's table (``counters-tasks table``)
+    walk_event = {"name": "walk-event", "props": {"plan": "pro"}, "ip": "192.0.2.9", "ts": time.time()}
+    assert apply_payload(conn, EVENT, [walk_event], message_id="walk-events") == 1  # an event (``events``)
     for n in (0, 1):  # a goal and a funnel to read, and to remove once in each format
         events.define_goal(conn, f"walk-{n}", page="/walk")
         events.define_funnel(conn, f"walk-{n}", [{"page": "/walk"}, {"event": "walk-event"}], 1800)

@@ -149,7 +149,7 @@ def test_events_table_csv_and_json(reports):
     assert code == 0, err
     assert f"events {DAY} .. {LAST}" in out
     assert "signup" in out and "pro" in out and "≈1553 ±0.8%" in out  # the estimate marked as every UV
-    assert "2 events had no visitor (no IP)" in out and "3 properties dropped past the 30" in out
+    assert "events without a visitor (no IP): 2," in out and "dropped past the 30 an event keeps: 3" in out
     assert f"{OTHER}: the event names or values past a day's cap" in out and f"{NONE}: the events without" in out
     assert reports[-1] == ("event_report", {"args": (), "site": "", "start": DAY, "end": LAST})
     code, out, err = run("events", *RANGE, "--format", "csv")
@@ -188,7 +188,7 @@ def test_goals_table_csv_and_json(reports):
     assert "rates of 200 unique visitors" in out
     assert "12.5%" in out and "30.0%" in out and "1234.5" in out
     assert "*: defined after the range began" in out
-    assert "bought: 2 conversions without a numeric revenue property" in out
+    assert "bought: conversions without a numeric revenue property: 2 (in" in out
     code, out, err = run("goals", *RANGE, "--format", "csv")
     header, rows = csv_of(out)
     assert header == [
@@ -215,8 +215,8 @@ def test_funnel_table_csv_and_json(reports):
     assert code == 0, err
     assert "funnel checkout" in out and "40.0%" in out and "25.0%" in out and "within 30m" in out
     assert f"still open (their window not over, figures may grow): {LAST}" in out
-    assert "3 step events came later than the window plus COUNTERS_FUNNEL_LATENESS: not judged" in out
-    assert "4 step events past their visitor's state cap: not judged" in out
+    assert "step events later than the window plus COUNTERS_FUNNEL_LATENESS: 3, not judged" in out
+    assert "step events past their visitor's state cap: 4, not judged" in out
     assert "█" * 20 in out  # the first step's bar, the longest
     assert "<1m 10; 1-5m 30" in out and "5-15m" not in out  # the table: the buckets with visitors
     assert reports[-1] == ("funnel_report", {"args": ("checkout",), "site": "", "start": DAY, "end": LAST})
@@ -398,14 +398,14 @@ def test_the_panels_show_the_reports(dashboard, tmp_path):
             ["signup", "12", "9", 'plan: pro 7, free, "trial" 4, (none) 1'],
             ["download", "5000", "≈1553 ±0.8%", "file: a.pdf 3000, (other) 2000"],
         ]
-        for note in ("2 events had no visitor", "3 properties dropped", "(other): the event names", "(none): the"):
+        for note in ("without a visitor (no IP): 2", "event keeps: 3", "(other): the event names", "(none): the"):
             assert note in shown["eventNotes"]
         assert shown["goals"] == [
             ["bought", "event purchase", "30", "25", "12.5%", "1234.5 *"],
             ["pricing *", "page /pricing", "90", "60", "30.0%", ""],
         ]
         assert shown["goalsVisitors"] == "rates of 200 unique visitors in the range"
-        assert "bought: 2 conversions without a numeric revenue property" in shown["goalNotes"]
+        assert "bought: conversions without a numeric revenue property: 2" in shown["goalNotes"]
         assert "defined after the range began" in shown["goalNotes"]
         assert shown["funnels"] == ["checkout"] and shown["funnelEmpty"] is True
         assert shown["steps"] == [
@@ -414,7 +414,12 @@ def test_the_panels_show_the_reports(dashboard, tmp_path):
             [10, "10%", "10 visitors, 10.0% of the first, 25.0% of the step before"],
         ]
         assert shown["stepTitle"] == "<1m: 10, 1-5m: 30"
-        for note in ("within 30m", f"still open (may grow): {LAST}", "3 step events came later", "4 step events past"):
+        for note in (
+            "within 30m",
+            f"still open (may grow): {LAST}",
+            "LATENESS: 3, not judged",
+            "state cap: 4, not judged",
+        ):
             assert note in shown["funnelNotes"]
         shot = browser.screenshot(tmp_path / "events.png")
         assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -130,7 +130,7 @@ def test_the_cli_reads_what_the_tasks_wrote(raw_conn, redis_url, written):
     rows = list(csv.DictReader(io.StringIO(run_cli(redis_url, "goals", *span, "--format", "csv").stdout)))
     assert {r["goal"]: (r["conversions"], r["converters"]) for r in rows} == {"pro": ("4", "3"), "pricing": ("5", "4")}
     text = run_cli(redis_url, "events", *span)
-    assert "1 events had no visitor (no IP)" in text.stdout
+    assert "events without a visitor (no IP): 1," in text.stdout
 
 
 def test_the_api_with_a_read_token_reads_what_the_tasks_wrote(raw_conn, written):

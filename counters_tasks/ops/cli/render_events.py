@@ -90,9 +90,9 @@ def events_notes(data: dict) -> list[str]:
     no_visitor = sum(e["no_visitor"] for e in data["events"])
     dropped = sum(e["dropped_props"] for e in data["events"])
     if no_visitor:
-        notes.append(f"{no_visitor} events had no visitor (no IP): counted, in no UV")
+        notes.append(f"events without a visitor (no IP): {no_visitor}, counted, in no UV")
     if dropped:
-        notes.append(f"{dropped} properties dropped past the {MAX_PROPS} an event keeps")
+        notes.append(f"properties dropped past the {MAX_PROPS} an event keeps: {dropped}")
     if any(e["name"] == OTHER for e in data["events"]) or any(v["value"] == OTHER for v in values):
         notes.append(f"{OTHER}: the event names or values past a day's cap, their counts shown")
     if any(v["value"] == NONE for v in values):
@@ -177,7 +177,7 @@ def render_goals(console: Any, data: dict) -> None:
     from rich.text import Text
 
     notes = [
-        f"{g['name']}: {g['no_revenue']} conversions without a numeric revenue property (in conversions, not revenue)"
+        f"{g['name']}: conversions without a numeric revenue property: {g['no_revenue']} (in conversions, not revenue)"
         for g in data["goals"]
         if g["no_revenue"]
     ]
@@ -253,9 +253,9 @@ def funnel_notes(data: dict) -> list[str]:
     if data["open_days"]:
         notes.append(f"still open (their window not over, figures may grow): {', '.join(data['open_days'])}")
     if data["late"]:
-        notes.append(f"{data['late']} step events came later than the window plus COUNTERS_FUNNEL_LATENESS: not judged")
+        notes.append(f"step events later than the window plus COUNTERS_FUNNEL_LATENESS: {data['late']}, not judged")
     if data["capped"]:
-        notes.append(f"{data['capped']} step events past their visitor's state cap: not judged")
+        notes.append(f"step events past their visitor's state cap: {data['capped']}, not judged")
     return notes
 
 

@@ -235,8 +235,8 @@
         other = other || e.name === "(other)";
       });
       var notes = [];
-      if (noVisitor) notes.push(noVisitor + " events had no visitor (no IP): counted, in no UV");
-      if (dropped) notes.push(dropped + " properties dropped past the 30 an event keeps");
+      if (noVisitor) notes.push("events without a visitor (no IP): " + noVisitor + ", counted, in no UV");
+      if (dropped) notes.push("properties dropped past the 30 an event keeps: " + dropped);
       if (other) notes.push("(other): the event names or values past a day's cap, their counts shown");
       if (none) notes.push("(none): the events without that property");
       if (!data.events.length) notes.push("None counted in the range: an app sends them with track_event (docs/events.md).");
@@ -261,12 +261,12 @@
         uvCell(tr, {uv: g.converters, uv_exact: g.converters_exact, uv_error: g.converters_error});
         cell(tr, pct(g.rate, g.rate_exact), "num");
         var revenue = cell(tr, g.revenue == null ? "" : String(g.revenue) + (g.no_revenue ? " *" : ""), "num");
-        if (g.no_revenue) revenue.title = g.no_revenue + " conversions without a numeric revenue property";
+        if (g.no_revenue) revenue.title = "conversions without a numeric revenue property: " + g.no_revenue;
         body.appendChild(tr);
         partial = partial || g.partial;
       });
       var noRevenue = data.goals.filter(function (g) { return g.no_revenue; }).map(function (g) {
-        return g.name + ": " + g.no_revenue + " conversions without a numeric revenue property (in conversions, not revenue). ";
+        return g.name + ": conversions without a numeric revenue property: " + g.no_revenue + " (in conversions, not revenue). ";
       }).join("");
       $("goals-notes").textContent = noRevenue + (partial ? "*: defined after the range began: counts from its time only (hover). " : "") +
         (data.goals.length ? "" : "No goal defined: counters-tasks define-goal NAME (--page P | --event E) (docs/events.md).");
@@ -303,8 +303,8 @@
     var notes = ["within " + data.window_text + ", by the day each visitor entered; counts from " + data.since_iso +
       (data.partial ? " (defined after the range began)" : "")];
     if (data.open_days.length) notes.push("still open (may grow): " + data.open_days.join(", "));
-    if (data.late) notes.push(data.late + " step events came later than the window plus COUNTERS_FUNNEL_LATENESS: not judged");
-    if (data.capped) notes.push(data.capped + " step events past their visitor's state cap: not judged");
+    if (data.late) notes.push("step events later than the window plus COUNTERS_FUNNEL_LATENESS: " + data.late + ", not judged");
+    if (data.capped) notes.push("step events past their visitor's state cap: " + data.capped + ", not judged");
     $("funnel-notes").textContent = notes.join("; ");
   }
 
