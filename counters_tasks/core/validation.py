@@ -66,7 +66,10 @@ def check_item_text(fields: dict[str, Any], depth: int = 0) -> None:
             if not value.isascii():
                 check_unicode(value, _name_of(fields, value))
         elif value is not None and isinstance(value, _NESTED):
-            _check_nested(value, _name_of(fields, value), depth + 1)
+            try:
+                _check_nested(value, "", depth + 1)
+            except InvalidInput:  # checked again to name the field (an event's props: no lookup a call)
+                _check_nested(value, _name_of(fields, value), depth + 1)
 
 
 _NESTED = (list, tuple, dict)

@@ -15,9 +15,10 @@ from counters_tasks import refusals, tasks
 from counters_tasks.core.days import local_day
 from counters_tasks.core.events import MAX_PROPS, NONE, OTHER
 from counters_tasks.errors import InvalidInput
-from counters_tasks.events import event_counter, event_report
+from counters_tasks.events import event_counter, event_day, event_report
 from counters_tasks.events.kind import EVENT, prepare_event
 from counters_tasks.recorder import VisitRecorder
+from counters_tasks.store import keys
 from tests.support.servers import use_settings
 
 
@@ -35,14 +36,14 @@ def rows(report) -> dict:
     }
 
 
-def test_an_event_counts_through_every_route(eager_app, raw_conn):
+def test_an_event_counts_through_every_route(eager_app, conn):
     now = time.time() - 5
     tasks.track_event.delay("signup", {"plan": "pro", "seats": 3}, now, "203.0.113.1")
     tasks.track_event.delay("signup", {"plan": "free"}, now, "203.0.113.2")
     tasks.track_event.delay("signup", None, now, session_id="0123456789abcdef0123")  # a session's visitor
     VisitRecorder(flush_on_sigterm=False).track_event("signup", {"plan": "pro"}, now, ip="203.0.113.1")
     tasks.track_event.delay("signup", ts=now)  # no visitor: counted, in no UV
-    report = event_report(raw_conn)
+    report = event_report(conn)
     assert report.start == report.end == local_day(now)
     assert rows(report) == {
         "signup": (
@@ -57,7 +58,7 @@ def test_an_event_counts_through_every_route(eager_app, raw_conn):
         )
     }
     assert report.events[0].uv_error == 0.0
-    assert sum(total for _start, total in event_counter(raw_conn, "signup", 60)) == 5
+    assert sum(total for _start, total in event_counter(conn, "signup", 60)) == 5
 
 
 def test_a_redelivered_batch_counts_once(eager_app, raw_conn):
@@ -274,3 +275,28 @@ def test_a_journal_entry_is_the_same_event():
     )
     assert EVENT.from_entry(json.loads(json.dumps(EVENT.to_entry(event)))) == event
     assert event.props == (("sku", "a"), ("n", "2"), ("ok", "true"), ("price", "9.5"))
+
+
+def test_an_event_of_a_closed_day_counts_in_no_uv(eager_app, raw_conn):
+    """A day whose pairs have gone (its ``open_until`` passed): a later event of it is counted, in
+    no UV, and reported as a visit of a closed day is (``closed_day``)."""
+    now = time.time() - 5
+    tasks.track_event.delay("late", None, now, "192.0.2.1")
+    with keys.bound(raw_conn):
+        raw_conn.hset(event_day.day_key(local_day(now)), "open_until", 1)  # as if COUNTERS_DAY_GRACE_DAYS had passed
+        raw_conn.delete(event_day.pairs_key(local_day(now)))
+    tasks.track_event.delay("late", None, now, "192.0.2.2")
+    assert rows(event_report(raw_conn)) == {"late": (2, 1, 0, 0, {})}
+    assert refusals.counts(raw_conn)["closed_day"] == 1
+
+
+def test_keys_past_the_days_cap_are_counted_as_dropped(eager_app, raw_conn):
+    """An event name tracks ``KEYS_PER_EVENT`` property keys a day: the properties of a key past
+    them are dropped and counted (``dropped_props``), the name's other figures kept."""
+    now = time.time() - 5
+    items = [{"name": "wide", "props": {f"k{n}": "v"}, "ts": now} for n in range(event_day.KEYS_PER_EVENT + 3)]
+    assert tasks.track_events.apply(args=[items], task_id=str(uuid.uuid4())).get() == len(items)
+    [row] = event_report(raw_conn).events
+    assert (row.total, row.dropped_props, len(row.props)) == (len(items), 3, event_day.KEYS_PER_EVENT)
+    assert {v.value: v.total for v in row.props["k0"]} == {"v": 1, NONE: len(items) - 1}
+    assert {v.value: v.total for v in row.props["k29"]} == {"v": 1, NONE: 29 + 3}
