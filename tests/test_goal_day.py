@@ -27,11 +27,13 @@ HOUR = 3600
 
 
 @pytest.fixture(autouse=True)
-def no_goals_left(conn):
-    """The goals a test defined are gone after it (and the workers' cache of them with them)."""
+def no_goals_left(request):
+    """The goals a test defined are gone after it (and this process's cache of them with them:
+    ``definitions.current``), on the test's own client."""
+    client = request.getfixturevalue("conn" if "conn" in request.fixturenames else "raw_conn")
     yield
-    for goal in events.goals(conn):
-        events.remove_goal(conn, goal.name, site=goal.site or None)
+    for goal in events.goals(client):
+        events.remove_goal(client, goal.name, site=goal.site or None)
 
 
 def since_before(now: float) -> float:
@@ -290,13 +292,14 @@ def test_a_bad_range_or_site_is_refused(conn):
 @pytest.mark.skipif(is_cluster_run(), reason="reads one server's key")
 def test_the_goal_day_key_is_the_one_written(conn):
     now = time.time()
-    events.define_goal(conn, "a", page="/a", now=since_before(now))
+    goal = events.define_goal(conn, "a", page="/a", now=since_before(now))
     visits.apply_visits(conn, [{"ip": "192.0.2.1", "path": "/a", "ts": now}], message_id="k")
     with keys.bound(conn):
         day_key = goal_day.goal_day_key(days.local_day(now))
         pairs = goal_day.goal_day_pairs(days.local_day(now))
     stored = {k.decode() if isinstance(k, bytes) else k for k in conn.hkeys(day_key)}
-    assert stored == {"open_until", "c:a", "u:a", "s:a"}
+    assert goal_day.goal_id(goal) == f"a@{int(goal.since)}"
+    assert stored == {"open_until", *(f"{letter}:a@{int(goal.since)}" for letter in "cus")}
     assert conn.scard(pairs) == 1 and conn.ttl(pairs) > 0 and conn.ttl(day_key) > 0
 
 
@@ -356,3 +359,64 @@ def test_a_hundred_goals_on_every_view_stay_under_the_budget(raw_conn, call_budg
     assert calls >= 1000 and cost <= LIMIT_GOALS
     report = events.goal_report(raw_conn)
     assert {(r.conversions, r.converters) for r in report.goals} == {(5000, 5000)}
+
+
+@pytest.mark.skipif(is_cluster_run(), reason="a pipeline of one server cut by hand")
+@pytest.mark.parametrize("calls", [0, 3, 9])
+def test_a_worker_batch_killed_half_way_counts_each_goal_once_when_its_messages_come_back(raw_conn, monkeypatch, calls):
+    """A worker's claimed batch of per-visit messages (``worker.batch_apply.write_claimed``) dies
+    after its first ``calls`` commands; its messages come back in other batches, some twice: each
+    goal's figures equal a count made in plain Python from the visits."""
+    from counters_tasks import throughput
+    from counters_tasks.kinds import VISIT
+    from counters_tasks.worker import batch_apply
+    from tests.faults.test_batch_claims import killed_after, visit_items
+    from tests.support.visit_model import random_visits
+
+    now = time.time()
+    batch = random_visits(60, seed=43, paths=25, ts=now)
+    visits.apply_visits(raw_conn, random_visits(5, seed=1), message_id="warm")  # the scripts loaded
+    raw_conn.flushdb()
+    events.define_goal(raw_conn, "home", page="/", now=since_before(now))
+    events.define_goal(raw_conn, "pages", page="/page/", match="prefix", now=since_before(now))
+    events.define_goal(raw_conn, "teens", page="/page/1*", match="pattern", now=since_before(now))
+    tally = throughput.Tally()
+    killed_after(monkeypatch, calls)
+    with pytest.raises(SystemExit):
+        batch_apply.write_claimed(raw_conn, VISIT, visit_items(batch[:40]), tally)
+    batch_apply.write_claimed(raw_conn, VISIT, visit_items(batch[10:12], 10) + visit_items(batch[40:], 40), tally)
+    for first in range(0, 60, 7):
+        batch_apply.write_claimed(raw_conn, VISIT, visit_items(batch[first : first + 7], first), tally)
+    rules = {
+        "home": lambda path: path == "/",
+        "pages": lambda path: path.startswith("/page/"),
+        "teens": lambda path: path.startswith("/page/1") and "/" not in path[len("/page/1") :],
+    }
+    expected = {
+        name: (sum(rule(v["path"]) for v in batch), len({v["ip"] for v in batch if rule(v["path"])}))
+        for name, rule in rules.items()
+    }
+    report = events.goal_report(raw_conn)
+    assert {r.name: (r.conversions, r.converters) for r in report.goals} == expected
+    assert all(conversions > 0 for conversions, _converters in expected.values())
+
+
+def test_a_goal_defined_again_starts_again_from_its_new_since(conn):
+    """Defined again under its name (another page, a later ``since``), a goal counts apart: not
+    on top of what the goal it replaced counted that day."""
+    now = time.time()
+    first = events.define_goal(conn, "main", page="/a", now=now - 3 * HOUR)
+    visits.apply_visits(conn, [{"ip": "192.0.2.1", "path": "/a", "ts": first.since + 60}], message_id="one")
+    again = events.define_goal(conn, "main", page="/b", now=now - HOUR)
+    visits.apply_visits(
+        conn,
+        [
+            {"ip": "192.0.2.1", "path": "/a", "ts": again.since + 60},  # the old page: no longer the goal
+            {"ip": "192.0.2.2", "path": "/b", "ts": again.since - 60},  # before the new since
+            {"ip": "192.0.2.3", "path": "/b", "ts": again.since + 60},
+        ],
+        message_id="two",
+    )
+    start = days.local_day(first.since)
+    main = row(events.goal_report(conn, start=start, end=days.local_day(now)), "main")
+    assert (main.label, main.conversions, main.converters, main.since) == ("page /b", 1, 1, again.since)

@@ -2,14 +2,15 @@
 -- the calls): per goal its conversions, its unique converters of the day (exact through a pairs
 -- SET of "<visitor><goal digest>" members, as sitestats' pairs) with their sketch (page_sketch.lua:
 -- the range's converters are the union of the days' sketches), and its revenue.
--- KEYS: the day's goals HASH (open_until, and per goal "c:<name>" conversions, "u:<name>"
---       converters, "s:<name>" their sketch, "r:<name>" revenue, "x:<name>" conversions without a
+-- KEYS: the day's goals HASH (open_until, and per goal, by its id "<name>@<since>" (goal_id in
+--       events/goal_day.py: a goal defined again counts apart), "c:<id>" conversions, "u:<id>"
+--       converters, "s:<id>" their sketch, "r:<id>" revenue, "x:<id>" conversions without a
 --       revenue number), the day's converters pairs SET, the part's dedupe marker (a HASH of the
---       goals applied: goals of one part of a message may go in several calls, each goal once).
+--       goal ids applied: goals of one part of a message may go in several calls, each goal once).
 --       All in the tag of the site and day.
 -- ARGV: marker TTL in seconds (0 = no dedupe), the day's open-until from the day (epoch s), kept
 --       from the day's first write (s), the HASH's expire-at from the day (epoch s), kept from now
---       (s), g, then per goal six: its name, its digest (8 characters: its pairs members' tail and
+--       (s), g, then per goal six: its id, the id's digest (8 characters: its pairs members' tail and
 --       its sketch's HLL key, "<HASH key>:<digest>", store/page_sketch.py's hll_key), its
 --       conversions, its revenue summed ('' when it has no revenue property), its conversions
 --       without a revenue number, and its converters in one string (each visitor's pairs form, 11
@@ -38,7 +39,7 @@ local goals = tonumber(ARGV[6])
 local fields, values = {}, {}
 for g = 0, goals - 1 do
   local at = 7 + g * 6
-  local name, digest, conversions = ARGV[at], ARGV[at + 1], tonumber(ARGV[at + 2])
+  local name, digest, conversions = ARGV[at], ARGV[at + 1], tonumber(ARGV[at + 2])  -- (name: the goal's id)
   local revenue, no_revenue, visitors = ARGV[at + 3], tonumber(ARGV[at + 4]), ARGV[at + 5]
   if ttl > 0 and redis.call('HSETNX', marker, name, 1) == 0 then
     skipped = skipped + conversions
