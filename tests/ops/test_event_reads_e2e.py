@@ -180,3 +180,53 @@ def test_the_dashboard_shows_what_the_tasks_wrote(raw_conn, redis_url, written, 
                 shutil.copy(shot, Path(os.environ.get("COUNTERS_DOCS_DIR") or REPO / "docs") / "dashboard-events.png")
         finally:
             browser.close()
+
+
+def test_a_sites_events_goals_and_funnels_are_its_own(raw_conn, eager_app, monkeypatch):
+    """Events, a goal and a funnel of the site ``blog``: read with ``--site blog`` (and
+    ``site=blog``), not on the default site; a token of the blog reads them, and is refused the
+    default site's."""
+    from counters_tasks import tasks
+    from counters_tasks.ops import views
+    from counters_tasks.ops.web import create_app
+    from tests.support.servers import use_settings
+
+    use_settings(monkeypatch, COUNTERS_SITES='{"blog": {}}')
+    now = time.time()
+    before = now - 3600
+    events.define_goal(raw_conn, "read", event="read", site="blog", now=before)
+    events.define_funnel(raw_conn, "reading", [{"page": "/post"}, {"event": "read"}], 600, site="blog", now=before)
+    for who in (1, 2, 3):
+        tasks.record_visit.delay(IP(who), "/post", ts=now - 300, site="blog")
+    for who in (1, 2):
+        tasks.track_event.delay("read", {"depth": "full"}, ts=now - 240, ip=IP(who), site="blog")
+    code, out, err = cli_main("events", "--site", "blog", "--json")
+    assert code == 0, err
+    blog = json.loads(out)
+    assert blog["site"] == "blog" and [(e["name"], e["total"], e["uv"]) for e in blog["events"]] == [("read", 2, 2)]
+    assert json.loads(cli_main("events", "--json")[1])["events"] == []  # the default site has none
+    goals = json.loads(cli_main("goals", "--site", "blog", "--json")[1])
+    assert [(g["name"], g["converters"]) for g in goals["goals"]] == [("read", 2)] and goals["visitors"] == 3
+    assert json.loads(cli_main("goals", "--json")[1])["goals"] == []
+    code, _out, err = cli_main("funnel", "reading")
+    assert code == 2 and "no funnel named 'reading' (funnels: none)" in err  # the default site's funnels
+    client = TestClient(create_app(raw_conn, auth=("ops", "s3cret"), health=lambda _c: {"ok": True}))
+    bearer = {"Authorization": f"Bearer {views.create_token(raw_conn, 'blog', site='blog')['token']}"}
+    funnel = client.get("/api/funnel?name=reading&site=blog", headers=bearer)
+    assert funnel.status_code == 200 and [s["visitors"] for s in funnel.json()["steps"]] == [3, 2]
+    assert client.get("/api/events", headers=bearer).status_code == 403  # the default site: not the token's
+    assert [f["name"] for f in client.get("/api/funnels?site=blog", headers=bearer).json()["funnels"]] == ["reading"]
+
+
+def cli_main(*args: str) -> tuple[int, str, str]:
+    """``counters-tasks ARGS`` in-process (the settings of the test: its sites), as the console script runs it."""
+    from click.testing import CliRunner
+
+    from counters_tasks.ops.cli import main
+
+    with CliRunner().isolation(env={"COLUMNS": "160"}) as (out, err, _):
+        try:
+            code = main(list(args))
+        except SystemExit as exc:
+            code = exc.code
+    return code, out.getvalue().decode(), err.getvalue().decode()
