@@ -17,6 +17,7 @@ import re
 from collections.abc import Sequence
 from datetime import date, datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from .. import events
 from ..core.conversions import Funnel, Goal, parse_window
@@ -41,8 +42,6 @@ def figure(value: int, error: float, name: str = "uv") -> dict[str, Any]:
 
 def when_iso(ts: float, scope: str) -> str:
     """An epoch time as ISO 8601 in the zone of the site ``scope``."""
-    from zoneinfo import ZoneInfo
-
     return datetime.fromtimestamp(ts, ZoneInfo(zone_of(scope))).isoformat(timespec="seconds")
 
 
@@ -92,7 +91,6 @@ def events_json(report: EventReport) -> dict[str, Any]:
         "from": report.start.isoformat(),
         "to": report.end.isoformat(),
         "events": [event_json(row) for row in report.events],
-        "total": sum(row.total for row in report.events),
     }
 
 

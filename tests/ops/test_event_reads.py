@@ -171,12 +171,7 @@ def test_events_table_csv_and_json(reports):
     code, out, err = run("events", *RANGE, "--json")
     data = json.loads(out)
     assert data == event_views.events_json(EVENTS)
-    assert (data["site"], data["from"], data["to"], data["total"]) == (
-        "default",
-        DAY.isoformat(),
-        LAST.isoformat(),
-        5012,
-    )
+    assert (data["site"], data["from"], data["to"]) == ("default", DAY.isoformat(), LAST.isoformat())
     download = data["events"][1]
     assert download["uv"] == 1553 and download["uv_exact"] is False and download["uv_error"] == 0.008
     assert download["props"]["file"][1] == {"value": OTHER, "total": 2000, **views.uv_view(700, True, 0.008)}
