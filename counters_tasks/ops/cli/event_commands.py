@@ -114,7 +114,8 @@ def define_goal_command(
     output: str,
 ) -> None:
     """Define (or replace) goal NAME: a page (--page, --match) or an event (--event, optionally
-    --prop K --value V), optionally with --revenue. It counts from a minute or so from now (said)."""
+    --prop K --value V), optionally with --revenue. It counts from its since, said: a few minutes
+    from now (COUNTERS_FUTURE_TOLERANCE plus 5 s, to the minute), when every worker judges with it."""
     emit(
         query(
             lambda conn: event_views.define_goal_view(conn, name, page, match, event, prop, value, revenue, site=site)
@@ -141,8 +142,8 @@ def define_goal_command(
 @site_option
 @output_options(DEFINITION_COLUMNS)
 def define_funnel_command(name: str, window: str, steps: tuple[str, ...], site: str | None, output: str) -> None:
-    """Define (or replace) funnel NAME: its steps in order and its window. It counts from a minute
-    or so from now (said)."""
+    """Define (or replace) funnel NAME: its steps in order and its window. It counts from its
+    since, said: a few minutes from now (COUNTERS_FUTURE_TOLERANCE plus 5 s, to the minute)."""
     emit(
         query(lambda conn: event_views.define_funnel_view(conn, name, window, steps, site=site)),
         output,
