@@ -386,6 +386,7 @@ def test_the_panels_show_the_reports(dashboard, tmp_path):
             steps: [...document.querySelectorAll('#funnel-chart .funnel-step')].map(s =>
                 [Number(s.dataset.visitors), s.querySelector('.bar').style.width, s.querySelector('.share').textContent]),
             stepTitle: document.querySelectorAll('#funnel-chart .bar')[1].title,
+            times: [...document.querySelectorAll('#funnel-chart .times')].map(t => t.textContent),
             funnelNotes: document.getElementById('funnel-notes').textContent,
             funnelEmpty: document.getElementById('funnel-empty').hidden,
         }))()""")
@@ -409,6 +410,7 @@ def test_the_panels_show_the_reports(dashboard, tmp_path):
             [10, "10%", "10 visitors, 10.0% of the first, 25.0% of the step before"],
         ]
         assert shown["stepTitle"] == "<1m: 10, 1-5m: 30"
+        assert shown["times"] == ["time from step 1: <1m: 10, 1-5m: 30", "time from step 2: <1m: 4, 1-5m: 6"]
         for note in (
             "within 30m",
             f"still open (may grow): {LAST}",

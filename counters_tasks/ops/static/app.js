@@ -298,6 +298,12 @@
       row.appendChild(label);
       row.appendChild(bar);
       row.appendChild(share);
+      if (i && bar.title) {  // the time from the step before, by bucket (the buckets with visitors)
+        var times = document.createElement("div");
+        times.className = "muted times";
+        times.textContent = "time from step " + data.steps[i - 1].step + ": " + bar.title;
+        row.appendChild(times);
+      }
       box.appendChild(row);
     });
     var notes = ["within " + data.window_text + ", by the day each visitor entered; counts from " + data.since_iso +
