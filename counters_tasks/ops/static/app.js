@@ -293,7 +293,7 @@
         .map(function (b) { return b.bucket + ": " + b.visitors; }).join(", ");
       var share = document.createElement("div");
       share.className = "share";
-      share.textContent = step.visitors + " visitors, " + pct(step.of_first) + " of the first" +
+      share.textContent = step.visitors + (step.visitors === 1 ? " visitor, " : " visitors, ") + pct(step.of_first) + " of the first" +
         (i ? ", " + pct(step.of_previous) + " of the step before" : "");
       row.appendChild(label);
       row.appendChild(bar);
