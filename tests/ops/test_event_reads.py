@@ -216,6 +216,8 @@ def test_funnel_table_csv_and_json(reports):
     assert "<1m 10; 1-5m 30" in out and "5-15m" not in out  # the table: the buckets with visitors
     assert reports[-1] == ("funnel_report", {"args": ("checkout",), "site": "", "start": DAY, "end": LAST})
     code, out, err = run("funnel", "checkout", *RANGE, "--format", "csv")
+    assert f"still open (their window not over, figures may grow): {LAST}" in err  # beside the CSV
+    assert "LATENESS: 3, not judged" in err and "state cap: 4, not judged" in err
     header, rows = csv_of(out)
     assert header == ["step", "label", "visitors", "of_first", "of_previous", "time_to_convert"]
     assert [(r["step"], r["visitors"], r["of_first"], r["time_to_convert"]) for r in rows] == [

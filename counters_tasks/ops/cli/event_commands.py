@@ -22,6 +22,7 @@ from .render_events import (
     REMOVE_COLUMNS,
     definition_rows,
     events_rows,
+    funnel_notes,
     funnel_rows,
     goals_rows,
     remove_rows,
@@ -79,12 +80,11 @@ def goals_command(start: str | None, end: str | None, site: str | None, output: 
 def funnel_command(name: str, start: str | None, end: str | None, site: str | None, output: str) -> None:
     """Funnel NAME over a range of days (by the day each visitor entered it): the visitors who
     reached each step in order within the window, their share, and the time between steps."""
-    emit(
-        query(lambda conn: event_views.funnel_view(conn, name, start, end, site=site)),
-        output,
-        render_funnel,
-        funnel_rows,
-    )
+    data = query(lambda conn: event_views.funnel_view(conn, name, start, end, site=site))
+    emit(data, output, render_funnel, funnel_rows)
+    if output == "csv":  # what the rows do not say (the days still open, the events not judged): stderr
+        for note in funnel_notes(data)[1:]:
+            click.echo(note, err=True)
 
 
 @click.command("define-goal")
