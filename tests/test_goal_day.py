@@ -420,3 +420,56 @@ def test_a_goal_defined_again_starts_again_from_its_new_since(conn):
     start = days.local_day(first.since)
     main = row(events.goal_report(conn, start=start, end=days.local_day(now)), "main")
     assert (main.label, main.conversions, main.converters, main.since) == ("page /b", 1, 1, again.since)
+
+
+def test_goals_over_days_and_ranges_equal_a_plain_python_count(conn):
+    """1,500 visits of 250 visitors spread over three days (in batches, one delivered twice):
+    each goal's conversions and converters of each day and of every range equal a count made in
+    plain Python from the same visits, exact (at most 256 converters a day: each day's sketch a
+    list of ids, ``store.page_sketch``)."""
+    from tests.support.visit_model import random_visits
+
+    now = time.time()
+    batch = random_visits(1500, seed=431, visitors=200, paths=30, ts=now, spread=2.5 * 86400)  # 200 + 50 IPv6
+    for goal, (page, match) in {
+        "home": ("/", "exact"),
+        "pages": ("/page/", "prefix"),
+        "ones": ("/page/1*", "pattern"),
+    }.items():
+        events.define_goal(conn, goal, page=page, match=match, now=now - 4 * 86400)
+    for first in range(0, 1500, 500):
+        visits.apply_visits(conn, batch[first : first + 500], message_id=f"days-{first}")
+    visits.apply_visits(conn, batch[500:1000], message_id="days-500")  # redelivered
+    rules = {
+        "home": lambda path: path == "/",
+        "pages": lambda path: path.startswith("/page/"),
+        "ones": lambda path: path.startswith("/page/1") and "/" not in path[len("/page/1") :],
+    }
+    today = days.local_day(now)
+    span = [today - timedelta(days=n) for n in range(3, -1, -1)]
+    for start in span:
+        for end in [day for day in span if day >= start]:
+            within = [v for v in batch if start <= days.local_day(v["ts"]) <= end]
+            expected = {
+                name: (sum(rule(v["path"]) for v in within), len({v["ip"] for v in within if rule(v["path"])}))
+                for name, rule in rules.items()
+            }
+            report = events.goal_report(conn, start=start, end=end)
+            assert {r.name: (r.conversions, r.converters) for r in report.goals} == expected, (start, end)
+            assert all(r.converters_error == 0.0 for r in report.goals)
+
+
+def test_past_256_converters_a_day_a_range_is_an_estimate_with_its_error(conn):
+    """A day's sketch of more than 256 converters is a HyperLogLog: one day stays exact (its
+    pairs SET), a range is Redis's estimate of the union, with its standard error shown."""
+    now = time.time()
+    events.define_goal(conn, "all", page="/", match="prefix", now=now - 3 * 86400)
+    for back in (0, 1):
+        ts = now - back * 86400
+        visits.apply_visits(conn, [{"ip": f"10.2.{n // 256}.{n % 256}", "path": "/x", "ts": ts} for n in range(600)])
+    today = days.local_day(now)
+    one = row(events.goal_report(conn, start=today, end=today), "all")
+    assert (one.converters, one.converters_error) == (600, 0.0)
+    both = row(events.goal_report(conn, start=today - timedelta(days=1), end=today), "all")
+    assert both.conversions == 1200 and both.converters_error == hll.STANDARD_ERROR
+    assert abs(both.converters - 600) <= 0.03 * 600
