@@ -129,6 +129,10 @@ def test_the_cli_reads_what_the_tasks_wrote(raw_conn, redis_url, written):
     assert table.returncode == 0 and "event signup[plan=pro]" in table.stdout and "50.0%" in table.stdout
     rows = list(csv.DictReader(io.StringIO(run_cli(redis_url, "goals", *span, "--format", "csv").stdout)))
     assert {r["goal"]: (r["conversions"], r["converters"]) for r in rows} == {"pro": ("4", "3"), "pricing": ("5", "4")}
+    live = json.loads(
+        run_cli(redis_url, "counter", "event:signup", "--precision", "60", "--last", "30", "--json").stdout
+    )
+    assert live["total"] == 6  # the event's live counter: every signup, the one without an IP too
     text = run_cli(redis_url, "events", *span)
     assert "events without a visitor (no IP): 1," in text.stdout
 
