@@ -144,14 +144,17 @@ def goals_view(conn: RedisClient, start: Any = None, end: Any = None, site: Any 
 # --- funnels --------------------------------------------------------------------------------
 
 
-def funnel_json(report: FunnelReport) -> dict[str, Any]:
+def funnel_json(report: FunnelReport, made: Funnel | None = None) -> dict[str, Any]:
     """A ``FunnelReport`` as the CLI's ``--json`` and ``/api/funnel`` give it: each step's
     visitors, their share of the first step's and of the step before's, and the time from the
     step before (``time_to_convert``: ``{"bucket", "visitors"}`` in the buckets' order); the
     window, when it counts from, the days still open, and the step events not judged: ``late``
     (older than the window plus COUNTERS_FUNNEL_LATENESS when they came) and ``capped`` (past
-    their visitor's state cap)."""
+    their visitor's state cap). With the funnel's definition ``made``, each step's own window
+    (``step_window``, seconds from the step before; None: the funnel's only)."""
     scope = check_site(report.site)
+    own = [step.window for step in made.steps] if made is not None else []
+    own += [None] * (len(report.steps) - len(own))  # (a definition replaced since: no window of its own)
     return {
         "name": report.name,
         "site": site_name(scope),
@@ -168,8 +171,10 @@ def funnel_json(report: FunnelReport) -> dict[str, Any]:
                 "of_first": step.of_first,
                 "of_previous": step.of_previous,
                 "time_to_convert": [{"bucket": bucket, "visitors": n} for bucket, n in step.time_to_convert],
+                "step_window": window,
+                "step_window_text": window and window_text(window),
             }
-            for step in report.steps
+            for step, window in zip(report.steps, own, strict=False)
         ],
         "open_days": [day.isoformat() for day in report.open_days],
         "late": report.late,
@@ -182,10 +187,11 @@ def funnel_view(conn: RedisClient, name: Any, start: Any = None, end: Any = None
     funnels there are when it is not defined."""
     check_text(name, "funnel")
     scope, first, last = _range(start, end, site)
-    if definitions.funnel(conn, name, scope) is None:
+    made = definitions.funnel(conn, name, scope)
+    if made is None:
         known = ", ".join(f.name for f in definitions.funnels(conn, scope)) or "none"
         raise InvalidInput(f"no funnel named {name!r} (funnels: {known})")
-    return funnel_json(events.funnel_report(conn, name, site=scope, start=first, end=last))
+    return funnel_json(events.funnel_report(conn, name, site=scope, start=first, end=last), made)
 
 
 def funnels_list(conn: RedisClient, site: Any = None) -> dict[str, Any]:

@@ -137,7 +137,12 @@ def reports(monkeypatch, raw_conn) -> list[tuple[str, dict[str, Any]]]:
     stub("event_report", EVENTS)
     stub("goal_report", GOALS)
     stub("funnel_report", FUNNEL)
-    definitions.define_funnel(raw_conn, "checkout", [{"page": "/pricing"}, {"event": "signup"}], 1800)
+    steps = [
+        {"page": "/pricing"},
+        {"event": "signup", "prop": "plan", "value": "pro"},
+        {"page": "/done", "window": 600},
+    ]
+    definitions.define_funnel(raw_conn, "checkout", steps, 1800)
     return calls
 
 
@@ -214,6 +219,7 @@ def test_funnel_table_csv_and_json(reports):
     assert "step events past their visitor's state cap: 4, not judged" in out
     assert "█" * 20 in out  # the first step's bar, the longest
     assert "<1m 10; 1-5m 30" in out and "5-15m" not in out  # the table: the buckets with visitors
+    assert "page /done (within 10m)" in out  # the step's own window
     assert reports[-1] == ("funnel_report", {"args": ("checkout",), "site": "", "start": DAY, "end": LAST})
     code, out, err = run("funnel", "checkout", *RANGE, "--format", "csv")
     assert f"still open (their window not over, figures may grow): {LAST}" in err  # beside the CSV
@@ -234,6 +240,9 @@ def test_funnel_table_csv_and_json(reports):
     )
     assert data["steps"][2]["time_to_convert"] == [{"bucket": "<1m", "visitors": 4}, {"bucket": "1-5m", "visitors": 6}]
     assert data["partial"] is False
+    assert [s["step_window"] for s in data["steps"]] == [None, None, 600] and data["steps"][2][
+        "step_window_text"
+    ] == "10m"
 
 
 def test_a_funnel_not_defined_exits_2_naming_those_there_are(reports):
@@ -249,7 +258,10 @@ def test_the_api_answers_the_views_with_a_read_token(reports, raw_conn, monkeypa
     for path, expected in (
         (f"/api/events?{span}", event_views.events_json(EVENTS)),
         (f"/api/goals?{span}", event_views.goals_json(GOALS)),
-        (f"/api/funnel?name=checkout&{span}", event_views.funnel_json(FUNNEL)),
+        (
+            f"/api/funnel?name=checkout&{span}",
+            event_views.funnel_json(FUNNEL, definitions.funnel(raw_conn, "checkout")),
+        ),
     ):
         assert client.get(path).status_code == 401  # neither password nor token
         answer = client.get(path, headers=bearer)
@@ -389,6 +401,7 @@ def test_the_panels_show_the_reports(dashboard, tmp_path):
                 [Number(s.dataset.visitors), s.querySelector('.bar').style.width, s.querySelector('.share').textContent]),
             stepTitle: document.querySelectorAll('#funnel-chart .bar')[1].title,
             times: [...document.querySelectorAll('#funnel-chart .times')].map(t => t.textContent),
+            labels: [...document.querySelectorAll('#funnel-chart .funnel-step')].map(s => s.children[0].textContent),
             funnelNotes: document.getElementById('funnel-notes').textContent,
             funnelEmpty: document.getElementById('funnel-empty').hidden,
         }))()""")
@@ -411,6 +424,7 @@ def test_the_panels_show_the_reports(dashboard, tmp_path):
             [40, "40%", "40 visitors, 40.0% of the first, 40.0% of the step before"],
             [10, "10%", "10 visitors, 10.0% of the first, 25.0% of the step before"],
         ]
+        assert shown["labels"] == ["1. page /pricing", "2. event signup[plan=pro]", "3. page /done (within 10m)"]
         assert shown["stepTitle"] == "<1m: 10, 1-5m: 30"
         assert shown["times"] == ["time from step 1: <1m: 10, 1-5m: 30", "time from step 2: <1m: 4, 1-5m: 6"]
         for note in (

@@ -107,6 +107,7 @@ def check_funnel(data: dict, today: str) -> None:
     assert sum(b["visitors"] for b in data["steps"][1]["time_to_convert"]) == 2
     assert sum(b["visitors"] for b in data["steps"][2]["time_to_convert"]) == 1
     assert today in data["open_days"] and data["late"] == 0 and data["window_text"] == "30m"
+    assert [s["step_window_text"] for s in data["steps"]] == [None, None, "2m"]
 
 
 @pytest.fixture

@@ -283,7 +283,7 @@ def render_funnel(console: Any, data: dict) -> None:
         reached = "; ".join(f"{b['bucket']} {b['visitors']}" for b in step["time_to_convert"] if b["visitors"])
         table.add_row(
             str(row["step"]),
-            Text(row["label"]),
+            Text(row["label"] + (f" (within {step['step_window_text']})" if step.get("step_window") else "")),
             str(row["visitors"]),
             "█" * round(20 * row["visitors"] / high),
             share_text(row["of_first"]),

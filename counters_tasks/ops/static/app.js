@@ -285,7 +285,7 @@
       row.dataset.visitors = step.visitors;
       row.dataset.ofFirst = step.of_first;
       var label = document.createElement("div");
-      label.textContent = step.step + ". " + step.label;
+      label.textContent = step.step + ". " + step.label + (step.step_window ? " (within " + step.step_window_text + ")" : "");
       var bar = document.createElement("div");
       bar.className = "bar";
       bar.style.width = (100 * step.of_first).toFixed(1) + "%";
