@@ -333,6 +333,12 @@ def test_bad_definitions_and_ranges_exit_2_with_the_reason_writing_nothing(raw_c
     assert definitions.goals(raw_conn) == [] and definitions.funnels(raw_conn) == []
 
 
+def test_revenue_is_printed_in_plain_digits():
+    from counters_tasks.ops.cli.render_events import revenue_text
+
+    assert [revenue_text(r) for r in (None, 1234.5, 2e6, 0.1 + 0.2, 3.0)] == ["", "1234.5", "2000000", "0.3", "3"]
+
+
 def test_parse_step_reads_every_form():
     assert event_views.parse_step("page:/a") == {"page": "/a", "match": "exact"}
     assert event_views.parse_step("prefix:/blog/@2h") == {"page": "/blog/", "match": "prefix", "window": 7200}

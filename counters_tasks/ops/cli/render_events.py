@@ -169,6 +169,14 @@ def visitors_text(data: dict) -> str:
     return f"≈{data['visitors']} {uv_bound(data['visitors_error'])}"
 
 
+def revenue_text(revenue: float | None) -> str:
+    """A goal's revenue as the table prints it: plain digits, at most two decimals (``1234.5``,
+    ``2000000``), empty for a goal without a revenue property."""
+    if revenue is None:
+        return ""
+    return f"{revenue:.2f}".rstrip("0").rstrip(".")
+
+
 NO_GOALS = "no goal defined for this site: counters-tasks define-goal NAME (--page P | --event E) (docs/events.md)"
 
 
@@ -212,7 +220,7 @@ def render_goals(console: Any, data: dict) -> None:
             str(goal["conversions"]),
             converters_text(goal),
             share_text(goal["rate"], goal["rate_exact"]),
-            "" if goal["revenue"] is None else f"{goal['revenue']:g}",
+            revenue_text(goal["revenue"]),
             goal["since_iso"] + (" *" if goal["partial"] else ""),
         )
     console.print(table)
