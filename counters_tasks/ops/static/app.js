@@ -260,7 +260,7 @@
         cell(tr, String(g.conversions), "num");
         uvCell(tr, {uv: g.converters, uv_exact: g.converters_exact, uv_error: g.converters_error});
         cell(tr, pct(g.rate, g.rate_exact), "num");
-        var revenue = cell(tr, g.revenue == null ? "" : String(g.revenue) + (g.no_revenue ? " *" : ""), "num");
+        var revenue = cell(tr, g.revenue == null ? "" : String(Number(g.revenue.toFixed(2))) + (g.no_revenue ? " *" : ""), "num");
         if (g.no_revenue) revenue.title = "conversions without a numeric revenue property: " + g.no_revenue;
         body.appendChild(tr);
         partial = partial || g.partial;
