@@ -166,19 +166,21 @@ def test_the_dashboard_shows_what_the_tasks_wrote(raw_conn, redis_url, written, 
     with serving(celery_env(redis_url), tmp_path / "serve.log", lambda base: get_json(base + "/api/funnels")) as base:
         browser = Browser(chromium, tmp_path / "profile")
         try:
-            browser.navigate(f"{base}/?{span}&funnel=checkout&refresh=600000")
-            for section in ("events", "goals", "funnel"):
+            browser.navigate(f"{base}/?{span}&funnel=checkout&counter=event:signup&precision=60&refresh=600000")
+            for section in ("events", "goals", "funnel", "visitors", "pages", "counter"):  # (the screenshot's)
                 browser.wait_until(f"Number(document.getElementById('{section}').dataset.loaded) >= 1", what=section)
             shown = browser.evaluate("""(() => ({
                 events: [...document.querySelectorAll('#events-table tr')].map(tr => tr.dataset.event),
                 goals: [...document.querySelectorAll('#goals-table tr')]
                     .map(tr => [tr.dataset.goal, Number(tr.children[2].textContent), tr.children[4].textContent]),
                 steps: [...document.querySelectorAll('#funnel-chart .funnel-step')].map(s => Number(s.dataset.visitors)),
+                counter: document.getElementById('counter-total').textContent,
             }))()""")
             goals = get_json(f"{base}/api/goals?{span}")
             assert shown["events"] == [e["name"] for e in get_json(f"{base}/api/events?{span}")["events"]]
             assert shown["goals"] == [[g["name"], g["conversions"], f"{g['rate'] * 100:.1f}%"] for g in goals["goals"]]
             assert shown["steps"] == [4, 2, 1]
+            assert shown["counter"] == "6"  # the event's live counter, event:signup
             shot = browser.screenshot(tmp_path / "dashboard-events.png")
             assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
             if os.environ.get("COUNTERS_UPDATE_DOCS") == "1":
