@@ -109,4 +109,4 @@ bench: install
 	COUNTERS_REDIS_SERVER=embedded $(BIN)/python -m bench.ingest --visits 3000 --only 1 --only 3 --shape zipf --shape log2015 --rounds 3 --reference check
 
 screenshots: install
-	COUNTERS_UPDATE_DOCS=1 $(BIN)/python -m pytest -q tests/ops/test_web_page.py tests/repo/test_readme_cli.py
+	COUNTERS_UPDATE_DOCS=1 $(BIN)/python -m pytest -q tests/ops/test_web_page.py tests/ops/test_event_reads_e2e.py tests/repo/test_readme_cli.py

@@ -1,9 +1,11 @@
 """Operator tools: how people see and steer a deployment.
 
 - ``cli``: the ``counters-tasks`` command (queries, ``health``, ``serve``, ``run``, ``demo``), a
-  package: its read commands (``cli.queries``), the others (``cli.admin``), their tables and CSV
-  (``cli.render``);
+  package: its read commands (``cli.queries``), those of events, goals and funnels
+  (``cli.event_commands``), the others (``cli.admin``), their tables and CSV (``cli.render``);
 - ``views``: the JSON-ready answers the CLI prints and the dashboard serves (one source for both);
+- ``event_views``: those of events, goals and funnels (issue 43, docs/events.md), and the
+  definitions' commands' text arguments parsed (a funnel step ``event:signup[plan=pro]@10m``);
 - ``web`` and ``static/``: the read-only web dashboard;
 - ``connections``: the rules ``serve`` keeps its connections by (idle ones cannot shut it out);
 - ``health``: Redis, broker, workers, beat and the beat jobs' last runs;

@@ -40,7 +40,7 @@ from ..core.settings import get_settings
 from ..errors import InvalidInput
 from ..store.client import RedisClient, get_redis
 from ..store.deployment import DeploymentMismatch
-from . import health, metrics, views
+from . import event_views, health, metrics, views
 from .connections import GuardedH11Protocol
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
@@ -302,6 +302,10 @@ def create_app(
         Route("/api/now", endpoint(views.now_view, "site")),
         Route("/api/sources", endpoint(views.sources_view, "from", "to", "kind", "limit", "site")),
         Route("/api/clients", endpoint(views.clients_view, "from", "to", "kind", "limit", "site", "path")),
+        Route("/api/events", endpoint(event_views.events_view, "from", "to", "site")),
+        Route("/api/goals", endpoint(event_views.goals_view, "from", "to", "site")),
+        Route("/api/funnel", endpoint(event_views.funnel_view, "name!", "from", "to", "site")),
+        Route("/api/funnels", endpoint(event_views.funnels_list, "site")),
         Route("/api/config", endpoint(views.config_view, "site")),
         Route("/api/counters", endpoint(views.counters_list, "cursor", "limit", "site")),
         Route("/api/counter", endpoint(views.counter_view, "name!", "precision", "last", "site")),

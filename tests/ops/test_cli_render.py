@@ -19,11 +19,13 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from counters_tasks import counters, ranking, visits
+from counters_tasks import counters, events, ranking, visits
 from counters_tasks.core.days import local_day
 from counters_tasks.core.settings import reset_settings
+from counters_tasks.events.kind import EVENT
 from counters_tasks.local.redis_server import free_port
 from counters_tasks.ops import cli, views
+from counters_tasks.payloads import apply_payload
 from counters_tasks.store import keys
 from counters_tasks.worker import dead_letters
 from tests.support import toy_table
@@ -335,6 +337,21 @@ WALK_ARGS = {  # the arguments a table command needs to have rows to show (its o
     ("health",): lambda tmp, n: ["--timeout", "0.2"],
     ("import",): lambda tmp, n: [str(walk_log(tmp, n)), "--format", "jsonl"],
     ("table",): lambda tmp, n: ["toy_hours", "--import", "tests.support.toy_table"],
+    ("events",): lambda tmp, n: ["--from", "yesterday"],
+    ("goals",): lambda tmp, n: ["--from", "yesterday"],
+    ("funnel",): lambda tmp, n: ["walk-0", "--from", "yesterday"],
+    ("define-goal",): lambda tmp, n: [f"walk-defined-{n}", "--page", "/walk"],
+    ("define-funnel",): lambda tmp, n: [
+        f"walk-defined-{n}",
+        "--window",
+        "30m",
+        "--step",
+        "page:/a",
+        "--step",
+        "page:/b",
+    ],
+    ("remove-goal",): lambda tmp, n: [f"walk-{n % 2}"],  # n: even for csv, odd for json (seed_every_table)
+    ("remove-funnel",): lambda tmp, n: [f"walk-{n % 2}"],
 }
 WALK_COLUMNS = {("table",): ["hour", "likes"]}  # a table read through its reader: the reader's columns
 WALK_EXIT = {("health",): 1}  # no worker in this test: unhealthy, and its answer printed all the same
@@ -382,12 +399,17 @@ def walk_log(tmp_path, n: int):
 
 def seed_every_table(conn) -> None:
     """Data for every table: visits (stats, pages, sources, uniques, counters), a counter, a board,
-    a dead letter, a token."""
+    a dead letter, a token, goals and funnels (defined), an event."""
     seed_visits(conn)
     counters.update_counter(conn, "walk-hits", 3)
     dead_letters.set_aside_call("counters.update_counter", "walk-id", [1], {}, "visits", ValueError("bad"), 5)
     views.create_token(conn, ODD_NAME)
     conn.hset(toy_table.HOURS, mapping={"3600": 2, "7200": 1})  # an app's table (``counters-tasks table``)
+    walk_event = {"name": "walk-event", "props": {"plan": "pro"}, "ip": "192.0.2.9", "ts": time.time()}
+    assert apply_payload(conn, EVENT, [walk_event], message_id="walk-events") == 1  # an event (``events``)
+    for n in (0, 1):  # a goal and a funnel to read, and to remove once in each format
+        events.define_goal(conn, f"walk-{n}", page="/walk")
+        events.define_funnel(conn, f"walk-{n}", [{"page": "/walk"}, {"event": "walk-event"}], 1800)
 
 
 def test_every_table_command_exports_csv_with_its_documented_columns_and_json(raw_conn, tmp_path, monkeypatch):

@@ -210,7 +210,8 @@ def test_dashboard_in_chromium_shows_the_apis_numbers_and_updates_live(
     browser.navigate(f"{server}/?counter=hits&precision=60&board=posts&refresh=300&{span}&shot=1")
     browser.wait_until(
         "location.search.endsWith('shot=1') && "
-        "['visitors', 'pages', 'sources', 'clients', 'uniques', 'counter', 'rankings', 'health-panel', 'now']"
+        "['visitors', 'pages', 'sources', 'clients', 'uniques', 'events', 'goals', 'funnel', 'counter', 'rankings', "
+        "'health-panel', 'now']"
         ".every(s => Number(document.getElementById(s).dataset.loaded) >= 1) && "
         "[...document.querySelectorAll('#health [data-check]')].every(b => b.dataset.ok === '1')",
         timeout=40,

@@ -7,6 +7,9 @@ runs it too (``__main__``).
 - ``queries``: the read commands (``counter``, ``counters``, ``top``, ``stats``, ``top-pages``,
   ``sources``, ``uniques``, and who visits: ``browsers``, ``operating-systems``, ``devices``,
   ``countries``, ``languages``), and the stored tables (``tables``, ``table NAME``);
+- ``event_commands``: events, goals and funnels (``events``, ``goals``, ``funnel NAME``, and the
+  definitions' ``define-goal``, ``define-funnel``, ``remove-goal``, ``remove-funnel``), drawn by
+  ``render_events``;
 - ``admin``: the commands that change or run things (``run``, ``demo``, ``import``,
   ``delete-board``, ``health``, ``migrate``, ``dead-letters``, ``tokens``, ``serve``);
 - ``render``: the renderers: each command's rows (the same for its table and its CSV), its rich
@@ -15,7 +18,8 @@ runs it too (``__main__``).
 - ``__main__``: ``python -m counters_tasks.ops.cli``.
 
 What they may import: ``render`` nothing of the others; ``common`` only ``render``; ``queries``
-and ``admin`` ``common`` and ``render`` (not each other); this ``__init__`` all of them, and
+and ``admin`` ``common`` and ``render`` (not each other); ``event_commands`` those and
+``render_events``; this ``__init__`` all of them, and
 ``__main__`` only this. Besides, every lower layer of the package and the rest of ``ops``
 (``views``, ``health``, ``importer``, ``demo``, ``web``); nothing in the package imports this
 one but ``counters_tasks.__main__``.
@@ -43,6 +47,15 @@ from .admin import (
     tokens_group,
 )
 from .common import CLI_EXTRA_MODULES, EXIT_FAILED, EXIT_OK, EXIT_USAGE, Failed, json_option, output_options
+from .event_commands import (
+    define_funnel_command,
+    define_goal_command,
+    events_command,
+    funnel_command,
+    goals_command,
+    remove_funnel_command,
+    remove_goal_command,
+)
 from .queries import (
     browsers_command,
     counter_command,
@@ -119,6 +132,13 @@ COMMANDS = (
     countries_command,
     languages_command,
     uniques_command,
+    events_command,
+    goals_command,
+    funnel_command,
+    define_goal_command,
+    define_funnel_command,
+    remove_goal_command,
+    remove_funnel_command,
     tables_command,
     table_command,
     health_command,

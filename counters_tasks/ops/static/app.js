@@ -208,6 +208,139 @@
     }).catch(function (e) { failed("uniques", e); });
   }
 
+  // Events, goals and funnels (docs/events.md): the same answers as the CLI's events, goals, funnel NAME
+  function pct(share, exact) { return (exact === false ? "≈" : "") + (share * 100).toFixed(1) + "%"; }
+
+  function loadEvents() {
+    return api("events", range()).then(function (data) {
+      var body = $("events-table"), noVisitor = 0, dropped = 0, other = false, none = false;
+      body.textContent = "";
+      data.events.forEach(function (e, i) {
+        var tr = document.createElement("tr");
+        tr.dataset.event = e.name;
+        cell(tr, String(i + 1));
+        cell(tr, e.name);
+        cell(tr, String(e.total), "num");
+        uvCell(tr, e);
+        // each property's values by count: "plan: pro 3, free 2" (the JSON has every value with its UV)
+        cell(tr, Object.keys(e.props).map(function (key) {
+          var values = e.props[key];
+          values.forEach(function (v) { other = other || v.value === "(other)"; none = none || v.value === "(none)"; });
+          var shown = values.slice(0, 5).map(function (v) { return v.value + " " + v.total; }).join(", ");
+          return key + ": " + shown + (values.length > 5 ? ", +" + (values.length - 5) + " more" : "");
+        }).join("; "), "props");
+        body.appendChild(tr);
+        noVisitor += e.no_visitor;
+        dropped += e.dropped_props;
+        other = other || e.name === "(other)";
+      });
+      var notes = [];
+      if (noVisitor) notes.push("events without a visitor (no IP): " + noVisitor + ", counted, in no UV");
+      if (dropped) notes.push("properties dropped past the 30 an event keeps: " + dropped);
+      if (other) notes.push("(other): the event names or values past a day's cap, their counts shown");
+      if (none) notes.push("(none): the events without that property");
+      if (!data.events.length) notes.push("None counted in the range: an app sends them with track_event (docs/events.md).");
+      $("events-notes").textContent = notes.join("; ");
+      $("events-error").textContent = "";
+      loaded("events");
+    }).catch(function (e) { failed("events", e); });
+  }
+
+  function loadGoals() {
+    return api("goals", range()).then(function (data) {
+      var body = $("goals-table"), partial = false;
+      body.textContent = "";
+      $("goals-visitors").textContent = "rates of " + (data.visitors_exact ? data.visitors :
+        "≈" + data.visitors + " ±" + (data.visitors_error * 100).toFixed(1) + "%") + " unique visitors in the range";
+      data.goals.forEach(function (g) {
+        var tr = document.createElement("tr");
+        tr.dataset.goal = g.name;
+        cell(tr, g.name + (g.partial ? " *" : "")).title = "counts from " + g.since_iso;
+        cell(tr, g.label);
+        cell(tr, String(g.conversions), "num");
+        uvCell(tr, {uv: g.converters, uv_exact: g.converters_exact, uv_error: g.converters_error});
+        cell(tr, pct(g.rate, g.rate_exact), "num");
+        var revenue = cell(tr, g.revenue == null ? "" : String(Number(g.revenue.toFixed(2))) + (g.no_revenue ? " *" : ""), "num");
+        if (g.no_revenue) revenue.title = "conversions without a numeric revenue property: " + g.no_revenue;
+        body.appendChild(tr);
+        partial = partial || g.partial;
+      });
+      var noRevenue = data.goals.filter(function (g) { return g.no_revenue; }).map(function (g) {
+        return g.name + ": conversions without a numeric revenue property: " + g.no_revenue + " (in conversions, not revenue). ";
+      }).join("");
+      $("goals-notes").textContent = noRevenue + (partial ? "*: defined after the range began: counts from its time only (hover). " : "") +
+        (data.goals.length ? "" : "No goal defined: counters-tasks define-goal NAME (--page P | --event E) (docs/events.md).");
+      $("goals-error").textContent = "";
+      loaded("goals");
+    }).catch(function (e) { failed("goals", e); });
+  }
+
+  function drawFunnel(data) {
+    var box = $("funnel-chart");
+    box.textContent = "";
+    data.steps.forEach(function (step, i) {
+      var row = document.createElement("div");
+      row.className = "funnel-step";
+      row.dataset.step = step.step;
+      row.dataset.visitors = step.visitors;
+      row.dataset.ofFirst = step.of_first;
+      var label = document.createElement("div");
+      label.textContent = step.step + ". " + step.label + (step.step_window ? " (within " + step.step_window_text + ")" : "");
+      var bar = document.createElement("div");
+      bar.className = "bar";
+      bar.style.width = (100 * step.of_first).toFixed(1) + "%";
+      bar.title = step.time_to_convert.filter(function (b) { return b.visitors; })
+        .map(function (b) { return b.bucket + ": " + b.visitors; }).join(", ");
+      var share = document.createElement("div");
+      share.className = "share";
+      share.textContent = step.visitors + (step.visitors === 1 ? " visitor, " : " visitors, ") + pct(step.of_first) + " of the first" +
+        (i ? ", " + pct(step.of_previous) + " of the step before" : "");
+      row.appendChild(label);
+      row.appendChild(bar);
+      row.appendChild(share);
+      if (i && bar.title) {  // the time from the step before, by bucket (the buckets with visitors)
+        var times = document.createElement("div");
+        times.className = "muted times";
+        times.textContent = "time from step " + data.steps[i - 1].step + ": " + bar.title;
+        row.appendChild(times);
+      }
+      box.appendChild(row);
+    });
+    var notes = ["within " + data.window_text + ", by the day each visitor entered; counts from " + data.since_iso +
+      (data.partial ? " (defined after the range began)" : "")];
+    if (data.open_days.length) notes.push("still open (may grow): " + data.open_days.join(", "));
+    if (data.late) notes.push("step events later than the window plus COUNTERS_FUNNEL_LATENESS: " + data.late + ", not judged");
+    if (data.capped) notes.push("step events past their visitor's state cap: " + data.capped + ", not judged");
+    $("funnel-notes").textContent = notes.join("; ");
+  }
+
+  function loadFunnel() {
+    var name = $("funnel-name").value;
+    if (!name) {  // none chosen: ask for the list again, so the first funnel shows up by itself
+      return api("funnels").then(function (data) {
+        var names = data.funnels.map(function (f) { return f.name; });
+        fillSelect($("funnel-name"), names, params.get("funnel"));
+        $("funnel-name").hidden = !names.length;
+        if (names.length) return loadFunnel();
+        $("funnel-empty").hidden = false;
+        $("funnel-error").textContent = "";
+        loaded("funnel");
+      }).catch(function (e) { failed("funnel", e); });
+    }
+    var q = range();
+    q.name = name;
+    return api("funnel", q).then(function (data) {
+      if (data.name !== $("funnel-name").value) return;  // the choice changed meanwhile
+      $("funnel-empty").hidden = true;
+      drawFunnel(data);
+      $("funnel-error").textContent = "";
+      loaded("funnel");
+    }).catch(function (e) {
+      if (e.status === 400) $("funnel-name").textContent = "";  // removed: the list again next time
+      failed("funnel", e);
+    });
+  }
+
   function loadCounter() {
     var name = $("counter-name").value;
     if (!name) return Promise.resolve();
@@ -358,7 +491,7 @@
     select.addEventListener("change", function () {  // a new page: every panel, its dates and its "today" follow the site
       var next = new URLSearchParams(location.search);
       next.set("site", select.value);
-      ["from", "to", "counter", "board"].forEach(function (k) { next.delete(k); });
+      ["from", "to", "counter", "board", "funnel"].forEach(function (k) { next.delete(k); });
       location.search = next.toString();
     });
   }
@@ -369,11 +502,14 @@
     $("from").value = params.get("from") || daysBefore(config.today, 6);
     $("to").value = params.get("to") || config.today;
     $("path").value = params.get("path") || "";
-    var reloadRange = function () { loadVisitors(); loadPages(); loadSources(); loadClients(); loadUniques(); };
+    var reloadRange = function () {
+      loadVisitors(); loadPages(); loadSources(); loadClients(); loadUniques(); loadEvents(); loadGoals(); loadFunnel();
+    };
     ["from", "to", "path"].forEach(function (id) { $(id).addEventListener("change", reloadRange); });
     $("source-kind").addEventListener("change", loadSources);
     $("client-kind").addEventListener("change", loadClients);
     $("client-page").addEventListener("change", loadClients);
+    $("funnel-name").addEventListener("change", loadFunnel);
     reloadRange();
     api("counters", {limit: 1000}).then(function (data) {  // the first page: the list is paged (data.next)
       var names = data.counters.slice().sort();
