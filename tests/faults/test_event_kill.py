@@ -100,8 +100,7 @@ def test_events_of_a_flask_app_survive_a_worker_sigkill_exactly(
         wait_until(
             lambda: total_events(counters_conn, day) >= model.total() and broker_idle(broker_conn),
             timeout=120,
-            what=f"every event; {total_events(counters_conn, day)} of {model.total()}; "
-            f"log:\n{second.output()[-3000:]}",
+            what=f"every event; {total_events(counters_conn, day)} of {model.total()}; log:\n{second.output()[-3000:]}",
         )
     finally:
         sender.join(180) if sender.is_alive() else None
