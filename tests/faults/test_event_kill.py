@@ -103,7 +103,8 @@ def test_events_of_a_flask_app_survive_a_worker_sigkill_exactly(
             what=f"every event; {total_events(counters_conn, day)} of {model.total()}; log:\n{second.output()[-3000:]}",
         )
     finally:
-        sender.join(180) if sender.is_alive() else None
+        if sender.is_alive():
+            sender.join(180)
         server.stop()
         first.kill()
         if second is not None:
