@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from .core.kind import Kind, by_task
 from .counters import COUNTER_UPDATE
+from .events.kind import EVENT
 from .ranking_bumps import RANKING
 from .skips import SKIPS
 from .uniques import UNIQUE
 from .visits import VISIT
 
-PACKAGE_KINDS: tuple[Kind, ...] = (VISIT, RANKING, COUNTER_UPDATE, UNIQUE, SKIPS)
+PACKAGE_KINDS: tuple[Kind, ...] = (VISIT, RANKING, COUNTER_UPDATE, UNIQUE, SKIPS, EVENT)
 """Every kind the package itself declares (an app may register more: ``core.kind.register``)."""
 
 
@@ -23,4 +24,4 @@ def of_task(task: str) -> Kind | None:
     return by_task(task)
 
 
-__all__ = ["of_task", "COUNTER_UPDATE", "PACKAGE_KINDS", "RANKING", "SKIPS", "UNIQUE", "VISIT"]
+__all__ = ["of_task", "COUNTER_UPDATE", "EVENT", "PACKAGE_KINDS", "RANKING", "SKIPS", "UNIQUE", "VISIT"]

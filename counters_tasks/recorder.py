@@ -42,6 +42,7 @@ from .app import package_app
 from .core.kind import Kind, by_task
 from .core.privacy import masked_reprs
 from .core.settings import get_settings
+from .events.kind import EVENT
 from .ranking_bumps import RANKING
 from .skips import SKIPS
 from .visits import VISIT
@@ -172,6 +173,21 @@ class VisitRecorder:
     ) -> None:
         """Queue one ranking bump (as ``incr_ranking`` would apply it), validated now."""
         self.add(RANKING, board, member, amount, ts, period_hours, interval_hours, site)
+
+    def track_event(
+        self,
+        name: str,
+        props: dict[str, Any] | None = None,
+        ts: float | None = None,
+        ip: str | None = None,
+        session_id: str | None = None,
+        site: str | None = None,
+    ) -> None:
+        """Queue one analytics event (as ``counters_tasks.track_event`` would apply it: its name,
+        its properties, of the visitor of ``ip`` or else of ``session_id``, of ``site``),
+        validated now (``events.kind.app_event``: bad input raises InvalidInput here), sent in a
+        batch of ``track_events``, applied once however often it is delivered."""
+        self.add(EVENT, name, props, ts, ip, session_id, site)
 
     def add(self, kind: Kind, *args: Any, **kwargs: Any) -> None:
         """Queue one item of ``kind`` (``core.kind``), given as its per-item task takes it: checked

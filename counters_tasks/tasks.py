@@ -14,6 +14,7 @@ from typing import Any
 from . import counters, ranking, ranking_bumps, recorder, sitestats, skips, uniques, visits
 from .app import app
 from .core.kind import Kind
+from .events.kind import EVENT
 from .store.client import get_redis
 from .worker import dead_letters
 from .worker.kind_tasks import define_tasks
@@ -68,6 +69,12 @@ record_visit, record_visits = define_kind_tasks(visits.VISIT)
 """``record_visit.delay(ip, path, ...)``, the fields of ``VISIT`` (its ``signature``; docs/tasks.md),
 applied by the worker in batches; ``record_visits``: many visits in one message (``VisitRecorder``
 sends these; the task id is the batch id)."""
+
+
+track_event, track_events = define_kind_tasks(EVENT)
+"""``track_event.delay(name, props=None, ts=None, ip=None, session_id=None, site=None)``: one
+analytics event (``events.kind``; docs/events.md), applied by the worker in batches;
+``track_events``: many events in one message (``VisitRecorder.track_event`` sends these)."""
 
 
 @app.task(name="counters_tasks.count_skips", base=CountingTask, bind=True)

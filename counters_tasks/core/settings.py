@@ -95,6 +95,10 @@ class Settings:
     # who visits (core/clients.py): browser, system, device, country and language tables a day,
     # each tracking this many values, the rest as "(other)"; on by default, read by the workers
     # (producers send a visit's headers whatever their own setting: docs/clients.md)
+    # events (docs/events.md): event names a site's day tracks, and values a day tracks of each
+    # (event, property); the rest count as "(other)"
+    max_day_events: int = 100
+    max_day_event_values: int = 100
     client_tables: bool = True
     max_day_clients: int = 200
     # pages whose views are counted again in who-visits tables of their own (who reads /pricing)
@@ -512,6 +516,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         uniques_count_days=_int(env, "COUNTERS_UNIQUES_COUNT_DAYS", 400),
         max_day_paths=_int(env, "COUNTERS_MAX_DAY_PATHS", 10_000),
         max_day_sources=_int(env, "COUNTERS_MAX_DAY_SOURCES", 1_000),
+        max_day_events=_int(env, "COUNTERS_EVENT_NAMES_PER_DAY", 100, minimum=1),
+        max_day_event_values=_int(env, "COUNTERS_EVENT_VALUES_PER_DAY", 100, minimum=1),
         client_tables=_switch(env, "COUNTERS_CLIENT_TABLES", default=True),
         max_day_clients=_int(env, "COUNTERS_MAX_DAY_CLIENTS", 200, minimum=1),
         client_pages=_client_pages(env, "COUNTERS_CLIENT_PAGES"),

@@ -6,6 +6,8 @@ carries, and nothing else (no key, no Redis).
   sketches, hold;
 - ``pair_visitor``: the same id in 11 characters, what a day's pairs SET and the page sketches
   hold (``store.page_sketch``: its first 6 characters);
+- ``session_visitor_id``: the visitor of an event sent with a session id and no IP, an HMAC of
+  the session under the same secret, in the same form as ``visitor_id``;
 - ``session_number``: the session of a visit (a session UUID's first 15 hex digits as an
   integer), what the daily uniques shards hold; ``short_session_id``, what the app's process
   sends of it.
@@ -43,6 +45,20 @@ def visitor_id(ip: Any) -> str:
 def _visitor_id(secret: str, ip: str) -> str:
     mac = hmac.new(secret.encode("utf-8"), ip.encode("utf-8"), hashlib.sha256).digest()
     return str(int.from_bytes(mac[:8], "big", signed=True))
+
+
+@functools.lru_cache(maxsize=65536)
+def session_visitor_id(session_id: Any) -> str:
+    """The visitor of an event that carries a session id and no IP (``events.kind.prepare_event``):
+    HMAC-SHA256 under COUNTERS_SECRET of the session (its first ``SESSION_DIGITS`` hex digits, as
+    ``session_number`` reads it), in a message of its own (``session:`` first, so no IP's id can
+    equal it), first 64 bits as a signed integer: the same form as ``visitor_id``, so the pairs
+    SETs and the page sketches take it (``pair_visitor``)."""
+    short = check_session_id(session_id)[:SESSION_DIGITS].lower()
+    secret = get_settings().secret
+    if not secret:
+        raise ConfigurationError("COUNTERS_SECRET is not set: visitor ids cannot be made")
+    return _visitor_id(secret, "session:" + short)
 
 
 @functools.lru_cache(maxsize=65536)

@@ -1,0 +1,1 @@
+"""counters_tasks.events: events with properties, goals and funnels (issue 43)."""
