@@ -21,7 +21,7 @@ This ``__init__`` only re-exports their names (``__all__``), so ``from counters_
 importer`` then ``importer.import_lines(...)`` is the way in. What they may import: ``reading``,
 ``formats``, ``ledger`` and ``rules`` none of each other, only the standard library and the
 layers below ``ops`` (``core``, ``errors``); ``run`` imports those four and ``visits``,
-``payloads``, ``kinds``, ``skips``, ``store`` and ``core``. Nothing here imports the rest of ``ops``; ``ops.cli`` imports this package.
+``payloads``, ``events`` (the event kind), ``skips``, ``store`` and ``core``. Nothing here imports the rest of ``ops``; ``ops.cli`` imports this package.
 """
 
 from .formats import (

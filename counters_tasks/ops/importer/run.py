@@ -20,12 +20,12 @@ from datetime import date
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from ... import kinds, payloads, skips, visits
+from ... import payloads, skips, visits
 from ...core.days import DAY, local_day
-from ...core.kind import Kind
 from ...core.settings import get_settings
 from ...core.sites import check_site, hosts_of, zone_of
 from ...errors import ConfigurationError, InvalidInput
+from ...events.kind import EVENT
 from ...store import keys
 from ...store.client import RedisClient
 from .formats import ALREADY_IMPORTED, FORMATS, MALFORMED, SKIP_REASONS, Skip, first_line_format, line_visit
@@ -41,17 +41,6 @@ PROGRESS_EVERY = 5000
 
 MALFORMED_LINES_SHOWN = 10
 """Line numbers of unreadable lines the summary shows (the first ones)."""
-
-EVENT_TASK = "counters_tasks.track_event"
-"""The per-item task of the event kind, whose payload an import's events are applied as."""
-
-
-def event_kind() -> Kind:
-    """The event kind (``counters_tasks.track_event``'s), as registered by ``kinds``."""
-    kind = kinds.of_task(EVENT_TASK)
-    if kind is None:
-        raise ConfigurationError("the event kind is not registered: this version cannot import events")
-    return kind
 
 
 @dataclass
@@ -123,7 +112,6 @@ class Importer:
         self.conn = conn
         self.summary = summary
         self.rules = rules
-        self.event_kind = event_kind() if rules else None
         self.ledger = keys.import_ledger()
         self.ledger_ttl = get_settings().day_totals_days * DAY
         self.ordinal = 0
@@ -167,9 +155,9 @@ class Importer:
         """The events the counted views make by the rules, applied as the event kind's payloads
         (of at most its ``max_items``, each under ``message_id`` and its number: a chunk applied
         again, after a crash before its ledger note, counts them once), counted in the summary."""
-        kind = self.event_kind
-        if kind is None:
+        if not self.rules:
             return
+        kind = EVENT
         found = [event for visit in counted for event in events_of(visit, self.rules)]
         for part, first in enumerate(range(0, len(found), kind.max_items)):
             items = found[first : first + kind.max_items]
