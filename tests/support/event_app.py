@@ -1,7 +1,7 @@
 """A Flask app firing events the three ways an app has (issue 43), for
 tests/faults/test_event_kill.py under gunicorn (``tests.support.event_app:wsgi_app``):
 
-- ``POST /helper/<n>?plan=P``: ``integrations.track_event(request, "signup", {"plan": P, "n": n})``,
+- ``POST /helper/<n>?plan=P``: ``integrations.track_event(request, "signup", {"plan": P})``,
   the middleware's helper: the visitor and site are the request's (through one trusted proxy);
 - ``POST /delay/<n>?plan=P``: ``counters_tasks.track_event.delay("purchase", ...)``, one message an event;
 - ``POST /recorder/<n>?plan=P``: ``RECORDER.track_event("download", ...)``, the app's own recorder;
@@ -38,7 +38,8 @@ def visitor() -> tuple[str, str | None]:
 
 
 def props(n: int) -> dict:
-    return {"plan": request.args.get("plan", "free"), "n": n}
+    """The event's properties: its plan (the ``n`` in the path only tells requests apart)."""
+    return {"plan": request.args.get("plan", "free")}
 
 
 @app.get("/health")
