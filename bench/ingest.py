@@ -10,7 +10,7 @@
    with two properties, ``plan`` and ``section``), one after the other; each process's CPU an
    item and the counters Redis's commands an item of 4e against 4v, which fails the run
    when an event costs more than a visit (by more than 20% of CPU, the noise of one run, or by
-   any Redis command or script call; medians of ``--rounds``).
+   any Redis command or script call; medians of ``--rounds``) in each of three measures.
 
 Each visit is a page view with a session id, and a ranking bump of its path, in the traffic
 shapes of ``bench/traffic.py`` (``--shape``, default ``uniform`` and ``zipf``: independent
@@ -299,6 +299,16 @@ def main() -> int:
                     break
                 shapes = sorted({name.split()[0] for name in over})  # measure again what was over, only
                 print("over in every measure so far: " + "; ".join(over.values()) + "; measured again")
+            for _again in range(ATTEMPTS - 1):  # (4): as the reference, what is dearer every time
+                if not event_over:
+                    break
+                print("an event dearer than a visit so far: " + "; ".join(event_over) + "; measured again")
+                found = []
+                for shape in sorted({line.split()[0] for line in event_over}):
+                    rounds = [run_shape(SHAPES[shape](args.visits), ["4"], conn, meters) for _ in range(args.rounds)]
+                    found += [f"{shape} {line}" for line in event_against_visit(rounds)]
+                before = {line.split(":")[0] for line in event_over}
+                event_over = [line for line in found if line.split(":")[0] in before]
         finally:
             worker.terminate()
             try:
@@ -473,20 +483,21 @@ def event_props(path: str, ts: float) -> dict[str, str]:
 def run_event_against_visit(stream: list, conn: redis.Redis, meters: Meters, headers: dict) -> dict[str, dict]:
     """(4): the stream as visits alone (4v: ``VisitRecorder.record``), then as events alone (4e:
     ``VisitRecorder.track_event``, an event of the visit's visitor), each measured by
-    ``run_variant``; each run done when the workers' throughput totals (one small read, the same
-    for both) have every item, then checked exact: the site's PV, and the event's count."""
+    ``run_variant``; each run done when its read has every item (the site's PV; the events'
+    report of the stream's days, whose polling the event's figures carry), then checked exact."""
     from collections import Counter
     from datetime import date
 
-    from counters_tasks import events, sitestats, throughput
+    from counters_tasks import events, sitestats
     from counters_tasks.core.days import local_day
     from counters_tasks.recorder import VisitRecorder
 
     n = len(stream)
     results = {}
+    days: list[date] = sorted({local_day(ts) for _ip, _path, _session, ts in stream})
 
-    def applied(kind: str) -> bool:
-        return throughput.totals(conn).applied.get(kind, 0) >= n
+    def events_counted() -> int:
+        return sum(row.total for row in events.event_report(conn, start=days[0], end=days[-1]).events)
 
     recorder = VisitRecorder(max_batch=1000, max_delay=0.1, max_buffer=4 * n)
 
@@ -497,7 +508,7 @@ def run_event_against_visit(stream: list, conn: redis.Redis, meters: Meters, hea
         recorder.flush(timeout=120)
 
     results["4v"] = run_variant(
-        "(4v) VisitRecorder.record alone", conn, send_visits, lambda: applied("visit"), n, meters
+        "(4v) VisitRecorder.record alone", conn, send_visits, lambda: sitestats.site_visit_info(conn).pv >= n, n, meters
     )
     assert sitestats.site_visit_info(conn).pv == n, "(4v): the site's PV is not exact"
 
@@ -509,11 +520,10 @@ def run_event_against_visit(stream: list, conn: redis.Redis, meters: Meters, hea
         recorder.flush(timeout=120)
 
     results["4e"] = run_variant(
-        "(4e) VisitRecorder.track_event", conn, send_events, lambda: applied("event"), n, meters
+        "(4e) VisitRecorder.track_event", conn, send_events, lambda: events_counted() >= n, n, meters
     )
     assert recorder.stats()["dropped"] == 0, recorder.stats()
     recorder.close(timeout=10)
-    days: list[date] = sorted({local_day(ts) for _ip, _path, _session, ts in stream})
     want = Counter(names[number % 3] for number in range(n))
     got: Counter[str] = Counter()
     for row in events.event_report(conn, start=days[0], end=days[-1]).events:
