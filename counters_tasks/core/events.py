@@ -54,8 +54,8 @@ class Event(NamedTuple):
     """One event validated for writing (a worker's ``events.prepare_event``): its name, its
     properties as text (at most ``MAX_PROPS``), how many were dropped past the cap, its time, its
     local day in its site's zone, its site (``""`` the default one) and its visitor id
-    (``core.visitors.visitor_id`` of its IP, as a visit's; None when no IP was given: counted,
-    in no unique figure or funnel)."""
+    (``core.visitors.visitor_id`` of its IP, as a visit's; with no IP, ``session_visitor_id`` of
+    its session id; None when neither was given: counted, in no unique figure or funnel)."""
 
     name: str
     props: Props

@@ -68,9 +68,8 @@ def check_item_text(fields: dict[str, Any], depth: int = 0) -> None:
         elif value is not None and isinstance(value, _NESTED):
             try:
                 _check_nested(value, "", depth + 1)
-            except InvalidInput:  # again, to name the field (looked up only for an error)
+            except InvalidInput:  # checked again to name the field (an event's props: no lookup a call)
                 _check_nested(value, _name_of(fields, value), depth + 1)
-                raise
 
 
 _NESTED = (list, tuple, dict)
@@ -85,11 +84,10 @@ def _check_nested(value: list[Any] | tuple[Any, ...] | dict[Any, Any], what: str
         raise InvalidInput(f"{what} is nested more than {MAX_ITEM_DEPTH} levels deep")
     pairs = value.items() if isinstance(value, dict) else enumerate(value)
     for key, inner in pairs:
-        if isinstance(key, str) and not key.isascii():
+        if isinstance(key, str):
             check_unicode(key, what)
         if isinstance(inner, str):
-            if not inner.isascii():
-                check_unicode(inner, what)
+            check_unicode(inner, what)
         elif isinstance(inner, _NESTED):
             _check_nested(inner, what, depth + 1)
 

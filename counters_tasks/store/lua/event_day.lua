@@ -143,6 +143,56 @@ local function keys_of(name)
   return entry
 end
 
+-- every field the events name, read with HMGETs of at most 1,000 before the loop (a (none) of a
+-- key an event lacks is read as it comes)
+do
+  local wanted, seen = {}, {}
+  local function want(field)
+    if not seen[field] then
+      seen[field] = true
+      wanted[#wanted + 1] = field
+    end
+  end
+  want('names')
+  local at = 10
+  for _ = 1, n do
+    local name, k = ARGV[at], tonumber(ARGV[at + 4])
+    want('e' .. SEP .. name)
+    want('k' .. SEP .. name)
+    for p = at + 5, at + 1 + 4 * k, 4 do
+      local prefix = SEP .. name .. SEP .. ARGV[p]
+      want('c' .. prefix)
+      want('n' .. prefix)
+      want('v' .. prefix .. SEP .. ARGV[p + 2])
+      want('v' .. prefix .. SEP)
+    end
+    at = at + 5 + 4 * k
+  end
+  for from = 1, #wanted, 1000 do
+    local last = math.min(from + 999, #wanted)
+    local values = redis.call('HMGET', day, unpack(wanted, from, last))
+    for w = from, last do
+      cache[wanted[w]] = values[w - from + 1]
+    end
+  end
+end
+
+-- a value's or a (none)'s visitors of the call, added to its sketch once at the end (one PFADD a
+-- sketch that is an HLL)
+local pending, pending_fields = {}, {}
+local function sighted(field, sid, hll)
+  local waiting = pending[field]
+  if not waiting then
+    waiting = {hll = hll, ids = {}, seen = {}}
+    pending[field] = waiting
+    pending_fields[#pending_fields + 1] = field
+  end
+  if not waiting.seen[sid] then
+    waiting.seen[sid] = true
+    waiting.ids[#waiting.ids + 1] = sid
+  end
+end
+
 local names = number('names')
 local flags, closed_events = {}, 0
 local i = 10
@@ -206,7 +256,7 @@ for e = 1, n do
         local counted = value_entry(vfield)
         counted[1] = counted[1] + 1
         if sid then
-          counted[2] = page_sketch_with(counted[2], sid, hll)
+          sighted(vfield, sid, hll)
         end
         put(vfield, counted)
       end
@@ -217,7 +267,7 @@ for e = 1, n do
         local none = value_entry(none_field)
         none[1] = none[1] + 1
         if sid then
-          none[2] = page_sketch_with(none[2], sid, day .. ':z' .. known.set[key])
+          sighted(none_field, sid, day .. ':z' .. known.set[key])
         end
         put(none_field, none)
       end
@@ -235,6 +285,19 @@ for e = 1, n do
     entry[6] = page_sketch_add(entry[6], sid, day .. ':e' .. name_digest)
   end
   put(efield, entry)
+end
+
+for _, field in ipairs(pending_fields) do
+  local waiting, entry = pending[field], cache[field]
+  local sketch = entry[2]
+  if string.byte(sketch, 1) == 35 then  -- ('#': an HLL already)
+    page_sketch_hll_add(waiting.hll, waiting.ids)
+  else
+    for _, sid in ipairs(waiting.ids) do
+      sketch = page_sketch_with(sketch, sid, waiting.hll)
+    end
+    entry[2] = sketch
+  end
 end
 
 -- written back: each changed field once, in HSETs of at most 500 fields
