@@ -10,11 +10,12 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from counters_tasks import throughput
+from counters_tasks import events, throughput
 from counters_tasks.core.days import local_day
 from counters_tasks.local.redis_server import free_port
 from counters_tasks.local.waiting import wait_until
@@ -111,6 +112,8 @@ def test_events_of_a_flask_app_survive_a_worker_sigkill_exactly(
         if second is not None:
             second.stop()
     assert observed(counters_conn, day) == model.expected()
+    live = {name: sum(n for _start, n in events.event_counter(counters_conn, name, 86400)) for name in ROUTES.values()}
+    assert live == Counter(name for name, _ip, _props in model.sent)  # the live counters too
     duplicates = throughput.totals(counters_conn).duplicates.get("event", 0)
     with capsys.disabled():
         print(
