@@ -148,3 +148,13 @@ def test_rules_match_as_a_goals_page_does():
     assert importer.events_of(view | {"path": "/checkout"}, (exact, prefix)) == []
     assert importer.events_of(view | {"path": "/signup/done"}, (exact, prefix))[0]["name"] == "signup"
     assert importer.parse_rule("/a=b=name").match.page == "/a=b"
+
+
+def test_the_text_summary_shows_the_events(raw_conn, tmp_path):
+    now = int(time.time()) - 30
+    lines = [{"ip": "203.0.113.5", "path": "/signup/done", "ts": now}, {"ip": "203.0.113.6", "path": "/", "ts": now}]
+    log = tmp_path / "views.jsonl"
+    log.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    output = run_import(*event_args(), str(log))
+    assert "2 lines read, 2 counted" in output
+    assert "events: 2 counted (home 1, signup 1)" in output
