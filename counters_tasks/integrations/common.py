@@ -195,7 +195,8 @@ class Options:
 class RequestCounters:
     """What a view reaches during its request (``request.counters`` in Django, the
     ``REQUEST_KEY`` entry of the WSGI environ / ASGI scope): ranking bumps, applied through the
-    process's recorder once the response is done, and ``skip()`` to leave this page view out."""
+    process's recorder once the response is done, events (``track_event``, sent at once: the
+    app's way in is ``integrations.track_event``), and ``skip()`` to leave this page view out."""
 
     def __init__(
         self, session_id: str | None = None, send_event: Callable[[str, Any, float], None] | None = None
