@@ -41,10 +41,12 @@ EVENTS_PER_CALL = 100
 calls of ``event_day.lua`` of at most ``PROPS_PER_CALL`` properties, so one stays under 5 ms of the
 server's CPU (``tests/events/test_event_flood.py``)."""
 
-PROPS_PER_CALL = 200
-"""Properties a call of ``event_day.lua`` writes at most (its events' together): each is four
-arguments and a few lookups (a call of 100 events of 30 properties each took 8 to 14 ms of the
-server's CPU; Redis reads 12,500 arguments in ~3 ms before the script runs)."""
+PROPS_PER_CALL = 120
+"""Properties a call of ``event_day.lua`` writes at most (its events' together): each is three
+arguments and a few lookups and sketch updates. 100 events of 30 properties took 8 to 14 ms of the
+server's CPU a call (Redis reads their 12,500 arguments in ~3 ms before the script runs); at 120,
+the costliest kind measured is 2.8 reference calls (~1.5 ms) at the median
+(``tests/events/test_event_flood.py``)."""
 
 SEP = "\x1f"
 """Between a name, a key and a value in a field of the day's HASH (no such text holds a control
@@ -81,15 +83,11 @@ def key_digest(name: str, key: str) -> str:
     return keys.path_digest(name + SEP + key)
 
 
-def value_digest(name: str, key: str, value: str) -> str:
-    """8 characters naming a property value: its sketch's HLL key."""
-    return keys.path_digest(name + SEP + key + SEP + value)
-
-
 def hll_key(table_key: str, letter: str, digest: str) -> str:
     """Where a sketch past ``page_sketch.EXACT_IDS`` visitors keeps them (``lua/event_day.lua``):
-    ``e`` a name (``~``: the names' ``(other)``), ``v`` a value, ``o`` a key's ``(other)``, ``z``
-    its ``(none)``."""
+    ``e`` and a name's digest (``~``: the names' ``(other)``), ``v`` and its key's digest, ``.``
+    and the value's number (its place among the key's tracked values that day), ``o`` and a key's
+    digest (its ``(other)``), ``z`` and a key's digest (its ``(none)``)."""
     return f"{table_key}:{letter}{digest}"
 
 
@@ -164,7 +162,7 @@ def script_args(events: Sequence[Event], positions: list[int], site: str, day: d
             len(event.props),
         ]
         for key, value in event.props:
-            args += [key, key_digest(name, key), value, value_digest(name, key, value)]
+            args += [key, key_digest(name, key), value]
     return args
 
 
@@ -303,13 +301,16 @@ def _parse_day(table: str, fields: dict[Any, Any], found: dict[str, _EventFigure
     for name, key, held, text in tracked:
         row = found[name]
         row.keys.setdefault(key, set()).add(day)
-        count, _sep, kept = text.partition(" ")
         if held is None:
+            count, _sep, kept = text.partition(" ")
             hll, value = hll_key(table, "z", key_digest(name, key)), NONE
-        elif held:
-            hll, value = hll_key(table, "v", value_digest(name, key, held)), held
         else:
-            hll, value = hll_key(table, "o", key_digest(name, key)), OTHER
+            count, number, *sketch = text.split(" ", 2)
+            kept = sketch[0] if sketch else ""
+            if held:
+                hll, value = hll_key(table, "v", f"{key_digest(name, key)}.{number}"), held
+            else:
+                hll, value = hll_key(table, "o", key_digest(name, key)), OTHER
         row.values.setdefault((key, value), _Figures()).add(int(count), kept, hll)
 
 

@@ -240,6 +240,15 @@ def test_counts_and_uvs_equal_a_plain_python_count(eager_app, raw_conn, monkeypa
         for start, end in [(d, d) for d in days] + [(days[0], days[-1]), (days[1], days[-1])]:
             got = rows(event_report(raw_conn, site or None, start, end))
             assert got == model_report(events, site, start, end, 4, 3), (site, start, end)
+        # the live counters: each event once, in its site's, a name past a day's cap in (other)'s
+        whole = model_report(events, site, days[0], days[-1], 4, 3)
+        by_name: dict[str, int] = {}
+        for day in days:
+            for name, row in model_report(events, site, day, day, 4, 3).items():
+                by_name[name] = by_name.get(name, 0) + row[0]
+        assert sum(by_name.values()) == sum(row[0] for row in whole.values())
+        counted = {name: sum(t for _s, t in event_counter(raw_conn, name, 3600, site or None)) for name in by_name}
+        assert counted == by_name, site
 
 
 def test_the_table_is_listed_with_its_keys():

@@ -10,7 +10,7 @@
 --       property keys a name tracks, [8] the most values a (name, key) tracks, [9] n, then per
 --       event: its name, the name's digest (8 characters), its visitor's pairs form (11
 --       characters; '' none), the properties dropped past MAX_PROPS, k, then k times: key, the
---       digest of "<name>\x1f<key>", value, the digest of "<name>\x1f<key>\x1f<value>".
+--       digest of "<name>\x1f<key>" (8 characters), value.
 -- The HASH's fields (\x1f: a separator no name, key or value holds; a name, key or value past
 -- its cap is '' in a field: '(other)'):
 --   open_until                  the day's pairs live until then (fixed by the day's first write)
@@ -18,12 +18,13 @@
 --   e\x1f<name>                 "<count> <uv> <no visitor> <dropped> <closed> <sketch>"
 --   k\x1f<name>                 the name's tracked keys: "<key>\x1f<its digest>\x1f" each
 --   c\x1f<name>\x1f<key>        values tracked
---   v\x1f<name>\x1f<key>\x1f<value>  "<count> <sketch>"
+--   v\x1f<name>\x1f<key>\x1f<value>  "<count> <number> <sketch>" (<number>: the value's place among
+--                               the key's tracked values, which names its HLL; 0 for '(other)')
 --   n\x1f<name>\x1f<key>        "<count> <sketch>": the name's events without the key (from the
 --                               day's first, whenever the key was first seen)
 -- A sketch is page_sketch.lua's (a list of 6-character ids, or '#' and an HLL under KEYS[1], ':',
--- a letter ('e' a name, 'v' a value, 'o' a key's (other), 'z' its (none)) and the digest; '~' for
--- a name's (other)). A day is open until open_until (site_day.lua's rule): an event of a closed day
+-- a letter and a digest: 'e' and a name's ('~' for the names' (other)), 'v' and its key's, '.'
+-- and a value's number, 'o' and a key's (its (other)), 'z' and a key's (its (none))). A day is open until open_until (site_day.lua's rule): an event of a closed day
 -- counts, in no UV ('closed').
 -- Returns {1 or -1 (this call was applied before), events of a closed day, a string of one
 -- character an event: '1' its name is tracked, '0' it counts as '(other)'}.
@@ -43,7 +44,7 @@ local function tracked_flags()
   local flags, i = {}, 10
   for e = 1, n do
     flags[e] = redis.call('HEXISTS', day, 'e' .. SEP .. ARGV[i]) == 1 and '1' or '0'
-    i = i + 5 + 4 * tonumber(ARGV[i + 4])
+    i = i + 5 + 3 * tonumber(ARGV[i + 4])
   end
   return table.concat(flags)
 end
@@ -103,17 +104,19 @@ local function event_entry(field)
   return entry
 end
 
-local function value_entry(field)
+local function value_entry(field, numbered)
+  -- a (none)'s {count, sketch}, or (numbered) a value's {count, sketch, number}
   local value = get(field)
   if type(value) == 'table' then
     return value
   end
   local entry
-  if value then
-    local c, s = string.match(value, '^(%d+) ?(.*)$')
-    entry = {tonumber(c), s}
+  if numbered then
+    local c, number, s = string.match(value or '0 0', '^(%d+) (%d+) ?(.*)$')
+    entry = {tonumber(c), s, tonumber(number)}
   else
-    entry = {0, ''}
+    local c, s = string.match(value or '0', '^(%d+) ?(.*)$')
+    entry = {tonumber(c), s}
   end
   cache[field] = entry
   return entry
@@ -159,14 +162,14 @@ do
     local name, k = ARGV[at], tonumber(ARGV[at + 4])
     want('e' .. SEP .. name)
     want('k' .. SEP .. name)
-    for p = at + 5, at + 1 + 4 * k, 4 do
+    for p = at + 5, at + 2 + 3 * k, 3 do
       local prefix = SEP .. name .. SEP .. ARGV[p]
       want('c' .. prefix)
       want('n' .. prefix)
       want('v' .. prefix .. SEP .. ARGV[p + 2])
       want('v' .. prefix .. SEP)
     end
-    at = at + 5 + 4 * k
+    at = at + 5 + 3 * k
   end
   for from = 1, #wanted, 1000 do
     local last = math.min(from + 999, #wanted)
@@ -199,7 +202,7 @@ local i = 10
 for e = 1, n do
   local name, name_digest, visitor, dropped, k = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
   local first = i + 5
-  i = first + 4 * k
+  i = first + 3 * k
   local efield = 'e' .. SEP .. name
   local tracked = get(efield)
   if not tracked then
@@ -218,8 +221,8 @@ for e = 1, n do
   if tracked then
     local known = keys_of(name)
     local had = {}
-    for p = first, first + 4 * (k - 1), 4 do
-      local key, key_digest, value, value_digest = ARGV[p], ARGV[p + 1], ARGV[p + 2], ARGV[p + 3]
+    for p = first, first + 3 * (k - 1), 3 do
+      local key, key_digest, value = ARGV[p], ARGV[p + 1], ARGV[p + 2]
       if not known.set[key] then
         if #known.list < max_keys then
           known.list[#known.list + 1] = key
@@ -243,20 +246,25 @@ for e = 1, n do
       if key then
         had[key] = true
         local vfield = 'v' .. SEP .. name .. SEP .. key .. SEP .. value
-        local hll = day .. ':v' .. value_digest
-        if not get(vfield) then
+        local counted
+        if get(vfield) then
+          counted = value_entry(vfield, true)
+        else
           local cfield = 'c' .. SEP .. name .. SEP .. key
           local values = number(cfield)
           if values < max_values then
             put(cfield, values + 1)
+            counted = value_entry(vfield, true)
+            counted[3] = values + 1
           else
-            vfield, hll = 'v' .. SEP .. name .. SEP .. key .. SEP, day .. ':o' .. key_digest
+            vfield = 'v' .. SEP .. name .. SEP .. key .. SEP
+            counted = value_entry(vfield, true)
           end
         end
-        local counted = value_entry(vfield)
         counted[1] = counted[1] + 1
         if sid then
-          sighted(vfield, sid, hll)
+          local number = counted[3]
+          sighted(vfield, sid, number > 0 and day .. ':v' .. key_digest .. '.' .. number or day .. ':o' .. key_digest)
         end
         put(vfield, counted)
       end
@@ -326,7 +334,7 @@ for _, field in ipairs(dirty) do
     end
     text = table.concat(parts)
   else
-    text = string.format('%d', value[1])
+    text = value[3] and string.format('%d %d', value[1], value[3]) or string.format('%d', value[1])
     if value[2] ~= '' then
       text = text .. ' ' .. value[2]
     end
