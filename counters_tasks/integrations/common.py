@@ -494,8 +494,9 @@ class Counting:
     def send_event(self, visit: InFlight, name: str, props: Any, ts: float) -> None:
         """An event a view tracked during ``visit`` (``RequestCounters.track_event``), handed to the
         recorder's ``track_event`` at once with what the request's page view is counted with: the
-        client address (``client_ip``: the trusted-proxy rule; None without one: the event then
-        counts in no unique figure), the session id ``begin`` found, the site ``site_of`` found.
+        client address (``client_ip``: the trusted-proxy rule; None without one: the event's
+        visitor is then its session's, ``core.visitors.session_visitor_id``), the session id
+        ``begin`` found, the site ``site_of`` found.
         A request of no site (``host``) sends none (``stats.events_no_site``). Never raises: the
         recorder's refusal or error is counted (``events_refused``, ``failed``)."""
         if visit.reason == HOST:

@@ -237,3 +237,28 @@ def test_a_django_view_tracks_events_through_request_counters(monkeypatch):
             "site": "shop",
         }
     ]
+
+
+def test_a_request_without_a_client_address_sends_its_event_with_the_session_alone():
+    """A Unix socket and no trusted header: the page view is not counted (no visitor), the event
+    is, its visitor then its session's (``core.visitors.session_visitor_id``)."""
+    recorder = EventRecorder()
+    middleware = CountersMiddleware(flask_app.wsgi_app, recorder=recorder)
+    environ = {
+        "REQUEST_METHOD": "GET",
+        "PATH_INFO": "/welcome",
+        "HTTP_USER_AGENT": BROWSER_HEADERS["User-Agent"],
+        "HTTP_ACCEPT": BROWSER_HEADERS["Accept"],
+        "HTTP_COOKIE": f"ct_sid={SID}",
+        "wsgi.input": None,
+        "wsgi.url_scheme": "http",
+        "SERVER_NAME": "t",
+        "SERVER_PORT": "80",
+    }
+    body = middleware(environ, lambda status, headers, exc_info=None: None)
+    b"".join(body)
+    body.close()
+    assert without_ts(recorder.events) == [
+        {"name": "welcome_seen", "props": None, "ip": None, "session_id": SID, "site": None}
+    ]
+    assert recorder.visits == [] and middleware.stats.no_client_ip == 1
