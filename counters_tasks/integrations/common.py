@@ -146,8 +146,8 @@ class Options:
     (a UUID or 15+ hex digits) or None for a visit without one. ``site(info)`` replaces the Host
     allowlist of ``COUNTERS_SITES`` (``core.sites.site_for_host``): it returns the name of the site
     the request counts for (one of ``COUNTERS_SITES``, or ``default``), or None to count it for none.
-    ``recorder``: a ``VisitRecorder`` (the middleware calls its ``record``, ``incr_ranking`` and
-    ``skipped``), or a callable returning one; a stand-in in an app's tests need only take what its
+    ``recorder``: a ``VisitRecorder`` (the middleware calls its ``record``, ``incr_ranking``,
+    ``track_event`` and ``skipped``), or a callable returning one; a stand-in in an app's tests need only take what its
     requests send (``site=`` comes only for a site other than the default one, ``referrer=``,
     ``utm=``, ``user_agent=`` and ``language=`` only when the request has them).
     """
