@@ -4,7 +4,13 @@
 2. ``record_visit.delay()`` and ``incr_ranking.delay()`` per visit (the worker batches
    ``record_visit`` messages itself);
 2b. the same calls with ``COUNTERS_DELAY_BUFFER=1`` (they go to the process's shared recorder);
-3. ``VisitRecorder`` (``record`` + ``incr_ranking`` per visit, sent as batches).
+3. ``VisitRecorder`` (``record`` + ``incr_ranking`` per visit, sent as batches);
+4. an event against a visit (issue 43): the same stream through ``VisitRecorder``, once as
+   ``record`` alone (4v) and once as ``track_event`` alone (4e: an event of the visit's visitor,
+   with two properties, ``plan`` and ``section``), one after the other; each process's CPU an
+   item and the counters Redis's commands an item of 4e against 4v, which fails the run
+   when an event costs more than a visit (by more than 20% of CPU, the noise of one run, or by
+   any Redis command or script call; medians of ``--rounds``) in each of three measures.
 
 Each visit is a page view with a session id, and a ranking bump of its path, in the traffic
 shapes of ``bench/traffic.py`` (``--shape``, default ``uniform`` and ``zipf``: independent
@@ -204,7 +210,7 @@ def run_variant(label: str, data_conn, send, done, n: int, meters: Meters) -> di
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--visits", type=int, default=100_000)
-    parser.add_argument("--only", choices=["1", "2", "2b", "3"], action="append")
+    parser.add_argument("--only", choices=["1", "2", "2b", "3", "4"], action="append")
     parser.add_argument("--shape", choices=sorted(SHAPES), action="append")
     parser.add_argument(
         "--rounds",
@@ -219,10 +225,11 @@ def main() -> int:
         help="compare each process's CPU a visit, (3) over (1), with bench/reference.json (fail past +20%%), or record it",
     )
     args = parser.parse_args()
-    variants = args.only or ["1", "2", "2b", "3"]
+    variants = args.only or ["1", "2", "2b", "3", "4"]
     if args.reference and not {"1", "3"} <= set(variants):
         parser.error("--reference needs the variants 1 and 3")
     ratios: dict[str, dict[str, float]] = {}
+    event_over: list[str] = []
     with (
         tempfile.TemporaryDirectory() as tmp,
         RedisServer(Path(tmp) / "data") as data,
@@ -279,6 +286,8 @@ def main() -> int:
                 for shape in shapes:
                     print(f"\n== traffic: {shape} ({SHAPES[shape].__doc__.splitlines()[0]})")
                     rounds = [run_shape(SHAPES[shape](args.visits), variants, conn, meters) for _ in range(args.rounds)]
+                    if "4" in variants and attempt == 0:
+                        event_over += [f"{shape} {line}" for line in event_against_visit(rounds)]
                     if args.reference:
                         ratios[shape] = median_ratios(rounds)
                 if args.reference != "check":
@@ -290,6 +299,16 @@ def main() -> int:
                     break
                 shapes = sorted({name.split()[0] for name in over})  # measure again what was over, only
                 print("over in every measure so far: " + "; ".join(over.values()) + "; measured again")
+            for _again in range(ATTEMPTS - 1):  # (4): as the reference, what is dearer every time
+                if not event_over:
+                    break
+                print("an event dearer than a visit so far: " + "; ".join(event_over) + "; measured again")
+                found = []
+                for shape in sorted({line.split()[0] for line in event_over}):
+                    rounds = [run_shape(SHAPES[shape](args.visits), ["4"], conn, meters) for _ in range(args.rounds)]
+                    found += [f"{shape} {line}" for line in event_against_visit(rounds)]
+                before = {line.split(":")[0] for line in event_over}
+                event_over = [line for line in found if line.split(":")[0] in before]
         finally:
             worker.terminate()
             try:
@@ -297,6 +316,9 @@ def main() -> int:
             except subprocess.TimeoutExpired:
                 worker.kill()
                 worker.wait()
+    if event_over:
+        print("an event costs more than a visit: " + "; ".join(event_over))
+        return 1
     if args.reference == "record":
         record_reference(ratios, args.visits, args.rounds, server)
     elif args.reference == "check":
@@ -432,6 +454,8 @@ def run_shape(stream: list, variants: list[str], conn: redis.Redis, meters: Mete
         # applied before anything else is measured (the next shape's runs share the worker)
         wait_until(lambda: sitestats.site_visit_info(conn).pv >= 2 * n, timeout=1800)
         print(f"VisitRecorder.record alone: {calls:,.0f} calls/s in the producer")
+    if "4" in variants:
+        results.update(run_event_against_visit(stream, conn, meters, headers))
     print("all counts exact for every path")
     if "1" in results:
         base = results["1"]
@@ -444,6 +468,67 @@ def run_shape(stream: list, variants: list[str], conn: redis.Redis, meters: Mete
                     f"{r['commands']:.1f} vs {base['commands']:.1f}, {r['of_ceiling']:.0%} of its Redis-bound ceiling "
                     f"({r['e2e'] / r['cpu_ceiling']:.0%} by Redis CPU)"
                 )
+    return results
+
+
+EVENT_PLANS = ("free", "pro", "team")
+
+
+def event_props(path: str, ts: float) -> dict[str, str]:
+    """The event of a visit in (4e): two properties, a plan (three values) and the site's section
+    (the path's first part: a few values a shape)."""
+    return {"plan": EVENT_PLANS[int(ts) % 3], "section": path.split("/")[1] or "home"}
+
+
+def run_event_against_visit(stream: list, conn: redis.Redis, meters: Meters, headers: dict) -> dict[str, dict]:
+    """(4): the stream as visits alone (4v: ``VisitRecorder.record``), then as events alone (4e:
+    ``VisitRecorder.track_event``, an event of the visit's visitor), each measured by
+    ``run_variant``; each run done when its read has every item (the site's PV; the events'
+    report of the stream's days, whose polling the event's figures carry), then checked exact."""
+    from collections import Counter
+    from datetime import date
+
+    from counters_tasks import events, sitestats
+    from counters_tasks.core.days import local_day
+    from counters_tasks.recorder import VisitRecorder
+
+    n = len(stream)
+    results = {}
+    days: list[date] = sorted({local_day(ts) for _ip, _path, _session, ts in stream})
+
+    def events_counted() -> int:
+        return sum(row.total for row in events.event_report(conn, start=days[0], end=days[-1]).events)
+
+    recorder = VisitRecorder(max_batch=1000, max_delay=0.1, max_buffer=4 * n)
+
+    def send_visits():
+        for ip, path, session, ts in stream:
+            agent, language = headers[ip]
+            recorder.record(ip, path, session, ts, user_agent=agent, language=language)
+        recorder.flush(timeout=120)
+
+    results["4v"] = run_variant(
+        "(4v) VisitRecorder.record alone", conn, send_visits, lambda: sitestats.site_visit_info(conn).pv >= n, n, meters
+    )
+    assert sitestats.site_visit_info(conn).pv == n, "(4v): the site's PV is not exact"
+
+    names = ("signup", "purchase", "download")
+
+    def send_events():
+        for number, (ip, path, session, ts) in enumerate(stream):
+            recorder.track_event(names[number % 3], event_props(path, ts), ts, ip, session)
+        recorder.flush(timeout=120)
+
+    results["4e"] = run_variant(
+        "(4e) VisitRecorder.track_event", conn, send_events, lambda: events_counted() >= n, n, meters
+    )
+    assert recorder.stats()["dropped"] == 0, recorder.stats()
+    recorder.close(timeout=10)
+    want = Counter(names[number % 3] for number in range(n))
+    got: Counter[str] = Counter()
+    for row in events.event_report(conn, start=days[0], end=days[-1]).events:
+        got[row.name] += row.total
+    assert got == want, f"(4e): the events' counts are {dict(got)}, expected {dict(want)}"
     return results
 
 
@@ -468,6 +553,30 @@ machine is not)."""
 
 MARGIN = 1.2
 ATTEMPTS = 3
+
+
+EVENT_MEASURES = {**PROCESSES, **WORK}
+"""What (4) compares, an event's against a visit's: each process's CPU an item, and the counters
+Redis's commands and script calls an item."""
+
+
+def event_against_visit(rounds: list[dict[str, dict]]) -> list[str]:
+    """(4e) against (4v), each figure the median of the rounds: the lines of the figures where an
+    event costs more than a visit (CPU by more than ``MARGIN``, the noise of one run; commands and
+    script calls, which the code alone sets, by anything), each figure's verdict printed."""
+    over = []
+    print("\n== an event against a visit (4e over 4v, medians of the rounds)")
+    for name, field in EVENT_MEASURES.items():
+        event = statistics.median(results["4e"][field] for results in rounds)
+        visit = statistics.median(results["4v"][field] for results in rounds)
+        limit = visit * (1.0 if name in WORK else MARGIN)
+        verdict = "OVER" if event > limit + 1e-9 else "ok"
+        print(
+            f"    {name:<15} event {event:9.2f}, visit {visit:9.2f} ({event / visit if visit else 0:.2f}x): {verdict}"
+        )
+        if verdict == "OVER":
+            over.append(f"{name}: an event {event:.2f}, a visit {visit:.2f}")
+    return over
 
 
 def cpu_ratios(results: dict[str, dict]) -> dict[str, float]:

@@ -104,6 +104,13 @@ def prop_text(value: Any, key: str) -> str | None:
     raise InvalidInput(f"property {key!r} must be a str, int, float or bool, got {type(value).__name__}")
 
 
+def _plain(value: Any, max_length: int) -> bool:
+    """The common case, checked at once (every event's keys and values in the app and the worker):
+    a non-empty ASCII ``str`` of at most ``max_length`` printable characters, which ``check_text``
+    accepts as it is; anything else goes through the full checks."""
+    return type(value) is str and 0 < len(value) <= max_length and value.isascii() and value.isprintable()
+
+
 def check_props(props: Any) -> tuple[Props, int]:
     """An event's properties checked (InvalidInput when one is not allowed, nothing written):
     the kept (key, text) pairs, at most ``MAX_PROPS`` in the order given, and how many were
@@ -115,8 +122,9 @@ def check_props(props: Any) -> tuple[Props, int]:
     kept: list[tuple[str, str]] = []
     dropped = 0
     for key, value in props.items():
-        check_text(key, "property key", MAX_KEY)
-        text = prop_text(value, key)
+        if not _plain(key, MAX_KEY):
+            check_text(key, "property key", MAX_KEY)
+        text = value if _plain(value, MAX_VALUE) else prop_text(value, key)
         if text is None:
             continue
         if len(kept) < MAX_PROPS:

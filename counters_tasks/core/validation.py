@@ -84,10 +84,11 @@ def _check_nested(value: list[Any] | tuple[Any, ...] | dict[Any, Any], what: str
         raise InvalidInput(f"{what} is nested more than {MAX_ITEM_DEPTH} levels deep")
     pairs = value.items() if isinstance(value, dict) else enumerate(value)
     for key, inner in pairs:
-        if isinstance(key, str):
+        if isinstance(key, str) and not key.isascii():
             check_unicode(key, what)
         if isinstance(inner, str):
-            check_unicode(inner, what)
+            if not inner.isascii():
+                check_unicode(inner, what)
         elif isinstance(inner, _NESTED):
             _check_nested(inner, what, depth + 1)
 

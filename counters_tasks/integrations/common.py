@@ -1,5 +1,6 @@
 """What every request integration shares: which requests are page views, who the client is,
-the session cookie for the daily uniques, ranking bumps, and the one recorder per process.
+the session cookie for the daily uniques, ranking bumps, events (``track_event``), and the one
+recorder per process.
 
 The WSGI, ASGI and Django middleware only translate their framework's request and response into
 ``RequestInfo`` and a status with headers, and call ``Counting``: so the rules (the page view
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, cast
 
 from ..core import pageviews
+from ..core.events import check_event_name, check_props
 from ..core.paths import encode_decoded_path, encode_target_bytes
 from ..core.sites import check_site, hosts_of, site_for_host
 from ..core.sources import source_fields
@@ -144,8 +146,8 @@ class Options:
     (a UUID or 15+ hex digits) or None for a visit without one. ``site(info)`` replaces the Host
     allowlist of ``COUNTERS_SITES`` (``core.sites.site_for_host``): it returns the name of the site
     the request counts for (one of ``COUNTERS_SITES``, or ``default``), or None to count it for none.
-    ``recorder``: a ``VisitRecorder`` (the middleware calls its ``record``, ``incr_ranking`` and
-    ``skipped``), or a callable returning one; a stand-in in an app's tests need only take what its
+    ``recorder``: a ``VisitRecorder`` (the middleware calls its ``record``, ``incr_ranking``,
+    ``track_event`` and ``skipped``), or a callable returning one; a stand-in in an app's tests need only take what its
     requests send (``site=`` comes only for a site other than the default one, ``referrer=``,
     ``utm=``, ``user_agent=`` and ``language=`` only when the request has them).
     """
@@ -193,13 +195,32 @@ class Options:
 class RequestCounters:
     """What a view reaches during its request (``request.counters`` in Django, the
     ``REQUEST_KEY`` entry of the WSGI environ / ASGI scope): ranking bumps, applied through the
-    process's recorder once the response is done, and ``skip()`` to leave this page view out."""
+    process's recorder once the response is done, events (``track_event``, sent at once: the
+    app's way in is ``integrations.track_event``), and ``skip()`` to leave this page view out."""
 
-    def __init__(self, session_id: str | None = None) -> None:
+    def __init__(
+        self, session_id: str | None = None, send_event: Callable[[str, Any, float], None] | None = None
+    ) -> None:
         self.session_id = session_id
         """The session id this visit is counted with (None: none, or not decided yet)."""
         self.skipped = False
         self.bumps: list[tuple[str, str, int, float, int, int]] = []
+        self.send_event = send_event
+        """Where ``track_event`` hands an event (the middleware's ``Counting.send_event`` for this
+        request; None on one made by hand, whose events have no request to come from)."""
+
+    def track_event(self, name: str, props: dict[str, Any] | None = None) -> None:
+        """Record the event ``name`` (with ``props``) of this request's visitor, timed now: handed
+        to the process's recorder at once, with the client address, session id and site the
+        request's page view has (``Counting.send_event``), whether or not the request is a page
+        view (a form's POST). A name or properties the caps refuse (``core.events``) raise
+        InvalidInput here, in the view, and nothing is sent; anything else the recorder does
+        is counted in the middleware's ``stats``, never raised into the view."""
+        check_event_name(name)
+        check_props(props)
+        if self.send_event is None:
+            raise LookupError("these RequestCounters belong to no request of a counters_tasks middleware")
+        self.send_event(name, props, time.time())
 
     def bump(
         self, board: str, member: str, amount: int = 1, *, period_hours: int = 24, interval_hours: int = 1
@@ -230,7 +251,8 @@ class Stats:
     (in all, and by reason in ``skipped_by``: the page view rule's reasons, ``app``, ``host``
     and ``refused``), visits the recorder refused (InvalidInput; each also skipped as
     ``refused``), visits lost to an error of the recorder (closed while
-    shutting down), requests without a client address, cookies set, bumps sent and refused."""
+    shutting down), requests without a client address, cookies set, bumps sent and refused,
+    events sent, refused by the recorder, and of requests of no site (a Host no site lists)."""
 
     counted: int = 0
     skipped: int = 0
@@ -240,6 +262,9 @@ class Stats:
     cookies_set: int = 0
     bumps: int = 0
     bumps_refused: int = 0
+    events: int = 0
+    events_refused: int = 0
+    events_no_site: int = 0
     skipped_by: Counter[str] = field(default_factory=Counter)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
@@ -383,6 +408,7 @@ class Counting:
         callable, or the cookie; a new id when the cookie is absent or not a valid id), and the
         reason it cannot be a page view whatever its answer, when there is one (``request_may_count``)."""
         visit = InFlight(info, RequestCounters(), time.time())
+        visit.counters.send_event = lambda name, props, ts: self.send_event(visit, name, props, ts)
         site = self.site_of(info)
         if site is None:
             visit.reason = HOST
@@ -464,6 +490,31 @@ class Counting:
                 interval_hours=interval_hours,
                 **site,
             )
+
+    def send_event(self, visit: InFlight, name: str, props: Any, ts: float) -> None:
+        """An event a view tracked during ``visit`` (``RequestCounters.track_event``), handed to the
+        recorder's ``track_event`` at once with what the request's page view is counted with: the
+        client address (``client_ip``: the trusted-proxy rule; None without one: the event's
+        visitor is then its session's, ``core.visitors.session_visitor_id``), the session id
+        ``begin`` found, the site ``site_of`` found.
+        A request of no site (``host``) sends none (``stats.events_no_site``). Never raises: the
+        recorder's refusal or error is counted (``events_refused``, ``failed``)."""
+        if visit.reason == HOST:
+            self.stats.add("events_no_site")
+            log.debug("counters middleware: event %r of a request of no site not sent", name)
+            return
+        site = {"site": visit.site} if visit.site else {}
+        self._hand_over(
+            "event",
+            ("events", "events_refused"),
+            "track_event",
+            name,
+            props,
+            ts=ts,
+            ip=self.client_ip(visit.info),
+            session_id=visit.counters.session_id,
+            **site,
+        )
 
     def skipped(self, visit: InFlight) -> None:
         """Count a request that is not a page view, by its reason: here (``stats``) and, through

@@ -378,6 +378,9 @@ def test_wsgi_middleware_counts_pages_sets_the_cookie_and_bumps():
         "cookies_set": 1,
         "bumps": 2,
         "bumps_refused": 1,
+        "events": 0,
+        "events_refused": 0,
+        "events_no_site": 0,
     }
 
 

@@ -136,10 +136,20 @@ def import_progress(source: importer.Input, console: Any = None) -> Iterator[Cal
     metavar="SITE",
     help="the site of COUNTERS_SITES every line counts for (default: the default site)",
 )
+@click.option(
+    "--event",
+    "events",
+    multiple=True,
+    metavar="PATH=NAME",
+    help="also count each page view of PATH (exact, or a prefix ending with *) as the event NAME; repeatable",
+)
 @output_options(IMPORT_COLUMNS, "one row a day; lines read and skipped are in json", names=("--output",))
-def import_command(file: str, fmt: str | None, include_all: bool, site: str | None, output: str) -> None:
+def import_command(
+    file: str, fmt: str | None, include_all: bool, site: str | None, events: tuple[str, ...], output: str
+) -> None:
     """Count the page views of an access log (combined or common format, .gz too, - for stdin) or
     of JSON lines (ip, path, ts, session_id) at their own times; importing again counts nothing twice.
+    With --event PATH=NAME, the views of PATH count as the event NAME too (at the view's time).
 
     Here --format is the input's format: the answer's is --output (table, csv or json). The CSV is
     the summary's table, one row a day (day,counted); the lines read, skipped (by reason) and the
@@ -161,8 +171,9 @@ def import_command(file: str, fmt: str | None, include_all: bool, site: str | No
                 name=source.name,
                 progress=progress,
                 site=site,
+                events=events,
             )
-    except InvalidInput as exc:  # an unknown site: nothing was read or written
+    except InvalidInput as exc:  # an unknown site or a bad --event: nothing was read or written
         raise click.UsageError(str(exc)) from None
     except ConfigurationError as exc:
         raise Failed(str(exc)) from None

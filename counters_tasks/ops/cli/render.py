@@ -193,6 +193,15 @@ def render_import(console: Any, data: dict) -> None:
         console.print("  unreadable lines: " + ", ".join(map(str, data["malformed_lines"])) + more, markup=False)
     for row in import_rows(data)[1]:
         console.print(f"  {row['day']}  {row['counted']:>9} counted")
+    if data.get("events") or data.get("events_refused"):
+        counted = ", ".join(f"{name} {n}" for name, n in data["events"].items())
+        refused = ", ".join(f"{reason} {n}" for reason, n in data["events_refused"].items())
+        console.print(
+            f"  events: {data['events_total']} counted"
+            + (f" ({counted})" if counted else "")
+            + (f", refused: {refused}" if refused else ""),
+            markup=False,
+        )
 
 
 COUNTERS_COLUMNS = ("counter",)

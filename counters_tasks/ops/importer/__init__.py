@@ -11,14 +11,17 @@ importing the same lines again counts nothing twice (docs/cli.md, docs/keys.md "
   view rule of ``core.pageviews`` and the page name of ``core.paths``, as the middleware applies them;
 - ``ledger``: the import ledger's view of a page view (``canonical``, ``content_digest``,
   ``visit_fields``): which chunks and visits were imported before;
+- ``rules``: the event rules of ``--event PATH=NAME`` (``parse_rule``, ``events_of``): the page
+  views of a path counted as an event too, matched by ``core.conversions.Match.hits_view``;
 - ``run``: the import itself (``import_lines``, ``Importer``, ``Summary``, ``require_secret``):
-  chunks of ``CHUNK`` page views through ``visits.apply_visits``, each noted in the ledger.
+  chunks of ``CHUNK`` page views through ``visits.apply_visits``, their events through the event
+  kind's payload, each chunk noted in the ledger.
 
 This ``__init__`` only re-exports their names (``__all__``), so ``from counters_tasks.ops import
 importer`` then ``importer.import_lines(...)`` is the way in. What they may import: ``reading``,
-``formats`` and ``ledger`` none of each other, only the standard library and the layers below
-``ops`` (``core``, ``errors``); ``run`` imports those three and ``visits``, ``skips``, ``store``
-and ``core``. Nothing here imports the rest of ``ops``; ``ops.cli`` imports this package.
+``formats``, ``ledger`` and ``rules`` none of each other, only the standard library and the
+layers below ``ops`` (``core``, ``errors``); ``run`` imports those four and ``visits``,
+``payloads``, ``events`` (the event kind), ``skips``, ``store`` and ``core``. Nothing here imports the rest of ``ops``; ``ops.cli`` imports this package.
 """
 
 from .formats import (
@@ -44,6 +47,7 @@ from .formats import (
 )
 from .ledger import SOURCE_FIELDS, canonical, content_digest, visit_fields
 from .reading import MAX_LINE, CountingReader, Input, chain_lines, open_input, read_lines
+from .rules import EventRule, events_of, parse_rule, parse_rules
 from .run import CHUNK, MALFORMED_LINES_SHOWN, PROGRESS_EVERY, Importer, Summary, import_lines, require_secret
 
 __all__ = [
@@ -79,6 +83,11 @@ __all__ = [
     "canonical",
     "content_digest",
     "visit_fields",
+    # rules
+    "EventRule",
+    "parse_rule",
+    "parse_rules",
+    "events_of",
     # run
     "CHUNK",
     "PROGRESS_EVERY",

@@ -3,7 +3,11 @@ visit or a skip reason (``formats``) and hands the page views to ``Importer``, w
 into chunks of ``CHUNK`` and applies each through ``visits.apply_visits`` under a message id
 derived from its content, then notes it in the import ledger (``ledger``, ``keys.import_ledger``).
 A chunk found there is skipped, so importing the same lines again counts nothing twice.
-``Summary`` is what an import did: lines read, page views counted, lines skipped by reason.
+With event rules (``rules``, ``--event PATH=NAME``), a chunk's page views of those paths are
+applied as events too, through the event kind's payload (``payloads.apply_payload``) under an id
+derived from the chunk's, before the chunk is noted: a chunk imported again sends none again.
+``Summary`` is what an import did: lines read, page views counted, lines skipped by reason,
+events counted by name.
 """
 
 from __future__ import annotations
@@ -21,11 +25,13 @@ from ...core.days import DAY, local_day
 from ...core.settings import get_settings
 from ...core.sites import check_site, hosts_of, zone_of
 from ...errors import ConfigurationError, InvalidInput
+from ...events.kind import EVENT
 from ...store import keys
 from ...store.client import RedisClient
 from .formats import ALREADY_IMPORTED, FORMATS, MALFORMED, SKIP_REASONS, Skip, first_line_format, line_visit
 from .ledger import canonical, content_digest, visit_fields
 from .reading import chain_lines
+from .rules import EventRule, events_of, parse_rules
 
 CHUNK = visits.CHUNK
 """Page views per chunk: one ``record_visits`` payload (one message id) and one ledger entry."""
@@ -50,6 +56,10 @@ class Summary:
     skipped: Counter[str] = field(default_factory=Counter)
     days: Counter[str] = field(default_factory=Counter)
     malformed_lines: list[int] = field(default_factory=list)
+    events: Counter[str] = field(default_factory=Counter)
+    """Events counted, by name (``--event`` rules); those the event kind refused are in
+    ``events_refused``, by reason."""
+    events_refused: Counter[str] = field(default_factory=Counter)
     dated_skips: dict[tuple[str, str, date], list[float]] = field(default_factory=dict)
     """(site scope, reason, local day) -> [lines, the first one's ts]: the skips of lines with a
     time, counted in their site's day (``skips``); the others count in the totals only."""
@@ -87,16 +97,21 @@ class Summary:
             "skipped": skipped,
             "malformed_lines": list(self.malformed_lines),
             "days": dict(sorted(self.days.items())),
+            "events_total": sum(self.events.values()),
+            "events": dict(sorted(self.events.items())),
+            "events_refused": dict(sorted(self.events_refused.items())),
         }
 
 
 class Importer:
     """Applies chunks of visit dicts through ``visits.apply_visits``, each at most once (the
-    import ledger), and keeps the summary."""
+    import ledger), the events their views count as (``rules``) through the event kind's
+    payload, and keeps the summary."""
 
-    def __init__(self, conn: RedisClient, summary: Summary) -> None:
+    def __init__(self, conn: RedisClient, summary: Summary, rules: tuple[EventRule, ...] = ()) -> None:
         self.conn = conn
         self.summary = summary
+        self.rules = rules
         self.ledger = keys.import_ledger()
         self.ledger_ttl = get_settings().day_totals_days * DAY
         self.ordinal = 0
@@ -124,8 +139,9 @@ class Importer:
         # what record_visits will refuse, for the summary
         accepted, refused = payloads.prepare_payload(visits.VISIT, batch)
         if batch:
-            message_id = "import:" + content_digest("\n".join(fields[n] for n in fresh))
-            self.summary.counted += visits.apply_visits(self.conn, batch, message_id=message_id)
+            digest = content_digest("\n".join(fields[n] for n in fresh))
+            self.summary.counted += visits.apply_visits(self.conn, batch, message_id="import:" + digest)
+            self.apply_events([batch[n] for n, _visit in accepted], "import-events:" + digest)
         for _n, error in refused:
             self.summary.skip(f"refused:{error.reason}")
         for _n, visit in accepted:
@@ -134,6 +150,22 @@ class Importer:
             self.note([chunk_field])
         else:  # a refused visit may be tried again; the accepted ones are noted one by one
             self.note([fields[fresh[n]] for n, _visit in accepted])
+
+    def apply_events(self, counted: list[dict[str, Any]], message_id: str) -> None:
+        """The events the counted views make by the rules, applied as the event kind's payloads
+        (of at most its ``max_items``, each under ``message_id`` and its number: a chunk applied
+        again, after a crash before its ledger note, counts them once), counted in the summary."""
+        if not self.rules:
+            return
+        kind = EVENT
+        found = [event for visit in counted for event in events_of(visit, self.rules)]
+        for part, first in enumerate(range(0, len(found), kind.max_items)):
+            items = found[first : first + kind.max_items]
+            accepted, refused = payloads.prepare_payload(kind, items)
+            payloads.apply_payload(self.conn, kind, items, message_id=f"{message_id}:{part}")
+            refused_at = {n for n, _error in refused}
+            self.summary.events.update(item["name"] for n, item in enumerate(items) if n not in refused_at)
+            self.summary.events_refused.update(f"refused:{error.reason}" for _n, error in refused)
 
     def note(self, fields: list[str]) -> None:
         """Note ``fields`` in the ledger as applied now, and keep the ledger COUNTERS_DAY_TOTALS_DAYS."""
@@ -166,13 +198,17 @@ def import_lines(
     name: str = "-",
     progress: Callable[[int], None] | None = None,
     site: str | None = None,
+    events: Iterable[str] = (),
 ) -> Summary:
     """Import the lines of one input (``fmt`` None: detected from its first non-empty line) and
     return the summary. Needs COUNTERS_SECRET and Redis (checked first); a line never stops it.
     ``site``: the site of ``COUNTERS_SITES`` every line counts for (None: the default site);
-    a JSON line's time without an offset is in that site's zone."""
+    a JSON line's time without an offset is in that site's zone. ``events``: ``PATH=NAME`` rules
+    (``rules.parse_rule``): the page views of PATH (exact, or a prefix ending with ``*``) count
+    as the event NAME too, with the view's time, address, session id and site."""
     secret = require_secret()
     scope = check_site(site)
+    rules = parse_rules(events)
     if fmt == "vhost_combined" and scope:
         raise InvalidInput("--site and the vhost_combined format both name the site: give one")
     zone = ZoneInfo(zone_of(scope))
@@ -185,7 +221,7 @@ def import_lines(
     elif fmt not in FORMATS:
         raise InvalidInput(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     summary = Summary(name, fmt, include_all)
-    importer = Importer(conn, summary)
+    importer = Importer(conn, summary, rules)
     chunk: list[dict[str, Any]] = []
     for raw in chain_lines(head, iterator):
         summary.lines += 1
