@@ -124,7 +124,7 @@ def check_props(props: Any) -> tuple[Props, int]:
     for key, value in props.items():
         if not _plain(key, MAX_KEY):
             check_text(key, "property key", MAX_KEY)
-        text = value if _plain(value, MAX_VALUE) else prop_text(value, key)
+        text = value if _plain(value, MAX_VALUE) and value not in RESERVED else prop_text(value, key)
         if text is None:
             continue
         if len(kept) < MAX_PROPS:
