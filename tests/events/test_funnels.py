@@ -351,6 +351,7 @@ def test_attempts_over_for_good_leave_the_state_and_their_results_stay(conn):
 
 
 @pytest.mark.budget
+@pytest.mark.long  # alone on the machine (budget) for 5-20 s: make test-long, keeping make test under 8 min
 @pytest.mark.usefixtures("bound_deployment")
 def test_the_costliest_funnel_calls_stay_in_budget(raw_conn, call_budget):
     """The costliest calls: ``VISITORS_PER_CALL`` visitors a call, each one step event short of its
