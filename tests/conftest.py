@@ -201,3 +201,17 @@ def module_worker(redis_url, tmp_path_factory):
     process = start_worker(celery_env(redis_url), log).wait_ready()
     yield process
     process.stop()
+
+
+@pytest.fixture(scope="module")
+def batching_worker(redis_url, tmp_path_factory):
+    """One Celery worker for a module, applying per-item messages in claimed batches of at most 50
+    (or 20 ms), its clean stop checked."""
+    from tests.support.procs import celery_env, purge_broker, start_worker
+
+    purge_broker(redis_url)
+    log = tmp_path_factory.mktemp("batching-worker") / "worker.log"
+    process = start_worker(celery_env(redis_url, COUNTERS_WORKER_BATCH="50", COUNTERS_WORKER_BATCH_MS="20"), log)
+    process.wait_ready()
+    yield process
+    assert process.stop() == 0, process.output()[-3000:]

@@ -109,10 +109,10 @@ def write_events(
 ) -> Callable[[], list[InvalidInput | None]]:
     """Queue calls of prepared events on ``plan`` (``event_day``, each call at most once per its
         id); once sent, each event's counter (``event_day.counter_name``; a name past the day's cap as
-        ``(other)``, which only the ``event_day`` reply says) is added in a second round trip, under
-        ``<call id>/n`` (a redelivery's ``event_day`` reply says again which names were tracked, so its
-        counters are written once whichever step a crash stopped). ``tally`` gets the events applied
-        now and those skipped as applied before; events of a closed day (counted in no UV) are counted
+    ``(other)``, which only the ``event_day`` reply says) is added in a second round trip, under
+    ``<call id>/n`` (a redelivery's ``event_day`` reply says again which names were tracked, so its
+    counters are written once whichever step a crash stopped). ``tally`` gets the events applied
+    now and those skipped as applied before; events of a closed day (counted in no UV) are counted
     as refusals do (``closed_day``); no call is refused as written (None each)."""
     conn = plan.conn
     outcome = event_day.queue_events(plan, calls)

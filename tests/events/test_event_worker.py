@@ -13,20 +13,13 @@ from counters_tasks import tasks
 from counters_tasks.events import event_counter, event_report
 from counters_tasks.local.waiting import wait_until
 from counters_tasks.recorder import VisitRecorder
-from tests.support.procs import celery_env, purge_broker, start_worker
 
 pytestmark = [pytest.mark.workers]
 
 
 @pytest.fixture(scope="module")
-def worker(redis_url, tmp_path_factory):
-    log_dir = tmp_path_factory.mktemp("event-worker")
-    purge_broker(redis_url)
-    process = start_worker(
-        celery_env(redis_url, COUNTERS_WORKER_BATCH="50", COUNTERS_WORKER_BATCH_MS="20"), log_dir / "worker.log"
-    ).wait_ready()
-    yield process
-    assert process.stop() == 0, process.output()[-3000:]
+def worker(batching_worker):
+    return batching_worker
 
 
 @pytest.mark.processes

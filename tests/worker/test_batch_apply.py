@@ -16,7 +16,6 @@ from counters_tasks.local.waiting import wait_until
 from counters_tasks.recorder import VisitRecorder
 from counters_tasks.store import scripts
 from tests.support.concurrency import true_in_forked_child
-from tests.support.procs import celery_env, purge_broker, start_worker
 from tests.support.servers import dump_all
 from tests.support.visit_model import model_of, random_visits
 
@@ -119,14 +118,8 @@ def test_eager_tasks(eager_app, raw_conn):
 
 
 @pytest.fixture(scope="module")
-def worker(redis_url, tmp_path_factory):
-    log_dir = tmp_path_factory.mktemp("ingest-worker")
-    purge_broker(redis_url)
-    process = start_worker(
-        celery_env(redis_url, COUNTERS_WORKER_BATCH="50", COUNTERS_WORKER_BATCH_MS="20"), log_dir / "worker.log"
-    ).wait_ready()
-    yield process
-    assert process.stop() == 0, process.output()[-3000:]
+def worker(batching_worker):
+    return batching_worker
 
 
 @pytest.mark.processes
