@@ -180,6 +180,7 @@ STEPS = [
 ]
 
 
+@pytest.mark.long  # 10,000 visitors, 6 s: make test-long, keeping make test under 8 min
 def test_ten_thousand_visitors_in_any_order_equal_the_plain_count(raw_conn):
     """A 3-step funnel (a page, an event with a property, a page prefix with its own 10-minute
     window) with a 30-minute window over 10,000 visitors of mixed paths: shuffled batches, a

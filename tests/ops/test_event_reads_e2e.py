@@ -118,6 +118,7 @@ def written(raw_conn, eager_app) -> dict:
     return {"now": now, "today": local_day(now).isoformat(), "from": day.isoformat()}
 
 
+@pytest.mark.long  # 7 CLI processes, 6 s: make test-long, keeping make test under 8 min
 def test_the_cli_reads_what_the_tasks_wrote(raw_conn, redis_url, written):
     span = ("--from", written["from"], "--to", written["today"])
     visitors = sitestats.site_visit_range(raw_conn, local_day(written["now"] - 1200), local_day(written["now"])).uv
