@@ -64,7 +64,7 @@ def ip_forms(rng, n):
 
 
 def test_random_stream_matches_exact_model(conn, monkeypatch):
-    use_settings(monkeypatch, COUNTERS_TIMEZONE="Europe/Berlin", COUNTERS_DAY_GRACE_DAYS=10)
+    use_settings(monkeypatch, COUNTERS_TIMEZONE="Europe/Berlin", COUNTERS_DAY_GRACE_DAYS=10, COUNTERS_VISITOR_DAYS=10)
     rng = random.Random(3)
     model = Model("Europe/Berlin")
     visitors = ip_forms(rng, 90)

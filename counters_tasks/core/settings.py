@@ -87,6 +87,15 @@ class Settings:
     day_totals_days: int = 400
     uniques_shard_days: int = 7
     uniques_count_days: int = 400
+    # retention tiers (docs/privacy.md, core.table.Retention.tier): visitor-level data (visitor and
+    # pair sets, session ids, funnel states, dead letters) kept at most this many days after its day
+    # ends; daily aggregates (page views, unique counts, sources, who visits, events) this many
+    # (0: for ever). The older settings above are read from these (load_settings).
+    visitor_days: int = 7
+    aggregate_days: int = 400
+    # privacy mode (core.visitors): "standard" (one keyed hash of the IP for all time) or "daily"
+    # (the key rotates each local day: no visitor can be linked across days)
+    visitor_key: str = "standard"
     # site PV/UV per path: distinct paths a day tracks (the rest count as "(other)"), and days a
     # path's all-time figures live after its latest view (0: for ever)
     max_day_paths: int = 10_000
@@ -496,6 +505,17 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     flower_auth = env.get("FLOWER_BASIC_AUTH") or None
     if flower_auth is not None:
         _user_password(env, "FLOWER_BASIC_AUTH")
+    # The retention tiers: COUNTERS_VISITOR_DAYS, read from COUNTERS_UNIQUES_SHARD_DAYS when only that
+    # older name is set; COUNTERS_AGGREGATE_DAYS, from COUNTERS_DAY_TOTALS_DAYS (then
+    # COUNTERS_UNIQUES_COUNT_DAYS) likewise. 0 aggregate days: kept for ever (TTLs of FOREVER_DAYS).
+    visitor_days = _int(env, "COUNTERS_VISITOR_DAYS", _int(env, "COUNTERS_UNIQUES_SHARD_DAYS", 7))
+    aggregate_days = _int(
+        env,
+        "COUNTERS_AGGREGATE_DAYS",
+        _int(env, "COUNTERS_DAY_TOTALS_DAYS", _int(env, "COUNTERS_UNIQUES_COUNT_DAYS", 400)),
+        minimum=0,
+    )
+    aggregate_ttl_days = aggregate_days or FOREVER_DAYS
     settings = Settings(
         redis_url=redis_url,
         redis_cluster=cluster,
@@ -513,9 +533,12 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         delay_buffer=_flag(env, "COUNTERS_DELAY_BUFFER"),
         path_hits_precisions=_precisions(env, "COUNTERS_PATH_HITS_PRECISIONS", PATH_HITS_PRECISIONS),
         day_grace_days=_int(env, "COUNTERS_DAY_GRACE_DAYS", 2, minimum=0),
-        day_totals_days=_int(env, "COUNTERS_DAY_TOTALS_DAYS", 400),
-        uniques_shard_days=_int(env, "COUNTERS_UNIQUES_SHARD_DAYS", 7),
-        uniques_count_days=_int(env, "COUNTERS_UNIQUES_COUNT_DAYS", 400),
+        day_totals_days=aggregate_ttl_days,
+        uniques_shard_days=visitor_days,
+        uniques_count_days=aggregate_ttl_days,
+        visitor_days=visitor_days,
+        aggregate_days=aggregate_days,
+        visitor_key=_choice(env, "COUNTERS_VISITOR_KEY", ("standard", "daily")) or "standard",
         max_day_paths=_int(env, "COUNTERS_MAX_DAY_PATHS", 10_000),
         max_day_sources=_int(env, "COUNTERS_MAX_DAY_SOURCES", 1_000),
         max_day_events=_int(env, "COUNTERS_EVENT_NAMES_PER_DAY", 100, minimum=1),
@@ -554,7 +577,27 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         sites=_sites(env, timezone),
     )
     check_dedupe_window(settings)
+    check_retention(settings)
     return settings
+
+
+FOREVER_DAYS = 36_525
+"""The TTL, in days, of daily aggregates kept for ever (COUNTERS_AGGREGATE_DAYS=0): a hundred years."""
+
+
+def check_retention(settings: Settings) -> None:
+    """A day's visitor sets must outlive the day's grace (a late visit of an open day is judged
+    against them), and daily aggregates the visitor-level data they are made from."""
+    if settings.day_grace_days > settings.visitor_days:
+        raise ConfigurationError(
+            f"COUNTERS_DAY_GRACE_DAYS ({settings.day_grace_days}) must be at most COUNTERS_VISITOR_DAYS "
+            f"({settings.visitor_days}): a day's visitor sets are kept while the day takes late visits"
+        )
+    if settings.aggregate_days and settings.aggregate_days < settings.visitor_days:
+        raise ConfigurationError(
+            f"COUNTERS_AGGREGATE_DAYS ({settings.aggregate_days}) must be 0 (for ever) or at least "
+            f"COUNTERS_VISITOR_DAYS ({settings.visitor_days})"
+        )
 
 
 def check_dedupe_window(settings: Settings) -> None:

@@ -18,8 +18,9 @@ or data modules, so every layer can read the registry.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Any
 
 from .settings import Settings
@@ -38,20 +39,97 @@ class StoredKey:
     type: str
 
 
+VISITOR_LEVEL = "visitor-level"
+"""The retention tier of what names or sketches one visitor (a day's visitor and pair sets, session
+ids, funnel states, dead letters): kept at most COUNTERS_VISITOR_DAYS after its day."""
+AGGREGATE = "aggregate"
+"""The retention tier of a day's figures (page views, unique counts, sources, who visits, events):
+kept COUNTERS_AGGREGATE_DAYS after its day, or for ever (0)."""
+TIERS = (VISITOR_LEVEL, AGGREGATE)
+
+
+def tier_days(tier: str, settings: Settings) -> int | None:
+    """The horizon of ``tier`` in days after a day ends under ``settings`` (None: for ever)."""
+    if tier == VISITOR_LEVEL:
+        return settings.visitor_days
+    if tier == AGGREGATE:
+        return settings.aggregate_days or None
+    raise ValueError(f"no retention tier {tier!r}: one of {TIERS}")
+
+
+Sweeper = Callable[[Any, str, date, "float | None"], int]
+"""How the retention pass (``worker.retention``) applies a tier's horizon to one site's day of a
+table: ``sweep(conn, scope, day, until)`` deletes (UNLINK) the table's keys of that tier for the
+site's ``day`` when ``until`` is None, else makes them expire at ``until`` (epoch seconds: a
+horizon made longer since they were written), in calls of bounded cost (a day's many keys, a
+per-path sketch each, in several calls); returns how many keys it removed (or re-timed)."""
+
+
 @dataclass(frozen=True)
 class Retention:
     """How long a table's data is kept: ``horizon`` in words (what an operator reads), the
     setting that changes it (None: none does), and the horizon in days under given settings
     (``days(settings)``; None: kept until deleted, or for as long as the table's data is
-    written)."""
+    written).
+
+    ``sweeps``: tier (``VISITOR_LEVEL``, ``AGGREGATE``) -> the ``Sweeper`` of the table's keys of
+    that tier, for a table whose keys are a site's day's: the retention pass applies each tier's
+    horizon (``tier_days``) to every site's day the day registry lists (``store.day_registry``),
+    so a changed setting applies to data already stored. A table without sweeps keeps its
+    own rule (counters, rankings, markers: a TTL or a job of its own)."""
 
     horizon: str
     setting: str | None = None
     days: Callable[[Settings], float | None] | None = None
+    sweeps: Mapping[str, Sweeper] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = set(self.sweeps) - set(TIERS)
+        if unknown:
+            raise ValueError(f"retention sweeps of unknown tiers {sorted(unknown)}: one of {TIERS}")
 
     def days_under(self, settings: Settings) -> float | None:
         """The horizon in days under ``settings`` (None: no horizon in days)."""
         return None if self.days is None else self.days(settings)
+
+
+@dataclass(frozen=True)
+class ForgetTarget:
+    """One visitor to forget on one site (``worker.forget``): the site's scope, what the request
+    named (an IP and/or a session id, checked), and when the erasure was asked (epoch seconds).
+    Each table's ``Forgetter`` derives the ids it holds from these through ``core.visitors``
+    (``visitor_id(ip, day)``, ``pair_visitor``, ``session_visitor_id``, ``session_number``): with
+    COUNTERS_VISITOR_KEY=daily a visitor's id differs each day, so ids are made per day."""
+
+    scope: str
+    ip: str | None
+    session_id: str | None
+    erased_at: float
+
+
+@dataclass
+class Forgotten:
+    """What forgetting one visitor did to one table (summed over tables for the answer and the
+    audit entry): entries removed (set members, hash fields, keys), figures corrected (each a short
+    name, ``"site_day 2026-12-01 uv"``), and the figures that are estimates and cannot forget one
+    visitor, each with the bound of what remains (``(figure, relative standard error)``). No
+    personal data: no id, IP or session goes in here."""
+
+    removed: int = 0
+    corrected: list[str] = field(default_factory=list)
+    estimates: list[tuple[str, float]] = field(default_factory=list)
+
+    def add(self, other: Forgotten) -> None:
+        self.removed += other.removed
+        self.corrected += other.corrected
+        self.estimates += other.estimates
+
+
+Forgetter = Callable[[Any, ForgetTarget, Sequence[date]], Forgotten]
+"""How one visitor is erased from a table: ``forget(conn, target, days)`` removes what the
+table holds of ``target`` on its site for each of ``days`` (the site's days the day registry
+lists within the visitor-level horizon; a table that is not by day ignores them), correcting its
+exact figures in the same atomic call as each removal, in calls of bounded cost."""
 
 
 @dataclass(frozen=True)
@@ -60,11 +138,13 @@ class Erasure:
 
     ``holds``: what of a visitor the table holds (``"visitor ids"``, ``"nothing"``, ...);
     ``erasable``: one visitor's part can be taken out; ``how``: how (when erasable) or why not
-    (an estimate, with its error bound; nothing of a visitor is held)."""
+    (an estimate, with its error bound; nothing of a visitor is held); ``forget``: the
+    ``Forgetter`` that does it (``counters_tasks.forget_visitor`` calls each table's)."""
 
     holds: str
     erasable: bool
     how: str
+    forget: Forgetter | None = None
 
     @classmethod
     def none(cls, why: str) -> Erasure:

@@ -22,6 +22,7 @@ import base64
 import functools
 import hashlib
 import hmac
+from datetime import date
 from typing import Any
 
 from ..errors import ConfigurationError, InvalidInput
@@ -29,16 +30,29 @@ from .settings import get_settings
 from .validation import check_ip, check_session_id
 
 
-def visitor_id(ip: Any) -> str:
+def visitor_id(ip: Any, day: date | None = None) -> str:
     """HMAC-SHA256 of the normalized IP under COUNTERS_SECRET, first 64 bits as a signed integer.
 
     A signed 64-bit integer so small sets stay intsets; the IP cannot be recovered without the key.
+    With COUNTERS_VISITOR_KEY=daily the key is the secret and the visit's local ``day``
+    (``day_key``): the same IP is another visitor each day, and no one can link its days.
     """
     ip = check_ip(ip)
-    secret = get_settings().secret
+    settings = get_settings()
+    secret = settings.secret
     if not secret:
         raise ConfigurationError("COUNTERS_SECRET is not set: visitor ids cannot be made")
-    return _visitor_id(secret, ip)
+    return _visitor_id(day_key(secret, settings.visitor_key, day), ip)
+
+
+def day_key(secret: str, mode: str, day: date | None) -> str:
+    """The HMAC key of visitor ids: the secret (``standard``), or the secret and the local day
+    (``daily``: a ``day`` is then required)."""
+    if mode != "daily":
+        return secret
+    if day is None:
+        raise ValueError("COUNTERS_VISITOR_KEY=daily: a visitor id is made for a day, and none was given")
+    return f"{secret}\x1f{day.isoformat()}"
 
 
 @functools.lru_cache(maxsize=65536)
@@ -47,18 +61,18 @@ def _visitor_id(secret: str, ip: str) -> str:
     return str(int.from_bytes(mac[:8], "big", signed=True))
 
 
-@functools.lru_cache(maxsize=65536)
-def session_visitor_id(session_id: Any) -> str:
+def session_visitor_id(session_id: Any, day: date | None = None) -> str:
     """The visitor of an event that carries a session id and no IP (``events.kind.prepare_event``):
     HMAC-SHA256 under COUNTERS_SECRET of the session (its first ``SESSION_DIGITS`` hex digits, as
     ``session_number`` reads it), in a message of its own (``session:`` first, so no IP's id can
     equal it), first 64 bits as a signed integer: the same form as ``visitor_id``, so the pairs
     SETs and the page sketches take it (``pair_visitor``)."""
     short = check_session_id(session_id)[:SESSION_DIGITS].lower()
-    secret = get_settings().secret
+    settings = get_settings()
+    secret = settings.secret
     if not secret:
         raise ConfigurationError("COUNTERS_SECRET is not set: visitor ids cannot be made")
-    return _visitor_id(secret, "session:" + short)
+    return _visitor_id(day_key(secret, settings.visitor_key, day), "session:" + short)
 
 
 @functools.lru_cache(maxsize=65536)
