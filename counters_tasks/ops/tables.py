@@ -19,22 +19,10 @@ from ..core.settings import get_settings
 from ..errors import InvalidInput
 from ..store import keys
 from ..store.client import RedisClient
+from ..worker import table_modules
 
 PACKAGE_TABLE_MODULES = (
-    "counters_tasks.store.deployment",
-    "counters_tasks.payloads",
-    "counters_tasks.counters",
-    "counters_tasks.sitestats",
-    "counters_tasks.events",
-    "counters_tasks.live",
-    "counters_tasks.uniques",
-    "counters_tasks.ranking",
-    "counters_tasks.refusals",
-    "counters_tasks.skips",
-    "counters_tasks.throughput",
-    "counters_tasks.worker.claims",
-    "counters_tasks.worker.maintenance",
-    "counters_tasks.worker.dead_letters",
+    *table_modules.DATA_TABLE_MODULES,
     "counters_tasks.ops.importer.ledger",
     "counters_tasks.ops.views",
 )

@@ -1,5 +1,7 @@
 """The store layer: everything that speaks to the counters' Redis.
 
+- ``day_registry``: which site's days have data stored, per retention tier (the retention pass
+  and forgetting a visitor walk it);
 - ``page_sketch``: a page's visitors of a day in a few bytes (read here, written by its Lua twin),
   for a page's unique visitors over a range;
 - ``client``: the per-process, connection-pooled client (single server or cluster), the

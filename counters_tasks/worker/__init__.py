@@ -26,7 +26,9 @@
 - ``dead_letters``: messages set aside (undecodable, malformed, oversize, or failing for good),
   with their reasons, for operators to list, requeue or drop;
 - ``maintenance``: the beat jobs' cluster-wide lock and their last-run statuses, and beat's start;
-- ``results``: the app's result backend, which keeps none and says so when a result is asked for.
+- ``results``: the app's result backend, which keeps none and says so when a result is asked for;
+- ``table_modules``: the data and worker modules that declare a stored table, imported for what
+  walks every table (retention, forgetting a visitor).
 
 It imports the data modules, ``store`` and ``core``; nothing here imports ``tasks``, ``app``,
 ``local`` or ``ops``.
