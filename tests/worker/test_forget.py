@@ -1,0 +1,155 @@
+"""Forgetting one visitor (issue 44, docs/privacy.md "Erasing one visitor"): after
+``forget_visitor``, a scan of every key and value finds none of the visitor's identifiers, and
+every exact unique-visitor figure equals a plain-Python count without the visitor, the others'
+figures unchanged."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections import defaultdict
+from datetime import date, timedelta
+from typing import Any
+
+import pytest
+
+from counters_tasks import sitestats, uniques, visits
+from counters_tasks.core import days
+from counters_tasks.core.visitors import pair_visitor, session_number, session_visitor_id, visitor_id
+from counters_tasks.errors import InvalidInput
+from counters_tasks.sitestats import page_all, site_all
+from counters_tasks.store import keys
+from counters_tasks.worker import forget
+from tests.support.procs import BROWSER_AGENT
+from tests.support.raw_ips import values_of
+from tests.support.servers import use_settings
+
+DAY = 86400
+SITES = {"blog": {"hosts": ["blog.example.com"], "timezone": "UTC"}}
+TARGET_IP = "203.0.113.77"
+TARGET_SESSION = str(uuid.UUID(int=0x5EC5E55E5E5E5E5E5E5E5E5E5E5E5E5E))
+OTHERS = [f"198.51.100.{n}" for n in range(1, 31)] + ["2001:db8::77"]
+PATHS = ["/", "/a", "/b", "/c?x=1", "/d"]
+REFERRERS = ["https://news.example.org/x", "", "https://search.example.net/?q=1"]
+
+
+def scenario(now: float) -> list[dict[str, Any]]:
+    """Visits of 31 other visitors and of the target (with and without its session id) on three
+    days (today, yesterday, three days back), on the default site and on ``blog`` (the target
+    on the default site only)."""
+    out: list[dict[str, Any]] = []
+    for d, back in enumerate((0, 1, 3)):
+        ts = now - back * DAY
+        for n, ip in enumerate(OTHERS):
+            for p in range((n + d) % 3 + 1):
+                visit = {
+                    "ip": ip,
+                    "path": PATHS[(n + p) % len(PATHS)],
+                    "ts": ts,
+                    "user_agent": BROWSER_AGENT,
+                    "referrer": REFERRERS[n % 3],
+                }
+                if n % 2:
+                    visit["session_id"] = str(uuid.uuid5(uuid.NAMESPACE_DNS, f"session-{n}"))
+                out.append(visit)
+                if n % 4 == 0:
+                    out.append({**visit, "site": "blog"})
+        for p, path in enumerate(PATHS[: 3 + d]):
+            visit = {"ip": TARGET_IP, "path": path, "ts": ts, "user_agent": BROWSER_AGENT, "referrer": REFERRERS[p % 3]}
+            if p % 2 == 0:
+                visit["session_id"] = TARGET_SESSION
+            out.append(visit)
+    return out
+
+
+def expected(visits_: list[dict[str, Any]], without: str | None) -> dict[str, Any]:
+    """The exact figures of ``visits_`` in plain Python, ``without`` an IP's visits."""
+    pv: dict[tuple, int] = defaultdict(int)
+    uv: dict[tuple, set] = defaultdict(set)
+    sessions: dict[tuple, set] = defaultdict(set)
+    for visit in visits_:
+        site = visit.get("site", "")
+        day = days.local_day(visit["ts"])
+        path = visit["path"].split("?")[0]
+        for key in ((site, day, None), (site, day, path), (site, None, None), (site, None, path)):
+            pv[key] += 1
+            if visit["ip"] != without:
+                uv[key].add(visit["ip"])
+        if "session_id" in visit and visit["ip"] != without:
+            sessions[(site, day)].add(visit["session_id"])
+    return {
+        "pv": dict(pv),
+        "uv": {key: len(ids) for key, ids in uv.items()},
+        "sessions": {key: len(ids) for key, ids in sessions.items()},
+    }
+
+
+def observed(conn, figures: dict[str, Any]) -> dict[str, Any]:
+    """The same figures as Redis gives them (``sitestats``, ``uniques``)."""
+    pv, uv = {}, {}
+    for site, day, path in figures["pv"]:
+        got = sitestats.site_visit_info(conn, day, path, site=site or None)
+        pv[(site, day, path)] = got.pv
+        uv[(site, day, path)] = got.uv
+    sessions = {(site, day): uniques.unique_visitors(conn, day, site=site or None) for site, day in figures["sessions"]}
+    return {"pv": pv, "uv": uv, "sessions": sessions}
+
+
+def identifiers(ip: str | None, session_id: str | None, day_list: list[date]) -> set[bytes]:
+    """Every form of the visitor's ids a value could hold: its IP, its visitor ids (each day's),
+    their pairs form and 6-character sketch ids, its session number and short session id."""
+    found: set[bytes] = set()
+    for day in day_list:
+        ids = []
+        if ip is not None:
+            found.add(ip.encode())
+            ids.append(visitor_id(ip, day))
+        if session_id is not None:
+            ids.append(session_visitor_id(session_id, day))
+            found.add(str(session_number(session_id)).encode())
+            found.add(session_id.replace("-", "")[:15].encode())
+        for vid in ids:
+            pair = pair_visitor(vid)
+            found |= {vid.encode(), pair.encode(), pair[:6].encode()}
+    return found
+
+
+def findings(client, wanted: set[bytes]) -> dict[bytes, set[bytes]]:
+    """``{key: the identifiers found in its name or values}`` over every key (SCAN + TYPE + reads)."""
+    found: dict[bytes, set[bytes]] = {}
+    for key in client.scan_iter(count=1000):
+        for value in values_of(client, key):
+            hits = {each for each in wanted if each in value}
+            if hits:
+                found.setdefault(key, set()).update(hits)
+    return found
+
+
+@pytest.fixture
+def two_sites(monkeypatch):
+    use_settings(monkeypatch, COUNTERS_SITES=json.dumps(SITES), COUNTERS_CLIENT_TABLES="on")
+
+
+@pytest.mark.usefixtures("two_sites")
+def test_forget_by_ip_leaves_no_identifier_and_exact_figures(raw_conn):
+    now = time.time()
+    batch = scenario(now)
+    visits.apply_visits(raw_conn, batch, message_id="forget-scenario")
+    day_list = sorted({days.local_day(v["ts"]) for v in batch})
+    wanted = identifiers(TARGET_IP, None, day_list)
+    assert findings(raw_conn, wanted), "the scenario stored the target's ids"
+    before = expected(batch, None)
+    assert observed(raw_conn, before) == {k: before[k] for k in ("pv", "uv", "sessions")}
+
+    answer = forget.forget_visitor(ip=TARGET_IP)
+
+    assert findings(raw_conn, wanted) == {}
+    after = expected(batch, TARGET_IP)
+    got = observed(raw_conn, after)
+    assert got["uv"] == after["uv"]
+    assert got["pv"] == after["pv"] == before["pv"]  # page views carry no identifier and stay
+    assert answer["removed"] > 0 and answer["corrected"]
+    assert any("range HLL" in figure for figure, _error in answer["estimates"])
+    assert answer["audit"]["site"] == "default" and TARGET_IP not in json.dumps(answer["audit"])
+    assert forget.read_audit(raw_conn)[0] == answer["audit"]
