@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
-from counters_tasks import sitestats, uniques, visits
+from counters_tasks import events, sitestats, uniques, visits
+from counters_tasks.events.kind import EVENT
+from counters_tasks.payloads import apply_payload
 from counters_tasks.core import days
 from counters_tasks.core.visitors import pair_visitor, session_number, session_visitor_id, visitor_id
 from counters_tasks.errors import InvalidInput
@@ -61,6 +63,52 @@ def scenario(now: float) -> list[dict[str, Any]]:
                 visit["session_id"] = TARGET_SESSION
             out.append(visit)
     return out
+
+
+def event_items(now: float) -> list[dict[str, Any]]:
+    """Events of the others (by IP, some by session only), and of the target by IP and by its
+    session alone, on the scenario's days."""
+    out: list[dict[str, Any]] = []
+    for back in (0, 1, 3):
+        ts = now - back * DAY
+        for n, ip in enumerate(OTHERS[:12]):
+            out.append({"name": "click", "props": {"button": f"b{n % 3}"}, "ts": ts, "ip": ip})
+            if n % 3 == 0:
+                out.append({"name": "play", "ts": ts, "session_id": str(uuid.uuid5(uuid.NAMESPACE_DNS, f"session-{n}"))})
+        out.append({"name": "click", "props": {"button": "b1"}, "ts": ts, "ip": TARGET_IP})
+        out.append({"name": "play", "ts": ts, "session_id": TARGET_SESSION})
+    return out
+
+
+def event_figures(conn, day_list: list[date]) -> dict[tuple, int]:
+    """Each event's, and each property value's, unique visitors of each day."""
+    out: dict[tuple, int] = {}
+    for day in day_list:
+        for row in events.event_report(conn, start=day, end=day).events:
+            out[(day, row.name)] = row.uv
+            for key, values in row.props.items():
+                for value in values:
+                    out[(day, row.name, key, value.value)] = value.uv
+    return out
+
+
+def expected_events(items: list[dict[str, Any]], without: set[str]) -> dict[tuple, int]:
+    """The same in plain Python, ``without`` some visitors (an IP, a session id)."""
+    uv: dict[tuple, set] = defaultdict(set)
+    for item in items:
+        who = item.get("ip") or item.get("session_id")
+        day = days.local_day(item["ts"])
+        rows = [(day, item["name"])]
+        rows += [(day, item["name"], key, value) for key, value in item.get("props", {}).items()]
+        for row in rows:
+            uv[row]
+            if who not in without:
+                uv[row].add(who)
+    return {row: len(ids) for row, ids in uv.items()}
+
+
+def goal_figures(conn, day_list: list[date]) -> dict[date, int]:
+    return {day: events.goal_report(conn, start=day, end=day).goals[0].converters for day in day_list}
 
 
 def expected(visits_: list[dict[str, Any]], without: str | None) -> dict[str, Any]:
@@ -131,16 +179,40 @@ def two_sites(monkeypatch):
     use_settings(monkeypatch, COUNTERS_SITES=json.dumps(SITES), COUNTERS_CLIENT_TABLES="on")
 
 
+GOAL_PATH = "/b"
+
+
+def stored_scenario(conn, now: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[date]]:
+    """The scenario's goal defined, its visits and events written: (visits, events, days)."""
+    events.define_goal(conn, "reached-b", page=GOAL_PATH, now=now - 10 * DAY)
+    batch = scenario(now)
+    visits.apply_visits(conn, batch, message_id="forget-scenario")
+    items = event_items(now)
+    apply_payload(conn, EVENT, items, message_id="forget-events")
+    return batch, items, sorted({days.local_day(v["ts"]) for v in batch})
+
+
+def converters(batch: list[dict[str, Any]], day: date, without: str | None) -> int:
+    """The goal's converters of the default site's ``day`` but the target (counted apart)."""
+    return len(
+        {
+            v["ip"]
+            for v in batch
+            if v["path"] == GOAL_PATH and "site" not in v and days.local_day(v["ts"]) == day and v["ip"] not in (without, TARGET_IP)
+        }
+    )
+
+
 @pytest.mark.usefixtures("two_sites")
 def test_forget_by_ip_leaves_no_identifier_and_exact_figures(raw_conn):
     now = time.time()
-    batch = scenario(now)
-    visits.apply_visits(raw_conn, batch, message_id="forget-scenario")
-    day_list = sorted({days.local_day(v["ts"]) for v in batch})
+    batch, items, day_list = stored_scenario(raw_conn, now)
     wanted = identifiers(TARGET_IP, None, day_list)
     assert findings(raw_conn, wanted), "the scenario stored the target's ids"
     before = expected(batch, None)
     assert observed(raw_conn, before) == {k: before[k] for k in ("pv", "uv", "sessions")}
+    assert event_figures(raw_conn, day_list) == expected_events(items, set())
+    assert goal_figures(raw_conn, day_list) == {day: 1 + converters(batch, day, None) for day in day_list}
 
     answer = forget.forget_visitor(ip=TARGET_IP)
 
@@ -149,7 +221,32 @@ def test_forget_by_ip_leaves_no_identifier_and_exact_figures(raw_conn):
     got = observed(raw_conn, after)
     assert got["uv"] == after["uv"]
     assert got["pv"] == after["pv"] == before["pv"]  # page views carry no identifier and stay
+    assert got["sessions"] == before["sessions"]  # an IP names no session: forget by --session-id
+    assert event_figures(raw_conn, day_list) == expected_events(items, {TARGET_IP})
+    assert goal_figures(raw_conn, day_list) == {day: converters(batch, day, TARGET_IP) for day in day_list}
     assert answer["removed"] > 0 and answer["corrected"]
     assert any("range HLL" in figure for figure, _error in answer["estimates"])
     assert answer["audit"]["site"] == "default" and TARGET_IP not in json.dumps(answer["audit"])
     assert forget.read_audit(raw_conn)[0] == answer["audit"]
+
+
+@pytest.mark.usefixtures("two_sites")
+def test_forget_by_session_id_leaves_no_session_and_exact_figures(raw_conn):
+    now = time.time()
+    batch, items, day_list = stored_scenario(raw_conn, now)
+    wanted = {each for each in identifiers(None, TARGET_SESSION, day_list)}
+    assert findings(raw_conn, wanted)
+    before = observed(raw_conn, expected(batch, None))
+
+    answer = forget.forget_visitor(session_id=TARGET_SESSION)
+
+    assert findings(raw_conn, wanted) == {}
+    got = observed(raw_conn, expected(batch, None))
+    sessions = defaultdict(set)
+    for visit in batch:
+        if "session_id" in visit and visit["session_id"] != TARGET_SESSION:
+            sessions[(visit.get("site", ""), days.local_day(visit["ts"]))].add(visit["session_id"])
+    assert got["sessions"] == {key: len(ids) for key, ids in sessions.items()}
+    assert (got["pv"], got["uv"]) == (before["pv"], before["uv"])  # the visits' visitor is its IP's
+    assert event_figures(raw_conn, day_list) == expected_events(items, {TARGET_SESSION})
+    assert answer["removed"] >= 2 * len(day_list)
