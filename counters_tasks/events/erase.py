@@ -110,3 +110,7 @@ def forget_goal_days(conn: RedisClient, target: ForgetTarget, days: Sequence[dat
                 if members:
                     done.removed += int(run_script(conn, "forget_members", [pairs_key], ["", *members.values()]))
     return done
+
+
+event_day.FORGET_EVENT_DAY.install(forget_event_days)
+goal_day.FORGET_GOAL_DAY.install(forget_goal_days)

@@ -24,7 +24,7 @@ from ..core.days import days_between, kept_from_now, kept_until, today
 from ..core.events import NONE, OTHER, Event, check_event_name
 from ..core.settings import get_settings
 from ..core.sites import check_site, zone_of
-from ..core.table import Erasure, ForgetTarget, Forgotten, Retention, StoredKey, Table, register
+from ..core.table import Erasure, ForgetterSlot, Retention, StoredKey, Table, register
 from ..core.validation import check_day_range
 from ..core.visitors import pair_visitor
 from ..store import keys, page_sketch
@@ -209,12 +209,8 @@ def queue_events(
     return outcome
 
 
-def _forget(conn: Any, target: ForgetTarget, days: Sequence[date]) -> Forgotten:
-    """This table's ``Erasure.forget``: ``events.erase.forget_event_days`` (imported when called: it
-    imports this module)."""
-    from . import erase
-
-    return erase.forget_event_days(conn, target, days)
+FORGET_EVENT_DAY = ForgetterSlot("event_day")
+"""This table's ``Erasure.forget``: ``events.erase.forget_event_days`` (installed by it: it imports this module)."""
 
 
 EVENT_DAY = register(
@@ -250,7 +246,7 @@ EVENT_DAY = register(
             "sketch of the day's HASH (HSCAN, then lua/forget_sketches.lua a batch of fields: events/erase.py); "
             "a sketch past 256 visitors a day is a Redis HyperLogLog (0.81% standard error) that cannot "
             "forget one visitor: named as an estimate",
-            forget=_forget,
+            forget=FORGET_EVENT_DAY,
         ),
     )
 )

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
@@ -30,7 +30,7 @@ from ..core.conversions import Goal
 from ..core.events import number_of
 from ..core.settings import get_settings
 from ..core.sites import check_site, zone_of
-from ..core.table import Erasure, ForgetTarget, Forgotten, Retention, StoredKey, Table, register
+from ..core.table import Erasure, ForgetterSlot, Retention, StoredKey, Table, register
 from ..core.validation import check_day_range
 from ..core.visitors import pair_visitor
 from ..sitestats.reads import site_visit_range
@@ -324,12 +324,8 @@ def goal_report(
     return GoalReport(scope, start, end, visitors, visits.uv_error, rows)
 
 
-def _forget(conn: Any, target: ForgetTarget, days: Sequence[date]) -> Forgotten:
-    """This table's ``Erasure.forget``: ``events.erase.forget_goal_days`` (imported when called: it
-    imports this module)."""
-    from . import erase
-
-    return erase.forget_goal_days(conn, target, days)
+FORGET_GOAL_DAY = ForgetterSlot("goal_day")
+"""This table's ``Erasure.forget``: ``events.erase.forget_goal_days`` (installed by it: it imports this module)."""
 
 
 GOAL_DAY = register(
@@ -362,7 +358,7 @@ GOAL_DAY = register(
             "of the day (u:) minus one and the visitor's 6-character id out of its sketch (s:), in one call "
             "(lua/forget_sketches.lua: events/erase.py); a sketch past 256 converters a day is a Redis "
             "HyperLogLog (0.81% standard error) that cannot forget one visitor: named as an estimate",
-            forget=_forget,
+            forget=FORGET_GOAL_DAY,
         ),
         feeds={"visit": feed_visits, "event": feed_events},
     )

@@ -221,7 +221,7 @@ def forget_all_time(conn: RedisClient, target: ForgetTarget, days: Sequence[date
         if settings.uv_mode == "hll":
             done.estimates.append(("page_all uv of each path (COUNTERS_UV_MODE=hll)", hll.STANDARD_ERROR))
             return done
-        for key in path_keys(conn, scope):
+        for key in _path_keys(conn, scope):
             held = conn.hmget(key, ids)
             fields = [vid for vid, value in zip(ids, held, strict=True) if value is not None]
             if fields:
@@ -231,7 +231,7 @@ def forget_all_time(conn: RedisClient, target: ForgetTarget, days: Sequence[date
     return done
 
 
-def path_keys(conn: RedisClient, scope: str) -> list[str]:
+def _path_keys(conn: RedisClient, scope: str) -> list[str]:
     """Every path's all-time HASH of site ``scope`` (``SCAN MATCH``, ``SCAN_COUNT`` keys a call)."""
     sample = page_all.path_totals(keys.scoped(scope, "/"))
     head = sample.split("{", 1)[0]
@@ -253,3 +253,7 @@ def _of_site(key: str, scope: str) -> bool:
     if not scope:
         return "%1F" not in name.split("/", 1)[0]
     return name.startswith(keys.escape(scope + keys.SITE_SEPARATOR))
+
+
+slots.FORGET_DAY_TABLES.install(forget_days)
+slots.FORGET_ALL_TIME.install(forget_all_time)

@@ -56,7 +56,7 @@ PAGE_ALL = register(
             "SCAN of the ct:path:* keys) and that path's uv minus one when it was there (exact mode); "
             "with COUNTERS_UV_MODE=hll a path's HyperLogLog cannot forget one visitor (an estimate, "
             "0.81% standard error) (SCAN MATCH, 500 keys a call, then lua/forget_field.lua: sitestats/erase.py)",
-            forget=slots.forget_all_time,
+            forget=slots.FORGET_ALL_TIME,
         ),
     )
 )

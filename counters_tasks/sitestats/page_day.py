@@ -35,7 +35,7 @@ SKETCHED = Erasure(
     "the day (HSCAN of the table, then lua/forget_sketches.lua a batch of fields) and the value's uv "
     "minus one with it (a path's: when its pairs member was there); a sketch past 256 visitors a day "
     "is a Redis HyperLogLog (0.81% standard error) that cannot forget one visitor: named as an estimate",
-    forget=slots.forget_day_tables,
+    forget=slots.FORGET_DAY_TABLES,
 )
 """How one visitor is erased from a day table of sketches: the pages (``page_day``), the
 sources (``sources``) and who visits (``who_visits``)."""

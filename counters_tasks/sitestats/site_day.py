@@ -125,7 +125,7 @@ SITE_DAY = register(
             "was there (exact mode, while D is open: the SET goes at open_until); the range HLL "
             "(and the day's visitors with COUNTERS_UV_MODE=hll) cannot forget one visitor (an "
             "estimate, 0.81% standard error) (lua/forget_members.lua, with the pairs and the day's sketches: sitestats/erase.py)",
-            forget=slots.forget_day_tables,
+            forget=slots.FORGET_DAY_TABLES,
         ),
     )
 )

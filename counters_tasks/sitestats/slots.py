@@ -8,11 +8,9 @@ hold are made in ``core.visitors`` (HMACs of the IP, never raw IPs).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import date
-from typing import Any
 
-from ..core.table import ForgetTarget, Forgotten, Retention
+from ..core.table import ForgetterSlot, Retention
 from ..store import keys
 
 
@@ -36,18 +34,11 @@ DAY_TABLES_KEPT = Retention(
 visits (each from its own latest write), as the day's totals (``site_day.totals_days``)."""
 
 
-def forget_day_tables(conn: Any, target: ForgetTarget, days: Sequence[date]) -> Forgotten:
-    """The ``Erasure.forget`` of every table of a site's day's slot (``site_day``, ``pairs``,
-    ``page_day``, ``sources``, ``who_visits``): one function, so ``worker.forget`` calls it once
-    for them all (``sitestats.erase.forget_days``, imported when called: it imports the tables)."""
-    from . import erase
 
-    return erase.forget_days(conn, target, days)
-
-
-def forget_all_time(conn: Any, target: ForgetTarget, days: Sequence[date]) -> Forgotten:
-    """The ``Erasure.forget`` of the all-time tables (``site_all``, ``page_all``): one function,
-    called once for both (``sitestats.erase.forget_all_time``)."""
-    from . import erase
-
-    return erase.forget_all_time(conn, target, days)
+FORGET_DAY_TABLES = ForgetterSlot("sitestats day tables")
+"""The ``Erasure.forget`` of every table of a site's day's slot (``site_day``, ``pairs``,
+``page_day``, ``sources``, ``who_visits``): one pass for them all, ``sitestats.erase.forget_days``
+(installed by it: it makes every one's keys)."""
+FORGET_ALL_TIME = ForgetterSlot("sitestats all-time tables")
+"""The ``Erasure.forget`` of the all-time tables (``site_all``, ``page_all``):
+``sitestats.erase.forget_all_time``."""

@@ -26,6 +26,8 @@ DATA_TABLE_MODULES = (
     "counters_tasks.worker.maintenance",
     "counters_tasks.worker.dead_letters",
     "counters_tasks.worker.forget",
+    "counters_tasks.sitestats.erase",
+    "counters_tasks.events.erase",
 )
 """The modules below ``ops`` that declare the package's tables (each registers its own at import)."""
 
