@@ -38,4 +38,12 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["app", "forget_visitor", "ConfigurationError", "CountersError", "InvalidInput", "VisitRecorder", "__version__"]
+__all__ = [
+    "app",
+    "forget_visitor",
+    "ConfigurationError",
+    "CountersError",
+    "InvalidInput",
+    "VisitRecorder",
+    "__version__",
+]

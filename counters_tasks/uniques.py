@@ -424,7 +424,9 @@ def forget_session(conn: RedisClient, target: table.ForgetTarget, days: Iterable
             shard = _shard(number, shard_count(int(as_str(expected))))
             base = keys.uniques_shard(day, shard, site=scope)
             candidates = [
-                key for key in day_sets(conn, day, int(as_str(expected)), scope) if key == base or key.startswith(base + ":")
+                key
+                for key in day_sets(conn, day, int(as_str(expected)), scope)
+                if key == base or key.startswith(base + ":")
             ]
             pipe = read_pipeline(conn)
             for key in candidates:

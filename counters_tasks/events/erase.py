@@ -74,7 +74,9 @@ def _forget_event_day(conn: RedisClient, done: Forgotten, table_key: str, pairs_
     done.corrected += [f"event_day {label} uv of an event"] * corrected
     estimates += len(hlls)
     if estimates:
-        done.estimates.append((f"event_day {label}: {estimates} sketch(es) past 256 visitors (HLL)", hll.STANDARD_ERROR))
+        done.estimates.append(
+            (f"event_day {label}: {estimates} sketch(es) past 256 visitors (HLL)", hll.STANDARD_ERROR)
+        )
     if members:  # members of names no longer in the HASH
         done.removed += int(run_script(conn, "forget_members", [pairs_key], ["", *members.values()]))
 
@@ -106,7 +108,9 @@ def forget_goal_days(conn: RedisClient, target: ForgetTarget, days: Sequence[dat
                 removed, corrected, hlls = sketch_calls(conn, table_key, short, fields, pairs_key)
                 done.removed += removed
                 done.corrected += [f"goal_day {day.isoformat()} converters of a goal"] * corrected
-                done.estimates += [(f"goal_day {day.isoformat()} sketch of a goal (HLL)", hll.STANDARD_ERROR)] * len(hlls)
+                done.estimates += [(f"goal_day {day.isoformat()} sketch of a goal (HLL)", hll.STANDARD_ERROR)] * len(
+                    hlls
+                )
                 if members:
                     done.removed += int(run_script(conn, "forget_members", [pairs_key], ["", *members.values()]))
     return done

@@ -68,6 +68,7 @@ def scan_hash(conn: RedisClient, key: str) -> list[tuple[str, str]]:
     cursor = 0
     while True:
         cursor, page = conn.hscan(key, cursor, count=SCAN_COUNT)
+        assert isinstance(page, dict)  # (HSCAN without NOVALUES: field -> value)
         found += [(as_str(field), as_str(value)) for field, value in page.items()]
         if not cursor:
             return found
@@ -166,11 +167,19 @@ def _forget_day(conn: RedisClient, done: Forgotten, scope: str, day: date, vid: 
 
     for letter in sources.SOURCE_KINDS.values():
         _forget_sketch_table(
-            conn, done, sources.site_day_table(day, letter, tag=tag, site=scope), short, "2:2",
+            conn,
+            done,
+            sources.site_day_table(day, letter, tag=tag, site=scope),
+            short,
+            "2:2",
             f"sources {label} {letter}",
         )
     _forget_sketch_table(
-        conn, done, who_visits.site_day_who_sketches(day, tag=tag, site=scope), short, "0:0",
+        conn,
+        done,
+        who_visits.site_day_who_sketches(day, tag=tag, site=scope),
+        short,
+        "0:0",
         f"who_visits {label}",
     )
 
@@ -200,7 +209,8 @@ def forget_all_time(conn: RedisClient, target: ForgetTarget, days: Sequence[date
     done = Forgotten()
     settings = get_settings()
     scope = target.scope
-    ids = sorted({vid for day in (days or [None]) for vid in visitor_ids(target, day)})
+    each_day: list[date | None] = list(days) or [None]
+    ids = sorted({vid for day in each_day for vid in visitor_ids(target, day)})
     with keys.bound(conn, write=True):
         for vid in ids:
             shard = site_all.site_shard_of(vid)

@@ -34,7 +34,6 @@ DAY_TABLES_KEPT = Retention(
 visits (each from its own latest write), as the day's totals (``site_day.totals_days``)."""
 
 
-
 FORGET_DAY_TABLES = ForgetterSlot("sitestats day tables")
 """The ``Erasure.forget`` of every table of a site's day's slot (``site_day``, ``pairs``,
 ``page_day``, ``sources``, ``who_visits``): one pass for them all, ``sitestats.erase.forget_days``

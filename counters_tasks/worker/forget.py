@@ -32,8 +32,8 @@ from ..core.table import (
     VISITOR_LEVEL,
     Erasure,
     ForgetTarget,
-    Forgotten,
     Forgetter,
+    Forgotten,
     Retention,
     StoredKey,
     Table,
@@ -101,7 +101,9 @@ def days_to_walk(conn: RedisClient, scope: str, today: date | None = None) -> li
     return sorted(listed)
 
 
-def forget_visitor(site: Any = None, ip: Any = None, session_id: Any = None, *, conn: RedisClient | None = None) -> dict:
+def forget_visitor(
+    site: Any = None, ip: Any = None, session_id: Any = None, *, conn: RedisClient | None = None
+) -> dict:
     """Forget one visitor of ``site`` named by its ``ip`` and/or ``session_id``: every table's
     forgetter, summed (module docstring). Returns the answer: ``site``, ``removed``, ``corrected``
     (figures), ``estimates`` (``[figure, relative standard error]``), ``tables`` (those that forgot

@@ -9,19 +9,17 @@ import json
 import time
 import uuid
 from collections import defaultdict
-from datetime import date, timedelta
+from datetime import date
 from typing import Any
 
 import pytest
 
 from counters_tasks import events, sitestats, uniques, visits
-from counters_tasks.events.kind import EVENT
-from counters_tasks.payloads import apply_payload
 from counters_tasks.core import days
 from counters_tasks.core.visitors import pair_visitor, session_number, session_visitor_id, visitor_id
 from counters_tasks.errors import InvalidInput
-from counters_tasks.sitestats import page_all, site_all
-from counters_tasks.store import keys
+from counters_tasks.events.kind import EVENT
+from counters_tasks.payloads import apply_payload
 from counters_tasks.worker import forget
 from tests.support.procs import BROWSER_AGENT
 from tests.support.raw_ips import values_of
@@ -74,7 +72,9 @@ def event_items(now: float) -> list[dict[str, Any]]:
         for n, ip in enumerate(OTHERS[:12]):
             out.append({"name": "click", "props": {"button": f"b{n % 3}"}, "ts": ts, "ip": ip})
             if n % 3 == 0:
-                out.append({"name": "play", "ts": ts, "session_id": str(uuid.uuid5(uuid.NAMESPACE_DNS, f"session-{n}"))})
+                out.append(
+                    {"name": "play", "ts": ts, "session_id": str(uuid.uuid5(uuid.NAMESPACE_DNS, f"session-{n}"))}
+                )
         out.append({"name": "click", "props": {"button": "b1"}, "ts": ts, "ip": TARGET_IP})
         out.append({"name": "play", "ts": ts, "session_id": TARGET_SESSION})
     return out
@@ -198,7 +198,10 @@ def converters(batch: list[dict[str, Any]], day: date, without: str | None) -> i
         {
             v["ip"]
             for v in batch
-            if v["path"] == GOAL_PATH and "site" not in v and days.local_day(v["ts"]) == day and v["ip"] not in (without, TARGET_IP)
+            if v["path"] == GOAL_PATH
+            and "site" not in v
+            and days.local_day(v["ts"]) == day
+            and v["ip"] not in (without, TARGET_IP)
         }
     )
 

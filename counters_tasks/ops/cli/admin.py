@@ -36,8 +36,8 @@ from .render import (
     TOKEN_COLUMNS,
     dead_letter_rows,
     delete_board_rows,
-    forget_rows,
     emit,
+    forget_rows,
     health_rows,
     import_rows,
     render_dead_letters,
@@ -206,7 +206,6 @@ def delete_board_command(board: str, site: str | None, output: str) -> None:
             f"board {d['board']!r} deleted" if d["deleted"] else f"no board named {d['board']!r}", markup=False
         ),
         delete_board_rows,
-    forget_rows,
     )
     if not data["deleted"]:
         raise SystemExit(EXIT_FAILED)
