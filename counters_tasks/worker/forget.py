@@ -41,7 +41,8 @@ from ..core.table import (
 )
 from ..core.validation import check_ip, check_session_id
 from ..errors import InvalidInput
-from ..store import day_registry, keys
+from ..sitestats.erase import visitor_ids
+from ..store import day_registry, keys, tombstones
 from ..store.client import RedisClient, as_str, get_redis
 from . import table_modules
 
@@ -76,6 +77,12 @@ FORGET_AUDIT = register(
     )
 )
 """The audit of erasures (``core.table``)."""
+
+
+def settle() -> None:
+    """Wait ``store.tombstones.SETTLE`` seconds: every worker's copy of the tombstones is then at
+    most that old (tests of no worker replace it)."""
+    time.sleep(tombstones.SETTLE)
 
 
 def check_request(site: Any, ip: Any, session_id: Any) -> ForgetTarget:
@@ -113,6 +120,8 @@ def forget_visitor(
     conn = conn or get_redis()
     with keys.bound(conn, write=True):
         walked = days_to_walk(conn, target.scope)
+    tombstones.note(conn, {vid for day in walked for vid in visitor_ids(target, day)}, target.erased_at)
+    settle()  # every worker's copy of the tombstones holds it before the erasure (store.tombstones)
     total = Forgotten()
     touched: list[str] = []
     not_forgotten: list[list[str]] = []

@@ -12,6 +12,7 @@ from ..core import table
 
 DATA_TABLE_MODULES = (
     "counters_tasks.store.deployment",
+    "counters_tasks.store.tombstones",
     "counters_tasks.payloads",
     "counters_tasks.counters",
     "counters_tasks.sitestats",

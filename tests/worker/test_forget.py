@@ -20,6 +20,7 @@ from counters_tasks.core.visitors import pair_visitor, session_number, session_v
 from counters_tasks.errors import InvalidInput
 from counters_tasks.events.kind import EVENT
 from counters_tasks.payloads import apply_payload
+from counters_tasks.store import tombstones
 from counters_tasks.worker import forget
 from tests.support.procs import BROWSER_AGENT
 from tests.support.raw_ips import values_of
@@ -172,6 +173,16 @@ def findings(client, wanted: set[bytes]) -> dict[bytes, set[bytes]]:
             if hits:
                 found.setdefault(key, set()).update(hits)
     return found
+
+
+@pytest.fixture(autouse=True)
+def no_settling(monkeypatch):
+    """No worker runs in these tests (but the in-flight one): the erasure need not wait for their
+    copies of the tombstones; each test reads its own afresh."""
+    monkeypatch.setattr(forget, "settle", lambda: None)
+    tombstones.forget_copy()
+    yield
+    tombstones.forget_copy()
 
 
 @pytest.fixture
