@@ -8,6 +8,9 @@ the ``Erasure.forget`` of ``event_day`` and ``goal_day``.
   ``lua/forget_sketches.lua``.
 - ``forget_goal_days``: a site's day of goals: each goal's pairs member, its converters ``u:``
   minus one and its sketch ``s:`` without the id, in one call.
+- ``forget_funnels``: each funnel of the site: what each day credits the visitor with taken out
+  of its step sets and time histogram, its results' fields and its state removed
+  (``lua/funnel_forget.lua``).
 
 A sketch past 256 visitors a day is a HyperLogLog: named in the answer as an estimate.
 """
@@ -24,7 +27,8 @@ from ..store import hll, keys
 from ..store.client import RedisClient
 from ..store.page_sketch import ID_CHARS
 from ..store.scripts import run_script
-from . import event_day, goal_day
+from . import event_day, funnel_steps, goal_day
+from .definitions import funnels
 
 SEP = event_day.SEP
 FORMS = {"e": "5:2", "v": "2:0", "n": "1:0"}
@@ -116,5 +120,35 @@ def forget_goal_days(conn: RedisClient, target: ForgetTarget, days: Sequence[dat
     return done
 
 
+def forget_funnels(conn: RedisClient, target: ForgetTarget, days: Sequence[date]) -> Forgotten:
+    """Forget ``target`` from each funnel of its site: for each of ``days``, what the day credits
+    the visitor with taken out of its step sets and time histogram, its results' fields removed,
+    and its state deleted (``lua/funnel_forget.lua``, one call a funnel and day)."""
+    done = Forgotten()
+    with keys.bound(conn, write=True):
+        for funnel in funnels(conn):
+            if funnel.site != target.scope:
+                continue
+            base = funnel_steps.funnel_base(funnel)
+            n = len(funnel.steps)
+            ids_of = {day: visitor_ids(target, day) for day in days}
+            for vid in sorted({vid for ids in ids_of.values() for vid in ids}):
+                state = [base + "v:" + vid]
+                for day in days:
+                    if vid not in ids_of[day]:
+                        continue
+                    label = day.isoformat()
+                    call_keys = [base + "res:" + label, base + "day:" + label]
+                    call_keys += [f"{base}step:{label}:{k}" for k in range(1, n + 1)]
+                    removed, fixed = run_script(conn, "funnel_forget", call_keys + state, [vid, n])
+                    state = []  # (deleted with the first day)
+                    done.removed += int(removed)
+                    done.corrected += [f"funnel {label} time-to-step bucket"] * int(fixed)
+                    if int(removed):
+                        done.corrected.append(f"funnel {label} visitors by step")
+    return done
+
+
 event_day.FORGET_EVENT_DAY.install(forget_event_days)
 goal_day.FORGET_GOAL_DAY.install(forget_goal_days)
+funnel_steps.FORGET_FUNNEL.install(forget_funnels)

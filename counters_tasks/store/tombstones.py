@@ -95,7 +95,9 @@ def _current(conn: RedisClient | None) -> dict[str, float]:
         return _copy
     with _lock:
         if now - _read_at >= REFRESH:
-            reply = (conn or get_redis()).zrange(tombstones_key(), -MAX_READ, -1, withscores=True)
+            reply: list[tuple[bytes | str, float]] = list(
+                (conn or get_redis()).zrange(tombstones_key(), -MAX_READ, -1, withscores=True)
+            )
             _copy = {as_str(member): float(score) for member, score in reply}
             _read_at = now
     return _copy

@@ -356,3 +356,31 @@ def test_daily_visitor_key_forgets_each_days_id(raw_conn, monkeypatch):
         assert sitestats.site_visit_info(raw_conn, day).uv == 4
         assert sitestats.site_visit_info(raw_conn, day, "/a").uv == 4
     assert sitestats.site_visit_info(raw_conn).uv == 12  # all time: each day's id a visitor of its own
+
+
+def test_a_funnel_forgets_the_visitor_and_equals_the_reference_without_it(raw_conn):
+    from tests.events.test_funnels import assert_matches, define, step_events_of, write_views
+
+    now = time.time()
+    funnel = define(raw_conn, [{"page": "/a"}, {"page": "/b"}, {"page": "/c"}], 3600, since=now - 3 * DAY)
+    views = []
+    for back in (0, 1):
+        ts = now - back * DAY - 2 * 3600
+        for n, ip in enumerate([*OTHERS[:8], TARGET_IP]):
+            views.append((ip, "/a", ts + n))
+            if n % 2 == 0 or ip == TARGET_IP:
+                views.append((ip, "/b", ts + n + 30 * (n + 1)))
+            if n % 4 == 0 or ip == TARGET_IP:
+                views.append((ip, "/c", ts + n + 900))
+    write_views(raw_conn, views, "funnel-views")
+    day_list = sorted({days.local_day(ts) for _ip, _path, ts in views})
+    judged, late = step_events_of(funnel, views, [], now)  # (yesterday's: late, not judged)
+    assert_matches(raw_conn, funnel, judged, day_list, late=late)
+
+    answer = forget.forget_visitor(ip=TARGET_IP)
+
+    without = [one for one in judged if one[0] != visitor_id(TARGET_IP)]
+    assert len(without) < len(judged)
+    assert_matches(raw_conn, funnel, without, day_list, late=late)
+    assert any(figure.startswith("funnel ") for figure in answer["corrected"])
+    assert findings(raw_conn, identifiers(TARGET_IP, None, day_list)) == {}
