@@ -24,6 +24,7 @@ import hmac
 import threading
 import time
 from collections.abc import Iterable
+from typing import Any
 
 from ..core.settings import get_settings
 from ..core.table import Erasure, Retention, StoredKey, Table, register
@@ -95,9 +96,7 @@ def _current(conn: RedisClient | None) -> dict[str, float]:
         return _copy
     with _lock:
         if now - _read_at >= REFRESH:
-            reply: list[tuple[bytes | str, float]] = list(
-                (conn or get_redis()).zrange(tombstones_key(), -MAX_READ, -1, withscores=True)
-            )
+            reply: Any = (conn or get_redis()).zrange(tombstones_key(), -MAX_READ, -1, withscores=True)
             _copy = {as_str(member): float(score) for member, score in reply}
             _read_at = now
     return _copy
