@@ -1,7 +1,8 @@
 """Forgetting one visitor from the site's tables (``worker.forget``, issue 44): what each table
 declares as its ``Erasure.forget``.
 
-- ``forget_days``: a site's day, one slot, all its tables at once: the day's visitors SET and the
+- ``forget_days``: a site's day, one slot, all its tables at once (and the day of each page of
+  COUNTERS_CLIENT_PAGES, in its own slot: the pages listed now): the day's visitors SET and the
   totals' ``uv`` (``site_day``), the pairs SET (``pairs``: ``SSCAN MATCH <pair id>*``), each path's
   ``uv`` and sketch of the day (``page_day``), the sources' and the who-visits' sketches
   (``sources``, ``who_visits``). The day's tables are read with ``HSCAN`` (``SCAN_COUNT`` fields a
@@ -122,9 +123,11 @@ def forget_days(conn: RedisClient, target: ForgetTarget, days: Sequence[date]) -
     settings = get_settings()
     scope = target.scope
     with keys.bound(conn, write=True):
+        scopes = [scope, *(who_visits.page_scope(scope, path) for path in settings.client_pages)]
         for day in days:
             for vid in visitor_ids(target, day):
-                _forget_day(conn, done, scope, day, vid, settings.uv_mode)
+                for each in scopes:  # the site's day, then each COUNTERS_CLIENT_PAGES page's own
+                    _forget_day(conn, done, each, day, vid, settings.uv_mode)
     return done
 
 

@@ -187,7 +187,7 @@ def no_settling(monkeypatch):
 
 @pytest.fixture
 def two_sites(monkeypatch):
-    use_settings(monkeypatch, COUNTERS_SITES=json.dumps(SITES), COUNTERS_CLIENT_TABLES="on")
+    use_settings(monkeypatch, COUNTERS_SITES=json.dumps(SITES), COUNTERS_CLIENT_TABLES="on", COUNTERS_CLIENT_PAGES="/a,/b")
 
 
 GOAL_PATH = "/b"
