@@ -30,13 +30,18 @@ end
 local pairs_live = pairs and redis.call('EXISTS', pairs) == 1
 
 local function drop(sketch)
-  -- the list sketch without one occurrence of id, and whether it held one
-  for at = 1, #sketch - 5, 6 do
-    if string.sub(sketch, at, at + 5) == id then
+  -- the list sketch without one occurrence of id at a 6-character place, and whether it held one
+  local from = 1
+  while true do
+    local at = string.find(sketch, id, from, true)  -- (a plain search, in C)
+    if not at then
+      return sketch, false
+    end
+    if (at - 1) % 6 == 0 then
       return string.sub(sketch, 1, at - 1) .. string.sub(sketch, at + 6), true
     end
+    from = at + 1
   end
-  return sketch, false
 end
 
 local removed, corrected, estimates = 0, 0, {}
