@@ -13,6 +13,8 @@ from datetime import date
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from counters_tasks import events, sitestats, uniques, visits
 from counters_tasks.core import days
@@ -22,6 +24,7 @@ from counters_tasks.events.kind import EVENT
 from counters_tasks.payloads import apply_payload
 from counters_tasks.store import tombstones
 from counters_tasks.worker import forget
+from tests.faults.test_bad_input import junk
 from tests.support.procs import BROWSER_AGENT
 from tests.support.raw_ips import values_of
 from tests.support.servers import use_settings
@@ -414,3 +417,23 @@ def test_forgetting_a_visitor_of_a_full_day_stays_under_the_budget(raw_conn, cal
     print(call_budget.report())
     assert call_budget.within(LIMIT_FORGET) == []
     assert sitestats.site_visit_info(raw_conn, days.local_day(now), "/p/7").uv == 249
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ip=st.one_of(st.none(), junk), session_id=st.one_of(st.none(), junk), site=st.one_of(st.none(), junk))
+def test_any_bad_request_is_refused_with_nothing_written(raw_conn, ip, session_id, site):
+    """Whatever the arguments, either a valid request (forgotten) or InvalidInput before any write."""
+    valid = True
+    try:
+        forget.check_request(site, ip, session_id)
+    except InvalidInput:
+        valid = False
+    before = sorted(raw_conn.scan_iter(count=1000))
+    if valid:
+        forget.forget_visitor(site=site, ip=ip, session_id=session_id)
+        assert raw_conn.llen(forget.audit_key()) >= 1
+        raw_conn.flushdb()
+    else:
+        with pytest.raises(InvalidInput):
+            forget.forget_visitor(site=site, ip=ip, session_id=session_id)
+        assert sorted(raw_conn.scan_iter(count=1000)) == before
