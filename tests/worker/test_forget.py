@@ -241,6 +241,10 @@ def test_forget_by_ip_leaves_no_identifier_and_exact_figures(raw_conn):
     assert got["uv"] == after["uv"]
     assert got["pv"] == after["pv"] == before["pv"]  # page views carry no identifier and stay
     assert got["sessions"] == before["sessions"]  # an IP names no session: forget by --session-id
+    for path in {visit["path"].split("?")[0] for visit in batch}:  # a page's UV over the range: exact (lists)
+        span = sitestats.site_visit_range(raw_conn, day_list[0], day_list[-1], path)
+        users = {v["ip"] for v in batch if v["path"].split("?")[0] == path and "site" not in v and v["ip"] != TARGET_IP}
+        assert (span.uv, span.uv_approximate) == (len(users), False), path
     assert event_figures(raw_conn, day_list) == expected_events(items, {TARGET_IP})
     assert goal_figures(raw_conn, day_list) == {day: converters(batch, day, TARGET_IP) for day in day_list}
     assert answer["removed"] > 0 and answer["corrected"]
