@@ -115,9 +115,7 @@ def expire_dead_letters(self: MaintenanceTask) -> Any:
     )
 
 
-@app.task(
-    name="counters_tasks.forget_visitor", base=MaintenanceTask, bind=True, soft_time_limit=3600, time_limit=3660
-)
+@app.task(name="counters_tasks.forget_visitor", base=MaintenanceTask, bind=True, soft_time_limit=3600, time_limit=3660)
 def forget_visitor(
     self: MaintenanceTask, site: str | None = None, ip: str | None = None, session_id: str | None = None
 ) -> dict[str, Any]:
