@@ -441,3 +441,15 @@ def test_any_bad_request_is_refused_with_nothing_written(raw_conn, ip, session_i
         with pytest.raises(InvalidInput):
             forget.forget_visitor(site=site, ip=ip, session_id=session_id)
         assert sorted(raw_conn.scan_iter(count=1000)) == before
+
+
+def test_hll_mode_names_its_estimates_and_corrects_the_exact_rest(raw_conn, monkeypatch):
+    use_settings(monkeypatch, COUNTERS_UV_MODE="hll")
+    now = time.time()
+    batch = [{"ip": ip, "path": "/a", "ts": now} for ip in [*OTHERS[:6], TARGET_IP]]
+    visits.apply_visits(raw_conn, batch, message_id="hll")
+    answer = forget.forget_visitor(ip=TARGET_IP)
+    named = " ".join(figure for figure, _error in answer["estimates"])
+    assert "site_day" in named and "site_all" in named and "page_all" in named
+    assert all(error == pytest.approx(0.0081, abs=1e-4) for _figure, error in answer["estimates"])
+    assert sitestats.site_visit_info(raw_conn, days.local_day(now), "/a").uv == 6  # a path's day: its pairs, exact
