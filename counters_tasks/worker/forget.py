@@ -113,8 +113,9 @@ def forget_visitor(
 ) -> dict:
     """Forget one visitor of ``site`` named by its ``ip`` and/or ``session_id``: every table's
     forgetter, summed (module docstring). Returns the answer: ``site``, ``removed``, ``corrected``
-    (figures), ``estimates`` (``[figure, relative standard error]``), ``tables`` (those that forgot
-    something), ``not_forgotten`` (``[table, reason]``: tables holding something of a visitor
+    (figures), ``estimates`` (``[figure, relative standard error]``), ``tables`` (those whose
+    forgetter removed or corrected something: tables sharing one, as a day's slot's, are named
+    together), ``not_forgotten`` (``[table, reason]``: tables holding something of a visitor
     without a forgetter) and ``audit`` (the entry recorded)."""
     target = check_request(site, ip, session_id)
     conn = conn or get_redis()
