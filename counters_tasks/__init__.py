@@ -8,6 +8,7 @@ rooms and layers: docs/architecture.md.
 
 from __future__ import annotations
 
+import importlib
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -28,10 +29,21 @@ except PackageNotFoundError:  # run from a source tree that was never installed
 def __getattr__(name: str) -> Any:
     """``app``: the package's Celery app (``celery -A counters_tasks`` finds it here), made when
     first asked for, so importing the package (a web process's middleware, ``store``) loads no
-    part of Celery's worker side."""
+    part of Celery's worker side; ``forget_visitor``: ``worker.forget.forget_visitor``, loaded
+    when first asked for too."""
     if name == "app":
         return app_module.package_app()
+    if name == "forget_visitor":  # (the worker layer's, loaded when first asked for)
+        return importlib.import_module(".worker.forget", __name__).forget_visitor
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["app", "ConfigurationError", "CountersError", "InvalidInput", "VisitRecorder", "__version__"]
+__all__ = [
+    "app",
+    "forget_visitor",
+    "ConfigurationError",
+    "CountersError",
+    "InvalidInput",
+    "VisitRecorder",
+    "__version__",
+]

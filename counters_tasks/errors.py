@@ -37,6 +37,13 @@ class BoardSettingsConflict(InvalidInput):
     reason = "board_settings"
 
 
+class ForgottenVisitor(InvalidInput):
+    """An item of a visitor forgotten (``forget_visitor``) after the item was made: still on the
+    broker during the erasure, it is not counted back (``store.tombstones``)."""
+
+    reason = "forgotten"
+
+
 class MalformedMessage(InvalidInput):
     """A message whose shape is wrong: arguments that do not fit the task, an id that is not a
     short string, a batch over its size limit."""
@@ -45,7 +52,8 @@ class MalformedMessage(InvalidInput):
 
 
 REFUSAL_REASONS = tuple(
-    cls.reason for cls in (InvalidInput, ClosedDay, FutureTime, BoardSettingsConflict, MalformedMessage)
+    cls.reason
+    for cls in (InvalidInput, ClosedDay, FutureTime, BoardSettingsConflict, MalformedMessage, ForgottenVisitor)
 )
 """Every reason a refusal is counted under."""
 

@@ -21,6 +21,7 @@ from .core.sites import check_site, site_names
 from .core.validation import check_now
 from .store import keys
 from .store.client import RedisClient, is_cluster, read_pipeline
+from .store.hll import STANDARD_ERROR
 
 WINDOW_MINUTES = 5
 """Minutes ``visitors_now`` unions: the current one and the four before it (4 to 5 minutes)."""
@@ -79,6 +80,14 @@ def visitors_now_by_site(conn: RedisClient, now: float | None = None) -> dict[st
         return {name: int(n) for name, n in zip(names, counts, strict=True)}
 
 
+def name_estimate() -> table.Forgotten:
+    """What ``forget_visitor`` can do here: nothing but name the figure, an estimate that may still
+    count the visitor for at most ``KEEP_SECONDS``."""
+    return table.Forgotten(
+        estimates=[(f"visitors_now (HLL, gone within {KEEP_SECONDS // 60} minutes)", STANDARD_ERROR)]
+    )
+
+
 VISITORS_NOW = table.register(
     table.Table(
         name="visitors_now",
@@ -96,7 +105,8 @@ VISITORS_NOW = table.register(
             "visitor ids, as an estimate (HyperLogLog)",
             False,
             f"an estimate (standard error 0.81%): one visitor cannot be taken out of it, and it is gone in "
-            f"{KEEP_SECONDS // 60} minutes",
+            f"{KEEP_SECONDS // 60} minutes; forget_visitor names it among its estimates",
+            forget=lambda _conn, _target, _days: name_estimate(),
         ),
     )
 )

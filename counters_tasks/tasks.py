@@ -16,7 +16,7 @@ from .app import app
 from .core.kind import Kind
 from .events.kind import EVENT
 from .store.client import get_redis
-from .worker import dead_letters
+from .worker import dead_letters, forget
 from .worker.kind_tasks import define_tasks
 from .worker.maintenance import run_exclusive
 from .worker.task_bases import CountingTask, MaintenanceTask, WorkerBatches, counting
@@ -113,3 +113,14 @@ def expire_dead_letters(self: MaintenanceTask) -> Any:
         lambda: dead_letters.expire_due(dead_letters.store_client()),
         self.lock_seconds,
     )
+
+
+@app.task(name="counters_tasks.forget_visitor", base=MaintenanceTask, bind=True, soft_time_limit=3600, time_limit=3660)
+def forget_visitor(
+    self: MaintenanceTask, site: str | None = None, ip: str | None = None, session_id: str | None = None
+) -> dict[str, Any]:
+    """Forget one visitor of ``site`` by its ``ip`` and/or ``session_id`` (``worker.forget``;
+    docs/privacy.md, "Erasing one visitor"): its answer, with no personal data. On the maintenance
+    queue, with an hour's time limit (a site's 400 days of tables are read through); run again, it
+    finishes what an interrupted run left (each call is whole, a second removes nothing twice)."""
+    return forget.forget_visitor(site, ip, session_id)

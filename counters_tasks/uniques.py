@@ -397,8 +397,43 @@ DAILY_UNIQUES = table.register(
             "session ids (the first 15 hex digits of the session UUID)",
             True,
             "SREM of the session's id from the shard (or level set) it hashes to while the day's shards are kept, "
-            "and the day's count minus one when it was there",
+            "and the day's count minus one when it was there, in one call (lua/forget_members.lua); by a session "
+            "id only: an IP names no session",
+            forget=lambda conn, target, days: forget_session(conn, target, days),
         ),
     )
 )
 """The daily uniques' table (``core.table``)."""
+
+
+def forget_session(conn: RedisClient, target: table.ForgetTarget, days: Iterable[date]) -> table.Forgotten:
+    """Forget ``target``'s session from each of ``days`` (``worker.forget``): its id out of the one
+    set of the day that holds it (its shard's, or one of the shard's levels: each checked with
+    SISMEMBER, one pipeline a day), and the day's count minus one in the same call
+    (``lua/forget_members.lua``). An IP names no session: nothing is done without a session id."""
+    done = table.Forgotten()
+    if target.session_id is None:
+        return done
+    number = session_number(target.session_id)
+    scope = target.scope
+    with keys.bound(conn, write=True):
+        for day in days:
+            expected = conn.get(keys.uniques_expected(day, site=scope))
+            if expected is None:
+                continue
+            shard = _shard(number, shard_count(int(as_str(expected))))
+            base = keys.uniques_shard(day, shard, site=scope)
+            candidates = [
+                key
+                for key in day_sets(conn, day, int(as_str(expected)), scope)
+                if key == base or key.startswith(base + ":")
+            ]
+            pipe = read_pipeline(conn)
+            for key in candidates:
+                pipe.sismember(key, number)
+            for key, held in zip(candidates, pipe.execute(), strict=True):
+                if held:
+                    count = keys.uniques_count(day, site=scope)
+                    done.removed += int(run_script(conn, "forget_members", [key, count], ["", number]))
+                    done.corrected.append(f"daily_uniques {day.isoformat()} count")
+    return done

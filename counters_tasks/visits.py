@@ -33,8 +33,9 @@ from .core.settings import DEFAULT_SITE
 from .core.sites import check_site, zone_of
 from .core.sources import DIRECT, check_campaign, referrer_domain
 from .core.validation import check_ip, check_item_time, check_message_id, check_path
+from .errors import ForgottenVisitor
 from .payloads import apply_payload
-from .store import keys
+from .store import keys, tombstones
 from .store.client import RedisClient
 from .store.keys import chunk_ids
 from .store.scripts import WritePlan, write_through
@@ -175,6 +176,8 @@ def prepare_visit(fields: Mapping[str, Any]) -> Visit:
     scope = check_site(fields.get("site"))
     day = local_day(ts, zone_of(scope))  # the time checked and its day computed once, for every part of the visit
     view = sitestats.view_on(fields, day, scope)
+    if tombstones.erased_after(view.visitor, ts):
+        raise ForgottenVisitor("its visitor was forgotten after it was made: not counted back")
     session_id = fields.get("session_id")
     session = (day, uniques.session_number(session_id)) if session_id is not None else None
     return Visit(view, ts, session)

@@ -25,7 +25,7 @@ from counters_tasks import uniques
 from counters_tasks.core.settings import reset_settings
 from counters_tasks.local.redis_server import RedisServer
 from counters_tasks.local.waiting import wait_until
-from counters_tasks.store import keys
+from counters_tasks.store import keys, tombstones
 from tests.support import timing
 from tests.support.isolation import check_unchanged, configure_once, renew_the_shared_recorder
 from tests.support.server_cpu import CallBudget
@@ -141,10 +141,13 @@ def isolated_app_and_recorder(counters_env) -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def _fresh_expected_figures():
-    """No test sees another's remembered expected-uniques figures (a per-process cache)."""
+    """No test sees another's remembered expected-uniques figures, nor its copy of the forgotten
+    visitors' tombstones (per-process caches)."""
     uniques.forget_expected()
+    tombstones.forget_copy()
     yield
     uniques.forget_expected()
+    tombstones.forget_copy()
 
 
 @pytest.fixture(params=[False, True], ids=["bytes", "decoded"])

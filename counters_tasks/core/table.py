@@ -132,6 +132,30 @@ lists within the visitor-level horizon; a table that is not by day ignores them)
 exact figures in the same atomic call as each removal, in calls of bounded cost."""
 
 
+class ForgetterSlot:
+    """A ``Forgetter`` that a module above the table's installs (``install``), for a table whose
+    forgetter needs more than its own module (the tables of one slot, forgotten in one pass that
+    makes every one's keys: ``sitestats.erase``, ``events.erase``), without an import cycle: the
+    table declares the slot, the forgetting module imports the table's and fills it. Tables sharing
+    one slot are forgotten by one call (``worker.forget`` calls each forgetter once)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.forget: Forgetter | None = None
+
+    def install(self, forget: Forgetter) -> None:
+        """The forgetter this slot calls (the forgetting module, at its import)."""
+        self.forget = forget
+
+    def __call__(self, conn: Any, target: ForgetTarget, days: Sequence[date]) -> Forgotten:
+        if self.forget is None:
+            raise RuntimeError(f"forgetter {self.name!r}: the module that installs it was not imported")
+        return self.forget(conn, target, days)
+
+    def __repr__(self) -> str:
+        return f"ForgetterSlot({self.name!r})"
+
+
 @dataclass(frozen=True)
 class Erasure:
     """Whether one visitor can be erased from a table, and how, or the declared reason why not.

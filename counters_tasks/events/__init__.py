@@ -8,7 +8,9 @@ table, each with its declaration (``core.table``), its keys, its part of a write
 - ``funnel_steps``: the table ``funnel``, fed by page views and events (each a step event of the
   steps it matches), and its read ``funnel_report``.
 - ``goal_day``: each goal's conversions, converters and revenue of a day, fed by visits and
-  events, and their read (``goal_report``).
+  events, and their read (``goal_report``);
+- ``erase``: one visitor forgotten from the events' and the goals' day tables (their
+  ``Erasure.forget``, installed in the slots they declare; ``worker.forget`` calls them).
 
 What an event is (its caps) is ``core.events``. Modules here import ``core``, ``store`` and the
 data modules of their own layer they write through (``counters``, ``payloads``, ``throughput``,

@@ -24,7 +24,7 @@ from ..core.days import days_between, kept_from_now, kept_until, today
 from ..core.events import NONE, OTHER, Event, check_event_name
 from ..core.settings import get_settings
 from ..core.sites import check_site, zone_of
-from ..core.table import Erasure, Retention, StoredKey, Table, register
+from ..core.table import Erasure, ForgetterSlot, Retention, StoredKey, Table, register
 from ..core.validation import check_day_range
 from ..core.visitors import pair_visitor
 from ..store import keys, page_sketch
@@ -209,6 +209,10 @@ def queue_events(
     return outcome
 
 
+FORGET_EVENT_DAY = ForgetterSlot("event_day")
+"""This table's ``Erasure.forget``: ``events.erase.forget_event_days`` (installed by it: it imports this module)."""
+
+
 EVENT_DAY = register(
     Table(
         name="event_day",
@@ -236,10 +240,13 @@ EVENT_DAY = register(
         ),
         erasure=Erasure(
             "visitor ids (the pairs SET) and sketches of them (6-character ids, or HLLs)",
-            False,
-            "not yet: the pairs members start with the visitor's 11-character pair id and could be "
-            "removed (SSCAN MATCH), but the sketches' ids and HLLs cannot be taken out of a day's "
-            "figures; they go with the day (COUNTERS_DAY_TOTALS_DAYS)",
+            True,
+            "SREM of every pairs member that starts with the visitor's 11-character pair id (SSCAN MATCH) "
+            "and that event's uv of the day minus one; the visitor's 6-character id out of every list "
+            "sketch of the day's HASH (HSCAN, then lua/forget_sketches.lua a batch of fields: events/erase.py); "
+            "a sketch past 256 visitors a day is a Redis HyperLogLog (0.81% standard error) that cannot "
+            "forget one visitor: named as an estimate",
+            forget=FORGET_EVENT_DAY,
         ),
     )
 )

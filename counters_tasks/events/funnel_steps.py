@@ -26,7 +26,7 @@ from ..core.conversions import Funnel
 from ..core.days import day_end, days_between, local_day, today
 from ..core.settings import Settings, get_settings
 from ..core.sites import check_site, zone_of
-from ..core.table import Erasure, Feeder, Retention, StoredKey, Table, register
+from ..core.table import Erasure, Feeder, ForgetterSlot, Retention, StoredKey, Table, register
 from ..core.validation import check_day_range
 from ..errors import InvalidInput
 from ..store import keys
@@ -292,6 +292,10 @@ def funnel_report(
     )
 
 
+FORGET_FUNNEL = ForgetterSlot("funnel")
+"""This table's ``Erasure.forget``: ``events.erase.forget_funnels`` (installed by it: it imports this module)."""
+
+
 FUNNEL = register(
     Table(
         name="funnel",
@@ -318,9 +322,10 @@ FUNNEL = register(
         erasure=Erasure(
             "visitor ids (its state, its outcome of each day, its membership of each step's set)",
             True,
-            "DEL of the funnel's v:<visitor>; for each day, HGET then HDEL of its res:<D> field, SREM from "
-            "the step:<D>:<k> sets it reached, and HINCRBY -1 of the histogram buckets its outcome names "
-            "(by hand: no command does it yet)",
+            "DEL of the funnel's v:<visitor>; for each day, HGET then HDEL of its res:<D> fields, SREM from "
+            "the step:<D>:<k> sets it reached, and HINCRBY -1 of the histogram buckets its outcome names, "
+            "in one call a funnel and day (lua/funnel_forget.lua: events/erase.py)",
+            forget=FORGET_FUNNEL,
         ),
         feeds={"visit": feed_visits, "event": feed_events},
     )

@@ -30,7 +30,7 @@ from ..core.conversions import Goal
 from ..core.events import number_of
 from ..core.settings import get_settings
 from ..core.sites import check_site, zone_of
-from ..core.table import Erasure, Retention, StoredKey, Table, register
+from ..core.table import Erasure, ForgetterSlot, Retention, StoredKey, Table, register
 from ..core.validation import check_day_range
 from ..core.visitors import pair_visitor
 from ..sitestats.reads import site_visit_range
@@ -324,6 +324,10 @@ def goal_report(
     return GoalReport(scope, start, end, visitors, visits.uv_error, rows)
 
 
+FORGET_GOAL_DAY = ForgetterSlot("goal_day")
+"""This table's ``Erasure.forget``: ``events.erase.forget_goal_days`` (installed by it: it imports this module)."""
+
+
 GOAL_DAY = register(
     Table(
         name="goal_day",
@@ -349,10 +353,12 @@ GOAL_DAY = register(
         ),
         erasure=Erasure(
             "visitor ids (the pairs) and a sketch of each goal's converters",
-            False,
-            "the pairs' members could be taken out while D is open, but each goal's sketch keeps "
-            "6-character sketch ids (36 bits of a visitor id), then a Redis HyperLogLog (0.81% "
-            "standard error) that cannot forget one visitor",
+            True,
+            "SREM of the visitor's pairs member of each goal (SSCAN MATCH <pair id>*), the goal's converters "
+            "of the day (u:) minus one and the visitor's 6-character id out of its sketch (s:), in one call "
+            "(lua/forget_sketches.lua: events/erase.py); a sketch past 256 converters a day is a Redis "
+            "HyperLogLog (0.81% standard error) that cannot forget one visitor: named as an estimate",
+            forget=FORGET_GOAL_DAY,
         ),
         feeds={"visit": feed_visits, "event": feed_events},
     )

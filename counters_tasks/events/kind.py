@@ -30,7 +30,8 @@ from ..core.settings import DEFAULT_SITE
 from ..core.sites import check_site, zone_of
 from ..core.validation import check_ip, check_item_time, check_session_id
 from ..core.visitors import session_visitor_id, short_session_id, visitor_id
-from ..errors import InvalidInput
+from ..errors import ForgottenVisitor, InvalidInput
+from ..store import tombstones
 from ..store.scripts import WritePlan, execute_in_order
 from . import event_day
 
@@ -56,6 +57,8 @@ def prepare_event(fields: Mapping[str, Any]) -> Event:
         visitor = session_visitor_id(session_id)
     else:
         visitor = None
+    if tombstones.erased_after(visitor, ts):
+        raise ForgottenVisitor("its visitor was forgotten after it was made: not counted back")
     return Event(name, props, dropped, ts, day, site, visitor)
 
 

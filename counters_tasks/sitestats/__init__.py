@@ -12,6 +12,8 @@ path, their sources and who visits. One module a stored table, each with its dec
 - ``site_all``: the site's all-time figures (16 shards); ``page_all``: a path's all-time figures;
 - ``views``: a page view validated (``SiteView``, ``view_on``); ``reads``: ``site_visit_info``
   and ``site_visit_range``; ``slots``: the slots their keys are in;
+- ``erase``: one visitor forgotten from the day tables and the all-time ones (their
+  ``Erasure.forget``, installed in ``slots``' forgetter slots; ``worker.forget`` calls them);
 - ``upgrade``: exactly-once across the upgrade of key layout 1 to 2 (layout 1's cut of a
   message's views recomputed, its markers read, for the layout-1 workers' dedupe TTL).
 

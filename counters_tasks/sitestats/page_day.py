@@ -30,12 +30,14 @@ def site_day_pages(day: date, *, tag: str | None = None, site: str = "") -> str:
 
 SKETCHED = Erasure(
     "a sketch of each value's visitors (store.page_sketch), and counts of views",
-    False,
-    "a sketch, not the visitors' ids: 6-character sketch ids (36 bits of a visitor id) while a value "
-    "has at most 256 visitors a day, then a Redis HyperLogLog (0.81% standard error) that cannot "
-    "forget one visitor",
+    True,
+    "the visitor's 6-character sketch id (36 bits of its visitor id) taken out of every list sketch of "
+    "the day (HSCAN of the table, then lua/forget_sketches.lua a batch of fields) and the value's uv "
+    "minus one with it (a path's: when its pairs member was there); a sketch past 256 visitors a day "
+    "is a Redis HyperLogLog (0.81% standard error) that cannot forget one visitor: named as an estimate",
+    forget=slots.FORGET_DAY_TABLES,
 )
-"""Why one visitor cannot be erased from a day table of sketches: the pages (``page_day``), the
+"""How one visitor is erased from a day table of sketches: the pages (``page_day``), the
 sources (``sources``) and who visits (``who_visits``)."""
 
 

@@ -44,7 +44,8 @@ PAIRS = register(
             True,
             "SREM of every member that starts with the visitor's 11-character pair id "
             "(core.visitors.pair_visitor; SSCAN MATCH <id>*), and for each path member the path's "
-            "uv of the day in the pages HASH minus one; while D is open (the SET goes at open_until)",
+            "uv of the day in the pages HASH minus one; while D is open (the SET goes at open_until) (lua/forget_sketches.lua, with the day's sketches: sitestats/erase.py)",
+            forget=slots.FORGET_DAY_TABLES,
         ),
     )
 )

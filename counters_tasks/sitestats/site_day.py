@@ -124,7 +124,8 @@ SITE_DAY = register(
             "SREM of the visitor id from the day's visitors SET and the totals' uv minus one when it "
             "was there (exact mode, while D is open: the SET goes at open_until); the range HLL "
             "(and the day's visitors with COUNTERS_UV_MODE=hll) cannot forget one visitor (an "
-            "estimate, 0.81% standard error)",
+            "estimate, 0.81% standard error) (lua/forget_members.lua, with the pairs and the day's sketches: sitestats/erase.py)",
+            forget=slots.FORGET_DAY_TABLES,
         ),
     )
 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import date
 
-from ..core.table import Retention
+from ..core.table import ForgetterSlot, Retention
 from ..store import keys
 
 
@@ -32,3 +32,12 @@ DAY_TABLES_KEPT = Retention(
 )
 """How long the tables of a day's slot that hold figures are kept: the pages, the sources, who
 visits (each from its own latest write), as the day's totals (``site_day.totals_days``)."""
+
+
+FORGET_DAY_TABLES = ForgetterSlot("sitestats day tables")
+"""The ``Erasure.forget`` of every table of a site's day's slot (``site_day``, ``pairs``,
+``page_day``, ``sources``, ``who_visits``): one pass for them all, ``sitestats.erase.forget_days``
+(installed by it: it makes every one's keys)."""
+FORGET_ALL_TIME = ForgetterSlot("sitestats all-time tables")
+"""The ``Erasure.forget`` of the all-time tables (``site_all``, ``page_all``):
+``sitestats.erase.forget_all_time``."""

@@ -2,6 +2,8 @@
 
 - ``day_registry``: which site's days have data stored, per retention tier (the retention pass
   and forgetting a visitor walk it);
+- ``tombstones``: the forgotten visitors' keyed digests, so that their items still on the broker
+  are not counted back (``forgotten``);
 - ``page_sketch``: a page's visitors of a day in a few bytes (read here, written by its Lua twin),
   for a page's unique visitors over a range;
 - ``client``: the per-process, connection-pooled client (single server or cluster), the

@@ -27,6 +27,8 @@
   with their reasons, for operators to list, requeue or drop;
 - ``maintenance``: the beat jobs' cluster-wide lock and their last-run statuses, and beat's start;
 - ``results``: the app's result backend, which keeps none and says so when a result is asked for;
+- ``forget``: ``forget_visitor``: one visitor forgotten from every table that declares a forgetter,
+  with the audit of erasures (``forget_audit``);
 - ``table_modules``: the data and worker modules that declare a stored table, imported for what
   walks every table (retention, forgetting a visitor).
 

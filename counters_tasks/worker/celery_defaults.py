@@ -84,6 +84,7 @@ task_routes = {
     "counters_tasks.precompute_expected": {"queue": "maintenance"},
     "counters_tasks.expire_dead_letters": {"queue": "maintenance"},
     "counters_tasks.make_day_tops": {"queue": "maintenance"},
+    "counters_tasks.forget_visitor": {"queue": "maintenance"},  # an operator's erasure (worker.forget)
 }
 
 # Each job expires before its next run is due, so a missed run is skipped, not piled up.

@@ -150,7 +150,9 @@ CLAIMS = table.register(
         erasure=table.Erasure(
             "visitor ids in a journal's prepared visits, for the minutes a batch is being applied",
             False,
-            "deleted once its batch is applied (seconds); a journal left by a dead worker expires with COUNTERS_DEDUPE_TTL",
+            "not by forget_visitor: a journal lives for the seconds its batch is applied (deleted then); one left "
+            "by a dead worker expires with COUNTERS_DEDUPE_TTL, and the worker that finishes its batch applies "
+            "what it journaled without the forgotten visitors' check (store.tombstones)",
         ),
     )
 )

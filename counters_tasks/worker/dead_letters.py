@@ -419,8 +419,10 @@ DEAD_LETTERS = table.register(
         ),
         erasure=table.Erasure(
             "a message's arguments, IP addresses masked",
-            True,
-            "counters-tasks dead-letters drop (a record), or its expiry after COUNTERS_DEAD_LETTER_DAYS",
+            False,
+            "not by forget_visitor: the masked arguments hold no full IP, so no record can be told to be one "
+            "visitor's by its IP (and a requeue keeps a masked record); counters-tasks dead-letters drop (a "
+            "record), or its expiry after COUNTERS_DEAD_LETTER_DAYS",
         ),
     )
 )

@@ -12,6 +12,7 @@ from ..core import table
 
 DATA_TABLE_MODULES = (
     "counters_tasks.store.deployment",
+    "counters_tasks.store.tombstones",
     "counters_tasks.payloads",
     "counters_tasks.counters",
     "counters_tasks.sitestats",
@@ -25,6 +26,9 @@ DATA_TABLE_MODULES = (
     "counters_tasks.worker.claims",
     "counters_tasks.worker.maintenance",
     "counters_tasks.worker.dead_letters",
+    "counters_tasks.worker.forget",
+    "counters_tasks.sitestats.erase",
+    "counters_tasks.events.erase",
 )
 """The modules below ``ops`` that declare the package's tables (each registers its own at import)."""
 

@@ -1,5 +1,5 @@
 """The commands that change or run things: the local stack (``run``, ``demo``), ``import`` (with
-its progress bar), ``delete-board``, ``health``, ``migrate``, ``dead-letters`` (list, requeue,
+its progress bar), ``delete-board``, ``forget`` (one visitor), ``health``, ``migrate``, ``dead-letters`` (list, requeue,
 drop), ``tokens`` (create, list, revoke) and ``serve`` (the dashboard, imported only when the
 ``cli`` extra is installed: without it ``serve`` says what to install).
 """
@@ -23,22 +23,25 @@ from ...errors import ConfigurationError, InvalidInput
 from ...local.stack import Stack
 from ...store import deployment
 from ...store.client import get_redis
-from ...worker import dead_letters
+from ...worker import dead_letters, forget
 from .. import health, importer, views
 from ..demo import run_demo
 from .common import CLI_EXTRA_MODULES, EXIT_FAILED, EXIT_OK, Failed, json_option, output_options, query, site_option
 from .render import (
     DEAD_LETTER_COLUMNS,
     DELETE_BOARD_COLUMNS,
+    FORGET_COLUMNS,
     HEALTH_COLUMNS,
     IMPORT_COLUMNS,
     TOKEN_COLUMNS,
     dead_letter_rows,
     delete_board_rows,
     emit,
+    forget_rows,
     health_rows,
     import_rows,
     render_dead_letters,
+    render_forget,
     render_health,
     render_import,
     render_tokens,
@@ -206,6 +209,21 @@ def delete_board_command(board: str, site: str | None, output: str) -> None:
     )
     if not data["deleted"]:
         raise SystemExit(EXIT_FAILED)
+
+
+@click.command("forget")
+@site_option
+@click.option("--ip", default=None, metavar="IP", help="the visitor's IP address")
+@click.option("--session-id", default=None, metavar="ID", help="the visitor's session id (a UUID)")
+@output_options(FORGET_COLUMNS, "one row a figure corrected, an estimate, a table not forgotten")
+def forget_command(site: str | None, ip: str | None, session_id: str | None, output: str) -> None:
+    """Forget one visitor (its IP and/or session id) of a site: its ids out of every table, every
+    exact unique-visitor figure corrected; prints what was done, the estimates that cannot forget
+    it, and the audit entry (docs/privacy.md, "Erasing one visitor"). Exit 2 on bad input."""
+    if ip is None and session_id is None:
+        raise click.UsageError("give --ip IP or --session-id ID (or both)")
+    data = query(lambda conn: forget.forget_visitor(site, ip, session_id, conn=conn))
+    emit(data, output, render_forget, forget_rows)
 
 
 @click.command("health")

@@ -554,3 +554,38 @@ def render_tokens(console: Any, data: dict) -> None:
         )
         table.add_row(Text(str(row["name"])), created, str(row["scope"]), Text(row["site"] or "all"))
     console.print(table)
+
+
+FORGET_COLUMNS = ("kind", "figure", "detail")
+
+
+def forget_rows(data: dict) -> Rows:
+    """One row a figure corrected (``corrected``), a figure that is an estimate (``estimate``, its
+    relative standard error: it may still count the visitor), a table holding something of a
+    visitor without a forgetter (``not forgotten``, its declared reason), and the total removed."""
+    rows: list[dict[str, Any]] = [{"kind": "removed", "figure": "entries", "detail": data["removed"]}]
+    rows += [{"kind": "corrected", "figure": figure, "detail": ""} for figure in data["corrected"]]
+    rows += [{"kind": "estimate", "figure": figure, "detail": f"{error:.2%}"} for figure, error in data["estimates"]]
+    rows += [{"kind": "not forgotten", "figure": name, "detail": why} for name, why in data["not_forgotten"]]
+    return FORGET_COLUMNS, rows
+
+
+def render_forget(console: Any, data: dict) -> None:
+    """What ``counters-tasks forget`` did: entries removed, figures corrected (counted by kind),
+    each estimate that may still count the visitor, the tables without a forgetter, the audit entry."""
+    console.print(
+        f"[bold]site {data['site']}[/bold]: {data['removed']} entries removed from "
+        f"{', '.join(data['tables']) or 'no table'}; {len(data['corrected'])} exact figures corrected",
+        highlight=False,
+    )
+    kinds: dict[str, int] = {}
+    for figure in data["corrected"]:
+        name = " ".join(word for word in figure.split() if not word[:1].isdigit())
+        kinds[name] = kinds.get(name, 0) + 1
+    for name, n in kinds.items():
+        console.print(f"  corrected: {name} x{n}", markup=False, highlight=False)
+    for figure, error in data["estimates"]:
+        console.print(f"  estimate (cannot forget one visitor, ±{error:.2%}): {figure}", markup=False, highlight=False)
+    for name, why in data["not_forgotten"]:
+        console.print(f"  not forgotten: {name}: {why}", markup=False, highlight=False)
+    console.print(f"  audit entry: {json.dumps(data['audit'], sort_keys=True)}", markup=False, highlight=False)
