@@ -42,13 +42,15 @@ def visitor_id(ip: Any, day: date | None = None) -> str:
     secret = settings.secret
     if not secret:
         raise ConfigurationError("COUNTERS_SECRET is not set: visitor ids cannot be made")
-    return _visitor_id(day_key(secret, settings.visitor_key, day), ip)
+    if settings.visitor_key == DAILY:
+        return _daily_visitor_id(secret, day, ip)
+    return _visitor_id(secret, ip)
 
 
 def day_key(secret: str, mode: str, day: date | None) -> str:
     """The HMAC key of visitor ids: the secret (``standard``), or the secret and the local day
     (``daily``: a ``day`` is then required)."""
-    if mode != "daily":
+    if mode != DAILY:
         return secret
     if day is None:
         raise ValueError("COUNTERS_VISITOR_KEY=daily: a visitor id is made for a day, and none was given")
@@ -59,6 +61,50 @@ def day_key(secret: str, mode: str, day: date | None) -> str:
 def _visitor_id(secret: str, ip: str) -> str:
     mac = hmac.new(secret.encode("utf-8"), ip.encode("utf-8"), hashlib.sha256).digest()
     return str(int.from_bytes(mac[:8], "big", signed=True))
+
+
+@functools.lru_cache(maxsize=65536)
+def _daily_visitor_id(secret: str, day: date | None, message: str) -> str:
+    """``_visitor_id`` under the day's key (``day_key``), cached on the day itself: a hit costs
+    one lookup, as in the standard mode (no key string made per visit). A missing day raises
+    ValueError (and is not cached)."""
+    return _visitor_id.__wrapped__(day_key(secret, DAILY, day), message)
+
+
+STANDARD, DAILY = "standard", "daily"
+"""The privacy modes (COUNTERS_VISITOR_KEY, docs/privacy.md "Privacy modes"): one keyed hash of a
+visitor for all time, or a key that rotates each local day."""
+
+VISITORS, VISITOR_DAYS = "visitors", "visitor-days"
+"""What a unique-visitor figure counts (``uv_counts``): distinct visitors, or visitor-days (a
+visitor of several days counted once a day)."""
+
+VISITOR_DAYS_NOTE = (
+    "UV over several days counts visitor-days (COUNTERS_VISITOR_KEY=daily: a visitor's id changes "
+    "each local day, so a visitor of n days counts n; docs/privacy.md)"
+)
+"""What every reader says beside a figure that counts visitor-days."""
+
+FOLLOWED_NOTE = (
+    "COUNTERS_VISITOR_KEY=daily: a visitor is not followed past the local midnight (a step or "
+    "conversion on a later day is another visitor's; docs/privacy.md)"
+)
+"""What a funnel's or a goal's answer says in the daily mode."""
+
+
+def uv_counts(days: int | None) -> str:
+    """What a unique-visitor figure over ``days`` local days (None: all time) counts under
+    COUNTERS_VISITOR_KEY: ``VISITORS`` (the standard mode, or a single day), else
+    ``VISITOR_DAYS`` (the daily mode: ids of different days never match, so the union of
+    several days' visitor sets is the sum of the days' visitors)."""
+    if days == 1 or get_settings().visitor_key != DAILY:
+        return VISITORS
+    return VISITOR_DAYS
+
+
+def daily_key() -> bool:
+    """Whether visitor ids are made per local day (COUNTERS_VISITOR_KEY=daily)."""
+    return get_settings().visitor_key == DAILY
 
 
 def session_visitor_id(session_id: Any, day: date | None = None) -> str:
@@ -72,7 +118,9 @@ def session_visitor_id(session_id: Any, day: date | None = None) -> str:
     secret = settings.secret
     if not secret:
         raise ConfigurationError("COUNTERS_SECRET is not set: visitor ids cannot be made")
-    return _visitor_id(day_key(secret, settings.visitor_key, day), "session:" + short)
+    if settings.visitor_key == DAILY:
+        return _daily_visitor_id(secret, day, "session:" + short)
+    return _visitor_id(secret, "session:" + short)
 
 
 @functools.lru_cache(maxsize=65536)
