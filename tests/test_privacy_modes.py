@@ -19,6 +19,9 @@ from counters_tasks.core.visitors import VISITOR_DAYS, VISITORS, session_visitor
 from counters_tasks.errors import ConfigurationError
 from counters_tasks.events import definitions
 from counters_tasks.ops import cli, event_views, views
+from counters_tasks.ops.web import create_app
+from tests.support.dashboard import TestClient
+from tests.support.procs import REPO
 from tests.support.servers import flush, use_settings
 
 MODES = ("standard", "daily")
@@ -186,3 +189,19 @@ def test_the_cli_says_visitor_days_under_its_tables(raw_conn, monkeypatch):
     visit(raw_conn, A, "/a", at(last, 10))
     code, out, err = run("stats", "--from", first.isoformat(), "--to", last.isoformat())
     assert code == 0 and "visitor-days" not in out and "UV ≈1 " in out  # the union of the days, one visitor
+
+
+def test_the_dashboards_api_carries_the_notes_it_shows(raw_conn, monkeypatch):
+    """The dashboard draws ``uv_note`` under its visitors' section (app.js ``privacyNote``) from
+    ``/api/stats``: the API says it in the daily mode, over several days only."""
+    use_settings(monkeypatch, COUNTERS_VISITOR_KEY="daily")
+    first, last = two_days()
+    visit(raw_conn, A, "/a", at(first, 10))
+    visit(raw_conn, A, "/a", at(last, 10))
+    client = TestClient(create_app(raw_conn, health=lambda _c: {"ok": True}))
+    answer = client.get(f"/api/stats?from={first}&to={last}").json()
+    assert (answer["uv"], answer["uv_counts"]) == (2, VISITOR_DAYS) and "visitor-days" in answer["uv_note"]
+    assert client.get(f"/api/stats?from={last}&to={last}").json()["uv_note"] is None
+    script = (REPO / "counters_tasks" / "ops" / "static" / "app.js").read_text()
+    for section in ("visitors", "sources", "clients", "events", "goals", "funnel"):
+        assert f'privacyNote("{section}", data);' in script, section
