@@ -18,7 +18,7 @@ from counters_tasks.core.settings import get_settings
 from counters_tasks.core.visitors import VISITOR_DAYS, VISITORS, session_visitor_id, visitor_id
 from counters_tasks.errors import ConfigurationError
 from counters_tasks.events import definitions
-from counters_tasks.ops import cli, event_views, views
+from counters_tasks.ops import cli, event_views, importer, views
 from counters_tasks.ops.web import create_app
 from tests.support.dashboard import TestClient
 from tests.support.procs import REPO
@@ -205,3 +205,26 @@ def test_the_dashboards_api_carries_the_notes_it_shows(raw_conn, monkeypatch):
     script = (REPO / "counters_tasks" / "ops" / "static" / "app.js").read_text()
     for section in ("visitors", "sources", "clients", "events", "goals", "funnel"):
         assert f'privacyNote("{section}", data);' in script, section
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_imported_logs_session_ids_are_made_for_their_day_in_daily_mode(monkeypatch, mode):
+    """``counters-tasks import`` derives a log line's session id (its daily unique) from the IP and
+    user agent: with COUNTERS_VISITOR_KEY=daily keyed by the line's local day too, so the daily
+    uniques hold no session id that links a visitor's days; the same day's lines are one session
+    in both modes."""
+    use_settings(monkeypatch, COUNTERS_VISITOR_KEY=mode)
+    agent = "Mozilla/5.0 (X11; Linux x86_64; rv:120.0) Gecko/20100101 Firefox/120.0"
+
+    def session(stamp: str) -> str:
+        line = f'{A} - - [{stamp} +0000] "GET /a HTTP/1.1" 200 512 "-" "{agent}"'
+        visit = importer.log_line_visit(line, "combined", "a secret")
+        assert isinstance(visit, dict), visit
+        return visit["session_id"]
+
+    morning, evening, next_day = (
+        session(s) for s in ("01/Dec/2026:08:00:00", "01/Dec/2026:23:00:00", "02/Dec/2026:08:00:00")
+    )
+    assert morning == evening  # one day: one session in both modes
+    assert (morning != next_day) is (mode == "daily")
+    assert (morning == importer.session_id_for("a secret", A, agent)) is (mode == "standard")
