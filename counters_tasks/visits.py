@@ -176,7 +176,7 @@ def prepare_visit(fields: Mapping[str, Any]) -> Visit:
     day = local_day(ts, zone_of(scope))  # the time checked and its day computed once, for every part of the visit
     view = sitestats.view_on(fields, day, scope)
     session_id = fields.get("session_id")
-    session = (day, uniques.session_number(session_id)) if session_id is not None else None
+    session = (day, uniques.session_number(session_id, day)) if session_id is not None else None
     return Visit(view, ts, session)
 
 

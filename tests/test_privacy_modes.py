@@ -11,7 +11,7 @@ from datetime import date, datetime, timedelta, timezone
 import pytest
 from click.testing import CliRunner
 
-from counters_tasks import events, sitestats, tasks, visits
+from counters_tasks import events, sitestats, tasks, uniques, visits
 from counters_tasks.core import visitors
 from counters_tasks.core.days import today
 from counters_tasks.core.settings import get_settings
@@ -228,3 +228,35 @@ def test_an_imported_logs_session_ids_are_made_for_their_day_in_daily_mode(monke
     assert morning == evening  # one day: one session in both modes
     assert (morning != next_day) is (mode == "daily")
     assert (morning == importer.session_id_for("a secret", A, agent)) is (mode == "standard")
+
+
+def uniques_members(conn) -> set[int]:
+    """Every member of the daily uniques' sets (``ct:uniq:*``), as integers."""
+    members: set[int] = set()
+    for key in conn.scan_iter(match="*uniq:*", count=1000):
+        if conn.type(key) in (b"set", "set"):
+            members |= {int(m) for m in conn.smembers(key)}
+    return members
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_session_cookie_of_several_days_is_another_number_each_day_in_daily_mode(raw_conn, monkeypatch, mode):
+    """The middleware's session cookie lasts a year: in the daily mode the daily uniques hold a
+    number keyed by the day (not the cookie's digits), so they link no visitor's days; a day's
+    count is the same in both modes."""
+    use_settings(monkeypatch, COUNTERS_VISITOR_KEY=mode)
+    first, last = two_days()
+    session = "0123456789abcdef0123456789abcdef"
+    own = int(session[:15], 16)
+    for day in (first, last):
+        for hour in (9, 17):  # twice a day: once a day in the uniques
+            visits.apply_visit(raw_conn, A, "/a", session, at(day, hour))
+    uniques.count_visit(raw_conn, session, at(last, 20))  # the task of the contract: the same number
+    assert [uniques.unique_visitors(raw_conn, day) for day in (first, last)] == [1, 1]
+    held = uniques_members(raw_conn)
+    if mode == "standard":
+        assert held == {own}
+    else:
+        assert own not in held and len(held) == 2  # one number a day, neither the cookie's
+        assert held == {uniques.session_number(session, day) for day in (first, last)}
+    assert uniques.session_number(session) == own  # (no day: what the app's process checks)

@@ -131,11 +131,35 @@ def pair_visitor(visitor: str) -> str:
     return base64.urlsafe_b64encode(int(visitor).to_bytes(8, "big", signed=True)).decode()[:11]
 
 
-def session_number(session_id: Any) -> int:
-    """The integer id of a session: its first 15 hex digits (dashes ignored, any case)."""
+def session_number(session_id: Any, day: date | None = None) -> int:
+    """The integer id of a session: its first 15 hex digits (dashes ignored, any case).
+
+    With COUNTERS_VISITOR_KEY=daily and the sighting's local ``day`` (a worker's: what the daily
+    uniques hold), an HMAC of them under the day's key (``day_key``) in the same 60 bits: a session
+    cookie that lasts several days is another number each day, so the daily uniques link no
+    visitor's days. ``day`` None: the session's own number (the app's process checks a session id
+    with it, without the secret)."""
     if type(session_id) is str and len(session_id) <= MAX_CACHED_SESSION_ID:
-        return _session_number(session_id)
-    return int(check_session_id(session_id)[:SESSION_DIGITS], 16)
+        number = _session_number(session_id)
+    else:
+        number = int(check_session_id(session_id)[:SESSION_DIGITS], 16)
+    if day is None:
+        return number
+    settings = get_settings()
+    if settings.visitor_key != DAILY:
+        return number
+    if not settings.secret:
+        raise ConfigurationError("COUNTERS_SECRET is not set: session ids cannot be keyed by day")
+    return _daily_session_number(settings.secret, day, number)
+
+
+@functools.lru_cache(maxsize=65536)
+def _daily_session_number(secret: str, day: date, number: int) -> int:
+    """A session's number of ``day`` (``session_number``): the first 60 bits of an HMAC of its
+    own number (``uniq:`` first, so no visitor id's message equals it) under the day's key."""
+    message = f"uniq:{number:015x}".encode()
+    mac = hmac.new(day_key(secret, DAILY, day).encode("utf-8"), message, hashlib.sha256).digest()
+    return int.from_bytes(mac[:8], "big") >> 4
 
 
 SESSION_DIGITS = 15
