@@ -5,7 +5,7 @@ visitor sets per visitor, and the CPU a visit costs (this process, preparing and
 
 The workload (seeded, the same in both modes): ``--visitors`` visitors over the 30 days up to
 yesterday, 60% of them on one day, 30% on 2-5 days, 10% on 10-25 days, each visit-day 1-3 page
-views of 50 paths (Zipf-like), applied as the workers apply ``record_visits`` messages
+views of 50 paths (Zipf-like) with the visitor's session cookie, applied as the workers apply ``record_visits`` messages
 (``visits.apply_visits``, 1,000 a call).
 
     python -m bench.privacy_modes                   # starts a private redis-server
@@ -39,20 +39,22 @@ def check(ok: bool, what: str) -> None:
         raise SystemExit(f"FAILED: {what}")
 
 
-def workload(visitors: int, last: date, seed: int = 44) -> list[tuple[str, str, float, date]]:
-    """(ip, path, ts, day) of every page view, in time order."""
+def workload(visitors: int, last: date, seed: int = 44) -> list[tuple[str, str, float, date, str]]:
+    """(ip, path, ts, day, session id) of every page view, in time order (a visitor keeps its
+    session cookie for the month, as the middleware's lasts a year)."""
     rng = random.Random(seed)
     weights = [1 / (rank + 1) for rank in range(len(PATHS))]
     views = []
     for n in range(visitors):
         ip = f"10.{n >> 16 & 255}.{n >> 8 & 255}.{n & 255}"
+        session = f"{rng.getrandbits(128):032x}"
         kind = rng.random()
         count = 1 if kind < 0.6 else rng.randint(2, 5) if kind < 0.9 else rng.randint(10, 25)
         for back in rng.sample(range(DAYS), count):
             day = last - timedelta(days=back)
             start = (day - date(1970, 1, 1)).days * 86400
             for _ in range(rng.randint(1, 3)):
-                views.append((ip, rng.choices(PATHS, weights)[0], start + rng.uniform(0, 86399), day))
+                views.append((ip, rng.choices(PATHS, weights)[0], start + rng.uniform(0, 86399), day, session))
     views.sort(key=lambda v: v[2])
     return views
 
@@ -62,13 +64,13 @@ def truth(views: list[tuple[str, str, float, date]], last: date) -> dict[str, tu
     out = {}
     for label, span in (("1 day", 1), ("7 days", 7), ("30 days", 30), ("all time", None)):
         first = last - timedelta(days=(span or DAYS) - 1)
-        inside = [(ip, day) for ip, _path, _ts, day in views if first <= day <= last]
+        inside = [(ip, day) for ip, _path, _ts, day, _session in views if first <= day <= last]
         out[label] = (len({ip for ip, _ in inside}), len(set(inside)))
     return out
 
 
 def run_mode(url: str, mode: str, views: list, last: date) -> dict:
-    from counters_tasks import sitestats, visits
+    from counters_tasks import sitestats, uniques, visits
     from counters_tasks.sitestats import page_all, site_all
     from counters_tasks.store import keys
 
@@ -76,7 +78,7 @@ def run_mode(url: str, mode: str, views: list, last: date) -> dict:
     reset_settings()
     conn = redis.Redis.from_url(url)
     conn.flushdb()
-    items = [{"ip": ip, "path": path, "ts": ts} for ip, path, ts, _day in views]
+    items = [{"ip": ip, "path": path, "ts": ts, "session_id": session} for ip, path, ts, _day, session in views]
     cpu_server = sum(conn.info("cpu")[k] for k in ("used_cpu_sys", "used_cpu_user"))
     started = time.process_time()
     for at in range(0, len(items), CHUNK):
@@ -106,6 +108,8 @@ def run_mode(url: str, mode: str, views: list, last: date) -> dict:
         "cpu": cpu,
         "server": server,
         "days": [sitestats.site_visit_info(conn, last - timedelta(days=b)).uv for b in range(DAYS)],
+        "sessions": [uniques.unique_visitors(conn, last - timedelta(days=b)) for b in range(DAYS)],
+        "sessions_week": uniques.unique_visitors_range(conn, last - timedelta(days=6), last).visitors,
     }
 
 
@@ -126,6 +130,12 @@ def run(url: str, visitors: int, rounds: int = 2) -> None:
             results[mode] = got
     standard, daily = results["standard"], results["daily"]
     check(standard["days"] == daily["days"], "a day's UV differs between the modes")
+    check(standard["sessions"] == daily["sessions"] == standard["days"], "a day's daily uniques differ")
+    print(
+        f"daily uniques (session ids) over 7 days: standard {standard['sessions_week']} (distinct), "
+        f"daily {daily['sessions_week']} (session-days; true {real['7 days'][1]})"
+    )
+    check(daily["sessions_week"] == real["7 days"][1], "daily mode: the week's uniques are not its session-days")
     print(f"\n{'UV over':<10}{'distinct':>10}{'visitor-days':>14}{'standard':>16} {'daily':>22}")
     for label, (distinct, visitor_days) in real.items():
         s_uv, s_err, _ = standard["figures"][label]

@@ -203,7 +203,7 @@ def test_the_dashboards_api_carries_the_notes_it_shows(raw_conn, monkeypatch):
     assert (answer["uv"], answer["uv_counts"]) == (2, VISITOR_DAYS) and "visitor-days" in answer["uv_note"]
     assert client.get(f"/api/stats?from={last}&to={last}").json()["uv_note"] is None
     script = (REPO / "counters_tasks" / "ops" / "static" / "app.js").read_text()
-    for section in ("visitors", "sources", "clients", "events", "goals", "funnel"):
+    for section in ("visitors", "sources", "clients", "uniques", "events", "goals", "funnel"):
         assert f'privacyNote("{section}", data);' in script, section
 
 
@@ -260,3 +260,6 @@ def test_a_session_cookie_of_several_days_is_another_number_each_day_in_daily_mo
         assert own not in held and len(held) == 2  # one number a day, neither the cookie's
         assert held == {uniques.session_number(session, day) for day in (first, last)}
     assert uniques.session_number(session) == own  # (no day: what the app's process checks)
+    answer = views.uniques_view(raw_conn, start=first.isoformat(), end=last.isoformat())
+    assert (answer["visitors"], answer["uv_counts"]) == ((2, VISITOR_DAYS) if mode == "daily" else (1, VISITORS))
+    assert (answer["uv_note"] is not None) is (mode == "daily")

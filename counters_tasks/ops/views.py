@@ -361,7 +361,9 @@ def now_view(conn: RedisClient, site: Any = None, now: float | None = None) -> d
 def uniques_view(
     conn: RedisClient, day: Any = None, start: Any = None, end: Any = None, site: Any = None
 ) -> dict[str, Any]:
-    """Distinct session ids per day and over the whole range (an exact union of the days)."""
+    """Distinct session ids per day and over the whole range (an exact union of the days;
+    session-days with COUNTERS_VISITOR_KEY=daily, whose numbers change each day: ``uv_counts``,
+    ``uv_note``)."""
     first, last = day_range(day, start, end, check_site(site))
     result = uniques.unique_visitors_range(conn, first, last, site=site)
     return {
@@ -370,6 +372,7 @@ def uniques_view(
         "visitors": result.visitors,
         "days": [{"day": d.isoformat(), "visitors": n} for d, n in result.days],
         "missing_days": [d.isoformat() for d in result.missing_days],
+        **counts_view(first, last),
     }
 
 

@@ -221,6 +221,7 @@
         labels: data.days.map(function (d) { return shortDay(d.day); }),
         series: [{name: "sessions", kind: "bar", color: "#54a24b",
                   values: data.days.map(function (d) { return d.visitors; })}]});
+      privacyNote("uniques", data);
       $("uniques-error").textContent = "";
       loaded("uniques");
     }).catch(function (e) { failed("uniques", e); });
