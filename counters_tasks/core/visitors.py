@@ -14,6 +14,12 @@ carries, and nothing else (no key, no Redis).
 
 Every table that holds one of these says so, and how one visitor is erased from it or why not
 (``core.table.Erasure``).
+
+The privacy mode (COUNTERS_VISITOR_KEY, docs/privacy.md "Privacy modes"): ``standard`` makes one
+id of a visitor for all time; ``daily`` keys every id (and a worker's session number) with the
+item's local day, so no id is the same on two days. What a unique-visitor figure then counts
+(``uv_counts``: visitors, or visitor-days over several days) and the notes every reader shows
+beside it (``VISITOR_DAYS_NOTE``, ``FOLLOWED_NOTE``) are here too.
 """
 
 from __future__ import annotations
