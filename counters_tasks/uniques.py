@@ -227,8 +227,9 @@ def apply_ids(
 def prepare_id(session_id: Any, ts: Any = None, site: Any = None) -> tuple[date, int]:
     """Validate one sighting (raises InvalidInput; writes nothing): its site's local day and
     integer id."""
-    number = session_number(session_id)
-    return local_day(check_item_time(ts), zone_of(check_site(site))), number
+    session_number(session_id)  # (checked first: a bad id is refused as before)
+    day = local_day(check_item_time(ts), zone_of(check_site(site)))
+    return day, session_number(session_id, day)  # (keyed by the day with COUNTERS_VISITOR_KEY=daily)
 
 
 UNIQUE = register(

@@ -179,7 +179,7 @@ def prepare_visit(fields: Mapping[str, Any]) -> Visit:
     if tombstones.erased_after(view.visitor, ts):
         raise ForgottenVisitor("its visitor was forgotten after it was made: not counted back")
     session_id = fields.get("session_id")
-    session = (day, uniques.session_number(session_id)) if session_id is not None else None
+    session = (day, uniques.session_number(session_id, day)) if session_id is not None else None
     return Visit(view, ts, session)
 
 

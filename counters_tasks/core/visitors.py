@@ -14,6 +14,12 @@ carries, and nothing else (no key, no Redis).
 
 Every table that holds one of these says so, and how one visitor is erased from it or why not
 (``core.table.Erasure``).
+
+The privacy mode (COUNTERS_VISITOR_KEY, docs/privacy.md "Privacy modes"): ``standard`` makes one
+id of a visitor for all time; ``daily`` keys every id (and a worker's session number) with the
+item's local day, so no id is the same on two days. What a unique-visitor figure then counts
+(``uv_counts``: visitors, or visitor-days over several days) and the notes every reader shows
+beside it (``VISITOR_DAYS_NOTE``, ``FOLLOWED_NOTE``) are here too.
 """
 
 from __future__ import annotations
@@ -42,13 +48,15 @@ def visitor_id(ip: Any, day: date | None = None) -> str:
     secret = settings.secret
     if not secret:
         raise ConfigurationError("COUNTERS_SECRET is not set: visitor ids cannot be made")
-    return _visitor_id(day_key(secret, settings.visitor_key, day), ip)
+    if settings.visitor_key == DAILY:
+        return _daily_visitor_id(secret, day, ip)
+    return _visitor_id(secret, ip)
 
 
 def day_key(secret: str, mode: str, day: date | None) -> str:
     """The HMAC key of visitor ids: the secret (``standard``), or the secret and the local day
     (``daily``: a ``day`` is then required)."""
-    if mode != "daily":
+    if mode != DAILY:
         return secret
     if day is None:
         raise ValueError("COUNTERS_VISITOR_KEY=daily: a visitor id is made for a day, and none was given")
@@ -59,6 +67,50 @@ def day_key(secret: str, mode: str, day: date | None) -> str:
 def _visitor_id(secret: str, ip: str) -> str:
     mac = hmac.new(secret.encode("utf-8"), ip.encode("utf-8"), hashlib.sha256).digest()
     return str(int.from_bytes(mac[:8], "big", signed=True))
+
+
+@functools.lru_cache(maxsize=65536)
+def _daily_visitor_id(secret: str, day: date | None, message: str) -> str:
+    """``_visitor_id`` under the day's key (``day_key``), cached on the day itself: a hit costs
+    one lookup, as in the standard mode (no key string made per visit). A missing day raises
+    ValueError (and is not cached)."""
+    return _visitor_id.__wrapped__(day_key(secret, DAILY, day), message)
+
+
+STANDARD, DAILY = "standard", "daily"
+"""The privacy modes (COUNTERS_VISITOR_KEY, docs/privacy.md "Privacy modes"): one keyed hash of a
+visitor for all time, or a key that rotates each local day."""
+
+VISITORS, VISITOR_DAYS = "visitors", "visitor-days"
+"""What a unique-visitor figure counts (``uv_counts``): distinct visitors, or visitor-days (a
+visitor of several days counted once a day)."""
+
+VISITOR_DAYS_NOTE = (
+    "UV over several days counts visitor-days (COUNTERS_VISITOR_KEY=daily: a visitor's id changes "
+    "each local day, so a visitor of n days counts n; docs/privacy.md)"
+)
+"""What every reader says beside a figure that counts visitor-days."""
+
+FOLLOWED_NOTE = (
+    "COUNTERS_VISITOR_KEY=daily: a visitor is not followed past the local midnight (a step or "
+    "conversion on a later day is another visitor's; docs/privacy.md)"
+)
+"""What a funnel's or a goal's answer says in the daily mode."""
+
+
+def uv_counts(days: int | None) -> str:
+    """What a unique-visitor figure over ``days`` local days (None: all time) counts under
+    COUNTERS_VISITOR_KEY: ``VISITORS`` (the standard mode, or a single day), else
+    ``VISITOR_DAYS`` (the daily mode: ids of different days never match, so the union of
+    several days' visitor sets is the sum of the days' visitors)."""
+    if days == 1 or get_settings().visitor_key != DAILY:
+        return VISITORS
+    return VISITOR_DAYS
+
+
+def daily_key() -> bool:
+    """Whether visitor ids are made per local day (COUNTERS_VISITOR_KEY=daily)."""
+    return get_settings().visitor_key == DAILY
 
 
 def session_visitor_id(session_id: Any, day: date | None = None) -> str:
@@ -72,7 +124,9 @@ def session_visitor_id(session_id: Any, day: date | None = None) -> str:
     secret = settings.secret
     if not secret:
         raise ConfigurationError("COUNTERS_SECRET is not set: visitor ids cannot be made")
-    return _visitor_id(day_key(secret, settings.visitor_key, day), "session:" + short)
+    if settings.visitor_key == DAILY:
+        return _daily_visitor_id(secret, day, "session:" + short)
+    return _visitor_id(secret, "session:" + short)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -83,11 +137,35 @@ def pair_visitor(visitor: str) -> str:
     return base64.urlsafe_b64encode(int(visitor).to_bytes(8, "big", signed=True)).decode()[:11]
 
 
-def session_number(session_id: Any) -> int:
-    """The integer id of a session: its first 15 hex digits (dashes ignored, any case)."""
+def session_number(session_id: Any, day: date | None = None) -> int:
+    """The integer id of a session: its first 15 hex digits (dashes ignored, any case).
+
+    With COUNTERS_VISITOR_KEY=daily and the sighting's local ``day`` (a worker's: what the daily
+    uniques hold), an HMAC of them under the day's key (``day_key``) in the same 60 bits: a session
+    cookie that lasts several days is another number each day, so the daily uniques link no
+    visitor's days. ``day`` None: the session's own number (the app's process checks a session id
+    with it, without the secret)."""
     if type(session_id) is str and len(session_id) <= MAX_CACHED_SESSION_ID:
-        return _session_number(session_id)
-    return int(check_session_id(session_id)[:SESSION_DIGITS], 16)
+        number = _session_number(session_id)
+    else:
+        number = int(check_session_id(session_id)[:SESSION_DIGITS], 16)
+    if day is None:
+        return number
+    settings = get_settings()
+    if settings.visitor_key != DAILY:
+        return number
+    if not settings.secret:
+        raise ConfigurationError("COUNTERS_SECRET is not set: session ids cannot be keyed by day")
+    return _daily_session_number(settings.secret, day, number)
+
+
+@functools.lru_cache(maxsize=65536)
+def _daily_session_number(secret: str, day: date, number: int) -> int:
+    """A session's number of ``day`` (``session_number``): the first 60 bits of an HMAC of its
+    own number (``uniq:`` first, so no visitor id's message equals it) under the day's key."""
+    message = f"uniq:{number:015x}".encode()
+    mac = hmac.new(day_key(secret, DAILY, day).encode("utf-8"), message, hashlib.sha256).digest()
+    return int.from_bytes(mac[:8], "big") >> 4
 
 
 SESSION_DIGITS = 15

@@ -52,9 +52,9 @@ def prepare_event(fields: Mapping[str, Any]) -> Event:
     if ip is not None:
         if session_id is not None:
             check_session_id(session_id)
-        visitor: str | None = visitor_id(ip)
+        visitor: str | None = visitor_id(ip, day)
     elif session_id is not None:
-        visitor = session_visitor_id(session_id)
+        visitor = session_visitor_id(session_id, day)
     else:
         visitor = None
     if tombstones.erased_after(visitor, ts):

@@ -24,20 +24,30 @@ from ..core.conversions import Funnel, Goal, parse_window
 from ..core.days import day_start
 from ..core.sites import check_site, site_name, zone_of
 from ..core.validation import check_text
+from ..core.visitors import FOLLOWED_NOTE, VISITORS, daily_key
 from ..errors import InvalidInput
 from ..events import definitions
 from ..events.report import EventReport, EventRow, FunnelReport, GoalReport, ValueCount
 from ..store.client import RedisClient
-from .views import day_range, uv_view
+from .views import counts_view, day_range, uv_view
 
 
-def figure(value: int, error: float, name: str = "uv") -> dict[str, Any]:
+def figure(value: int, error: float, name: str = "uv", counts: str = VISITORS) -> dict[str, Any]:
     """A unique count as every answer gives it (``views.uv_view``), under ``name``: ``uv`` (with
-    ``uv_approximate``, ``uv_exact``, ``uv_error``), or ``converters`` / ``visitors`` (their own
-    ``_exact`` and ``_error``, so one dict can hold two)."""
+    ``uv_approximate``, ``uv_exact``, ``uv_error``, ``uv_counts``), or ``converters`` /
+    ``visitors`` (their own ``_exact``, ``_error`` and ``_counts``, so one dict can hold two).
+    ``counts``: what it counts (``views.counts_view``: visitor-days over several days with
+    COUNTERS_VISITOR_KEY=daily)."""
     if name == "uv":
-        return uv_view(value, error > 0, error)
-    return {name: value, f"{name}_exact": error == 0.0, f"{name}_error": error}
+        return uv_view(value, error > 0, error, counts)
+    return {name: value, f"{name}_exact": error == 0.0, f"{name}_error": error, f"{name}_counts": counts}
+
+
+def followed_view() -> dict[str, Any]:
+    """What a goal's or a funnel's answer says of how far a visitor is followed
+    (``visitor_note``): with COUNTERS_VISITOR_KEY=daily, not past the local midnight (None
+    otherwise)."""
+    return {"visitor_note": FOLLOWED_NOTE if daily_key() else None}
 
 
 def when_iso(ts: float, scope: str) -> str:
@@ -69,28 +79,30 @@ def _since(since: float, scope: str, first: date) -> dict[str, Any]:
 # --- events ---------------------------------------------------------------------------------
 
 
-def value_json(value: ValueCount) -> dict[str, Any]:
-    return {"value": value.value, "total": value.total, **figure(value.uv, value.uv_error)}
+def value_json(value: ValueCount, counts: str = VISITORS) -> dict[str, Any]:
+    return {"value": value.value, "total": value.total, **figure(value.uv, value.uv_error, counts=counts)}
 
 
-def event_json(row: EventRow) -> dict[str, Any]:
+def event_json(row: EventRow, counts: str = VISITORS) -> dict[str, Any]:
     return {
         "name": row.name,
         "total": row.total,
-        **figure(row.uv, row.uv_error),
+        **figure(row.uv, row.uv_error, counts=counts),
         "no_visitor": row.no_visitor,
         "dropped_props": row.dropped_props,
-        "props": {key: [value_json(v) for v in values] for key, values in row.props.items()},
+        "props": {key: [value_json(v, counts) for v in values] for key, values in row.props.items()},
     }
 
 
 def events_json(report: EventReport) -> dict[str, Any]:
     """An ``EventReport`` as the CLI's ``--json`` and ``/api/events`` give it."""
+    counts = counts_view(report.start, report.end)
     return {
         "site": site_name(check_site(report.site)),
         "from": report.start.isoformat(),
         "to": report.end.isoformat(),
-        "events": [event_json(row) for row in report.events],
+        "events": [event_json(row, counts["uv_counts"]) for row in report.events],
+        **counts,
     }
 
 
@@ -113,17 +125,20 @@ def goals_json(report: GoalReport) -> dict[str, Any]:
     property was missing or not a number, counted without revenue) and when it counts from (``partial``:
     defined after the range began)."""
     scope = check_site(report.site)  # (a report names its site by scope or by name)
+    counts = counts_view(report.start, report.end)
     return {
         "site": site_name(scope),
         "from": report.start.isoformat(),
         "to": report.end.isoformat(),
-        **figure(report.visitors, report.visitors_error, "visitors"),
+        **figure(report.visitors, report.visitors_error, "visitors", counts["uv_counts"]),
+        **counts,
+        **followed_view(),
         "goals": [
             {
                 "name": goal.name,
                 "label": goal.label,
                 "conversions": goal.conversions,
-                **figure(goal.converters, goal.converters_error, "converters"),
+                **figure(goal.converters, goal.converters_error, "converters", counts["uv_counts"]),
                 "rate": goal.rate,
                 "rate_exact": goal.converters_error == 0.0 and report.visitors_error == 0.0,
                 "revenue": goal.revenue,
@@ -179,6 +194,7 @@ def funnel_json(report: FunnelReport, made: Funnel | None = None) -> dict[str, A
         "open_days": [day.isoformat() for day in report.open_days],
         "late": report.late,
         "capped": report.capped,
+        **followed_view(),
     }
 
 

@@ -20,6 +20,7 @@ from ..core import table
 from ..core.days import today
 from ..core.sites import check_site, site_name, site_names, zone_of
 from ..core.validation import MAX_RANGE_DAYS, check_day_range, check_int, check_text
+from ..core.visitors import VISITOR_DAYS, VISITOR_DAYS_NOTE, VISITORS, uv_counts
 from ..counters import SAMPLE_COUNT, bucket_start
 from ..errors import InvalidInput
 from ..store import keys
@@ -148,12 +149,21 @@ def delete_board_view(conn: RedisClient, board: Any, site: Any = None) -> dict[s
     return {"board": board, "deleted": ranking.delete_board(conn, board, site=site)}
 
 
-def uv_view(uv: int | None, approximate: bool, error: float) -> dict[str, Any]:
+def uv_view(uv: int | None, approximate: bool, error: float, counts: str = VISITORS) -> dict[str, Any]:
     """A UV figure as every answer gives it: ``uv``, ``uv_approximate`` (as before), ``uv_exact``
     and ``uv_error`` (the relative standard error the read gave, 0.0 when exact), so every reader
     marks it from the read's own bound (the CLI's ``≈N ±X%``, the dashboard's), never from a
-    constant of its own."""
-    return {"uv": uv, "uv_approximate": approximate, "uv_exact": error == 0.0, "uv_error": error}
+    constant of its own; ``uv_counts``, what it counts (``core.visitors.uv_counts``: ``visitors``,
+    or ``visitor-days`` over several days with COUNTERS_VISITOR_KEY=daily)."""
+    return {"uv": uv, "uv_approximate": approximate, "uv_exact": error == 0.0, "uv_error": error, "uv_counts": counts}
+
+
+def counts_view(first: date, last: date) -> dict[str, Any]:
+    """What the UV figures of an answer over the days ``first``..``last`` count, at its top
+    (``uv_counts``), and the note every reader shows beside them when they count visitor-days
+    (``uv_note``: COUNTERS_VISITOR_KEY=daily; None otherwise): no silent figure."""
+    counts = uv_counts((last - first).days + 1)
+    return {"uv_counts": counts, "uv_note": VISITOR_DAYS_NOTE if counts == VISITOR_DAYS else None}
 
 
 def uv_bound(error: float) -> str:
@@ -186,18 +196,20 @@ def stats_view(
     result = sitestats.site_visit_range(conn, first, last, path, site=site)
     visited = [d for d in result.days if d.uv and d.day is not None]
     day_error = sitestats.day_uv_error(result.path)  # each day's own figure's bound
+    counts = counts_view(first, last)
     if not visited:  # no visitor: an exact 0, as each of its days says
-        figure = uv_view(0, False, 0.0)
+        figure = uv_view(0, False, 0.0, counts["uv_counts"])
     elif first == last or len(visited) > 1:
-        figure = uv_view(result.uv, result.uv_approximate, result.uv_error)
+        figure = uv_view(result.uv, result.uv_approximate, result.uv_error, result.uv_counts)
     else:  # the union of the days is that day's visitors: its own figure, with its own bound
-        figure = uv_view(visited[0].uv, day_error > 0, day_error)
+        figure = uv_view(visited[0].uv, day_error > 0, day_error, counts["uv_counts"])
     view: dict[str, Any] = {
         "from": first.isoformat(),
         "to": last.isoformat(),
         "path": result.path,
         "pv": result.pv,
         **figure,
+        "uv_note": counts["uv_note"],
         "days": [
             {
                 "day": d.day and d.day.isoformat(),
@@ -256,12 +268,17 @@ def sources_view(
     kind = "referrer" if kind is None else kind
     found = sitestats.top_sources(conn, first, last, kind, limit, site=site)
     total = len(found) if len(found) < limit else sitestats.source_totals(conn, first, last, kind, site=site).values
+    counts = counts_view(first, last)
     return {
         "from": first.isoformat(),
         "to": last.isoformat(),
         "kind": kind,
-        "sources": [{"source": s.source, "pv": s.pv, **uv_view(s.uv, s.uv_approximate, s.uv_error)} for s in found],
+        "sources": [
+            {"source": s.source, "pv": s.pv, **uv_view(s.uv, s.uv_approximate, s.uv_error, counts["uv_counts"])}
+            for s in found
+        ],
         **listed_view(len(found), total),
+        **counts,
     }
 
 
@@ -297,6 +314,7 @@ def clients_view(
         folded = [sitestats.folded_client_views(conn, first, last, kind, site=site, path=page)]
     whole = sitestats.client_totals(conn, first, last, kind, site=site, path=page)
     pv = sitestats.site_visit_range(conn, first, last, page, site=site).pv
+    counts = counts_view(first, last)
     return {
         "from": first.isoformat(),
         "to": last.isoformat(),
@@ -305,10 +323,14 @@ def clients_view(
         "path": page,
         "pages": sorted(sitestats.client_pages()),
         **sitestats.client_tables_status(),
-        "clients": [{"value": c.source, "pv": c.pv, **uv_view(c.uv, c.uv_approximate, c.uv_error)} for c in found],
+        "clients": [
+            {"value": c.source, "pv": c.pv, **uv_view(c.uv, c.uv_approximate, c.uv_error, counts["uv_counts"])}
+            for c in found
+        ],
         "other": folded[0] if folded else 0,
         **listed_view(len(found), whole.values),
         **coverage_view(pv, whole.pv),
+        **counts,
     }
 
 
@@ -339,7 +361,9 @@ def now_view(conn: RedisClient, site: Any = None, now: float | None = None) -> d
 def uniques_view(
     conn: RedisClient, day: Any = None, start: Any = None, end: Any = None, site: Any = None
 ) -> dict[str, Any]:
-    """Distinct session ids per day and over the whole range (an exact union of the days)."""
+    """Distinct session ids per day and over the whole range (an exact union of the days;
+    session-days with COUNTERS_VISITOR_KEY=daily, whose numbers change each day: ``uv_counts``,
+    ``uv_note``)."""
     first, last = day_range(day, start, end, check_site(site))
     result = uniques.unique_visitors_range(conn, first, last, site=site)
     return {
@@ -348,6 +372,7 @@ def uniques_view(
         "visitors": result.visitors,
         "days": [{"day": d.isoformat(), "visitors": n} for d, n in result.days],
         "missing_days": [d.isoformat() for d in result.missing_days],
+        **counts_view(first, last),
     }
 
 

@@ -12,6 +12,7 @@ from ..core import days
 from ..core.settings import get_settings
 from ..core.sites import check_site
 from ..core.validation import check_day, check_day_range
+from ..core.visitors import VISITOR_DAYS, VISITORS, uv_counts
 from ..store import hll, keys, page_sketch
 from ..store.client import RedisClient, read_pipeline
 from . import page_all, page_day, site_all, site_day
@@ -20,9 +21,18 @@ from .views import normalize_path
 
 
 class SiteCount(NamedTuple):
+    """PV and UV of a ``day`` (None: all time). ``uv_counts``: what ``uv`` counts (``visitors``;
+    all time with COUNTERS_VISITOR_KEY=daily, ``visitor-days``)."""
+
     day: date | None
     pv: int
     uv: int
+
+    @property
+    def uv_counts(self) -> str:
+        """``core.visitors.uv_counts`` of the figure: a day's are visitors; all time, in the
+        daily mode, visitor-days (the all-time sets hold one id per visitor and day)."""
+        return uv_counts(None if self.day is None else 1)
 
 
 def site_visit_info(
@@ -76,6 +86,9 @@ class SiteRange(NamedTuple):
     days: list[SiteCount]
     uv_error: float = 0.0
     """The relative standard error of ``uv``: 0.0 when it is exact."""
+    uv_counts: str = VISITORS
+    """What ``uv`` counts (``core.visitors.uv_counts``): ``visitors``, or ``visitor-days`` over
+    several days with COUNTERS_VISITOR_KEY=daily (then the sum of the days' UV)."""
 
 
 def site_visit_range(
@@ -91,6 +104,10 @@ def site_visit_range(
     (``uv_approximate``; ``uv_error``: 0.81%, Redis's HyperLogLog). A day counted before sketches were kept (before
     0.5) adds its own UV as a floor, and the figure is marked approximate. ``site``: as in
     ``site_visit_info``.
+
+    With COUNTERS_VISITOR_KEY=daily, UV over several days counts visitor-days (``uv_counts``):
+    no id of one day matches another day's, so the union of the days is the sum of their UV,
+    read as that (exact when each day's is; no sketch is read).
     """
     scope = check_site(site)
     with keys.bound(conn):
@@ -113,6 +130,10 @@ def site_visit_range(
         if len(span) == 1:
             error = day_uv_error(path)
             return SiteRange(start, end, path, pv, per_day[0].uv, error > 0, per_day, error)
+        if uv_counts(len(span)) == VISITOR_DAYS:  # the days' ids are disjoint: their union is their sum
+            error = day_uv_error(path)
+            uv = sum(d.uv for d in per_day)
+            return SiteRange(start, end, path, pv, uv, error > 0, per_day, error, VISITOR_DAYS)
         if path is not None:
             tables = [page_day.site_day_pages(day, site=scope) for day in span]
             uv, error = _path_range_uv(conn, path, tables, per_day, replies)

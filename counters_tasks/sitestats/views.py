@@ -67,4 +67,4 @@ def view_on(fields: Mapping[str, Any], day: date, site: str) -> SiteView:
     agent, client = get("user_agent"), get("client")
     if agent is None and client is not None:
         agent = tuple(client)  # (a list in JSON)
-    return SiteView(visitor_id(clean_ip), clean_path, day, site, source, campaign, who, (agent, get("language")))
+    return SiteView(visitor_id(clean_ip, day), clean_path, day, site, source, campaign, who, (agent, get("language")))

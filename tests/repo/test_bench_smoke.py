@@ -24,6 +24,7 @@ SMOKE = {
     "commands.py": (["--visits", "100", "--shape", "zipf"], "each call timed (SLOWLOG)"),
     "client_tables.py": (["--visits", "600", "--rounds", "1"], "client tables: every count checked"),
     "markers.py": (["--visits", "500"], "marker"),
+    "privacy_modes.py": (["--visitors", "1000", "--rounds", "1"], "visitor-days"),
     "estimates.py": (["--lines", "600"], "every approximate UV within 2%"),
     "cluster.py": (["--visits", "500", "--procs", "1"], "cluster"),
     "cluster_reads.py": (["--days", "3", "--views-per-day", "600", "--visitors", "2000"], "every check passed"),

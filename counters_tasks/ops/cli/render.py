@@ -74,8 +74,21 @@ def emit(
         more = more_line(payload)
         if more:  # stdout stays one CSV
             click.echo(more, err=True)
+        for note in privacy_notes(payload):
+            click.echo(note, err=True)
     else:
-        render(_console(), payload)
+        console = _console()
+        render(console, payload)
+        for note in privacy_notes(payload):
+            console.print(note, markup=False, style="yellow")
+
+
+def privacy_notes(data: dict) -> list[str]:
+    """What the answer's figures count that a reader would not assume (docs/privacy.md, "Privacy
+    modes"): ``uv_note`` (UV over several days counts visitor-days) and ``visitor_note`` (a
+    visitor is not followed past midnight), both set only with COUNTERS_VISITOR_KEY=daily
+    (``views.counts_view``, ``event_views.followed_view``). Under the table; stderr beside a CSV."""
+    return [data[key] for key in ("uv_note", "visitor_note") if isinstance(data, dict) and data.get(key)]
 
 
 def more_line(data: dict) -> str | None:

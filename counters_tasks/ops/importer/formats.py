@@ -23,9 +23,12 @@ from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any, NamedTuple
 
 from ...core import pageviews
-from ...core.sites import hosts_of, site_for_host
+from ...core.days import local_day
+from ...core.settings import get_settings
+from ...core.sites import hosts_of, site_for_host, zone_of
 from ...core.sources import source_fields
 from ...core.validation import check_ip, page_name
+from ...core.visitors import DAILY, day_key
 from ...errors import InvalidInput
 
 FORMATS = ("combined", "common", "jsonl", "vhost_combined")
@@ -180,6 +183,17 @@ def page_path(target: str) -> str | None:
     return page_name(target) or None
 
 
+def session_key(secret: str, ts: float, zone: tzinfo | str | None = None) -> str:
+    """The HMAC key of a log line's session id (``session_id_for``): COUNTERS_SECRET, or with
+    COUNTERS_VISITOR_KEY=daily the secret and the line's local day in ``zone`` (``core.visitors.
+    day_key``, as visitor ids are made), so the daily uniques hold no session id that links a
+    visitor's days (docs/privacy.md, "Privacy modes")."""
+    mode = get_settings().visitor_key
+    if mode != DAILY:
+        return secret
+    return day_key(secret, mode, local_day(ts, None if zone is None else str(zone)))
+
+
 @functools.lru_cache(maxsize=65536)
 def session_id_for(secret: str, ip: str, agent: str) -> str:
     """The session id of a log line's visitor: 32 hex digits of an HMAC (under COUNTERS_SECRET,
@@ -194,7 +208,12 @@ def session_id_for(secret: str, ip: str, agent: str) -> str:
 
 
 def log_line_visit(
-    text: str, fmt: str, secret: str, include_all: bool = False, own_hosts: Collection[str] = ()
+    text: str,
+    fmt: str,
+    secret: str,
+    include_all: bool = False,
+    own_hosts: Collection[str] = (),
+    zone: tzinfo | str | None = None,
 ) -> dict[str, Any] | str:
     """The visit of one access log line (``combined`` or ``common``), or why it is skipped:
     ``malformed``, or the page view rule's reason (``core.pageviews``: the user agent is known in
@@ -202,7 +221,9 @@ def log_line_visit(
     source (``core.sources``): the combined format's referer, reduced to its domain
     (``(internal)`` on ``own_hosts``), and the campaign tags of the request's query string. Who
     visits (``core.clients``): the combined format's user agent (no log carries Accept-Language:
-    an imported view's language is ``(unknown)``), the country from the IP in the worker."""
+    an imported view's language is ``(unknown)``), the country from the IP in the worker. ``zone``:
+    the site's time zone (None: COUNTERS_TIMEZONE), whose local day keys the session id with
+    COUNTERS_VISITOR_KEY=daily (``session_key``)."""
     line = parse_log_line(text, fmt)
     if line is None:
         return MALFORMED
@@ -213,7 +234,7 @@ def log_line_visit(
     reason = rule.skip_reason(line.method, path, line.status, user_agent=line.agent)
     if reason is not None:
         return Skip(reason, line.ts)
-    session = session_id_for(secret, line.ip, line.agent or "")
+    session = session_id_for(session_key(secret, line.ts, zone), line.ip, line.agent or "")
     query = line.target.partition("?")[2] if line.target else ""
     visit = {
         "ip": line.ip,
@@ -297,7 +318,7 @@ def line_visit(
         return json_line_visit(text, zone, include_all)
     if fmt == "vhost_combined":
         return vhost_line_visit(text, secret, include_all)
-    return log_line_visit(text, fmt, secret, include_all, own_hosts)
+    return log_line_visit(text, fmt, secret, include_all, own_hosts, zone)
 
 
 def vhost_line_visit(text: str, secret: str, include_all: bool = False) -> dict[str, Any] | str:
@@ -310,7 +331,7 @@ def vhost_line_visit(text: str, secret: str, include_all: bool = False) -> dict[
     if site is None:
         parsed = parse_log_line(line, "combined")
         return MALFORMED if parsed is None else Skip(HOST, parsed.ts)
-    outcome = log_line_visit(line, "combined", secret, include_all, {vhost.lower(), *hosts_of(site)})
+    outcome = log_line_visit(line, "combined", secret, include_all, {vhost.lower(), *hosts_of(site)}, zone_of(site))
     if isinstance(outcome, dict) and site:
         outcome["site"] = site
     elif isinstance(outcome, Skip) and site:

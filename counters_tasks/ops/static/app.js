@@ -80,6 +80,21 @@
     return pad(d.getHours()) + ":" + pad(d.getMinutes()) + (precision < 60 ? ":" + pad(d.getSeconds()) : "");
   }
 
+  // What the figures count that a reader would not assume, under the section (views.counts_view,
+  // event_views.followed_view; only with COUNTERS_VISITOR_KEY=daily): UV over several days counts
+  // visitor-days; a visitor is not followed past midnight (docs/privacy.md, "Privacy modes")
+  function privacyNote(section, data) {
+    var id = section + "-privacy", el = $(id);
+    if (!el) {
+      el = document.createElement("div");
+      el.className = "muted";
+      el.id = id;
+      $(section + "-error").before(el);
+    }
+    el.textContent = [data.uv_note, data.visitor_note].filter(Boolean).join(" ");
+    el.hidden = !el.textContent;
+  }
+
   function loadVisitors() {
     var q = range();
     q.path = $("path").value;
@@ -107,6 +122,7 @@
         series: [{name: "PV", kind: "bar", values: data.days.map(function (d) { return d.pv; })},
                  {name: "UV", kind: "line", values: data.days.map(function (d) { return d.uv; }),
                   shown: data.days.map(uvText)}]});
+      privacyNote("visitors", data);
       $("visitors-error").textContent = "";
       loaded("visitors");
     }).catch(function (e) { failed("visitors", e); });
@@ -137,6 +153,7 @@
         uvCell(tr, s);
         body.appendChild(tr);
       });
+      privacyNote("sources", data);
       $("sources-error").textContent = "";
       loaded("sources");
     }).catch(function (e) { failed("sources", e); });
@@ -189,6 +206,7 @@
       }
       if (!data.client_tables && data.clients.length) coverage.push("who visits tables off now (COUNTERS_CLIENT_TABLES)");
       $("clients-coverage").textContent = coverage.join("; ");
+      privacyNote("clients", data);
       $("clients-error").textContent = "";
       loaded("clients");
     }).catch(function (e) { failed("clients", e); });
@@ -203,6 +221,7 @@
         labels: data.days.map(function (d) { return shortDay(d.day); }),
         series: [{name: "sessions", kind: "bar", color: "#54a24b",
                   values: data.days.map(function (d) { return d.visitors; })}]});
+      privacyNote("uniques", data);
       $("uniques-error").textContent = "";
       loaded("uniques");
     }).catch(function (e) { failed("uniques", e); });
@@ -241,6 +260,7 @@
       if (none) notes.push("(none): the events without that property");
       if (!data.events.length) notes.push("None counted in the range: an app sends them with track_event (docs/events.md).");
       $("events-notes").textContent = notes.join("; ");
+      privacyNote("events", data);
       $("events-error").textContent = "";
       loaded("events");
     }).catch(function (e) { failed("events", e); });
@@ -270,6 +290,7 @@
       }).join("");
       $("goals-notes").textContent = noRevenue + (partial ? "*: defined after the range began: counts from its time only (hover). " : "") +
         (data.goals.length ? "" : "No goal defined: counters-tasks define-goal NAME (--page P | --event E) (docs/events.md).");
+      privacyNote("goals", data);
       $("goals-error").textContent = "";
       loaded("goals");
     }).catch(function (e) { failed("goals", e); });
@@ -333,6 +354,7 @@
       if (data.name !== $("funnel-name").value) return;  // the choice changed meanwhile
       $("funnel-empty").hidden = true;
       drawFunnel(data);
+      privacyNote("funnel", data);
       $("funnel-error").textContent = "";
       loaded("funnel");
     }).catch(function (e) {
