@@ -415,10 +415,10 @@ def forget_session(conn: RedisClient, target: table.ForgetTarget, days: Iterable
     done = table.Forgotten()
     if target.session_id is None:
         return done
-    number = session_number(target.session_id)
     scope = target.scope
     with keys.bound(conn, write=True):
         for day in days:
+            number = session_number(target.session_id, day)  # (keyed by the day with COUNTERS_VISITOR_KEY=daily)
             expected = conn.get(keys.uniques_expected(day, site=scope))
             if expected is None:
                 continue

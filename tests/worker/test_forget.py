@@ -159,7 +159,7 @@ def identifiers(ip: str | None, session_id: str | None, day_list: list[date]) ->
             ids.append(visitor_id(ip, day))
         if session_id is not None:
             ids.append(session_visitor_id(session_id, day))
-            found.add(str(session_number(session_id)).encode())
+            found.add(str(session_number(session_id, day)).encode())  # (the day's with COUNTERS_VISITOR_KEY=daily)
             found.add(session_id.replace("-", "")[:15].encode())
         for vid in ids:
             pair = pair_visitor(vid)
@@ -254,7 +254,9 @@ def test_forget_by_ip_leaves_no_identifier_and_exact_figures(raw_conn):
 
 
 @pytest.mark.usefixtures("two_sites")
-def test_forget_by_session_id_leaves_no_session_and_exact_figures(raw_conn):
+@pytest.mark.parametrize("visitor_key", ["standard", "daily"])
+def test_forget_by_session_id_leaves_no_session_and_exact_figures(raw_conn, monkeypatch, visitor_key):
+    use_settings(monkeypatch, COUNTERS_VISITOR_KEY=visitor_key)
     now = time.time()
     batch, items, day_list = stored_scenario(raw_conn, now)
     wanted = {each for each in identifiers(None, TARGET_SESSION, day_list)}
@@ -339,24 +341,6 @@ def test_bad_input_is_refused_before_anything_is_written(raw_conn, eager_app, re
     assert sitestats.site_visit_info(raw_conn).uv == 1
 
 
-def write_daily_ids(monkeypatch) -> None:
-    """Page views written with their day's visitor id (``visitor_id(ip, day)``), as the writes of
-    COUNTERS_VISITOR_KEY=daily make them (another part of issue 44): ``view_on`` is given the
-    view's day, which it passes to ``visitor_id``."""
-    from counters_tasks.core import visitors
-    from counters_tasks.sitestats import views
-
-    original = views.view_on
-    day_of_view: list[date] = []
-
-    def view_on(fields, day, scope):
-        day_of_view[:] = [day]
-        return original(fields, day, scope)
-
-    monkeypatch.setattr(views, "visitor_id", lambda ip, day=None: visitors.visitor_id(ip, day or day_of_view[0]))
-    monkeypatch.setattr(sitestats, "view_on", view_on)
-
-
 def test_daily_visitor_key_forgets_each_days_id(raw_conn, monkeypatch):
     use_settings(monkeypatch, COUNTERS_VISITOR_KEY="daily")
     now = time.time()
@@ -366,11 +350,7 @@ def test_daily_visitor_key_forgets_each_days_id(raw_conn, monkeypatch):
         for ip in [*OTHERS[:4], TARGET_IP]
         for path in ("/", "/a")
     ]
-    try:
-        visits.apply_visits(raw_conn, batch, message_id="daily")
-    except ValueError:  # the visits' writes make daily ids in the privacy modes' branch of issue 44:
-        write_daily_ids(monkeypatch)  # until it lands here, each view's id made for its day as it will be
-        visits.apply_visits(raw_conn, batch, message_id="daily")
+    visits.apply_visits(raw_conn, batch, message_id="daily")
     day_list = sorted({days.local_day(v["ts"]) for v in batch})
     ids = {visitor_id(TARGET_IP, day) for day in day_list}
     assert len(ids) == 3  # another id each day
