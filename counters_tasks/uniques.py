@@ -26,7 +26,7 @@ from .core.settings import get_settings
 from .core.sites import check_site, site_names, zone_of
 from .core.validation import check_day, check_day_range, check_item_time, check_message_id, check_now
 from .core.visitors import SESSION_DIGITS, session_number, short_session_id  # noqa: F401  (the contract's: made there)
-from .store import keys
+from .store import day_registry, keys
 from .store.client import RedisClient, as_str, read_pipeline
 from .store.scripts import WritePlan, run_script, write_through
 
@@ -183,13 +183,19 @@ def add_ids(
     message_id: str | None,
     site: str,
     read: Callable[[list[Any]], None],
+    *,
+    note: bool = True,
 ) -> None:
     """``queue_ids`` of these ids as a part of ``plan``, its one reply handed to ``read`` once sent
-    (``apply_ids`` takes it: a day whose figure moved is sent again)."""
+    (``apply_ids`` takes it: a day whose figure moved is sent again); with ``note``, the site's day
+    noted in the day registry (``store.day_registry``) in the same round trip (a visit's write
+    notes its days with the site's day tables: ``note=False`` there)."""
     queue = functools.partial(
         queue_ids, plan.conn, day=day, numbers=numbers, expected=expected, message_id=message_id, site=site
     )
     plan.add(queue, read)
+    if note:
+        plan.add(functools.partial(day_registry.queue_note, days=[(site, day)]))
 
 
 CLOSED = -1

@@ -27,7 +27,7 @@ from ..core.sites import check_site, zone_of
 from ..core.table import Erasure, Retention, StoredKey, Table, register
 from ..core.validation import check_day_range
 from ..core.visitors import pair_visitor
-from ..store import keys, page_sketch
+from ..store import day_registry, keys, page_sketch
 from ..store.client import RedisClient, as_str, read_pipeline
 from ..store.scripts import WritePlan, run_script
 from .report import EventReport, EventRow, ValueCount
@@ -184,6 +184,7 @@ def queue_events(
                 marker = seen_key(call_id, day, site) if call_id is not None else table + ":seen"
                 args = script_args(events, positions, site, day, ttl)
                 run_script(conn, "event_day", [table, pairs_key(day, site), marker], args, client=pipe)
+        day_registry.queue_note(pipe, [(site, day) for _events, day_calls in planned for site, day, *_rest in day_calls])
 
     def outcome() -> list[CallOutcome]:
         results = []

@@ -47,7 +47,7 @@ from ..core.sites import check_site, zone_of
 from ..core.table import Erasure, Retention, StoredKey, Table, register
 from ..core.validation import check_item_time, check_message_id
 from ..core.visitors import pair_visitor
-from ..store import keys
+from ..store import day_registry, keys
 from ..store.client import RedisClient
 from ..store.scripts import WritePlan, run_script, write_through
 from . import page_all, page_day, pairs, site_all, slots, sources, upgrade, who_visits
@@ -184,6 +184,7 @@ def queue_views(
                     _queue_day_call(conn, pipe, scope, site, day, sent, part_id, ttl)
                 if scope == site:  # (a page's calls count its views again: not in the returned calls)
                     day_calls.append((day, len(sent), len(part) - len(sent)))
+        day_registry.queue_note(pipe, [(scope, day) for scope, _site, day, _views in scopes])
         for script_keys, args in site_all.script_calls(by_shard, ttl, mode, message_id):
             run_script(conn, "site_all", script_keys, args, client=pipe)
         for script_keys, args in page_all.script_calls(by_group, ttl, settings, message_id):
