@@ -25,6 +25,7 @@ DATA_TABLE_MODULES = (
     "counters_tasks.worker.claims",
     "counters_tasks.worker.maintenance",
     "counters_tasks.worker.dead_letters",
+    "counters_tasks.worker.retention",
 )
 """The modules below ``ops`` that declare the package's tables (each registers its own at import)."""
 
