@@ -145,8 +145,17 @@ def _sweep(
     day_registry.forget_days(conn, tier, due)
     report.swept[tier] += len(due)
     if len(candidates) == days_per_pass:  # (more listed: those past the horizon wait)
-        more = int(conn.zcount(day_registry.registry_key(tier), "-inf", through.toordinal()))
-        report.pending[tier] = max(0, more - (len(candidates) - len(due)))
+        report.pending[tier] = _pending(conn, tier, horizon, now, through)
+
+
+def _pending(conn: RedisClient, tier: str, horizon: int, now: float, through: date) -> int:
+    """The site's days of ``tier`` past the horizon still listed: those of 3 days before ``through``
+    or older are in every zone (``ZCOUNT``), the few of the last 3 days are checked one by one."""
+    certain = through - timedelta(days=3)
+    count = int(conn.zcount(day_registry.registry_key(tier), "-inf", certain.toordinal()))
+    raw = conn.zrangebyscore(day_registry.registry_key(tier), certain.toordinal() + 1, through.toordinal())
+    border = (day_registry.parse_member(member) for member in raw)
+    return count + sum(1 for scope, day in border if horizon_end(scope, day, horizon) <= now)
 
 
 def _retime(
@@ -188,7 +197,12 @@ def status(conn: RedisClient) -> dict[str, Any]:
     the start, the horizons last applied by tier, and the last pass (``last``: when, days swept,
     keys removed and re-timed, days pending by tier), empty before the first pass."""
     with keys.bound(conn):
-        state = {as_str(k): as_str(v) for k, v in conn.hgetall(state_key()).items()}
+        return parse_status(conn.hgetall(state_key()))
+
+
+def parse_status(raw: Any) -> dict[str, Any]:
+    """``status`` of the HASH's fields as Redis gave them (``/metrics`` reads it in its round trip)."""
+    state = {as_str(k): as_str(v) for k, v in raw.items()}
     removed: dict[tuple[str, str], int] = {}
     retimed: dict[tuple[str, str], int] = {}
     applied: dict[str, str] = {}

@@ -17,14 +17,16 @@ from datetime import date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
+from click.testing import CliRunner
 
 from counters_tasks import payloads, skips
 from counters_tasks.events import definitions
 from counters_tasks.events.kind import EVENT
-from counters_tasks.ops import metrics, tables
-from counters_tasks.store import day_registry, keys
+from counters_tasks.ops.cli import cli
+from counters_tasks.store import day_registry
 from counters_tasks.visits import VISIT
 from counters_tasks.worker import retention
+from tests.ops.test_metrics import scrape_app, value
 from tests.support.servers import expires_at, is_cluster_run, use_settings
 
 DAY = 86_400
@@ -66,9 +68,14 @@ def write_days(conn, now: float, days: int, *, busy_day: int | None = None) -> N
                 for n in range(5)
             ]
             if ago == busy_day:
-                visits += [{"ip": f"10.9.{n // 250}.{n % 250}", "path": "/busy", "ts": ts, "site": site or None} for n in range(300)]
+                visits += [
+                    {"ip": f"10.9.{n // 250}.{n % 250}", "path": "/busy", "ts": ts, "site": site or None}
+                    for n in range(300)
+                ]
             assert payloads.apply_payload(conn, VISIT, visits, message_id=f"v-{site}-{ago}") == len(visits)
-            events = [{"name": "signup", "ts": ts, "ip": f"10.0.{ago}.1", "site": site or None, "props": {"plan": "pro"}}]
+            events = [
+                {"name": "signup", "ts": ts, "ip": f"10.0.{ago}.1", "site": site or None, "props": {"plan": "pro"}}
+            ]
             assert payloads.apply_payload(conn, EVENT, events, message_id=f"e-{site}-{ago}") == 1
             skipped = [{"route": skips.MIDDLEWARE, "reason": "app", "count": 2, "ts": ts, "site": site or None}]
             skips.count_skipped(conn, skipped, message_id=f"s-{site}-{ago}")
@@ -115,7 +122,9 @@ def expected_gone(before: dict[str, bytes], horizons: dict[str, int], now: float
 
 
 @pytest.mark.skipif(is_cluster_run(), reason="reads the keyspace with SCAN and DUMP on one server")
-def test_a_pass_removes_exactly_the_days_past_each_horizon_and_a_longer_one_retimes_the_rest(raw_conn, two_sites, monkeypatch):
+def test_a_pass_removes_exactly_the_days_past_each_horizon_and_a_longer_one_retimes_the_rest(
+    raw_conn, two_sites, monkeypatch
+):
     now = time.time()
     definitions.define_funnel(raw_conn, "signup", [{"page": "/p1"}, {"event": "signup"}], 3600, now=now - 30 * DAY)
     write_days(raw_conn, now, 20, busy_day=15)
@@ -130,7 +139,10 @@ def test_a_pass_removes_exactly_the_days_past_each_horizon_and_a_longer_one_reti
 
     report = retention.apply_retention(raw_conn, now)
     after = snapshot(raw_conn)
-    assert set(after) == set(before) - gone, (sorted(set(after) - (set(before) - gone))[:5], sorted((set(before) - gone) - set(after))[:5])
+    assert set(after) == set(before) - gone, (
+        sorted(set(after) - (set(before) - gone))[:5],
+        sorted((set(before) - gone) - set(after))[:5],
+    )
     assert {name: after[name] for name in after} == {name: before[name] for name in after}  # the rest unchanged
     assert sum(report.removed.values()) == len(gone)
     assert report.removed["page_day", "aggregate"] > 0 and report.removed["daily_uniques", "visitor-level"] > 0
@@ -211,18 +223,34 @@ def test_a_pass_with_nothing_due_costs_the_same_at_10_and_at_90_days(raw_conn, t
 def test_metrics_and_tables_show_what_retention_removed(raw_conn, two_sites, monkeypatch):
     now = time.time()
     write_days(raw_conn, now, 10)
+    no_pass = CliRunner().invoke(cli, ["tables", "--format", "table"])
+    assert no_pass.exit_code == 0 and "no retention pass yet" in no_pass.output
     use_settings(monkeypatch, COUNTERS_VISITOR_DAYS=7, COUNTERS_AGGREGATE_DAYS=8)
     report = retention.apply_retention(raw_conn, now)
-    assert report.removed["site_day", "aggregate"] > 0
-    text = metrics.render(raw_conn) if hasattr(metrics, "render") else metrics.metrics_text(raw_conn)
-    line = f'counters_retention_removed_keys_total{{table="site_day",tier="aggregate"}} {report.removed["site_day", "aggregate"]}'
-    assert line in text, [row for row in text.splitlines() if "retention" in row]
-    assert "counters_retention_pending_days" in text
-    rows = {row["name"]: row for row in tables.table_rows(raw_conn)}
-    assert rows["site_day"]["removed by retention"] == {
+    removed = report.removed["site_day", "aggregate"]
+    assert removed > 0
+
+    found = scrape_app(raw_conn)
+    assert value(found, "counters_retention_removed_keys_total", table="site_day", tier="aggregate") == removed
+    assert (
+        value(found, "counters_retention_removed_keys_total", table="pairs", tier="visitor-level")
+        == (report.removed["pairs", "visitor-level"])
+    )
+    assert value(found, "counters_retention_pending_days", tier="aggregate") == 0
+    assert value(found, "counters_retention_last_run_timestamp_seconds") == pytest.approx(now)
+
+    as_json = CliRunner().invoke(cli, ["tables", "--format", "json"])
+    assert as_json.exit_code == 0, as_json.output
+    data = json.loads(as_json.output)
+    entries = {entry["name"]: entry for entry in data["tables"]}
+    assert entries["site_day"]["removed_by_retention"] == {
         "visitor-level": report.removed["site_day", "visitor-level"],
-        "aggregate": report.removed["site_day", "aggregate"],
+        "aggregate": removed,
     }
-    shown = tables.render(tables.table_rows(raw_conn), "table")
-    assert "last retention pass" in shown
-    assert str(sum(report.removed.values())) in shown
+    assert "removed_by_retention" not in entries["site_all"]  # (its own rule: for ever)
+    assert data["retention"]["last"]["keys"] == sum(report.removed.values())
+    as_csv = CliRunner().invoke(cli, ["tables", "--format", "csv"])
+    assert f"visitor-level {report.removed['site_day', 'visitor-level']}; aggregate {removed}" in as_csv.output
+    as_table = CliRunner().invoke(cli, ["tables", "--format", "table"])
+    shown = " ".join(as_table.output.split())
+    assert f"{sum(report.removed.values())} keys removed" in shown and "last retention pass" in shown
