@@ -12,7 +12,7 @@ their module is imported (the worker imports it with ``celery worker -I``, the C
 from __future__ import annotations
 
 import importlib
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from ..core import table
@@ -122,7 +122,7 @@ def retention_line(data: dict[str, Any]) -> str:
     last = said.get("last")
     if not last:
         return "no retention pass yet (beat's apply_retention, hourly at :45)"
-    when = datetime.fromtimestamp(last["run"], tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    when = datetime.fromtimestamp(last["run"], tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     return (
         f"last retention pass {when}: {last.get('days', 0)} site's days swept, {last.get('keys', 0)} keys removed, "
         f"{last.get('retimed', 0)} re-timed, {last.get('pending', 0)} days past a horizon pending"

@@ -46,6 +46,7 @@ def sketched_keys(conn: RedisClient, table_key: str, key_of: Callable[[str, str]
     each of its fields (None: the field has none), read with HSCAN of ``SCAN_COUNT`` fields a call."""
     found: list[str] = []
     cursor: Any = 0
+    fields: Any
     while True:
         cursor, fields = conn.hscan(table_key, cursor, count=SCAN_COUNT)
         for field, value in fields.items():

@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
 from ..core import days as core_days
@@ -136,7 +136,7 @@ def _sweep(
 ) -> None:
     """Sweep ``tier``'s listed days whose end plus ``horizon`` days is past (in each site's zone)."""
     # The last day that may be due in some zone: its end is at least UTC-14 h's midnight before now.
-    through = datetime.fromtimestamp(max(0.0, now - horizon * DAY), tz=UTC).date() + timedelta(days=1)
+    through = datetime.fromtimestamp(max(0.0, now - horizon * DAY), tz=timezone.utc).date() + timedelta(days=1)
     candidates = day_registry.listed(conn, tier, through=through, limit=days_per_pass)
     due = [(scope, day) for scope, day in candidates if horizon_end(scope, day, horizon) <= now]
     for scope, day in due:
