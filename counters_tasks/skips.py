@@ -198,7 +198,8 @@ def day_counts(conn: RedisClient, first: date, last: date, site: Any = None) -> 
 
 def sweep(conn: RedisClient, scope: str, day: date, until: float | None) -> int:
     """The retention sweep of a site's day's skip counts (aggregate)."""
-    return sweeps.apply(conn, [keys.skip_day_counts(day, scope)], until)
+    with keys.bound(conn):
+        return sweeps.apply(conn, [keys.skip_day_counts(day, scope)], until)
 
 
 SKIPPED = table.register(

@@ -215,15 +215,17 @@ def queue_events(
 
 def sweep_pairs(conn: RedisClient, scope: str, day: date, until: float | None) -> int:
     """The retention sweep of a site's day's event pairs (visitor-level)."""
-    return sweeps.apply(conn, [pairs_key(day, scope)], until)
+    with keys.bound(conn):
+        return sweeps.apply(conn, [pairs_key(day, scope)], until)
 
 
 def sweep_day(conn: RedisClient, scope: str, day: date, until: float | None) -> int:
     """The retention sweep of a site's day's event figures (aggregate): the HASH and the
     HyperLogLog of each sketch of it that reads ``#`` (HSCAN of the HASH, ``sketch_hll``)."""
-    table_key = day_key(day, scope)
-    hlls = sweeps.sketched_keys(conn, table_key, functools.partial(sketch_hll, table_key))
-    return sweeps.apply(conn, [*hlls, table_key], until)
+    with keys.bound(conn):
+        table_key = day_key(day, scope)
+        hlls = sweeps.sketched_keys(conn, table_key, functools.partial(sketch_hll, table_key))
+        return sweeps.apply(conn, [*hlls, table_key], until)
 
 
 def sketch_hll(table_key: str, field: str, value: str) -> str | None:

@@ -300,20 +300,22 @@ def _site_funnels(conn: RedisClient, scope: str) -> list[Funnel]:
 def sweep_visitors(conn: RedisClient, scope: str, day: date, until: float | None) -> int:
     """The retention sweep of a site's day in each of its funnels (visitor-level): the day's
     outcomes by visitor (``res:<D>``) and the visitors of each step (``step:<D>:<k>``)."""
-    removed = 0
-    for funnel in _site_funnels(conn, scope):
-        base = funnel_base(funnel)
-        steps = [f"{base}step:{day.isoformat()}:{k}" for k in range(1, len(funnel.steps) + 1)]
-        removed += sweeps.apply(conn, [f"{base}res:{day.isoformat()}", *steps], until)
-    return removed
+    with keys.bound(conn):
+        removed = 0
+        for funnel in _site_funnels(conn, scope):
+            base = funnel_base(funnel)
+            steps = [f"{base}step:{day.isoformat()}:{k}" for k in range(1, len(funnel.steps) + 1)]
+            removed += sweeps.apply(conn, [f"{base}res:{day.isoformat()}", *steps], until)
+        return removed
 
 
 def sweep_figures(conn: RedisClient, scope: str, day: date, until: float | None) -> int:
     """The retention sweep of a site's day in each of its funnels (aggregate: the histograms,
     ``day:<D>``)."""
-    return sum(
-        sweeps.apply(conn, [f"{funnel_base(f)}day:{day.isoformat()}"], until) for f in _site_funnels(conn, scope)
-    )
+    with keys.bound(conn):
+        return sum(
+            sweeps.apply(conn, [f"{funnel_base(f)}day:{day.isoformat()}"], until) for f in _site_funnels(conn, scope)
+        )
 
 
 FUNNEL = register(

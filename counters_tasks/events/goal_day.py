@@ -326,19 +326,21 @@ def goal_report(
 
 def sweep_pairs(conn: RedisClient, scope: str, day: date, until: float | None) -> int:
     """The retention sweep of a site's day's goal pairs (visitor-level)."""
-    return sweeps.apply(conn, [goal_day_pairs(day, site=scope)], until)
+    with keys.bound(conn):
+        return sweeps.apply(conn, [goal_day_pairs(day, site=scope)], until)
 
 
 def sweep_day(conn: RedisClient, scope: str, day: date, until: float | None) -> int:
     """The retention sweep of a site's day's goal figures (aggregate): the HASH and the HyperLogLog
     of each goal whose sketch (``s:<goal>``) reads ``#`` (HSCAN of the HASH)."""
-    table_key = goal_day_key(day, site=scope)
+    with keys.bound(conn):
+        table_key = goal_day_key(day, site=scope)
 
-    def hll_of(field: str, value: str) -> str | None:
-        letter, _sep, goal = field.partition(":")
-        return page_sketch.hll_key(table_key, goal) if letter == "s" and sweeps.is_hll_sketch(value) else None
+        def hll_of(field: str, value: str) -> str | None:
+            letter, _sep, goal = field.partition(":")
+            return page_sketch.hll_key(table_key, goal) if letter == "s" and sweeps.is_hll_sketch(value) else None
 
-    return sweeps.apply(conn, [*sweeps.sketched_keys(conn, table_key, hll_of), table_key], until)
+        return sweeps.apply(conn, [*sweeps.sketched_keys(conn, table_key, hll_of), table_key], until)
 
 
 GOAL_DAY = register(

@@ -34,7 +34,8 @@ def site_day_pages_top(day: date, *, tag: str | None = None, site: str = "") -> 
 
 def sweep(conn: RedisClient, scope: str, day: date, until: float | None) -> int:
     """The retention sweep of a site's day's top pages (aggregate)."""
-    return sweeps.apply(conn, [site_day_pages_top(day, site=scope)], until)
+    with keys.bound(conn):
+        return sweeps.apply(conn, [site_day_pages_top(day, site=scope)], until)
 
 
 DAY_TOPS = register(

@@ -43,9 +43,10 @@ sources (``sources``) and who visits (``who_visits``)."""
 def sweep(conn: RedisClient, scope: str, day: date, until: float | None) -> int:
     """The retention sweep of a site's day's pages (aggregate): the HASH and the HyperLogLog of
     each path whose sketch reads ``#`` (found by HSCAN of the HASH), unlinked or re-timed."""
-    table_key = site_day_pages(day, site=scope)
-    hlls = sweeps.sketched_keys(conn, table_key, functools.partial(sketch_hll, table_key))
-    return sweeps.apply(conn, [*hlls, table_key], until)
+    with keys.bound(conn):
+        table_key = site_day_pages(day, site=scope)
+        hlls = sweeps.sketched_keys(conn, table_key, functools.partial(sketch_hll, table_key))
+        return sweeps.apply(conn, [*hlls, table_key], until)
 
 
 def sketch_hll(table_key: str, field: str, value: str) -> str | None:

@@ -24,7 +24,8 @@ def site_day_pairs(day: date, *, tag: str | None = None, site: str = "") -> str:
 
 def sweep(conn: RedisClient, scope: str, day: date, until: float | None) -> int:
     """The retention sweep of a site's day's pairs (visitor-level)."""
-    return sweeps.apply(conn, [site_day_pairs(day, site=scope)], until)
+    with keys.bound(conn):
+        return sweeps.apply(conn, [site_day_pairs(day, site=scope)], until)
 
 
 PAIRS = register(

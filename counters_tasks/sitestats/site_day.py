@@ -91,12 +91,14 @@ def totals_expire_at(day: date, site: str = "") -> int:
 
 def sweep_visitors(conn: RedisClient, scope: str, day: date, until: float | None) -> int:
     """The retention sweep of a site's day's visitors (visitor-level: the SET, or the HLL)."""
-    return sweeps.apply(conn, [site_day_visitors(day, mode, site=scope) for mode in ("exact", "hll")], until)
+    with keys.bound(conn):
+        return sweeps.apply(conn, [site_day_visitors(day, mode, site=scope) for mode in ("exact", "hll")], until)
 
 
 def sweep_totals(conn: RedisClient, scope: str, day: date, until: float | None) -> int:
     """The retention sweep of a site's day's totals and range HLL (aggregate)."""
-    return sweeps.apply(conn, [site_day_range_hll(day, site=scope), site_day_totals(day, site=scope)], until)
+    with keys.bound(conn):
+        return sweeps.apply(conn, [site_day_range_hll(day, site=scope), site_day_totals(day, site=scope)], until)
 
 
 SITE_DAY = register(

@@ -47,12 +47,13 @@ order first met), and a byte a view of the call: the number of its field (0: non
 def sweep(conn: RedisClient, scope: str, day: date, until: float | None) -> int:
     """The retention sweep of a site's day's sources tables (aggregate): each kind's HASH and the
     HyperLogLog of each source whose sketch reads ``#`` (HSCAN of the HASH)."""
-    removed = 0
-    for letter in SOURCE_KINDS.values():
-        table_key = site_day_table(day, letter, site=scope)
-        hlls = sweeps.sketched_keys(conn, table_key, functools.partial(sketch_hll, table_key))
-        removed += sweeps.apply(conn, [*hlls, table_key], until)
-    return removed
+    with keys.bound(conn):
+        removed = 0
+        for letter in SOURCE_KINDS.values():
+            table_key = site_day_table(day, letter, site=scope)
+            hlls = sweeps.sketched_keys(conn, table_key, functools.partial(sketch_hll, table_key))
+            removed += sweeps.apply(conn, [*hlls, table_key], until)
+        return removed
 
 
 SOURCES = register(

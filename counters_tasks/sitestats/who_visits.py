@@ -64,10 +64,11 @@ their page views in the call, and a byte a view: the number of its value (from 1
 def sweep(conn: RedisClient, scope: str, day: date, until: float | None) -> int:
     """The retention sweep of a site's (or page's) day's who-visits tables (aggregate): the five
     tables, the sketches' HASH and the HyperLogLog of each value whose sketch reads ``#``."""
-    sketches = site_day_who_sketches(day, site=scope)
-    hlls = sweeps.sketched_keys(conn, sketches, functools.partial(_who_hll, sketches))
-    tables = [sources.site_day_table(day, letter, site=scope) for letter in CLIENT_LETTERS]
-    return sweeps.apply(conn, [*hlls, *tables, sketches], until)
+    with keys.bound(conn):
+        sketches = site_day_who_sketches(day, site=scope)
+        hlls = sweeps.sketched_keys(conn, sketches, functools.partial(_who_hll, sketches))
+        tables = [sources.site_day_table(day, letter, site=scope) for letter in CLIENT_LETTERS]
+        return sweeps.apply(conn, [*hlls, *tables, sketches], until)
 
 
 def _who_hll(sketches: str, field: str, value: str) -> str | None:

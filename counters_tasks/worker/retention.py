@@ -222,15 +222,19 @@ def parse_status(raw: Any) -> dict[str, Any]:
 RETENTION_STATE = table.register(
     table.Table(
         name="retention",
-        what="the retention pass's horizons last applied, a re-timing's cursor, keys removed and re-timed "
-        "by table and tier, and the last pass (when, days swept, keys removed, days pending)",
+        what="the day registry (each tier's site's days with data, store.day_registry) and the retention "
+        "pass's horizons last applied, a re-timing's cursor, keys removed and re-timed by table and tier, "
+        "and the last pass (when, days swept, keys removed, days pending)",
         module=__name__,
-        keys=(table.StoredKey("ct:retention", "HASH"),),
+        keys=(table.StoredKey("ct:retention", "HASH"), table.StoredKey("ct:days:{days}:<tier>", "ZSET")),
         tag="none",
         fed_by=(),
-        writers=("worker.retention.apply_retention (beat, hourly)",),
-        readers=("counters-tasks tables", "/metrics"),
-        retention=table.Retention("never deleted (counts since the start)"),
+        writers=(
+            "every write of a site's day (the registry: day_registry.queue_note)",
+            "worker.retention.apply_retention (beat, hourly)",
+        ),
+        readers=("worker.retention", "forget_visitor (the registry)", "counters-tasks tables", "/metrics"),
+        retention=table.Retention("the counts never deleted; a day's registry entry until its tier's keys are swept"),
         erasure=table.Erasure.none("table names, tiers and counts only"),
     )
 )
