@@ -162,6 +162,7 @@ def call_args(funnel: Funnel, part: list[StepEvent], call_id: str | None, now: f
     args += [micros(settings.future_tolerance), len(funnel.steps), STATE_CAP, _keep_seconds(settings), base]
     args += [micros(step.window or 0) for step in funnel.steps]
     args += [len(TIME_BUCKETS) - 1, *(micros(bound) for _label, bound in TIME_BUCKETS[:-1])]
+    args.append(settings.visitor_days * 86400)  # (a state is visitor-level data: COUNTERS_VISITOR_DAYS at most)
     by_visitor: dict[str, list[StepEvent]] = {}
     for one in part:
         by_visitor.setdefault(one[0], []).append(one)

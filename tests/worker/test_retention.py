@@ -254,3 +254,15 @@ def test_metrics_and_tables_show_what_retention_removed(raw_conn, two_sites, mon
     as_table = CliRunner().invoke(cli, ["tables", "--format", "table"])
     shown = " ".join(as_table.output.split())
     assert f"{sum(report.removed.values())} keys removed" in shown and "last retention pass" in shown
+
+
+def test_a_funnel_visitors_state_is_kept_at_most_the_visitor_days(raw_conn, monkeypatch):
+    """A visitor's funnel state is visitor-level data: a 30-day window would keep it 61 days past
+    its latest step event; COUNTERS_VISITOR_DAYS caps it."""
+    use_settings(monkeypatch, COUNTERS_VISITOR_DAYS=7)
+    now = time.time()
+    definitions.define_funnel(raw_conn, "long", [{"page": "/a"}, {"page": "/b"}], 30 * DAY, now=now - 600)
+    assert payloads.apply_payload(raw_conn, VISIT, [{"ip": "10.5.5.5", "path": "/a", "ts": now - 60}], message_id="f")
+    states = list(raw_conn.scan_iter(match="*fun:*:v:*"))
+    assert len(states) == 1
+    assert now - 60 + 7 * DAY - 2 <= expires_at(raw_conn, states[0]) <= now - 60 + 7 * DAY + 2
