@@ -19,14 +19,17 @@ from zoneinfo import ZoneInfo
 import pytest
 from click.testing import CliRunner
 
-from counters_tasks import payloads, skips
+from counters_tasks import payloads, skips, tasks
 from counters_tasks.events import definitions
 from counters_tasks.events.kind import EVENT
+from counters_tasks.local.waiting import wait_until
 from counters_tasks.ops.cli import cli
 from counters_tasks.store import day_registry
 from counters_tasks.visits import VISIT
 from counters_tasks.worker import retention
+from counters_tasks.worker.maintenance import job_status
 from tests.ops.test_metrics import scrape_app, value
+from tests.support.procs import celery_env, purge_broker, start_worker
 from tests.support.servers import expires_at, is_cluster_run, use_settings
 
 DAY = 86_400
@@ -266,3 +269,36 @@ def test_a_funnel_visitors_state_is_kept_at_most_the_visitor_days(raw_conn, monk
     states = list(raw_conn.scan_iter(match="*fun:*:v:*"))
     assert len(states) == 1
     assert now - 60 + 7 * DAY - 2 <= expires_at(raw_conn, states[0]) <= now - 60 + 7 * DAY + 2
+
+
+def test_beat_schedules_the_pass_hourly_on_the_maintenance_queue():
+    from counters_tasks.worker.celery_defaults import beat_schedule, task_routes
+
+    entry = beat_schedule["apply-retention"]
+    assert entry["task"] == "counters_tasks.apply_retention" and entry["schedule"].minute == {45}
+    assert task_routes["counters_tasks.apply_retention"] == {"queue": "maintenance"}
+
+
+@pytest.mark.processes
+@pytest.mark.workers
+def test_a_real_worker_runs_the_pass_under_its_lock(redis_url, raw_conn, two_sites, monkeypatch, tmp_path):
+    now = time.time()
+    write_days(raw_conn, now, 10)
+    use_settings(monkeypatch, COUNTERS_VISITOR_DAYS=7, COUNTERS_AGGREGATE_DAYS=8)
+    due_days = [e for e in day_registry.listed(raw_conn, "aggregate") if due(*e, 8, now)]
+    assert due_days
+    env = celery_env(redis_url, COUNTERS_SITES=SITES, COUNTERS_VISITOR_DAYS="7", COUNTERS_AGGREGATE_DAYS="8")
+    purge_broker(redis_url)
+    worker = start_worker(env, tmp_path / "worker.log", concurrency=1)
+    try:
+        tasks.apply_retention.delay()
+        status = wait_until(
+            lambda: retention.status(raw_conn)["last"] or None,
+            timeout=60,
+            what=f"the worker to run the pass; log:\n{worker.output()[-3000:]}",
+        )
+        assert status["keys"] > 0 and status["days"] >= len(due_days)
+        assert not set(due_days) & set(day_registry.listed(raw_conn, "aggregate"))
+        assert job_status(raw_conn, "apply_retention")["last_result"].startswith("days swept")
+    finally:
+        assert worker.stop() == 0, worker.output()[-3000:]
