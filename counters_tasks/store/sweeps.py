@@ -4,13 +4,14 @@ sketches name found with ``HSCAN`` of the HASH (``sketched_keys``), never by a S
 keyspace: a sweep costs in proportion to the day's keys, whatever else is stored.
 
 Every call is bounded: ``UNLINK`` of at most ``CHUNK`` keys (UNLINK frees a big value in the
-background: the call itself is O(keys)), ``EXPIREAT`` a key each in one pipeline of at most
-``CHUNK``, ``HSCAN ... COUNT SCAN_COUNT``. The keys of one call are one day's of one table, so
+background: the call itself is O(keys)), ``PTTL`` then ``EXPIREAT`` a key each in pipelines of at
+most ``CHUNK``, ``HSCAN ... COUNT SCAN_COUNT``. The keys of one call are one day's of one table, so
 they share the day's hash tag (a multi-key UNLINK is refused across slots on a cluster).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -24,9 +25,9 @@ SCAN_COUNT = 500
 
 def apply(conn: RedisClient, keys: Iterable[str], until: float | None) -> int:
     """UNLINK ``keys`` (``until`` None), else make them expire at ``until`` (epoch seconds) when
-    that is later than they would (``EXPIREAT ... GT``: a horizon made longer; a key without a TTL
-    keeps none, a key already gone stays gone), in calls of ``CHUNK`` keys at most; returns how
-    many keys existed and were removed (or re-timed)."""
+    that is later than they would (a horizon made longer; a key without a TTL keeps none, a key
+    already gone stays gone), in calls of ``CHUNK`` keys at most; returns how many keys were
+    removed (or re-timed)."""
     batch = list(dict.fromkeys(keys))
     done = 0
     for first in range(0, len(batch), CHUNK):
@@ -34,11 +35,24 @@ def apply(conn: RedisClient, keys: Iterable[str], until: float | None) -> int:
         if until is None:
             done += int(conn.unlink(*chunk))
             continue
-        pipe: Any = conn.pipeline(transaction=False)
-        for key in chunk:
-            pipe.execute_command("EXPIREAT", key, int(until), "GT")
-        done += sum(int(bool(reply)) for reply in pipe.execute())
+        done += _retime(conn, chunk, int(until))
     return done
+
+
+def _retime(conn: RedisClient, chunk: list[str], until: int) -> int:
+    """``EXPIREAT until`` of the keys of ``chunk`` that would expire before it (what ``EXPIREAT ...
+    GT`` does on Redis 7; the server may be 6.2): their PTTLs read, then the earlier ones set."""
+    read: Any = conn.pipeline(transaction=False)
+    for key in chunk:
+        read.pttl(key)
+    now = time.time()
+    earlier = [key for key, left in zip(chunk, read.execute(), strict=True) if left >= 0 and now + left / 1000 < until]
+    if earlier:
+        write: Any = conn.pipeline(transaction=False)
+        for key in earlier:
+            write.expireat(key, until)
+        write.execute()
+    return len(earlier)
 
 
 def sketched_keys(conn: RedisClient, table_key: str, key_of: Callable[[str, str], str | None]) -> list[str]:
