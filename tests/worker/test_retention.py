@@ -302,3 +302,23 @@ def test_a_real_worker_runs_the_pass_under_its_lock(redis_url, raw_conn, two_sit
         assert job_status(raw_conn, "apply_retention")["last_result"].startswith("days swept")
     finally:
         assert worker.stop() == 0, worker.output()[-3000:]
+
+
+@pytest.mark.budget
+def test_every_call_of_a_pass_over_a_day_of_ten_thousand_paths_stays_in_budget(
+    raw_conn, two_sites, monkeypatch, call_budget
+):
+    """The sweep of a full day (COUNTERS_MAX_DAY_PATHS paths, each with a sketch, one a HyperLogLog)
+    is made of calls of bounded cost: HSCAN of 500 fields, UNLINK of at most 500 keys."""
+    now = time.time()
+    ts = now - 20 * DAY
+    views = [{"ip": f"10.7.{n // 250}.{n % 250}", "path": "/busy", "ts": ts} for n in range(300)]
+    views += [{"ip": f"10.{n // 65536}.{n // 256 % 256}.{n % 256}", "path": f"/x/{n}", "ts": ts} for n in range(9_999)]
+    for first in range(0, len(views), 500):
+        payloads.apply_payload(raw_conn, VISIT, views[first : first + 500], message_id=f"big-{first}")
+    use_settings(monkeypatch, COUNTERS_VISITOR_DAYS=7, COUNTERS_AGGREGATE_DAYS=10)
+    call_budget.reset()
+    report = retention.apply_retention(raw_conn, now)
+    assert report.removed["page_day", "aggregate"] >= 2 and report.removed["pairs", "visitor-level"] == 1
+    print("\n" + call_budget.report())
+    assert call_budget.within(3) == []
