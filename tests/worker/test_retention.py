@@ -79,7 +79,18 @@ def write_days(conn, now: float, days: int, *, busy_day: int | None = None) -> N
             events = [
                 {"name": "signup", "ts": ts, "ip": f"10.0.{ago}.1", "site": site or None, "props": {"plan": "pro"}}
             ]
-            assert payloads.apply_payload(conn, EVENT, events, message_id=f"e-{site}-{ago}") == 1
+            if ago == busy_day:  # (each sketch of the event, its name's and its value's, a HyperLogLog)
+                events += [
+                    {
+                        "name": "signup",
+                        "ts": ts,
+                        "ip": f"10.8.{n // 250}.{n % 250}",
+                        "site": site or None,
+                        "props": {"plan": "pro"},
+                    }
+                    for n in range(300)
+                ]
+            assert payloads.apply_payload(conn, EVENT, events, message_id=f"e-{site}-{ago}") == len(events)
             skipped = [{"route": skips.MIDDLEWARE, "reason": "app", "count": 2, "ts": ts, "site": site or None}]
             skips.count_skipped(conn, skipped, message_id=f"s-{site}-{ago}")
 
@@ -130,9 +141,13 @@ def test_a_pass_removes_exactly_the_days_past_each_horizon_and_a_longer_one_reti
 ):
     now = time.time()
     definitions.define_funnel(raw_conn, "signup", [{"page": "/p1"}, {"event": "signup"}], 3600, now=now - 30 * DAY)
+    for site in (None, "blog"):
+        definitions.define_goal(raw_conn, "signed", event="signup", site=site, now=now - 30 * DAY)
     write_days(raw_conn, now, 20, busy_day=15)
     before = snapshot(raw_conn)
     assert any(re.search(r":pages:[^:]*\d:.", name) for name in before), "no path's HyperLogLog"
+    assert any(re.search(r"event:.*:day:[^:]*\d:v", name) for name in before), "no event value's HyperLogLog"
+    assert any(re.search(r"goal:.*:day:[^:]*\d:.", name) for name in before), "no goal's HyperLogLog"
     assert {tier_of_key(n) for n in before if day_of_key(n) and ":seen:" not in n} == {"visitor-level", "aggregate"}
 
     use_settings(monkeypatch, COUNTERS_VISITOR_DAYS=7, COUNTERS_AGGREGATE_DAYS=10)
