@@ -33,6 +33,7 @@ from tests.support.procs import celery_env, purge_broker, start_worker
 from tests.support.servers import expires_at, is_cluster_run, use_settings
 
 DAY = 86_400
+UA = "Mozilla/5.0 (X11; Linux x86_64; rv:120.0) Gecko/20100101 Firefox/120.0"
 ZONES = {"": "UTC", "blog": "Pacific/Honolulu"}
 SITES = json.dumps({"blog": {"hosts": ["blog.example.com"], "timezone": "Pacific/Honolulu"}})
 VISITOR_PATTERN = re.compile(r"\}:(vis|hll|pairs|shard|levels|overflow|open|res|step):")
@@ -67,12 +68,20 @@ def write_days(conn, now: float, days: int, *, busy_day: int | None = None) -> N
                     "site": site or None,
                     "session_id": f"{ago:04x}{n:04x}-0000-4000-8000-000000000000",
                     "referrer": "https://news.example.org/x",
+                    "user_agent": UA,
+                    "language": "pt-PT",
                 }
                 for n in range(5)
             ]
             if ago == busy_day:
                 visits += [
-                    {"ip": f"10.9.{n // 250}.{n % 250}", "path": "/busy", "ts": ts, "site": site or None}
+                    {
+                        "ip": f"10.9.{n // 250}.{n % 250}",
+                        "path": "/busy",
+                        "ts": ts,
+                        "site": site or None,
+                        "user_agent": UA,
+                    }
                     for n in range(300)
                 ]
             assert payloads.apply_payload(conn, VISIT, visits, message_id=f"v-{site}-{ago}") == len(visits)
@@ -148,6 +157,7 @@ def test_a_pass_removes_exactly_the_days_past_each_horizon_and_a_longer_one_reti
     assert any(re.search(r":pages:[^:]*\d:.", name) for name in before), "no path's HyperLogLog"
     assert any(re.search(r"event:.*:day:[^:]*\d:v", name) for name in before), "no event value's HyperLogLog"
     assert any(re.search(r"goal:.*:day:[^:]*\d:.", name) for name in before), "no goal's HyperLogLog"
+    assert any(re.search(r":who:[^:]*\d:b", name) for name in before), "no browser's HyperLogLog"
     assert {tier_of_key(n) for n in before if day_of_key(n) and ":seen:" not in n} == {"visitor-level", "aggregate"}
 
     use_settings(monkeypatch, COUNTERS_VISITOR_DAYS=7, COUNTERS_AGGREGATE_DAYS=10)
