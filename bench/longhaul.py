@@ -21,6 +21,15 @@ visitors viewing known paths), keys without a TTL, and the slowest command in SL
 sample of days against its own model, the per-path target (700 bytes) and that the idle
 cleaner pass stays flat (at most 3x the first checkpoint's while the counters grow 10x+).
 
+Retention (issue 44): each simulated day, after the cleaner's passes, the retention pass
+(``worker.retention.apply_retention``, COUNTERS_VISITOR_DAYS 7 and COUNTERS_AGGREGATE_DAYS 400:
+the visitor-level data of the day a week before goes) and a second pass at the same ``now``
+(nothing due: its Redis time must stay flat, at most 3x the first checkpoint's). At the end,
+shorter horizons (``--retention-visitor-days`` 7, ``--retention-aggregate-days`` 30) are applied to
+the whole run with SLOWLOG at 5,000 us: exactly the keys of the site's days past each horizon (read
+from every key's name by a SCAN) must be gone and the others unchanged in number, and no call of
+the pass over 5 ms.
+
     python -m bench.longhaul [--days 90] [--paths 1000000] [--visitors 20000] [--visits-per-day 3000] [--sites 3]
 """
 
@@ -30,17 +39,20 @@ import argparse
 import json
 import os
 import random
+import re
 import statistics
 import sys
 import time
 from collections import Counter
-from datetime import timedelta
+from datetime import date, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 from bench._common import bench_redis, client
 from counters_tasks import counters, sitestats, visits
 from counters_tasks.core.days import day_end, local_day
 from counters_tasks.core.settings import reset_settings
 from counters_tasks.core.sites import check_site, zone_of
+from counters_tasks.worker import retention
 
 
 def sites_zone(site: str | None) -> str:
@@ -93,6 +105,87 @@ def timed_pass(conn, now: float) -> tuple[int, int]:
     before = redis_usec(conn)
     removed = counters.clean_counters(conn, now)
     return removed, redis_usec(conn) - before - 1  # minus nothing: INFO itself is not counted
+
+
+def timed_retention(conn, now: float) -> tuple[int, int]:
+    """(keys removed, Redis microseconds) of one retention pass."""
+    before = redis_usec(conn)
+    report = retention.apply_retention(conn, now)
+    return sum(report.removed.values()), redis_usec(conn) - before
+
+
+DAY_KEY = re.compile(r"^[^{]*(?:site|uniq|event|goal|skipped):\{[^}]*\}:([a-z]+):(?:([^%:]*)%1F)?(\d{4}-\d{2}-\d{2})")
+VISITOR_KINDS = {"vis", "hll", "pairs", "shard", "levels", "overflow", "open"}
+"""The tables' key names (after the tag) of the visitor-level tier; the others of a day are aggregate."""
+
+
+def day_keys_by_tier(conn) -> Counter:
+    """Keys of a site's day by (tier, site's scope, day), read from every key's name (SCAN: the
+    bench's own; the package never scans)."""
+    found: Counter = Counter()
+    for key in conn.scan_iter(count=500):
+        name = key.decode() if isinstance(key, bytes) else key
+        match = DAY_KEY.match(name)
+        if match is None or ":seen:" in name:
+            continue
+        kind, scope, day = match.groups()
+        tier = "visitor-level" if kind in VISITOR_KINDS else "aggregate"
+        found[tier, scope or "", day] += 1
+    return found
+
+
+def past(scope: str, day: str, horizon: int, now: float) -> bool:
+    """Plain Python: the site's day's end in its zone plus ``horizon`` days is past ``now``."""
+    zone = ZoneInfo(sites_zone(scope or None))
+    end = datetime.combine(date.fromisoformat(day) + timedelta(days=1), datetime.min.time(), zone).timestamp()
+    return end + horizon * 86400 <= now
+
+
+def retention_phase(conn, now: float, visitor_days: int, aggregate_days: int) -> list[str]:
+    """Shorter horizons applied to the whole run: exactly the days past each go, no call over 5 ms."""
+    os.environ["COUNTERS_VISITOR_DAYS"] = str(visitor_days)
+    os.environ["COUNTERS_AGGREGATE_DAYS"] = str(aggregate_days)
+    reset_settings()
+    horizons = {"visitor-level": visitor_days, "aggregate": aggregate_days}
+    before = day_keys_by_tier(conn)
+    conn.config_set("slowlog-log-slower-than", 5000)
+    conn.slowlog_reset()
+    started, usec = time.perf_counter(), redis_usec(conn)
+    removed, passes = 0, 0
+    while True:
+        report = retention.apply_retention(conn, now)
+        removed, passes = removed + sum(report.removed.values()), passes + 1
+        if not report.pending or passes > 50:
+            break
+    seconds, usec = time.perf_counter() - started, redis_usec(conn) - usec
+    own = (b"SCAN", b"INFO", b"CONFIG", b"SLOWLOG")
+    slow = [e for e in conn.slowlog_get(1_000_000) if not bytes(e["command"]).upper().startswith(own)]
+    after = day_keys_by_tier(conn)
+    due = {entry for entry in before if past(entry[1], entry[2], horizons[entry[0]], now)}
+    changed = [entry for entry in before if entry not in due and after.get(entry) != before[entry]]
+    left = [entry for entry in due if entry in after]
+    print(
+        f"retention at {visitor_days}/{aggregate_days} days over the run: {removed:,} keys of {len(due):,} site's days "
+        f"(by tier) removed in {passes} passes, {seconds:.1f} s, {usec / 1000:,.0f} ms of Redis; "
+        f"{len(before) - len(due):,} kept; calls over 5 ms: {len(slow)}"
+        + (f" (slowest {max(e['duration'] for e in slow) / 1000:.1f} ms: {slow[0]['command'][:60]!r})" if slow else "")
+    )
+    failures = []
+    if left:
+        failures.append(f"retention left {len(left)} site's days past a horizon (e.g. {sorted(left)[:3]})")
+    if changed:
+        failures.append(
+            f"retention changed {len(changed)} site's days within the horizons (e.g. {sorted(changed)[:3]})"
+        )
+    if removed != sum(before[entry] for entry in due):
+        failures.append(
+            f"retention removed {removed:,} keys, the days past the horizons held {sum(before[e] for e in due):,}"
+        )
+    if slow:
+        failures.append(f"{len(slow)} retention calls over 5 ms")
+    if not due:
+        failures.append("no site's day past the shorter horizons: nothing was checked")
+    return failures
 
 
 def keys_without_ttl(conn) -> Counter:
@@ -223,11 +316,15 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=10, help="print a row every N days")
     parser.add_argument("--probe", type=int, default=20_000, help="new paths (and visitors) of the memory probes")
     parser.add_argument("--sites", type=int, default=3, help="sites of the traffic, the default one included")
+    parser.add_argument("--retention-visitor-days", type=int, default=7, help="the end's shorter visitor-level horizon")
+    parser.add_argument("--retention-aggregate-days", type=int, default=30, help="the end's shorter aggregate horizon")
     args = parser.parse_args()
     names = [f"site{n}" for n in range(1, args.sites)]
     os.environ["COUNTERS_SITES"] = json.dumps(
         {name: {"timezone": ZONES[n % len(ZONES)]} for n, name in enumerate(names)}
     )
+    os.environ["COUNTERS_VISITOR_DAYS"] = "7"
+    os.environ["COUNTERS_AGGREGATE_DAYS"] = "400"
     reset_settings()
     sites: list[str | None] = [None, *names]
     rng = random.Random(13)
@@ -245,8 +342,10 @@ def main() -> None:
         new_path = 0
         rows = []
         top_runs: list[float] = []  # ms of each make_day_tops run
+        retention_rows: list[tuple[int, int, int]] = []  # (day, keys removed that day, idle pass us)
         print(
             f"{'day':>4} {'paths':>9} {'counters':>9} {'used MB':>9} {'clean us':>10} {'idle pass us':>13} {'removed':>9}"
+            f" {'retention -keys':>15} {'idle ret us':>11}"
         )
         for d in range(args.days):
             day_first = first_ts + d * 86400
@@ -282,12 +381,16 @@ def main() -> None:
             started = time.perf_counter()
             sitestats.make_day_tops(conn, end + 3600)
             top_runs.append((time.perf_counter() - started) * 1000)
+            swept, _busy_retention = timed_retention(conn, end + 3600)
+            _none, idle_retention = timed_retention(conn, end + 3600)
             if (d + 1) % args.every == 0 or d == args.days - 1:
                 known = sum(len(counters.known_counters(conn, site=site)) for site in sites)
                 used = conn.info("memory")["used_memory"] / 1e6
                 rows.append((d + 1, new_path + len(POPULAR), known, used, busy, idle))
+                retention_rows.append((d + 1, swept, idle_retention))
                 print(
                     f"{d + 1:>4} {new_path + len(POPULAR):>9,} {known:>9,} {used:>9.1f} {busy:>10,} {idle:>13,} {removed:>9,}"
+                    f" {swept:>15,} {idle_retention:>11,}"
                 )
                 sys.stdout.flush()
         # checks of the data against the model
@@ -350,6 +453,9 @@ def main() -> None:
         slow = [entry for entry in conn.slowlog_get(1_000_000) if entry["command"].startswith(b"EVALSHA")]
         slowest = max(slow, key=lambda entry: entry["duration"], default=None)  # the package's calls
         persistent = keys_without_ttl(conn)
+        retention_failures = retention_phase(
+            conn, first_ts + args.days * 86400 + 3600, args.retention_visitor_days, args.retention_aggregate_days
+        )
         print(
             f"memory per distinct path: {per_path:,.0f} B (a view of each of 3 x {args.probe:,} new paths, the mean of "
             f"{', '.join(f'{p:,.0f}' for p in per_paths)}; target {PATH_TARGET} B)"
@@ -380,7 +486,14 @@ def main() -> None:
             f"idle cleaner pass: {first_idle:,} us at {rows[0][2]:,} counters, {last_idle:,} us at {rows[-1][2]:,} "
             f"({growth:.1f}x the counters, {last_idle / max(1, first_idle):.2f}x the time)"
         )
-        failures = []
+        first_ret, last_ret = retention_rows[0][2], retention_rows[-1][2]
+        print(
+            f"idle retention pass: {first_ret:,} us at day {retention_rows[0][0]}, {last_ret:,} us at day "
+            f"{retention_rows[-1][0]} ({last_ret / max(1, first_ret):.2f}x)"
+        )
+        failures = retention_failures
+        if last_ret > 3 * max(first_ret, 300):
+            failures.append("the idle retention pass grows with the days stored")
         if per_path > PATH_TARGET:
             failures.append(f"memory per path {per_path:.0f} B > {PATH_TARGET} B")
         if per_visit > COMMANDS_TARGET:

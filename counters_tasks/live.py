@@ -99,7 +99,10 @@ VISITORS_NOW = table.register(
         writers=("PFADD + EXPIRE with every write of page views (live.queue_sightings)",),
         readers=("live.visitors_now", "the dashboard (/api/now)", "/metrics"),
         retention=table.Retention(
-            f"{KEEP_SECONDS} seconds after its minute", None, lambda _settings: KEEP_SECONDS / 86400
+            f"{KEEP_SECONDS} seconds after its minute (visitor-level, far under COUNTERS_VISITOR_DAYS: no retention "
+            "sweep)",
+            None,
+            lambda _settings: KEEP_SECONDS / 86400,
         ),
         erasure=table.Erasure(
             "visitor ids, as an estimate (HyperLogLog)",

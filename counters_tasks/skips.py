@@ -34,9 +34,9 @@ from .core.settings import get_settings
 from .core.sites import check_site, zone_of
 from .core.validation import check_int, check_item_time, check_message_id
 from .errors import InvalidInput
-from .store import keys
+from .store import day_registry, keys, sweeps
 from .store.client import RedisClient, as_str, read_pipeline
-from .store.scripts import run_script
+from .store.scripts import execute_in_order, run_script
 
 MIDDLEWARE, IMPORT = "middleware", "import"
 ROUTES = (MIDDLEWARE, IMPORT)
@@ -140,7 +140,13 @@ def _add(conn: RedisClient, fields: Counter[SkipField], message_id: str | None) 
                 index[(scope, day)] = len(script_keys)
             where = index[(scope, day)]
         args += [where, field, count]
-    return bool(int(run_script(conn, "skip_count", script_keys, args)))
+
+    def queue(pipe: Any) -> None:
+        run_script(conn, "skip_count", script_keys, args, client=pipe)
+        day_registry.queue_note(pipe, index)  # (the days, for the retention pass: same round trip)
+
+    [replies] = execute_in_order(conn, queue)
+    return bool(int(replies[0]))
 
 
 def as_items(
@@ -190,6 +196,12 @@ def day_counts(conn: RedisClient, first: date, last: date, site: Any = None) -> 
     return found
 
 
+def sweep(conn: RedisClient, scope: str, day: date, until: float | None) -> int:
+    """The retention sweep of a site's day's skip counts (aggregate)."""
+    with keys.bound(conn):
+        return sweeps.apply(conn, [keys.skip_day_counts(day, scope)], until)
+
+
 SKIPPED = table.register(
     table.Table(
         name="skips",
@@ -204,9 +216,12 @@ SKIPPED = table.register(
         writers=("store/lua/skip_count.lua",),
         readers=("skips.counts", "skips.day_counts", "health", "/metrics"),
         retention=table.Retention(
-            "all-time counts never deleted; a day's counts COUNTERS_DAY_TOTALS_DAYS",
-            "COUNTERS_DAY_TOTALS_DAYS",
-            lambda settings: settings.day_totals_days,
+            "all-time counts never deleted; a day's counts COUNTERS_AGGREGATE_DAYS (400; 0: for ever) after "
+            "the end of the day (the hourly apply_retention; their TTL, COUNTERS_DAY_TOTALS_DAYS from the "
+            "latest write, is a safety net)",
+            "COUNTERS_AGGREGATE_DAYS",
+            lambda settings: settings.aggregate_days or None,
+            {table.AGGREGATE: sweep},
         ),
         erasure=table.Erasure.none("counts by route and reason only"),
     )

@@ -16,7 +16,7 @@ from .app import app
 from .core.kind import Kind
 from .events.kind import EVENT
 from .store.client import get_redis
-from .worker import dead_letters, forget
+from .worker import dead_letters, forget, retention
 from .worker.kind_tasks import define_tasks
 from .worker.maintenance import run_exclusive
 from .worker.task_bases import CountingTask, MaintenanceTask, WorkerBatches, counting
@@ -102,6 +102,14 @@ def make_day_tops(self: MaintenanceTask) -> Any:
     """Hourly: each site's last finished days get their top pages made (``sitestats.make_day_tops``)."""
     conn = get_redis()
     return run_exclusive(conn, "make_day_tops", lambda: sitestats.make_day_tops(conn), self.lock_seconds)
+
+
+@app.task(name="counters_tasks.apply_retention", base=MaintenanceTask, bind=True)
+def apply_retention(self: MaintenanceTask) -> Any:
+    """Hourly: each table's data of the site's days past its tier's horizon goes (COUNTERS_VISITOR_DAYS,
+    COUNTERS_AGGREGATE_DAYS; ``worker.retention.apply_retention``)."""
+    conn = get_redis()
+    return run_exclusive(conn, "apply_retention", lambda: str(retention.apply_retention(conn)), self.lock_seconds)
 
 
 @app.task(name="counters_tasks.expire_dead_letters", base=MaintenanceTask, bind=True)

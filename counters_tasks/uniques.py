@@ -26,7 +26,7 @@ from .core.settings import get_settings
 from .core.sites import check_site, site_names, zone_of
 from .core.validation import check_day, check_day_range, check_item_time, check_message_id, check_now
 from .core.visitors import SESSION_DIGITS, session_number, short_session_id  # noqa: F401  (the contract's: made there)
-from .store import keys
+from .store import day_registry, keys, sweeps
 from .store.client import RedisClient, as_str, read_pipeline
 from .store.scripts import WritePlan, run_script, write_through
 
@@ -183,13 +183,19 @@ def add_ids(
     message_id: str | None,
     site: str,
     read: Callable[[list[Any]], None],
+    *,
+    note: bool = True,
 ) -> None:
     """``queue_ids`` of these ids as a part of ``plan``, its one reply handed to ``read`` once sent
-    (``apply_ids`` takes it: a day whose figure moved is sent again)."""
+    (``apply_ids`` takes it: a day whose figure moved is sent again); with ``note``, the site's day
+    noted in the day registry (``store.day_registry``) in the same round trip (a visit's write
+    notes its days with the site's day tables: ``note=False`` there)."""
     queue = functools.partial(
         queue_ids, plan.conn, day=day, numbers=numbers, expected=expected, message_id=message_id, site=site
     )
     plan.add(queue, read)
+    if note:
+        plan.add(functools.partial(day_registry.queue_note, days=[(site, day)]))
 
 
 CLOSED = -1
@@ -369,6 +375,30 @@ def unique_visitors_range(conn: RedisClient, start: date, end: date, *, site: st
         return UniquesRange(start, end, len(union), list(zip(span, counts, strict=True)), missing)
 
 
+def sweep_ids(conn: RedisClient, scope: str, day: date, until: float | None) -> int:
+    """The retention sweep of a site's day's session ids (visitor-level): its shards, their level
+    sets (``day_sets``, from the day's expected figure and levels), the levels and overflow HASHes
+    and the open marker."""
+    with keys.bound(conn):
+        tag = keys.uniques_tag(day, scope)
+        expected = conn.get(keys.uniques_expected(day, tag=tag, site=scope))
+        sets = day_sets(conn, day, int(as_str(expected)) if expected is not None else 0, scope)
+        bookkeeping = [
+            keys.uniques_levels(day, tag=tag, site=scope),
+            keys.uniques_overflow(day, tag=tag, site=scope),
+            keys.uniques_open(day, tag=tag, site=scope),
+        ]
+        return sweeps.apply(conn, [*sets, *bookkeeping], until)
+
+
+def sweep_counts(conn: RedisClient, scope: str, day: date, until: float | None) -> int:
+    """The retention sweep of a site's day's count and expected figure (aggregate)."""
+    with keys.bound(conn):
+        tag = keys.uniques_tag(day, scope)
+        figures = [keys.uniques_count(day, tag=tag, site=scope), keys.uniques_expected(day, tag=tag, site=scope)]
+        return sweeps.apply(conn, figures, until)
+
+
 DAILY_UNIQUES = table.register(
     table.Table(
         name="daily_uniques",
@@ -389,10 +419,12 @@ DAILY_UNIQUES = table.register(
         writers=("store/lua/unique_visit.lua", "store/lua/unique_expected.lua (precompute_expected, beat, daily)"),
         readers=("uniques.unique_visitors", "uniques.unique_visitors_range", "counters-tasks uniques", "health"),
         retention=table.Retention(
-            "the session ids (the shards) COUNTERS_UNIQUES_SHARD_DAYS past the day's end; the day's count and "
-            "expected figure (no id) COUNTERS_UNIQUES_COUNT_DAYS",
-            "COUNTERS_UNIQUES_SHARD_DAYS",
-            lambda settings: settings.uniques_shard_days,
+            "the session ids (the shards) COUNTERS_VISITOR_DAYS (7) past the day's end; the day's count and "
+            "expected figure (no id) COUNTERS_AGGREGATE_DAYS (400; 0: for ever) (the hourly apply_retention; "
+            "their TTLs are a safety net)",
+            "COUNTERS_VISITOR_DAYS",
+            lambda settings: settings.visitor_days,
+            {table.VISITOR_LEVEL: sweep_ids, table.AGGREGATE: sweep_counts},
         ),
         erasure=table.Erasure(
             "session ids (the first 15 hex digits of the session UUID)",

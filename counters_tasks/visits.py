@@ -253,7 +253,7 @@ def _add_sessions(plan: WritePlan, call: _Call, expected: dict[tuple[str, date],
     conn = plan.conn
     for site, day, numbers, call_id in call.sessions:
         read = functools.partial(_read_ids, conn, call, site, day, numbers, call_id)
-        uniques.add_ids(plan, day, numbers, expected[site, day], call_id, site, read)
+        uniques.add_ids(plan, day, numbers, expected[site, day], call_id, site, read, note=False)
 
 
 def _read_ids(

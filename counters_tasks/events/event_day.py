@@ -15,6 +15,7 @@ COUNTERS_EVENT_NAMES_PER_DAY names a day (the rest as ``(other)``, counted witho
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from datetime import date
 from typing import Any, NamedTuple
@@ -24,10 +25,10 @@ from ..core.days import days_between, kept_from_now, kept_until, today
 from ..core.events import NONE, OTHER, Event, check_event_name
 from ..core.settings import get_settings
 from ..core.sites import check_site, zone_of
-from ..core.table import Erasure, ForgetterSlot, Retention, StoredKey, Table, register
+from ..core.table import AGGREGATE, VISITOR_LEVEL, Erasure, ForgetterSlot, Retention, StoredKey, Table, register
 from ..core.validation import check_day_range
 from ..core.visitors import pair_visitor
-from ..store import keys, page_sketch
+from ..store import day_registry, keys, page_sketch, sweeps
 from ..store.client import RedisClient, as_str, read_pipeline
 from ..store.scripts import WritePlan, run_script
 from .report import EventReport, EventRow, ValueCount
@@ -184,6 +185,9 @@ def queue_events(
                 marker = seen_key(call_id, day, site) if call_id is not None else table + ":seen"
                 args = script_args(events, positions, site, day, ttl)
                 run_script(conn, "event_day", [table, pairs_key(day, site), marker], args, client=pipe)
+        day_registry.queue_note(
+            pipe, [(site, day) for _events, day_calls in planned for site, day, *_rest in day_calls]
+        )
 
     def outcome() -> list[CallOutcome]:
         results = []
@@ -213,6 +217,44 @@ FORGET_EVENT_DAY = ForgetterSlot("event_day")
 """This table's ``Erasure.forget``: ``events.erase.forget_event_days`` (installed by it: it imports this module)."""
 
 
+def sweep_pairs(conn: RedisClient, scope: str, day: date, until: float | None) -> int:
+    """The retention sweep of a site's day's event pairs (visitor-level)."""
+    with keys.bound(conn):
+        return sweeps.apply(conn, [pairs_key(day, scope)], until)
+
+
+def sweep_day(conn: RedisClient, scope: str, day: date, until: float | None) -> int:
+    """The retention sweep of a site's day's event figures (aggregate): the HASH and the
+    HyperLogLog of each sketch of it that reads ``#`` (HSCAN of the HASH, ``sketch_hll``)."""
+    with keys.bound(conn):
+        table_key = day_key(day, scope)
+        hlls = sweeps.sketched_keys(conn, table_key, functools.partial(sketch_hll, table_key))
+        return sweeps.apply(conn, [*hlls, table_key], until)
+
+
+def sketch_hll(table_key: str, field: str, value: str) -> str | None:
+    """The HyperLogLog of one field of a day's HASH whose sketch reads ``#`` (as ``_parse_day``
+    names them: a name's, a value's, a key's ``(other)`` and ``(none)``), else None."""
+    kind, _sep, rest = field.partition(SEP)
+    if kind == "e":
+        parts = value.split(" ", 5)
+        sketch, hll = (parts[5] if len(parts) > 5 else ""), hll_key(table_key, "e", name_digest(rest) if rest else "~")
+    elif kind == "n":
+        name, _sep, key = rest.partition(SEP)
+        sketch, hll = value.partition(" ")[2], hll_key(table_key, "z", key_digest(name, key))
+    elif kind == "v":
+        name, key, given = rest.split(SEP, 2)
+        parts = value.split(" ", 2)
+        sketch = parts[2] if len(parts) > 2 else ""
+        if given:
+            hll = hll_key(table_key, "v", f"{key_digest(name, key)}.{parts[1]}")
+        else:
+            hll = hll_key(table_key, "o", key_digest(name, key))
+    else:
+        return None
+    return hll if sweeps.is_hll_sketch(sketch) else None
+
+
 EVENT_DAY = register(
     Table(
         name="event_day",
@@ -233,10 +275,13 @@ EVENT_DAY = register(
         readers=("events.event_report",),
         retention=Retention(
             "the HASH and its HLLs: the later of the end of D and the latest write, plus "
-            "COUNTERS_DAY_TOTALS_DAYS; the pairs: until the day's open_until (the later of the end of "
-            "D and its first write, plus COUNTERS_DAY_GRACE_DAYS); a marker COUNTERS_DEDUPE_TTL",
-            "COUNTERS_DAY_TOTALS_DAYS",
-            lambda settings: max(settings.day_totals_days, settings.day_grace_days),
+            "COUNTERS_DAY_TOTALS_DAYS, and never past COUNTERS_AGGREGATE_DAYS (0: for ever) after the end of D; "
+            "the pairs: until the day's open_until (the later of the end of D and its first write, plus "
+            "COUNTERS_DAY_GRACE_DAYS), never past COUNTERS_VISITOR_DAYS after it (the hourly apply_retention); "
+            "a marker COUNTERS_DEDUPE_TTL",
+            "COUNTERS_AGGREGATE_DAYS",
+            lambda settings: settings.aggregate_days or None,
+            {VISITOR_LEVEL: sweep_pairs, AGGREGATE: sweep_day},
         ),
         erasure=Erasure(
             "visitor ids (the pairs SET) and sketches of them (6-character ids, or HLLs)",

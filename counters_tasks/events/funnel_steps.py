@@ -26,10 +26,10 @@ from ..core.conversions import Funnel
 from ..core.days import day_end, days_between, local_day, today
 from ..core.settings import Settings, get_settings
 from ..core.sites import check_site, zone_of
-from ..core.table import Erasure, Feeder, ForgetterSlot, Retention, StoredKey, Table, register
+from ..core.table import AGGREGATE, VISITOR_LEVEL, Erasure, Feeder, ForgetterSlot, Retention, StoredKey, Table, register
 from ..core.validation import check_day_range
 from ..errors import InvalidInput
-from ..store import keys
+from ..store import keys, sweeps
 from ..store.client import RedisClient, as_str, read_pipeline
 from ..store.scripts import WritePlan, run_script
 from . import definitions
@@ -162,6 +162,7 @@ def call_args(funnel: Funnel, part: list[StepEvent], call_id: str | None, now: f
     args += [micros(settings.future_tolerance), len(funnel.steps), STATE_CAP, _keep_seconds(settings), base]
     args += [micros(step.window or 0) for step in funnel.steps]
     args += [len(TIME_BUCKETS) - 1, *(micros(bound) for _label, bound in TIME_BUCKETS[:-1])]
+    args.append(settings.visitor_days * 86400)  # (a state is visitor-level data: COUNTERS_VISITOR_DAYS at most)
     by_visitor: dict[str, list[StepEvent]] = {}
     for one in part:
         by_visitor.setdefault(one[0], []).append(one)
@@ -296,6 +297,32 @@ FORGET_FUNNEL = ForgetterSlot("funnel")
 """This table's ``Erasure.forget``: ``events.erase.forget_funnels`` (installed by it: it imports this module)."""
 
 
+def _site_funnels(conn: RedisClient, scope: str) -> list[Funnel]:
+    """The funnels defined on site ``scope`` now (a removed funnel's keys keep their TTL)."""
+    return [funnel for funnel in definitions.funnels(conn) if funnel.site == scope]
+
+
+def sweep_visitors(conn: RedisClient, scope: str, day: date, until: float | None) -> int:
+    """The retention sweep of a site's day in each of its funnels (visitor-level): the day's
+    outcomes by visitor (``res:<D>``) and the visitors of each step (``step:<D>:<k>``)."""
+    with keys.bound(conn):
+        removed = 0
+        for funnel in _site_funnels(conn, scope):
+            base = funnel_base(funnel)
+            steps = [f"{base}step:{day.isoformat()}:{k}" for k in range(1, len(funnel.steps) + 1)]
+            removed += sweeps.apply(conn, [f"{base}res:{day.isoformat()}", *steps], until)
+        return removed
+
+
+def sweep_figures(conn: RedisClient, scope: str, day: date, until: float | None) -> int:
+    """The retention sweep of a site's day in each of its funnels (aggregate: the histograms,
+    ``day:<D>``)."""
+    with keys.bound(conn):
+        return sum(
+            sweeps.apply(conn, [f"{funnel_base(f)}day:{day.isoformat()}"], until) for f in _site_funnels(conn, scope)
+        )
+
+
 FUNNEL = register(
     Table(
         name="funnel",
@@ -314,10 +341,13 @@ FUNNEL = register(
         writers=("store/lua/funnel_step.lua, with every write of page views and events",),
         readers=("events.funnel_report",),
         retention=Retention(
-            "a visitor's state: its latest step event + 2 windows + COUNTERS_FUNNEL_LATENESS; a day's figures: "
-            "COUNTERS_DAY_TOTALS_DAYS after the day",
-            "COUNTERS_DAY_TOTALS_DAYS",
-            lambda settings: settings.day_totals_days,
+            "a visitor's state: its latest step event + 2 windows + COUNTERS_FUNNEL_LATENESS; a day's outcomes "
+            "and step sets (visitor ids) never past COUNTERS_VISITOR_DAYS after the day, its histograms "
+            "COUNTERS_AGGREGATE_DAYS (0: for ever), both removed by the hourly apply_retention for the funnels "
+            "defined (a removed funnel's days keep their TTL, COUNTERS_DAY_TOTALS_DAYS + 2 days)",
+            "COUNTERS_AGGREGATE_DAYS",
+            lambda settings: settings.aggregate_days or None,
+            {VISITOR_LEVEL: sweep_visitors, AGGREGATE: sweep_figures},
         ),
         erasure=Erasure(
             "visitor ids (its state, its outcome of each day, its membership of each step's set)",

@@ -30,11 +30,11 @@ from ..core.conversions import Goal
 from ..core.events import number_of
 from ..core.settings import get_settings
 from ..core.sites import check_site, zone_of
-from ..core.table import Erasure, ForgetterSlot, Retention, StoredKey, Table, register
+from ..core.table import AGGREGATE, VISITOR_LEVEL, Erasure, ForgetterSlot, Retention, StoredKey, Table, register
 from ..core.validation import check_day_range
 from ..core.visitors import pair_visitor
 from ..sitestats.reads import site_visit_range
-from ..store import keys, page_sketch
+from ..store import keys, page_sketch, sweeps
 from ..store.client import RedisClient, as_str, read_pipeline
 from ..store.scripts import WritePlan, run_script
 from . import definitions
@@ -328,6 +328,25 @@ FORGET_GOAL_DAY = ForgetterSlot("goal_day")
 """This table's ``Erasure.forget``: ``events.erase.forget_goal_days`` (installed by it: it imports this module)."""
 
 
+def sweep_pairs(conn: RedisClient, scope: str, day: date, until: float | None) -> int:
+    """The retention sweep of a site's day's goal pairs (visitor-level)."""
+    with keys.bound(conn):
+        return sweeps.apply(conn, [goal_day_pairs(day, site=scope)], until)
+
+
+def sweep_day(conn: RedisClient, scope: str, day: date, until: float | None) -> int:
+    """The retention sweep of a site's day's goal figures (aggregate): the HASH and the HyperLogLog
+    of each goal whose sketch (``s:<goal>``) reads ``#`` (HSCAN of the HASH)."""
+    with keys.bound(conn):
+        table_key = goal_day_key(day, site=scope)
+
+        def hll_of(field: str, value: str) -> str | None:
+            letter, _sep, goal = field.partition(":")
+            return page_sketch.hll_key(table_key, goal) if letter == "s" and sweeps.is_hll_sketch(value) else None
+
+        return sweeps.apply(conn, [*sweeps.sketched_keys(conn, table_key, hll_of), table_key], until)
+
+
 GOAL_DAY = register(
     Table(
         name="goal_day",
@@ -346,10 +365,13 @@ GOAL_DAY = register(
         readers=("events.goal_report", "counters-tasks goals"),
         retention=Retention(
             "the HASH and its HLLs: the later of the end of D and the latest write, plus "
-            "COUNTERS_DAY_TOTALS_DAYS; the pairs: until the day's open_until (the later of the end "
-            "of D and its first write, plus COUNTERS_DAY_GRACE_DAYS); a marker: COUNTERS_DEDUPE_TTL",
-            "COUNTERS_DAY_TOTALS_DAYS",
-            lambda settings: max(settings.day_totals_days, settings.day_grace_days),
+            "COUNTERS_DAY_TOTALS_DAYS, and never past COUNTERS_AGGREGATE_DAYS (0: for ever) after the end of D; "
+            "the pairs: until the day's open_until (the later of the end of D and its first write, plus "
+            "COUNTERS_DAY_GRACE_DAYS), never past COUNTERS_VISITOR_DAYS after it (the hourly apply_retention); "
+            "a marker: COUNTERS_DEDUPE_TTL",
+            "COUNTERS_AGGREGATE_DAYS",
+            lambda settings: settings.aggregate_days or None,
+            {VISITOR_LEVEL: sweep_pairs, AGGREGATE: sweep_day},
         ),
         erasure=Erasure(
             "visitor ids (the pairs) and a sketch of each goal's converters",

@@ -32,10 +32,11 @@ from ..app import SENT_AT_HEADER
 from ..app import app as default_app
 from ..core.kind import registered
 from ..core.settings import get_settings, is_redis_url
+from ..core.table import TIERS
 from ..core.validation import finite_number
 from ..store import deployment, keys, server
 from ..store.client import as_str, read_pipeline
-from ..worker import dead_letters
+from ..worker import dead_letters, retention
 from . import health
 
 log = logging.getLogger(__name__)
@@ -124,8 +125,9 @@ class CountersCollector(Collector):
         pipe.hgetall(keys.throughput())
         pipe.hgetall(keys.refusal_counts())
         pipe.hgetall(keys.skip_counts())
+        pipe.hgetall(retention.state_key())
         deployment.queue_read(pipe)
-        stored, refused, skipped, tag, marker = pipe.execute()
+        stored, refused, skipped, retained, tag, marker = pipe.execute()
         held = deployment.describe(*deployment.parse(tag, marker), now=now)
         totals = throughput.parse_totals(stored)
         out: list[Any] = [  # a kind's metric of its own (``Kind.applied_metric``), besides the one by kind
@@ -192,7 +194,8 @@ class CountersCollector(Collector):
             "key: every figure read here would be zero; health says why)",
             value=1 if held["visible"] else 0,
         )
-        out += [duplicates, by_reason, not_views, sizes, layout, visible, visitors, *self.server_metrics()]
+        out += [duplicates, by_reason, not_views, sizes, layout, visible, visitors, *retention_metrics(retained)]
+        out += self.server_metrics()
         if held["lost_at"] is not None:
             out.append(
                 GaugeMetricFamily(
@@ -310,6 +313,35 @@ def queue_lengths(per_queue: dict[str, int]) -> Any:
     for queue, count in per_queue.items():
         lengths.add_metric([queue], count)
     return lengths
+
+
+def retention_metrics(raw: Any) -> list[Any]:
+    """What the retention pass removed (``worker.retention``): keys by table and tier since the
+    start, site's days past a horizon left for the next pass by tier, and when the last pass ran."""
+    status = retention.parse_status(raw)
+    removed = CounterMetricFamily(
+        "counters_retention_removed_keys",
+        "Keys the retention pass removed (apply_retention: days past COUNTERS_VISITOR_DAYS, COUNTERS_AGGREGATE_DAYS)",
+        labels=["table", "tier"],
+    )
+    for (name, tier), count in sorted(status["removed"].items()):
+        removed.add_metric([name, tier], count)
+    pending = GaugeMetricFamily(
+        "counters_retention_pending_days",
+        "Site's days past a horizon that the last retention pass left for the next one",
+        labels=["tier"],
+    )
+    last = status["last"]
+    for tier in TIERS:
+        pending.add_metric([tier], last.get(f"pending:{tier}", 0))
+    out = [removed, pending]
+    if "run" in last:
+        out.append(
+            GaugeMetricFamily(
+                "counters_retention_last_run_timestamp_seconds", "When the last retention pass ran", value=last["run"]
+            )
+        )
+    return out
 
 
 def dead_letter_metrics(kept: int, by_reason: dict[str, int]) -> list[Any]:

@@ -12,6 +12,7 @@ their module is imported (the worker imports it with ``celery worker -I``, the C
 from __future__ import annotations
 
 import importlib
+from datetime import datetime, timezone
 from typing import Any
 
 from ..core import table
@@ -74,6 +75,7 @@ def table_entry(declared: table.Table) -> dict[str, Any]:
         "kept": retention.horizon,
         "kept_setting": retention.setting,
         "kept_days": None if days is None else round(days, 3),
+        "retention_tiers": list(retention.sweeps),
         "holds": erasure.holds,
         "holds_visitor": erasure.holds_visitor,
         "visitor_erasable": erasure.erasable,
@@ -93,6 +95,38 @@ def tables_view(extra_modules: tuple[str, ...] = ()) -> dict[str, Any]:
         "hold_visitors": len(of_visitors),
         "visitor_erasable": sum(entry["visitor_erasable"] for entry in of_visitors),
     }
+
+
+def with_retention(data: dict[str, Any], status: dict[str, Any] | None, problem: str | None = None) -> dict[str, Any]:
+    """``data`` (``tables_view``) with what the retention pass removed (``worker.retention.status``):
+    each table that has sweeps gets ``removed_by_retention`` (tier -> keys removed since the start),
+    and ``retention`` says the last pass (``last``: when, days swept, keys removed and re-timed,
+    days pending), or why the figures could not be read (``problem``: Redis away)."""
+    removed = {} if status is None else status["removed"]
+    for entry in data["tables"]:
+        if entry["retention_tiers"]:
+            entry["removed_by_retention"] = (
+                None
+                if status is None
+                else {tier: removed.get((entry["name"], tier), 0) for tier in entry["retention_tiers"]}
+            )
+    data["retention"] = {"last": None if status is None else (status["last"] or None), "problem": problem}
+    return data
+
+
+def retention_line(data: dict[str, Any]) -> str:
+    """What ``counters-tasks tables`` says of the retention pass under its table."""
+    said = data.get("retention") or {}
+    if said.get("problem"):
+        return f"retention figures not read: {said['problem']}"
+    last = said.get("last")
+    if not last:
+        return "no retention pass yet (beat's apply_retention, hourly at :45)"
+    when = datetime.fromtimestamp(last["run"], tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return (
+        f"last retention pass {when}: {last.get('days', 0)} site's days swept, {last.get('keys', 0)} keys removed, "
+        f"{last.get('retimed', 0)} re-timed, {last.get('pending', 0)} days past a horizon pending"
+    )
 
 
 def table_read_view(conn: RedisClient, name: str, extra_modules: tuple[str, ...] = ()) -> dict[str, Any]:

@@ -17,9 +17,9 @@ from redis.exceptions import RedisError
 from ..core import days
 from ..core.days import local_day
 from ..core.sites import check_site, site_names, zone_of
-from ..core.table import Erasure, Retention, StoredKey, Table, register
+from ..core.table import Erasure, StoredKey, Table, register
 from ..core.validation import check_day_range, check_int, check_now
-from ..store import keys
+from ..store import keys, sweeps
 from ..store.client import RedisClient, read_pipeline
 from . import page_day, site_day, slots
 from .page_day import OTHER, rank, tables_views, views_of_value
@@ -30,6 +30,12 @@ def site_day_pages_top(day: date, *, tag: str | None = None, site: str = "") -> 
     of ``top_pages`` from the day's pages HASH, good while the day's totals pv is the one it
     names; expires with the pages HASH it was made from."""
     return f"{keys.prefix()}site:{{{tag or slots.site_day_tag(day, site)}}}:ptop:{keys.day_label(day, site)}"
+
+
+def sweep(conn: RedisClient, scope: str, day: date, until: float | None) -> int:
+    """The retention sweep of a site's day's top pages (aggregate)."""
+    with keys.bound(conn):
+        return sweeps.apply(conn, [site_day_pages_top(day, site=scope)], until)
 
 
 DAY_TOPS = register(
@@ -43,11 +49,7 @@ DAY_TOPS = register(
         fed_by=(),
         writers=("sitestats.top_pages (a read, best effort)", "make_day_tops (beat, hourly)"),
         readers=("sitestats.top_pages", "counters-tasks top-pages", "/api/top-pages"),
-        retention=Retention(
-            "the pages table's time to live when it was made (COUNTERS_DAY_TOTALS_DAYS)",
-            "COUNTERS_DAY_TOTALS_DAYS",
-            slots.DAY_TABLES_KEPT.days,
-        ),
+        retention=slots.day_tables_kept(sweep),
         erasure=Erasure.none("paths and their views only"),
     )
 )

@@ -45,7 +45,8 @@ PAGE_ALL = register(
         writers=("store/lua/path_all.lua",),
         readers=("sitestats.site_visit_info", "counters-tasks stats --path", "/api/stats?path="),
         retention=Retention(
-            "COUNTERS_PATH_KEEP_DAYS after the path's latest view; for ever when 0",
+            "COUNTERS_PATH_KEEP_DAYS after the path's latest view; for ever when 0 (all-time figures keep their own "
+            "rule, not the retention tiers of a day's data)",
             "COUNTERS_PATH_KEEP_DAYS",
             lambda settings: settings.path_keep_days or None,
         ),

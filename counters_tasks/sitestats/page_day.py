@@ -8,6 +8,7 @@ by ``reads`` and ``day_tops``.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from datetime import date
 from typing import Any, NamedTuple
@@ -17,7 +18,7 @@ from ..core.settings import Settings
 from ..core.sites import check_site
 from ..core.table import Erasure, StoredKey, Table, register
 from ..core.validation import check_day_range
-from ..store import keys
+from ..store import keys, page_sketch, sweeps
 from ..store.client import RedisClient, as_str, read_pipeline
 from . import slots
 
@@ -39,6 +40,20 @@ SKETCHED = Erasure(
 )
 """How one visitor is erased from a day table of sketches: the pages (``page_day``), the
 sources (``sources``) and who visits (``who_visits``)."""
+
+
+def sweep(conn: RedisClient, scope: str, day: date, until: float | None) -> int:
+    """The retention sweep of a site's day's pages (aggregate): the HASH and the HyperLogLog of
+    each path whose sketch reads ``#`` (found by HSCAN of the HASH), unlinked or re-timed."""
+    with keys.bound(conn):
+        table_key = site_day_pages(day, site=scope)
+        hlls = sweeps.sketched_keys(conn, table_key, functools.partial(sketch_hll, table_key))
+        return sweeps.apply(conn, [*hlls, table_key], until)
+
+
+def sketch_hll(table_key: str, field: str, value: str) -> str | None:
+    """The HyperLogLog of a pages (or sources) field whose value's sketch reads ``#``."""
+    return page_sketch.hll_key(table_key, field) if sweeps.is_hll_sketch(sweeps.last_word_sketch(value)) else None
 
 
 PAGE_DAY = register(
@@ -65,7 +80,7 @@ PAGE_DAY = register(
             "/api/stats",
             "/api/top-pages",
         ),
-        retention=slots.DAY_TABLES_KEPT,
+        retention=slots.day_tables_kept(sweep),
         erasure=SKETCHED,
     )
 )

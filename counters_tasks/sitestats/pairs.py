@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from datetime import date
 
-from ..core.table import Erasure, Retention, StoredKey, Table, register
-from ..store import keys
+from ..core.table import VISITOR_LEVEL, Erasure, Retention, StoredKey, Table, register
+from ..store import keys, sweeps
+from ..store.client import RedisClient
 from . import slots
 
 
@@ -19,6 +20,12 @@ def site_day_pairs(day: date, *, tag: str | None = None, site: str = "") -> str:
     """SET of "<visitor><path digest>" (11 + 8 characters) seen on one day: each path's exact daily UV
     (until the day's open_until)."""
     return f"{keys.prefix()}site:{{{tag or slots.site_day_tag(day, site)}}}:pairs:{keys.day_label(day, site)}"
+
+
+def sweep(conn: RedisClient, scope: str, day: date, until: float | None) -> int:
+    """The retention sweep of a site's day's pairs (visitor-level)."""
+    with keys.bound(conn):
+        return sweeps.apply(conn, [site_day_pairs(day, site=scope)], until)
 
 
 PAIRS = register(
@@ -35,9 +42,11 @@ PAIRS = register(
         readers=("store/lua/site_day.lua (a path's UV of the day, the who-visits sketches)",),
         retention=Retention(
             "until the day's open_until: the later of the end of D and its first write, plus "
-            "COUNTERS_DAY_GRACE_DAYS (at least a day)",
+            "COUNTERS_DAY_GRACE_DAYS (at least a day); never past COUNTERS_VISITOR_DAYS after the end "
+            "of D (the hourly apply_retention)",
             "COUNTERS_DAY_GRACE_DAYS",
             lambda settings: settings.day_grace_days,
+            {VISITOR_LEVEL: sweep},
         ),
         erasure=Erasure(
             "visitor ids",

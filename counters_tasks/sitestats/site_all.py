@@ -52,7 +52,10 @@ SITE_ALL = register(
         fed_by=("visit",),
         writers=("store/lua/site_all.lua",),
         readers=("sitestats.site_visit_info", "counters-tasks stats", "/api/stats", "counters-tasks demo"),
-        retention=Retention("for ever (never expires)"),
+        retention=Retention(
+            "for ever (never expires): all-time figures and visitors keep their own rule, not the retention "
+            "tiers of a day's data (one visitor can be erased: forget_visitor)"
+        ),
         erasure=Erasure(
             "visitor ids",
             True,

@@ -44,10 +44,10 @@ from ..core import days
 from ..core.days import local_day
 from ..core.settings import get_settings
 from ..core.sites import check_site, zone_of
-from ..core.table import Erasure, Retention, StoredKey, Table, register
+from ..core.table import AGGREGATE, VISITOR_LEVEL, Erasure, Retention, StoredKey, Table, register
 from ..core.validation import check_item_time, check_message_id
 from ..core.visitors import pair_visitor
-from ..store import keys
+from ..store import day_registry, keys, sweeps
 from ..store.client import RedisClient
 from ..store.scripts import WritePlan, run_script, write_through
 from . import page_all, page_day, pairs, site_all, slots, sources, upgrade, who_visits
@@ -89,6 +89,18 @@ def totals_expire_at(day: date, site: str = "") -> int:
     return days.kept_until(day, totals_days(), zone_of(site))
 
 
+def sweep_visitors(conn: RedisClient, scope: str, day: date, until: float | None) -> int:
+    """The retention sweep of a site's day's visitors (visitor-level: the SET, or the HLL)."""
+    with keys.bound(conn):
+        return sweeps.apply(conn, [site_day_visitors(day, mode, site=scope) for mode in ("exact", "hll")], until)
+
+
+def sweep_totals(conn: RedisClient, scope: str, day: date, until: float | None) -> int:
+    """The retention sweep of a site's day's totals and range HLL (aggregate)."""
+    with keys.bound(conn):
+        return sweeps.apply(conn, [site_day_range_hll(day, site=scope), site_day_totals(day, site=scope)], until)
+
+
 SITE_DAY = register(
     Table(
         name="site_day",
@@ -112,11 +124,12 @@ SITE_DAY = register(
             "health",
         ),
         retention=Retention(
-            "totals and range HLL: the later of the end of D and the latest write, plus "
-            "COUNTERS_DAY_TOTALS_DAYS; the visitors: until the day's open_until (the later of the "
-            "end of D and its first write, plus COUNTERS_DAY_GRACE_DAYS)",
-            "COUNTERS_DAY_TOTALS_DAYS",
-            slots.DAY_TABLES_KEPT.days,
+            "totals and range HLL: " + slots.AGGREGATE_KEPT + "; the visitors: until the day's open_until "
+            "(the later of the end of D and its first write, plus COUNTERS_DAY_GRACE_DAYS), never past "
+            "COUNTERS_VISITOR_DAYS after the end of D",
+            "COUNTERS_AGGREGATE_DAYS",
+            slots.aggregate_days,
+            {VISITOR_LEVEL: sweep_visitors, AGGREGATE: sweep_totals},
         ),
         erasure=Erasure(
             "visitor ids",
@@ -185,6 +198,7 @@ def queue_views(
                     _queue_day_call(conn, pipe, scope, site, day, sent, part_id, ttl)
                 if scope == site:  # (a page's calls count its views again: not in the returned calls)
                     day_calls.append((day, len(sent), len(part) - len(sent)))
+        day_registry.queue_note(pipe, [(scope, day) for scope, _site, day, _views in scopes])
         for script_keys, args in site_all.script_calls(by_shard, ttl, mode, message_id):
             run_script(conn, "site_all", script_keys, args, client=pipe)
         for script_keys, args in page_all.script_calls(by_group, ttl, settings, message_id):

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from datetime import date
 
-from ..core.table import ForgetterSlot, Retention
+from ..core.settings import Settings
+from ..core.table import AGGREGATE, ForgetterSlot, Retention, Sweeper
 from ..store import keys
 
 
@@ -24,11 +25,9 @@ def site_day_tag(day: date, site: str = "") -> str:
     return keys.hash_tag("site-day", keys.scoped(site, day.isoformat()))
 
 
-DAY_TABLES_KEPT = Retention(
-    "the later of the end of D and the table's latest write, plus COUNTERS_DAY_TOTALS_DAYS "
-    "(never less than COUNTERS_DAY_GRACE_DAYS)",
-    "COUNTERS_DAY_TOTALS_DAYS",
-    lambda settings: max(settings.day_totals_days, settings.day_grace_days),
+AGGREGATE_KEPT = (
+    "COUNTERS_AGGREGATE_DAYS (400; 0: for ever) after the end of D: the hourly apply_retention "
+    "removes the day past it (its TTL, COUNTERS_DAY_TOTALS_DAYS from the latest write, is a safety net)"
 )
 """How long the tables of a day's slot that hold figures are kept: the pages, the sources, who
 visits (each from its own latest write), as the day's totals (``site_day.totals_days``)."""
@@ -41,3 +40,21 @@ FORGET_DAY_TABLES = ForgetterSlot("sitestats day tables")
 FORGET_ALL_TIME = ForgetterSlot("sitestats all-time tables")
 """The ``Erasure.forget`` of the all-time tables (``site_all``, ``page_all``):
 ``sitestats.erase.forget_all_time``."""
+
+
+"""What the retention of a day's aggregate table says (``day_tables_kept``)."""
+
+
+def aggregate_days(settings: Settings) -> float | None:
+    """The aggregate tier's horizon in days (None: for ever, COUNTERS_AGGREGATE_DAYS=0)."""
+    return settings.aggregate_days or None
+
+
+def day_tables_kept(sweep: Sweeper, horizon: str = AGGREGATE_KEPT) -> Retention:
+    """How long a table of a day's figures is kept: the aggregate tier, swept by ``sweep``."""
+    return Retention(horizon, "COUNTERS_AGGREGATE_DAYS", aggregate_days, {AGGREGATE: sweep})
+
+
+DAY_TABLES_KEPT = Retention(AGGREGATE_KEPT, "COUNTERS_AGGREGATE_DAYS", aggregate_days)
+"""How long the tables of a day's slot that hold figures are kept (the aggregate tier; each
+table's declaration names its sweep: ``day_tables_kept``)."""

@@ -8,6 +8,7 @@ are (``site_day_table``, by their own letters) and ranked the same way (``ranked
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Callable, Iterable
 from datetime import date
@@ -20,10 +21,10 @@ from ..core.sites import check_site
 from ..core.table import StoredKey, Table, register
 from ..core.validation import check_day_range, check_int
 from ..errors import InvalidInput
-from ..store import keys, page_sketch
+from ..store import keys, page_sketch, sweeps
 from ..store.client import RedisClient, read_pipeline
 from . import slots
-from .page_day import OTHER, SKETCHED, TableTotals, page_value, rank, tables_views
+from .page_day import OTHER, SKETCHED, TableTotals, page_value, rank, sketch_hll, tables_views
 
 SOURCE_KINDS = {"referrer": "r", "utm_source": "s", "utm_medium": "m", "utm_campaign": "c"}
 """The kinds of source a view has (``core.sources``), each a table of its own a day, by letter."""
@@ -42,6 +43,19 @@ SketchTable = tuple[dict[str, int], bytearray]
 """One sketch table of a ``site_day`` call: its fields (value -> its number, from 1, in the
 order first met), and a byte a view of the call: the number of its field (0: none)."""
 
+
+def sweep(conn: RedisClient, scope: str, day: date, until: float | None) -> int:
+    """The retention sweep of a site's day's sources tables (aggregate): each kind's HASH and the
+    HyperLogLog of each source whose sketch reads ``#`` (HSCAN of the HASH)."""
+    with keys.bound(conn):
+        removed = 0
+        for letter in SOURCE_KINDS.values():
+            table_key = site_day_table(day, letter, site=scope)
+            hlls = sweeps.sketched_keys(conn, table_key, functools.partial(sketch_hll, table_key))
+            removed += sweeps.apply(conn, [*hlls, table_key], until)
+        return removed
+
+
 SOURCES = register(
     Table(
         name="sources",
@@ -58,7 +72,7 @@ SOURCES = register(
         fed_by=("visit",),
         writers=("store/lua/site_day.lua",),
         readers=("sitestats.top_sources", "sitestats.source_totals", "counters-tasks sources", "/api/sources"),
-        retention=slots.DAY_TABLES_KEPT,
+        retention=slots.day_tables_kept(sweep),
         erasure=SKETCHED,
     )
 )

@@ -21,7 +21,7 @@ from ..core.sites import check_site
 from ..core.table import StoredKey, Table, register
 from ..core.validation import check_day_range, check_int, check_path
 from ..errors import InvalidInput
-from ..store import keys, page_sketch
+from ..store import keys, page_sketch, sweeps
 from ..store.client import RedisClient, as_str, read_pipeline
 from . import slots, sources
 from .page_day import SKETCHED, TableTotals
@@ -60,6 +60,23 @@ WhoTable = tuple[str, list[str], list[int], bytearray]
 """One who-visits table of a ``site_day`` call: its letter, its values (in the order first met),
 their page views in the call, and a byte a view: the number of its value (from 1)."""
 
+
+def sweep(conn: RedisClient, scope: str, day: date, until: float | None) -> int:
+    """The retention sweep of a site's (or page's) day's who-visits tables (aggregate): the five
+    tables, the sketches' HASH and the HyperLogLog of each value whose sketch reads ``#``."""
+    with keys.bound(conn):
+        sketches = site_day_who_sketches(day, site=scope)
+        hlls = sweeps.sketched_keys(conn, sketches, functools.partial(_who_hll, sketches))
+        tables = [sources.site_day_table(day, letter, site=scope) for letter in CLIENT_LETTERS]
+        return sweeps.apply(conn, [*hlls, *tables, sketches], until)
+
+
+def _who_hll(sketches: str, field: str, value: str) -> str | None:
+    """The HyperLogLog of a who-visits value (field ``"<letter>:<value>"``) whose sketch reads ``#``."""
+    letter, _sep, shown_value = field.partition(":")
+    return page_sketch.hll_key(sketches, shown_value, letter) if sweeps.is_hll_sketch(value) else None
+
+
 WHO_VISITS = register(
     Table(
         name="who_visits",
@@ -82,7 +99,7 @@ WHO_VISITS = register(
             "counters-tasks browsers, operating-systems, devices, countries, languages",
             "/api/clients",
         ),
-        retention=slots.DAY_TABLES_KEPT,
+        retention=slots.day_tables_kept(sweep),
         erasure=SKETCHED,
     )
 )

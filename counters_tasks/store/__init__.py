@@ -4,6 +4,8 @@
   and forgetting a visitor walk it);
 - ``tombstones``: the forgotten visitors' keyed digests, so that their items still on the broker
   are not counted back (``forgotten``);
+- ``sweeps``: the bounded calls a table's retention sweep is made of (UNLINK or EXPIREAT in chunks,
+  a HASH's sketches' HyperLogLogs found by HSCAN of it);
 - ``page_sketch``: a page's visitors of a day in a few bytes (read here, written by its Lua twin),
   for a page's unique visitors over a range;
 - ``client``: the per-process, connection-pooled client (single server or cluster), the

@@ -26,6 +26,8 @@
 - ``dead_letters``: messages set aside (undecodable, malformed, oversize, or failing for good),
   with their reasons, for operators to list, requeue or drop;
 - ``maintenance``: the beat jobs' cluster-wide lock and their last-run statuses, and beat's start;
+- ``retention``: the retention pass (beat's ``apply_retention``): each table's data of the site's
+  days past its tier's horizon removed, a longer horizon re-timed, what it removed counted;
 - ``results``: the app's result backend, which keeps none and says so when a result is asked for;
 - ``forget``: ``forget_visitor``: one visitor forgotten from every table that declares a forgetter,
   with the audit of erasures (``forget_audit``);

@@ -85,6 +85,7 @@ task_routes = {
     "counters_tasks.expire_dead_letters": {"queue": "maintenance"},
     "counters_tasks.make_day_tops": {"queue": "maintenance"},
     "counters_tasks.forget_visitor": {"queue": "maintenance"},  # an operator's erasure (worker.forget)
+    "counters_tasks.apply_retention": {"queue": "maintenance"},
 }
 
 # Each job expires before its next run is due, so a missed run is skipped, not piled up.
@@ -122,6 +123,11 @@ beat_schedule = {
     "expire-dead-letters": {
         "task": "counters_tasks.expire_dead_letters",
         "schedule": crontab(minute=30),  # hourly, at :30: dead letters older than COUNTERS_DEAD_LETTER_DAYS
+        "options": {"expires": 3300},
+    },
+    "apply-retention": {
+        "task": "counters_tasks.apply_retention",
+        "schedule": crontab(minute=45),  # hourly, at :45: the site's days past COUNTERS_VISITOR_DAYS, _AGGREGATE_DAYS
         "options": {"expires": 3300},
     },
 }

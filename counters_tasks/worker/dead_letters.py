@@ -44,7 +44,7 @@ from kombu.utils.json import loads as kombu_loads
 
 from ..core import table
 from ..core.privacy import masked, masked_text
-from ..core.settings import get_settings, is_redis_url, redis_py_url
+from ..core.settings import Settings, get_settings, is_redis_url, redis_py_url
 from ..core.validation import finite_number
 from ..store import keys
 from ..store.client import as_str, get_redis
@@ -341,10 +341,18 @@ def expire(client: Any, older_than: float, limit: int = EXPIRE_PER_RUN) -> int:
     return removed
 
 
+def kept_days(settings: Settings) -> int:
+    """Days a dead letter is kept: COUNTERS_DEAD_LETTER_DAYS, never more than COUNTERS_VISITOR_DAYS
+    (a message's arguments are visitor-level data: an IP, masked, a session id, a path); 0 dead-letter
+    days: the visitor days."""
+    days = settings.dead_letter_days
+    return min(days, settings.visitor_days) if days else settings.visitor_days
+
+
 def expire_due(client: Any, now: float | None = None) -> int:
-    """``expire`` the dead letters older than ``COUNTERS_DEAD_LETTER_DAYS`` (none when it is 0)."""
-    days = get_settings().dead_letter_days
-    return expire(client, (time.time() if now is None else now) - days * 86400) if days else 0
+    """``expire`` the dead letters older than ``kept_days`` (COUNTERS_DEAD_LETTER_DAYS, at most
+    COUNTERS_VISITOR_DAYS)."""
+    return expire(client, (time.time() if now is None else now) - kept_days(get_settings()) * 86400)
 
 
 def summary(client: Any) -> dict[str, Any]:
@@ -413,9 +421,10 @@ DEAD_LETTERS = table.register(
         writers=("store/lua/dead_letter.lua (the broker transport, the tasks)", "expire_dead_letters (beat, hourly)"),
         readers=("counters-tasks dead-letters", "health", "/metrics"),
         retention=table.Retention(
-            "COUNTERS_DEAD_LETTER_DAYS, at most COUNTERS_DEAD_LETTER_MAX records",
+            "COUNTERS_DEAD_LETTER_DAYS, never more than COUNTERS_VISITOR_DAYS (0: the visitor days; the hourly "
+            "expire_dead_letters), at most COUNTERS_DEAD_LETTER_MAX records",
             "COUNTERS_DEAD_LETTER_DAYS",
-            lambda settings: settings.dead_letter_days,
+            kept_days,
         ),
         erasure=table.Erasure(
             "a message's arguments, IP addresses masked",

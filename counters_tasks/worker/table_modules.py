@@ -29,6 +29,7 @@ DATA_TABLE_MODULES = (
     "counters_tasks.worker.forget",
     "counters_tasks.sitestats.erase",
     "counters_tasks.events.erase",
+    "counters_tasks.worker.retention",
 )
 """The modules below ``ops`` that declare the package's tables (each registers its own at import)."""
 

@@ -24,7 +24,7 @@ from counters_tasks.local.waiting import wait_until
 from counters_tasks.ops import metrics
 from counters_tasks.ops.web import create_app
 from counters_tasks.store import deployment, keys
-from counters_tasks.worker import dead_letters
+from counters_tasks.worker import dead_letters, retention
 from tests.support.dashboard import TestClient
 from tests.support.procs import REPO, celery_env, purge_broker, serving, start_worker
 from tests.support.servers import use_settings
@@ -324,9 +324,9 @@ def test_a_scrape_reads_a_fixed_number_of_keys(conn, broker, monkeypatch):
     monkeypatch.setattr(redis.client.Pipeline, "execute", spy)
     scrape_app(conn)
     assert sorted(set(sent)) == ["GET", "HGETALL", "HLEN", "LINDEX", "LLEN", "PFCOUNT", "ZRANGE"]
-    # throughput, refusals, skips, the tag key and the deployment's marker; visitors now (one site);
-    # 2 queues x 4 lists; 4 heads; unacked x2; dead x2
-    assert len(sent) == 5 + 1 + 8 + 4 + 1 + 1 + 1 + 1
+    # throughput, refusals, skips, retention, the tag key and the deployment's marker; visitors now
+    # (one site); 2 queues x 4 lists; 4 heads; unacked x2; dead x2
+    assert len(sent) == 6 + 1 + 8 + 4 + 1 + 1 + 1 + 1
     assert (
         value(samples(TestClient(create_app(conn, auth=None)).get("/metrics").text), "counters_visits_applied_total")
         == 300
@@ -423,6 +423,7 @@ def test_docs_list_every_metric_with_its_type(conn, broker):
     """docs/metrics.md's table names every family /metrics exports, with its type, and no other."""
     visits.apply_visits(conn, [{"ip": "192.0.2.1", "path": "/"}])  # the newest-item gauges appear
     conn.hset(deployment.marker_name(), "lost_at", time.time())  # and the data-loss gauge (a loss recorded)
+    conn.hset(retention.state_key(), "last_run", time.time())  # and the retention pass's (a pass ran)
     text = TestClient(create_app(conn, auth=None)).get("/metrics").text
     exported = {
         family.name if family.type != "counter" else family.name + "_total": family.type

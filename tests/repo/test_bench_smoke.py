@@ -33,7 +33,8 @@ SMOKE = {
         "every read equals the count of the visits written",
     ),
     "longhaul.py": (
-        ["--days", "3", "--paths", "20000", "--visits-per-day", "2000", "--every", "1", "--probe", "20000"],
+        ["--days", "3", "--paths", "20000", "--visits-per-day", "2000", "--every", "1", "--probe", "20000"]
+        + ["--retention-visitor-days", "2", "--retention-aggregate-days", "2"],
         "longhaul targets met",
     ),
 }

@@ -40,7 +40,14 @@ PACKAGE_DEFAULTS = [
     ["json"],
     {
         f"counters_tasks.{job}": {"queue": "maintenance"}
-        for job in ("clean_counters", "rotate_rankings", "precompute_expected", "expire_dead_letters", "make_day_tops")
+        for job in (
+            "clean_counters",
+            "rotate_rankings",
+            "precompute_expected",
+            "expire_dead_letters",
+            "make_day_tops",
+            "apply_retention",
+        )
     },
     "visits",
 ]

@@ -70,7 +70,8 @@ def kept_ids(broker) -> list[str]:
     return [json.loads(raw)["id"] for raw in broker.lrange(keys.dead_letters(), 0, -1)]
 
 
-def test_records_older_than_the_setting_go_and_younger_ones_stay(broker):
+def test_records_older_than_the_setting_go_and_younger_ones_stay(broker, monkeypatch):
+    use_settings(monkeypatch, COUNTERS_VISITOR_DAYS=30)  # (COUNTERS_DEAD_LETTER_DAYS, 14, is then the horizon)
     now = time.time()
     set_aside_at(now - 40 * DAY, 30, "old")
     set_aside_at(now - 15 * DAY, 20, "stale")
@@ -94,16 +95,19 @@ def test_records_older_than_the_setting_go_and_younger_ones_stay(broker):
     assert dead_letters.expire_due(broker, now) == 2  # of unknown age: removed as due, never stuck
 
 
-def test_the_setting_at_0_keeps_them_until_dropped(broker, monkeypatch):
+def test_they_are_never_kept_past_the_visitor_days_and_the_setting_at_0_means_those(broker, monkeypatch):
+    """Issue 44: a dead letter holds a visitor's message (a masked IP, a session id): visitor-level
+    data, kept COUNTERS_DEAD_LETTER_DAYS but never past COUNTERS_VISITOR_DAYS (0: those days)."""
     now = time.time()
     set_aside_at(now - 400 * DAY, 3, "ancient")
-    use_settings(monkeypatch, COUNTERS_DEAD_LETTER_DAYS=0)
+    set_aside_at(now - 9 * DAY, 2, "nine")
+    use_settings(monkeypatch, COUNTERS_DEAD_LETTER_DAYS=500, COUNTERS_VISITOR_DAYS=401, COUNTERS_AGGREGATE_DAYS=401)
     assert dead_letters.expire_due(broker, now) == 0
-    assert broker.llen(keys.dead_letters()) == 4
-    use_settings(monkeypatch, COUNTERS_DEAD_LETTER_DAYS=500)
-    assert dead_letters.expire_due(broker, now) == 0
-    use_settings(monkeypatch, COUNTERS_DEAD_LETTER_DAYS=399)
-    assert dead_letters.expire_due(broker, now) == 4
+    assert broker.llen(keys.dead_letters()) == 3 + 1 + 2 + 1  # (each call sets aside a raw record too)
+    use_settings(monkeypatch, COUNTERS_DEAD_LETTER_DAYS=0, COUNTERS_VISITOR_DAYS=10)
+    assert dead_letters.expire_due(broker, now) == 4  # the 400-day-old ones (and the unknown's record)
+    use_settings(monkeypatch, COUNTERS_DEAD_LETTER_DAYS=14, COUNTERS_VISITOR_DAYS=7)
+    assert dead_letters.expire_due(broker, now) == 3  # nine days old: past the visitor days
 
 
 def test_a_record_pushed_meanwhile_is_never_taken_for_the_old_one(broker, monkeypatch):

@@ -13,6 +13,8 @@ import click
 
 from ...errors import InvalidInput
 from ...sitestats import OTHER, SOURCE_KINDS
+from ...store.client import get_redis
+from ...worker import retention
 from .. import tables, views
 from .common import output_options, query, site_option
 from .render import (
@@ -266,11 +268,16 @@ import_option = click.option(
 @output_options(TABLES_COLUMNS)
 def tables_command(modules: tuple[str, ...], output: str) -> None:
     """Every stored table: its keys, who writes and reads it, how long it is kept, and whether one
-    visitor can be erased from it (or why not). Reads no Redis: the declarations say it."""
+    visitor can be erased from it (or why not); the declarations say it. What the retention pass
+    removed of each, and its last pass, are read from Redis (said when they cannot be)."""
     try:
         data = tables.tables_view(modules)
     except InvalidInput as exc:
         raise click.UsageError(str(exc)) from None
+    try:
+        data = tables.with_retention(data, retention.status(get_redis()))
+    except Exception as exc:  # noqa: BLE001  the declarations are shown all the same, and why the figures are not
+        data = tables.with_retention(data, None, f"{type(exc).__name__}: {exc}")
     emit(data, output, render_tables, tables_rows)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..tables import retention_line
 from .render import Rows
 
 TABLES_COLUMNS = (
@@ -19,6 +20,7 @@ TABLES_COLUMNS = (
     "kept",
     "kept_setting",
     "kept_days",
+    "removed_by_retention",
     "holds",
     "visitor_erasable",
     "erasure",
@@ -34,17 +36,29 @@ def tables_rows(data: dict) -> Rows:
         row["keys"] = "; ".join(f"{key['key']} ({key['type']})" for key in entry["keys"])
         for name in ("fed_by", "writers", "readers"):
             row[name] = "; ".join(entry[name])
+        row["removed_by_retention"] = _removed(entry)
         rows.append(row)
     return TABLES_COLUMNS, rows
+
+
+def _removed(entry: dict) -> str:
+    """A table's keys removed by retention, by tier (``""``: it has no sweep; ``?``: not read)."""
+    if not entry.get("retention_tiers"):
+        return ""
+    removed = entry.get("removed_by_retention")
+    if removed is None:
+        return "?"
+    return "; ".join(f"{tier} {count}" for tier, count in removed.items())
 
 
 def summary_line(data: dict) -> str:
     """Under the table: how many tables hold something of a visitor, and of those how many can have
     one visitor erased (the others say why not in their ``erasure``)."""
-    return (
+    line = (
         f"{data['count']} tables; {data['hold_visitors']} hold something of a visitor, one visitor can be erased "
         f"from {data['visitor_erasable']} of them (the others say why not)"
     )
+    return line + ("\n" + retention_line(data) if "retention" in data else "")
 
 
 def render_tables(console: Any, data: dict) -> None:
@@ -57,6 +71,8 @@ def render_tables(console: Any, data: dict) -> None:
         keys = "\n".join(f"{key['key']} {key['type']}" for key in entry["keys"])
         erasable = ("yes: " if entry["visitor_erasable"] else "no: ") + entry["erasure"]
         kept = entry["kept"] + (f" ({entry['kept_setting']})" if entry["kept_setting"] else "")
+        if entry.get("retention_tiers"):
+            kept += f"\nremoved by retention: {_removed(entry)}"
         name = entry["name"] + (f"\nfed by: {', '.join(entry['fed_by'])}" if entry["fed_by"] else "")
         table.add_row(name, keys, "\n".join(entry["writers"]), "\n".join(entry["readers"]), kept, erasable)
     console.print(table)

@@ -8,6 +8,7 @@
 --       allowance, us), clock tolerance (us), n steps, the state's cap (entries), seconds a day's
 --       figures are kept after the day's first attempt, base (`ct:fun:{tag}:`, the keys' common
 --       start), then n step windows (us; 0: none), then nb, nb bucket bounds (us, ascending),
+--       then the most seconds a visitor's state outlives its latest step event (COUNTERS_VISITOR_DAYS),
 --       then per visitor: its id, m, then m step event names (mask: bit k-1 for step k).
 -- Keys made from base: `v:<visitor>` (HASH state: `a` the time up to which attempts were
 -- pruned, `d` the days of its live attempts, a step event's name -> multiplicity), `res:<D>`
@@ -33,6 +34,8 @@ for i = 1, nb do
   bounds[i] = tonumber(ARGV[at + i])
 end
 at = at + nb + 1
+local state_days_s = tonumber(ARGV[at])  -- (s) a state never outlives its latest step event by more
+at = at + 1
 local cutoff = now - W - L       -- older step events are not judged (late)
 local final = cutoff - tol       -- an attempt that ended before this can no longer change
 local US = 1000000
@@ -336,7 +339,7 @@ while at <= #ARGV do
         end
       end
       redis.call('HSET', skey, unpack(fields))
-      redis.call('EXPIREAT', skey, math.ceil((latest + 2 * W + L + tol) / US))
+      redis.call('EXPIREAT', skey, math.ceil(math.min((latest + 2 * W + L + tol) / US, latest / US + state_days_s)))
     end
   end
 end
