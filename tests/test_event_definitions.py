@@ -80,3 +80,19 @@ def test_workers_read_the_definitions_by_site_and_a_definition_clears_the_cache(
     assert not definitions.current(conn).empty  # cached: another process's change is read within REFRESH
     events.remove_goal(conn, "g")  # this process's own change clears it
     assert "" not in definitions.current(conn).goals
+
+
+def test_a_funnel_window_longer_than_the_visitor_days_is_refused_with_the_setting_to_raise(
+    conn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A visitor's funnel state is visitor-level data, kept at most COUNTERS_VISITOR_DAYS after its
+    latest step: a 30-day window would lose longer attempts without a word, so it is refused."""
+    from tests.support.servers import use_settings
+
+    steps = [{"page": "/a"}, {"page": "/b"}]
+    with pytest.raises(InvalidInput, match="COUNTERS_VISITOR_DAYS of at least 31"):
+        events.define_funnel(conn, "month", steps, 30 * 86400)
+    assert events.funnels(conn) == []
+    events.define_funnel(conn, "week", steps, 6 * 86400)  # 6 days + a day's lateness: 7 days fit
+    use_settings(monkeypatch, COUNTERS_VISITOR_DAYS="31")
+    assert events.define_funnel(conn, "month", steps, 30 * 86400).window == 30 * 86400

@@ -34,6 +34,7 @@ from ..core.conversions import (
     match_of,
     to_json,
 )
+from ..core.days import DAY
 from ..core.settings import get_settings
 from ..core.sites import check_site
 from ..core.table import Erasure, Retention, StoredKey, Table, register
@@ -114,8 +115,24 @@ def define_funnel(
         raise InvalidInput("steps must be a list of dicts")
     made = tuple(Step(match_of(step), step.get("window")) for step in steps)
     funnel = Funnel(check_text(name, "funnel name"), made, window, check_site(site), since_now(now))
+    check_window_kept(funnel.window)
     _store(conn, "funnels", funnel)
     return funnel
+
+
+def check_window_kept(window: int) -> None:
+    """A funnel's window plus COUNTERS_FUNNEL_LATENESS must fit in COUNTERS_VISITOR_DAYS: a
+    visitor's funnel state is visitor-level data, kept at most those days after its latest step
+    event (``funnel_steps``), so a longer attempt would be lost without a word. InvalidInput
+    says which setting to raise."""
+    settings = get_settings()
+    needed = window + settings.funnel_lateness
+    if needed > settings.visitor_days * DAY:
+        raise InvalidInput(
+            f"a funnel window of {window} s plus COUNTERS_FUNNEL_LATENESS ({settings.funnel_lateness} s) needs "
+            f"COUNTERS_VISITOR_DAYS of at least {math.ceil(needed / DAY)} (now {settings.visitor_days}): a visitor's "
+            "funnel state is visitor-level data, kept at most those days"
+        )
 
 
 def _remove(conn: RedisClient, what: str, name: str, site: str | None) -> bool:
