@@ -150,7 +150,7 @@ def test_the_visitor_key_setting_is_read_as_the_other_choices_are(monkeypatch, v
 def test_events_goals_and_funnels_say_what_they_count(eager_app, raw_conn, monkeypatch, mode):
     """An event's UV and a goal's converters over two days count visitor-days in the daily mode;
     a funnel does not follow a visitor past midnight there, and its answer says so."""
-    use_settings(monkeypatch, COUNTERS_VISITOR_KEY=mode, COUNTERS_FUNNEL_LATENESS=10 * 86400)
+    use_settings(monkeypatch, COUNTERS_VISITOR_KEY=mode, COUNTERS_FUNNEL_LATENESS=10 * 86400, COUNTERS_VISITOR_DAYS=11)
     daily = mode == "daily"
     first, last = two_days()
     since = at(first, 0) - 60

@@ -145,13 +145,14 @@ def test_every_script_call_stays_in_one_slot_and_load_spreads(raw_conn, script_c
     assert min(thirds.values()) > len(key_slots) / 6, thirds
     assert len(set(slots_of_calls)) > 100
     # User strings never pick a slot: every tag is one the package makes (a hash, a group, or the
-    # refusal counts' constant tag); untagged keys are the beat jobs' own (no user string in them).
+    # refusal counts' constant tag, the day registry's, the tombstones'); untagged keys are the beat
+    # jobs' own and the erasures' audit (no user string in them).
     for key in stored:
         found = TAG.search(key)
         if found is None:
-            assert re.fullmatch(r"ct:(tagkey|deployment|job:\w+|lock:\w+)", key), key
+            assert re.fullmatch(r"ct:(tagkey|deployment|job:\w+|lock:\w+|retention|forget:audit)", key), key
         else:
-            assert re.fullmatch(r"[0-9a-f]{16}|[rbcp]\d+|refused|imports|throughput", found.group(1)), key
+            assert re.fullmatch(r"[0-9a-f]{16}|[rbcp]\d+|refused|imports|throughput|days|forgotten", found.group(1)), key
 
 
 def documented_patterns() -> list[tuple[re.Pattern, str]]:

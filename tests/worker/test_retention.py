@@ -286,10 +286,12 @@ def test_metrics_and_tables_show_what_retention_removed(raw_conn, two_sites, mon
 
 def test_a_funnel_visitors_state_is_kept_at_most_the_visitor_days(raw_conn, monkeypatch):
     """A visitor's funnel state is visitor-level data: a 30-day window would keep it 61 days past
-    its latest step event; COUNTERS_VISITOR_DAYS caps it."""
-    use_settings(monkeypatch, COUNTERS_VISITOR_DAYS=7)
+    its latest step event; COUNTERS_VISITOR_DAYS caps it. (Such a funnel is refused while the
+    setting is 7: it was defined under 31, then the setting was lowered.)"""
+    use_settings(monkeypatch, COUNTERS_VISITOR_DAYS=31)
     now = time.time()
     definitions.define_funnel(raw_conn, "long", [{"page": "/a"}, {"page": "/b"}], 30 * DAY, now=now - 600)
+    use_settings(monkeypatch, COUNTERS_VISITOR_DAYS=7)
     assert payloads.apply_payload(raw_conn, VISIT, [{"ip": "10.5.5.5", "path": "/a", "ts": now - 60}], message_id="f")
     states = list(raw_conn.scan_iter(match="*fun:*:v:*"))
     assert len(states) == 1
