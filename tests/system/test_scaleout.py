@@ -152,7 +152,9 @@ def test_every_script_call_stays_in_one_slot_and_load_spreads(raw_conn, script_c
         if found is None:
             assert re.fullmatch(r"ct:(tagkey|deployment|job:\w+|lock:\w+|retention|forget:audit)", key), key
         else:
-            assert re.fullmatch(r"[0-9a-f]{16}|[rbcp]\d+|refused|imports|throughput|days|forgotten", found.group(1)), key
+            assert re.fullmatch(r"[0-9a-f]{16}|[rbcp]\d+|refused|imports|throughput|days|forgotten", found.group(1)), (
+                key
+            )
 
 
 def documented_patterns() -> list[tuple[re.Pattern, str]]:
