@@ -87,6 +87,7 @@ def big_board_work(raw_conn, call_budget) -> None:
     assert "big" not in ranking.known_boards(raw_conn)
 
 
+@pytest.mark.long  # (alone on the machine for 10-30 s: make test-long)
 @pytest.mark.budget
 @pytest.mark.usefixtures("bound_deployment")
 def test_a_big_board_is_read_rebuilt_rotated_and_deleted_in_short_calls(raw_conn, call_budget):

@@ -315,6 +315,7 @@ def fifty_thousand_user_agents(raw_conn, call_budget) -> None:
     assert memory < 5 * 201 * 400  # a tracked value's views and sketch (at most ~260 bytes) and their fields
 
 
+@pytest.mark.long  # (alone on the machine for 10-30 s: make test-long)
 @pytest.mark.budget
 @pytest.mark.usefixtures("bound_deployment")
 def test_fifty_thousand_user_agents_in_a_day_stay_under_the_cap_with_other_counted(raw_conn, call_budget):

@@ -119,7 +119,9 @@ NASTY = [
     "%7B",
     "ct:cnt:{0000000000000000}:1:x",
 ]
-TAG = re.compile(rb"\{([0-9a-f]{16}|[rb]\d+|[cp]\d{1,3})\}")  # keys.tag, a registry shard, keys.group_tag
+TAG = re.compile(
+    rb"\{([0-9a-f]{16}|[rb]\d+|[cp]\d{1,3}|days)\}"
+)  # keys.tag, a registry shard, keys.group_tag, the day registry
 
 
 def write_everywhere(conn, text: str, ts: float) -> None:

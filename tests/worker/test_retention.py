@@ -331,6 +331,7 @@ def test_a_real_worker_runs_the_pass_under_its_lock(redis_url, raw_conn, two_sit
         assert worker.stop() == 0, worker.output()[-3000:]
 
 
+@pytest.mark.long  # (alone on the machine for 10-30 s: make test-long)
 @pytest.mark.budget
 def test_every_call_of_a_pass_over_a_day_of_ten_thousand_paths_stays_in_budget(
     raw_conn, two_sites, monkeypatch, call_budget
