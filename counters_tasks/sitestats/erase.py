@@ -250,19 +250,16 @@ def forget_all_time(conn: RedisClient, target: ForgetTarget, days: Sequence[date
 
 
 def _path_keys(conn: RedisClient, scope: str) -> list[str]:
-    """Every path's all-time HASH of site ``scope`` (``SCAN MATCH``, ``SCAN_COUNT`` keys a call)."""
+    """Every path's all-time HASH of site ``scope`` (``SCAN MATCH``, ``SCAN_COUNT`` keys a call; on a
+    cluster, each master's keyspace in turn: ``scan_iter``)."""
     sample = page_all.path_totals(keys.scoped(scope, "/"))
     head = sample.split("{", 1)[0]
     found: list[str] = []
-    cursor = 0
-    while True:
-        cursor, page = conn.scan(cursor, match=glob_escape(head) + "*:all:*", count=SCAN_COUNT)
-        for raw in page:
-            key = as_str(raw)
-            if ":hll:all:" not in key and _of_site(key, scope):
-                found.append(key)
-        if not cursor:
-            return found
+    for raw in conn.scan_iter(match=glob_escape(head) + "*:all:*", count=SCAN_COUNT):
+        key = as_str(raw)
+        if ":hll:all:" not in key and _of_site(key, scope):
+            found.append(key)
+    return found
 
 
 def _of_site(key: str, scope: str) -> bool:

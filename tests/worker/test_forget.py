@@ -29,6 +29,8 @@ from tests.support.procs import BROWSER_AGENT
 from tests.support.raw_ips import values_of
 from tests.support.servers import use_settings
 
+pytestmark = pytest.mark.cluster  # (make test-cluster runs them on a 3-master cluster too)
+
 DAY = 86400
 SITES = {"blog": {"hosts": ["blog.example.com"], "timezone": "UTC"}}
 TARGET_IP = "203.0.113.77"

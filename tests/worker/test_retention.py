@@ -32,6 +32,8 @@ from tests.ops.test_metrics import scrape_app, value
 from tests.support.procs import celery_env, purge_broker, start_worker
 from tests.support.servers import expires_at, is_cluster_run, use_settings
 
+pytestmark = pytest.mark.cluster  # (make test-cluster runs them on a 3-master cluster too)
+
 DAY = 86_400
 UA = "Mozilla/5.0 (X11; Linux x86_64; rv:120.0) Gecko/20100101 Firefox/120.0"
 ZONES = {"": "UTC", "blog": "Pacific/Honolulu"}
@@ -306,6 +308,9 @@ def test_beat_schedules_the_pass_hourly_on_the_maintenance_queue():
     assert task_routes["counters_tasks.apply_retention"] == {"queue": "maintenance"}
 
 
+@pytest.mark.skipif(
+    is_cluster_run(), reason="its worker's broker is one Redis (the worker on a cluster: tests/system/test_cluster.py)"
+)
 @pytest.mark.processes
 @pytest.mark.workers
 def test_a_real_worker_runs_the_pass_under_its_lock(redis_url, raw_conn, two_sites, monkeypatch, tmp_path):
