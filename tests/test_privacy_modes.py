@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from datetime import date, datetime, timedelta, timezone
 
 import pytest
-from click.testing import CliRunner
 
 from counters_tasks import events, sitestats, tasks, uniques, visits
 from counters_tasks.core import visitors
@@ -21,9 +20,10 @@ from counters_tasks.errors import ConfigurationError
 from counters_tasks.events import definitions
 from counters_tasks.local.redis_server import free_port
 from counters_tasks.local.waiting import wait_until
-from counters_tasks.ops import cli, event_views, importer, views
+from counters_tasks.ops import event_views, importer, views
 from counters_tasks.ops.web import create_app
 from tests.support.browser import Browser, ensure_chromium
+from tests.support.cli_run import run_in_process as run
 from tests.support.dashboard import TestClient
 from tests.support.procs import REPO
 from tests.support.servers import flush, use_settings
@@ -41,17 +41,6 @@ def two_days() -> tuple[date, date]:
     """The day before yesterday and yesterday: both whole, in the past, within every horizon."""
     last = today() - timedelta(days=1)
     return last - timedelta(days=1), last
-
-
-def run(*args: str) -> tuple[int, str, str]:
-    """``counters-tasks ARGS`` in this process (as tests/ops/test_event_reads.py runs it): (exit
-    code, stdout, stderr)."""
-    with CliRunner().isolation(env={"COLUMNS": "160"}) as (out, err, _):
-        try:
-            code = cli.main(list(args))
-        except SystemExit as exc:
-            code = exc.code
-    return code, out.getvalue().decode(), err.getvalue().decode()
 
 
 def visit(conn, ip: str, path: str, ts: float) -> None:

@@ -16,7 +16,6 @@ from datetime import date
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
 from counters_tasks import events
 from counters_tasks.core.days import day_start, today
@@ -33,24 +32,15 @@ from counters_tasks.events.report import (
 )
 from counters_tasks.local.redis_server import free_port
 from counters_tasks.local.waiting import wait_until
-from counters_tasks.ops import cli, event_views, views
+from counters_tasks.ops import event_views, views
 from counters_tasks.ops.web import create_app
 from tests.support.browser import Browser, ensure_chromium
+from tests.support.cli_run import run_in_process as run
 from tests.support.dashboard import TestClient
 
 DAY = date(2026, 11, 30)
 LAST = date(2026, 12, 1)
 SINCE = float(day_start(DAY))  # the definitions count from the range's first day: not partial
-
-
-def run(*args: str) -> tuple[int, str, str]:
-    """``counters-tasks ARGS`` as the console script runs it: (exit code, stdout, stderr)."""
-    with CliRunner().isolation(env={"COLUMNS": "160"}) as (out, err, _):
-        try:
-            code = cli.main(list(args))
-        except SystemExit as exc:
-            code = exc.code
-    return code, out.getvalue().decode(), err.getvalue().decode()
 
 
 def csv_of(text: str) -> tuple[list[str], list[dict[str, str]]]:

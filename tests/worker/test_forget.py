@@ -25,6 +25,7 @@ from counters_tasks.payloads import apply_payload
 from counters_tasks.store import tombstones
 from counters_tasks.worker import forget
 from tests.faults.test_bad_input import junk
+from tests.support.cli_run import run_in_process as run_cli
 from tests.support.procs import BROWSER_AGENT
 from tests.support.raw_ips import values_of
 from tests.support.servers import use_settings
@@ -277,20 +278,6 @@ def test_forget_by_session_id_leaves_no_session_and_exact_figures(raw_conn, monk
     assert (got["pv"], got["uv"]) == (before["pv"], before["uv"])  # the visits' visitor is its IP's
     assert event_figures(raw_conn, day_list) == expected_events(items, {TARGET_SESSION})
     assert answer["removed"] >= 2 * len(day_list)
-
-
-def run_cli(*args: str) -> tuple[int, str, str]:
-    """``counters-tasks ARGS`` in this process: (exit code, stdout, stderr)."""
-    from click.testing import CliRunner
-
-    from counters_tasks.ops.cli import cli
-
-    with CliRunner().isolation(env={"COLUMNS": "160"}) as (out, err, _):
-        try:
-            code = cli.main(list(args))
-        except SystemExit as exc:
-            code = exc.code
-    return code, out.getvalue().decode(), err.getvalue().decode()
 
 
 def test_the_command_and_the_task_forget_and_say_what_they_did(raw_conn, eager_app):
