@@ -29,6 +29,7 @@ from counters_tasks.payloads import apply_payload
 from counters_tasks.store import keys
 from counters_tasks.worker import dead_letters, forget
 from tests.support import toy_table
+from tests.support.cli_run import run_in_process
 from tests.support.servers import use_settings
 
 ODD_PATH = '/a,b"c'  # a comma and a quote: RFC 4180 quotes it and doubles the quote
@@ -36,13 +37,7 @@ ODD_NAME = 'launch, "beta" week'
 
 
 def run(*args: str) -> tuple[int, str, str]:
-    """``counters-tasks ARGS`` as the console script runs it: (exit code, stdout, stderr)."""
-    with CliRunner().isolation(env={"COLUMNS": "100"}) as (out, err, _):
-        try:
-            code = cli.main(list(args))
-        except SystemExit as exc:  # what a command raises to end with a code (delete-board)
-            code = exc.code
-    return code, out.getvalue().decode(), err.getvalue().decode()
+    return run_in_process(*args, columns=100)
 
 
 def csv_rows(text: str) -> tuple[list[str], list[dict[str, str]]]:

@@ -12,12 +12,12 @@ import time
 from datetime import date
 
 import pytest
-from click.testing import CliRunner
 
 from counters_tasks import InvalidInput, sitestats
 from counters_tasks.core.days import local_day
-from counters_tasks.ops import cli, views
+from counters_tasks.ops import views
 from counters_tasks.ops.web import create_app
+from tests.support.cli_run import run_in_process
 from tests.support.dashboard import TestClient
 from tests.support.servers import dead_client, use_settings
 from tests.support.uv_marks import shown_uv
@@ -64,13 +64,7 @@ def client_tables(monkeypatch) -> None:
 
 
 def run(*args: str) -> tuple[int, str, str]:
-    """``counters-tasks ARGS`` as the console script runs it: (exit code, stdout, stderr)."""
-    with CliRunner().isolation(env={"COLUMNS": "120"}) as (out, err, _):
-        try:
-            code = cli.main(list(args))
-        except SystemExit as exc:
-            code = exc.code
-    return code, out.getvalue().decode(), err.getvalue().decode()
+    return run_in_process(*args, columns=120)
 
 
 def write(conn, plan: list[tuple[int, str | None, str, str | None, str | None]], now: float) -> None:
