@@ -34,7 +34,7 @@ test: install lint
 # (the Celery app is configured once, from the session's settings, and a test that changes it fails;
 # the shared recorder is renewed after each test: tests/support/isolation.py).
 test-reversed: install
-	$(BIN)/python -m pytest -q -n 2 -m "not processes" --reverse $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not processes" --reverse $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check .
