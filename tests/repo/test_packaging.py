@@ -46,6 +46,7 @@ PACKAGE_DEFAULTS = [
             "precompute_expected",
             "expire_dead_letters",
             "make_day_tops",
+            "forget_visitor",
             "apply_retention",
         )
     },
