@@ -56,7 +56,7 @@ test-cluster: install
 # in a venv of their own: the fast loop, then the real workers (marker workers).
 test-oldest:
 	@VENV=.venv-oldest CONSTRAINTS=constraints/oldest.txt scripts/bootstrap.sh
-	.venv-oldest/bin/python -m pytest -q -n 2 -m "not processes" $(PYTEST_ARGS)
+	.venv-oldest/bin/python -m pytest -q -m "not processes" $(PYTEST_ARGS)
 	.venv-oldest/bin/python -m pytest -q -m workers $(PYTEST_ARGS)
 
 # The real workers (marker workers) on the newest Celery, kombu and redis-py that pyproject.toml allows
@@ -76,14 +76,14 @@ test-newest:
 OLDEST_REDIS := $(CURDIR)/.old-servers/6.2/redis-server
 test-oldest-redis: install
 	@scripts/old-redis-servers.sh
-	COUNTERS_REDIS_SERVER=$(OLDEST_REDIS) $(BIN)/python -m pytest -q -n 2 -m "not processes and not budget" $(PYTEST_ARGS)
+	COUNTERS_REDIS_SERVER=$(OLDEST_REDIS) $(BIN)/python -m pytest -q -m "not processes and not budget" $(PYTEST_ARGS)
 	COUNTERS_REDIS_SERVER=$(OLDEST_REDIS) COUNTERS_OLD_SERVERS_REQUIRED=1 $(BIN)/python -m pytest -q \
 		-m server_version $(PYTEST_ARGS)
 
 # Debian's redis-server (when installed) instead of the embedded Valkey: the data and worker tests, and
 # the TLS tests, which need a server built with TLS (marker server_build).
 test-redis-server: install
-	COUNTERS_REDIS_SERVER=redis-server $(BIN)/python -m pytest -q -n 2 -m "not processes" $(PYTEST_ARGS)
+	COUNTERS_REDIS_SERVER=redis-server $(BIN)/python -m pytest -q -m "not processes" $(PYTEST_ARGS)
 	COUNTERS_REDIS_SERVER=redis-server $(BIN)/python -m pytest -q -m server_build $(PYTEST_ARGS)
 
 # RabbitMQ as the broker (Debian's rabbitmq-server, installed by .ci/run; a private node per test module):
