@@ -74,10 +74,12 @@ def test_a_cost_in_reference_calls_does_not_depend_on_the_machines_speed(raw_con
 
 @pytest.mark.budget  # measures the server's CPU: alone under xdist
 def test_a_kind_is_judged_by_its_median_so_a_moment_does_not_decide(raw_conn, monkeypatch):
-    """Forty calls of a tenth of a reference call, two of them slow (3 reference calls: a moment
-    taken from Redis, made on purpose here): the kind's median is about a tenth, within a limit of
-    1. The same forty calls all twice as costly as that limit (code twice as costly) are over it;
-    a kind made fewer than JUDGED_FROM times is not judged, only shown."""
+    """Forty calls of a tenth of a reference call, two of them slow (20 reference calls each: a
+    moment taken from Redis, made on purpose here): their mean is over a limit of 1, their median
+    is about a tenth and within it. The same forty calls all twice as costly as that limit (code
+    twice as costly) are over it; a kind made fewer than JUDGED_FROM times is not judged, only
+    shown. (The median's bound is loose on purpose: on a loaded 2-core machine a tenth of a
+    reference call measured up to 0.21, a fixed cost of the call on top of its work.)"""
     budget = CallBudget(raw_conn, monkeypatch)
 
     def calls(count: int, steps: Callable[[int], int]) -> list[str]:
@@ -86,8 +88,9 @@ def test_a_kind_is_judged_by_its_median_so_a_moment_does_not_decide(raw_conn, mo
             raw_conn.eval(REFERENCE_SCRIPT, 0, steps(n))
         return budget.within(1)
 
-    assert calls(40, lambda n: 3 * REFERENCE_STEPS if n in (7, 30) else REFERENCE_STEPS // 10) == []
-    assert 0.05 < budget.cost() < 0.2, budget.report()
+    assert calls(40, lambda n: 20 * REFERENCE_STEPS if n in (7, 30) else REFERENCE_STEPS // 10) == []
+    mean = sum(us for us, _head in budget.calls()) / len(budget.calls()) / budget.reference_us()
+    assert mean > 1 and 0.05 < budget.cost() < 0.5, budget.report()
     [wrong] = calls(40, lambda n: 2 * REFERENCE_STEPS)
     assert "costs" in wrong and "over 1" in wrong
     assert calls(JUDGED_FROM - 1, lambda n: 2 * REFERENCE_STEPS) == []
