@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
+from .days import DAY, local_day
 from .settings import Settings
 
 Feeder = Callable[[Any, list[tuple[list[Any], str | None]]], None]
@@ -55,6 +56,19 @@ def tier_days(tier: str, settings: Settings) -> int | None:
     if tier == AGGREGATE:
         return settings.aggregate_days or None
     raise ValueError(f"no retention tier {tier!r}: one of {TIERS}")
+
+
+TIER_SETTINGS = {VISITOR_LEVEL: "COUNTERS_VISITOR_DAYS", AGGREGATE: "COUNTERS_AGGREGATE_DAYS"}
+"""The setting that sets each tier's horizon (docs/configuration.md)."""
+
+
+def first_day_kept(tier: str, settings: Settings, zone: str, now: float) -> date | None:
+    """The first day of ``tier`` still kept at ``now`` in ``zone`` (None: every day is kept).
+    A day leaves its tier when its end plus the tier's days is past (``core.days.kept_until``, the
+    rule of the retention pass, ``worker.retention``), so the first day kept is the one that holds
+    the instant ``now`` less those days: the reads say so over a range that starts before it."""
+    horizon = tier_days(tier, settings)
+    return None if horizon is None else local_day(now - horizon * DAY, zone)
 
 
 Sweeper = Callable[[Any, str, date, "float | None"], int]

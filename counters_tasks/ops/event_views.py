@@ -23,13 +23,14 @@ from .. import events
 from ..core.conversions import Funnel, Goal, parse_window
 from ..core.days import day_start
 from ..core.sites import check_site, site_name, zone_of
+from ..core.table import VISITOR_LEVEL
 from ..core.validation import check_text
 from ..core.visitors import FOLLOWED_NOTE, VISITORS, daily_key
 from ..errors import InvalidInput
 from ..events import definitions
 from ..events.report import EventReport, EventRow, FunnelReport, GoalReport, ValueCount
 from ..store.client import RedisClient
-from .views import counts_view, day_range, uv_view
+from .views import counts_view, day_range, retention_view, uv_view
 
 
 def figure(value: int, error: float, name: str = "uv", counts: str = VISITORS) -> dict[str, Any]:
@@ -103,6 +104,7 @@ def events_json(report: EventReport) -> dict[str, Any]:
         "to": report.end.isoformat(),
         "events": [event_json(row, counts["uv_counts"]) for row in report.events],
         **counts,
+        **retention_view(report.start, report.site),
     }
 
 
@@ -133,6 +135,7 @@ def goals_json(report: GoalReport) -> dict[str, Any]:
         **figure(report.visitors, report.visitors_error, "visitors", counts["uv_counts"]),
         **counts,
         **followed_view(),
+        **retention_view(report.start, scope),
         "goals": [
             {
                 "name": goal.name,
@@ -195,6 +198,7 @@ def funnel_json(report: FunnelReport, made: Funnel | None = None) -> dict[str, A
         "late": report.late,
         "capped": report.capped,
         **followed_view(),
+        **retention_view(report.start, scope, VISITOR_LEVEL),  # (a funnel's results name its visitors)
     }
 
 

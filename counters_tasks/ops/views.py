@@ -18,6 +18,7 @@ from typing import Any, cast
 from .. import counters, live, ranking, sitestats, skips, uniques
 from ..core import table
 from ..core.days import today
+from ..core.settings import get_settings
 from ..core.sites import check_site, site_name, site_names, zone_of
 from ..core.validation import MAX_RANGE_DAYS, check_day_range, check_int, check_text
 from ..core.visitors import VISITOR_DAYS, VISITOR_DAYS_NOTE, VISITORS, uv_counts
@@ -166,6 +167,25 @@ def counts_view(first: date, last: date) -> dict[str, Any]:
     return {"uv_counts": counts, "uv_note": VISITOR_DAYS_NOTE if counts == VISITOR_DAYS else None}
 
 
+def retention_view(
+    first: date, site: Any = None, tier: str = table.AGGREGATE, now: float | None = None
+) -> dict[str, Any]:
+    """``retention_note``: what every reader shows beside an answer over a range that starts before
+    the first day ``tier`` still keeps in the site's zone (``core.table.first_day_kept``): those
+    days' figures were removed by the hourly retention pass (docs/privacy.md), so they count 0 in
+    the answer, and the reader says so rather than show a silent 0. None when every day is kept."""
+    scope = check_site(site)
+    kept = table.first_day_kept(tier, get_settings(), zone_of(scope), time.time() if now is None else now)
+    if kept is None or first >= kept:
+        return {"retention_note": None}
+    setting = table.TIER_SETTINGS[tier]
+    horizon = table.tier_days(tier, get_settings())
+    return {
+        "retention_note": f"Days before {kept.isoformat()} are past {setting}={horizon}: the retention pass "
+        "removed their figures, so they count 0 here."
+    }
+
+
 def uv_bound(error: float) -> str:
     """An estimate's bound as every text prints it: its relative standard error in percent, one
     decimal (``±0.8%``; the dashboard's app.js writes it the same way)."""
@@ -210,6 +230,7 @@ def stats_view(
         "pv": result.pv,
         **figure,
         "uv_note": counts["uv_note"],
+        **retention_view(first, site),
         "days": [
             {
                 "day": d.day and d.day.isoformat(),
@@ -250,7 +271,12 @@ def top_pages_view(
     first, last = day_range(None, start, end, check_site(site))
     limit = parse_int(limit, "limit", 1, MAX_LIMIT)
     pages = sitestats.top_pages(conn, first, last, limit, site=site)
-    view: dict[str, Any] = {"from": first.isoformat(), "to": last.isoformat(), "pages": [[p, n] for p, n in pages]}
+    view: dict[str, Any] = {
+        "from": first.isoformat(),
+        "to": last.isoformat(),
+        "pages": [[p, n] for p, n in pages],
+        **retention_view(first, site),
+    }
     if count:
         total = len(pages) if len(pages) < limit else sitestats.page_totals(conn, first, last, site=site).values
         view.update(listed_view(len(pages), total))
@@ -279,6 +305,7 @@ def sources_view(
         ],
         **listed_view(len(found), total),
         **counts,
+        **retention_view(first, site),
     }
 
 
@@ -331,6 +358,7 @@ def clients_view(
         **listed_view(len(found), whole.values),
         **coverage_view(pv, whole.pv),
         **counts,
+        **retention_view(first, site),
     }
 
 
@@ -373,6 +401,7 @@ def uniques_view(
         "days": [{"day": d.isoformat(), "visitors": n} for d, n in result.days],
         "missing_days": [d.isoformat() for d in result.missing_days],
         **counts_view(first, last),
+        **retention_view(first, site),
     }
 
 

@@ -117,6 +117,7 @@ def test_the_commands_answer_the_apis_figures_in_json_csv_and_table(raw_conn, tw
                 "not_in_table": 0,
                 "uv_counts": "visitors",  # the standard privacy mode (tests/test_privacy_modes.py: the daily one)
                 "uv_note": None,
+                "retention_note": None,
             }, words
             code, out, err = run(*words, *span, *site_args, "--format", "csv")
             assert code == 0 and not err, (words, err)

@@ -87,8 +87,11 @@ def privacy_notes(data: dict) -> list[str]:
     """What the answer's figures count that a reader would not assume (docs/privacy.md, "Privacy
     modes"): ``uv_note`` (UV over several days counts visitor-days) and ``visitor_note`` (a
     visitor is not followed past midnight), both set only with COUNTERS_VISITOR_KEY=daily
-    (``views.counts_view``, ``event_views.followed_view``). Under the table; stderr beside a CSV."""
-    return [data[key] for key in ("uv_note", "visitor_note") if isinstance(data, dict) and data.get(key)]
+    (``views.counts_view``, ``event_views.followed_view``), and ``retention_note`` (days of the
+    range past their retention count 0: ``views.retention_view``). Under the table; stderr beside
+    a CSV."""
+    keys = ("uv_note", "visitor_note", "retention_note")
+    return [data[key] for key in keys if isinstance(data, dict) and data.get(key)]
 
 
 def more_line(data: dict) -> str | None:

@@ -82,7 +82,8 @@
 
   // What the figures count that a reader would not assume, under the section (views.counts_view,
   // event_views.followed_view; only with COUNTERS_VISITOR_KEY=daily): UV over several days counts
-  // visitor-days; a visitor is not followed past midnight (docs/privacy.md, "Privacy modes")
+  // visitor-days; a visitor is not followed past midnight (docs/privacy.md, "Privacy modes");
+  // and days of the range past their retention count 0 (views.retention_view)
   function privacyNote(section, data) {
     var id = section + "-privacy", el = $(id);
     if (!el) {
@@ -91,7 +92,7 @@
       el.id = id;
       $(section + "-error").before(el);
     }
-    el.textContent = [data.uv_note, data.visitor_note].filter(Boolean).join(" ");
+    el.textContent = [data.uv_note, data.visitor_note, data.retention_note].filter(Boolean).join(" ");
     el.hidden = !el.textContent;
   }
 
@@ -133,6 +134,7 @@
     q.limit = 10;
     return api("top-pages", q).then(function (data) {
       fillTable($("pages-table"), data.pages);
+      privacyNote("pages", data);
       $("pages-error").textContent = "";
       loaded("pages");
     }).catch(function (e) { failed("pages", e); });
