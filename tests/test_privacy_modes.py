@@ -6,6 +6,7 @@ shows a figure over several days says what it counts (no silent figure)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import date, datetime, timedelta, timezone
 
@@ -18,13 +19,11 @@ from counters_tasks.core.settings import get_settings
 from counters_tasks.core.visitors import VISITOR_DAYS, VISITORS, session_visitor_id, visitor_id
 from counters_tasks.errors import ConfigurationError
 from counters_tasks.events import definitions
-from counters_tasks.local.redis_server import free_port
-from counters_tasks.local.waiting import wait_until
 from counters_tasks.ops import event_views, importer, views
 from counters_tasks.ops.web import create_app
 from tests.support.browser import Browser, ensure_chromium
 from tests.support.cli_run import run_in_process as run
-from tests.support.dashboard import TestClient
+from tests.support.dashboard import TestClient, served
 from tests.support.procs import REPO
 from tests.support.servers import flush, use_settings
 
@@ -261,46 +260,49 @@ def test_a_session_cookie_of_several_days_is_another_number_each_day_in_daily_mo
 @pytest.fixture
 def daily_dashboard(raw_conn, monkeypatch) -> Iterator[str]:
     """The dashboard app over the test Redis in the daily mode, served by uvicorn in a thread of
-    this process (as tests/ops/test_event_reads.py serves it), with A's visits on two days."""
-    import threading
-
-    import uvicorn
-
-    use_settings(monkeypatch, COUNTERS_VISITOR_KEY="daily")
+    this process (``tests.support.dashboard.served``), with A's visits on two days."""
+    use_settings(monkeypatch, COUNTERS_VISITOR_KEY="daily", COUNTERS_AGGREGATE_DAYS=30)
     first, last = two_days()
     visit(raw_conn, A, "/a", at(first, 10))
     visit(raw_conn, A, "/a", at(last, 10))
-    app = create_app(raw_conn, auth=None, health=lambda _c: {"ok": True})
-    server = uvicorn.Server(uvicorn.Config(app, port=free_port(), log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_until(lambda: server.started, timeout=20, what="the dashboard to start")
-    yield f"http://127.0.0.1:{server.config.port}"
-    server.should_exit = True
-    thread.join(15)
+    with served(create_app(raw_conn, auth=None, health=lambda _c: {"ok": True})) as url:
+        yield url
 
 
 @pytest.mark.processes
 def test_the_dashboard_says_visitor_days_under_its_sections(daily_dashboard, tmp_path):
+    """The notes under each section: visitor-days over several days (daily mode), and, over a range
+    that starts before COUNTERS_AGGREGATE_DAYS (30 here), that retention removed those days."""
     try:
         browser = Browser(ensure_chromium(), tmp_path / "profile")
     except RuntimeError as exc:
         pytest.skip(f"chromium cannot be installed here: {exc}")
     first, last = two_days()
-    try:
-        browser.navigate(f"{daily_dashboard}/?from={first}&to={last}&refresh=600000")
-        for section in ("visitors", "sources", "uniques", "goals"):
+    sections = ["visitors", "pages", "sources", "uniques", "goals"]
+
+    def notes_over(start: date) -> dict:
+        browser.navigate(f"{daily_dashboard}/?from={start}&to={last}&refresh=600000")
+        for section in sections:
             browser.wait_until(f"Number(document.getElementById('{section}').dataset.loaded) >= 1", what=section)
-        shown = browser.evaluate("""(() => ({
-            uv: document.getElementById('uv-total').textContent,
-            notes: Object.fromEntries(['visitors', 'sources', 'uniques', 'goals'].map(s => {
-                const el = document.getElementById(s + '-privacy');
-                return [s, el && !el.hidden ? el.textContent : null];
-            })),
-        }))()""")
+        script = (
+            "(() => ({uv: document.getElementById('uv-total').textContent, notes: Object.fromEntries("
+            + json.dumps(sections)
+            + ".map(s => { const el = document.getElementById(s + '-privacy');"
+            " return [s, el && !el.hidden ? el.textContent : null]; }))}))()"
+        )
+        return browser.evaluate(script)
+
+    try:
+        shown = notes_over(first)
+        removed = notes_over(today() - timedelta(days=40))
     finally:
         browser.close()
-    assert shown["uv"] == "2"
+    assert shown["uv"] == "2" and shown["notes"]["pages"] is None
     for section in ("visitors", "sources", "uniques"):
         assert "visitor-days (COUNTERS_VISITOR_KEY=daily" in (shown["notes"][section] or ""), (section, shown)
+        assert "COUNTERS_AGGREGATE_DAYS" not in (shown["notes"][section] or ""), (section, shown)
     assert "not followed past the local midnight" in (shown["notes"]["goals"] or ""), shown
+    kept = today() - timedelta(days=30)
+    for section in sections:
+        note = f"Days before {kept} are past COUNTERS_AGGREGATE_DAYS=30"
+        assert note in (removed["notes"][section] or ""), (section, removed)

@@ -30,13 +30,11 @@ from counters_tasks.events.report import (
     GoalRow,
     ValueCount,
 )
-from counters_tasks.local.redis_server import free_port
-from counters_tasks.local.waiting import wait_until
 from counters_tasks.ops import event_views, views
 from counters_tasks.ops.web import create_app
 from tests.support.browser import Browser, ensure_chromium
 from tests.support.cli_run import run_in_process as run
-from tests.support.dashboard import TestClient
+from tests.support.dashboard import TestClient, served
 
 DAY = date(2026, 11, 30)
 LAST = date(2026, 12, 1)
@@ -358,21 +356,8 @@ def test_an_empty_site_says_how_to_fill_each_table(monkeypatch, raw_conn):
 def dashboard(reports, raw_conn) -> Iterator[str]:
     """The dashboard app (``web.create_app``) over the test Redis, served by uvicorn in a thread of
     this process, so the stubbed reports are what its endpoints read."""
-    import threading
-
-    import uvicorn
-
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(raw_conn, auth=None, health=lambda _c: {"ok": True}), port=free_port(), log_level="warning"
-        )
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_until(lambda: server.started, timeout=20, what="the dashboard to start")
-    yield f"http://127.0.0.1:{server.config.port}"
-    server.should_exit = True
-    thread.join(15)
+    with served(create_app(raw_conn, auth=None, health=lambda _c: {"ok": True})) as url:
+        yield url
 
 
 @pytest.mark.processes
