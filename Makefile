@@ -1,6 +1,10 @@
 # The two commands of README.md: `make run` (the local stack) and `make test`. Every target, what it
 # runs and how long it takes: docs/development.md. Each is run by CI (.ci/run) or by a test
 # (tests/repo/test_makefile.py checks it).
+# pytest keeps the test modules it rewrites (assertions) in __pycache__, or rewrites them all again in
+# each process, 10 s of each worker's start, when told to write no bytecode, as some machines tell
+# every process (PYTHONDONTWRITEBYTECODE): not the targets here.
+unexport PYTHONDONTWRITEBYTECODE
 VENV ?= .venv
 BIN := $(VENV)/bin
 VISITS ?= 5000

@@ -9,7 +9,7 @@ import json
 import re
 import time
 from collections import defaultdict
-from datetime import date, datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 from urllib.parse import parse_qsl, urlsplit
 
 import pytest
@@ -35,8 +35,13 @@ SITES = {
     "shop": {"hosts": ["shop.example.pt"], "timezone": "Europe/Lisbon"},
 }
 ZONES = {"default": "UTC", "blog": "Asia/Tokyo", "shop": "Europe/Lisbon"}
-EVENING = datetime(2026, 11, 25, 20, 0, tzinfo=timezone.utc).timestamp()
-"""20:00 UTC on 2026-11-25: already the 26th in Tokyo, still the 25th in Lisbon."""
+EVE_DAY = datetime.now(timezone.utc).date() - timedelta(days=1)
+NEXT_DAY = EVE_DAY + timedelta(days=1)
+EVENING = datetime(EVE_DAY.year, EVE_DAY.month, EVE_DAY.day, 20, 0, tzinfo=timezone.utc).timestamp()
+"""20:00 UTC yesterday (``EVE_DAY``): already the next day (``NEXT_DAY``) in Tokyo, still
+``EVE_DAY`` in Lisbon. Yesterday, not a fixed date: the visits stay within every retention horizon
+and the dashboard's default week whenever the suite runs (a fixed 2026-11-25 fell out of the
+Tokyo week on 2026-12-02, and its visitor sets would expire with COUNTERS_VISITOR_DAYS)."""
 
 
 @pytest.fixture
@@ -175,19 +180,19 @@ def test_a_site_counts_its_days_in_its_own_zone(raw_conn, two_sites):
     for site in ("default", "blog", "shop"):
         visits.apply_visit(raw_conn, "198.51.100.7", "/a", "5f0c4c1e5a2b4c6d8e9f0a1b2c3d4e5f", EVENING, site=site)
     days = {site: local_day(EVENING, zone) for site, zone in ZONES.items()}
-    assert days == {"default": date(2026, 11, 25), "blog": date(2026, 11, 26), "shop": date(2026, 11, 25)}
+    assert days == {"default": EVE_DAY, "blog": NEXT_DAY, "shop": EVE_DAY}
     for site, day in days.items():
         assert sitestats.site_visit_info(raw_conn, day, site=site)[1:] == (1, 1), site
         assert uniques.unique_visitors(raw_conn, day, site=site) == 1, site
-        other = date(2026, 11, 25) if day == date(2026, 11, 26) else date(2026, 11, 26)
+        other = EVE_DAY if day == NEXT_DAY else NEXT_DAY
         assert sitestats.site_visit_info(raw_conn, other, site=site)[1:] == (0, 0), site
     # the expected-uniques job fixes each site's tomorrow at its own 23:00
-    tokyo_late = datetime(2026, 11, 25, 14, 30, tzinfo=timezone.utc).timestamp()  # 23:30 in Tokyo, 14:30 in Lisbon
+    tokyo_late = EVENING - 5.5 * 3600  # 14:30 UTC: 23:30 in Tokyo, 14:30 or 15:30 in Lisbon
     assert set(uniques.precompute_due(raw_conn, tokyo_late)) == {
-        "2026-11-25",
-        "blog:2026-11-25",
-        "blog:2026-11-26",
-        "shop:2026-11-25",
+        f"{EVE_DAY}",
+        f"blog:{EVE_DAY}",
+        f"blog:{NEXT_DAY}",
+        f"shop:{EVE_DAY}",
     }
 
 
@@ -464,14 +469,15 @@ def test_two_sites_behind_one_worker_pool_through_the_middleware_and_the_same_lo
 
 
 def test_the_importer_counts_for_the_site_it_is_given_and_refuses_an_unknown_one(raw_conn, two_sites):
-    line = (f'198.51.100.7 - - [25/Nov/2026:20:00:00 +0000] "GET /a HTTP/1.1" 200 10 "-" "{BROWSER_AGENT}"').encode()
+    stamp = datetime.fromtimestamp(EVENING, timezone.utc).strftime("%d/%b/%Y:%H:%M:%S +0000")
+    line = (f'198.51.100.7 - - [{stamp}] "GET /a HTTP/1.1" 200 10 "-" "{BROWSER_AGENT}"').encode()
     with pytest.raises(InvalidInput, match="site"):
         importer.import_lines(raw_conn, [line], site="nope")
     assert importer.import_lines(raw_conn, [line], site="blog").counted == 1
     assert importer.import_lines(raw_conn, [line], site="blog").counted == 0
     assert importer.import_lines(raw_conn, [line]).counted == 1  # the default site: another import
-    assert sitestats.site_visit_info(raw_conn, date(2026, 11, 26), site="blog").pv == 1  # Tokyo's day
-    assert sitestats.site_visit_info(raw_conn, date(2026, 11, 25)).pv == 1
+    assert sitestats.site_visit_info(raw_conn, NEXT_DAY, site="blog").pv == 1  # Tokyo's day
+    assert sitestats.site_visit_info(raw_conn, EVE_DAY).pv == 1
 
 
 def test_the_cli_and_the_dashboards_api_read_a_site_and_refuse_an_unknown_one(raw_conn, two_sites):
@@ -482,11 +488,11 @@ def test_the_cli_and_the_dashboards_api_read_a_site_and_refuse_an_unknown_one(ra
     for site, ip in (("blog", "198.51.100.7"), ("blog", "198.51.100.8"), ("shop", "198.51.100.7")):
         visits.apply_visit(raw_conn, ip, "/a", None, EVENING, site=site)
     runner = CliRunner()
-    result = runner.invoke(cli, ["stats", "--day", "2026-11-26", "--site", "blog", "--json"])
+    result = runner.invoke(cli, ["stats", "--day", f"{NEXT_DAY}", "--site", "blog", "--json"])
     assert result.exit_code == 0, result.output
     assert (json.loads(result.stdout)["pv"], json.loads(result.stdout)["uv"]) == (2, 2)
     result = runner.invoke(
-        cli, ["top-pages", "--from", "2026-11-25", "--to", "2026-11-25", "--site", "shop", "--format", "csv"]
+        cli, ["top-pages", "--from", f"{EVE_DAY}", "--to", f"{EVE_DAY}", "--site", "shop", "--format", "csv"]
     )
     assert result.exit_code == 0 and result.stdout.splitlines()[1:] == ["1,/a,1"], result.output
     assert runner.invoke(cli, ["stats", "--site", "nope"]).exit_code == 2
@@ -495,8 +501,8 @@ def test_the_cli_and_the_dashboards_api_read_a_site_and_refuse_an_unknown_one(ra
     config = client.get("/api/config", params={"site": "blog"}).json()
     assert config["sites"] == ["default", "blog", "shop"] and config["timezone"] == "Asia/Tokyo"
     assert config["site"] == "blog" and config["today"] == local_day(time.time(), "Asia/Tokyo").isoformat()
-    stats = client.get("/api/stats", params={"day": "2026-11-26", "site": "blog"}).json()
+    stats = client.get("/api/stats", params={"day": f"{NEXT_DAY}", "site": "blog"}).json()
     assert (stats["pv"], stats["uv"]) == (2, 2)
-    assert client.get("/api/stats", params={"day": "2026-11-26"}).json()["pv"] == 0  # the default site
+    assert client.get("/api/stats", params={"day": f"{NEXT_DAY}"}).json()["pv"] == 0  # the default site
     refused = client.get("/api/stats", params={"site": "nope"})
     assert refused.status_code == 400 and "site" in refused.json()["error"]
