@@ -12,7 +12,7 @@ import csv
 import io
 import json
 from collections.abc import Iterator
-from datetime import date
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -36,8 +36,10 @@ from tests.support.browser import Browser, ensure_chromium
 from tests.support.cli_run import run_in_process as run
 from tests.support.dashboard import TestClient, served
 
-DAY = date(2026, 11, 30)
-LAST = date(2026, 12, 1)
+LAST = today() - timedelta(days=1)
+DAY = LAST - timedelta(days=1)
+"""The range of the stubbed reports: the last two whole days, within every retention horizon
+whenever the suite runs (fixed dates would get a ``retention_note`` once past COUNTERS_VISITOR_DAYS)."""
 SINCE = float(day_start(DAY))  # the definitions count from the range's first day: not partial
 
 
