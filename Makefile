@@ -40,8 +40,8 @@ lint: install
 	$(BIN)/mypy
 
 # The long runs of real processes (marker long: workers SIGKILLed, Redis down under load, the
-# benchmarks' smoke runs, a fresh venv, make run/demo, every README command): CI runs them after
-# make test, which stays under 10 minutes on a 2-core machine (6 to 9 measured).
+# benchmarks' smoke runs, a fresh venv, make run/demo, every README command), in two worker processes
+# (the timed ones first, alone): CI runs them after make test (docs/development.md has the times).
 test-long: install
 	$(BIN)/python -m pytest -n 2 -m long $(PYTEST_ARGS)
 
