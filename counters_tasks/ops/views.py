@@ -174,12 +174,11 @@ def retention_view(
     the first day ``tier`` still keeps in the site's zone (``core.table.first_day_kept``): those
     days' figures were removed by the hourly retention pass (docs/privacy.md), so they count 0 in
     the answer, and the reader says so rather than show a silent 0. None when every day is kept."""
-    scope = check_site(site)
-    kept = table.first_day_kept(tier, get_settings(), zone_of(scope), time.time() if now is None else now)
+    scope, settings = check_site(site), get_settings()
+    kept = table.first_day_kept(tier, settings, zone_of(scope), time.time() if now is None else now)
     if kept is None or first >= kept:
         return {"retention_note": None}
-    setting = table.TIER_SETTINGS[tier]
-    horizon = table.tier_days(tier, get_settings())
+    setting, horizon = table.TIER_SETTINGS[tier], table.tier_days(tier, settings)
     return {
         "retention_note": f"Days before {kept.isoformat()} are past {setting}={horizon}: the retention pass "
         "removed their figures, so they count 0 here."
