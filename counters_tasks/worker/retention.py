@@ -30,7 +30,7 @@ from typing import Any
 
 from ..core import days as core_days
 from ..core import table
-from ..core.settings import FOREVER_DAYS, get_settings
+from ..core.settings import FOREVER_DAYS, Settings, get_settings
 from ..core.sites import zone_of
 from ..store import day_registry, keys
 from ..store.client import RedisClient, as_str
@@ -101,7 +101,7 @@ def apply_retention(conn: RedisClient, now: float | None = None, *, days_per_pas
             sweepers = [(t.name, t.retention.sweeps[tier]) for t in tables if tier in t.retention.sweeps]
             _retime(conn, tier, horizon, state, updates, sweepers, report, days_per_pass)
             if horizon is not None:
-                _sweep(conn, tier, horizon, now, sweepers, report, days_per_pass)
+                _sweep(conn, tier, settings, now, sweepers, report, days_per_pass)
         pipe: Any = conn.pipeline(transaction=False)
         for (name, tier), count in report.removed.items():
             pipe.hincrby(state_key(), f"removed:{name}:{tier}", count)
@@ -125,37 +125,46 @@ def apply_retention(conn: RedisClient, now: float | None = None, *, days_per_pas
     return report
 
 
+def _is_due(tier: str, settings: Settings, scope: str, day: date, now: float) -> bool:
+    """Whether a site's listed day has left ``tier`` at ``now``: it is before the tier's first day
+    kept in the site's zone (``core.table.first_day_kept``, the rule the reads' retention notes
+    state too)."""
+    kept = table.first_day_kept(tier, settings, site_zone(scope), now)
+    return kept is not None and day < kept
+
+
 def _sweep(
     conn: RedisClient,
     tier: str,
-    horizon: int,
+    settings: Settings,
     now: float,
     sweepers: list[tuple[str, table.Sweeper]],
     report: PassReport,
     days_per_pass: int,
 ) -> None:
-    """Sweep ``tier``'s listed days whose end plus ``horizon`` days is past (in each site's zone)."""
+    """Sweep ``tier``'s listed days past its horizon under ``settings`` (in each site's zone)."""
+    horizon = table.tier_days(tier, settings) or 0
     # The last day that may be due in some zone: its end is at least UTC-14 h's midnight before now.
     through = datetime.fromtimestamp(max(0.0, now - horizon * DAY), tz=timezone.utc).date() + timedelta(days=1)
     candidates = day_registry.listed(conn, tier, through=through, limit=days_per_pass)
-    due = [(scope, day) for scope, day in candidates if horizon_end(scope, day, horizon) <= now]
+    due = [(scope, day) for scope, day in candidates if _is_due(tier, settings, scope, day, now)]
     for scope, day in due:
         for name, sweep in sweepers:
             report.removed[name, tier] += sweep(conn, scope, day, None)
     day_registry.forget_days(conn, tier, due)
     report.swept[tier] += len(due)
     if len(candidates) == days_per_pass:  # (more listed: those past the horizon wait)
-        report.pending[tier] = _pending(conn, tier, horizon, now, through)
+        report.pending[tier] = _pending(conn, tier, settings, now, through)
 
 
-def _pending(conn: RedisClient, tier: str, horizon: int, now: float, through: date) -> int:
+def _pending(conn: RedisClient, tier: str, settings: Settings, now: float, through: date) -> int:
     """The site's days of ``tier`` past the horizon still listed: those of 3 days before ``through``
     or older are in every zone (``ZCOUNT``), the few of the last 3 days are checked one by one."""
     certain = through - timedelta(days=3)
     count = int(conn.zcount(day_registry.registry_key(tier), "-inf", certain.toordinal()))
     raw = conn.zrangebyscore(day_registry.registry_key(tier), certain.toordinal() + 1, through.toordinal())
     border = (day_registry.parse_member(member) for member in raw)
-    return count + sum(1 for scope, day in border if horizon_end(scope, day, horizon) <= now)
+    return count + sum(1 for scope, day in border if _is_due(tier, settings, scope, day, now))
 
 
 def _retime(

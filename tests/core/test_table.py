@@ -6,13 +6,18 @@ batches: tests/faults/test_toy_kind.py.)"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
+from datetime import timedelta
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from counters_tasks.core import table
+from counters_tasks.core import days, table
+from counters_tasks.core.settings import get_settings
 from counters_tasks.ops.cli import cli
 from tests.support import toy_kind, toy_table
 
@@ -74,3 +79,20 @@ def test_a_feeder_for_a_kind_the_table_is_not_fed_by_is_refused():
         )
     assert table.register(toy_table.TOY_HOURS) is toy_table.TOY_HOURS
     assert [declared for declared, _feeder in table.fed_by("toy_like")] == [toy_table.TOY_HOURS]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    now=st.floats(min_value=1.5e9, max_value=2.2e9, allow_nan=False),
+    horizon=st.integers(min_value=0, max_value=800),
+    back=st.integers(min_value=-3, max_value=3),
+    zone=st.sampled_from(["UTC", "Europe/Berlin", "America/New_York", "Pacific/Kiritimati", "Pacific/Pago_Pago"]),
+)
+def test_the_first_day_kept_is_the_day_after_the_last_whose_keys_expired(now, horizon, back, zone):
+    """The rule the retention pass and the reads' notes share (``first_day_kept``) agrees with
+    when a day's keys expire by TTL (``core.days.kept_until``), across a zone's DST changes: a
+    day is gone exactly when its end plus the horizon is past."""
+    config = dataclasses.replace(get_settings(), visitor_days=horizon)
+    kept = table.first_day_kept(table.VISITOR_LEVEL, config, zone, now)
+    for day in (kept + timedelta(days=back + offset) for offset in (-1, 0)):
+        assert (day < kept) == (days.kept_until(day, horizon, zone) <= now)
