@@ -33,7 +33,6 @@ from .core.settings import DEFAULT_SITE
 from .core.sites import check_site, zone_of
 from .core.sources import DIRECT, check_campaign, referrer_domain
 from .core.validation import check_ip, check_item_time, check_message_id, check_path
-from .errors import ForgottenVisitor
 from .payloads import apply_payload
 from .store import keys, tombstones
 from .store.client import RedisClient
@@ -176,11 +175,16 @@ def prepare_visit(fields: Mapping[str, Any]) -> Visit:
     scope = check_site(fields.get("site"))
     day = local_day(ts, zone_of(scope))  # the time checked and its day computed once, for every part of the visit
     view = sitestats.view_on(fields, day, scope)
-    if tombstones.erased_after(view.visitor, ts):
-        raise ForgottenVisitor("its visitor was forgotten after it was made: not counted back")
+    tombstones.check_not_forgotten(view.visitor, ts)
     session_id = fields.get("session_id")
     session = (day, uniques.session_number(session_id, day)) if session_id is not None else None
     return Visit(view, ts, session)
+
+
+def recheck_visit(visit: Visit) -> None:
+    """A journaled visit applied late (``Kind.recheck``): refused when its visitor was forgotten
+    after it was made."""
+    tombstones.check_not_forgotten(visit.view.visitor, visit.ts)
 
 
 def hits_names(path: str, site: str = "") -> tuple[str, str]:
@@ -360,6 +364,7 @@ VISIT = register(
         ),
         to_entry=visit_entry,
         from_entry=visit_from_entry,
+        recheck=recheck_visit,
         write=write_calls,
         per_call=CHUNK,
     )

@@ -52,6 +52,9 @@ class Kind:
       returned as the dict a batch message carries (``VisitRecorder`` and a buffered ``.delay()``);
       ``to_entry`` / ``from_entry``: a prepared item as JSON-able data and back (the journal of a
       worker's claimed batch);
+      ``recheck(item)``: the checks of ``prepare`` that depend on what changes while an item waits
+      (its visitor forgotten: ``store.tombstones``), made again on a prepared item read back from
+      the journal of a batch left by a dead worker (raises InvalidInput: that item is refused);
       ``write(plan, calls, tally)``: queue the writes of calls of prepared items on ``plan`` (the
       write's one ``store.scripts.WritePlan``: one round trip, with the tables a feeder adds to the
       kind, ``core.table``), each call at most once per its id; returns how to read the outcome
@@ -82,6 +85,7 @@ class Kind:
     app_item: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     to_entry: Callable[[Any], Any] | None = None
     from_entry: Callable[[Any], Any] | None = None
+    recheck: Callable[[Any], None] | None = None
     write: Callable[[Any, list[Call], Any], Callable[[], list[Any]]] | None = None
     per_call: int = 500
     call_key: Callable[[Any], Hashable] | None = None

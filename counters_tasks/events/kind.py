@@ -30,7 +30,7 @@ from ..core.settings import DEFAULT_SITE
 from ..core.sites import check_site, zone_of
 from ..core.validation import check_ip, check_item_time, check_session_id
 from ..core.visitors import session_visitor_id, short_session_id, visitor_id
-from ..errors import ForgottenVisitor, InvalidInput
+from ..errors import InvalidInput
 from ..store import tombstones
 from ..store.scripts import WritePlan, execute_in_order
 from . import event_day
@@ -57,9 +57,14 @@ def prepare_event(fields: Mapping[str, Any]) -> Event:
         visitor = session_visitor_id(session_id, day)
     else:
         visitor = None
-    if tombstones.erased_after(visitor, ts):
-        raise ForgottenVisitor("its visitor was forgotten after it was made: not counted back")
+    tombstones.check_not_forgotten(visitor, ts)
     return Event(name, props, dropped, ts, day, site, visitor)
+
+
+def recheck_event(event: Event) -> None:
+    """A journaled event applied late (``Kind.recheck``): refused when its visitor was forgotten
+    after it was made."""
+    tombstones.check_not_forgotten(event.visitor, event.ts)
 
 
 def app_event(fields: Mapping[str, Any]) -> dict[str, Any]:
@@ -161,6 +166,7 @@ EVENT = register(
         app_item=app_event,
         to_entry=event_entry,
         from_entry=event_from_entry,
+        recheck=recheck_event,
         write=write_events,
         per_call=event_day.EVENTS_PER_CALL,
     )

@@ -6,8 +6,9 @@ is) with the erasure's time, in one ZSET; entries older than ``kept_seconds`` (t
 COUNTERS_DEAD_LETTER_DAYS plus a day: no message older than that comes back from the broker or the
 dead letters) are dropped at each erasure, and the key itself expires that long after the latest.
 
-The workers' check (``erased_after``, in ``visits.prepare_visit`` and ``events.kind.prepare_event``)
-reads an in-process copy of the ZSET, read again at most every ``REFRESH`` seconds (one
+The workers' check (``check_not_forgotten``, in ``visits.prepare_visit`` and
+``events.kind.prepare_event``, and again on the items of a batch journaled by a worker that died,
+``Kind.recheck``) reads an in-process copy of the ZSET, read again at most every ``REFRESH`` seconds (one
 ``ZRANGE`` a process every 2 s while visits come, none a visit); with no tombstone it costs a
 dict lookup. ``worker.forget`` waits ``SETTLE`` seconds after writing one and before erasing, so
 that every worker's copy holds it: an item prepared after that is refused (reason
@@ -28,7 +29,7 @@ from typing import Any
 
 from ..core.settings import get_settings
 from ..core.table import Erasure, Retention, StoredKey, Table, register
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, ForgottenVisitor
 from . import keys
 from .client import RedisClient, as_str, get_redis
 
@@ -113,6 +114,14 @@ def erased_after(visitor: str | None, ts: float, conn: RedisClient | None = None
         return False
     erased = copy.get(digest(visitor))
     return erased is not None and ts <= erased
+
+
+def check_not_forgotten(visitor: str | None, ts: float) -> None:
+    """Refuse (``ForgottenVisitor``) an item of ``visitor`` made at ``ts`` when the visitor was
+    forgotten after it: the check of every item that names a visitor, when it is prepared and
+    again when a journaled batch left by a dead worker is applied (``core.kind.Kind.recheck``)."""
+    if erased_after(visitor, ts):
+        raise ForgottenVisitor("its visitor was forgotten after it was made: not counted back")
 
 
 FORGOTTEN = register(

@@ -68,23 +68,35 @@ def write_claimed(
     payload is (``payloads.plan_calls``: the kind's ``per_call`` positions, one call per
     ``call_key``), each under its id made from the batch id; one round trip to claim, one to
     write. A message whose call was refused as written (a board fixed to other settings) is
-    refused, nothing written for it."""
+    refused, nothing written for it. Each item of an earlier batch, left journaled by a dead
+    worker, is checked again first (``Kind.recheck``: its visitor forgotten since it was
+    prepared) and refused alone; one whose message is not among ``items`` is counted here, as its
+    message, when it comes back, finds its batch applied."""
     assert kind.to_entry is not None and kind.from_entry is not None  # a kind with worker batches declares them
-    found, applied_before = claims.batches(
+    new, earlier, applied_before = claims.batches(
         conn, kind.name, [(message_id, kind.to_entry(item)) for item, message_id in items]
     )
     calls: list[tuple[list[payloads.Positioned], str | None]] = []
     senders: list[str] = []  # the message id of each item planned, by its index here
-    for batch_id, entries in found:
+    rechecked: list[Refusal] = []
+    journaled_ids = {batch_id for batch_id, _entries in earlier}
+    for batch_id, entries in new + earlier:
         positioned = [(n, kind.from_entry(entry)) for n, (_message_id, entry) in enumerate(entries)]
         first = len(senders)
         senders += [message_id for message_id, _entry in entries]
+        if kind.recheck is not None and batch_id in journaled_ids:
+            positioned, late = _recheck(kind.recheck, positioned)
+            rechecked += [(first + n, error) for n, error in late]
         calls += [
             ([(first + n, item) for n, item in call], call_id)
             for call, call_id in payloads.plan_calls(kind, positioned, batch_id, len(entries))
         ]
-    refused = payloads.write_planned(conn, kind, calls, tally)
-    claims.done(conn, [batch_id for batch_id, _entries in found])
+    mine = {message_id for _item, message_id in items}
+    for n, error in rechecked:  # counted once per message (a write tried again counts it once)
+        if senders[n] not in mine:
+            refusals.count_refused(conn, short_name(kind.item_task or kind.name), senders[n], [(None, error)])
+    refused = rechecked + payloads.write_planned(conn, kind, calls, tally)
+    claims.done(conn, [batch_id for batch_id, _entries in new + earlier])
     tally.add(0, applied_before)  # once written: a write tried again counts them once
     refused_by_message = {senders[n]: error for n, error in refused}
     return [
@@ -92,6 +104,21 @@ def write_claimed(
         for index, (_item, message_id) in enumerate(items)
         if message_id in refused_by_message
     ]
+
+
+def _recheck(
+    recheck: Callable[[Any], None], positioned: list[payloads.Positioned]
+) -> tuple[list[payloads.Positioned], list[tuple[int, InvalidInput]]]:
+    """A journaled batch's items that still pass ``recheck``, and the others with why, by position."""
+    kept, late = [], []
+    for n, item in positioned:
+        try:
+            recheck(item)
+        except InvalidInput as error:
+            late.append((n, error))
+        else:
+            kept.append((n, item))
+    return kept, late
 
 
 def usable_id(value: Any) -> str | None:

@@ -113,14 +113,17 @@ def journaled(conn: RedisClient, batch_ids: list[str]) -> list[tuple[str, list[E
     ]
 
 
-def batches(conn: RedisClient, kind: str, entries: list[Entry]) -> tuple[list[tuple[str, list[Entry]]], int]:
+def batches(
+    conn: RedisClient, kind: str, entries: list[Entry]
+) -> tuple[list[tuple[str, list[Entry]]], list[tuple[str, list[Entry]]], int]:
     """``claim`` ``entries``, then every batch to apply, as ``(batch id, its entries)``: the new
-    ones and each earlier one still journaled; and how many of ``entries`` were applied before
-    (their batch's journal is gone: duplicates, for the metrics)."""
+    ones, and each earlier one still journaled (its worker died before it was applied: its items
+    were prepared then); and how many of ``entries`` were applied before (their batch's journal
+    is gone: duplicates, for the metrics)."""
     new, earlier = claim(conn, kind, entries)
     found = journaled(conn, earlier)
     pending = {message_id for _batch, part in new + found for message_id, _item in part}
-    return new + found, len({message_id for message_id, _item in entries} - pending)
+    return new, found, len({message_id for message_id, _item in entries} - pending)
 
 
 def done(conn: RedisClient, batch_ids: list[str]) -> None:
@@ -151,8 +154,8 @@ CLAIMS = table.register(
             "visitor ids in a journal's prepared visits, for the minutes a batch is being applied",
             False,
             "not by forget_visitor: a journal lives for the seconds its batch is applied (deleted then); one left "
-            "by a dead worker expires with COUNTERS_DEDUPE_TTL, and the worker that finishes its batch applies "
-            "what it journaled without the forgotten visitors' check (store.tombstones)",
+            "by a dead worker expires with COUNTERS_DEDUPE_TTL, and the worker that finishes its batch checks "
+            "each journaled item against the forgotten visitors again (store.tombstones, Kind.recheck)",
         ),
     )
 )
