@@ -56,6 +56,25 @@ def parse_arguments(request: Any, kind: Kind) -> Any:
     return kind.prepare(fields)
 
 
+def read_waiting(request: Any, kind: Kind, eager: bool, max_backoff: float) -> Any:
+    """``parse_arguments`` of one message, a Redis error that passes waited out as a write's is
+    (its check reads Redis too: the forgotten visitors' copy, ``store.tombstones``): a message
+    is set aside for what it holds, never for a moment Redis was busy, read-only or away."""
+    backoff = Backoff(maximum=max_backoff)
+    while True:
+        try:
+            return parse_arguments(request, kind)
+        except InvalidInput:
+            raise
+        except Exception as exc:
+            if eager or not is_transient(exc):
+                raise
+            log.warning(
+                "%s %s waits for Redis to be read (%s); next try in %.1fs", kind.name, request.id, exc, backoff.next
+            )
+            backoff.wait()
+
+
 Refusal = tuple[int, InvalidInput]
 """A message refused while written: its index in the items written, and why."""
 
@@ -154,7 +173,8 @@ def apply_batch(
     and under ``FAILED`` why each message not applied was not, by its position in ``requests``.
 
     It returns only once every message is applied or deliberately refused (the batch's messages
-    are acknowledged when it returns): a Redis error after which the write can succeed (Redis
+    are acknowledged when it returns): a Redis error after which the write (or a message's
+    check, which reads Redis too: ``read_waiting``) can succeed (Redis
     away, BUSY, READONLY, OOM, LOADING, a cluster failing over) is waited out; any other error
     makes each message of the batch go alone, so one message that cannot be applied holds no
     other back, and a message still failing after ``COUNTERS_MAX_ATTEMPTS`` tries is handed to
@@ -199,7 +219,7 @@ def _apply_batch(
     outcome: dict[str, Any] = {"applied": 0, "refused": 0, "given_up": 0, FAILED: {}}
     for position, request in enumerate(requests):
         try:
-            items.append((parse_arguments(request, kind), check_message_id(request.id), position))
+            items.append((read_waiting(request, kind, eager, max_backoff), check_message_id(request.id), position))
         except InvalidInput as exc:
             refused.append((position, usable_id(request.id), exc))
         except Exception as exc:  # noqa: BLE001  a check that broke on this message: it alone is set aside
