@@ -21,7 +21,7 @@ from .client import RedisClient, as_str, is_cluster
 _scripts: weakref.WeakKeyDictionary[Any, dict[str, Script]] = weakref.WeakKeyDictionary()
 
 
-LIBRARIES = ("wrong_type", "dedupe_marker", "hash_total", "page_sketch")
+LIBRARIES = ("wrong_type", "dedupe_marker", "hash_total", "page_sketch", "day_open")
 """Functions of ``lua/lib/<name>.lua`` that a script gets prepended when it (or a library it
 gets) calls them, in this order: a library only calls those before it."""
 

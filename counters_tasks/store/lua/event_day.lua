@@ -57,17 +57,7 @@ if not go then
   return {-1, 0, tracked_flags()}
 end
 
-local now = tonumber(redis.call('TIME')[1])
-local open_until = tonumber(redis.call('HGET', day, 'open_until'))
-if not open_until then
-  if redis.call('EXISTS', day) == 1 then
-    open_until = 0
-  else
-    open_until = math.max(tonumber(ARGV[2]), now + tonumber(ARGV[3]))
-    redis.call('HSET', day, 'open_until', open_until)
-  end
-end
-local open = open_until > now
+local now, open_until, open = day_open(day, ARGV[2], ARGV[3], true)
 local table_at = math.max(tonumber(ARGV[4]), now + tonumber(ARGV[5]))
 
 -- the fields read once a call, parsed, and written back once at its end

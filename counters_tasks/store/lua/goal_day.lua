@@ -27,13 +27,7 @@ local refused = wrong_type({day, 'hash', pairs, 'set', marker, 'hash'})
 if refused then
   return refused
 end
-local now = tonumber(redis.call('TIME')[1])
-local open_until = tonumber(redis.call('HGET', day, 'open_until'))
-if not open_until then
-  open_until = math.max(tonumber(ARGV[2]), now + tonumber(ARGV[3]))
-  redis.call('HSET', day, 'open_until', open_until)
-end
-local open = open_until > now
+local now, open_until, open = day_open(day, ARGV[2], ARGV[3], false)
 local written, skipped, closed = 0, 0, 0
 local goals = tonumber(ARGV[6])
 local fields, values = {}, {}

@@ -54,17 +54,7 @@ local go, marker_refused = dedupe_marker_claim(marker, ttl)  -- (the marker's ty
 if not go then
   return marker_refused or -1
 end
-local now = tonumber(redis.call('TIME')[1])
-local open_until = tonumber(redis.call('HGET', totals, 'open_until'))
-if not open_until then
-  if redis.call('EXISTS', totals) == 1 then
-    open_until = 0  -- counted before open_until existed, and its visitors are gone
-  else
-    open_until = math.max(tonumber(ARGV[3]), now + tonumber(ARGV[4]))
-    redis.call('HSET', totals, 'open_until', open_until)
-  end
-end
-local open = open_until > now
+local now, open_until, open = day_open(totals, ARGV[3], ARGV[4], true)
 local totals_at = math.max(tonumber(ARGV[5]), now + tonumber(ARGV[6]))
 
 redis.call('HINCRBY', totals, 'pv', n)
