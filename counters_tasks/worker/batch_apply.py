@@ -28,7 +28,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from .. import payloads, refusals, throughput
 from ..core.kind import Kind, short_name
@@ -40,6 +40,7 @@ from . import claims
 from .batch_consumer import FAILED
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def parse_arguments(request: Any, kind: Kind) -> Any:
@@ -60,19 +61,10 @@ def read_waiting(request: Any, kind: Kind, eager: bool, max_backoff: float) -> A
     """``parse_arguments`` of one message, a Redis error that passes waited out as a write's is
     (its check reads Redis too: the forgotten visitors' copy, ``store.tombstones``): a message
     is set aside for what it holds, never for a moment Redis was busy, read-only or away."""
-    backoff = Backoff(maximum=max_backoff)
-    while True:
-        try:
-            return parse_arguments(request, kind)
-        except InvalidInput:
-            raise
-        except Exception as exc:
-            if eager or not is_transient(exc):
-                raise
-            log.warning(
-                "%s %s waits for Redis to be read (%s); next try in %.1fs", kind.name, request.id, exc, backoff.next
-            )
-            backoff.wait()
+    if eager:
+        return parse_arguments(request, kind)
+    read = functools.partial(parse_arguments, request, kind)
+    return until_written(read, max_backoff, f"reading {kind.name} {request.id}")
 
 
 Refusal = tuple[int, InvalidInput]
@@ -201,7 +193,9 @@ def set_aside_now(
 ) -> str:
     """One message of ``kind`` handed to ``give_up`` (the dead letters) at its first failure, until
     Redis takes it; returns why it was not applied (its batch result's ``FAILED`` text)."""
-    until_written(functools.partial(give_up, kind.item_task or kind.name, request, exc), max_backoff)
+    until_written(
+        functools.partial(give_up, kind.item_task or kind.name, request, exc), max_backoff, "setting a message aside"
+    )
     return f"SetAside: {SetAside(1, exc)}"
 
 
@@ -285,15 +279,16 @@ def _apply_batch(
     return outcome
 
 
-def until_written(write: Callable[[], None], max_backoff: float) -> None:
-    """Run ``write`` (a refusal's count, or a message set aside) until Redis takes it: a refused
-    message is counted, or set aside, before it is acknowledged."""
+def until_written(call: Callable[[], T], max_backoff: float, what: str = "counting a refusal") -> T:
+    """Run ``call`` until Redis answers it, a Redis error that passes waited out (any other, and
+    bad input, raised): a refused message is counted, or set aside, before it is acknowledged,
+    and a message's check that reads Redis (``read_waiting``) is made, whatever the moment."""
     backoff = Backoff(maximum=max_backoff)
     while True:
         try:
-            return write()
+            return call()
         except Exception as exc:  # noqa: BLE001  counted later is better than acknowledged uncounted
             if not is_transient(exc):
                 raise
-            log.warning("counting a refusal waits for Redis (%s)", exc)
+            log.warning("%s waits for Redis (%s); next try in %.1fs", what, exc, backoff.next)
             backoff.wait()
